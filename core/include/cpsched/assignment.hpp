@@ -1,0 +1,23 @@
+#pragma once
+// What a solver returns: the rank that computes each task of a grid.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cpsched/task_grid.hpp"
+
+namespace cpsched {
+
+struct Assignment {
+  // The grid the ranks refer to. A solver that re-dispatches tokens (static)
+  // returns a grid over its own sharding; others return the input grid.
+  std::shared_ptr<const TaskGrid> grid;
+  std::vector<Rank> rank;        // rank[t] computes task t
+  bool feasible = true;          // false: the balance target could not be met
+  std::string note;              // solver's remark (why infeasible, iterations, ...)
+
+  // Every task placed once on a rank in [0, P). Throws cpsched::Error.
+  void validate() const;
+};
+
+}  // namespace cpsched

@@ -1,0 +1,67 @@
+#pragma once
+// Configuration (DESIGN §9): YAML file + `--set key.path=value` overrides,
+// validated with every error located (file:line:column and key path) and all
+// errors of a file reported at once.
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cpsched/mask_generators.hpp"
+#include "cpsched/params.hpp"
+#include "cpsched/problem.hpp"
+
+namespace cpsched {
+
+class Registry;
+
+// Where a value came from: "configs/x.yaml:12:5" or "--set solver.name".
+struct Location {
+  std::string source;
+  int line = 0;    // 1-based; 0 when unknown
+  int column = 0;  // 1-based
+  std::string str() const;
+};
+
+struct PluginSelection {
+  std::string name;
+  Location name_loc;
+  // Parameter block of the selected plugin: name -> (value, where).
+  std::map<std::string, std::pair<ParamValue, Location>> given;
+  Location params_loc;
+  Params given_params() const;
+};
+
+struct Config {
+  std::filesystem::path file;
+  int cp_size = 8;
+  Token seqlen_per_rank = 8192;
+  Heads heads;
+  GridOptions grid;
+  MaskSpec mask;
+  PluginSelection solver;
+  PluginSelection cost_model;
+  PluginSelection executor;
+  int stages = 1;
+  int cache_size = 64;
+  std::vector<std::filesystem::path> plugin_paths;
+  std::string effective_yaml;  // the merged document, for --print-config
+
+  Token seqlen() const { return static_cast<Token>(cp_size) * seqlen_per_rank; }
+};
+
+// Throws cpsched::Error whose message lists every problem found, one per line.
+Config load_config(const std::filesystem::path& file,
+                   const std::vector<std::string>& overrides = {});
+// Same, from text (source names it in messages).
+Config parse_config(const std::string& yaml_text, const std::string& source,
+                    const std::vector<std::string>& overrides = {});
+
+// Checks plugin names and parameter blocks against the registry; errors carry
+// the config location. Returns resolved parameters.
+Params resolve_selection(const Registry& reg, int kind /*PluginKind*/, const PluginSelection& sel);
+
+Problem make_problem(const Config& cfg);
+
+}  // namespace cpsched

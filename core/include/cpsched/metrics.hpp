@@ -1,0 +1,61 @@
+#pragma once
+// Metrics of an assignment, exact and token-granular (DESIGN §5).
+#include <cstdint>
+#include <vector>
+
+#include "cpsched/assignment.hpp"
+
+namespace cpsched {
+
+using Bytes = std::int64_t;
+
+struct PassMetrics {
+  std::vector<Bytes> send;  // per rank, network bytes
+  std::vector<Bytes> recv;
+  Bytes total_send = 0;
+  Bytes bottleneck = 0;     // max over ranks of max(send, recv)
+};
+
+// One transfer of a pass: `tokens` tokens of a block hosted by `host` needed
+// on rank `dst` by head group `group`.
+struct Transfer {
+  enum class Kind { qo, kv } kind;
+  std::int32_t block;
+  int group;
+  Rank host;
+  Rank dst;
+  Token tokens;
+};
+
+struct Metrics {
+  PassMetrics fwd;
+  PassMetrics bwd;
+  std::vector<std::int64_t> load;   // area x heads, per rank
+  std::vector<std::int64_t> stage0_load;
+  double imbalance = 1.0;           // max load / mean load
+  double stage0_share = 0.0;        // stage-0 load over all load
+  Token remote_qo_tokens = 0;       // sum over transfers (token x group)
+  Token remote_kv_tokens = 0;
+};
+
+// Token-granular transfers of an assignment: for every (block, group,
+// computing rank != host) the union of the needed rows (QO) or cols (KV) of the
+// tasks placed there. Sorted by (kind, block, group, dst).
+std::vector<Transfer> transfers(const Assignment& a);
+
+// Bytes per token of each direction of a transfer (DESIGN §5 table).
+struct TransferBytes {
+  Bytes qo_out, qo_back, kv_out, kv_back;
+};
+TransferBytes fwd_bytes_per_token(const Problem& p);
+TransferBytes bwd_bytes_per_token(const Problem& p);
+
+Metrics compute_metrics(const Assignment& a);
+
+// USP's closed-form forward volume per rank (DESIGN §5), Ulysses degree u.
+double usp_closed_form_fwd_bytes_per_rank(const Problem& p, int ulysses_degree);
+// The Ulysses degree of the usp baseline: largest divisor of P at most
+// min(max_degree, hkv).
+int usp_ulysses_degree(int cp_size, int heads_kv, int max_degree = 8);
+
+}  // namespace cpsched

@@ -1,0 +1,72 @@
+#pragma once
+// Host side of the plugin contract: discovers plugin shared objects, checks
+// their descriptor, and makes objects that keep their library loaded.
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cpsched/cost_model.hpp"
+#include "cpsched/executor.hpp"
+#include "cpsched/params.hpp"
+#include "cpsched/solver.hpp"
+
+namespace cpsched {
+
+enum class PluginKind : int { solver = 1, cost_model = 2, executor = 3 };
+std::string_view to_string(PluginKind k);
+
+struct PluginInfo {
+  std::string name;
+  PluginKind kind = PluginKind::solver;
+  std::string doc;
+  std::vector<ParamSpec> params;
+  std::filesystem::path file;
+};
+
+// A plugin file that could not be registered, and why (message names the file).
+struct PluginProblem {
+  std::filesystem::path file;
+  std::string message;
+};
+
+class Registry {
+ public:
+  Registry();
+  ~Registry();
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // The build's / installation's plugin folder: <dir of the running program>/../lib/cpsched/plugins.
+  static std::filesystem::path default_plugin_dir();
+  // Folders from CPSCHED_PLUGIN_PATH (colon separated).
+  static std::vector<std::filesystem::path> env_plugin_dirs();
+
+  // Loads every *.so in `dir`; files that fail are kept as problems.
+  void scan(const std::filesystem::path& dir);
+  // Loads one file; throws cpsched::Error naming the file on any fault
+  // (wrong ABI, wrong build signature, no descriptor, duplicate name, bad
+  // parameter schema).
+  const PluginInfo& load(const std::filesystem::path& file);
+
+  const std::vector<PluginInfo>& plugins() const;
+  const std::vector<PluginProblem>& problems() const;
+  // Throws cpsched::Error listing the known plugins of that kind.
+  const PluginInfo& find(PluginKind kind, const std::string& name) const;
+
+  // Values for every declared parameter: defaults overlaid with `given`.
+  // Unknown names and wrong types are errors that list the known parameters.
+  Params resolve_params(const PluginInfo& info, const Params& given) const;
+
+  // Objects keep their plugin library loaded while alive. `params` must come
+  // from resolve_params. Factory failures become cpsched::Error naming the plugin.
+  std::unique_ptr<Solver> make_solver(const std::string& name, const Params& params) const;
+  std::unique_ptr<CostModel> make_cost_model(const std::string& name, const Params& params) const;
+  std::unique_ptr<Executor> make_executor(const std::string& name, const Params& params) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cpsched

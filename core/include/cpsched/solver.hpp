@@ -1,0 +1,22 @@
+#pragma once
+// Solver: maps the tasks of a grid to ranks.
+#include <memory>
+
+#include "cpsched/assignment.hpp"
+#include "cpsched/cost_model.hpp"
+
+namespace cpsched {
+
+struct SolveInput {
+  std::shared_ptr<const TaskGrid> grid;
+  const CostModel* cost = nullptr;  // never null when called by the host
+};
+
+class Solver {
+ public:
+  virtual ~Solver() = default;
+  // May throw; the plugin boundary turns exceptions into error status.
+  virtual Assignment solve(const SolveInput& in) = 0;
+};
+
+}  // namespace cpsched

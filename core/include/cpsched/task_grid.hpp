@@ -1,0 +1,63 @@
+#pragma once
+// The task grid: the non-empty cells B(i, j) of the (blocks x blocks) grid with
+// their exact area and needed rows/cols, and the tasks = cells x head groups.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cpsched/problem.hpp"
+
+namespace cpsched {
+
+struct Cell {
+  std::int32_t qblock = 0;
+  std::int32_t kblock = 0;
+  Token area = 0;     // unmasked entries (per head)
+  RangeSet rows;      // needed q tokens (global)
+  RangeSet cols;      // needed k tokens (global)
+  // Mask slices clipped to this cell (global coords), in slice order; the
+  // plan builder turns them into attention args.
+  std::vector<Slice> pieces;
+};
+
+using TaskId = std::int32_t;
+
+class TaskGrid {
+ public:
+  // Builds the grid of `problem` over its sharding. O(slices + touched cells).
+  explicit TaskGrid(std::shared_ptr<const Problem> problem);
+  // The same mask and heads over another sharding (the static solver's dispatch).
+  TaskGrid(std::shared_ptr<const Problem> problem, Sharding sharding);
+
+  const Problem& problem() const { return *problem_; }
+  std::shared_ptr<const Problem> problem_ptr() const { return problem_; }
+  const Sharding& sharding() const { return sharding_; }
+  int cp_size() const { return sharding_.cp_size; }
+  int num_groups() const { return groups_; }
+  bool flattened() const { return problem_->grid.flatten_head_groups; }
+
+  const std::vector<Cell>& cells() const { return cells_; }  // sorted by (qblock, kblock)
+  TaskId num_tasks() const { return static_cast<TaskId>(cells_.size()) * groups_; }
+  // Task t is cell t / G in head group t % G (group -1 when not flattened).
+  const Cell& cell_of(TaskId t) const { return cells_[static_cast<std::size_t>(t / groups_)]; }
+  int group_of(TaskId t) const { return flattened() ? t % groups_ : -1; }
+  Token area(TaskId t) const { return cell_of(t).area; }
+  Rank q_host(TaskId t) const { return sharding_.host[cell_of(t).qblock]; }
+  Rank k_host(TaskId t) const { return sharding_.host[cell_of(t).kblock]; }
+  bool is_local(TaskId t) const { return q_host(t) == k_host(t); }
+
+  Token total_area() const { return total_area_; }              // per head group
+  Token total_task_area() const { return total_area_ * groups_; }
+  // Compute load of a task: area x query heads of the task.
+  std::int64_t load(TaskId t) const { return area(t) * problem_->q_heads_per_task(); }
+
+ private:
+  void build();
+  std::shared_ptr<const Problem> problem_;
+  Sharding sharding_;
+  int groups_ = 1;
+  std::vector<Cell> cells_;
+  Token total_area_ = 0;
+};
+
+}  // namespace cpsched
