@@ -15,8 +15,8 @@ struct Cell {
   Token area = 0;     // unmasked entries (per head)
   RangeSet rows;      // needed q tokens (global)
   RangeSet cols;      // needed k tokens (global)
-  // Mask slices clipped to this cell (global coords), in slice order; the
-  // plan builder turns them into attention args.
+  // The mask slices with entries in this cell, unclipped (global coords), in
+  // slice order; clipped to the cell's rectangle they give its attention args.
   std::vector<Slice> pieces;
 };
 

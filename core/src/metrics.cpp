@@ -1,0 +1,164 @@
+#include "cpsched/metrics.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+namespace cpsched {
+
+namespace {
+
+// One needed piece of a block on a computing rank, before the union.
+struct Need {
+  int group;
+  Rank dst;
+  Range r;
+  auto key() const { return std::tuple{group, dst, r.begin, r.end}; }
+};
+
+// Unions the needs of one block (sorted by group, dst, range) into transfers.
+void emit(std::vector<Need>& needs, Transfer::Kind kind, std::int32_t block, Rank host,
+          std::vector<Transfer>& out) {
+  std::sort(needs.begin(), needs.end(), [](const Need& a, const Need& b) { return a.key() < b.key(); });
+  std::size_t i = 0;
+  while (i < needs.size()) {
+    const int g = needs[i].group;
+    const Rank d = needs[i].dst;
+    Token tokens = 0, cur_b = needs[i].r.begin, cur_e = needs[i].r.end;
+    for (; i < needs.size() && needs[i].group == g && needs[i].dst == d; ++i) {
+      if (needs[i].r.begin > cur_e) {
+        tokens += cur_e - cur_b;
+        cur_b = needs[i].r.begin;
+      }
+      cur_e = std::max(cur_e, needs[i].r.end);
+    }
+    tokens += cur_e - cur_b;
+    out.push_back(Transfer{kind, block, g, host, d, tokens});
+  }
+  needs.clear();
+}
+
+}  // namespace
+
+std::vector<Transfer> transfers(const Assignment& a) {
+  const TaskGrid& g = *a.grid;
+  const auto& cells = g.cells();
+  const int G = g.num_groups();
+  std::vector<Transfer> out;
+  std::vector<Need> needs;
+
+  // QO: cells are sorted by q block, so each block's cells are contiguous.
+  for (std::size_t c0 = 0; c0 < cells.size();) {
+    std::size_t c1 = c0;
+    const std::int32_t qb = cells[c0].qblock;
+    const Rank host = g.sharding().host[static_cast<std::size_t>(qb)];
+    for (; c1 < cells.size() && cells[c1].qblock == qb; ++c1)
+      for (int grp = 0; grp < G; ++grp) {
+        const Rank r = a.rank[c1 * static_cast<std::size_t>(G) + static_cast<std::size_t>(grp)];
+        if (r == host) continue;
+        for (Range x : cells[c1].rows.ranges()) needs.push_back({g.flattened() ? grp : -1, r, x});
+      }
+    emit(needs, Transfer::Kind::qo, qb, host, out);
+    c0 = c1;
+  }
+
+  // KV: bucket the cells by kv block (counting sort keeps q order inside a bucket).
+  const auto nb = static_cast<std::size_t>(g.sharding().num_blocks());
+  std::vector<std::size_t> start(nb + 1, 0);
+  for (const Cell& c : cells) ++start[static_cast<std::size_t>(c.kblock) + 1];
+  std::partial_sum(start.begin(), start.end(), start.begin());
+  std::vector<std::size_t> by_k(cells.size());
+  {
+    std::vector<std::size_t> fill(start.begin(), start.end() - 1);
+    for (std::size_t c = 0; c < cells.size(); ++c) by_k[fill[static_cast<std::size_t>(cells[c].kblock)]++] = c;
+  }
+  for (std::size_t kb = 0; kb < nb; ++kb) {
+    if (start[kb] == start[kb + 1]) continue;
+    const Rank host = g.sharding().host[kb];
+    for (std::size_t i = start[kb]; i < start[kb + 1]; ++i) {
+      const std::size_t c = by_k[i];
+      for (int grp = 0; grp < G; ++grp) {
+        const Rank r = a.rank[c * static_cast<std::size_t>(G) + static_cast<std::size_t>(grp)];
+        if (r == host) continue;
+        for (Range x : cells[c].cols.ranges()) needs.push_back({g.flattened() ? grp : -1, r, x});
+      }
+    }
+    emit(needs, Transfer::Kind::kv, static_cast<std::int32_t>(kb), host, out);
+  }
+  return out;
+}
+
+TransferBytes fwd_bytes_per_token(const Problem& p) {
+  const Bytes h = p.q_heads_per_task(), hk = p.kv_heads_per_task();
+  const Bytes db = Bytes{p.heads.dim} * p.heads.dtype_bytes;
+  return {h * db, h * (db + 4), hk * 2 * db, 0};
+}
+
+TransferBytes bwd_bytes_per_token(const Problem& p) {
+  const Bytes h = p.q_heads_per_task(), hk = p.kv_heads_per_task();
+  const Bytes db = Bytes{p.heads.dim} * p.heads.dtype_bytes;
+  return {h * (3 * db + 4), h * db, hk * 2 * db, hk * 2 * db};
+}
+
+namespace {
+void account(PassMetrics& m, const std::vector<Transfer>& ts, const TransferBytes& b) {
+  for (const Transfer& t : ts) {
+    const bool qo = t.kind == Transfer::Kind::qo;
+    const Bytes out = t.tokens * (qo ? b.qo_out : b.kv_out);
+    const Bytes back = t.tokens * (qo ? b.qo_back : b.kv_back);
+    m.send[static_cast<std::size_t>(t.host)] += out;
+    m.recv[static_cast<std::size_t>(t.dst)] += out;
+    m.send[static_cast<std::size_t>(t.dst)] += back;
+    m.recv[static_cast<std::size_t>(t.host)] += back;
+  }
+  for (std::size_t r = 0; r < m.send.size(); ++r) {
+    m.total_send += m.send[r];
+    m.bottleneck = std::max({m.bottleneck, m.send[r], m.recv[r]});
+  }
+}
+}  // namespace
+
+Metrics compute_metrics(const Assignment& a) {
+  const TaskGrid& g = *a.grid;
+  const Problem& p = g.problem();
+  const auto P = static_cast<std::size_t>(g.cp_size());
+  Metrics m;
+  m.fwd.send.assign(P, 0);
+  m.fwd.recv.assign(P, 0);
+  m.bwd = m.fwd;
+  m.load.assign(P, 0);
+  m.stage0_load.assign(P, 0);
+  for (TaskId t = 0; t < g.num_tasks(); ++t) {
+    const auto r = static_cast<std::size_t>(a.rank[static_cast<std::size_t>(t)]);
+    m.load[r] += g.load(t);
+    if (g.q_host(t) == a.rank[static_cast<std::size_t>(t)] && g.k_host(t) == a.rank[static_cast<std::size_t>(t)])
+      m.stage0_load[r] += g.load(t);
+  }
+  const std::int64_t total = std::accumulate(m.load.begin(), m.load.end(), std::int64_t{0});
+  const std::int64_t local = std::accumulate(m.stage0_load.begin(), m.stage0_load.end(), std::int64_t{0});
+  const std::int64_t mx = m.load.empty() ? 0 : *std::max_element(m.load.begin(), m.load.end());
+  m.imbalance = total > 0 ? static_cast<double>(mx) * static_cast<double>(P) / static_cast<double>(total) : 1.0;
+  m.stage0_share = total > 0 ? static_cast<double>(local) / static_cast<double>(total) : 1.0;
+
+  const std::vector<Transfer> ts = transfers(a);
+  for (const Transfer& t : ts) (t.kind == Transfer::Kind::qo ? m.remote_qo_tokens : m.remote_kv_tokens) += t.tokens;
+  account(m.fwd, ts, fwd_bytes_per_token(p));
+  account(m.bwd, ts, bwd_bytes_per_token(p));
+  return m;
+}
+
+double usp_closed_form_fwd_bytes_per_rank(const Problem& p, int u) {
+  const double P = p.cp_size(), U = u;
+  const double per_rank = static_cast<double>(p.seqlen()) / P;
+  const double hq = p.heads.q, hkv = p.heads.kv;
+  return per_rank * p.heads.dim * p.heads.dtype_bytes *
+         (2 * hq * (U - 1) / U + 2 * hkv * (U - 1) / U + 2 * hkv * (P / U - 1));
+}
+
+int usp_ulysses_degree(int cp_size, int heads_kv, int max_degree) {
+  const int cap = std::min(max_degree, heads_kv);
+  for (int u = std::min(cap, cp_size); u > 1; --u)
+    if (cp_size % u == 0) return u;
+  return 1;
+}
+
+}  // namespace cpsched
