@@ -62,7 +62,10 @@ struct MaskSpec {
 // Document lengths of a spec for a sequence of `seqlen` tokens (sum == seqlen).
 // Histogram packs: documents longer than S/4 are cut into S/4 pieces; pieces
 // are shuffled with the seed and packed into packs of exactly S tokens, the
-// overflowing piece split and carried into the next pack.
+// overflowing piece split and carried into the next pack. The sampling is a
+// fixed procedure on std::mt19937_64(seed) (written out in
+// core/src/doc_packing.cpp), so a (histogram, S, seed, pack) gives the same
+// documents on every platform.
 std::vector<Token> document_lengths(const MaskSpec& spec, Token seqlen);
 
 // The range mask of the spec; validated.
