@@ -1,0 +1,241 @@
+// Plugin discovery and loading (DESIGN §8).
+#include "cpsched/registry.hpp"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <boost/dll/shared_library.hpp>
+
+#include "cpsched/error.hpp"
+#include "plugin_descriptor.hpp"
+#include "plugin_objects.hpp"
+
+namespace cpsched {
+
+namespace fs = std::filesystem;
+namespace dll = boost::dll;
+
+std::string_view to_string(PluginKind k) {
+  switch (k) {
+    case PluginKind::solver: return "solver";
+    case PluginKind::cost_model: return "cost_model";
+    case PluginKind::executor: return "executor";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// resolve_params compares a value's variant index with its declared type.
+static_assert(std::is_same_v<std::variant_alternative_t<int(ParamType::boolean), ParamValue>, bool>);
+static_assert(std::is_same_v<std::variant_alternative_t<int(ParamType::integer), ParamValue>, std::int64_t>);
+static_assert(std::is_same_v<std::variant_alternative_t<int(ParamType::real), ParamValue>, double>);
+static_assert(std::is_same_v<std::variant_alternative_t<int(ParamType::string), ParamValue>, std::string>);
+
+constexpr const char* kDescriptorSymbol = CPSCHED_STR(CPSCHED_PLUGIN_SYMBOL);
+
+std::string quoted(const ParamValue& v) {
+  return std::holds_alternative<std::string>(v) ? "\"" + format_param(v) + "\"" : format_param(v);
+}
+
+std::string known_params(const PluginInfo& info) {
+  if (info.params.empty()) return "it takes no parameters";
+  std::string s = "known parameters:";
+  for (const ParamSpec& p : info.params) {
+    s += "\n  " + p.name + " (" + std::string(to_string(p.type)) + ", default " +
+         quoted(p.default_value) + ")";
+    if (!p.doc.empty()) s += ": " + p.doc;
+  }
+  return s;
+}
+
+const char* value_type(const ParamValue& v) {
+  static constexpr const char* names[] = {"bool", "int", "real", "string"};
+  return names[v.index()];
+}
+
+// dlopen's own words (missing file, unresolved symbol, wrong ELF class, ...).
+std::string dl_reason(const dll::fs::error_code& ec) {
+  const char* why = ::dlerror();
+  return why != nullptr ? std::string(why) : ec.message();
+}
+
+}  // namespace
+
+struct Registry::Impl {
+  std::vector<PluginInfo> infos;
+  std::vector<detail::PluginLib> libs;  // parallel to infos
+  std::vector<PluginProblem> problems;
+  std::vector<fs::path> scanned;
+
+  std::size_t index_of(const PluginInfo& info) const {
+    return static_cast<std::size_t>(&info - infos.data());
+  }
+};
+
+Registry::Registry() : impl_(std::make_unique<Impl>()) {}
+Registry::~Registry() = default;
+
+fs::path Registry::default_plugin_dir() {
+  const fs::path exe = dll::program_location().string();
+  const fs::path dir = exe.parent_path() / ".." / "lib" / "cpsched" / "plugins";
+  std::error_code ec;
+  fs::path normal = fs::weakly_canonical(dir, ec);
+  return ec ? dir.lexically_normal() : normal;
+}
+
+std::vector<fs::path> Registry::env_plugin_dirs() {
+  std::vector<fs::path> dirs;
+  const char* env = std::getenv("CPSCHED_PLUGIN_PATH");
+  if (env == nullptr) return dirs;
+  std::string_view rest(env);
+  while (true) {
+    const std::size_t colon = rest.find(':');
+    const std::string_view part = rest.substr(0, colon);
+    if (!part.empty()) dirs.emplace_back(part);
+    if (colon == std::string_view::npos) break;
+    rest.remove_prefix(colon + 1);
+  }
+  return dirs;
+}
+
+void Registry::scan(const fs::path& dir) {
+  impl_->scanned.push_back(dir);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    impl_->problems.push_back({dir, "plugin folder '" + dir.string() + "' does not exist or is not a folder"});
+    return;
+  }
+  std::vector<fs::path> files;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".so" && e.is_regular_file(ec)) files.push_back(e.path());
+  }
+  if (ec) {
+    impl_->problems.push_back({dir, "cannot list plugin folder '" + dir.string() + "': " + ec.message()});
+  }
+  std::sort(files.begin(), files.end());  // load order decides which duplicate wins
+  for (const fs::path& f : files) {
+    try {
+      load(f);
+    } catch (const Error& e) {
+      impl_->problems.push_back({f, e.what()});
+    }
+  }
+}
+
+const PluginInfo& Registry::load(const fs::path& file) {
+  std::error_code fec;
+  const fs::path path = fs::weakly_canonical(fs::absolute(file, fec), fec);
+  const std::string where = detail::plugin_file_label(path.empty() ? file : path);
+  if (fec || !fs::is_regular_file(path, fec)) throw Error(where + ": no such file");
+  for (const PluginInfo& info : impl_->infos) {
+    if (info.file == path) return info;  // same file through another folder
+  }
+  try {
+    auto lib = std::make_shared<dll::shared_library>();
+    dll::fs::error_code ec;
+    ::dlerror();  // so that dl_reason reports this load's failure
+    lib->load(path.string(), dll::load_mode::rtld_now | dll::load_mode::rtld_local, ec);
+    if (ec) throw Error(where + ": cannot be loaded: " + dl_reason(ec));
+    if (!lib->has(kDescriptorSymbol)) {
+      throw Error(where + ": exports no '" + std::string(kDescriptorSymbol) +
+                  "' (not a cpsched plugin? define it with CPSCHED_SOLVER_PLUGIN or a sibling macro)");
+    }
+    const auto& desc = lib->get_alias<const cpsched_plugin_descriptor_t>(kDescriptorSymbol);
+    PluginInfo info = detail::read_descriptor(desc, path);
+    for (const PluginInfo& other : impl_->infos) {
+      if (other.kind == info.kind && other.name == info.name) {
+        throw Error(where + ": " + std::string(to_string(info.kind)) + " name '" + info.name +
+                    "' is already taken by plugin file '" + other.file.string() + "'");
+      }
+    }
+    detail::PluginLib handle{std::move(lib), &desc,
+                             "plugin '" + info.name + "' (" + path.string() + ")"};
+    impl_->infos.push_back(std::move(info));
+    impl_->libs.push_back(std::move(handle));
+    return impl_->infos.back();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(where + ": " + e.what());
+  }
+}
+
+const std::vector<PluginInfo>& Registry::plugins() const { return impl_->infos; }
+const std::vector<PluginProblem>& Registry::problems() const { return impl_->problems; }
+
+const PluginInfo& Registry::find(PluginKind kind, const std::string& name) const {
+  std::string known;
+  for (const PluginInfo& info : impl_->infos) {
+    if (info.kind != kind) continue;
+    if (info.name == name) return info;
+    if (!known.empty()) known += ", ";
+    known += info.name;
+  }
+  std::string msg = "no " + std::string(to_string(kind)) + " plugin named '" + name + "'; known " +
+                    std::string(to_string(kind)) + " plugins: " + (known.empty() ? "(none)" : known);
+  if (!impl_->scanned.empty()) {
+    msg += "\nsearched:";
+    for (const fs::path& d : impl_->scanned) {
+      msg += ' ';
+      msg += d.string();
+    }
+  }
+  // A plugin that failed to load is the likeliest reason for a missing name.
+  for (const PluginProblem& p : impl_->problems) {
+    msg += "\nrejected: ";
+    msg += p.message;
+  }
+  throw Error(msg);
+}
+
+Params Registry::resolve_params(const PluginInfo& info, const Params& given) const {
+  const std::string who = std::string(to_string(info.kind)) + " '" + info.name + "'";
+  Params out;
+  for (const ParamSpec& p : info.params) out.set(p.name, p.default_value);
+  for (const auto& [name, value] : given.values()) {
+    const auto spec = std::find_if(info.params.begin(), info.params.end(),
+                                   [&](const ParamSpec& p) { return p.name == name; });
+    if (spec == info.params.end()) {
+      throw Error(who + " has no parameter '" + name + "'; " + known_params(info));
+    }
+    if (spec->type == ParamType::real && std::holds_alternative<std::int64_t>(value)) {
+      out.set(name, static_cast<double>(std::get<std::int64_t>(value)));
+      continue;
+    }
+    if (value.index() != static_cast<std::size_t>(spec->type)) {
+      throw Error("parameter '" + name + "' of " + who + " expects " +
+                  std::string(to_string(spec->type)) + ", got " + value_type(value) + " " +
+                  quoted(value) + "; " + known_params(info));
+    }
+    out.set(name, value);
+  }
+  return out;
+}
+
+std::unique_ptr<Solver> Registry::make_solver(const std::string& name, const Params& params) const {
+  const PluginInfo& info = find(PluginKind::solver, name);
+  return detail::make_solver_object(impl_->libs[impl_->index_of(info)], resolve_params(info, params));
+}
+
+std::unique_ptr<CostModel> Registry::make_cost_model(const std::string& name,
+                                                     const Params& params) const {
+  const PluginInfo& info = find(PluginKind::cost_model, name);
+  return detail::make_cost_model_object(impl_->libs[impl_->index_of(info)],
+                                        resolve_params(info, params));
+}
+
+std::unique_ptr<Executor> Registry::make_executor(const std::string& name,
+                                                  const Params& params) const {
+  const PluginInfo& info = find(PluginKind::executor, name);
+  return detail::make_executor_object(impl_->libs[impl_->index_of(info)],
+                                      resolve_params(info, params));
+}
+
+}  // namespace cpsched

@@ -1,0 +1,26 @@
+// Solver plugin `owner`: every task runs on the host of its q block, so only
+// KV moves. No balance target: the simplest reference placement.
+#include <cpsched/plugin.hpp>
+#include <cpsched/solver.hpp>
+
+namespace {
+
+class Owner final : public cpsched::Solver {
+ public:
+  explicit Owner(const cpsched::Params&) {}
+  cpsched::Assignment solve(const cpsched::SolveInput& in) override {
+    const cpsched::TaskGrid& grid = *in.grid;
+    cpsched::Assignment a;
+    a.grid = in.grid;
+    a.rank.resize(static_cast<std::size_t>(grid.num_tasks()));
+    for (cpsched::TaskId t = 0; t < grid.num_tasks(); ++t) {
+      a.rank[static_cast<std::size_t>(t)] = grid.q_host(t);
+    }
+    return a;
+  }
+};
+
+}  // namespace
+
+CPSCHED_SOLVER_PLUGIN_NOPARAMS(Owner, "owner",
+                               "every task on its q block's host (KV-only communication)")

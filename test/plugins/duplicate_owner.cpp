@@ -1,0 +1,20 @@
+// A second solver named `owner`: the registry must refuse the name twice.
+#include <cpsched/plugin.hpp>
+#include <cpsched/solver.hpp>
+
+namespace {
+
+class Impostor final : public cpsched::Solver {
+ public:
+  explicit Impostor(const cpsched::Params&) {}
+  cpsched::Assignment solve(const cpsched::SolveInput& in) override {
+    cpsched::Assignment a;
+    a.grid = in.grid;
+    a.rank.assign(static_cast<std::size_t>(in.grid->num_tasks()), 0);
+    return a;
+  }
+};
+
+}  // namespace
+
+CPSCHED_SOLVER_PLUGIN_NOPARAMS(Impostor, "owner", "impostor: everything on rank 0")
