@@ -2,6 +2,24 @@
 // The execution plan an executor consumes (DESIGN §7): per rank and pass, the
 // attention args of each stage (CalcMeta) and the group collectives that move
 // the data they need (CommMeta). Stage 0 is local; stages 1..N are remote.
+//
+// Buffers of rank r (all in tokens; a "row" of a buffer is one token):
+//  * local: r's shard, the concatenation of its blocks in block order
+//    (Sharding::rank_tokens(r) with RangeSet::to_local), all heads.
+//  * remote QO / remote KV: the concatenation of the receive buffers of stages
+//    1..N in stage order; stage s's QO receive buffer starts at
+//    `StageComm::qo_recv_offset` and is the concatenation of its output splits
+//    in order (likewise KV). A remote row holds only the heads of its split's
+//    head group. Remote args of stage s read only rows of stages 1..s, so the
+//    receive buffers of earlier stages stay alive until the pass ends.
+//
+// Execution of one pass on rank r (forward; backward moves other tensors over
+// the same description, see GroupCollectiveArg):
+//   launch group-cast of stage 1; compute local_attn_args (stage 0);
+//   for s = 1..N: wait stage s data; launch group-cast of stage s+1;
+//                 compute remote_attn_args[s-1];
+//   group-reduce the outputs of every stage s once stage
+//   StageComm::qo_reduce_after / kv_reduce_after has been computed.
 #include <cstdint>
 #include <vector>
 
@@ -11,52 +29,75 @@
 namespace cpsched {
 
 // Which buffer a range indexes: the rank's own shard (concatenation of its
-// blocks in block order) or the current stage's receive buffer.
+// blocks in block order) or the rank's remote buffer of that kind (QO rows for
+// `q`, KV rows for `k`), see the file comment.
 enum class BufferId : std::uint8_t { local = 0, remote = 1 };
 
-// One attention call: q rows x k cols with a mask type, in local buffer
-// coordinates. `group` is the head group (-1: all heads). Remote buffer rows
-// hold only the heads of their split's group.
+// One attention call: q rows x k cols with a mask type, in buffer coordinates
+// (the type's diagonal is anchored to this rectangle, as in a mask slice).
 struct AttnArg {
-  Range q;
-  Range k;
+  Range q;                          // rows of the q buffer (Q in, O/lse out)
+  Range k;                          // rows of the k buffer (K, V)
   MaskType type = MaskType::full;
-  BufferId q_buf = BufferId::local;
-  BufferId k_buf = BufferId::local;
-  int group = -1;
+  BufferId q_buf = BufferId::local; // buffer `q` indexes
+  BufferId k_buf = BufferId::local; // buffer `k` indexes
+  int group = -1;                   // head group computed (-1: all heads, not flattened)
   friend bool operator==(const AttnArg&, const AttnArg&) = default;
 };
 
-// A group-cast (forward direction) / group-reduce (transposed) description.
-// The rank's send data is cut into splits; split s is the local range
-// `input_ranges[s]` (heads of `input_groups[s]`) and goes to every rank in
-// `dst_indices[s]`. The receive buffer is cut into `output_split_sizes`;
-// output split s comes from rank `src_index[s]`.
+// A group-cast (forward direction) / group-reduce (transposed) description of
+// one stage and one kind (QO or KV) on one rank.
+//
+// Group-cast: the rank's send data is cut into splits; split i is the local
+// range `input_ranges[i]` (heads of group `input_groups[i]`, size
+// `input_split_sizes[i]`) and goes to every rank of `dst_indices[i]` (sorted,
+// never the rank itself). The stage's receive buffer is cut into
+// `output_split_sizes`; output split j comes from rank `src_index[j]` and holds
+// heads of group `output_groups[j]`. Output splits are ordered by source rank,
+// and the splits from one source are that source's input splits naming this
+// rank, in the source's order. Input splits are ordered by (block, group,
+// position).
+//
+// Group-reduce (the transpose): every output split j is sent back to
+// `src_index[j]` and reduced into input split i there. Forward O with the
+// lse-weighted merge (lse = log sum exp lse_i, O = sum exp(lse_i - lse) O_i,
+// together with the host's own partial result); backward dQ, dK, dV by sum.
+// Forward QO: cast Q, reduce O+lse. Forward KV: cast K, V. Backward QO: cast
+// Q, O, dO, lse; reduce dQ. Backward KV: cast K, V; reduce dK, dV.
 struct GroupCollectiveArg {
-  std::vector<Token> input_split_sizes;
+  std::vector<Token> input_split_sizes;     // tokens of each send split
   std::vector<Range> input_ranges;          // local coords of each input split
-  std::vector<int> input_groups;            // head group of each input split
-  std::vector<std::vector<Rank>> dst_indices;
-  std::vector<Token> output_split_sizes;
-  std::vector<Rank> src_index;
-  std::vector<int> output_groups;           // head group of each output split
+  std::vector<int> input_groups;            // head group of each input split (-1: all)
+  std::vector<std::vector<Rank>> dst_indices;  // receivers of each input split
+  std::vector<Token> output_split_sizes;    // tokens of each receive split
+  std::vector<Rank> src_index;              // sender of each receive split
+  std::vector<int> output_groups;           // head group of each output split (-1: all)
   friend bool operator==(const GroupCollectiveArg&, const GroupCollectiveArg&) = default;
 };
 
 struct CalcMeta {
-  std::vector<AttnArg> local_attn_args;                  // stage 0
-  std::vector<std::vector<AttnArg>> remote_attn_args;    // stages 1..N
+  std::vector<AttnArg> local_attn_args;                  // stage 0: local buffers only
+  std::vector<std::vector<AttnArg>> remote_attn_args;    // [s-1]: args of remote stage s = 1..N
 };
 
+// Communication of one remote stage on one rank.
 struct StageComm {
-  Token num_remote_qo_tokens = 0;
-  Token num_remote_kv_tokens = 0;
+  Token num_remote_qo_tokens = 0;  // rows received into the QO buffer (sum of qo.output_split_sizes)
+  Token num_remote_kv_tokens = 0;  // rows received into the KV buffer (sum of kv.output_split_sizes)
+  Token qo_recv_offset = 0;        // where this stage's QO receive starts in the remote QO buffer
+  Token kv_recv_offset = 0;        // where this stage's KV receive starts in the remote KV buffer
+  // The last stage (1..N, the same on every rank) whose args read rows
+  // received in this stage: its group-reduce may start once that stage is
+  // computed. 0 when no rank receives anything of that kind in this stage.
+  int qo_reduce_after = 0;
+  int kv_reduce_after = 0;
   GroupCollectiveArg qo;
   GroupCollectiveArg kv;
+  friend bool operator==(const StageComm&, const StageComm&) = default;
 };
 
 struct CommMeta {
-  std::vector<StageComm> stages;  // one per remote stage
+  std::vector<StageComm> stages;  // [s-1]: remote stage s = 1..N
 };
 
 struct PassPlan {
@@ -70,9 +111,9 @@ struct RankPlan {
 };
 
 struct Plan {
-  int num_stages = 1;             // remote stages
-  Sharding sharding;              // token layout the plan indexes
-  std::vector<RankPlan> ranks;
+  int num_stages = 1;             // remote stages N (the seed's two-stage model: 1)
+  Sharding sharding;              // token layout the plan indexes (after dispatch, if any)
+  std::vector<RankPlan> ranks;    // [rank]
 };
 
 }  // namespace cpsched

@@ -1,0 +1,53 @@
+#pragma once
+// Plan validator (DESIGN §7): checks a plan against the assignment it was
+// built from and returns every problem found as a precise sentence (rank,
+// pass, stage, split or arg index, the numbers at fault). Empty = valid.
+//
+// Checks, for both passes:
+//  * shape: one RankPlan per rank, N remote stages everywhere, parallel
+//    vectors of equal length, positive split sizes, groups in range, dsts
+//    sorted, in range and never the sender, the plan's sharding is the grid's;
+//  * send/receive agreement to the token: rank r's output splits from source s
+//    are s's input splits that name r, same order, sizes and groups; output
+//    splits ordered by source; token counts and receive offsets add up;
+//  * every range inside its buffer: input splits inside the local shard; args
+//    inside the local shard or inside the remote buffer received up to their
+//    stage; stage-0 args read local buffers only; remote rows hold the arg's
+//    head group;
+//  * exactly-once coverage, by exact area accounting: every arg is mapped back
+//    to global coordinates and cut per grid cell; per (cell, head group) the
+//    pieces lie inside the mask, do not overlap each other, add up to the
+//    cell's area, and run on the rank the assignment chose; no piece falls in
+//    an empty cell;
+//  * nothing travels for nothing: every received row is read by some arg;
+//  * metrics: send/recv bytes per rank (DESIGN §5) recomputed from the
+//    CommMeta, loads and stage-0 loads recomputed from the CalcMeta, and the
+//    remote token counts equal compute_metrics(assignment); the reduce_after
+//    fields equal the last stage reading each stage's rows.
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "cpsched/assignment.hpp"
+#include "cpsched/plan.hpp"
+
+namespace cpsched {
+
+struct ValidateOptions {
+  bool check_metrics = true;
+  std::size_t max_problems = 100;  // the list stops there (with a final "... more" line)
+};
+
+std::vector<std::string> validate_plan(const Assignment& a, const Plan& plan, const ValidateOptions& opt = {});
+
+// Brute force for small problems (tests): evaluates every arg entry by entry,
+// maps it to global coordinates and counts, per head group, how often each
+// (q, k) entry is computed; returns a problem for each entry of the mask not
+// computed exactly once and each masked entry computed. O(G x S^2 + total
+// arg area); throws cpsched::Error when G x S^2 exceeds 2^26. Assumes the
+// comm agreement that validate_plan checks (receive buffers are described by
+// the senders' input splits).
+std::vector<std::string> brute_force_plan_coverage(const Assignment& a, const Plan& plan,
+                                                   std::size_t max_problems = 20);
+
+}  // namespace cpsched

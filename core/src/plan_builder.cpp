@@ -1,0 +1,59 @@
+#include "cpsched/plan_builder.hpp"
+
+#include <fmt/format.h>
+
+#include "cpsched/error.hpp"
+#include "cpsched/plan_validator.hpp"
+#include "plan_builder_internal.hpp"
+
+namespace cpsched {
+
+namespace {
+
+void build_pass(const Assignment& a, const plan_detail::Transfers& tr, const std::vector<int>& stage, int stages,
+                std::vector<PassPlan*>& pass) {
+  const std::vector<Token> off = plan_detail::layout_comm(a, tr, stage, stages, pass);
+  plan_detail::build_calc(a, tr, stage, off, stages, pass);
+}
+
+}  // namespace
+
+Plan build_plan(const Assignment& a, int stages) {
+  if (stages < 1) throw Error(fmt::format("plan: stages must be at least 1, got {}", stages));
+  a.validate();
+  const Problem& p = a.grid->problem();
+  const auto P = static_cast<std::size_t>(a.grid->cp_size());
+
+  Plan plan;
+  plan.num_stages = stages;
+  plan.sharding = a.grid->sharding();
+  plan.ranks.resize(P);
+
+  const plan_detail::Transfers tr = plan_detail::collect_transfers(a);
+  const TransferBytes fb = fwd_bytes_per_token(p), bb = bwd_bytes_per_token(p);
+  const std::vector<int> fwd_stage = plan_detail::assign_stages(tr, fb.qo_out, fb.kv_out, stages);
+  const std::vector<int> bwd_stage = plan_detail::assign_stages(tr, bb.qo_out, bb.kv_out, stages);
+
+  std::vector<PassPlan*> pass(P);
+  for (std::size_t r = 0; r < P; ++r) pass[r] = &plan.ranks[r].fwd;
+  build_pass(a, tr, fwd_stage, stages, pass);
+  if (bwd_stage == fwd_stage) {
+    // Same stage cut: the backward description is the forward one.
+    for (RankPlan& rp : plan.ranks) rp.bwd = rp.fwd;
+  } else {
+    for (std::size_t r = 0; r < P; ++r) pass[r] = &plan.ranks[r].bwd;
+    build_pass(a, tr, bwd_stage, stages, pass);
+  }
+
+#ifndef NDEBUG
+  const std::vector<std::string> problems = validate_plan(a, plan);
+  if (!problems.empty()) {
+    std::string msg = fmt::format("plan builder produced an invalid plan ({} problems):", problems.size());
+    for (std::size_t i = 0; i < problems.size() && i < 20; ++i) msg += "\n  " + problems[i];
+    throw Error(msg);
+  }
+#endif
+  return plan;
+}
+
+}  // namespace cpsched

@@ -1,0 +1,55 @@
+#pragma once
+// Internal steps of build_plan, one file each:
+//   plan_transfers.cpp  which rows travel (transfers) and in which stage
+//   plan_comm.cpp       the group-collective args of every rank and stage
+//   plan_calc.cpp       the attention args of every rank and stage
+#include <cstdint>
+#include <vector>
+
+#include "cpsched/assignment.hpp"
+#include "cpsched/metrics.hpp"
+#include "cpsched/plan.hpp"
+
+namespace cpsched::plan_detail {
+
+enum : std::uint8_t { kQO = 0, kKV = 1 };
+
+// The rows (QO) or cols (KV) of one block and head group that one computing
+// rank needs from the block's host: the union over the tasks placed there.
+struct Xfer {
+  std::uint8_t kind = kQO;
+  std::int32_t block = 0;
+  std::int32_t group = 0;  // 0..G-1 (0 when head groups are not flattened)
+  Rank host = 0;
+  Rank dst = 0;
+  RangeSet rows;           // global tokens
+};
+
+struct Transfers {
+  std::vector<Xfer> xfers;               // grouped by dst (ascending)
+  std::vector<std::size_t> dst_begin;    // xfers of rank d: [dst_begin[d], dst_begin[d+1])
+  std::vector<std::int32_t> task_q;      // per task: its QO xfer, -1 when q is local
+  std::vector<std::int32_t> task_k;      // per task: its KV xfer, -1 when kv is local
+  std::vector<std::int32_t> task_order;  // tasks grouped by computing rank, task order inside
+  std::vector<std::size_t> rank_begin;   // tasks of rank d: task_order[rank_begin[d] .. rank_begin[d+1])
+};
+
+Transfers collect_transfers(const Assignment& a);
+
+// Stage (1..N) of each xfer for a pass whose out bytes per token are
+// (qo_out, kv_out); the rule is documented in plan_builder.hpp.
+std::vector<int> assign_stages(const Transfers& tr, Bytes qo_out, Bytes kv_out, int stages);
+
+// Fills comm of every rank (plan.ranks[r].<pass>.comm via `pass`) and returns
+// the remote-buffer offset of each xfer's first row on its dst.
+std::vector<Token> layout_comm(const Assignment& a, const Transfers& tr, const std::vector<int>& stage,
+                               int stages, std::vector<PassPlan*>& pass);
+
+// Fills calc of every rank and the reduce_after fields of comm.
+void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage,
+                const std::vector<Token>& xfer_off, int stages, std::vector<PassPlan*>& pass);
+
+// Offset of each block inside its host's local buffer.
+std::vector<Token> block_local_offsets(const Sharding& sh);
+
+}  // namespace cpsched::plan_detail

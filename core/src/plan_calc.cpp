@@ -1,0 +1,133 @@
+// The attention args (CalcMeta) of every rank and stage.
+#include <algorithm>
+#include <fmt/format.h>
+
+#include "cpsched/error.hpp"
+#include "cpsched/slice_clip.hpp"
+#include "plan_builder_internal.hpp"
+
+namespace cpsched::plan_detail {
+
+namespace {
+
+// Where global tokens of one block sit in a buffer: a single shift (local
+// shard), or the concatenation of a transfer's rows starting at `base`.
+struct Map {
+  BufferId buf = BufferId::local;
+  Token shift = 0;                  // local: buffer = global + shift
+  const RangeSet* rows = nullptr;   // remote
+  Token base = 0;
+
+  struct Run {
+    Range global;
+    Token shift;
+  };
+  // The runs of r in the buffer; false when some token of r is not there.
+  bool runs(Range r, std::vector<Run>& out) const {
+    out.clear();
+    if (rows == nullptr) {
+      out.push_back({r, shift});
+      return true;
+    }
+    Token off = base, covered = 0;
+    for (Range x : rows->ranges()) {
+      if (x.begin >= r.end) break;
+      const Range y = x.intersect(r);
+      if (!y.empty()) {
+        out.push_back({y, off - x.begin});
+        covered += y.size();
+      }
+      off += x.size();
+    }
+    return covered == r.size();
+  }
+};
+
+struct ArgSink {
+  std::vector<Map::Run> qr, kr;
+  std::vector<Slice> sub;
+
+  void push(std::vector<AttnArg>& out, const Slice& s, const Map& qm, Token dq, const Map& km, Token dk,
+            int group) {
+    out.push_back(AttnArg{{s.q.begin + dq, s.q.end + dq}, {s.k.begin + dk, s.k.end + dk}, s.type, qm.buf,
+                          km.buf, group});
+  }
+
+  // A tight slice (global coords) as args in buffer coords; pieces that
+  // straddle a discontinuity of either buffer are cut there.
+  void emit(const Slice& s, const Map& qm, const Map& km, int group, std::vector<AttnArg>& out) {
+    if (!qm.runs(s.q, qr) || !km.runs(s.k, kr))
+      throw Error(fmt::format("plan builder (internal): rows [{}, {}) x cols [{}, {}) are not all in the buffers",
+                              s.q.begin, s.q.end, s.k.begin, s.k.end));
+    if (qr.size() == 1 && kr.size() == 1) {
+      push(out, s, qm, qr[0].shift, km, kr[0].shift, group);
+      return;
+    }
+    const Band b = band_of(s);
+    for (const Map::Run& q : qr)
+      for (const Map::Run& k : kr) {
+        sub.clear();
+        band_to_slices(clip(b, q.global, k.global), sub);
+        for (const Slice& x : sub) push(out, x, qm, q.shift, km, k.shift, group);
+      }
+  }
+};
+
+}  // namespace
+
+void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage,
+                const std::vector<Token>& xfer_off, int stages, std::vector<PassPlan*>& pass) {
+  const TaskGrid& g = *a.grid;
+  const Sharding& sh = g.sharding();
+  const std::vector<Token> block_off = block_local_offsets(sh);
+  const auto G = static_cast<std::size_t>(g.num_groups());
+  const bool flat = g.flattened();
+  for (PassPlan* p : pass) {
+    p->calc.local_attn_args.clear();
+    p->calc.remote_attn_args.assign(static_cast<std::size_t>(stages), {});
+  }
+  std::vector<int> last_q(static_cast<std::size_t>(stages) + 1, 0), last_k = last_q;
+  ArgSink sink;
+  std::vector<Slice> tight;
+
+  auto map_of = [&](std::int32_t x, std::int32_t block) {
+    if (x < 0) {
+      const auto b = static_cast<std::size_t>(block);
+      return Map{BufferId::local, block_off[b] - sh.blocks[b].begin, nullptr, 0};
+    }
+    return Map{BufferId::remote, 0, &tr.xfers[static_cast<std::size_t>(x)].rows,
+               xfer_off[static_cast<std::size_t>(x)]};
+  };
+
+  for (std::size_t d = 0; d + 1 < tr.rank_begin.size(); ++d) {
+    CalcMeta& calc = pass[d]->calc;
+    for (std::size_t i = tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i) {
+      const auto t = static_cast<TaskId>(tr.task_order[i]);
+      const Cell& c = g.cell_of(t);
+      const int grp = flat ? static_cast<int>(static_cast<std::size_t>(t) % G) : -1;
+      const std::int32_t xq = tr.task_q[static_cast<std::size_t>(t)];
+      const std::int32_t xk = tr.task_k[static_cast<std::size_t>(t)];
+      const int sq = xq < 0 ? 0 : stage[static_cast<std::size_t>(xq)];
+      const int sk = xk < 0 ? 0 : stage[static_cast<std::size_t>(xk)];
+      const int st = std::max(sq, sk);
+      if (xq >= 0) last_q[static_cast<std::size_t>(sq)] = std::max(last_q[static_cast<std::size_t>(sq)], st);
+      if (xk >= 0) last_k[static_cast<std::size_t>(sk)] = std::max(last_k[static_cast<std::size_t>(sk)], st);
+      std::vector<AttnArg>& out = st == 0 ? calc.local_attn_args : calc.remote_attn_args[static_cast<std::size_t>(st - 1)];
+      const Map qm = map_of(xq, c.qblock), km = map_of(xk, c.kblock);
+      const Range qb = sh.blocks[static_cast<std::size_t>(c.qblock)];
+      const Range kb = sh.blocks[static_cast<std::size_t>(c.kblock)];
+      for (const Slice& s : c.pieces) {
+        tight.clear();
+        band_to_slices(clip(band_of(s), qb, kb), tight);
+        for (const Slice& x : tight) sink.emit(x, qm, km, grp, out);
+      }
+    }
+  }
+  for (PassPlan* p : pass)
+    for (std::size_t s = 0; s < p->comm.stages.size(); ++s) {
+      p->comm.stages[s].qo_reduce_after = last_q[s + 1];
+      p->comm.stages[s].kv_reduce_after = last_k[s + 1];
+    }
+}
+
+}  // namespace cpsched::plan_detail

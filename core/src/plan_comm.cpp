@@ -1,0 +1,157 @@
+// The group-collective args (CommMeta) of every rank and stage.
+#include <algorithm>
+#include <numeric>
+#include <tuple>
+
+#include "plan_builder_internal.hpp"
+
+namespace cpsched::plan_detail {
+
+namespace {
+
+struct Emitter {
+  const Sharding& sh;
+  const std::vector<Token>& block_off;
+  std::vector<PassPlan*>& pass;
+  std::vector<Token>& off;  // per xfer: offset of its first row in the stage's receive buffer
+
+  // One split of `block` (global range r) from host to every dst of `dsts`
+  // (ascending; xs[i] is the xfer of dsts[i]).
+  void emit(std::uint8_t kind, int stage, Rank host, std::int32_t block, int group, Range r,
+            const std::vector<Rank>& dsts, const std::vector<std::int32_t>& xs) {
+    StageComm& sc = pass[static_cast<std::size_t>(host)]->comm.stages[static_cast<std::size_t>(stage - 1)];
+    GroupCollectiveArg& in = kind == kQO ? sc.qo : sc.kv;
+    const Range blk = sh.blocks[static_cast<std::size_t>(block)];
+    const Token lb = block_off[static_cast<std::size_t>(block)] + (r.begin - blk.begin);
+    in.input_split_sizes.push_back(r.size());
+    in.input_ranges.push_back({lb, lb + r.size()});
+    in.input_groups.push_back(group);
+    in.dst_indices.push_back(dsts);
+    for (std::size_t i = 0; i < dsts.size(); ++i) {
+      StageComm& rc = pass[static_cast<std::size_t>(dsts[i])]->comm.stages[static_cast<std::size_t>(stage - 1)];
+      GroupCollectiveArg& out = kind == kQO ? rc.qo : rc.kv;
+      Token& fill = kind == kQO ? rc.num_remote_qo_tokens : rc.num_remote_kv_tokens;
+      Token& o = off[static_cast<std::size_t>(xs[i])];
+      if (o < 0) o = fill;
+      out.output_split_sizes.push_back(r.size());
+      out.src_index.push_back(host);
+      out.output_groups.push_back(group);
+      fill += r.size();
+    }
+  }
+};
+
+// Cuts the rows several dsts need from one (block, group) into maximal pieces
+// with the same set of dsts, in token order.
+template <class Emit>
+void refine(const std::vector<const Xfer*>& run, const std::vector<std::int32_t>& run_ids, Emit&& emit) {
+  std::vector<Token> cuts;
+  for (const Xfer* x : run)
+    for (Range r : x->rows.ranges()) {
+      cuts.push_back(r.begin);
+      cuts.push_back(r.end);
+    }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<std::size_t> pos(run.size(), 0);
+  std::vector<Rank> cur_d, d;
+  std::vector<std::int32_t> cur_x, xs;
+  Range cur{};
+  for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
+    const Range piece{cuts[c], cuts[c + 1]};
+    d.clear();
+    xs.clear();
+    for (std::size_t i = 0; i < run.size(); ++i) {
+      const auto& rs = run[i]->rows.ranges();
+      while (pos[i] < rs.size() && rs[pos[i]].end <= piece.begin) ++pos[i];
+      if (pos[i] < rs.size() && rs[pos[i]].begin <= piece.begin) {
+        d.push_back(run[i]->dst);
+        xs.push_back(run_ids[i]);
+      }
+    }
+    if (!cur.empty() && cur.end == piece.begin && d == cur_d) {
+      cur.end = piece.end;
+      continue;
+    }
+    if (!cur.empty()) emit(cur, cur_d, cur_x);
+    cur = d.empty() ? Range{} : piece;
+    cur_d.swap(d);
+    cur_x.swap(xs);
+  }
+  if (!cur.empty()) emit(cur, cur_d, cur_x);
+}
+
+}  // namespace
+
+std::vector<Token> layout_comm(const Assignment& a, const Transfers& tr, const std::vector<int>& stage,
+                               int stages, std::vector<PassPlan*>& pass) {
+  const Sharding& sh = a.grid->sharding();
+  const bool flat = a.grid->flattened();
+  for (PassPlan* p : pass) p->comm.stages.assign(static_cast<std::size_t>(stages), StageComm{});
+  const std::vector<Token> block_off = block_local_offsets(sh);
+  std::vector<Token> off(tr.xfers.size(), -1);
+  Emitter em{sh, block_off, pass, off};
+
+  // Senders emit in (kind, stage, host, block, group) order and receivers
+  // append as they go, so every receiver's splits come ordered by source.
+  std::vector<std::int32_t> ids(tr.xfers.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  auto key = [&](std::int32_t i) {
+    const Xfer& x = tr.xfers[static_cast<std::size_t>(i)];
+    return std::tuple{x.kind, stage[static_cast<std::size_t>(i)], x.host, x.block, x.group, x.dst};
+  };
+  std::sort(ids.begin(), ids.end(), [&](std::int32_t l, std::int32_t r) { return key(l) < key(r); });
+
+  std::vector<const Xfer*> run;
+  std::vector<std::int32_t> run_ids;
+  std::vector<Rank> one_d(1);
+  std::vector<std::int32_t> one_x(1);
+  for (std::size_t i0 = 0; i0 < ids.size();) {
+    const Xfer& x0 = tr.xfers[static_cast<std::size_t>(ids[i0])];
+    const int st = stage[static_cast<std::size_t>(ids[i0])];
+    std::size_t i1 = i0 + 1;
+    while (i1 < ids.size()) {
+      const Xfer& x = tr.xfers[static_cast<std::size_t>(ids[i1])];
+      if (x.kind != x0.kind || stage[static_cast<std::size_t>(ids[i1])] != st || x.host != x0.host ||
+          x.block != x0.block || x.group != x0.group)
+        break;
+      ++i1;
+    }
+    const int grp = flat ? x0.group : -1;
+    if (i1 == i0 + 1) {
+      one_d[0] = x0.dst;
+      one_x[0] = ids[i0];
+      for (Range r : x0.rows.ranges()) em.emit(x0.kind, st, x0.host, x0.block, grp, r, one_d, one_x);
+    } else {
+      run.clear();
+      run_ids.clear();
+      for (std::size_t i = i0; i < i1; ++i) {
+        run.push_back(&tr.xfers[static_cast<std::size_t>(ids[i])]);
+        run_ids.push_back(ids[i]);
+      }
+      refine(run, run_ids, [&](Range r, const std::vector<Rank>& d, const std::vector<std::int32_t>& xs) {
+        em.emit(x0.kind, st, x0.host, x0.block, grp, r, d, xs);
+      });
+    }
+    i0 = i1;
+  }
+
+  // Stage receive buffers are concatenated in stage order.
+  for (PassPlan* p : pass) {
+    Token qo = 0, kv = 0;
+    for (StageComm& sc : p->comm.stages) {
+      sc.qo_recv_offset = qo;
+      sc.kv_recv_offset = kv;
+      qo += sc.num_remote_qo_tokens;
+      kv += sc.num_remote_kv_tokens;
+    }
+  }
+  for (std::size_t i = 0; i < tr.xfers.size(); ++i) {
+    const Xfer& x = tr.xfers[i];
+    const StageComm& sc = pass[static_cast<std::size_t>(x.dst)]->comm.stages[static_cast<std::size_t>(stage[i] - 1)];
+    off[i] += x.kind == kQO ? sc.qo_recv_offset : sc.kv_recv_offset;
+  }
+  return off;
+}
+
+}  // namespace cpsched::plan_detail

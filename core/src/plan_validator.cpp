@@ -1,0 +1,253 @@
+// Plan validator: entry point, CommMeta shape and send/receive agreement,
+// metrics recomputed from the plan.
+#include "cpsched/plan_validator.hpp"
+
+#include "cpsched/metrics.hpp"
+#include "plan_validator_internal.hpp"
+
+namespace cpsched {
+
+namespace validate_detail {
+
+namespace {
+
+bool group_ok(int g, const TaskGrid& grid) {
+  return grid.flattened() ? g >= 0 && g < grid.num_groups() : g == -1;
+}
+
+// What a receiver should get from one sender's input split.
+struct Expect {
+  Rank src;
+  Token size;
+  int group;
+  std::vector<Range> global;  // the split's tokens, in order
+};
+
+// Shape of one GroupCollectiveArg; false when its vectors are unusable.
+bool check_shape(const GroupCollectiveArg& g, const TaskGrid& grid, Token local_size, Rank r, const char* where,
+                 int k, Problems& pr) {
+  const auto P = grid.cp_size();
+  const std::size_t ni = g.input_split_sizes.size(), no = g.output_split_sizes.size();
+  if (g.input_ranges.size() != ni || g.input_groups.size() != ni || g.dst_indices.size() != ni) {
+    pr.add("{} {} rank {}: input vectors differ in length (sizes {}, ranges {}, groups {}, dst_indices {})",
+           where, kind_name(k), r, ni, g.input_ranges.size(), g.input_groups.size(), g.dst_indices.size());
+    return false;
+  }
+  if (g.src_index.size() != no || g.output_groups.size() != no) {
+    pr.add("{} {} rank {}: output vectors differ in length (sizes {}, src_index {}, groups {})", where,
+           kind_name(k), r, no, g.src_index.size(), g.output_groups.size());
+    return false;
+  }
+  bool ok = true;
+  for (std::size_t i = 0; i < ni; ++i) {
+    const Range x = g.input_ranges[i];
+    if (g.input_split_sizes[i] <= 0 || x.size() != g.input_split_sizes[i])
+      pr.add("{} {} rank {}: input split {} has size {} but range [{}, {})", where, kind_name(k), r, i,
+             g.input_split_sizes[i], x.begin, x.end), ok = false;
+    if (x.begin < 0 || x.end > local_size)
+      pr.add("{} {} rank {}: input split {} range [{}, {}) is outside the local shard [0, {})", where,
+             kind_name(k), r, i, x.begin, x.end, local_size), ok = false;
+    if (!group_ok(g.input_groups[i], grid))
+      pr.add("{} {} rank {}: input split {} has head group {}, outside the grid's groups", where, kind_name(k),
+             r, i, g.input_groups[i]), ok = false;
+    const auto& d = g.dst_indices[i];
+    if (d.empty()) pr.add("{} {} rank {}: input split {} has no destination", where, kind_name(k), r, i), ok = false;
+    for (std::size_t j = 0; j < d.size(); ++j) {
+      if (d[j] < 0 || d[j] >= P || d[j] == r)
+        pr.add("{} {} rank {}: input split {} names destination {} (outside [0, {}) or the sender)", where,
+               kind_name(k), r, i, d[j], P), ok = false;
+      if (j > 0 && d[j] <= d[j - 1])
+        pr.add("{} {} rank {}: input split {} destinations are not strictly ascending", where, kind_name(k), r,
+               i), ok = false;
+    }
+  }
+  for (std::size_t j = 0; j < no; ++j) {
+    if (g.output_split_sizes[j] <= 0)
+      pr.add("{} {} rank {}: output split {} has size {}", where, kind_name(k), r, j, g.output_split_sizes[j]);
+    if (g.src_index[j] < 0 || g.src_index[j] >= P || g.src_index[j] == r)
+      pr.add("{} {} rank {}: output split {} names source {} (outside [0, {}) or the receiver)", where,
+             kind_name(k), r, j, g.src_index[j], P);
+    if (j > 0 && g.src_index[j] < g.src_index[j - 1])
+      pr.add("{} {} rank {}: output split {} from rank {} follows one from rank {} (must be ordered by source)",
+             where, kind_name(k), r, j, g.src_index[j], g.src_index[j - 1]);
+    if (!group_ok(g.output_groups[j], grid))
+      pr.add("{} {} rank {}: output split {} has head group {}, outside the grid's groups", where, kind_name(k),
+             r, j, g.output_groups[j]);
+  }
+  return ok;
+}
+
+}  // namespace
+
+std::vector<RankMaps> check_comm(const Assignment& a, const Plan& plan, bool fwd, Problems& pr) {
+  const TaskGrid& grid = *a.grid;
+  const auto P = static_cast<std::size_t>(grid.cp_size());
+  const auto N = static_cast<std::size_t>(plan.num_stages);
+  std::vector<RankMaps> maps(P);
+  const std::vector<RangeSet> shard = grid.sharding().all_rank_tokens();
+  for (std::size_t r = 0; r < P; ++r) {
+    for (Range x : shard[r].ranges()) maps[r].local.append(x, -1);
+    for (int k = 0; k < 2; ++k) maps[r].end[k].assign(N + 1, 0);
+  }
+  std::vector<std::vector<Expect>> expect(P);
+  for (std::size_t s = 0; s < N; ++s) {
+    const std::string where = fmt::format("{} stage {}", pass_name(fwd), s + 1);
+    for (int k = 0; k < 2; ++k) {
+      for (auto& e : expect) e.clear();
+      std::vector<bool> usable(P);
+      for (std::size_t r = 0; r < P; ++r) {
+        const GroupCollectiveArg& g = arg_of(pass_of(plan.ranks[r], fwd).comm.stages[s], k);
+        usable[r] = check_shape(g, grid, maps[r].local.size(), static_cast<Rank>(r), where.c_str(), k, pr);
+        if (!usable[r]) continue;
+        for (std::size_t i = 0; i < g.input_ranges.size(); ++i) {
+          Expect e{static_cast<Rank>(r), g.input_split_sizes[i], g.input_groups[i], {}};
+          const Range x = g.input_ranges[i];
+          if (x.begin < 0 || x.end > maps[r].local.size() || x.empty()) continue;
+          maps[r].local.walk(x, [&](Range b, Token gb, int) { e.global.push_back({gb, gb + b.size()}); });
+          for (Rank d : g.dst_indices[i])
+            if (d >= 0 && static_cast<std::size_t>(d) < P && static_cast<std::size_t>(d) != r)
+              expect[static_cast<std::size_t>(d)].push_back(e);
+        }
+      }
+      for (std::size_t r = 0; r < P; ++r) {
+        const StageComm& sc = pass_of(plan.ranks[r], fwd).comm.stages[s];
+        const GroupCollectiveArg& g = arg_of(sc, k);
+        const std::vector<Expect>& ex = expect[r];
+        const Token declared = k == 0 ? sc.num_remote_qo_tokens : sc.num_remote_kv_tokens;
+        Token got = 0;
+        for (const Expect& e : ex) got += e.size;
+        if (usable[r]) {
+          const std::size_t n = std::min(ex.size(), g.output_split_sizes.size());
+          std::size_t j = 0;
+          while (j < n && ex[j].src == g.src_index[j] && ex[j].size == g.output_split_sizes[j] &&
+                 ex[j].group == g.output_groups[j])
+            ++j;
+          if (j < g.output_split_sizes.size() || j < ex.size()) {
+            const std::string want = j < ex.size() ? fmt::format("src {}, {} tokens, group {}", ex[j].src,
+                                                                 ex[j].size, ex[j].group)
+                                                   : std::string("nothing");
+            const std::string have = j < g.output_split_sizes.size()
+                                         ? fmt::format("src {}, {} tokens, group {}", g.src_index[j],
+                                                       g.output_split_sizes[j], g.output_groups[j])
+                                         : std::string("nothing");
+            pr.add("{} {} rank {}: output split {} is ({}) but the senders' input splits naming rank {} give ({}) "
+                   "({} output splits declared, {} sent)",
+                   where, kind_name(k), r, j, have, r, want, g.output_split_sizes.size(), ex.size());
+          }
+        }
+        if (declared != got)
+          pr.add("{} {} rank {}: num_remote_{}_tokens is {} but {} tokens are sent to it", where, kind_name(k), r,
+                 k == 0 ? "qo" : "kv", declared, got);
+        const Token off = k == 0 ? sc.qo_recv_offset : sc.kv_recv_offset;
+        if (off != maps[r].remote[k].size())
+          pr.add("{} {} rank {}: receive offset is {} but stages before it receive {} tokens", where, kind_name(k),
+                 r, off, maps[r].remote[k].size());
+        // The receive buffer holds what the senders send, in the documented order.
+        for (const Expect& e : ex)
+          for (Range x : e.global) maps[r].remote[k].append(x, e.group);
+        maps[r].end[k][s + 1] = maps[r].remote[k].size();
+      }
+    }
+  }
+  return maps;
+}
+
+}  // namespace validate_detail
+
+namespace {
+
+using namespace validate_detail;
+
+void check_pass_metrics(const Assignment& a, const Plan& plan, bool fwd, const Loads& loads, const Metrics& m,
+                        Problems& pr) {
+  const Problem& p = a.grid->problem();
+  const TransferBytes tb = fwd ? fwd_bytes_per_token(p) : bwd_bytes_per_token(p);
+  const auto P = static_cast<std::size_t>(a.grid->cp_size());
+  std::vector<Bytes> send(P, 0), recv(P, 0);
+  Token remote[2] = {0, 0};
+  for (std::size_t r = 0; r < P; ++r)
+    for (const StageComm& sc : pass_of(plan.ranks[r], fwd).comm.stages)
+      for (int k = 0; k < 2; ++k) {
+        const GroupCollectiveArg& g = arg_of(sc, k);
+        const Bytes out = k == 0 ? tb.qo_out : tb.kv_out, back = k == 0 ? tb.qo_back : tb.kv_back;
+        for (std::size_t i = 0; i < g.input_split_sizes.size() && i < g.dst_indices.size(); ++i) {
+          const auto n = static_cast<Bytes>(g.dst_indices[i].size());
+          send[r] += g.input_split_sizes[i] * n * out;
+          recv[r] += g.input_split_sizes[i] * n * back;
+        }
+        for (std::size_t j = 0; j < g.output_split_sizes.size(); ++j) {
+          recv[r] += g.output_split_sizes[j] * out;
+          send[r] += g.output_split_sizes[j] * back;
+          remote[k] += g.output_split_sizes[j];
+        }
+      }
+  const PassMetrics& pm = fwd ? m.fwd : m.bwd;
+  Bytes total = 0, bottleneck = 0;
+  for (std::size_t r = 0; r < P; ++r) {
+    total += send[r];
+    bottleneck = std::max({bottleneck, send[r], recv[r]});
+    if (send[r] != pm.send[r] || recv[r] != pm.recv[r])
+      pr.add("{} metrics rank {}: the CommMeta sends {} and receives {} bytes, the metrics say {} and {}",
+             pass_name(fwd), r, send[r], recv[r], pm.send[r], pm.recv[r]);
+    if (loads.load[r] != m.load[r] || loads.stage0[r] != m.stage0_load[r])
+      pr.add("{} metrics rank {}: the CalcMeta computes load {} (stage 0: {}), the metrics say {} (stage 0: {})",
+             pass_name(fwd), r, loads.load[r], loads.stage0[r], m.load[r], m.stage0_load[r]);
+  }
+  if (total != pm.total_send || bottleneck != pm.bottleneck)
+    pr.add("{} metrics: the CommMeta gives total send {} and bottleneck {}, the metrics say {} and {}",
+           pass_name(fwd), total, bottleneck, pm.total_send, pm.bottleneck);
+  if (remote[0] != m.remote_qo_tokens || remote[1] != m.remote_kv_tokens)
+    pr.add("{} metrics: the CommMeta receives {} QO and {} KV tokens, the metrics say {} and {}", pass_name(fwd),
+           remote[0], remote[1], m.remote_qo_tokens, m.remote_kv_tokens);
+}
+
+// Top-level shape; false when the plan cannot be walked at all.
+bool check_top(const Assignment& a, const Plan& plan, Problems& pr) {
+  const TaskGrid& grid = *a.grid;
+  const auto P = static_cast<std::size_t>(grid.cp_size());
+  bool ok = true;
+  if (plan.num_stages < 1) pr.add("plan: num_stages is {}, must be at least 1", plan.num_stages), ok = false;
+  if (plan.ranks.size() != P)
+    pr.add("plan: {} rank plans for {} ranks", plan.ranks.size(), P), ok = false;
+  if (plan.sharding.blocks != grid.sharding().blocks || plan.sharding.host != grid.sharding().host ||
+      plan.sharding.cp_size != grid.sharding().cp_size)
+    pr.add("plan: its sharding differs from the assignment grid's sharding"), ok = false;
+  if (!ok) return false;
+  const auto N = static_cast<std::size_t>(plan.num_stages);
+  for (std::size_t r = 0; r < P; ++r)
+    for (bool fwd : {true, false}) {
+      const PassPlan& pp = pass_of(plan.ranks[r], fwd);
+      if (pp.calc.remote_attn_args.size() != N || pp.comm.stages.size() != N)
+        pr.add("{} rank {}: {} remote arg lists and {} comm stages for {} stages", pass_name(fwd), r,
+               pp.calc.remote_attn_args.size(), pp.comm.stages.size(), N), ok = false;
+    }
+  return ok;
+}
+
+}  // namespace
+
+std::vector<std::string> validate_plan(const Assignment& a, const Plan& plan, const ValidateOptions& opt) {
+  std::vector<std::string> out;
+  Problems pr(out, opt.max_problems);
+  try {
+    a.validate();
+  } catch (const std::exception& e) {
+    pr.add("{}", e.what());
+    pr.finish();
+    return out;
+  }
+  if (!check_top(a, plan, pr)) {
+    pr.finish();
+    return out;
+  }
+  const Metrics m = opt.check_metrics ? compute_metrics(a) : Metrics{};
+  for (bool fwd : {true, false}) {
+    const std::vector<RankMaps> maps = check_comm(a, plan, fwd, pr);
+    const Loads loads = check_calc(a, plan, fwd, maps, pr);
+    if (opt.check_metrics) check_pass_metrics(a, plan, fwd, loads, m, pr);
+  }
+  pr.finish();
+  return out;
+}
+
+}  // namespace cpsched
