@@ -48,6 +48,15 @@ struct Config {
   std::vector<std::filesystem::path> plugin_paths;
   std::string effective_yaml;  // the merged document, for --print-config
 
+  // Where the problem and its mask were given, so that errors found later
+  // (make_problem) still point into the file.
+  Location problem_loc;
+  Location mask_loc;
+  // The `compare` section, reserved for the compare tool: its YAML text
+  // (empty when absent) and where it was given.
+  std::string compare_yaml;
+  Location compare_loc;
+
   Token seqlen() const { return static_cast<Token>(cp_size) * seqlen_per_rank; }
 };
 

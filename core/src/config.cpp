@@ -1,0 +1,199 @@
+// Configuration (DESIGN §9): YAML + `--set` overrides -> validated Config,
+// every error located and all of them reported at once.
+#include "cpsched/config.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include "config_problem.hpp"
+#include "config_reader.hpp"
+#include "cpsched/error.hpp"
+#include "cpsched/registry.hpp"
+
+namespace cpsched {
+
+using config_detail::Diagnostics;
+using config_detail::located;
+using config_detail::Section;
+
+std::string Location::str() const {
+  if (line <= 0) return source;
+  return source + ":" + std::to_string(line) + ":" + std::to_string(column);
+}
+
+Params PluginSelection::given_params() const {
+  Params p;
+  for (const auto& [name, value] : given) p.set(name, value.first);
+  return p;
+}
+
+namespace {
+
+// A plugin section: `name` selects the plugin; `params` holds one block per
+// plugin name. Only the selected block is read (others may belong to plugins
+// that are not even installed); its values are typed from the YAML scalars.
+void read_selection(const Section& top, const std::string& key, const std::string& default_name,
+                    PluginSelection& sel) {
+  Diagnostics& diag = top.diag();
+  const Section s(diag, top.get(key), top.path(key), {"name", "params"});
+  sel.name = default_name;
+  sel.name_loc = diag.where(top.has(key) ? top.get(key) : top.node(), s.path());
+  if (!s.valid()) return;
+  if (top.has(key) && s.require("name") && s.read_string("name", sel.name)) sel.name_loc = s.where("name");
+  sel.params_loc = diag.where(s.has("params") ? s.get("params") : s.node(), s.path("params"));
+  if (!s.has("params")) return;
+  const YAML::Node params = s.get("params");
+  if (params.IsNull()) return;
+  if (!params.IsMap()) {
+    s.error("params", "expected a map of parameter blocks keyed by plugin name, got " +
+                          config_detail::describe(params));
+    return;
+  }
+  const YAML::Node block = params[sel.name];
+  const std::string bpath = config_detail::join_path(s.path("params"), sel.name);
+  if (!block.IsDefined() || block.IsNull()) return;
+  sel.params_loc = diag.where(block, bpath);
+  if (!block.IsMap()) {
+    diag.error(block, bpath, "expected a map of parameters, got " + config_detail::describe(block));
+    return;
+  }
+  for (auto it = block.begin(); it != block.end(); ++it) {
+    const YAML::Node v = it->second;
+    const std::string name = it->first.Scalar();
+    const std::string ppath = config_detail::join_path(bpath, name);
+    if (!v.IsScalar()) {
+      diag.error(v, ppath, "expected a scalar (bool, integer, real or string), got " + config_detail::describe(v));
+      continue;
+    }
+    if (sel.given.count(name) != 0) {
+      diag.error(it->first, ppath, "duplicate parameter '" + name + "'");
+      continue;
+    }
+    sel.given[name] = {config_detail::typed_scalar(v), diag.where(v, ppath)};
+  }
+}
+
+void read_plan(const Section& top, Config& cfg) {
+  const Section plan(top.diag(), top.get("plan"), top.path("plan"), {"stages", "cache_size"});
+  plan.read_int("stages", cfg.stages, 1);
+  plan.read_int("cache_size", cfg.cache_size, 0);
+}
+
+void read_plugin_paths(const Section& top, Config& cfg, const std::filesystem::path& base_dir) {
+  if (!top.has("plugin_paths")) return;
+  const YAML::Node list = top.get("plugin_paths");
+  if (list.IsNull()) return;
+  if (!list.IsSequence()) {
+    top.error("plugin_paths", "expected a list of folders, got " + config_detail::describe(list));
+    return;
+  }
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    std::string dir;
+    if (!config_detail::node_string(top.diag(), list[i], "plugin_paths[" + std::to_string(i) + "]", dir)) continue;
+    std::filesystem::path p = dir;
+    cfg.plugin_paths.push_back(p.is_relative() ? base_dir / p : p);
+  }
+}
+
+std::string section_of(int kind) {
+  switch (static_cast<PluginKind>(kind)) {
+    case PluginKind::solver: return "solver";
+    case PluginKind::cost_model: return "cost_model";
+    case PluginKind::executor: return "executor";
+  }
+  return "plugin";
+}
+
+}  // namespace
+
+Config parse_config(const std::string& yaml_text, const std::string& source,
+                    const std::vector<std::string>& overrides) {
+  Config cfg;
+  cfg.file = source;
+  const std::filesystem::path base_dir = std::filesystem::path(source).parent_path();
+  Diagnostics diag(source);
+
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    // The parser stops at the first syntax error: nothing more to check.
+    throw Error(source + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
+                ": YAML syntax error: " + e.msg);
+  }
+  config_detail::apply_overrides(root, overrides, diag);
+  cfg.effective_yaml = YAML::Dump(root) + "\n";
+
+  const Section top(diag, root, "",
+                    {"problem", "solver", "cost_model", "plan", "executor", "plugin_paths", "compare"});
+  if (top.valid()) {
+    const Section problem(diag, top.get("problem"), "problem",
+                          {"cp_size", "seqlen_per_rank", "heads", "grid", "mask"});
+    if (problem.valid()) config_detail::read_problem(problem, cfg, base_dir);
+    read_selection(top, "solver", "binary_greedy", cfg.solver);
+    read_selection(top, "cost_model", "area", cfg.cost_model);
+    read_selection(top, "executor", "sim", cfg.executor);
+    read_plan(top, cfg);
+    read_plugin_paths(top, cfg, base_dir);
+    if (top.has("compare")) {
+      cfg.compare_yaml = YAML::Dump(top.get("compare"));
+      cfg.compare_loc = top.where("compare");
+    }
+  }
+  diag.throw_if_any();
+  return cfg;
+}
+
+Config load_config(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec)) throw Error(file.string() + ": is a folder, not a configuration file");
+  std::ifstream in(file);
+  if (!in) throw Error(file.string() + ": cannot open the configuration file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), file.string(), overrides);
+}
+
+Params resolve_selection(const Registry& reg, int kind, const PluginSelection& sel) {
+  const std::string section = section_of(kind);
+  const PluginInfo* info = nullptr;
+  try {
+    info = &reg.find(static_cast<PluginKind>(kind), sel.name);
+  } catch (const Error& e) {
+    throw Error(located(sel.name_loc, section + ".name", e.what()));
+  }
+  // One parameter at a time first, so that each error points at its value.
+  const std::string block = section + ".params." + sel.name;
+  std::string errors;
+  for (const auto& [name, value] : sel.given) {
+    try {
+      reg.resolve_params(*info, Params({{name, value.first}}));
+    } catch (const Error& e) {
+      errors += (errors.empty() ? "" : "\n") + located(value.second, block + "." + name, e.what());
+    }
+  }
+  if (!errors.empty()) throw Error(errors);
+  try {
+    return reg.resolve_params(*info, sel.given_params());
+  } catch (const Error& e) {
+    throw Error(located(sel.params_loc, block, e.what()));
+  }
+}
+
+Problem make_problem(const Config& cfg) {
+  RangeMask mask;
+  try {
+    mask = make_mask(cfg.mask, cfg.seqlen());
+  } catch (const Error& e) {
+    throw Error(located(cfg.mask_loc, "problem.mask", e.what()));
+  }
+  try {
+    Problem p = Problem::make(std::move(mask), cfg.cp_size, cfg.heads, cfg.grid);
+    p.validate();
+    return p;
+  } catch (const Error& e) {
+    throw Error(located(cfg.problem_loc, "problem", e.what()));
+  }
+}
+
+}  // namespace cpsched

@@ -1,0 +1,227 @@
+// The `problem:` section (DESIGN §9): cp_size, seqlen_per_rank, heads, grid
+// and mask. Each value is checked where it is read, so that its error points
+// at it; checks that tie values together run once the values are known.
+#include "config_problem.hpp"
+
+#include <algorithm>
+
+#include "cpsched/error.hpp"
+
+namespace cpsched::config_detail {
+
+namespace {
+
+// Bounds that keep S = cp_size * seqlen_per_rank (and areas) far from overflow.
+constexpr std::int64_t kMaxRanks = std::int64_t{1} << 20;
+constexpr std::int64_t kMaxTokensPerRank = std::int64_t{1} << 36;
+
+struct DType {
+  const char* name;
+  int bytes;
+};
+constexpr DType kDTypes[] = {{"bf16", 2}, {"fp16", 2}, {"fp32", 4}, {"fp8", 1}};
+
+bool uses_documents(MaskKind k) {
+  return k != MaskKind::full && k != MaskKind::causal && k != MaskKind::slices;
+}
+
+void read_heads(const Section& s, Heads& heads) {
+  const bool q_ok = s.read_int("q", heads.q, 1);
+  const bool kv_ok = s.read_int("kv", heads.kv, 1);
+  s.read_int("dim", heads.dim, 1);
+  std::string dtype;
+  if (s.read_string("dtype", dtype)) {
+    const auto it = std::find_if(std::begin(kDTypes), std::end(kDTypes), [&](const DType& d) { return dtype == d.name; });
+    if (it == std::end(kDTypes))
+      s.error("dtype", "unknown dtype '" + dtype + "'; known: bf16, fp16, fp32, fp8");
+    else
+      heads.dtype_bytes = it->bytes;
+  }
+  // Only when both were read from this section or both are defaults left valid.
+  if ((q_ok || !s.has("q")) && (kv_ok || !s.has("kv")) && heads.q % heads.kv != 0)
+    s.error(s.has("kv") ? "kv" : "q", "q = " + std::to_string(heads.q) + " query heads are not a multiple of kv = " +
+                                          std::to_string(heads.kv) + " key/value heads");
+}
+
+bool read_range(Diagnostics& diag, const YAML::Node& n, const std::string& path, Range& out) {
+  if (!n.IsSequence() || n.size() != 2) {
+    diag.error(n, path, "expected a range [begin, end], got " + describe(n));
+    return false;
+  }
+  std::int64_t b = 0, e = 0;
+  const bool ok = node_int(diag, n[0], path + "[0]", b, 0) && node_int(diag, n[1], path + "[1]", e, 0);
+  if (!ok) return false;
+  if (e <= b) {
+    diag.error(n, path, "empty range [" + std::to_string(b) + ", " + std::to_string(e) + ")");
+    return false;
+  }
+  out = Range{b, e};
+  return true;
+}
+
+void read_slices(const Section& mask, MaskSpec& spec) {
+  const YAML::Node list = mask.get("slices");
+  const std::string path = mask.path("slices");
+  Diagnostics& diag = mask.diag();
+  if (!list.IsSequence()) {
+    diag.error(list, path, "expected a list of {q: [b, e], k: [b, e], type: ...}, got " + describe(list));
+    return;
+  }
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const Section s(diag, list[i], path + "[" + std::to_string(i) + "]", {"q", "k", "type"});
+    if (!s.valid()) continue;
+    Slice slice;
+    bool ok = s.require("q") && s.require("k") && s.require("type");
+    ok = ok && read_range(diag, s.get("q"), s.path("q"), slice.q);
+    ok = ok && read_range(diag, s.get("k"), s.path("k"), slice.k);
+    std::string type;
+    if (ok && s.read_string("type", type)) {
+      if (const auto t = parse_mask_type(type)) {
+        slice.type = *t;
+        spec.slices.push_back(slice);
+      } else {
+        s.error("type", "unknown slice type '" + type + "'; known: full, causal, inv_causal, bi_causal");
+      }
+    }
+  }
+}
+
+void read_lengths(const Section& mask, MaskSpec& spec) {
+  const YAML::Node list = mask.get("lengths");
+  if (!list.IsSequence() || list.size() == 0) {
+    mask.error("lengths", "expected a non-empty list of document lengths, got " + describe(list));
+    return;
+  }
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    std::int64_t n = 0;
+    if (node_int(mask.diag(), list[i], mask.path("lengths") + "[" + std::to_string(i) + "]", n, 1))
+      spec.lengths.push_back(n);
+  }
+}
+
+// A path to a CSV (relative to the config's folder) or inline [[lo, hi, count], ...].
+void read_histogram(const Section& mask, MaskSpec& spec, const std::filesystem::path& base_dir) {
+  const YAML::Node h = mask.get("histogram");
+  const std::string path = mask.path("histogram");
+  Diagnostics& diag = mask.diag();
+  try {
+    if (h.IsScalar()) {
+      std::filesystem::path file = h.Scalar();
+      if (file.is_relative()) file = base_dir / file;
+      spec.histogram = DocHistogram::load_csv(file);
+      return;
+    }
+    if (!h.IsSequence() || h.size() == 0) {
+      diag.error(h, path, "expected a CSV file name or a list of [lo, hi, count] bins, got " + describe(h));
+      return;
+    }
+    for (std::size_t i = 0; i < h.size(); ++i) {
+      const std::string bpath = path + "[" + std::to_string(i) + "]";
+      const YAML::Node b = h[i];
+      if (!b.IsSequence() || b.size() != 3) {
+        diag.error(b, bpath, "expected a bin [lo, hi, count], got " + describe(b));
+        continue;
+      }
+      DocHistogram::Bin bin;
+      if (node_int(diag, b[0], bpath + "[0]", bin.lo, 0) && node_int(diag, b[1], bpath + "[1]", bin.hi, 0) &&
+          node_int(diag, b[2], bpath + "[2]", bin.count, 0))
+        spec.histogram.bins.push_back(bin);
+    }
+    if (spec.histogram.bins.size() == h.size()) spec.histogram.validate();
+  } catch (const Error& e) {
+    diag.error(h, path, e.what());
+  }
+}
+
+void read_mask(const Section& mask, Config& cfg, const std::filesystem::path& base_dir, bool sizes_ok) {
+  MaskSpec& spec = cfg.mask;
+  std::string kind;
+  if (mask.require("kind") && mask.read_string("kind", kind) && !parse_mask_kind(kind, spec.kind)) {
+    std::string known;
+    for (const std::string& k : mask_kind_names()) known += (known.empty() ? "" : ", ") + k;
+    mask.error("kind", "unknown mask kind '" + kind + "'; known: " + known);
+  }
+  if (mask.has("lengths")) read_lengths(mask, spec);
+  if (mask.has("histogram")) read_histogram(mask, spec, base_dir);
+  std::int64_t seed = 0;
+  if (mask.read_int("seed", seed, 0)) spec.seed = static_cast<std::uint64_t>(seed);
+  mask.read_int("pack", spec.pack, 0);
+  if (mask.has("window")) {
+    const YAML::Node w = mask.get("window");
+    std::int64_t l = 0, r = 0;
+    if (!w.IsSequence() || w.size() != 2)
+      mask.error("window", "expected [left, right], got " + describe(w));
+    else if (node_int(mask.diag(), w[0], mask.path("window") + "[0]", l, 0) &&
+             node_int(mask.diag(), w[1], mask.path("window") + "[1]", r, 0)) {
+      spec.window_left = l;
+      spec.window_right = r;
+    }
+  }
+  mask.read_real("prefix_fraction", spec.prefix_fraction, 0.0, 1.0);
+  mask.read_real("question_fraction", spec.question_fraction, 0.0, 1.0);
+  mask.read_int("num_answers", spec.num_answers, 1);
+  mask.read_int("block_size", spec.block_size, 1);
+  if (mask.has("slices")) read_slices(mask, spec);
+  if (spec.kind == MaskKind::slices && !mask.has("slices"))
+    mask.diag().error(mask.node(), mask.path(), "kind 'slices' needs the key 'slices'");
+
+  if (sizes_ok && uses_documents(spec.kind) && !spec.lengths.empty()) {
+    Token sum = 0;
+    for (Token n : spec.lengths) sum += n;
+    if (sum != cfg.seqlen())
+      mask.error("lengths", "document lengths add up to " + std::to_string(sum) +
+                                " tokens, but cp_size * seqlen_per_rank = " + std::to_string(cfg.cp_size) + " * " +
+                                std::to_string(cfg.seqlen_per_rank) + " = " + std::to_string(cfg.seqlen()));
+  }
+}
+
+}  // namespace
+
+void read_problem(const Section& problem, Config& cfg, const std::filesystem::path& base_dir) {
+  Diagnostics& diag = problem.diag();
+  const std::size_t errors_before = diag.count();
+  cfg.problem_loc = diag.where(problem.node(), problem.path());
+
+  bool sizes_ok = !problem.has("cp_size") || problem.read_int("cp_size", cfg.cp_size, 1, int(kMaxRanks));
+  std::int64_t per_rank = cfg.seqlen_per_rank;
+  const bool per_rank_ok = !problem.has("seqlen_per_rank") ||
+                           problem.read_int("seqlen_per_rank", per_rank, 1, kMaxTokensPerRank);
+  cfg.seqlen_per_rank = per_rank;
+  sizes_ok = sizes_ok && per_rank_ok;
+
+  const Section heads(diag, problem.get("heads"), problem.path("heads"), {"q", "kv", "dim", "dtype"});
+  read_heads(heads, cfg.heads);
+
+  const Section grid(diag, problem.get("grid"), problem.path("grid"), {"flatten_head_groups", "blocks_per_rank"});
+  grid.read_bool("flatten_head_groups", cfg.grid.flatten_head_groups);
+  if (grid.read_int("blocks_per_rank", cfg.grid.blocks_per_rank, 1) && per_rank_ok &&
+      cfg.grid.blocks_per_rank > cfg.seqlen_per_rank)
+    grid.error("blocks_per_rank", std::to_string(cfg.grid.blocks_per_rank) +
+                                      " blocks per rank would be empty: a rank hosts only seqlen_per_rank = " +
+                                      std::to_string(cfg.seqlen_per_rank) + " tokens");
+
+  const Section mask(diag, problem.get("mask"), problem.path("mask"),
+                     {"kind", "lengths", "histogram", "seed", "pack", "window", "prefix_fraction",
+                      "question_fraction", "num_answers", "block_size", "slices"});
+  cfg.mask_loc = diag.where(problem.has("mask") ? problem.get("mask") : problem.node(), mask.path());
+  if (mask.valid() && problem.has("mask")) read_mask(mask, cfg, base_dir, sizes_ok);
+
+  // Everything read cleanly: build the mask and the problem now, so that
+  // `check` also catches what only the whole can show (overlapping slices,
+  // a slice outside the sequence, blocks thinner than a token, ...).
+  if (diag.count() != errors_before) return;
+  RangeMask built;
+  try {
+    built = make_mask(cfg.mask, cfg.seqlen());
+  } catch (const Error& e) {
+    diag.add_at(cfg.mask_loc, mask.path(), e.what());
+    return;
+  }
+  try {
+    Problem::make(std::move(built), cfg.cp_size, cfg.heads, cfg.grid).validate();
+  } catch (const Error& e) {
+    diag.add_at(cfg.problem_loc, problem.path(), e.what());
+  }
+}
+
+}  // namespace cpsched::config_detail
