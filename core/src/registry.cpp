@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <deque>
 #include <cstdlib>
 #include <string_view>
 #include <system_error>
@@ -69,13 +70,22 @@ std::string dl_reason(const dll::fs::error_code& ec) {
 }  // namespace
 
 struct Registry::Impl {
+  struct Entry {
+    PluginInfo info;
+    detail::PluginLib lib;
+  };
+  // A deque, so that the PluginInfo references load() and find() hand out
+  // stay valid while more plugins load; `infos` is the copy plugins() lists.
+  std::deque<Entry> entries;
   std::vector<PluginInfo> infos;
-  std::vector<detail::PluginLib> libs;  // parallel to infos
   std::vector<PluginProblem> problems;
   std::vector<fs::path> scanned;
 
-  std::size_t index_of(const PluginInfo& info) const {
-    return static_cast<std::size_t>(&info - infos.data());
+  const Entry& entry_of(const PluginInfo& info) const {
+    for (const Entry& e : entries) {
+      if (&e.info == &info) return e;
+    }
+    throw Error("plugin '" + info.name + "' does not belong to this registry");
   }
 };
 
@@ -134,8 +144,8 @@ const PluginInfo& Registry::load(const fs::path& file) {
   const fs::path path = fs::weakly_canonical(fs::absolute(file, fec), fec);
   const std::string where = detail::plugin_file_label(path.empty() ? file : path);
   if (fec || !fs::is_regular_file(path, fec)) throw Error(where + ": no such file");
-  for (const PluginInfo& info : impl_->infos) {
-    if (info.file == path) return info;  // same file through another folder
+  for (const Impl::Entry& e : impl_->entries) {
+    if (e.info.file == path) return e.info;  // same file through another folder
   }
   try {
     auto lib = std::make_shared<dll::shared_library>();
@@ -157,9 +167,9 @@ const PluginInfo& Registry::load(const fs::path& file) {
     }
     detail::PluginLib handle{std::move(lib), &desc,
                              "plugin '" + info.name + "' (" + path.string() + ")"};
-    impl_->infos.push_back(std::move(info));
-    impl_->libs.push_back(std::move(handle));
-    return impl_->infos.back();
+    impl_->infos.push_back(info);
+    impl_->entries.push_back({std::move(info), std::move(handle)});
+    return impl_->entries.back().info;
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -172,7 +182,8 @@ const std::vector<PluginProblem>& Registry::problems() const { return impl_->pro
 
 const PluginInfo& Registry::find(PluginKind kind, const std::string& name) const {
   std::string known;
-  for (const PluginInfo& info : impl_->infos) {
+  for (const Impl::Entry& e : impl_->entries) {
+    const PluginInfo& info = e.info;
     if (info.kind != kind) continue;
     if (info.name == name) return info;
     if (!known.empty()) known += ", ";
@@ -221,20 +232,20 @@ Params Registry::resolve_params(const PluginInfo& info, const Params& given) con
 
 std::unique_ptr<Solver> Registry::make_solver(const std::string& name, const Params& params) const {
   const PluginInfo& info = find(PluginKind::solver, name);
-  return detail::make_solver_object(impl_->libs[impl_->index_of(info)], resolve_params(info, params));
+  return detail::make_solver_object(impl_->entry_of(info).lib, resolve_params(info, params));
 }
 
 std::unique_ptr<CostModel> Registry::make_cost_model(const std::string& name,
                                                      const Params& params) const {
   const PluginInfo& info = find(PluginKind::cost_model, name);
-  return detail::make_cost_model_object(impl_->libs[impl_->index_of(info)],
+  return detail::make_cost_model_object(impl_->entry_of(info).lib,
                                         resolve_params(info, params));
 }
 
 std::unique_ptr<Executor> Registry::make_executor(const std::string& name,
                                                   const Params& params) const {
   const PluginInfo& info = find(PluginKind::executor, name);
-  return detail::make_executor_object(impl_->libs[impl_->index_of(info)],
+  return detail::make_executor_object(impl_->entry_of(info).lib,
                                       resolve_params(info, params));
 }
 

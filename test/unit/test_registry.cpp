@@ -186,6 +186,16 @@ TEST_CASE("loading the same file twice, even by another path, registers it once"
   CHECK(reg.problems().empty());
 }
 
+TEST_CASE("a PluginInfo reference stays valid while more plugins load") {
+  Registry reg;
+  const PluginInfo& owner = reg.load(real_plugin("owner"));
+  for (const char* folder : {"good", "throwing_factory"}) reg.scan(kTestPluginDir / folder);
+  reg.load(real_plugin("area"));
+  CHECK(owner.name == "owner");
+  CHECK(&reg.find(PluginKind::solver, "owner") == &owner);
+  CHECK(reg.plugins().size() == 5);
+}
+
 TEST_CASE("a missing file is an error naming it") {
   Registry reg;
   const std::string msg = load_error(reg, kTestPluginDir / "nowhere" / "libnothing.so");
