@@ -13,4 +13,5 @@ write_basic_package_version_file("${PROJECT_BINARY_DIR}/cpschedConfigVersion.cma
 install(FILES "${PROJECT_BINARY_DIR}/cpschedConfig.cmake" "${PROJECT_BINARY_DIR}/cpschedConfigVersion.cmake"
               cmake/CpschedPlugin.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/cpsched)
-install(DIRECTORY configs/ DESTINATION ${CMAKE_INSTALL_DATADIR}/cpsched/configs)
+# OPTIONAL: a tree without example configs still installs.
+install(DIRECTORY configs/ DESTINATION ${CMAKE_INSTALL_DATADIR}/cpsched/configs OPTIONAL)

@@ -1,0 +1,35 @@
+// Solver plugin `round_robin`: task t runs on rank (t + offset) mod P. Not a
+// good schedule; an example of the plugin contract built out of tree.
+#include <cpsched/plugin.hpp>
+#include <cpsched/solver.hpp>
+
+namespace {
+
+class RoundRobin final : public cpsched::Solver {
+ public:
+  // Parameters arrive resolved: every declared one is set, with its type checked.
+  explicit RoundRobin(const cpsched::Params& p) : offset_(p.get_int("offset")) {}
+
+  cpsched::Assignment solve(const cpsched::SolveInput& in) override {
+    const cpsched::TaskGrid& grid = *in.grid;
+    const std::int64_t P = grid.cp_size();
+    cpsched::Assignment a;
+    a.grid = in.grid;
+    a.rank.reserve(static_cast<std::size_t>(grid.num_tasks()));
+    for (cpsched::TaskId t = 0; t < grid.num_tasks(); ++t) {
+      a.rank.push_back(static_cast<cpsched::Rank>(((t + offset_) % P + P) % P));
+    }
+    return a;
+  }
+
+ private:
+  std::int64_t offset_;
+};
+
+const cpsched_param_spec kParams[] = {
+    {"offset", CPSCHED_PARAM_INT, "0", "rank of task 0"},
+};
+
+}  // namespace
+
+CPSCHED_SOLVER_PLUGIN(RoundRobin, "round_robin", "task t on rank (t + offset) mod P", kParams)
