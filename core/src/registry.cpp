@@ -143,7 +143,8 @@ const PluginInfo& Registry::load(const fs::path& file) {
   std::error_code fec;
   const fs::path path = fs::weakly_canonical(fs::absolute(file, fec), fec);
   const std::string where = detail::plugin_file_label(path.empty() ? file : path);
-  if (fec || !fs::is_regular_file(path, fec)) throw Error(where + ": no such file");
+  if (fec || !fs::exists(path, fec)) throw Error(where + ": no such file");
+  if (!fs::is_regular_file(path, fec)) throw Error(where + ": not a regular file");
   for (const Impl::Entry& e : impl_->entries) {
     if (e.info.file == path) return e.info;  // same file through another folder
   }

@@ -96,7 +96,12 @@ TEST_CASE("the build's plugin folder is found next to the program and holds area
   CHECK(Registry::default_plugin_dir() == fs::weakly_canonical(kPluginDir));
   Registry reg;
   reg.scan(Registry::default_plugin_dir());
-  for (const PluginProblem& p : reg.problems()) FAIL_CHECK(p.message);
+  // Other plugins of the build share the folder; their faults are theirs
+  // (the install test demands that every installed plugin loads).
+  for (const PluginProblem& p : reg.problems()) {
+    const std::string f = p.file.filename().string();
+    if (f == "libcpsched_area.so" || f == "libcpsched_owner.so") FAIL_CHECK(p.message);
+  }
   const PluginInfo& area = reg.find(PluginKind::cost_model, "area");
   CHECK(area.file == fs::weakly_canonical(real_plugin("area")));
   CHECK(area.params.empty());
