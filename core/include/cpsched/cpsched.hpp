@@ -1,0 +1,111 @@
+#pragma once
+// The library facade for embedding cpsched in a training framework: the
+// counterpart of the seed's Direct Solver API
+//
+//   solver = DynamicAttnSolver(algorithm, num_heads_q, num_heads_kv, head_dim, cp_group, ...)
+//   solver.solve(q_ranges, k_ranges, attn_mask_type)
+//   calc_meta = solver.make_calc_meta(); comm_meta = solver.make_comm_meta()
+//   solver.output_solve_result(visualize=True, save_path=...)
+//
+// as
+//
+//   cpsched::SessionOptions o;
+//   o.solver = "binary_greedy"; o.heads = {64, 8, 128, 2}; o.cp_size = 8; o.seqlen = 65536;
+//   cpsched::Session s(o);                      // or cpsched::Session s(cpsched::load_config(file));
+//   s.solve(q_ranges, k_ranges, types);         // per layer / per mask; repeated masks hit the cache
+//   const cpsched::CalcMeta& calc = s.calc_meta(rank);
+//   const cpsched::CommMeta& comm = s.comm_meta(rank);
+//   s.write_svg("solver_output.svg");
+//
+// A Session loads its solver and cost model plugins once and keeps them; it
+// is not thread safe (use one Session per thread; they may share a Registry).
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cpsched/assignment.hpp"
+#include "cpsched/config.hpp"
+#include "cpsched/metrics.hpp"
+#include "cpsched/params.hpp"
+#include "cpsched/plan.hpp"
+#include "cpsched/plan_builder.hpp"
+#include "cpsched/plan_cache.hpp"
+#include "cpsched/plan_json.hpp"
+#include "cpsched/plan_svg.hpp"
+#include "cpsched/plan_validator.hpp"
+#include "cpsched/registry.hpp"
+
+namespace cpsched {
+
+enum class Pass { fwd, bwd };
+
+struct SessionOptions {
+  int cp_size = 8;                 // P
+  Token seqlen = 0;                // S; 0: each mask's largest range end
+  Heads heads;                     // hq, hkv, D, dtype bytes
+  GridOptions grid;                // flatten_head_groups, blocks_per_rank
+  std::string solver = "binary_greedy";
+  Params solver_params;            // given values; the plugin's defaults fill the rest
+  std::string cost_model = "area";
+  Params cost_params;
+  int stages = 1;                  // remote stages (plan.stages)
+  std::size_t cache_size = 64;     // plan cache entries; 0 disables the cache
+  // Plugin folders scanned besides the build's / installation's and CPSCHED_PLUGIN_PATH
+  // (only when the Session makes its own Registry).
+  std::vector<std::filesystem::path> plugin_paths;
+  bool validate = false;           // run validate_plan on every new plan (builds without NDEBUG always do)
+};
+
+class Session {
+ public:
+  // `registry`: plugins to use; null: a new Registry scanning the default
+  // folder, CPSCHED_PLUGIN_PATH and `plugin_paths`. Throws cpsched::Error when
+  // a plugin is missing, a parameter is unknown or of the wrong type, or an
+  // option is out of range.
+  explicit Session(SessionOptions options, std::shared_ptr<Registry> registry = nullptr);
+  // From a loaded config: problem sizes, solver, cost model, plan options and
+  // plugin paths; `solve_config_mask()` solves its mask.
+  explicit Session(const Config& config, std::shared_ptr<Registry> registry = nullptr);
+  static SessionOptions options_from(const Config& config);
+  ~Session();
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+
+  // Solves one mask given as the seed's three lists (global token ranges);
+  // builds the plan and metrics, or takes them from the cache. Throws
+  // cpsched::Error for an invalid mask (naming the slice).
+  const CachedPlan& solve(const std::vector<Range>& q_ranges, const std::vector<Range>& k_ranges,
+                          const std::vector<MaskType>& types);
+  const CachedPlan& solve(const RangeMask& mask);
+  // The config's mask (Session built from a Config; else an error).
+  const CachedPlan& solve_config_mask();
+
+  // Results of the last solve (an error before the first).
+  const CalcMeta& calc_meta(Rank rank, Pass pass = Pass::fwd) const;
+  const CommMeta& comm_meta(Rank rank, Pass pass = Pass::fwd) const;
+  const Metrics& metrics() const;
+  const Plan& plan() const;
+  const Assignment& assignment() const;
+  const Problem& problem() const;
+  const CachedPlan& result() const;
+  bool last_was_cached() const;
+  double last_call_ms() const;  // wall time of the last solve call (look-up, or solve + plan)
+
+  // The picture / JSON of the last solve.
+  void write_svg(const std::filesystem::path& file, SvgOptions options = {}) const;
+  std::string plan_json(int indent = -1) const;
+  // validate_plan on the last result.
+  std::vector<std::string> validate() const;
+
+  const SessionOptions& options() const;
+  const Params& solver_params() const;  // resolved
+  const PlanCache& cache() const;
+  Registry& registry() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cpsched

@@ -1,0 +1,29 @@
+#pragma once
+// Plan export as JSON (DESIGN §10; format "cpsched-plan/1", documented in
+// docs/plan_format.md): problem, solver, tasks, metrics and, with a plan, the
+// per-rank CalcMeta and CommMeta of both passes.
+#include <ostream>
+#include <string>
+
+#include "cpsched/assignment.hpp"
+#include "cpsched/metrics.hpp"
+#include "cpsched/params.hpp"
+#include "cpsched/plan.hpp"
+
+namespace cpsched {
+
+struct PlanExport {
+  const Assignment* assignment = nullptr;  // required
+  const Metrics* metrics = nullptr;        // required
+  const Plan* plan = nullptr;              // optional: without it, no "ranks" part
+  std::string solver;                      // solver name
+  Params solver_params;                    // resolved parameters
+  double solve_ms = 0.0;
+  bool include_tasks = true;               // the "tasks" list (one entry per task)
+};
+
+// indent < 0: compact, one line. Throws cpsched::Error when a required pointer is null.
+void write_plan_json(std::ostream& out, const PlanExport& e, int indent = -1);
+std::string plan_json(const PlanExport& e, int indent = -1);
+
+}  // namespace cpsched

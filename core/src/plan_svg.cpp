@@ -1,0 +1,217 @@
+// Pictures of an assignment: the Q x KV plane per head group, coloured by the
+// computing rank (hand-written SVG).
+#include "cpsched/plan_svg.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "cpsched/error.hpp"
+#include "cpsched/slice_clip.hpp"
+
+namespace cpsched {
+
+namespace {
+
+std::string xml_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+double gib(Bytes b) { return static_cast<double>(b) / static_cast<double>(Bytes{1} << 30); }
+
+// Outline of a tight slice in (k, q) plane coordinates, as a closed polygon
+// (rows are drawn as continuous strips, so the staircase becomes a diagonal).
+std::vector<std::pair<double, double>> outline(const Slice& s) {
+  const auto x0 = static_cast<double>(s.q.begin), x1 = static_cast<double>(s.q.end);
+  const auto y0 = static_cast<double>(s.k.begin), y1 = static_cast<double>(s.k.end);
+  const double lq = x1 - x0;
+  switch (s.type) {
+    case MaskType::full: return {{y0, x0}, {y1, x0}, {y1, x1}, {y0, x1}};
+    case MaskType::causal: return {{y0, x0}, {y1 - lq, x0}, {y1, x1}, {y0, x1}};
+    case MaskType::inv_causal: return {{y0, x0}, {y1, x0}, {y1, x1}, {y0 + lq, x1}};
+    case MaskType::bi_causal: return {{y0, x0}, {y1 - lq, x0}, {y1, x1}, {y0 + lq, x1}};
+  }
+  return {};
+}
+
+std::vector<int> groups_to_draw(const TaskGrid& g, const SvgOptions& opt) {
+  const int G = g.num_groups();
+  std::vector<int> out;
+  if (opt.groups.empty()) {
+    for (int i = 0; i < std::min(G, std::max(1, opt.max_groups)); ++i) out.push_back(i);
+    return out;
+  }
+  for (int x : opt.groups) {
+    if (x < 0 || x >= G)
+      throw Error(fmt::format("svg: head group {} does not exist (the grid has {} group{})", x, G, G == 1 ? "" : "s"));
+    out.push_back(x);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string rank_colour(Rank r, int cp_size) {
+  // Golden-angle hues keep neighbouring ranks apart; three lightness levels
+  // separate ranks whose hues come close when P is large.
+  (void)cp_size;
+  const double h = std::fmod(static_cast<double>(r) * 137.50776, 360.0);
+  const double s = 0.62, l = r % 3 == 0 ? 0.52 : (r % 3 == 1 ? 0.40 : 0.64);
+  const double c = (1 - std::fabs(2 * l - 1)) * s, hp = h / 60.0;
+  const double x = c * (1 - std::fabs(std::fmod(hp, 2.0) - 1));
+  double rgb[3] = {0, 0, 0};
+  const int sector = static_cast<int>(hp) % 6;
+  const double tab[6][3] = {{c, x, 0}, {x, c, 0}, {0, c, x}, {0, x, c}, {x, 0, c}, {c, 0, x}};
+  for (int i = 0; i < 3; ++i) rgb[i] = tab[sector][i] + (l - c / 2);
+  auto byte = [](double v) { return static_cast<int>(std::lround(std::clamp(v, 0.0, 1.0) * 255)); };
+  return fmt::format("#{:02x}{:02x}{:02x}", byte(rgb[0]), byte(rgb[1]), byte(rgb[2]));
+}
+
+std::string plan_svg(const Assignment& a, const Metrics& m, const SvgOptions& opt) {
+  if (!a.grid) throw Error("svg: the assignment has no grid");
+  const TaskGrid& g = *a.grid;
+  const Problem& p = g.problem();
+  const Sharding& sh = g.sharding();
+  const int P = g.cp_size(), G = g.num_groups();
+  const std::vector<int> groups = groups_to_draw(g, opt);
+  const double panel = std::max(120, opt.panel_px), gap = 36, left = 28, top = 92;
+  const double S = static_cast<double>(std::max<Token>(1, p.seqlen())), scale = panel / S;
+  const auto n = static_cast<double>(groups.size());
+  const int per_row = std::max(1, static_cast<int>((n * (panel + gap) - gap) / 58));
+  const int legend_rows = (P + per_row - 1) / per_row;
+  const double width = std::max(700.0, left + n * (panel + gap) + 8);
+  const double height = top + panel + 34 + 20.0 * legend_rows + 36;
+
+  std::string o;
+  o += fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" viewBox=\"0 0 {:.0f} {:.0f}\" "
+      "font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n",
+      width, height, width, height);
+  o += fmt::format("<rect width=\"{:.0f}\" height=\"{:.0f}\" fill=\"white\"/>\n", width, height);
+
+  // Figures.
+  std::string title = opt.title.empty() ? std::string("cpsched plan") : opt.title;
+  std::string what = fmt::format("P = {}, S = {}, heads {}:{}, {} head group{}{}", P, p.seqlen(), p.heads.q,
+                                 p.heads.kv, G, G == 1 ? "" : "s", g.flattened() ? " (flattened)" : "");
+  if (!opt.solver.empty()) what = "solver " + opt.solver + ", " + what;
+  if (opt.stages > 0) what += fmt::format(", {} remote stage{}", opt.stages, opt.stages == 1 ? "" : "s");
+  o += fmt::format("<text x=\"{}\" y=\"20\" font-size=\"15\" font-weight=\"bold\">{}</text>\n", left,
+                   xml_escape(title));
+  o += fmt::format("<text x=\"{}\" y=\"38\">{}</text>\n", left, xml_escape(what));
+  o += fmt::format(
+      "<text x=\"{}\" y=\"56\">forward: total send {:.3f} GiB, bottleneck {:.3f} GiB; backward: total send {:.3f} "
+      "GiB, bottleneck {:.3f} GiB</text>\n",
+      left, gib(m.fwd.total_send), gib(m.fwd.bottleneck), gib(m.bwd.total_send), gib(m.bwd.bottleneck));
+  o += fmt::format(
+      "<text x=\"{}\" y=\"74\">imbalance {:.3f}, stage-0 share {:.1f} %{}; outlined: host cells, dot: task run on "
+      "its host</text>\n",
+      left, m.imbalance, 100.0 * m.stage0_share, a.feasible ? "" : " (balance target not met)");
+
+  const auto& cells = g.cells();
+  std::vector<Slice> tight;
+  const int nb = sh.num_blocks();
+  for (std::size_t pi = 0; pi < groups.size(); ++pi) {
+    const int grp = groups[pi];
+    const double x0 = left + static_cast<double>(pi) * (panel + gap), y0 = top;
+    auto X = [&](double k) { return x0 + k * scale; };
+    auto Y = [&](double q) { return y0 + q * scale; };
+    o += fmt::format("<g>\n<text x=\"{:.1f}\" y=\"{:.1f}\" font-weight=\"bold\">{}</text>\n", x0, y0 - 5,
+                     g.flattened() ? fmt::format("head group {}", grp) : std::string("all heads"));
+    o += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#f4f4f4\"/>\n", x0, y0,
+                     panel, panel);
+    // Unmasked regions, one path per rank.
+    std::map<Rank, std::string> paths;
+    std::vector<std::pair<double, double>> dots;
+    for (std::size_t c = 0; c < cells.size(); ++c) {
+      const Cell& cell = cells[c];
+      const auto t = static_cast<TaskId>(c * static_cast<std::size_t>(G) + static_cast<std::size_t>(grp));
+      const Rank r = a.rank[static_cast<std::size_t>(t)];
+      const Range qb = sh.blocks[static_cast<std::size_t>(cell.qblock)];
+      const Range kb = sh.blocks[static_cast<std::size_t>(cell.kblock)];
+      std::string& d = paths[r];
+      for (const Slice& s : cell.pieces) {
+        tight.clear();
+        band_to_slices(clip(band_of(s), qb, kb), tight);
+        for (const Slice& x : tight) {
+          const auto pts = outline(x);
+          for (std::size_t i = 0; i < pts.size(); ++i)
+            d += fmt::format("{}{:.1f} {:.1f}", i == 0 ? "M" : "L", X(pts[i].first), Y(pts[i].second));
+          d += "Z";
+        }
+      }
+      if (g.q_host(t) == r && g.k_host(t) == r)
+        dots.push_back({X(0.5 * static_cast<double>(kb.begin + kb.end)), Y(0.5 * static_cast<double>(qb.begin + qb.end))});
+    }
+    for (const auto& [r, d] : paths)
+      if (!d.empty()) o += fmt::format("<path fill=\"{}\" d=\"{}\"/>\n", rank_colour(r, P), d);
+    // Block edges, then host cells (q and kv block hosted by the same rank).
+    if (nb <= 512) {
+      std::string lines;
+      for (int b = 1; b < nb; ++b) {
+        const double v = static_cast<double>(sh.blocks[static_cast<std::size_t>(b)].begin);
+        lines += fmt::format("M{:.1f} {:.1f}V{:.1f}M{:.1f} {:.1f}H{:.1f}", X(v), y0, y0 + panel, x0, Y(v), x0 + panel);
+      }
+      o += fmt::format("<path stroke=\"#bbbbbb\" stroke-width=\"0.5\" fill=\"none\" d=\"{}\"/>\n", lines);
+      std::string host;
+      for (int qb = 0; qb < nb; ++qb)
+        for (int kb = 0; kb < nb; ++kb)
+          if (sh.host[static_cast<std::size_t>(qb)] == sh.host[static_cast<std::size_t>(kb)]) {
+            const Range q = sh.blocks[static_cast<std::size_t>(qb)], k = sh.blocks[static_cast<std::size_t>(kb)];
+            host += fmt::format("M{:.1f} {:.1f}H{:.1f}V{:.1f}H{:.1f}Z", X(static_cast<double>(k.begin)),
+                                Y(static_cast<double>(q.begin)), X(static_cast<double>(k.end)),
+                                Y(static_cast<double>(q.end)), X(static_cast<double>(k.begin)));
+          }
+      o += fmt::format("<path stroke=\"#202020\" stroke-width=\"1\" fill=\"none\" d=\"{}\"/>\n", host);
+    }
+    const double cell_px = panel / std::max(1, nb);
+    if (cell_px >= 4) {
+      const double rad = std::min(3.5, cell_px / 5);
+      std::string d;
+      for (auto [x, y] : dots)
+        d += fmt::format("M{:.1f} {:.1f}a{:.1f} {:.1f} 0 1 0 {:.1f} 0a{:.1f} {:.1f} 0 1 0 {:.1f} 0", x - rad, y, rad,
+                         rad, 2 * rad, rad, rad, -2 * rad);
+      if (!d.empty())
+        o += fmt::format("<path fill=\"white\" stroke=\"#202020\" stroke-width=\"0.6\" d=\"{}\"/>\n", d);
+    }
+    o += fmt::format(
+        "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" stroke=\"#202020\"/>\n", x0,
+        y0, panel, panel);
+    o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">KV</text>\n", x0 + panel, y0 + panel + 14);
+    o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">Q</text>\n</g>\n", x0 - 4, y0 + 12);
+  }
+
+  // Legend: rank colours.
+  const double ly = top + panel + 30;
+  o += fmt::format("<text x=\"{}\" y=\"{:.1f}\" font-weight=\"bold\">computing rank</text>\n", left, ly);
+  for (Rank r = 0; r < P; ++r) {
+    const double x = left + 58.0 * (r % per_row), y = ly + 8 + 20.0 * (r / per_row);
+    o += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"14\" height=\"14\" fill=\"{}\"/>", x, y,
+                     rank_colour(r, P));
+    o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">r{}</text>\n", x + 18, y + 11, r);
+  }
+  o += "</svg>\n";
+  return o;
+}
+
+void write_plan_svg(const std::filesystem::path& file, const Assignment& a, const Metrics& m, const SvgOptions& opt) {
+  const std::string svg = plan_svg(a, m, opt);
+  std::ofstream f(file, std::ios::binary);
+  if (!f) throw Error(fmt::format("svg: cannot open '{}' for writing", file.string()));
+  f << svg;
+  if (!f) throw Error(fmt::format("svg: cannot write '{}'", file.string()));
+}
+
+}  // namespace cpsched

@@ -1,0 +1,205 @@
+// The library facade (cpsched.hpp): plugins loaded once, solve -> plan ->
+// metrics per mask, with the plan cache in front.
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "cpsched/cpsched.hpp"
+#include "cpsched/error.hpp"
+#include "cpsched/mask_generators.hpp"
+
+namespace cpsched {
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::shared_ptr<Registry> default_registry(const std::vector<std::filesystem::path>& extra) {
+  auto reg = std::make_shared<Registry>();
+  reg->scan(Registry::default_plugin_dir());
+  for (const auto& d : Registry::env_plugin_dirs()) reg->scan(d);
+  for (const auto& d : extra) reg->scan(d);
+  return reg;
+}
+
+void check_options(const SessionOptions& o) {
+  if (o.cp_size < 1) throw Error(fmt::format("session: cp_size must be at least 1, got {}", o.cp_size));
+  if (o.stages < 1) throw Error(fmt::format("session: stages must be at least 1, got {}", o.stages));
+  if (o.seqlen < 0) throw Error(fmt::format("session: seqlen must not be negative, got {}", o.seqlen));
+}
+
+}  // namespace
+
+struct Session::Impl {
+  SessionOptions opt;
+  std::shared_ptr<Registry> reg;
+  Params solver_params, cost_params;  // resolved
+  std::unique_ptr<Solver> solver;
+  std::unique_ptr<CostModel> cost;
+  PlanCache cache;
+  std::optional<MaskSpec> config_mask;
+  std::shared_ptr<const CachedPlan> last;
+  bool last_cached = false;
+  double last_ms = 0.0;
+
+  Impl(SessionOptions o, std::shared_ptr<Registry> r, const Config* cfg)
+      : opt(std::move(o)), reg(std::move(r)), cache(opt.cache_size) {
+    check_options(opt);
+    if (!reg) reg = default_registry(opt.plugin_paths);
+    if (cfg != nullptr) {
+      // Config selections: errors carry the config's file:line:column.
+      solver_params = resolve_selection(*reg, static_cast<int>(PluginKind::solver), cfg->solver);
+      cost_params = resolve_selection(*reg, static_cast<int>(PluginKind::cost_model), cfg->cost_model);
+      config_mask = cfg->mask;
+    } else {
+      solver_params = reg->resolve_params(reg->find(PluginKind::solver, opt.solver), opt.solver_params);
+      cost_params = reg->resolve_params(reg->find(PluginKind::cost_model, opt.cost_model), opt.cost_params);
+    }
+    solver = reg->make_solver(opt.solver, solver_params);
+    cost = reg->make_cost_model(opt.cost_model, cost_params);
+  }
+
+  const CachedPlan& solve(const RangeMask& mask) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (mask.seqlen() <= 0) throw Error(fmt::format("session: sequence length must be positive, got {}", mask.seqlen()));
+    const Sharding sh = Sharding::sequential(mask.seqlen(), opt.cp_size, opt.grid.blocks_per_rank);
+    const PlanKey key = make_plan_key(mask.seqlen(), mask.slices(), opt.heads, opt.grid, sh, opt.solver,
+                                      solver_params, opt.cost_model, cost_params, opt.stages);
+    if (auto hit = cache.find(key)) {
+      last = std::move(hit);
+      last_cached = true;
+      last_ms = ms_since(t0);
+      return *last;
+    }
+    auto problem = std::make_shared<const Problem>(Problem::make(mask, opt.cp_size, opt.heads, opt.grid));
+    auto grid = std::make_shared<const TaskGrid>(problem);
+    auto out = std::make_shared<CachedPlan>();
+    auto ts = std::chrono::steady_clock::now();
+    auto a = std::make_shared<Assignment>(solver->solve(SolveInput{grid, cost.get()}));
+    out->solve_ms = ms_since(ts);
+    a->validate();
+    ts = std::chrono::steady_clock::now();
+    auto plan = std::make_shared<const Plan>(build_plan(*a, opt.stages));
+    out->plan_ms = ms_since(ts);
+    out->metrics = compute_metrics(*a);
+    out->assignment = std::move(a);
+    out->plan = std::move(plan);
+    if (opt.validate) {
+      const std::vector<std::string> problems = validate_plan(*out->assignment, *out->plan);
+      if (!problems.empty()) {
+        std::string msg = fmt::format("session: the plan of solver '{}' is invalid:", opt.solver);
+        for (const auto& p : problems) msg += "\n  " + p;
+        throw Error(msg);
+      }
+    }
+    cache.insert(key, out);
+    last = std::move(out);
+    last_cached = false;
+    last_ms = ms_since(t0);
+    return *last;
+  }
+
+  const CachedPlan& need() const {
+    if (!last) throw Error("session: nothing solved yet (call solve first)");
+    return *last;
+  }
+  const PassPlan& pass(Rank r, Pass p) const {
+    const Plan& plan = *need().plan;
+    if (r < 0 || static_cast<std::size_t>(r) >= plan.ranks.size())
+      throw Error(fmt::format("session: rank {} is outside [0, {})", r, plan.ranks.size()));
+    return p == Pass::fwd ? plan.ranks[static_cast<std::size_t>(r)].fwd : plan.ranks[static_cast<std::size_t>(r)].bwd;
+  }
+};
+
+Session::Session(SessionOptions options, std::shared_ptr<Registry> registry)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(registry), nullptr)) {}
+
+Session::Session(const Config& config, std::shared_ptr<Registry> registry)
+    : impl_(std::make_unique<Impl>(options_from(config), std::move(registry), &config)) {}
+
+Session::~Session() = default;
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+
+SessionOptions Session::options_from(const Config& c) {
+  SessionOptions o;
+  o.cp_size = c.cp_size;
+  o.seqlen = c.seqlen();
+  o.heads = c.heads;
+  o.grid = c.grid;
+  o.solver = c.solver.name;
+  o.solver_params = c.solver.given_params();
+  o.cost_model = c.cost_model.name;
+  o.cost_params = c.cost_model.given_params();
+  o.stages = c.stages;
+  o.cache_size = static_cast<std::size_t>(std::max(0, c.cache_size));
+  o.plugin_paths = c.plugin_paths;
+  return o;
+}
+
+const CachedPlan& Session::solve(const std::vector<Range>& q_ranges, const std::vector<Range>& k_ranges,
+                                 const std::vector<MaskType>& types) {
+  if (q_ranges.size() != k_ranges.size() || q_ranges.size() != types.size())
+    throw Error(fmt::format("session: {} q ranges, {} k ranges and {} mask types (must be equal)", q_ranges.size(),
+                            k_ranges.size(), types.size()));
+  std::vector<Slice> slices(q_ranges.size());
+  Token S = impl_->opt.seqlen;
+  for (std::size_t i = 0; i < slices.size(); ++i) {
+    slices[i] = Slice{q_ranges[i], k_ranges[i], types[i]};
+    if (impl_->opt.seqlen == 0) S = std::max({S, q_ranges[i].end, k_ranges[i].end});
+  }
+  return impl_->solve(RangeMask(S, std::move(slices)));
+}
+
+const CachedPlan& Session::solve(const RangeMask& mask) { return impl_->solve(mask); }
+
+const CachedPlan& Session::solve_config_mask() {
+  if (!impl_->config_mask) throw Error("session: solve_config_mask needs a Session built from a Config");
+  const Token S = impl_->opt.seqlen;
+  return impl_->solve(make_mask(*impl_->config_mask, S));
+}
+
+const CalcMeta& Session::calc_meta(Rank rank, Pass pass) const { return impl_->pass(rank, pass).calc; }
+const CommMeta& Session::comm_meta(Rank rank, Pass pass) const { return impl_->pass(rank, pass).comm; }
+const Metrics& Session::metrics() const { return impl_->need().metrics; }
+const Plan& Session::plan() const { return *impl_->need().plan; }
+const Assignment& Session::assignment() const { return *impl_->need().assignment; }
+const Problem& Session::problem() const { return impl_->need().assignment->grid->problem(); }
+const CachedPlan& Session::result() const { return impl_->need(); }
+bool Session::last_was_cached() const { return impl_->last_cached; }
+double Session::last_call_ms() const { return impl_->last_ms; }
+
+void Session::write_svg(const std::filesystem::path& file, SvgOptions o) const {
+  const CachedPlan& r = impl_->need();
+  if (o.solver.empty()) o.solver = impl_->opt.solver;
+  if (o.stages == 0) o.stages = r.plan->num_stages;
+  write_plan_svg(file, *r.assignment, r.metrics, o);
+}
+
+std::string Session::plan_json(int indent) const {
+  const CachedPlan& r = impl_->need();
+  PlanExport e;
+  e.assignment = r.assignment.get();
+  e.metrics = &r.metrics;
+  e.plan = r.plan.get();
+  e.solver = impl_->opt.solver;
+  e.solver_params = impl_->solver_params;
+  e.solve_ms = r.solve_ms;
+  return cpsched::plan_json(e, indent);
+}
+
+std::vector<std::string> Session::validate() const {
+  const CachedPlan& r = impl_->need();
+  return validate_plan(*r.assignment, *r.plan);
+}
+
+const SessionOptions& Session::options() const { return impl_->opt; }
+const Params& Session::solver_params() const { return impl_->solver_params; }
+const PlanCache& Session::cache() const { return impl_->cache; }
+Registry& Session::registry() const { return *impl_->reg; }
+
+}  // namespace cpsched

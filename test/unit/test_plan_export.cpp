@@ -1,0 +1,148 @@
+// Plan JSON (docs/plan_format.md) and SVG pictures.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "brute_force.hpp"
+#include "cpsched/error.hpp"
+#include "cpsched/metrics.hpp"
+#include "cpsched/plan_builder.hpp"
+#include "cpsched/plan_json.hpp"
+#include "cpsched/plan_svg.hpp"
+#include "plan_fixtures.hpp"
+
+using namespace cpsched;
+using nlohmann::json;
+
+namespace {
+
+struct Fixture {
+  Assignment a;
+  Plan plan;
+  Metrics m;
+  Fixture() {
+    std::mt19937_64 rng(17);
+    auto g = test::make_grid(test::random_document_mask(50, rng), 3, {6, 3, 8, 2});
+    a = test::random_assignment(g, rng);
+    plan = build_plan(a, 2);
+    m = compute_metrics(a);
+  }
+};
+
+std::vector<Token> pair(const json& j) { return {j.at(0).get<Token>(), j.at(1).get<Token>()}; }
+
+}  // namespace
+
+TEST_CASE("plan JSON holds problem, solver, tasks, metrics and every rank's CalcMeta and CommMeta") {
+  Fixture f;
+  PlanExport e;
+  e.assignment = &f.a;
+  e.metrics = &f.m;
+  e.plan = &f.plan;
+  e.solver = "random";
+  e.solver_params = Params({{"seed", std::int64_t{17}}});
+  e.solve_ms = 1.5;
+  const json doc = json::parse(plan_json(e, 1));
+  CHECK(doc["format"] == "cpsched-plan/1");
+  const json& pr = doc["problem"];
+  CHECK(pr["seqlen"] == 50);
+  CHECK(pr["cp_size"] == 3);
+  CHECK(pr["head_groups"] == 3);
+  CHECK(pr["host_ranges"].size() == 3);
+  CHECK(pair(pr["host_ranges"][0][0]) == std::vector<Token>{0, 17});  // uneven: 50 = 17 + 17 + 16
+  CHECK(pr["mask"].size() == f.a.grid->problem().mask.slices().size());
+  CHECK(doc["solver"]["name"] == "random");
+  CHECK(doc["solver"]["params"]["seed"] == 17);
+  CHECK(doc["tasks"].size() == static_cast<std::size_t>(f.a.grid->num_tasks()));
+  CHECK(doc["tasks"][0]["rank"] == f.a.rank[0]);
+  CHECK(doc["metrics"]["fwd"]["total_send"] == f.m.fwd.total_send);
+  CHECK(doc["metrics"]["bwd"]["send"].get<std::vector<Bytes>>() == f.m.bwd.send);
+  CHECK(doc["stages"] == 2);
+  REQUIRE(doc["ranks"].size() == 3);
+  for (std::size_t r = 0; r < 3; ++r) {
+    for (const char* pass : {"fwd", "bwd"}) {
+      const PassPlan& pp = std::string(pass) == "fwd" ? f.plan.ranks[r].fwd : f.plan.ranks[r].bwd;
+      const json& jp = doc["ranks"][r][pass];
+      const json& local = jp["calc"]["local_attn_args"];
+      REQUIRE(local.size() == pp.calc.local_attn_args.size());
+      for (std::size_t i = 0; i < local.size(); ++i) {
+        const AttnArg& x = pp.calc.local_attn_args[i];
+        CHECK(pair(local[i]["q"]) == std::vector<Token>{x.q.begin, x.q.end});
+        CHECK(pair(local[i]["k"]) == std::vector<Token>{x.k.begin, x.k.end});
+        CHECK(local[i]["type"] == std::string(to_string(x.type)));
+        CHECK(local[i]["group"] == x.group);
+      }
+      REQUIRE(jp["calc"]["remote_attn_args"].size() == 2);
+      REQUIRE(jp["comm"]["stages"].size() == 2);
+      for (std::size_t s = 0; s < 2; ++s) {
+        const StageComm& sc = pp.comm.stages[s];
+        const json& js = jp["comm"]["stages"][s];
+        CHECK(js["num_remote_qo_tokens"] == sc.num_remote_qo_tokens);
+        CHECK(js["kv_recv_offset"] == sc.kv_recv_offset);
+        CHECK(js["qo"]["dst_indices"].get<std::vector<std::vector<Rank>>>() == sc.qo.dst_indices);
+        CHECK(js["kv"]["src_index"].get<std::vector<Rank>>() == sc.kv.src_index);
+        CHECK(js["kv"]["output_split_sizes"].get<std::vector<Token>>() == sc.kv.output_split_sizes);
+        CHECK(js["qo"]["input_ranges"].size() == sc.qo.input_ranges.size());
+        const json& rem = jp["calc"]["remote_attn_args"][s];
+        REQUIRE(rem.size() == pp.calc.remote_attn_args[s].size());
+        for (std::size_t i = 0; i < rem.size(); ++i)
+          CHECK(rem[i]["k_buf"] == (pp.calc.remote_attn_args[s][i].k_buf == BufferId::local ? "local" : "remote"));
+      }
+    }
+  }
+}
+
+TEST_CASE("plan JSON without a plan has no ranks part; missing inputs are an error") {
+  Fixture f;
+  PlanExport e;
+  e.assignment = &f.a;
+  e.metrics = &f.m;
+  e.include_tasks = false;
+  const json doc = json::parse(plan_json(e));
+  CHECK_FALSE(doc.contains("ranks"));
+  CHECK_FALSE(doc.contains("tasks"));
+  e.metrics = nullptr;
+  CHECK_THROWS_AS(plan_json(e), Error);
+}
+
+TEST_CASE("SVG: one panel per drawn head group, rank colours, figures, valid structure") {
+  Fixture f;
+  const std::string svg = plan_svg(f.a, f.m, SvgOptions{{}, 2, 300, "test <plan>", "random", 2});
+  CHECK(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0) == 0);
+  CHECK(svg.find("</svg>") != std::string::npos);
+  CHECK(svg.find("head group 0") != std::string::npos);
+  CHECK(svg.find("head group 1") != std::string::npos);
+  CHECK(svg.find("head group 2") == std::string::npos);  // max_groups = 2
+  CHECK(svg.find("test &lt;plan&gt;") != std::string::npos);
+  CHECK(svg.find("forward: total send") != std::string::npos);
+  std::set<Rank> used(f.a.rank.begin(), f.a.rank.end());
+  for (Rank r : used) CHECK(svg.find("fill=\"" + rank_colour(r, 3) + "\" d=\"M") != std::string::npos);
+  // Every opened group is closed.
+  std::size_t open = 0, close = 0;
+  for (std::size_t i = svg.find("<g>"); i != std::string::npos; i = svg.find("<g>", i + 1)) ++open;
+  for (std::size_t i = svg.find("</g>"); i != std::string::npos; i = svg.find("</g>", i + 1)) ++close;
+  CHECK(open == 2);
+  CHECK(close == 2);
+
+  const std::string chosen = plan_svg(f.a, f.m, SvgOptions{{2}, 4, 300, "", "", 0});
+  CHECK(chosen.find("head group 2") != std::string::npos);
+  CHECK(chosen.find("head group 0") == std::string::npos);
+  CHECK_THROWS_WITH_AS(plan_svg(f.a, f.m, SvgOptions{{3}, 4, 300, "", "", 0}), doctest::Contains("head group 3"), Error);
+
+  const auto file = std::filesystem::temp_directory_path() / "cpsched_test_plan_export.svg";
+  write_plan_svg(file, f.a, f.m);
+  CHECK(std::filesystem::file_size(file) > 1000);
+  std::filesystem::remove(file);
+  CHECK_THROWS_AS(write_plan_svg("/nonexistent-dir/x.svg", f.a, f.m), Error);
+}
+
+TEST_CASE("rank colours are distinct for 128 ranks") {
+  std::set<std::string> colours;
+  for (Rank r = 0; r < 128; ++r) colours.insert(rank_colour(r, 128));
+  CHECK(colours.size() == 128);
+}
