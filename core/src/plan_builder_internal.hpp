@@ -23,6 +23,7 @@ struct Xfer {
   Rank host = 0;
   Rank dst = 0;
   RangeSet rows;           // global tokens
+  Token tokens = 0;        // rows.size()
 };
 
 struct Transfers {

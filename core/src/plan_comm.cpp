@@ -81,6 +81,44 @@ void refine(const std::vector<const Xfer*>& run, const std::vector<std::int32_t>
   if (!cur.empty()) emit(cur, cur_d, cur_x);
 }
 
+// Xfer ids sorted by (kind, stage, host, block, group, dst). Xfers are stored
+// by dst, so a stable counting sort over the other fields gives the order in
+// O(xfers + buckets); a comparison sort takes over when the buckets would be
+// too many.
+std::vector<std::int32_t> emit_order(const Transfers& tr, const std::vector<int>& stage, int stages,
+                                     const Sharding& sh, int groups) {
+  const std::size_t n = tr.xfers.size(), nb = sh.blocks.size(), G = static_cast<std::size_t>(groups);
+  // Blocks ranked by (host, block).
+  std::vector<std::size_t> block_rank(nb);
+  {
+    std::vector<std::size_t> order(nb);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return sh.host[x] < sh.host[y]; });
+    for (std::size_t i = 0; i < nb; ++i) block_rank[order[i]] = i;
+  }
+  const std::size_t buckets = 2 * static_cast<std::size_t>(stages) * nb * G;
+  std::vector<std::int32_t> ids(n);
+  if (buckets <= std::max<std::size_t>(std::size_t{1} << 16, 8 * n)) {
+    auto bucket = [&](std::size_t i) {
+      const Xfer& x = tr.xfers[i];
+      return ((x.kind * static_cast<std::size_t>(stages) + static_cast<std::size_t>(stage[i] - 1)) * nb +
+              block_rank[static_cast<std::size_t>(x.block)]) * G + static_cast<std::size_t>(x.group);
+    };
+    std::vector<std::int32_t> start(buckets + 1, 0);
+    for (std::size_t i = 0; i < n; ++i) ++start[bucket(i) + 1];
+    std::partial_sum(start.begin(), start.end(), start.begin());
+    for (std::size_t i = 0; i < n; ++i) ids[static_cast<std::size_t>(start[bucket(i)]++)] = static_cast<std::int32_t>(i);
+    return ids;
+  }
+  std::iota(ids.begin(), ids.end(), 0);
+  auto key = [&](std::int32_t i) {
+    const Xfer& x = tr.xfers[static_cast<std::size_t>(i)];
+    return std::tuple{x.kind, stage[static_cast<std::size_t>(i)], x.host, x.block, x.group, x.dst};
+  };
+  std::sort(ids.begin(), ids.end(), [&](std::int32_t l, std::int32_t r) { return key(l) < key(r); });
+  return ids;
+}
+
 }  // namespace
 
 std::vector<Token> layout_comm(const Assignment& a, const Transfers& tr, const std::vector<int>& stage,
@@ -94,13 +132,7 @@ std::vector<Token> layout_comm(const Assignment& a, const Transfers& tr, const s
 
   // Senders emit in (kind, stage, host, block, group) order and receivers
   // append as they go, so every receiver's splits come ordered by source.
-  std::vector<std::int32_t> ids(tr.xfers.size());
-  std::iota(ids.begin(), ids.end(), 0);
-  auto key = [&](std::int32_t i) {
-    const Xfer& x = tr.xfers[static_cast<std::size_t>(i)];
-    return std::tuple{x.kind, stage[static_cast<std::size_t>(i)], x.host, x.block, x.group, x.dst};
-  };
-  std::sort(ids.begin(), ids.end(), [&](std::int32_t l, std::int32_t r) { return key(l) < key(r); });
+  const std::vector<std::int32_t> ids = emit_order(tr, stage, stages, sh, a.grid->num_groups());
 
   std::vector<const Xfer*> run;
   std::vector<std::int32_t> run_ids;

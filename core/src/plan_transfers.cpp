@@ -74,30 +74,37 @@ Transfers collect_transfers(const Assignment& a) {
     }
   }
   tr.dst_begin[P] = tr.xfers.size();
+  for (Xfer& x : tr.xfers) x.tokens = x.rows.size();
   return tr;
 }
 
 std::vector<int> assign_stages(const Transfers& tr, Bytes qo_out, Bytes kv_out, int stages) {
   std::vector<int> stage(tr.xfers.size(), 1);
   if (stages <= 1) return stage;
-  auto bytes = [&](const Xfer& x) { return x.rows.size() * (x.kind == kQO ? qo_out : kv_out); };
-  std::vector<std::size_t> ids;
+  struct Key {
+    Bytes bytes;
+    Rank host;
+    std::uint8_t kind;
+    std::int32_t block, group;
+    std::size_t id;
+    auto tie() const { return std::tie(bytes, host, kind, block, group); }
+  };
+  std::vector<Key> keys;
   for (std::size_t d = 0; d + 1 < tr.dst_begin.size(); ++d) {
-    ids.resize(tr.dst_begin[d + 1] - tr.dst_begin[d]);
-    std::iota(ids.begin(), ids.end(), tr.dst_begin[d]);
-    auto key = [&](std::size_t i) {
-      const Xfer& x = tr.xfers[i];
-      return std::tuple{bytes(x), x.host, x.kind, x.block, x.group};
-    };
-    std::sort(ids.begin(), ids.end(), [&](std::size_t l, std::size_t r) { return key(l) < key(r); });
+    keys.clear();
     Bytes total = 0;
-    for (std::size_t i : ids) total += bytes(tr.xfers[i]);
+    for (std::size_t i = tr.dst_begin[d]; i < tr.dst_begin[d + 1]; ++i) {
+      const Xfer& x = tr.xfers[i];
+      keys.push_back({x.tokens * (x.kind == kQO ? qo_out : kv_out), x.host, x.kind, x.block, x.group, i});
+      total += keys.back().bytes;
+    }
+    std::sort(keys.begin(), keys.end(), [](const Key& l, const Key& r) { return l.tie() < r.tie(); });
     // Stage 1 + floor(N * before / total), exact in 128-bit integers.
     Bytes before = 0;
-    for (std::size_t i : ids) {
+    for (const Key& k : keys) {
       const __int128 s = total > 0 ? static_cast<__int128>(before) * stages / total : 0;
-      stage[i] = 1 + static_cast<int>(std::min<__int128>(stages - 1, s));
-      before += bytes(tr.xfers[i]);
+      stage[k.id] = 1 + static_cast<int>(std::min<__int128>(stages - 1, s));
+      before += k.bytes;
     }
   }
   return stage;
