@@ -1,0 +1,33 @@
+#pragma once
+// The tensors of a numeric run in global token order: inputs drawn from a
+// seeded generator, and the outputs (of the reference, or gathered from the
+// virtual ranks for comparison). Layout: row-major [S x heads x dim];
+// lse [S x hq].
+#include <cstdint>
+#include <vector>
+
+#include "cpsched/problem.hpp"
+
+namespace cpsched::sim {
+
+struct GlobalInputs {
+  Token seqlen = 0;
+  int hq = 0, hkv = 0, dim = 0;
+  std::vector<float> q, k, v, d_o;
+
+  // Uniform in [-1, 1), a pure function of (seed, tensor, index): the same
+  // values for any thread count or sharding.
+  static GlobalInputs generate(const Problem& p, std::uint64_t seed);
+};
+
+struct GlobalOutputs {
+  std::vector<float> o, lse, dq, dk, dv;
+  // Sized for `in`; o/dq/dk/dv filled with `fill`, lse with `lse_fill`.
+  static GlobalOutputs like(const GlobalInputs& in, float fill, float lse_fill);
+};
+
+// Bytes a numeric run holds at its peak (inputs, reference, P ranks' copies,
+// remote buffers bounded by the local ones); used to refuse runs that do not fit.
+double numeric_bytes_estimate(const Problem& p);
+
+}  // namespace cpsched::sim

@@ -1,0 +1,130 @@
+#include "hardware_profile.hpp"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "bundled_profiles.hpp"
+#include "cpsched/error.hpp"
+
+namespace cpsched::sim {
+
+namespace {
+
+// Locates messages: "<source>:<line>:<col>: key 'a.b': ...".
+struct Ctx {
+  const std::string& source;
+  std::string where(const YAML::Node& n, const std::string& key) const {
+    const YAML::Mark m = n.Mark();
+    if (m.line >= 0) return fmt::format("{}:{}:{}: key '{}'", source, m.line + 1, m.column + 1, key);
+    return fmt::format("{}: key '{}'", source, key);
+  }
+};
+
+void check_keys(const Ctx& c, const YAML::Node& map, const std::string& path,
+                const std::vector<std::string>& known) {
+  if (!map.IsMap()) throw Error(c.where(map, path) + ": expected a mapping");
+  for (const auto& kv : map) {
+    const std::string k = kv.first.as<std::string>();
+    if (std::find(known.begin(), known.end(), k) == known.end()) {
+      std::string list;
+      for (const std::string& s : known) list += (list.empty() ? "" : ", ") + s;
+      throw Error(fmt::format("{}: unknown key (known: {})", c.where(kv.first, path.empty() ? k : path + "." + k),
+                              list));
+    }
+  }
+}
+
+YAML::Node require(const Ctx& c, const YAML::Node& map, const std::string& key, const std::string& path) {
+  const YAML::Node n = map[key];
+  if (!n) throw Error(fmt::format("{}: missing key '{}'", c.where(map, path.empty() ? "<root>" : path), key));
+  return n;
+}
+
+double positive(const Ctx& c, const YAML::Node& map, const std::string& key, const std::string& path,
+                bool allow_zero) {
+  const YAML::Node n = require(c, map, key, path);
+  const std::string full = path.empty() ? key : path + "." + key;
+  double v = 0;
+  try {
+    v = n.as<double>();
+  } catch (const YAML::Exception&) {
+    throw Error(c.where(n, full) + ": expected a number, got '" + n.Scalar() + "'");
+  }
+  if (!(allow_zero ? v >= 0 : v > 0))
+    throw Error(fmt::format("{}: must be {} (got {})", c.where(n, full), allow_zero ? ">= 0" : "> 0", n.Scalar()));
+  return v;
+}
+
+Link parse_link(const Ctx& c, const YAML::Node& root, const std::string& key) {
+  const YAML::Node n = require(c, root, key, "");
+  check_keys(c, n, key, {"bandwidth_gb_s", "latency_us"});
+  return {positive(c, n, "bandwidth_gb_s", key, false), positive(c, n, "latency_us", key, true)};
+}
+
+}  // namespace
+
+HardwareProfile parse_hardware_profile(const std::string& yaml_text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw Error(fmt::format("{}:{}:{}: invalid YAML: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+  const Ctx c{source};
+  if (!root.IsMap()) throw Error(source + ": a hardware profile must be a YAML mapping");
+  check_keys(c, root, "",
+             {"name", "description", "attention_tflops", "gpus_per_node", "intra_node", "inter_node", "overlap"});
+  HardwareProfile p;
+  p.source = source;
+  p.name = require(c, root, "name", "").as<std::string>();
+  if (root["description"]) p.description = root["description"].as<std::string>();
+  const YAML::Node tf = require(c, root, "attention_tflops", "");
+  check_keys(c, tf, "attention_tflops", {"fwd", "bwd"});
+  p.fwd_tflops = positive(c, tf, "fwd", "attention_tflops", false);
+  p.bwd_tflops = positive(c, tf, "bwd", "attention_tflops", false);
+  const double gpn = positive(c, root, "gpus_per_node", "", false);
+  if (gpn != static_cast<double>(static_cast<int>(gpn)))
+    throw Error(c.where(root["gpus_per_node"], "gpus_per_node") + ": must be an integer");
+  p.gpus_per_node = static_cast<int>(gpn);
+  p.intra_node = parse_link(c, root, "intra_node");
+  p.inter_node = parse_link(c, root, "inter_node");
+  const YAML::Node ov = require(c, root, "overlap", "");
+  try {
+    p.overlap = ov.as<bool>();
+  } catch (const YAML::Exception&) {
+    throw Error(c.where(ov, "overlap") + ": expected true or false, got '" + ov.Scalar() + "'");
+  }
+  return p;
+}
+
+HardwareProfile load_hardware_profile(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in) throw Error("cannot read hardware profile '" + file.string() + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_hardware_profile(ss.str(), file.string());
+}
+
+std::vector<std::string> bundled_hardware_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, text] : bundled_profile_texts()) names.emplace_back(name);
+  return names;
+}
+
+HardwareProfile resolve_hardware_profile(const std::string& spec) {
+  const bool is_path = spec.find('/') != std::string::npos || spec.ends_with(".yaml") || spec.ends_with(".yml");
+  if (is_path) return load_hardware_profile(spec);
+  for (const auto& [name, text] : bundled_profile_texts())
+    if (name == spec) return parse_hardware_profile(std::string(text), "bundled:" + spec);
+  std::string list;
+  for (const std::string& n : bundled_hardware_names()) list += (list.empty() ? "" : ", ") + n;
+  throw Error(fmt::format("sim: unknown hardware profile '{}' (bundled: {}; or give a path to a YAML file)", spec,
+                          list));
+}
+
+}  // namespace cpsched::sim

@@ -1,0 +1,43 @@
+#pragma once
+// A hardware profile for the timing model (configs/hardware/*.yaml): attention
+// throughput, the two link classes (inside a node, between nodes) and whether
+// communication runs concurrently with compute.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace cpsched::sim {
+
+struct Link {
+  double bandwidth_gb_s = 0;  // GB/s (1e9 bytes per second), one direction, per GPU
+  double latency_us = 0;      // per message
+};
+
+struct HardwareProfile {
+  std::string name;
+  std::string description;
+  std::string source;           // file or "bundled:<name>", for messages
+  double fwd_tflops = 0;        // sustained attention throughput, TFLOP/s
+  double bwd_tflops = 0;
+  int gpus_per_node = 8;
+  Link intra_node;
+  Link inter_node;
+  bool overlap = true;          // communication on its own stream, concurrent with compute
+
+  bool same_node(int a, int b) const { return a / gpus_per_node == b / gpus_per_node; }
+  const Link& link(int a, int b) const { return same_node(a, b) ? intra_node : inter_node; }
+};
+
+// Parses a profile; `source` names the text in messages. Throws cpsched::Error
+// naming the source and the key (unknown keys are errors listing the known ones).
+HardwareProfile parse_hardware_profile(const std::string& yaml_text, const std::string& source);
+HardwareProfile load_hardware_profile(const std::filesystem::path& file);
+
+// The profiles compiled into the plugin (the files of configs/hardware/).
+std::vector<std::string> bundled_hardware_names();
+
+// `spec` is a bundled name (e.g. "h100_8x_nvlink") or a path to a YAML file
+// (anything with a '/' or ending in .yaml / .yml).
+HardwareProfile resolve_hardware_profile(const std::string& spec);
+
+}  // namespace cpsched::sim

@@ -1,0 +1,47 @@
+#pragma once
+// Small helpers both execution modes share: which pass of a rank's plan, and
+// where the heads of a head group sit in local and remote buffers.
+#include <string_view>
+
+#include "cpsched/plan.hpp"
+#include "cpsched/problem.hpp"
+
+namespace cpsched::sim {
+
+enum class Pass { fwd = 0, bwd = 1 };
+enum class CommKind { qo = 0, kv = 1 };
+
+inline const PassPlan& pass_plan(const RankPlan& r, Pass p) { return p == Pass::fwd ? r.fwd : r.bwd; }
+inline std::string_view to_string(Pass p) { return p == Pass::fwd ? "fwd" : "bwd"; }
+inline std::string_view to_string(CommKind k) { return k == CommKind::qo ? "QO" : "KV"; }
+inline const GroupCollectiveArg& collective(const StageComm& s, CommKind k) {
+  return k == CommKind::qo ? s.qo : s.kv;
+}
+
+// Local buffers hold every head; a remote row holds the heads of one group
+// (every group has the same count, so remote rows have a fixed width).
+struct HeadLayout {
+  int hq = 1, hkv = 1, dim = 1;
+  int groups = 1;        // head groups of the plan (hkv when flattened, else 1)
+  int q_per_group = 1;   // query heads of a group
+  int kv_per_group = 1;  // kv heads of a group
+  bool flattened = true;
+
+  static HeadLayout of(const Problem& p) {
+    HeadLayout h;
+    h.hq = p.heads.q;
+    h.hkv = p.heads.kv;
+    h.dim = p.heads.dim;
+    h.groups = p.num_groups();
+    h.q_per_group = p.q_heads_per_task();
+    h.kv_per_group = p.kv_heads_per_task();
+    h.flattened = p.grid.flatten_head_groups;
+    return h;
+  }
+  // Flattened plans name a group in [0, G); unflattened ones use -1 (all heads).
+  bool valid_group(int g) const { return flattened ? (g >= 0 && g < groups) : g == -1; }
+  int q_head0(int g) const { return g < 0 ? 0 : g * q_per_group; }
+  int kv_head0(int g) const { return g < 0 ? 0 : g * kv_per_group; }
+};
+
+}  // namespace cpsched::sim

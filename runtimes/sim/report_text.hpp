@@ -1,0 +1,40 @@
+#pragma once
+// The human-readable report and the named figures of a sim run.
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cpsched/problem.hpp"
+#include "hardware_profile.hpp"
+#include "numeric_check.hpp"
+#include "routing.hpp"
+#include "timeline_stats.hpp"
+
+namespace cpsched::sim {
+
+struct NumericSummary {
+  NumericErrors errors;
+  double tolerance = 1e-4;
+  Faults faults;
+  std::int64_t args_run = 0;
+  std::int64_t rows_moved = 0;
+  std::uint64_t seed = 0;
+  double seconds = 0;  // wall time of the virtual ranks and the reference
+  bool passed() const { return faults.empty() && errors.max() <= tolerance; }
+};
+
+struct ReportInputs {
+  const Problem* problem = nullptr;
+  int stages = 1;
+  std::string mode;
+  const HardwareProfile* hardware = nullptr;
+  std::optional<NumericSummary> numeric;
+  const PassStats* fwd = nullptr;
+  const PassStats* bwd = nullptr;
+};
+
+std::string report_text(const ReportInputs& in);
+std::vector<std::pair<std::string, double>> report_figures(const ReportInputs& in);
+
+}  // namespace cpsched::sim

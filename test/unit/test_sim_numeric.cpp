@@ -1,0 +1,428 @@
+// Numeric mode of the sim runtime: plans executed on virtual ranks equal the
+// dense single-device reference (relative error <= 1e-4 for O, lse, dQ, dK,
+// dV), and a plan that moves data other than it should fails the check.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <sstream>
+
+#include "cpsched/error.hpp"
+#include "cpsched/mask_generators.hpp"
+#include "cpsched/plan_builder.hpp"
+#include "cpsched/registry.hpp"
+#include "numeric_check.hpp"
+#include "reference.hpp"
+#include "sim_runner.hpp"
+#include "virtual_ranks.hpp"
+
+using namespace cpsched;
+using namespace cpsched::sim;
+
+namespace {
+
+constexpr double kTol = 1e-4;
+
+struct Outcome {
+  NumericErrors err;
+  Faults faults;
+  bool passed() const { return faults.empty() && err.max() <= kTol; }
+  std::string str() const {
+    std::ostringstream s;
+    s << "O " << err.o << ", lse " << err.lse << ", dQ " << err.dq << ", dK " << err.dk << ", dV " << err.dv;
+    for (const std::string& f : faults.shown()) s << "\n  " << f;
+    return s.str();
+  }
+};
+
+Outcome run_numeric(const Problem& p, const Plan& plan, int threads = 2) {
+  const GlobalInputs in = GlobalInputs::generate(p, 11);
+  VirtualRun run = run_virtual_ranks(p, plan, in, threads);
+  return {compare_outputs(run.outputs, dense_reference(p, in, threads)), std::move(run.faults)};
+}
+
+// A hand-written plan (no plan builder involved): full mask over S = 15
+// tokens, P = 2 (shards of 8 and 7), GQA 4:2 flattened into 2 head groups.
+// Diagonal cells stay local; of the off-diagonal cells, group 0 runs on rank
+// 0 and group 1 on rank 1, so each rank receives Q of one cell and K/V of the
+// other: remote q, remote k, both groups' head offsets and both reduces.
+struct HandPlan {
+  Problem problem;
+  Plan plan;
+};
+
+HandPlan hand_plan() {
+  HandPlan h;
+  h.problem = Problem::make(RangeMask(15, {{{0, 15}, {0, 15}, MaskType::full}}), 2, Heads{4, 2, 8, 2}, {true, 1});
+  h.plan.num_stages = 1;
+  h.plan.sharding = h.problem.sharding;
+  h.plan.ranks.resize(2);
+  const Token rows[2] = {8, 7};
+  for (int r = 0; r < 2; ++r) {
+    const int other = 1 - r, g = r;  // rank r computes group r of the off-diagonal cells
+    PassPlan pp;
+    for (int grp = 0; grp < 2; ++grp)
+      pp.calc.local_attn_args.push_back({{0, rows[r]}, {0, rows[r]}, MaskType::full, BufferId::local, BufferId::local, grp});
+    pp.calc.remote_attn_args = {{
+        {{0, rows[other]}, {0, rows[r]}, MaskType::full, BufferId::remote, BufferId::local, g},  // remote Q
+        {{0, rows[r]}, {0, rows[other]}, MaskType::full, BufferId::local, BufferId::remote, g},  // remote K, V
+    }};
+    StageComm sc;
+    sc.num_remote_qo_tokens = sc.num_remote_kv_tokens = rows[other];
+    sc.qo_reduce_after = sc.kv_reduce_after = 1;
+    for (GroupCollectiveArg* a : {&sc.qo, &sc.kv}) {
+      // Send my rows of the other rank's group; receive the other rank's rows of mine.
+      a->input_split_sizes = {rows[r]};
+      a->input_ranges = {{0, rows[r]}};
+      a->input_groups = {other};
+      a->dst_indices = {{other}};
+      a->output_split_sizes = {rows[other]};
+      a->src_index = {other};
+      a->output_groups = {g};
+    }
+    pp.comm.stages = {sc};
+    h.plan.ranks[static_cast<std::size_t>(r)] = {pp, pp};
+  }
+  return h;
+}
+
+// Applies f to both passes of rank r.
+template <class F>
+void both_passes(Plan& plan, int r, F&& f) {
+  f(plan.ranks[static_cast<std::size_t>(r)].fwd);
+  f(plan.ranks[static_cast<std::size_t>(r)].bwd);
+}
+
+}  // namespace
+
+TEST_CASE("a hand-written two-rank plan equals the dense reference") {
+  const HandPlan h = hand_plan();
+  const Outcome o = run_numeric(h.problem, h.plan);
+  INFO(o.str());
+  CHECK(o.passed());
+}
+
+TEST_CASE("the result does not depend on the thread count") {
+  const HandPlan h = hand_plan();
+  const GlobalInputs in = GlobalInputs::generate(h.problem, 3);
+  const VirtualRun a = run_virtual_ranks(h.problem, h.plan, in, 1);
+  const VirtualRun b = run_virtual_ranks(h.problem, h.plan, in, 3);
+  CHECK(a.outputs.o == b.outputs.o);
+  CHECK(a.outputs.dk == b.outputs.dk);
+}
+
+TEST_CASE("hand-written plan: every broken transfer fails the check") {
+  SUBCASE("a split sent but not expected") {
+    HandPlan h = hand_plan();
+    both_passes(h.plan, 1, [](PassPlan& p) { p.comm.stages[0].kv.dst_indices[0].clear(); });
+    const Outcome o = run_numeric(h.problem, h.plan);
+    INFO(o.str());
+    CHECK_FALSE(o.passed());
+    CHECK_FALSE(o.faults.empty());
+  }
+  SUBCASE("a transfer removed on both sides: the receiver's buffer is never filled") {
+    HandPlan h = hand_plan();
+    both_passes(h.plan, 1, [](PassPlan& p) {
+      GroupCollectiveArg& kv = p.comm.stages[0].kv;
+      kv.input_split_sizes.clear();
+      kv.input_ranges.clear();
+      kv.input_groups.clear();
+      kv.dst_indices.clear();
+    });
+    both_passes(h.plan, 0, [](PassPlan& p) {
+      GroupCollectiveArg& kv = p.comm.stages[0].kv;
+      kv.output_split_sizes.clear();
+      kv.src_index.clear();
+      kv.output_groups.clear();
+      p.comm.stages[0].num_remote_kv_tokens = 0;
+    });
+    const Outcome o = run_numeric(h.problem, h.plan);
+    INFO(o.str());
+    CHECK_FALSE(o.passed());
+  }
+  SUBCASE("the wrong head group travels") {
+    HandPlan h = hand_plan();
+    // Consistent on both sides, so only the numbers can tell.
+    both_passes(h.plan, 1, [](PassPlan& p) { p.comm.stages[0].qo.input_groups[0] = 1; });
+    both_passes(h.plan, 0, [](PassPlan& p) { p.comm.stages[0].qo.output_groups[0] = 1; });
+    const Outcome o = run_numeric(h.problem, h.plan);
+    INFO(o.str());
+    CHECK(o.faults.empty());
+    CHECK(o.err.max() > kTol);
+  }
+  SUBCASE("the wrong rows travel") {
+    HandPlan h = hand_plan();
+    both_passes(h.plan, 0, [](PassPlan& p) { p.comm.stages[0].kv.input_ranges[0] = {1, 8}; p.comm.stages[0].kv.input_split_sizes[0] = 7; });
+    both_passes(h.plan, 1, [](PassPlan& p) {
+      p.comm.stages[0].kv.output_split_sizes[0] = 7;
+      p.comm.stages[0].num_remote_kv_tokens = 7;
+      p.calc.remote_attn_args[0][1].k = {0, 7};
+    });
+    const Outcome o = run_numeric(h.problem, h.plan);
+    INFO(o.str());
+    CHECK_FALSE(o.passed());
+  }
+  SUBCASE("outputs never reduced") {
+    HandPlan h = hand_plan();
+    for (int r = 0; r < 2; ++r) both_passes(h.plan, r, [](PassPlan& p) { p.comm.stages[0].qo_reduce_after = 0; });
+    const Outcome o = run_numeric(h.problem, h.plan);
+    INFO(o.str());
+    CHECK_FALSE(o.passed());
+  }
+  SUBCASE("an arg outside its buffer") {
+    HandPlan h = hand_plan();
+    both_passes(h.plan, 0, [](PassPlan& p) { p.calc.remote_attn_args[0][0].q = {0, 8}; });
+    const Outcome o = run_numeric(h.problem, h.plan);
+    INFO(o.str());
+    CHECK_FALSE(o.faults.empty());
+  }
+}
+
+namespace {
+
+std::vector<Token> doc_lengths(Token S, std::mt19937_64& rng) {
+  std::vector<Token> v;
+  for (Token left = S; left > 0;) {
+    const Token n = std::min<Token>(left, 1 + static_cast<Token>(rng() % static_cast<std::uint64_t>(S / 3)));
+    v.push_back(n);
+    left -= n;
+  }
+  return v;
+}
+
+MaskSpec spec_for(MaskKind kind, Token S, std::mt19937_64& rng) {
+  MaskSpec spec;
+  spec.kind = kind;
+  spec.lengths = doc_lengths(S, rng);
+  spec.window_left = 5;
+  spec.window_right = 2;
+  spec.block_size = 4;
+  spec.num_answers = 2;
+  if (kind == MaskKind::slices)
+    spec.slices = {{{0, S / 2}, {0, S / 2}, MaskType::causal},
+                   {{S / 2, S}, {0, S / 3}, MaskType::full},
+                   {{S / 2, S}, {S / 2, S}, MaskType::bi_causal},
+                   {{0, S / 3}, {S / 2, S}, MaskType::inv_causal}};
+  return spec;
+}
+
+struct Solvers {
+  Registry reg;
+  AreaCostModel cost;
+  std::vector<std::pair<std::string, std::unique_ptr<Solver>>> list;
+  Solvers() {
+    reg.scan(CPSCHED_PLUGIN_BUILD_DIR);
+    for (const std::string name : {"owner", "usp", "static", "binary_greedy"}) {
+      const PluginInfo* info = nullptr;
+      for (const PluginInfo& p : reg.plugins())
+        if (p.kind == PluginKind::solver && p.name == name) info = &p;
+      if (info == nullptr) {
+        MESSAGE("solver '", name, "' is not built in ", CPSCHED_PLUGIN_BUILD_DIR, ": skipped");
+        continue;
+      }
+      list.emplace_back(name, reg.make_solver(name, reg.resolve_params(*info, {})));
+    }
+  }
+  Assignment solve(const std::string& name, const std::shared_ptr<const TaskGrid>& grid) {
+    for (auto& [n, s] : list)
+      if (n == name) return s->solve(SolveInput{grid, &cost});
+    throw Error("no solver " + name);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("every solver x mask generator x P in {2, 3, 4, 8} x stages {1, 2}: equal to the reference") {
+  Solvers solvers;
+  std::mt19937_64 rng(77);
+  int runs = 0;
+  for (auto& [name, solver] : solvers.list)
+    for (const std::string& kind_name : mask_kind_names()) {
+      MaskKind kind{};
+      REQUIRE(parse_mask_kind(kind_name, kind));
+      for (int P : {2, 3, 4, 8}) {
+        const Token S = 9 * P + 1 + static_cast<Token>(rng() % static_cast<std::uint64_t>(P - 1));  // uneven shards
+        const RangeMask mask = make_mask(spec_for(kind, S, rng), S);
+        auto problem = std::make_shared<const Problem>(Problem::make(mask, P, Heads{4, 2, 8, 2}, {true, 1}));
+        auto grid = std::make_shared<const TaskGrid>(problem);
+        const Assignment a = solver->solve(SolveInput{grid, &solvers.cost});
+        for (int stages : {1, 2}) {
+          CAPTURE(name);
+          CAPTURE(kind_name);
+          CAPTURE(P);
+          CAPTURE(stages);
+          const Plan plan = build_plan(a, stages);
+          const Outcome o = run_numeric(*problem, plan);
+          INFO(o.str());
+          CHECK(o.passed());
+          ++runs;
+        }
+      }
+    }
+  MESSAGE(runs, " plans checked numerically");
+}
+
+TEST_CASE("unflattened head groups and several blocks per rank") {
+  Solvers solvers;
+  std::mt19937_64 rng(5);
+  for (auto& [name, solver] : solvers.list) {
+    for (bool flatten : {false, true})
+      for (int blocks : {1, 3}) {
+        if (name == "usp" && !flatten) continue;  // usp needs flattened groups (DESIGN §6)
+        const int P = 3;
+        const Token S = 40;
+        const RangeMask mask = make_mask(spec_for(MaskKind::causal_document, S, rng), S);
+        auto problem = std::make_shared<const Problem>(Problem::make(mask, P, Heads{6, 3, 4, 2}, {flatten, blocks}));
+        auto grid = std::make_shared<const TaskGrid>(problem);
+        const Assignment a = solver->solve(SolveInput{grid, &solvers.cost});
+        CAPTURE(name);
+        CAPTURE(flatten);
+        CAPTURE(blocks);
+        const Outcome o = run_numeric(*problem, build_plan(a, 2));
+        INFO(o.str());
+        CHECK(o.passed());
+      }
+  }
+}
+
+namespace {
+
+// The builder's plan of a problem where every rank receives something.
+struct BuiltPlan {
+  std::shared_ptr<const Problem> problem;
+  Plan plan;
+};
+
+BuiltPlan built_plan(Solvers& solvers) {
+  const Token S = 50;
+  const int P = 4;
+  MaskSpec spec;
+  spec.kind = MaskKind::causal;
+  auto problem =
+      std::make_shared<const Problem>(Problem::make(make_mask(spec, S), P, Heads{4, 2, 8, 2}, {true, 1}));
+  auto grid = std::make_shared<const TaskGrid>(problem);
+  const std::string name = solvers.list.size() > 1 ? "binary_greedy" : "owner";
+  return {problem, build_plan(solvers.solve(name, grid), 1)};
+}
+
+// A (src, input split, dst) of a KV group-cast of stage 1 in the forward pass.
+struct Pick {
+  int src = -1, split = -1, dst = -1;
+};
+Pick first_kv_transfer(const Plan& plan) {
+  for (int r = 0; r < static_cast<int>(plan.ranks.size()); ++r) {
+    const GroupCollectiveArg& kv = plan.ranks[static_cast<std::size_t>(r)].fwd.comm.stages[0].kv;
+    for (std::size_t i = 0; i < kv.dst_indices.size(); ++i)
+      if (!kv.dst_indices[i].empty()) return {r, static_cast<int>(i), kv.dst_indices[i][0]};
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("a builder plan with one transfer removed or added fails the check") {
+  Solvers solvers;
+  if (solvers.list.empty()) return;
+  BuiltPlan b = built_plan(solvers);
+  REQUIRE(run_numeric(*b.problem, b.plan).passed());
+  const Pick pick = first_kv_transfer(b.plan);
+  REQUIRE(pick.src >= 0);
+  CAPTURE(pick.src);
+  CAPTURE(pick.dst);
+
+  SUBCASE("removed on the sending side only") {
+    auto& dsts = b.plan.ranks[static_cast<std::size_t>(pick.src)].fwd.comm.stages[0].kv.dst_indices
+                     [static_cast<std::size_t>(pick.split)];
+    dsts.erase(dsts.begin());
+    const Outcome o = run_numeric(*b.problem, b.plan);
+    INFO(o.str());
+    CHECK_FALSE(o.passed());
+    CHECK_FALSE(o.faults.empty());
+  }
+  SUBCASE("removed on both sides (a consistent but incomplete plan)") {
+    GroupCollectiveArg& out = b.plan.ranks[static_cast<std::size_t>(pick.src)].fwd.comm.stages[0].kv;
+    auto& dsts = out.dst_indices[static_cast<std::size_t>(pick.split)];
+    dsts.erase(dsts.begin());
+    // The receiver's output split for it: the k-th from src, k = rank of this split among src's splits to dst.
+    int k = 0;
+    for (int i = 0; i < pick.split; ++i)
+      for (Rank d : out.dst_indices[static_cast<std::size_t>(i)]) k += d == pick.dst;
+    StageComm& sc = b.plan.ranks[static_cast<std::size_t>(pick.dst)].fwd.comm.stages[0];
+    GroupCollectiveArg& in = sc.kv;
+    for (std::size_t j = 0; j < in.src_index.size(); ++j)
+      if (in.src_index[j] == pick.src && k-- == 0) {
+        sc.num_remote_kv_tokens -= in.output_split_sizes[j];
+        in.output_split_sizes.erase(in.output_split_sizes.begin() + static_cast<std::ptrdiff_t>(j));
+        in.src_index.erase(in.src_index.begin() + static_cast<std::ptrdiff_t>(j));
+        in.output_groups.erase(in.output_groups.begin() + static_cast<std::ptrdiff_t>(j));
+        break;
+      }
+    const Outcome o = run_numeric(*b.problem, b.plan);
+    INFO(o.str());
+    CHECK_FALSE(o.passed());
+  }
+  SUBCASE("an extra transfer nobody reads") {
+    // Rank src also sends the split to a rank that does not need it, and
+    // that rank expects it: consistent, numerically harmless, still a defect.
+    const int P = static_cast<int>(b.plan.ranks.size());
+    GroupCollectiveArg& out = b.plan.ranks[static_cast<std::size_t>(pick.src)].fwd.comm.stages[0].kv;
+    int extra = -1;
+    for (int d = 0; d < P && extra < 0; ++d) {
+      const auto& dsts = out.dst_indices[static_cast<std::size_t>(pick.split)];
+      if (d != pick.src && std::find(dsts.begin(), dsts.end(), d) == dsts.end()) extra = d;
+    }
+    REQUIRE(extra >= 0);
+    out.input_split_sizes.push_back(1);
+    out.input_ranges.push_back({0, 1});
+    out.input_groups.push_back(0);
+    out.dst_indices.push_back({extra});
+    StageComm& sc = b.plan.ranks[static_cast<std::size_t>(extra)].fwd.comm.stages[0];
+    sc.kv.output_split_sizes.push_back(1);
+    sc.kv.src_index.push_back(pick.src);
+    sc.kv.output_groups.push_back(0);
+    sc.num_remote_kv_tokens += 1;
+    const Outcome o = run_numeric(*b.problem, b.plan);
+    INFO(o.str());
+    CHECK_FALSE(o.passed());
+  }
+}
+
+TEST_CASE("run_sim in numeric mode reports the check, its errors and the timeline") {
+  const HandPlan h = hand_plan();
+  auto problem = std::make_shared<const Problem>(h.problem);
+  ExecuteInput in;
+  in.problem = problem;
+  in.plan = &h.plan;
+  in.seed = 5;
+  SimOptions opt = parse_sim_options(Params({{"mode", std::string("numeric")}}));
+  const ExecutionReport rep = run_sim(in, opt);
+  INFO(rep.text);
+  CHECK(rep.passed);
+  CHECK(rep.text.find("numeric check PASSED") != std::string::npos);
+  CHECK(rep.text.find("dV") != std::string::npos);
+  CHECK(rep.svg.find("<svg") == 0);
+  REQUIRE(!rep.figures.empty());
+  CHECK(rep.figures[0].first == "numeric_passed");
+  CHECK(rep.figures[0].second == 1.0);
+
+  Plan broken = h.plan;
+  broken.ranks[0].bwd.comm.stages[0].kv.dst_indices[0].clear();
+  in.plan = &broken;
+  const ExecutionReport bad = run_sim(in, opt);
+  INFO(bad.text);
+  CHECK_FALSE(bad.passed);
+  CHECK(bad.text.find("numeric check FAILED") != std::string::npos);
+  CHECK(bad.text.find("plan faults") != std::string::npos);
+}
+
+TEST_CASE("numeric mode refuses a problem too large for memory, naming the sizes") {
+  HandPlan h = hand_plan();
+  h.problem.heads = Heads{64, 8, 128, 2};
+  auto problem = std::make_shared<const Problem>(h.problem);
+  ExecuteInput in;
+  in.problem = problem;
+  in.plan = &h.plan;
+  SimOptions opt = parse_sim_options(Params({{"mode", std::string("numeric")}, {"max_numeric_gib", 1e-6}}));
+  CHECK_THROWS_WITH_AS(run_sim(in, opt), doctest::Contains("max_numeric_gib"), Error);
+}
