@@ -12,8 +12,11 @@ function(cpsched_add_plugin target)
   if(TARGET cpsched_warnings)
     target_link_libraries(${target} PRIVATE cpsched_warnings)
   endif()
+  # INSTALL_RPATH_USE_LINK_PATH: an installed plugin still finds the libraries
+  # it links from outside the system folders (CUDA, NCCL, ...).
   set_target_properties(${target} PROPERTIES PREFIX "lib" CXX_VISIBILITY_PRESET hidden
-                                             VISIBILITY_INLINES_HIDDEN ON)
+                                             VISIBILITY_INLINES_HIDDEN ON
+                                             INSTALL_RPATH_USE_LINK_PATH ON)
   if(ARG_OUTPUT_DIR)
     set_target_properties(${target} PROPERTIES LIBRARY_OUTPUT_DIRECTORY "${ARG_OUTPUT_DIR}")
   elseif(DEFINED CPSCHED_PLUGIN_OUTPUT_DIR)
