@@ -134,16 +134,22 @@ std::string gantt_svg(const Timeline& t, const GanttOptions& opt) {
     svg += fmt::format("<text x=\"10\" y=\"{:.1f}\"{}>{}</text>\n", hy + 12, i == 0 ? " font-weight=\"bold\"" : "",
                        escape(head[i]));
   // Legend: upper row of a lane is compute, lower row communication.
-  const std::pair<const char*, const char*> legend[] = {{"#4c78a8", "compute stage 0 (local)"},
-                                                        {"#54a24b", "compute stage 1"},
-                                                        {"#88d27a", "compute stage 2"},
-                                                        {"#f58518", "group-cast"},
-                                                        {"#e45756", "group-reduce"}};
+  // Legend: one entry per compute stage drawn (colours of stages >= 5 repeat the last).
+  int last_stage = 0;
+  for (const PassTimeline* pt : {&t.fwd, &t.bwd})
+    for (const RankTimeline& rt : pt->ranks)
+      for (const TimedOp& o : rt.compute) last_stage = std::max(last_stage, std::min(o.stage, 5));
+  std::vector<std::pair<std::string, std::string>> legend;
+  for (int s = 0; s <= last_stage; ++s)
+    legend.emplace_back(color(TimedOp{OpKind::compute, s, 0, 0, 0}),
+                        s == 0 ? "compute stage 0 (local)" : s == 5 ? "compute stage 5+" : fmt::format("compute stage {}", s));
+  legend.emplace_back("#f58518", "group-cast");
+  legend.emplace_back("#e45756", "group-reduce");
   double lx = 10;
   for (const auto& [c, label] : legend) {
     svg += fmt::format("<rect x=\"{:.0f}\" y=\"{:.1f}\" width=\"12\" height=\"10\" fill=\"{}\"/>", lx, hy + 2, c);
     svg += fmt::format("<text x=\"{:.0f}\" y=\"{:.1f}\" font-size=\"11\">{}</text>\n", lx + 16, hy + 11, label);
-    lx += 30 + 6.5 * static_cast<double>(std::string(label).size());
+    lx += 30 + 6.5 * static_cast<double>(label.size());
   }
   svg += fmt::format("<text x=\"{:.0f}\" y=\"{:.1f}\" font-size=\"11\" fill=\"#555\">(each lane: compute above, "
                      "communication below)</text>\n",
