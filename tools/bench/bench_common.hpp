@@ -1,0 +1,34 @@
+#pragma once
+// Small helpers shared by the benchmark programs: medians and the bundled data.
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace cpsched::bench {
+
+template <class F>
+double median_ms(int repeats, F&& f) {
+  std::vector<double> v;
+  for (int i = 0; i < repeats; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    v.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The bundled histogram: argv's --data-dir, else the source tree's configs/data.
+inline std::filesystem::path data_file(int argc, char** argv, const char* name) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--data-dir") return std::filesystem::path(argv[i + 1]) / name;
+#ifdef CPSCHED_SOURCE_DIR
+  return std::filesystem::path(CPSCHED_SOURCE_DIR) / "configs" / "data" / name;
+#else
+  return std::filesystem::path("configs") / "data" / name;
+#endif
+}
+
+}  // namespace cpsched::bench

@@ -1,0 +1,84 @@
+#include <fmt/format.h>
+#include <fstream>
+
+#include "commands.hpp"
+#include "cpsched/error.hpp"
+#include "report.hpp"
+#include "session_run.hpp"
+
+namespace po = boost::program_options;
+
+namespace cpsched::cli {
+
+namespace {
+std::vector<int> parse_groups(const std::string& text) {
+  std::vector<int> out;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const std::size_t comma = text.find(',', pos);
+    const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    try {
+      std::size_t used = 0;
+      out.push_back(std::stoi(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw Error(fmt::format("--groups: '{}' is not a head group number (expected e.g. 0,2,5)", item));
+    }
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+}  // namespace
+
+int cmd_plan(const Args& args) {
+  ConfigOptions co;
+  std::string out, svg, groups;
+  bool validate = false, quiet = false;
+  po::options_description desc("options");
+  co.add_to(desc);
+  desc.add_options()
+      ("output,o", po::value(&out), "write the plan JSON (format cpsched-plan/1, see docs/plan_format.md)")
+      ("validate", po::bool_switch(&validate), "check the plan (comm agreement, exactly-once coverage, buffers, metrics)")
+      ("svg", po::value(&svg), "draw the Q x KV grid coloured by computing rank to this SVG file")
+      ("groups", po::value(&groups), "head groups to draw, e.g. 0,3 (default: the first 4)")
+      ("quiet,q", po::bool_switch(&quiet), "print no tables");
+  po::variables_map vm;
+  if (!co.parse(args, "plan", "Solves the config and exports the plan.", desc, vm)) return 0;
+  const Config cfg = co.load();
+  const SessionRun run = solve_with_session(cfg, co.plugin_paths);
+  if (!quiet) {
+    print_summary(stdout, cfg, run.solved);
+    fmt::print("plan      {} remote stage(s), built in {:.2f} ms\n", run.session->plan().num_stages, run.plan_ms);
+    print_metrics_table(stdout, run.solved);
+  }
+  int rc = 0;
+  if (validate) {
+    const std::vector<std::string> problems = run.session->validate();
+    if (problems.empty()) {
+      fmt::print("\nvalidate  ok: send/receive agree, every unmasked entry computed once, ranges inside buffers, "
+                 "metrics match\n");
+    } else {
+      fmt::print(stderr, "\nvalidate  {} problem(s):\n", problems.size());
+      for (const auto& p : problems) fmt::print(stderr, "  {}\n", p);
+      rc = 1;
+    }
+  }
+  if (!out.empty()) {
+    std::ofstream f(out);
+    if (!f) throw Error(fmt::format("cannot write the plan to '{}'", out));
+    f << run.session->plan_json();
+    if (!f) throw Error(fmt::format("cannot write the plan to '{}'", out));
+    fmt::print("wrote {}\n", out);
+  }
+  if (!svg.empty()) {
+    SvgOptions o;
+    if (!groups.empty()) o.groups = parse_groups(groups);
+    o.title = fmt::format("{} — {}", co.config, to_string(cfg.mask.kind));
+    run.session->write_svg(svg, o);
+    fmt::print("wrote {}\n", svg);
+  }
+  return rc;
+}
+
+}  // namespace cpsched::cli

@@ -1,0 +1,56 @@
+#include <fmt/format.h>
+#include <fstream>
+
+#include "commands.hpp"
+#include "cpsched/error.hpp"
+#include "cpsched/registry.hpp"
+#include "report.hpp"
+#include "session_run.hpp"
+
+namespace po = boost::program_options;
+
+namespace cpsched::cli {
+
+int cmd_run(const Args& args) {
+  ConfigOptions co;
+  std::string svg;
+  po::options_description desc("options");
+  co.add_to(desc);
+  desc.add_options()("svg", po::value(&svg), "write the executor's picture (per-rank timeline) to this SVG file");
+  po::variables_map vm;
+  if (!co.parse(args, "run", "Solves the config, builds the plan, executes it with the configured executor and reports.",
+                desc, vm))
+    return 0;
+  const Config cfg = co.load();
+  if (cfg.executor.name.empty()) throw Error(fmt::format("{}: no executor selected (executor.name)", co.config));
+  const SessionRun run = solve_with_session(cfg, co.plugin_paths);
+  const Params exec_params = resolve_selection(*run.registry, static_cast<int>(PluginKind::executor), cfg.executor);
+  auto executor = run.registry->make_executor(cfg.executor.name, exec_params);
+  const Solved& s = run.solved;
+  const Plan& plan = run.session->plan();
+
+  print_summary(stdout, cfg, s);
+  fmt::print("plan      {} remote stage(s), built in {:.2f} ms\n", plan.num_stages, run.plan_ms);
+  print_metrics_table(stdout, s);
+
+  ExecuteInput in;
+  in.problem = s.problem;
+  in.grid = s.assignment.grid;
+  in.assignment = &s.assignment;
+  in.plan = &plan;
+  const ExecutionReport rep = executor->execute(in);
+  fmt::print("\nexecutor  {}\n{}", cfg.executor.name, rep.text);
+  if (!rep.text.empty() && rep.text.back() != '\n') fmt::print("\n");
+  if (!svg.empty()) {
+    if (rep.svg.empty()) throw Error(fmt::format("executor '{}' drew no picture for --svg", cfg.executor.name));
+    std::ofstream(svg) << rep.svg;
+    fmt::print("wrote {}\n", svg);
+  }
+  if (!rep.passed) {
+    fmt::print(stderr, "cpsched run: the executor's check FAILED\n");
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace cpsched::cli
