@@ -123,8 +123,10 @@ void Registry::scan(const fs::path& dir) {
     return;
   }
   std::vector<fs::path> files;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-    if (e.path().extension() == ".so" && e.is_regular_file(ec)) files.push_back(e.path());
+  fs::directory_iterator it(dir, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    std::error_code type_ec;
+    if (it->path().extension() == ".so" && it->is_regular_file(type_ec)) files.push_back(it->path());
   }
   if (ec) {
     impl_->problems.push_back({dir, "cannot list plugin folder '" + dir.string() + "': " + ec.message()});

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -189,6 +190,23 @@ TEST_CASE("loading the same file twice, even by another path, registers it once"
   CHECK(again.name == name);
   CHECK(reg.plugins().size() == 1);
   CHECK(reg.problems().empty());
+}
+
+TEST_CASE("a file that is not a shared object is an error with the loader's reason") {
+  const fs::path dir = fs::path(CPSCHED_BINARY_DIR) / "test" / "registry_scratch";
+  fs::create_directories(dir);
+  const fs::path file = dir / "libgarbage.so";
+  std::ofstream(file) << std::string(256, 'x');  // long enough for an ELF header
+  Registry reg;
+  const std::string msg = load_error(reg, file);
+  CHECK(contains(msg, fs::weakly_canonical(file).string()));
+  CHECK(contains(msg, "cannot be loaded"));
+  CAPTURE(msg);
+  CHECK(contains(msg, "invalid ELF header"));
+  reg.scan(dir);
+  REQUIRE(reg.problems().size() == 1);
+  CHECK(reg.problems()[0].file == file);
+  fs::remove_all(dir);
 }
 
 TEST_CASE("a PluginInfo reference stays valid while more plugins load") {
