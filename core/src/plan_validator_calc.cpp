@@ -64,7 +64,10 @@ void check_cells(const Assignment& a, const char* pass, std::vector<Item>& items
     Token inside = 0;
     for (std::size_t i = i0; i < i1; ++i) {
       Token in = 0;
-      for (const Slice& s : it->pieces) in += band_area(intersect(items[i].band, band_of(s)));
+      const Band& b = items[i].band;
+      for (const Slice& s : it->pieces)
+        if (s.q.begin < b.q.end && b.q.begin < s.q.end && s.k.begin < b.k.end && b.k.begin < s.k.end)
+          in += band_area(intersect(b, band_of(s)));
       inside += in;
       if (in != band_area(items[i].band))
         pr.add("{}: {} computes {} masked entries in rows [{}, {}) x cols [{}, {})", pass, origin(items[i]),
