@@ -163,3 +163,38 @@ TEST_CASE("build_plan rejects stages < 1 and invalid assignments") {
   a.rank[0] = 7;
   CHECK_THROWS_AS(build_plan(a, 1), Error);
 }
+
+TEST_CASE("stage cut: stages 1..s receive at least s/N of a rank's bytes, in both passes") {
+  std::mt19937_64 rng(8);
+  auto g = make_grid(test::random_document_mask(90, rng), 5, {4, 2, 8, 2});
+  const Assignment a = random_assignment(g, rng);
+  const int N = 3;
+  const Plan plan = build_plan(a, N);
+  for (bool fwd : {true, false}) {
+    const TransferBytes tb = fwd ? fwd_bytes_per_token(g->problem()) : bwd_bytes_per_token(g->problem());
+    for (const RankPlan& rp : plan.ranks) {
+      const CommMeta& c = fwd ? rp.fwd.comm : rp.bwd.comm;
+      std::vector<Bytes> per(N, 0);
+      for (int s = 0; s < N; ++s)
+        per[static_cast<std::size_t>(s)] = c.stages[static_cast<std::size_t>(s)].num_remote_qo_tokens * tb.qo_out +
+                                           c.stages[static_cast<std::size_t>(s)].num_remote_kv_tokens * tb.kv_out;
+      const Bytes total = per[0] + per[1] + per[2];
+      Bytes cum = 0;
+      for (int s = 0; s < N; ++s) {
+        cum += per[static_cast<std::size_t>(s)];
+        CHECK(cum * N >= total * (s + 1));
+      }
+    }
+  }
+}
+
+TEST_CASE("degenerate sizes: one rank, ranks without tokens") {
+  std::mt19937_64 rng(21);
+  for (auto [S, P] : {std::pair<Token, int>{7, 1}, {3, 5}, {5, 5}}) {
+    auto g = make_grid(test::random_document_mask(S, rng), P, {4, 2, 8, 2}, {true, 2});
+    const Assignment a = random_assignment(g, rng);
+    CAPTURE(S);
+    CAPTURE(P);
+    for (int stages : {1, 3}) check_valid(a, stages);
+  }
+}
