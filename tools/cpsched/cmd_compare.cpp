@@ -1,0 +1,118 @@
+// `cpsched compare CONFIG --out DIR`: every solver on the same masks, CP sizes,
+// packs and head configs; a terminal table and a report folder (CSV,
+// Markdown, SVG charts, index.html).
+#include <chrono>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "commands.hpp"
+#include "compare_progress.hpp"
+#include "compare_report.hpp"
+#include "compare_spec.hpp"
+#include "compare_sweep.hpp"
+#include "cpsched/error.hpp"
+#include "pipeline.hpp"
+
+namespace po = boost::program_options;
+
+namespace cpsched::cli {
+
+namespace {
+
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@") ==
+                        std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string join_names(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+}  // namespace
+
+int cmd_compare(const Args& args) {
+  ConfigOptions co;
+  std::string out_dir;
+  bool quiet = false;
+  po::options_description desc("options");
+  desc.add_options()("out,o", po::value(&out_dir), "report folder to write (created; files in it are replaced)")(
+      "quiet,q", po::bool_switch(&quiet), "no terminal table (the report folder is still written)");
+  co.add_to(desc);
+  po::variables_map vm;
+  if (!co.parse(args, "compare",
+                "Sweeps solvers x masks x CP sizes x packs x head configs (the config's `compare:` section) and\n"
+                "writes a terminal table and a report folder: results.csv, results.md, SVG charts, index.html.",
+                desc, vm))
+    return 0;
+  if (out_dir.empty()) throw po::error("'cpsched compare' needs --out DIR (the report folder)");
+
+  const auto t_start = std::chrono::steady_clock::now();
+  const Config cfg = co.load();
+  Registry reg;
+  scan_plugins(reg, &cfg, co.plugin_paths);
+  const CompareSpec spec = read_compare_spec(cfg, reg, co.sets);
+
+  const std::filesystem::path dir = out_dir;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir))
+    throw Error(fmt::format("{}: cannot create the report folder{}", out_dir, ec ? ": " + ec.message() : ""));
+
+  std::vector<std::string> mask_names, ps;
+  for (auto k : spec.masks) mask_names.emplace_back(to_string(k));
+  for (int p : spec.cp_sizes) ps.push_back(std::to_string(p));
+  const long units = compare_work_units(cfg, spec);
+  if (!quiet)
+    fmt::print("compare   solvers {}; masks {}; P {}; {} pack(s) of document masks; {} head config(s); "
+               "stages {}; {} repeat(s)\n          {} solver runs\n",
+               join_names(spec.solvers), join_names(mask_names), join_names(ps), spec.packs.size(), spec.heads.size(),
+               fmt::join(spec.stages, ", "), spec.repeats, units);
+
+  const ConfigLoader loader = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> sets = co.sets;
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    return load_config(co.config, sets);
+  };
+  Progress progress(units, Progress::stderr_is_tty());
+  const CompareResult res = run_compare(cfg, spec, reg, loader, progress);
+  progress.finish();
+
+  ReportContext ctx;
+  ctx.config = co.config;
+  ctx.command = "cpsched compare";
+  for (const auto& a : args) ctx.command += " " + shell_quote(a);
+  ctx.timing_label = res.timing_label;
+  ctx.warnings = res.warnings;
+  for (const auto& w : res.warnings) fmt::print(stderr, "cpsched compare: note: {}\n", w);
+
+  const auto tables = summary_tables(res, spec);
+  if (!quiet) print_compare_tables(stdout, tables);
+
+  write_compare_csv(dir / "results.csv", res);
+  const auto charts = write_compare_charts(dir, res);
+  std::vector<std::string> chart_files;
+  for (const auto& c : charts) chart_files.push_back(c.file);
+  write_compare_markdown(dir / "results.md", tables, ctx, chart_files);
+  write_compare_html(dir / "index.html", tables, charts, ctx);
+
+  int failed = 0, skipped = 0;
+  for (const auto& r : res.per_pack) {
+    skipped += r.skipped ? 1 : 0;
+    failed += !r.ok && !r.skipped ? 1 : 0;
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  if (!quiet) {
+    fmt::print("\n{} rows ({} failed, {} skipped), {} charts in {:.1f} s\n", res.per_pack.size(), failed, skipped,
+               charts.size(), secs);
+    fmt::print("wrote {}/index.html, results.csv, results.md\n", dir.string());
+  }
+  return 0;
+}
+
+}  // namespace cpsched::cli

@@ -1,0 +1,92 @@
+// The CSV of `cpsched compare`: one row per (combination, pack) and one
+// aggregated row (mean over packs) per combination, full precision.
+#include <fmt/format.h>
+#include <fstream>
+
+#include "compare_report.hpp"
+#include "cpsched/error.hpp"
+#include "report.hpp"
+
+namespace cpsched::cli {
+
+const std::vector<std::string>& compare_csv_columns() {
+  static const std::vector<std::string> cols = {
+      "row", "mask", "cp_size", "heads_q", "heads_kv", "head_dim", "stages", "solver", "pack", "packs", "status",
+      "fwd_send_gib", "fwd_bottleneck_gib", "bwd_send_gib", "bwd_bottleneck_gib",
+      "usp_closed_form_fwd_gib", "usp_placement_fwd_gib", "usp_placement_bwd_gib",
+      "fwd_reduction_vs_usp_closed_pct", "fwd_reduction_vs_usp_placement_pct", "bwd_reduction_vs_usp_placement_pct",
+      "imbalance", "stage0_share", "feasible_packs",
+      "latency_ms", "grid_ms", "solve_ms", "plan_ms",
+      "fwd_step_ms", "bwd_step_ms", "step_ms", "fwd_exposed_comm_ms", "bwd_exposed_comm_ms", "exposed_comm_ms",
+      "error", "note"};
+  return cols;
+}
+
+namespace {
+
+// RFC 4180 quoting; newlines become "; " so that every record is one line.
+std::string csv_text(const std::string& s) {
+  std::string flat;
+  for (char c : s) {
+    if (c == '\n') flat += "; ";
+    else if (c != '\r') flat += c;
+  }
+  if (flat.find_first_of(",\"") == std::string::npos) return flat;
+  std::string q = "\"";
+  for (char c : flat) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+std::string num(double v) { return fmt::format("{:.10g}", v); }
+std::string num(std::optional<double> v) { return v ? num(*v) : std::string(); }
+std::string gib_of(std::optional<double> v) { return v ? num(gib(*v)) : std::string(); }
+
+std::optional<double> sum(std::optional<double> a, std::optional<double> b) {
+  if (!a || !b) return std::nullopt;
+  return *a + *b;
+}
+
+std::vector<std::string> record(const CompareRow& r) {
+  const CompareFigures& f = r.f;
+  std::vector<std::string> v = {
+      r.aggregate ? "mean" : "pack",       r.mask,
+      std::to_string(r.cp_size),           std::to_string(r.heads.q),
+      std::to_string(r.heads.kv),          std::to_string(r.heads.dim),
+      std::to_string(r.stages),            r.solver,
+      r.pack >= 0 ? std::to_string(r.pack) : std::string(),
+      std::to_string(r.packs),             r.ok ? "ok" : (r.skipped ? "skipped" : "error")};
+  if (r.ok) {
+    const std::vector<std::string> figs = {
+        num(gib(f.fwd_send)), num(gib(f.fwd_bottleneck)), num(gib(f.bwd_send)), num(gib(f.bwd_bottleneck)),
+        num(gib(f.usp_closed_fwd)), gib_of(f.ref_fwd), gib_of(f.ref_bwd),
+        num(reduction_pct(f.fwd_send, f.usp_closed_fwd)), num(reduction_pct(f.fwd_send, f.ref_fwd)),
+        num(reduction_pct(f.bwd_send, f.ref_bwd)),
+        num(f.imbalance), num(f.stage0_share), std::to_string(f.feasible_packs),
+        num(f.latency_ms), num(f.grid_ms), num(f.solve_ms), num(f.plan_ms),
+        num(f.fwd_step_ms), num(f.bwd_step_ms), num(sum(f.fwd_step_ms, f.bwd_step_ms)),
+        num(f.fwd_exposed_ms), num(f.bwd_exposed_ms), num(sum(f.fwd_exposed_ms, f.bwd_exposed_ms))};
+    v.insert(v.end(), figs.begin(), figs.end());
+  } else {
+    v.insert(v.end(), 23, std::string());
+  }
+  v.push_back(csv_text(r.error));
+  v.push_back(csv_text(r.note));
+  return v;
+}
+
+}  // namespace
+
+void write_compare_csv(const std::filesystem::path& file, const CompareResult& res) {
+  std::ofstream out(file);
+  if (!out) throw Error(fmt::format("{}: cannot write the CSV report", file.string()));
+  auto line = [&](const std::vector<std::string>& cells) {
+    for (std::size_t i = 0; i < cells.size(); ++i) out << (i ? "," : "") << cells[i];
+    out << "\n";
+  };
+  line(compare_csv_columns());
+  for (const auto& r : res.per_pack) line(record(r));
+  for (const auto& r : res.aggregated) line(record(r));
+  if (!out) throw Error(fmt::format("{}: write failed", file.string()));
+}
+
+}  // namespace cpsched::cli

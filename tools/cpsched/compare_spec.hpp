@@ -1,0 +1,57 @@
+#pragma once
+// The sweep of `cpsched compare`: read from the config's `compare:` section,
+// with defaults taken from the rest of the config and from the plugins found.
+//
+//   compare:
+//     solvers: [binary_greedy, usp]     # default: every solver plugin found
+//     masks: [full, causal_document]    # mask kinds; default: problem.mask.kind
+//     cp_sizes: [8, 16, 32]             # default: problem.cp_size
+//     packs: 20                         # count (packs 0..n-1) or list [0, 3]; default: problem.mask.pack
+//     heads: [{q: 64, kv: 8}]           # optional dim too; default: problem.heads
+//     stages: [1, 2]                    # plan stages; default: plan.stages
+//     repeats: 5                        # solve-latency repeats (median)
+//     reference: usp                    # the solver whose placement is the "usp placement" baseline
+//     timing: {executor: sim, hardware: h100_8x_nvlink}   # or `timing: none`
+//     max_cp_size: {ilp: 16}            # run a slow solver only up to this P (rows above say "skipped")
+//
+// Every other mask parameter (histogram, seed, window, ...) comes from
+// problem.mask; packs apply only to document masks sampled from a histogram.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cpsched/config.hpp"
+#include "cpsched/registry.hpp"
+
+namespace cpsched::cli {
+
+struct HeadConfig {
+  int q = 64;
+  int kv = 8;
+  int dim = 128;
+};
+
+struct CompareSpec {
+  std::vector<std::string> solvers;
+  std::vector<MaskKind> masks;
+  std::vector<int> cp_sizes;
+  std::vector<int> packs;
+  std::vector<HeadConfig> heads;
+  std::vector<int> stages;
+  int repeats = 3;
+  std::string reference = "usp";   // empty: no baseline plugin was found
+  bool timing = true;
+  std::string timing_executor = "sim";
+  std::string hardware = "h100_8x_nvlink";
+  std::map<std::string, int> max_cp_size;  // per solver; absent: no limit
+};
+
+// Throws cpsched::Error naming the key (compare.<key>) and where its value
+// was given (`overrides`: the --set arguments the config was loaded with).
+// Solvers default to the solver plugins of `reg`, sorted by name.
+CompareSpec read_compare_spec(const Config& cfg, const Registry& reg, const std::vector<std::string>& overrides);
+
+// Whether a mask's documents (and so the pack) depend on the pack index.
+bool mask_uses_packs(const MaskSpec& spec, MaskKind kind);
+
+}  // namespace cpsched::cli

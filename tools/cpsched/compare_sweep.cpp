@@ -1,0 +1,366 @@
+#include "compare_sweep.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <fmt/format.h>
+#include <map>
+#include <memory>
+#include <set>
+#include <tuple>
+
+#include "compare_progress.hpp"
+#include "compare_timing.hpp"
+#include "cpsched/error.hpp"
+#include "cpsched/metrics.hpp"
+#include "cpsched/plan_builder.hpp"
+
+namespace cpsched::cli {
+
+std::optional<double> reduction_pct(double value, std::optional<double> baseline) {
+  if (!baseline || *baseline <= 0) return std::nullopt;
+  return 100.0 * (1.0 - value / *baseline);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// A solver made once for the whole sweep, with the parameter block the config
+// gives it; a setup failure is kept and reported on every row of the solver.
+struct SolverHandle {
+  std::string name;
+  std::unique_ptr<Solver> solver;
+  std::string setup_error;
+};
+
+SolverHandle make_handle(const std::string& name, const Registry& reg, const ConfigLoader& load) {
+  SolverHandle h;
+  h.name = name;
+  try {
+    const Config c = load({"solver.name=" + name});
+    const Params p = resolve_selection(reg, static_cast<int>(PluginKind::solver), c.solver);
+    h.solver = reg.make_solver(name, p);
+  } catch (const Error& e) {
+    h.setup_error = e.what();
+  }
+  return h;
+}
+
+// The problem of one sweep point: the config's problem with the mask kind, P,
+// heads and pack replaced.
+std::shared_ptr<const Problem> make_point_problem(const Config& cfg, MaskKind kind, int cp_size,
+                                                  const HeadConfig& h, int pack) {
+  Config c = cfg;
+  c.cp_size = cp_size;
+  c.heads.q = h.q;
+  c.heads.kv = h.kv;
+  c.heads.dim = h.dim;
+  c.mask.kind = kind;
+  c.mask.pack = pack;
+  return std::make_shared<const Problem>(make_problem(c));
+}
+
+// One solver on one problem: `repeats` runs of the whole path (grid, solve,
+// plan for each stage count), metrics of the last, timing of each plan.
+std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<const Problem>& problem,
+                                   const CostModel& cost, const CompareSpec& spec, TimingRunner* timing,
+                                   const CompareRow& base) {
+  std::vector<CompareRow> rows;
+  for (int st : spec.stages) {
+    CompareRow r = base;
+    r.solver = h.name;
+    r.stages = st;
+    rows.push_back(r);
+  }
+  auto fail_all = [&](const std::string& msg) {
+    for (auto& r : rows) {
+      r.ok = false;
+      r.error = msg;
+    }
+    return rows;
+  };
+  if (!h.solver) return fail_all(h.setup_error);
+  if (const auto lim = spec.max_cp_size.find(h.name);
+      lim != spec.max_cp_size.end() && problem->cp_size() > lim->second) {
+    for (auto& r : rows) r.skipped = true;
+    return fail_all(fmt::format("skipped: P = {} is above compare.max_cp_size.{} = {}", problem->cp_size(), h.name,
+                                lim->second));
+  }
+
+  const std::size_t ns = spec.stages.size();
+  std::vector<double> grid_ms, solve_ms;
+  std::vector<std::vector<double>> plan_ms(ns), total_ms(ns);
+  Assignment a;
+  std::vector<Plan> plans(ns);
+  try {
+    for (int rep = 0; rep < spec.repeats; ++rep) {
+      auto t0 = Clock::now();
+      auto grid = std::make_shared<const TaskGrid>(problem);
+      grid_ms.push_back(ms_since(t0));
+      t0 = Clock::now();
+      a = h.solver->solve(SolveInput{grid, &cost});
+      solve_ms.push_back(ms_since(t0));
+      a.validate();
+      for (std::size_t s = 0; s < ns; ++s) {
+        t0 = Clock::now();
+        plans[s] = build_plan(a, spec.stages[s]);
+        plan_ms[s].push_back(ms_since(t0));
+        total_ms[s].push_back(grid_ms.back() + solve_ms.back() + plan_ms[s].back());
+      }
+    }
+  } catch (const Error& e) {
+    return fail_all(e.what());
+  }
+
+  const Metrics m = compute_metrics(a);
+  const Problem& p = *problem;
+  const int u = usp_ulysses_degree(p.cp_size(), p.heads.kv);
+  for (std::size_t s = 0; s < ns; ++s) {
+    CompareFigures& f = rows[s].f;
+    f.fwd_send = static_cast<double>(m.fwd.total_send);
+    f.fwd_bottleneck = static_cast<double>(m.fwd.bottleneck);
+    f.bwd_send = static_cast<double>(m.bwd.total_send);
+    f.bwd_bottleneck = static_cast<double>(m.bwd.bottleneck);
+    f.usp_closed_fwd = usp_closed_form_fwd_bytes_per_rank(p, u) * p.cp_size();
+    f.imbalance = m.imbalance;
+    f.stage0_share = m.stage0_share;
+    f.feasible_packs = a.feasible ? 1 : 0;
+    f.grid_ms = median(grid_ms);
+    f.solve_ms = median(solve_ms);
+    f.plan_ms = median(plan_ms[s]);
+    f.latency_ms = median(total_ms[s]);
+    rows[s].note = a.feasible ? "" : "balance target not met";
+    if (!a.note.empty() && !a.feasible) rows[s].note += ": " + a.note;
+    if (timing != nullptr) {
+      std::string why;
+      if (!timing->measure(problem, a, plans[s], f, why))
+        rows[s].note += (rows[s].note.empty() ? "" : "; ") + ("timing: " + why);
+    }
+  }
+  return rows;
+}
+
+// The reference placement's volumes, when the reference is not among the
+// compared solvers (otherwise its own rows give them).
+std::optional<std::pair<double, double>> reference_volumes(const SolverHandle& h,
+                                                           const std::shared_ptr<const Problem>& problem,
+                                                           const CostModel& cost, std::string& why) {
+  if (!h.solver) {
+    why = h.setup_error;
+    return std::nullopt;
+  }
+  try {
+    auto grid = std::make_shared<const TaskGrid>(problem);
+    Assignment a = h.solver->solve(SolveInput{grid, &cost});
+    a.validate();
+    const Metrics m = compute_metrics(a);
+    return std::make_pair(static_cast<double>(m.fwd.total_send), static_cast<double>(m.bwd.total_send));
+  } catch (const Error& e) {
+    why = e.what();
+    return std::nullopt;
+  }
+}
+
+std::string point_label(const CompareRow& r) {
+  std::string s = fmt::format("{} P={}", r.mask, r.cp_size);
+  if (r.pack >= 0) s += fmt::format(" pack {}", r.pack);
+  return s + fmt::format(" {}:{}", r.heads.q, r.heads.kv);
+}
+
+// Mean over packs (largest imbalance); a failure on any pack fails the row.
+CompareRow aggregate(const std::vector<const CompareRow*>& group) {
+  CompareRow out = *group.front();
+  out.aggregate = true;
+  out.pack = -1;
+  out.packs = static_cast<int>(group.size());
+  out.note.clear();
+  CompareFigures& f = out.f;
+  f = CompareFigures{};
+  int failed = 0, skipped = 0;
+  std::string first_error, notes;
+  for (const CompareRow* r : group) {
+    if (!r->ok) {
+      if (failed++ == 0) first_error = r->error;
+      skipped += r->skipped ? 1 : 0;
+    }
+    if (!r->note.empty() && notes.empty()) notes = r->note;
+  }
+  if (skipped == static_cast<int>(group.size())) {
+    out.ok = false;
+    out.skipped = true;
+    out.error = first_error;
+    return out;
+  }
+  if (failed > 0) {
+    out.ok = false;
+    out.skipped = false;
+    out.error = group.size() == 1 ? first_error
+                                  : fmt::format("failed on {} of {} packs; first: {}", failed, group.size(), first_error);
+    return out;
+  }
+  const double n = static_cast<double>(group.size());
+  bool have_ref = true, have_time = true;
+  for (const CompareRow* r : group) {
+    const CompareFigures& g = r->f;
+    f.fwd_send += g.fwd_send / n;
+    f.fwd_bottleneck += g.fwd_bottleneck / n;
+    f.bwd_send += g.bwd_send / n;
+    f.bwd_bottleneck += g.bwd_bottleneck / n;
+    f.usp_closed_fwd += g.usp_closed_fwd / n;
+    f.imbalance = std::max(f.imbalance, g.imbalance);
+    f.stage0_share += g.stage0_share / n;
+    f.feasible_packs += g.feasible_packs;
+    f.latency_ms += g.latency_ms / n;
+    f.grid_ms += g.grid_ms / n;
+    f.solve_ms += g.solve_ms / n;
+    f.plan_ms += g.plan_ms / n;
+    have_ref = have_ref && g.ref_fwd && g.ref_bwd;
+    have_time = have_time && g.fwd_step_ms && g.bwd_step_ms && g.fwd_exposed_ms && g.bwd_exposed_ms;
+  }
+  auto mean_of = [&](std::optional<double> CompareFigures::*field) {
+    double s = 0;
+    for (const CompareRow* r : group) s += *(r->f.*field) / n;
+    return s;
+  };
+  if (have_ref) {
+    f.ref_fwd = mean_of(&CompareFigures::ref_fwd);
+    f.ref_bwd = mean_of(&CompareFigures::ref_bwd);
+  }
+  if (have_time) {
+    f.fwd_step_ms = mean_of(&CompareFigures::fwd_step_ms);
+    f.bwd_step_ms = mean_of(&CompareFigures::bwd_step_ms);
+    f.fwd_exposed_ms = mean_of(&CompareFigures::fwd_exposed_ms);
+    f.bwd_exposed_ms = mean_of(&CompareFigures::bwd_exposed_ms);
+  }
+  if (f.feasible_packs < out.packs)
+    out.note = fmt::format("balance target not met on {} of {} packs", out.packs - f.feasible_packs, out.packs);
+  else
+    out.note = notes;
+  return out;
+}
+
+}  // namespace
+
+CompareResult run_compare(const Config& cfg, const CompareSpec& spec, const Registry& reg, const ConfigLoader& load,
+                          Progress& progress) {
+  CompareResult res;
+  const Params cost_params = resolve_selection(reg, static_cast<int>(PluginKind::cost_model), cfg.cost_model);
+  const auto cost = reg.make_cost_model(cfg.cost_model.name, cost_params);
+
+  std::vector<SolverHandle> handles;
+  for (const auto& name : spec.solvers) handles.push_back(make_handle(name, reg, load));
+  const auto ref_it = std::find(spec.solvers.begin(), spec.solvers.end(), spec.reference);
+  const bool ref_listed = ref_it != spec.solvers.end();
+  const std::size_t ref_index = static_cast<std::size_t>(ref_it - spec.solvers.begin());
+  SolverHandle ref_handle;
+  if (spec.reference.empty())
+    res.warnings.push_back("no `usp` solver plugin was found: the usp-placement columns are left empty");
+  else if (!ref_listed)
+    ref_handle = make_handle(spec.reference, reg, load);
+
+  std::set<std::string> ref_failures;
+  std::unique_ptr<TimingRunner> timing;
+  if (spec.timing) {
+    std::string why;
+    timing = make_timing_runner(spec, reg, load, why);
+    if (timing)
+      res.timing_label = timing->label();
+    else
+      res.warnings.push_back("timing columns left empty: " + why);
+  }
+
+  for (const auto& h : spec.heads)
+    for (MaskKind kind : spec.masks) {
+      const bool packed = mask_uses_packs(cfg.mask, kind);
+      const std::vector<int> packs = packed ? spec.packs : std::vector<int>{cfg.mask.pack};
+      for (int P : spec.cp_sizes)
+        for (int pack : packs) {
+          CompareRow base;
+          base.mask = std::string(to_string(kind));
+          base.cp_size = P;
+          base.heads = h;
+          base.pack = packed ? pack : -1;
+          std::shared_ptr<const Problem> problem;
+          std::string problem_error;
+          try {
+            problem = make_point_problem(cfg, kind, P, h, pack);
+          } catch (const Error& e) {
+            problem_error = e.what();
+          }
+          // Solve the reference first: every row of this point needs its volumes.
+          std::vector<std::vector<CompareRow>> out(handles.size());
+          std::optional<std::pair<double, double>> ref;
+          auto run_index = [&](std::size_t i) {
+            CompareRow b = base;
+            if (!problem) {
+              for (int st : spec.stages) {
+                CompareRow r = b;
+                r.solver = handles[i].name;
+                r.stages = st;
+                r.ok = false;
+                r.error = problem_error;
+                out[i].push_back(r);
+              }
+            } else {
+              out[i] = run_solver(handles[i], problem, *cost, spec, timing.get(), b);
+            }
+            progress.step(point_label(base) + " " + handles[i].name);
+          };
+          if (ref_listed) {
+            run_index(ref_index);
+            if (out[ref_index].front().ok)
+              ref = std::make_pair(out[ref_index].front().f.fwd_send, out[ref_index].front().f.bwd_send);
+          } else if (problem && !spec.reference.empty()) {
+            std::string why;
+            ref = reference_volumes(ref_handle, problem, *cost, why);
+            // Not a compared solver, so no row shows its failure: say it once per message.
+            if (!ref && ref_failures.insert(why).second)
+              res.warnings.push_back(fmt::format("baseline `{}` failed (its columns are left empty where it did): {}",
+                                                 spec.reference, why));
+          }
+          for (std::size_t i = 0; i < handles.size(); ++i)
+            if (!(ref_listed && i == ref_index)) run_index(i);
+          for (auto& rows : out)
+            for (auto& r : rows) {
+              if (r.ok && ref) {
+                r.f.ref_fwd = ref->first;
+                r.f.ref_bwd = ref->second;
+              }
+              res.per_pack.push_back(std::move(r));
+            }
+        }
+    }
+
+  // Group by (heads, mask, P, stages, solver) in order of first appearance.
+  using Key = std::tuple<int, int, int, std::string, int, int, std::string>;
+  std::map<Key, std::size_t> index;
+  std::vector<std::vector<const CompareRow*>> groups;
+  for (const auto& r : res.per_pack) {
+    const Key k{r.heads.q, r.heads.kv, r.heads.dim, r.mask, r.cp_size, r.stages, r.solver};
+    auto [it, fresh] = index.emplace(k, groups.size());
+    if (fresh) groups.emplace_back();
+    groups[it->second].push_back(&r);
+  }
+  for (const auto& g : groups) res.aggregated.push_back(aggregate(g));
+  return res;
+}
+
+long compare_work_units(const Config& cfg, const CompareSpec& spec) {
+  long n = 0;
+  for (MaskKind kind : spec.masks)
+    n += static_cast<long>(mask_uses_packs(cfg.mask, kind) ? spec.packs.size() : 1);
+  return n * static_cast<long>(spec.heads.size() * spec.cp_sizes.size() * spec.solvers.size());
+}
+
+}  // namespace cpsched::cli

@@ -1,0 +1,71 @@
+#pragma once
+// The sweep of `cpsched compare`: every solver on every (heads, mask, P, pack)
+// problem and every plan stage count, measured the same way; then the mean
+// over packs.
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compare_spec.hpp"
+#include "cpsched/config.hpp"
+#include "cpsched/registry.hpp"
+
+namespace cpsched::cli {
+
+class Progress;
+
+// Figures of one row. Volumes in bytes (all ranks); times in milliseconds.
+struct CompareFigures {
+  double fwd_send = 0, fwd_bottleneck = 0;
+  double bwd_send = 0, bwd_bottleneck = 0;
+  double usp_closed_fwd = 0;           // USP's closed form x P (DESIGN §5)
+  std::optional<double> ref_fwd;       // the reference (`usp`) solver's measured placement
+  std::optional<double> ref_bwd;
+  double imbalance = 1.0;              // aggregated: the largest over packs
+  double stage0_share = 0.0;
+  int feasible_packs = 0;              // packs where the solver met its balance target
+  double latency_ms = 0;               // median of repeats: grid + solve + plan build
+  double grid_ms = 0, solve_ms = 0, plan_ms = 0;  // medians of each part
+  // From the timing executor (absent when timing is off or it is missing).
+  std::optional<double> fwd_step_ms, bwd_step_ms;
+  std::optional<double> fwd_exposed_ms, bwd_exposed_ms;
+};
+
+struct CompareRow {
+  std::string mask;
+  int cp_size = 0;
+  HeadConfig heads;
+  int stages = 1;
+  std::string solver;
+  int pack = -1;            // -1: the mask does not depend on the pack
+  bool aggregate = false;   // the mean over packs
+  int packs = 1;            // packs aggregated (1 for a per-pack row)
+  bool ok = true;
+  bool skipped = false;     // not run on purpose (compare.max_cp_size); `error` says why
+  std::string error;        // why the solver (or plan) failed, or was skipped
+  std::string note;         // the solver's remark, a timing problem, ...
+  CompareFigures f;
+};
+
+// Percent saved against a baseline: 100 x (1 - value / baseline).
+std::optional<double> reduction_pct(double value, std::optional<double> baseline);
+
+struct CompareResult {
+  std::vector<CompareRow> per_pack;    // sweep order
+  std::vector<CompareRow> aggregated;  // one per (heads, mask, P, stages, solver)
+  std::vector<std::string> warnings;   // said once, printed by the caller
+  std::string timing_label;            // e.g. "sim, hardware h100_8x_nvlink"; empty: no timing
+};
+
+// Loads the config again with extra --set overrides (to read the parameter
+// block of each solver and of the timing executor as `run` would).
+using ConfigLoader = std::function<Config(const std::vector<std::string>& extra_sets)>;
+
+// Solver runs the sweep makes (for the progress bar).
+long compare_work_units(const Config& cfg, const CompareSpec& spec);
+
+CompareResult run_compare(const Config& cfg, const CompareSpec& spec, const Registry& reg,
+                          const ConfigLoader& load, Progress& progress);
+
+}  // namespace cpsched::cli
