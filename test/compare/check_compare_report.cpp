@@ -1,0 +1,309 @@
+// Checks the report folders written by `cpsched compare` (test/compare/
+// CMakeLists.txt runs it first): the files a user opens exist and link up,
+// the CSV has its documented columns and a row for every solver on every
+// sweep point, and its figures agree with each other (reductions recomputed
+// from the volumes, USP's closed form recomputed from the problem, means
+// recomputed from the packs).
+#include <doctest/doctest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// One CSV record (RFC 4180 quotes; the tool writes one record per line).
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cur;
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        cur += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        cur += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+struct Csv {
+  std::vector<std::string> header;
+  std::vector<std::map<std::string, std::string>> rows;
+  bool ragged = false;
+};
+
+Csv read_csv(const fs::path& p) {
+  Csv csv;
+  std::ifstream in(p);
+  std::string line;
+  if (!std::getline(in, line)) return csv;
+  csv.header = split_csv(line);
+  while (std::getline(in, line)) {
+    const auto cells = split_csv(line);
+    if (cells.size() != csv.header.size()) csv.ragged = true;
+    std::map<std::string, std::string> row;
+    for (std::size_t i = 0; i < std::min(cells.size(), csv.header.size()); ++i) row[csv.header[i]] = cells[i];
+    csv.rows.push_back(std::move(row));
+  }
+  return csv;
+}
+
+double num(const std::map<std::string, std::string>& row, const std::string& col) {
+  const auto it = row.find(col);
+  REQUIRE_MESSAGE(it != row.end(), "no column " << col);
+  REQUIRE_MESSAGE(!it->second.empty(), "empty " << col << " in a row of solver " << row.at("solver"));
+  return std::stod(it->second);
+}
+
+bool close(double a, double b, double rel = 1e-6, double abs = 1e-9) {
+  return std::fabs(a - b) <= abs + rel * std::max(std::fabs(a), std::fabs(b));
+}
+
+const std::vector<std::string> kColumns = {
+    "row", "mask", "cp_size", "heads_q", "heads_kv", "head_dim", "stages", "solver", "pack", "packs", "status",
+    "fwd_send_gib", "fwd_bottleneck_gib", "bwd_send_gib", "bwd_bottleneck_gib",
+    "usp_closed_form_fwd_gib", "usp_placement_fwd_gib", "usp_placement_bwd_gib",
+    "fwd_reduction_vs_usp_closed_pct", "fwd_reduction_vs_usp_placement_pct", "bwd_reduction_vs_usp_placement_pct",
+    "imbalance", "stage0_share", "feasible_packs",
+    "latency_ms", "grid_ms", "solve_ms", "plan_ms",
+    "fwd_step_ms", "bwd_step_ms", "step_ms", "fwd_exposed_comm_ms", "bwd_exposed_comm_ms", "exposed_comm_ms",
+    "error", "note"};
+
+// The sweep the quick config asks for.
+struct Sweep {
+  std::vector<std::string> solvers, masks;
+  std::vector<int> cp_sizes, stages;
+  std::vector<std::pair<int, int>> heads;
+  int packs = 0;
+  long seqlen_per_rank = 0;
+  int head_dim = 0;
+};
+
+Sweep quick_sweep() {
+  const YAML::Node root = YAML::LoadFile(COMPARE_QUICK_CONFIG);
+  const YAML::Node c = root["compare"];
+  Sweep s;
+  for (const auto& n : c["solvers"]) s.solvers.push_back(n.as<std::string>());
+  for (const auto& n : c["masks"]) s.masks.push_back(n.as<std::string>());
+  for (const auto& n : c["cp_sizes"]) s.cp_sizes.push_back(n.as<int>());
+  for (const auto& n : c["stages"]) s.stages.push_back(n.as<int>());
+  for (const auto& n : c["heads"]) s.heads.emplace_back(n["q"].as<int>(), n["kv"].as<int>());
+  s.packs = c["packs"].as<int>();
+  s.seqlen_per_rank = root["problem"]["seqlen_per_rank"].as<long>();
+  s.head_dim = root["problem"]["heads"]["dim"].as<int>();
+  return s;
+}
+
+bool is_document_mask(const std::string& m) { return m != "full" && m != "causal"; }
+
+// USP's closed form (DESIGN §5), all ranks, GiB; u = largest divisor of P at most min(8, hkv).
+double usp_closed_gib(int P, long per_rank, int hq, int hkv, int D, int b) {
+  int u = 1;
+  for (int d = 1; d <= std::min(8, hkv); ++d)
+    if (P % d == 0) u = d;
+  const double per = static_cast<double>(per_rank) * D * b *
+                     (2.0 * hq * (u - 1) / u + 2.0 * hkv * (u - 1) / u + 2.0 * hkv * (P / u - 1));
+  return per * P / (1024.0 * 1024.0 * 1024.0);
+}
+
+std::string point_key(const std::map<std::string, std::string>& r) {
+  return r.at("mask") + "/" + r.at("cp_size") + "/" + r.at("heads_q") + ":" + r.at("heads_kv") + "/" + r.at("pack");
+}
+
+}  // namespace
+
+TEST_CASE("the quick report folder has its files, and index.html links every chart") {
+  const fs::path dir = COMPARE_QUICK_DIR;
+  for (const char* f : {"results.csv", "results.md", "index.html"}) CHECK_MESSAGE(fs::is_regular_file(dir / f), f);
+  std::set<std::string> svgs;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".svg") svgs.insert(e.path().filename().string());
+  const Sweep s = quick_sweep();
+  // Per (heads, mask): volumes (fwd, bwd, bottleneck), latency, imbalance,
+  // step time and exposed communication.
+  CHECK(svgs.size() == s.heads.size() * s.masks.size() * 7);
+  const std::string html = read_text(dir / "index.html");
+  const std::string md = read_text(dir / "results.md");
+  for (const auto& f : svgs) {
+    CHECK_MESSAGE(html.find("src=\"" + f + "\"") != std::string::npos, f << " is not shown in index.html");
+    CHECK_MESSAGE(md.find("(" + f + ")") != std::string::npos, f << " is not in results.md");
+    const std::string svg = read_text(dir / f);
+    CHECK(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0) == 0);
+    CHECK(svg.find("</svg>") != std::string::npos);
+    CHECK(svg.find("<polyline") != std::string::npos);  // something was drawn
+    CHECK(svg.find("<script") == std::string::npos);
+  }
+  // Offline: no absolute URLs, no scripts.
+  CHECK(html.find("http://") == std::string::npos);
+  CHECK(html.find("https://") == std::string::npos);
+  CHECK(html.find("<script") == std::string::npos);
+  for (const auto& solver : s.solvers) {
+    CHECK_MESSAGE(html.find(">" + solver + "<") != std::string::npos, solver << " missing from index.html");
+    CHECK_MESSAGE(md.find("| " + solver + " |") != std::string::npos, solver << " missing from results.md");
+  }
+}
+
+TEST_CASE("the quick CSV has the documented columns and a row for every solver on every sweep point") {
+  const Csv csv = read_csv(fs::path(COMPARE_QUICK_DIR) / "results.csv");
+  REQUIRE(csv.header == kColumns);
+  CHECK_FALSE(csv.ragged);
+  const Sweep s = quick_sweep();
+
+  std::map<std::string, int> count;  // (row kind, point, stages, solver) -> rows
+  for (const auto& r : csv.rows) {
+    CHECK_MESSAGE(r.at("status") == "ok", r.at("solver") << " failed on " << point_key(r) << ": " << r.at("error"));
+    count[r.at("row") + "|" + r.at("mask") + "|" + r.at("cp_size") + "|" + r.at("heads_q") + ":" + r.at("heads_kv") +
+          "|" + r.at("stages") + "|" + r.at("solver") + "|" + r.at("pack")]++;
+  }
+  std::size_t expected_rows = 0;
+  for (const auto& [q, kv] : s.heads)
+    for (const auto& m : s.masks)
+      for (int P : s.cp_sizes)
+        for (int st : s.stages)
+          for (const auto& solver : s.solvers) {
+            const std::string k = m + "|" + std::to_string(P) + "|" + std::to_string(q) + ":" + std::to_string(kv) +
+                                  "|" + std::to_string(st) + "|" + solver + "|";
+            CHECK_MESSAGE(count["mean|" + k] == 1, "no mean row for " << k);
+            if (is_document_mask(m)) {
+              for (int pack = 0; pack < s.packs; ++pack)
+                CHECK_MESSAGE(count["pack|" + k + std::to_string(pack)] == 1, "no row for " << k << pack);
+              expected_rows += static_cast<std::size_t>(s.packs) + 1;
+            } else {
+              CHECK_MESSAGE(count["pack|" + k] == 1, "no row for " << k);
+              expected_rows += 2;
+            }
+          }
+  CHECK(csv.rows.size() == expected_rows);
+}
+
+TEST_CASE("the quick CSV is consistent: reductions, USP closed form, baselines and means recomputed") {
+  const Csv csv = read_csv(fs::path(COMPARE_QUICK_DIR) / "results.csv");
+  REQUIRE(csv.header == kColumns);
+  const Sweep s = quick_sweep();
+  // The `usp` solver's forward and backward send per sweep point.
+  std::map<std::string, std::pair<double, double>> usp;
+  for (const auto& r : csv.rows)
+    if (r.at("row") == "pack" && r.at("solver") == "usp" && r.at("status") == "ok")
+      usp[point_key(r)] = {num(r, "fwd_send_gib"), num(r, "bwd_send_gib")};
+
+  for (const auto& r : csv.rows) {
+    if (r.at("status") != "ok") continue;
+    CAPTURE(r.at("row"));
+    CAPTURE(point_key(r));
+    CAPTURE(r.at("solver"));
+    const double fwd = num(r, "fwd_send_gib"), bwd = num(r, "bwd_send_gib");
+    const double closed = num(r, "usp_closed_form_fwd_gib");
+    const double ref_fwd = num(r, "usp_placement_fwd_gib"), ref_bwd = num(r, "usp_placement_bwd_gib");
+    CHECK(close(closed, usp_closed_gib(std::stoi(r.at("cp_size")), s.seqlen_per_rank, std::stoi(r.at("heads_q")),
+                                       std::stoi(r.at("heads_kv")), s.head_dim, 2)));
+    CHECK(close(num(r, "fwd_reduction_vs_usp_closed_pct"), 100.0 * (1.0 - fwd / closed), 1e-6, 1e-6));
+    CHECK(close(num(r, "fwd_reduction_vs_usp_placement_pct"), 100.0 * (1.0 - fwd / ref_fwd), 1e-6, 1e-6));
+    CHECK(close(num(r, "bwd_reduction_vs_usp_placement_pct"), 100.0 * (1.0 - bwd / ref_bwd), 1e-6, 1e-6));
+    // A bottleneck is one rank's share of the total; backward moves more than
+    // forward over the same transfers (DESIGN §5).
+    CHECK(num(r, "fwd_bottleneck_gib") <= fwd * (1 + 1e-9));
+    CHECK(num(r, "bwd_bottleneck_gib") <= bwd * (1 + 1e-9));
+    CHECK(bwd >= fwd);
+    CHECK(num(r, "imbalance") >= 1.0 - 1e-12);
+    CHECK(num(r, "stage0_share") >= 0.0);
+    CHECK(num(r, "stage0_share") <= 1.0);
+    CHECK(num(r, "latency_ms") > 0);
+    CHECK(close(num(r, "step_ms"), num(r, "fwd_step_ms") + num(r, "bwd_step_ms")));
+    CHECK(close(num(r, "exposed_comm_ms"), num(r, "fwd_exposed_comm_ms") + num(r, "bwd_exposed_comm_ms")));
+    CHECK(num(r, "fwd_exposed_comm_ms") <= num(r, "fwd_step_ms") * (1 + 1e-9));
+    if (r.at("row") == "pack") {
+      // The baseline columns are the usp solver's own row of the same point.
+      REQUIRE(usp.count(point_key(r)));
+      CHECK(close(ref_fwd, usp.at(point_key(r)).first));
+      CHECK(close(ref_bwd, usp.at(point_key(r)).second));
+    }
+  }
+
+  // Mean rows: means of their pack rows, imbalance the worst, feasible packs counted.
+  for (const auto& m : csv.rows) {
+    if (m.at("row") != "mean") continue;
+    std::vector<const std::map<std::string, std::string>*> packs;
+    for (const auto& r : csv.rows)
+      if (r.at("row") == "pack" && r.at("mask") == m.at("mask") && r.at("cp_size") == m.at("cp_size") &&
+          r.at("heads_q") == m.at("heads_q") && r.at("heads_kv") == m.at("heads_kv") &&
+          r.at("stages") == m.at("stages") && r.at("solver") == m.at("solver"))
+        packs.push_back(&r);
+    CAPTURE(m.at("mask"));
+    CAPTURE(m.at("cp_size"));
+    CAPTURE(m.at("solver"));
+    REQUIRE(static_cast<int>(packs.size()) == std::stoi(m.at("packs")));
+    for (const char* col : {"fwd_send_gib", "fwd_bottleneck_gib", "bwd_send_gib", "bwd_bottleneck_gib",
+                            "usp_placement_fwd_gib", "stage0_share", "latency_ms", "step_ms"}) {
+      double mean = 0;
+      for (const auto* r : packs) mean += num(*r, col) / static_cast<double>(packs.size());
+      CHECK_MESSAGE(close(num(m, col), mean, 1e-8, 1e-9), col);
+    }
+    double worst = 0, feasible = 0;
+    for (const auto* r : packs) {
+      worst = std::max(worst, num(*r, "imbalance"));
+      feasible += num(*r, "feasible_packs");
+    }
+    CHECK(close(num(m, "imbalance"), worst));
+    CHECK(num(m, "feasible_packs") == feasible);
+  }
+}
+
+TEST_CASE("a solver that cannot run is reported on every row, not skipped") {
+  // Head groups not flattened: Ulysses cannot split heads, so `usp` fails.
+  const Csv csv = read_csv(fs::path(COMPARE_UNFLATTENED_DIR) / "results.csv");
+  REQUIRE(csv.header == kColumns);
+  const Sweep s = quick_sweep();
+  std::set<std::string> solvers;
+  int usp_rows = 0;
+  for (const auto& r : csv.rows) {
+    solvers.insert(r.at("solver"));
+    CAPTURE(r.at("solver"));
+    CAPTURE(point_key(r));
+    if (r.at("solver") == "usp") {
+      ++usp_rows;
+      CHECK(r.at("status") == "error");
+      CHECK(r.at("error").find("flatten") != std::string::npos);
+      CHECK(r.at("fwd_send_gib").empty());
+    } else {
+      CHECK(r.at("status") == "ok");
+      CHECK(r.at("usp_placement_fwd_gib").empty());  // no baseline placement to compare with
+      CHECK(r.at("fwd_reduction_vs_usp_placement_pct").empty());
+      CHECK_FALSE(r.at("fwd_reduction_vs_usp_closed_pct").empty());
+    }
+  }
+  CHECK(solvers == std::set<std::string>(s.solvers.begin(), s.solvers.end()));
+  CHECK(usp_rows > 0);
+  const std::string md = read_text(fs::path(COMPARE_UNFLATTENED_DIR) / "results.md");
+  CHECK(md.find("FAILED") != std::string::npos);
+}
