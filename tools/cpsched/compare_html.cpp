@@ -45,9 +45,7 @@ void write_compare_html(const std::filesystem::path& file, const std::vector<Tex
   h << "<h1>cpsched compare</h1>\n";
   h << "<p>Config <code>" << esc(ctx.config) << "</code>. Regenerate with <code>" << esc(ctx.command)
     << "</code>.<br>Files: <a href=\"results.csv\">results.csv</a> (every pack and the means), "
-       "<a href=\"results.md\">results.md</a>";
-  for (const auto& c : charts) h << ", <a href=\"" << esc(c.file) << "\">" << esc(c.file) << "</a>";
-  h << ".</p>\n";
+       "<a href=\"results.md\">results.md</a>; every chart below links to its SVG file.</p>\n";
   h << "<p>Volumes: total bytes sent by all ranks per pass and the bottleneck (largest per-rank max(send, recv)), "
        "GiB. <em>vs USP</em>: forward reduction against USP's closed form; <em>vs usp pl.</em>: against the "
        "<code>usp</code> solver's measured placement. <em>latency</em>: median whole path (grid + solve + plan "

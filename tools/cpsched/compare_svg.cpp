@@ -121,10 +121,10 @@ std::vector<double> linear_ticks(double lo, double hi, int target) {
 std::vector<double> log_ticks(double lo, double hi) {
   const int e0 = static_cast<int>(std::floor(std::log10(lo) + 1e-9));
   const int e1 = static_cast<int>(std::ceil(std::log10(hi) - 1e-9));
-  const int decades = e1 - e0;
+  const double decades = std::log10(hi / lo);
   // Wide ranges: powers of ten only; narrow ones: 1-2-5, or denser still.
-  std::vector<double> mant = decades > 3 ? std::vector<double>{1} : std::vector<double>{1, 2, 5};
-  if (decades <= 1) mant = {1, 1.5, 2, 3, 4, 5, 6, 8};
+  std::vector<double> mant = decades > 3.5 ? std::vector<double>{1} : std::vector<double>{1, 2, 5};
+  if (decades <= 1.2) mant = {1, 1.5, 2, 3, 4, 5, 6, 8};
   std::vector<double> out;
   for (int e = e0; e <= e1; ++e)
     for (double m : mant) {
