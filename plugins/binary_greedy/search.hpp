@@ -1,0 +1,48 @@
+#pragma once
+// The binary search over the per-rank communication threshold K (Appendix A):
+// lo = 0, hi = the instance's threshold, K = (lo + hi) / 2 each iteration;
+// a feasible assignment (every task has an allowed rank, max load <= mu x
+// mean) sets hi = K and becomes the basis of the edge weights, a failure sets
+// lo = K; stop after max_iters or when hi - lo <= epsilon x hi and lo > 0.
+#include <cstdint>
+#include <vector>
+
+#include <cpsched/problem.hpp>
+
+#include "edge_selection.hpp"
+#include "instance.hpp"
+#include "task_masks.hpp"
+
+namespace cpsched::bg {
+
+class ThreadPool;
+
+struct SearchParams {
+  double mu = 1.10;
+  double epsilon = 0.01;
+  int max_iters = 20;
+  int refine_passes = 5;
+};
+
+struct SearchResult {
+  std::vector<Rank> rank;  // per task
+  bool feasible = false;
+  int iterations = 0;
+  double threshold = 0.0;  // K of the returned assignment (feasible) or of the best failed try
+  double max_load = 0.0;   // in compute units
+};
+
+// Buffers reused across iterations and solves, so the loop does not allocate.
+struct Workspace {
+  EdgeScorer scorer;
+  std::vector<Word> masks;
+  std::vector<double> node_cost;
+  DegreeScratch degrees;
+  std::vector<std::int32_t> order;
+  std::vector<Rank> trial;
+  std::vector<double> load;
+};
+
+SearchResult binary_search(const Instance& in, const SearchParams& params, ThreadPool& pool, Workspace& ws);
+
+}  // namespace cpsched::bg

@@ -1,0 +1,64 @@
+#include "dispatch.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+namespace cpsched::static_solver {
+
+std::vector<Token> chunk_areas(const RangeMask& mask, Token chunk) {
+  const Token S = mask.seqlen();
+  const auto n = static_cast<std::size_t>((S + chunk - 1) / chunk);
+  std::vector<Token> area(n, 0);
+  const Range all{0, S};
+  // Each slice only touches the chunks its q range overlaps.
+  for (const Slice& s : mask.slices()) {
+    for (Token i = s.q.begin / chunk; i < static_cast<Token>(n) && i * chunk < s.q.end; ++i) {
+      const Range q{i * chunk, std::min((i + 1) * chunk, S)};
+      area[static_cast<std::size_t>(i)] += slice_area(s, q, all);
+    }
+  }
+  return area;
+}
+
+std::vector<Rank> deal_chunks(const std::vector<Token>& areas, int P) {
+  const std::size_t n = areas.size();
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return areas[a] > areas[b]; });
+
+  const std::size_t base = n / static_cast<std::size_t>(P);
+  std::size_t extra_left = n % static_cast<std::size_t>(P);  // ranks that may still take base + 1
+  std::vector<Token> load(static_cast<std::size_t>(P), 0);
+  std::vector<std::size_t> count(static_cast<std::size_t>(P), 0);
+  std::vector<Rank> host(n, 0);
+  for (const std::size_t c : order) {
+    Rank best = -1;
+    for (Rank r = 0; r < P; ++r) {
+      const std::size_t k = count[static_cast<std::size_t>(r)];
+      const bool room = k < base || (k == base && extra_left > 0);
+      if (room && (best < 0 || load[static_cast<std::size_t>(r)] < load[static_cast<std::size_t>(best)])) best = r;
+    }
+    if (count[static_cast<std::size_t>(best)] == base) --extra_left;
+    ++count[static_cast<std::size_t>(best)];
+    load[static_cast<std::size_t>(best)] += areas[c];
+    host[c] = best;
+  }
+  return host;
+}
+
+Sharding dispatched_sharding(Token S, Token chunk, const std::vector<Rank>& host, int P) {
+  std::vector<Range> blocks;
+  std::vector<Rank> owner;
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    const Range r{static_cast<Token>(i) * chunk, std::min(static_cast<Token>(i + 1) * chunk, S)};
+    if (!blocks.empty() && owner.back() == host[i]) {
+      blocks.back().end = r.end;
+    } else {
+      blocks.push_back(r);
+      owner.push_back(host[i]);
+    }
+  }
+  return Sharding::dispatched(P, std::move(blocks), std::move(owner));
+}
+
+}  // namespace cpsched::static_solver

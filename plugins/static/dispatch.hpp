@@ -1,0 +1,26 @@
+#pragma once
+// The static solver's pre-iteration dispatch (DESIGN §6): cut the sequence
+// into chunks, weigh each chunk by its area (its q rows against all keys),
+// and deal the chunks largest first to the least loaded rank that still has
+// room, every rank getting the same number of chunks (floor or ceil).
+#include <cstdint>
+#include <vector>
+
+#include <cpsched/mask.hpp>
+#include <cpsched/problem.hpp>
+
+namespace cpsched::static_solver {
+
+// Area of every chunk [i*chunk, min((i+1)*chunk, S)) of the mask.
+std::vector<Token> chunk_areas(const RangeMask& mask, Token chunk);
+
+// Rank of every chunk. Chunks in (area descending, position) order each go to
+// the least loaded rank (lowest index on ties) with room: n / P chunks per
+// rank, and n % P ranks (whichever fill first) one more.
+std::vector<Rank> deal_chunks(const std::vector<Token>& areas, int cp_size);
+
+// The sharding of the dispatch: chunks in position order, adjacent chunks of
+// one rank merged into one block (the same tokens on the same rank).
+Sharding dispatched_sharding(Token seqlen, Token chunk, const std::vector<Rank>& host, int cp_size);
+
+}  // namespace cpsched::static_solver
