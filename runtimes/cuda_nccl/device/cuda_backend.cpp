@@ -1,0 +1,197 @@
+#include "cuda_backend.hpp"
+
+#include <cstring>
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <nccl.h>
+#include <vector>
+
+#include "cpsched/error.hpp"
+#include "kernels.hpp"
+
+namespace cpsched::gpu {
+
+namespace {
+
+void check(cudaError_t e, const char* what) { cuda::check(e, what); }
+
+void check_nccl(ncclResult_t r, const char* what) {
+  if (r != ncclSuccess) throw Error(fmt::format("cuda_nccl: {}: {}", what, ncclGetErrorString(r)));
+}
+
+class CudaBackendImpl final : public Backend {
+ public:
+  explicit CudaBackendImpl(Bootstrap& bs) : info_(bs.info()) {
+    const int n = cuda_device_count();
+    if (n == 0) throw Error("cuda_nccl: no CUDA device is visible (cudaGetDeviceCount found none)");
+    open_device(info_.local_rank % n);
+    if (info_.world > 1) {
+      ncclUniqueId id{};
+      std::vector<std::uint8_t> bytes(sizeof id);
+      if (info_.rank == 0) {
+        check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+        std::memcpy(bytes.data(), &id, sizeof id);
+      }
+      bs.broadcast(bytes);
+      if (bytes.size() != sizeof id)
+        throw Error(fmt::format("cuda_nccl: rank {} received a {}-byte NCCL id, expected {}", info_.rank, bytes.size(),
+                                sizeof id));
+      std::memcpy(&id, bytes.data(), sizeof id);
+      check_nccl(ncclCommInitRank(&comm_, info_.world, id, info_.rank), "ncclCommInitRank");
+      bs.done();
+    }
+  }
+
+  CudaBackendImpl(HostWorld& world, Rank rank, int device) : loopback_(&world) {
+    info_ = LaunchInfo{rank, world.ranks(), device, "loopback"};
+    open_device(device);
+  }
+
+  ~CudaBackendImpl() override {
+    // Best effort: a destructor must not throw.
+    cudaStreamSynchronize(stream_[0]);
+    cudaStreamSynchronize(stream_[1]);
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    for (void* p : blocks_) cudaFree(p);
+    if (comm_ != nullptr) ncclCommDestroy(comm_);
+    cudaStreamDestroy(stream_[0]);
+    cudaStreamDestroy(stream_[1]);
+  }
+
+  Rank rank() const override { return info_.rank; }
+  int world() const override { return info_.world; }
+  std::string describe() const override {
+    return fmt::format("rank {} of {} on GPU {} ({}), launch {}", info_.rank, info_.world, device_, name_, info_.how);
+  }
+
+  void* alloc(Bytes bytes) override {
+    if (bytes <= 0) return nullptr;
+    void* p = nullptr;
+    check(cudaMalloc(&p, static_cast<std::size_t>(bytes)), "cudaMalloc");
+    blocks_.push_back(p);
+    check(cudaMemset(p, 0, static_cast<std::size_t>(bytes)), "cudaMemset");
+    return p;
+  }
+  void upload(void* dst, const void* src, Bytes n) override {
+    synchronize();
+    if (n > 0) check(cudaMemcpy(dst, src, static_cast<std::size_t>(n), cudaMemcpyHostToDevice), "cudaMemcpy(upload)");
+  }
+  void download(void* dst, const void* src, Bytes n) override {
+    synchronize();
+    if (n > 0) check(cudaMemcpy(dst, src, static_cast<std::size_t>(n), cudaMemcpyDeviceToHost), "cudaMemcpy(download)");
+  }
+
+  void attention(AttnKernel k, const AttnLaunch& p, int dim, Grid g) override {
+    cuda::attention(k, p, dim, g, stream_[0]);
+  }
+  void copy(StreamId s, const CopySeg* segs, int n) override { cuda::copy(segs, n, stream(s)); }
+  void merge(const MergeSeg* segs, int n) override { cuda::merge(segs, n, stream_[0]); }
+  void sum(const SumSeg* segs, int n) override { cuda::sum(segs, n, stream_[0]); }
+  void convert(const float* src, bf16* dst, i64 n) override { cuda::convert(src, dst, n, stream_[0]); }
+  void fill(float* dst, i64 n, float value) override { cuda::fill(dst, n, value, stream_[0]); }
+  void delta(const bf16* o, const bf16* d_o, float* out, i64 row_heads, int dim) override {
+    cuda::delta(o, d_o, out, row_heads, dim, stream_[0]);
+  }
+
+  void exchange(const std::vector<P2POp>& ops) override {
+    if (ops.empty()) return;
+    if (loopback_ != nullptr) return exchange_via_host(ops);
+    if (comm_ == nullptr) throw Error("cuda_nccl: point-to-point transfer in a one-rank run");
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    for (const P2POp& op : ops) {
+      const auto n = static_cast<std::size_t>(op.bytes);
+      if (op.send) check_nccl(ncclSend(op.ptr, n, ncclUint8, op.peer, comm_, stream_[1]), "ncclSend");
+      else check_nccl(ncclRecv(op.ptr, n, ncclUint8, op.peer, comm_, stream_[1]), "ncclRecv");
+    }
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+  }
+
+  Event record(StreamId s) override {
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreate(&e), "cudaEventCreate");
+    events_.push_back(e);
+    check(cudaEventRecord(e, stream(s)), "cudaEventRecord");
+    return Event{static_cast<int>(events_.size()) - 1};
+  }
+  void wait(StreamId s, Event e) override {
+    check(cudaStreamWaitEvent(stream(s), events_.at(static_cast<std::size_t>(e.id)), 0), "cudaStreamWaitEvent");
+  }
+  void synchronize() override {
+    check(cudaStreamSynchronize(stream_[0]), "cudaStreamSynchronize(compute)");
+    check(cudaStreamSynchronize(stream_[1]), "cudaStreamSynchronize(comm)");
+    if (comm_ != nullptr) {
+      ncclResult_t async = ncclSuccess;
+      check_nccl(ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError");
+      check_nccl(async, "NCCL asynchronous error");
+    }
+  }
+  double elapsed_ms(Event a, Event b) override {
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, events_.at(static_cast<std::size_t>(a.id)), events_.at(static_cast<std::size_t>(b.id))),
+          "cudaEventElapsedTime");
+    return ms;
+  }
+
+ private:
+  cudaStream_t stream(StreamId s) const { return stream_[static_cast<int>(s)]; }
+
+  void open_device(int device) {
+    device_ = device;
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&stream_[0], cudaStreamNonBlocking), "cudaStreamCreate(compute)");
+    check(cudaStreamCreateWithFlags(&stream_[1], cudaStreamNonBlocking), "cudaStreamCreate(comm)");
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
+    name_ = prop.name;
+  }
+
+  // The comm stream's earlier work (and the events it waits for) first, then
+  // the group: every send posted before any receive blocks, as in NCCL.
+  void exchange_via_host(const std::vector<P2POp>& ops) {
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    check(cudaStreamSynchronize(stream_[1]), "cudaStreamSynchronize(comm)");
+    std::vector<std::uint8_t> buf;
+    for (const P2POp& op : ops)
+      if (op.send) {
+        buf.resize(static_cast<std::size_t>(op.bytes));
+        check(cudaMemcpy(buf.data(), op.ptr, buf.size(), cudaMemcpyDeviceToHost), "cudaMemcpy(loopback send)");
+        loopback_->send(info_.rank, op.peer, buf.data(), op.bytes);
+      }
+    for (const P2POp& op : ops)
+      if (!op.send) {
+        buf.resize(static_cast<std::size_t>(op.bytes));
+        loopback_->recv(info_.rank, op.peer, buf.data(), op.bytes);
+        check(cudaMemcpy(op.ptr, buf.data(), buf.size(), cudaMemcpyHostToDevice), "cudaMemcpy(loopback recv)");
+      }
+  }
+
+  LaunchInfo info_;
+  int device_ = 0;
+  std::string name_;
+  cudaStream_t stream_[2] = {nullptr, nullptr};
+  ncclComm_t comm_ = nullptr;
+  HostWorld* loopback_ = nullptr;
+  std::vector<void*> blocks_;
+  std::vector<cudaEvent_t> events_;
+};
+
+}  // namespace
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver / no device" error
+    return 0;
+  }
+  return n;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(Bootstrap& bootstrap) {
+  return std::make_unique<CudaBackendImpl>(bootstrap);
+}
+
+std::unique_ptr<Backend> make_cuda_loopback_backend(HostWorld& world, Rank rank, int device) {
+  return std::make_unique<CudaBackendImpl>(world, rank, device);
+}
+
+}  // namespace cpsched::gpu

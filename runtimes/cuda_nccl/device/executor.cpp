@@ -1,0 +1,27 @@
+#include "executor.hpp"
+
+#include <fmt/format.h>
+
+#include "cpsched/error.hpp"
+#include "cuda_backend.hpp"
+#include "host/bootstrap.hpp"
+#include "kernels.hpp"
+
+namespace cpsched::gpu {
+
+CudaNcclExecutor::CudaNcclExecutor(const Params& p) : opt_(parse_run_options(p)) {}
+
+ExecutionReport CudaNcclExecutor::execute(const ExecuteInput& in) {
+  if (!in.problem || in.plan == nullptr) throw Error("cuda_nccl: execute needs a problem and a plan");
+  const Problem& problem = *in.problem;
+  const Plan& plan = *in.plan;
+  const std::uint64_t seed = opt_.seed != 0 ? opt_.seed : in.seed;
+  if (opt_.backend == "emulate") return run_emulated(problem, plan, opt_, seed);
+  if (!cuda::has_attention_kernel(problem.heads.dim))
+    throw Error(fmt::format("cuda_nccl: head dim {} has no CUDA kernel (built: 64, 128)", problem.heads.dim));
+  auto bootstrap = make_bootstrap(opt_.launch, process_env());
+  auto backend = make_cuda_backend(*bootstrap);
+  return run_rank(*backend, problem, plan, opt_, seed);
+}
+
+}  // namespace cpsched::gpu

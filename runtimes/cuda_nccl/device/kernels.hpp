@@ -1,0 +1,32 @@
+#pragma once
+// Launches of the CTA programs (host/attention_programs.hpp,
+// host/data_programs.hpp, host/mask_ingest.hpp) as CUDA kernels. All
+// asynchronous on `stream`; errors of the launch itself throw cpsched::Error.
+#include <cuda_runtime_api.h>
+
+#include "host/backend.hpp"
+#include "host/mask_ingest.hpp"
+
+namespace cpsched::gpu::cuda {
+
+// Head dims with a kernel: 64 and 128.
+bool has_attention_kernel(int dim);
+void attention(AttnKernel k, const AttnLaunch& p, int dim, Grid g, cudaStream_t s);
+void copy(const CopySeg* segs, int n, cudaStream_t s);
+void merge(const MergeSeg* segs, int n, cudaStream_t s);
+void sum(const SumSeg* segs, int n, cudaStream_t s);
+void convert(const float* src, bf16* dst, i64 n, cudaStream_t s);
+void fill(float* dst, i64 n, float value, cudaStream_t s);
+void delta(const bf16* o, const bf16* d_o, float* out, i64 row_heads, int dim, cudaStream_t s);
+
+// Mask ingestion in two steps, all in device memory: counts then offsets
+// (counts has n + 1 entries, counts[n] = number of records), then the records
+// and the cell areas (nb x nb, zeroed by the caller).
+void ingest_count(const DevSlice* slices, int n, const i64* bounds, int nb, i64* counts, cudaStream_t s);
+void ingest_emit(const DevSlice* slices, int n, const i64* bounds, int nb, const i64* offsets, CellRecord* records,
+                 i64* cell_area, cudaStream_t s);
+
+// Throws cpsched::Error with `what` and CUDA's message.
+void check(cudaError_t e, const char* what);
+
+}  // namespace cpsched::gpu::cuda

@@ -1,0 +1,68 @@
+#pragma once
+// What the pipeline needs from a machine: device memory, the kernels, one
+// group of point-to-point calls, and two ordered streams with events. The
+// CUDA backend maps this onto CUDA streams, events, kernels and NCCL; the host
+// backend (host_backend.hpp) runs the same kernel programs on the CPU and
+// moves bytes between rank threads, so the whole pipeline runs in the CPU
+// tests. Calls enqueue work and return; `synchronize` waits for all of it.
+#include <string>
+#include <vector>
+
+#include "cpsched/metrics.hpp"
+#include "kernel_params.hpp"
+#include "worklist.hpp"
+
+namespace cpsched::gpu {
+
+enum class StreamId : int { compute = 0, comm = 1 };
+
+struct Event {
+  int id = -1;
+};
+
+// One ncclSend or ncclRecv of `bytes` bytes.
+struct P2POp {
+  bool send = true;
+  Rank peer = 0;
+  void* ptr = nullptr;
+  Bytes bytes = 0;
+};
+
+enum class AttnKernel : int { fwd = 0, dq = 1, dkdv = 2 };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Rank rank() const = 0;
+  virtual int world() const = 0;
+  virtual std::string describe() const = 0;
+
+  // Device memory, zero-filled, owned by the backend until it dies.
+  virtual void* alloc(Bytes bytes) = 0;
+  // Blocking copies; no stream work may be pending on the memory involved.
+  virtual void upload(void* dst, const void* src, Bytes n) = 0;
+  virtual void download(void* dst, const void* src, Bytes n) = 0;
+
+  // Kernels. `dim` selects the instantiation (the CUDA backend has 64 and
+  // 128; the host backend also 16 and 32 for small tests).
+  virtual void attention(AttnKernel k, const AttnLaunch& p, int dim, Grid g) = 0;  // compute stream
+  virtual void copy(StreamId s, const CopySeg* segs, int n) = 0;                   // segs in device memory
+  virtual void merge(const MergeSeg* segs, int n) = 0;                             // compute stream
+  virtual void sum(const SumSeg* segs, int n) = 0;                                 // compute stream
+  virtual void convert(const float* src, bf16* dst, i64 n) = 0;                    // compute stream
+  virtual void fill(float* dst, i64 n, float value) = 0;                           // compute stream
+  virtual void delta(const bf16* o, const bf16* d_o, float* out, i64 row_heads, int dim) = 0;  // compute
+
+  // One ncclGroupStart/ncclGroupEnd of sends and receives on the comm stream.
+  virtual void exchange(const std::vector<P2POp>& ops) = 0;
+
+  virtual Event record(StreamId s) = 0;
+  virtual void wait(StreamId s, Event e) = 0;  // stream s waits for e
+  virtual void synchronize() = 0;
+  // Milliseconds between two recorded events (after synchronize); 0 when the
+  // backend has no clock (the host emulation).
+  virtual double elapsed_ms(Event a, Event b) = 0;
+};
+
+}  // namespace cpsched::gpu

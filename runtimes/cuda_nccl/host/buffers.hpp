@@ -1,0 +1,114 @@
+#pragma once
+// Every device buffer of a rank, and its size. One visitor lists them, so the
+// sizes the tests and reports show are exactly what the pipeline allocates.
+//
+// Local (one set for both passes, rows = the rank's shard, all heads):
+//   q, k, v, dO (bf16 inputs); o (bf16 forward output, the backward's O);
+//   o_acc, lse_acc (fp32 forward accumulators; lse_acc is the final lse);
+//   delta (fp32 rowsum(dO * O)); dq_acc, dk_acc, dv_acc (fp32 gradients).
+// Remote (one set per pass, rows = all stages' receive rows, one group's heads
+// when head groups are flattened):
+//   forward:  q, k, v in; o_acc, lse_acc accumulators; o_wire (bf16 O sent back)
+//   backward: q, o, dO, lse, k, v in; delta; dq/dk/dv accumulators and wires.
+// Staging (per pass): per stage, the packed messages of the group-casts it
+// sends and of the group-reduces it receives (transfers.hpp).
+#include <string>
+#include <vector>
+
+#include "cpsched/plan.hpp"
+#include "hd.hpp"
+#include "layout.hpp"
+#include "transfers.hpp"
+
+namespace cpsched::gpu {
+
+struct LocalBuffers {
+  bf16 *q = nullptr, *k = nullptr, *v = nullptr, *d_o = nullptr, *o = nullptr;
+  float *o_acc = nullptr, *lse_acc = nullptr, *delta = nullptr, *dq_acc = nullptr, *dk_acc = nullptr,
+        *dv_acc = nullptr;
+};
+
+struct RemoteBuffers {
+  bf16 *q = nullptr, *o = nullptr, *d_o = nullptr, *k = nullptr, *v = nullptr;
+  float *lse = nullptr, *delta = nullptr;
+  float *o_acc = nullptr, *lse_acc = nullptr, *dq_acc = nullptr, *dk_acc = nullptr, *dv_acc = nullptr;
+  bf16 *o_wire = nullptr, *dq_wire = nullptr, *dk_wire = nullptr, *dv_wire = nullptr;
+  std::uint8_t* staging = nullptr;
+};
+
+// Rows and heads per row of a pass's remote buffers.
+struct RemoteShape {
+  Token qo_rows = 0;
+  Token kv_rows = 0;
+  int q_heads = 0;   // heads per remote QO row
+  int kv_heads = 0;
+};
+RemoteShape remote_shape(const PassPlan& plan, const HeadLayout& h);
+
+// Per stage: where its staging starts and the offsets of its four parts.
+struct StageStaging {
+  Bytes offset = 0;
+  Bytes qo_cast = 0, kv_cast = 0, qo_reduce = 0, kv_reduce = 0;  // offsets inside the stage
+  Bytes bytes = 0;
+};
+std::vector<StageStaging> staging_layout(const PassLists& lists);
+
+template <class F>
+void visit_local(LocalBuffers& b, const HeadLayout& h, Token rows, F&& f) {
+  const Bytes q = rows * h.hq * h.dim, kv = rows * h.hkv * h.dim, qh = rows * h.hq;
+  f("q", q * 2, b.q);
+  f("k", kv * 2, b.k);
+  f("v", kv * 2, b.v);
+  f("do", q * 2, b.d_o);
+  f("o", q * 2, b.o);
+  f("o_acc", q * 4, b.o_acc);
+  f("lse_acc", qh * 4, b.lse_acc);
+  f("delta", qh * 4, b.delta);
+  f("dq_acc", q * 4, b.dq_acc);
+  f("dk_acc", kv * 4, b.dk_acc);
+  f("dv_acc", kv * 4, b.dv_acc);
+}
+
+template <class F>
+void visit_remote(RemoteBuffers& b, Pass pass, const RemoteShape& s, int dim, Bytes staging, F&& f) {
+  const Bytes q = s.qo_rows * s.q_heads * dim, kv = s.kv_rows * s.kv_heads * dim, qh = s.qo_rows * s.q_heads;
+  f("remote q", q * 2, b.q);
+  f("remote k", kv * 2, b.k);
+  f("remote v", kv * 2, b.v);
+  if (pass == Pass::fwd) {
+    f("remote o_acc", q * 4, b.o_acc);
+    f("remote lse_acc", qh * 4, b.lse_acc);
+    f("remote o_wire", q * 2, b.o_wire);
+  } else {
+    f("remote o", q * 2, b.o);
+    f("remote do", q * 2, b.d_o);
+    f("remote lse", qh * 4, b.lse);
+    f("remote delta", qh * 4, b.delta);
+    f("remote dq_acc", q * 4, b.dq_acc);
+    f("remote dk_acc", kv * 4, b.dk_acc);
+    f("remote dv_acc", kv * 4, b.dv_acc);
+    f("remote dq_wire", q * 2, b.dq_wire);
+    f("remote dk_wire", kv * 2, b.dk_wire);
+    f("remote dv_wire", kv * 2, b.dv_wire);
+  }
+  f("staging", staging, b.staging);
+}
+
+struct Region {
+  std::string name;
+  Bytes bytes = 0;
+};
+
+struct BufferSizes {
+  std::vector<Region> local;
+  std::vector<Region> remote[2];  // [fwd, bwd]
+  std::vector<StageStaging> staging[2];
+  Bytes local_bytes = 0;
+  Bytes remote_bytes[2] = {0, 0};
+  Bytes total() const { return local_bytes + remote_bytes[0] + remote_bytes[1]; }
+};
+
+BufferSizes buffer_sizes(const RankPlan& plan, const PassLists& fwd, const PassLists& bwd, const HeadLayout& h,
+                         Token local_rows);
+
+}  // namespace cpsched::gpu

@@ -1,0 +1,58 @@
+#include "emulate.hpp"
+
+#include <exception>
+#include <fmt/format.h>
+#include <thread>
+
+#include "cpsched/error.hpp"
+
+namespace cpsched::gpu {
+
+void rethrow_first_cause(const std::vector<std::exception_ptr>& errors) {
+  for (const auto& e : errors) {
+    if (!e) continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& err) {
+      if (std::string(err.what()).find("aborted while receiving") == std::string::npos) throw;
+    }
+  }
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+EmulatedRun emulate(const Plan& plan, const HeadLayout& h, const std::vector<RankInputs>& inputs, Schedule schedule) {
+  const int P = static_cast<int>(plan.ranks.size());
+  if (static_cast<int>(inputs.size()) != P || plan.sharding.cp_size != P)
+    throw Error(fmt::format("cuda_nccl emulation: {} rank plans, {} input shards, sharding over {} ranks", P,
+                            inputs.size(), plan.sharding.cp_size));
+  HostWorld world(P);
+  EmulatedRun run;
+  run.outputs.resize(static_cast<std::size_t>(P));
+  std::vector<std::int64_t> kernels(static_cast<std::size_t>(P), 0);
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(P));
+  std::vector<std::thread> threads;
+  for (Rank r = 0; r < P; ++r)
+    threads.emplace_back([&, r] {
+      const auto i = static_cast<std::size_t>(r);
+      try {
+        HostBackend be(world, r, schedule);
+        RankPipeline pipe(be, plan.ranks[i], h, plan.sharding.rank_tokens(r).size());
+        pipe.set_inputs(inputs[i]);
+        pipe.forward();
+        pipe.backward();
+        pipe.synchronize();
+        run.outputs[i] = pipe.outputs();
+        kernels[i] = be.kernels_run();
+      } catch (const std::exception& e) {
+        errors[i] = std::current_exception();
+        world.abort(fmt::format("rank {} failed: {}", r, e.what()));
+      }
+    });
+  for (auto& t : threads) t.join();
+  rethrow_first_cause(errors);
+  for (std::int64_t k : kernels) run.kernels += k;
+  return run;
+}
+
+}  // namespace cpsched::gpu

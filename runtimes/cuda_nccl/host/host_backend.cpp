@@ -1,0 +1,228 @@
+#include "host_backend.hpp"
+
+#include <cstring>
+#include <limits>
+#include <fmt/format.h>
+
+#include "attention_programs.hpp"
+#include "cpsched/error.hpp"
+#include "data_programs.hpp"
+#include "host_exec.hpp"
+
+namespace cpsched::gpu {
+
+// ------------------------------------------------------------------ world
+
+void HostWorld::send(Rank src, Rank dst, const void* p, Bytes n) {
+  std::vector<std::uint8_t> msg(static_cast<std::size_t>(n));
+  if (n > 0) std::memcpy(msg.data(), p, static_cast<std::size_t>(n));
+  {
+    std::lock_guard lock(mu_);
+    box_[{src, dst}].push_back(std::move(msg));
+  }
+  cv_.notify_all();
+}
+
+void HostWorld::recv(Rank dst, Rank src, void* p, Bytes n) {
+  std::unique_lock lock(mu_);
+  auto& q = box_[{src, dst}];
+  cv_.wait(lock, [&] { return !q.empty() || !aborted_.empty(); });
+  if (!aborted_.empty()) throw Error(fmt::format("rank {}: aborted while receiving from rank {} ({})", dst, src, aborted_));
+  std::vector<std::uint8_t> msg = std::move(q.front());
+  q.pop_front();
+  lock.unlock();
+  if (static_cast<Bytes>(msg.size()) != n)
+    throw Error(fmt::format("rank {} expected {} bytes from rank {} but {} were sent", dst, n, src, msg.size()));
+  if (n > 0) std::memcpy(p, msg.data(), static_cast<std::size_t>(n));
+}
+
+void HostWorld::abort(const std::string& why) {
+  {
+    std::lock_guard lock(mu_);
+    if (aborted_.empty()) aborted_ = why.empty() ? "another rank failed" : why;
+  }
+  cv_.notify_all();
+}
+
+// ------------------------------------------------------------------ backend
+
+HostBackend::HostBackend(HostWorld& world, Rank rank, Schedule schedule)
+    : world_(world), rank_(rank), schedule_(schedule) {}
+
+HostBackend::~HostBackend() = default;
+
+std::string HostBackend::describe() const {
+  static constexpr const char* kNames[] = {"eager", "lazy_comm", "lazy_compute"};
+  return fmt::format("CPU emulation, rank {} of {}, schedule {}", rank_, world_.ranks(),
+                     kNames[static_cast<int>(schedule_)]);
+}
+
+void* HostBackend::alloc(Bytes bytes) {
+  if (bytes <= 0) return nullptr;
+  blocks_.push_back(std::make_unique<std::uint8_t[]>(static_cast<std::size_t>(bytes)));  // zeroed
+  return blocks_.back().get();
+}
+
+void HostBackend::upload(void* dst, const void* src, Bytes n) {
+  synchronize();
+  if (n > 0) std::memcpy(dst, src, static_cast<std::size_t>(n));
+}
+
+void HostBackend::download(void* dst, const void* src, Bytes n) {
+  synchronize();
+  if (n > 0) std::memcpy(dst, src, static_cast<std::size_t>(n));
+}
+
+namespace {
+
+template <template <int> class Prog>
+void run_attention(const AttnLaunch& p, int dim, Grid g) {
+  switch (dim) {
+    case 16: run_on_host(Prog<16>{p}, g.x, g.y); return;
+    case 32: run_on_host(Prog<32>{p}, g.x, g.y); return;
+    case 64: run_on_host(Prog<64>{p}, g.x, g.y); return;
+    case 128: run_on_host(Prog<128>{p}, g.x, g.y); return;
+    default: break;
+  }
+  throw Error(fmt::format("cuda_nccl: head dim {} has no kernel (the CPU emulation has 16, 32, 64, 128)", dim));
+}
+
+}  // namespace
+
+void HostBackend::attention(AttnKernel k, const AttnLaunch& p, int dim, Grid g) {
+  if (g.x == 0 || g.y == 0) return;
+  enqueue(StreamId::compute, {[=, this] {
+            ++kernels_;
+            switch (k) {
+              case AttnKernel::fwd: run_attention<FwdProgram>(p, dim, g); break;
+              case AttnKernel::dq: run_attention<DqProgram>(p, dim, g); break;
+              case AttnKernel::dkdv: run_attention<DkvProgram>(p, dim, g); break;
+            }
+          }});
+}
+
+void HostBackend::copy(StreamId s, const CopySeg* segs, int n) {
+  if (n == 0) return;
+  enqueue(s, {[=, this] {
+            ++kernels_;
+            run_on_host(CopyProgram{segs}, n);
+          }});
+}
+
+void HostBackend::merge(const MergeSeg* segs, int n) {
+  if (n == 0) return;
+  enqueue(StreamId::compute, {[=, this] {
+            ++kernels_;
+            run_on_host(MergeProgram{segs}, n);
+          }});
+}
+
+void HostBackend::sum(const SumSeg* segs, int n) {
+  if (n == 0) return;
+  enqueue(StreamId::compute, {[=, this] {
+            ++kernels_;
+            run_on_host(SumProgram{segs}, n);
+          }});
+}
+
+void HostBackend::convert(const float* src, bf16* dst, i64 n) {
+  if (n == 0) return;
+  enqueue(StreamId::compute, {[=, this] {
+            ++kernels_;
+            const int c = grid_stride_ctas(n);
+            run_on_host(ConvertProgram{src, dst, n, c}, c);
+          }});
+}
+
+void HostBackend::fill(float* dst, i64 n, float value) {
+  if (n == 0) return;
+  enqueue(StreamId::compute, {[=, this] {
+            ++kernels_;
+            const int c = grid_stride_ctas(n);
+            run_on_host(FillProgram{dst, n, value, c}, c);
+          }});
+}
+
+void HostBackend::delta(const bf16* o, const bf16* d_o, float* out, i64 row_heads, int dim) {
+  if (row_heads == 0) return;
+  enqueue(StreamId::compute, {[=, this] {
+            ++kernels_;
+            const int c = grid_stride_ctas(row_heads);
+            run_on_host(DeltaProgram{o, d_o, out, row_heads, dim, c}, c);
+          }});
+}
+
+void HostBackend::exchange(const std::vector<P2POp>& ops) {
+  if (ops.empty()) return;
+  enqueue(StreamId::comm, {[ops, this] {
+            // A group: every send is posted before any receive blocks.
+            for (const P2POp& op : ops)
+              if (op.send) world_.send(rank_, op.peer, op.ptr, op.bytes);
+            for (const P2POp& op : ops)
+              if (!op.send) world_.recv(rank_, op.peer, op.ptr, op.bytes);
+          }});
+}
+
+Event HostBackend::record(StreamId s) {
+  events_.emplace_back(static_cast<int>(s), issued_[static_cast<int>(s)]);
+  return Event{static_cast<int>(events_.size()) - 1};
+}
+
+void HostBackend::wait(StreamId s, Event e) {
+  const auto [stream, pos] = events_.at(static_cast<std::size_t>(e.id));
+  if (stream == static_cast<int>(s)) return;  // a stream is ordered with itself
+  enqueue(s, {nullptr, stream, pos});
+}
+
+void HostBackend::enqueue(StreamId s, Op op) {
+  queue_[static_cast<int>(s)].push_back(std::move(op));
+  ++issued_[static_cast<int>(s)];
+  after_enqueue();
+}
+
+void HostBackend::after_enqueue() {
+  constexpr std::int64_t kAll = std::numeric_limits<std::int64_t>::max();
+  switch (schedule_) {
+    case Schedule::eager:
+      drain(0, kAll);
+      drain(1, kAll);
+      break;
+    case Schedule::lazy_comm: drain(0, kAll); break;
+    case Schedule::lazy_compute: drain(1, kAll); break;
+  }
+}
+
+void HostBackend::drain(int s, std::int64_t upto) {
+  // Re-entering a stream that is already draining means the two streams
+  // wait for each other: a hang on a GPU.
+  if (busy_[s]) throw Error(fmt::format("rank {}: the two streams wait for each other", rank_));
+  busy_[s] = true;
+  struct Reset {
+    bool& b;
+    ~Reset() { b = false; }
+  } reset{busy_[s]};
+  while (done_[s] < upto && !queue_[s].empty()) {
+    Op& op = queue_[s].front();
+    if (op.wait_stream >= 0 && done_[op.wait_stream] < op.wait_pos) {
+      const int ws = op.wait_stream;
+      const std::int64_t pos = op.wait_pos;
+      drain(ws, pos);
+      if (done_[ws] < pos)
+        throw Error(fmt::format("rank {}: the two streams wait for each other", rank_));
+    }
+    std::function<void()> fn = std::move(op.fn);
+    queue_[s].pop_front();
+    if (fn) fn();
+    ++done_[s];
+  }
+}
+
+void HostBackend::synchronize() {
+  constexpr std::int64_t kAll = std::numeric_limits<std::int64_t>::max();
+  while (!queue_[0].empty() || !queue_[1].empty()) {
+    drain(0, kAll);
+    drain(1, kAll);
+  }
+}
+
+}  // namespace cpsched::gpu

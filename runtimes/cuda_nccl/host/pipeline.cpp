@@ -1,0 +1,420 @@
+#include "pipeline.hpp"
+
+#include <cmath>
+#include <fmt/format.h>
+#include <type_traits>
+
+#include "cpsched/error.hpp"
+
+namespace cpsched::gpu {
+
+double pass_flops(const CalcMeta& calc, const HeadLayout& h, Pass pass) {
+  double macs = 0;
+  auto add = [&](const std::vector<AttnArg>& args) {
+    for (const AttnArg& a : args) {
+      const int heads = a.group < 0 ? h.hq : h.hq / h.groups;
+      macs += static_cast<double>(band_area(band_of(a))) * heads * h.dim;
+    }
+  };
+  add(calc.local_attn_args);
+  for (const auto& s : calc.remote_attn_args) add(s);
+  // Forward: two matmuls (QK^T, PV) of 2 flops per multiply-add.
+  return (pass == Pass::fwd ? 4.0 : 10.0) * macs;
+}
+
+namespace {
+
+// Host copies of all kernel metadata, uploaded in one piece.
+class MetaArena {
+ public:
+  template <class T>
+  std::size_t add(const std::vector<T>& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    bytes_.resize((bytes_.size() + 15) / 16 * 16);
+    const std::size_t off = bytes_.size();
+    const auto* p = reinterpret_cast<const std::uint8_t*>(v.data());
+    bytes_.insert(bytes_.end(), p, p + v.size() * sizeof(T));
+    return off;
+  }
+  void commit(Backend& be) {
+    if (bytes_.empty()) return;
+    base_ = static_cast<std::uint8_t*>(be.alloc(static_cast<Bytes>(bytes_.size())));
+    be.upload(base_, bytes_.data(), static_cast<Bytes>(bytes_.size()));
+    bytes_.clear();
+    bytes_.shrink_to_fit();
+  }
+  template <class T>
+  T* at(std::size_t off) const {
+    return reinterpret_cast<T*>(base_ + off);
+  }
+
+ private:
+  std::vector<std::uint8_t> bytes_;
+  std::uint8_t* base_ = nullptr;
+};
+
+template <class T>
+std::uint8_t* bytes_of(T* p) {
+  return reinterpret_cast<std::uint8_t*>(p);
+}
+
+}  // namespace
+
+RankPipeline::RankPipeline(Backend& be, const RankPlan& plan, const HeadLayout& h, Token local_rows)
+    : be_(be), h_(h), rows_(local_rows) {
+  if (h_.dtype_bytes != 2)
+    throw Error(fmt::format("cuda_nccl: dtype of {} bytes is not supported (the kernels take bf16, 2 bytes)",
+                            h_.dtype_bytes));
+  if (h_.dim % 2 != 0) throw Error(fmt::format("cuda_nccl: head dim {} must be even", h_.dim));
+  const Rank self = be_.rank();
+  lists_[0] = translate(plan.fwd, Pass::fwd, h_, self);
+  lists_[1] = translate(plan.bwd, Pass::bwd, h_, self);
+  sizes_ = buffer_sizes(plan, lists_[0], lists_[1], h_, rows_);
+  visit_local(local_, h_, rows_, [&](const char*, Bytes n, auto& ptr) {
+    using P = std::remove_reference_t<decltype(ptr)>;
+    ptr = static_cast<P>(be_.alloc(n));
+  });
+  prepare(Pass::fwd, plan.fwd);
+  prepare(Pass::bwd, plan.bwd);
+}
+
+int RankPipeline::num_launches(Pass p) const {
+  int n = 0;
+  for (const auto& s : pass_[static_cast<int>(p)].launches) n += static_cast<int>(s.size());
+  return n;
+}
+
+void RankPipeline::prepare(Pass pass, const PassPlan& plan) {
+  const int pi = static_cast<int>(pass);
+  PassPrep& pp = pass_[pi];
+  const PassLists& lists = lists_[pi];
+  const int N = static_cast<int>(plan.comm.stages.size());
+  if (static_cast<int>(plan.calc.remote_attn_args.size()) != N)
+    throw Error(fmt::format("cuda_nccl: rank {} {}: {} communication stages but {} remote compute stages",
+                            be_.rank(), to_string(pass), N, plan.calc.remote_attn_args.size()));
+  pp.shape = remote_shape(plan, h_);
+  const std::vector<StageStaging>& stg = sizes_.staging[pi];
+  const Bytes staging_total = stg.empty() ? 0 : stg.back().offset + stg.back().bytes;
+  visit_remote(pp.rb, pass, pp.shape, h_.dim, staging_total, [&](const char*, Bytes n, auto& ptr) {
+    using P = std::remove_reference_t<decltype(ptr)>;
+    ptr = static_cast<P>(be_.alloc(n));
+  });
+
+  const RemoteBuffers& rb = pp.rb;
+  const LocalBuffers& lb = local_;
+  const int rg = h_.groups > 1 ? 0 : -1;  // group shape of remote rows
+  auto local_src = [&](Tensor t) -> std::uint8_t* {
+    switch (t) {
+      case Tensor::q: return bytes_of(lb.q);
+      case Tensor::k: return bytes_of(lb.k);
+      case Tensor::v: return bytes_of(lb.v);
+      case Tensor::o: return bytes_of(lb.o);
+      case Tensor::d_o: return bytes_of(lb.d_o);
+      case Tensor::lse: return bytes_of(lb.lse_acc);
+      default: break;
+    }
+    throw Error(fmt::format("cuda_nccl (internal): no local source for tensor {}", to_string(t)));
+  };
+  // Remote tensors the group-cast receives into and the group-reduce sends from.
+  auto remote_buf = [&](Tensor t) -> std::uint8_t* {
+    switch (t) {
+      case Tensor::q: return bytes_of(rb.q);
+      case Tensor::k: return bytes_of(rb.k);
+      case Tensor::v: return bytes_of(rb.v);
+      case Tensor::o: return pass == Pass::fwd ? bytes_of(rb.o_wire) : bytes_of(rb.o);
+      case Tensor::d_o: return bytes_of(rb.d_o);
+      case Tensor::lse: return pass == Pass::fwd ? bytes_of(rb.lse_acc) : bytes_of(rb.lse);
+      case Tensor::dq: return bytes_of(rb.dq_wire);
+      case Tensor::dk: return bytes_of(rb.dk_wire);
+      case Tensor::dv: return bytes_of(rb.dv_wire);
+    }
+    return nullptr;
+  };
+
+  MetaArena arena;
+  struct Pending {
+    std::size_t pack = 0;
+    std::vector<std::size_t> qo_unpack, kv_unpack;
+  };
+  std::vector<Pending> pending(static_cast<std::size_t>(N));
+  pp.stages.assign(static_cast<std::size_t>(N), Stage{});
+  for (int s = 1; s <= N; ++s) {
+    const StageComm& sc = plan.comm.stages[static_cast<std::size_t>(s - 1)];
+    const StageLists& sl = lists.stages[static_cast<std::size_t>(s - 1)];
+    const StageStaging& ss = stg[static_cast<std::size_t>(s - 1)];
+    Stage& st = pp.stages[static_cast<std::size_t>(s - 1)];
+    Pending& pd = pending[static_cast<std::size_t>(s - 1)];
+    st.qo_off = sc.qo_recv_offset;
+    st.qo_rows = sc.num_remote_qo_tokens;
+    st.kv_off = sc.kv_recv_offset;
+    st.kv_rows = sc.num_remote_kv_tokens;
+    st.qo_after = sc.qo_reduce_after;
+    st.kv_after = sc.kv_reduce_after;
+    std::uint8_t* stage_base = rb.staging + ss.offset;
+
+    // Group-cast: pack, send the messages, receive straight into the remote tensors.
+    std::vector<CopySeg> pack;
+    for (Kind kind : {Kind::qo, Kind::kv}) {
+      const KindLists& kl = sl.of(kind);
+      std::uint8_t* base = stage_base + (kind == Kind::qo ? ss.qo_cast : ss.kv_cast);
+      for (const Message& m : kl.cast_send.messages) {
+        for (const Segment& g : m.segments) {
+          if (g.rows == 0) continue;
+          const Bytes rowb = h_.row_bytes(g.tensor, g.group);
+          const Bytes head_off =
+              static_cast<Bytes>(h_.head_offset(g.tensor, g.group)) * h_.elems_per_head(g.tensor) * h_.elem_bytes(g.tensor);
+          pack.push_back(CopySeg{local_src(g.tensor) + g.row * h_.local_row_bytes(g.tensor) + head_off,
+                                 base + m.offset + g.offset, g.rows, h_.local_row_bytes(g.tensor), rowb, rowb});
+        }
+        for (const Chunk& c : m.chunks)
+          if (c.bytes > 0) st.cast_ops.push_back({true, m.peer, base + m.offset + c.offset, c.bytes});
+      }
+      for (const Message& m : kl.cast_recv.messages)
+        for (const Chunk& c : m.chunks)
+          if (c.bytes > 0)
+            st.cast_ops.push_back({false, m.peer, remote_buf(c.tensor) + c.row * h_.row_bytes(c.tensor, rg), c.bytes});
+    }
+    st.n_pack = static_cast<int>(pack.size());
+    if (!pack.empty()) pd.pack = arena.add(pack);
+
+    // Group-reduce: send straight from the remote wire tensors, receive into
+    // staging, then merge or sum per peer.
+    for (Kind kind : {Kind::qo, Kind::kv}) {
+      const KindLists& kl = sl.of(kind);
+      std::vector<P2POp>& ops = kind == Kind::qo ? st.qo_reduce_ops : st.kv_reduce_ops;
+      std::uint8_t* base = stage_base + (kind == Kind::qo ? ss.qo_reduce : ss.kv_reduce);
+      for (const Message& m : kl.reduce_send.messages)
+        for (const Chunk& c : m.chunks)
+          if (c.bytes > 0) ops.push_back({true, m.peer, remote_buf(c.tensor) + c.row * h_.row_bytes(c.tensor, rg), c.bytes});
+      for (const Message& m : kl.reduce_recv.messages) {
+        for (const Chunk& c : m.chunks)
+          if (c.bytes > 0) ops.push_back({false, m.peer, base + m.offset + c.offset, c.bytes});
+        std::uint8_t* mb = base + m.offset;
+        std::vector<std::size_t>& un = kind == Kind::qo ? pd.qo_unpack : pd.kv_unpack;
+        std::vector<Unpack>& uu = kind == Kind::qo ? st.qo_unpack : st.kv_unpack;
+        if (pass == Pass::fwd && kind == Kind::qo) {
+          // Segments are tensor-major: every split's O, then every split's lse.
+          const std::size_t n = m.segments.size() / 2;
+          std::vector<MergeSeg> segs;
+          for (std::size_t i = 0; i < n; ++i) {
+            const Segment& o = m.segments[i];
+            const Segment& l = m.segments[n + i];
+            if (o.tensor != Tensor::o || l.tensor != Tensor::lse || o.split != l.split)
+              throw Error("cuda_nccl (internal): forward reduce message is not (O..., lse...) per split");
+            if (o.rows == 0) continue;
+            const int off = h_.head_offset(Tensor::o, o.group);
+            segs.push_back(MergeSeg{lb.o_acc + (o.row * h_.hq + off) * h_.dim, lb.lse_acc + o.row * h_.hq + off,
+                                    reinterpret_cast<const bf16*>(mb + o.offset),
+                                    reinterpret_cast<const float*>(mb + l.offset), o.rows,
+                                    static_cast<i64>(h_.hq) * h_.dim, h_.hq, h_.heads(Tensor::o, o.group), h_.dim});
+          }
+          if (!segs.empty()) {
+            un.push_back(arena.add(segs));
+            uu.push_back({nullptr, static_cast<int>(segs.size())});
+          }
+        } else if (pass == Pass::bwd) {
+          std::vector<SumSeg> segs;
+          for (const Segment& g : m.segments) {
+            if (g.rows == 0) continue;
+            float* acc = g.tensor == Tensor::dq ? lb.dq_acc : g.tensor == Tensor::dk ? lb.dk_acc : lb.dv_acc;
+            const int heads = h_.local_heads(g.tensor);
+            const int off = h_.head_offset(g.tensor, g.group);
+            segs.push_back(SumSeg{acc + (g.row * heads + off) * h_.dim, reinterpret_cast<const bf16*>(mb + g.offset),
+                                  g.rows, static_cast<i64>(heads) * h_.dim,
+                                  static_cast<i64>(h_.heads(g.tensor, g.group)) * h_.dim});
+          }
+          if (!segs.empty()) {
+            un.push_back(arena.add(segs));
+            uu.push_back({nullptr, static_cast<int>(segs.size())});
+          }
+        }
+      }
+    }
+  }
+
+  // Attention launches of every stage.
+  const QSide q_local = pass == Pass::fwd
+                            ? QSide{lb.q, nullptr, nullptr, nullptr, nullptr, lb.o_acc, lb.lse_acc, nullptr, rows_, h_.hq, 0}
+                            : QSide{lb.q, lb.o, lb.d_o, lb.lse_acc, lb.delta, nullptr, nullptr, lb.dq_acc, rows_, h_.hq, 0};
+  const QSide q_remote =
+      pass == Pass::fwd
+          ? QSide{rb.q, nullptr, nullptr, nullptr, nullptr, rb.o_acc, rb.lse_acc, nullptr, pp.shape.qo_rows,
+                  pp.shape.q_heads, 0}
+          : QSide{rb.q, rb.o, rb.d_o, rb.lse, rb.delta, nullptr, nullptr, rb.dq_acc, pp.shape.qo_rows, pp.shape.q_heads, 0};
+  const KSide k_local{lb.k, lb.v, pass == Pass::bwd ? lb.dk_acc : nullptr, pass == Pass::bwd ? lb.dv_acc : nullptr,
+                      rows_, h_.hkv, 0};
+  const KSide k_remote{rb.k, rb.v, rb.dk_acc, rb.dv_acc, pp.shape.kv_rows, pp.shape.kv_heads, 0};
+  struct PendingLaunch {
+    std::size_t s, i;
+    std::size_t tiles, begins, entries;
+  };
+  std::vector<PendingLaunch> pl;
+  pp.launches.assign(static_cast<std::size_t>(N) + 1, {});
+  for (int s = 0; s <= N; ++s) {
+    const std::vector<AttnArg>& args =
+        s == 0 ? plan.calc.local_attn_args : plan.calc.remote_attn_args[static_cast<std::size_t>(s - 1)];
+    auto add = [&](AttnKernel k, WorkList w, int major) {
+      if (w.empty()) return;
+      const bool q_major = k != AttnKernel::dkdv;
+      const int slots = q_major ? (major == 0 ? h_.hq : pp.shape.q_heads) : (major == 0 ? h_.hkv : pp.shape.kv_heads);
+      Launch L{k, AttnLaunch{{q_local, q_remote}, {k_local, k_remote}, nullptr, nullptr, nullptr, w.num_tiles(), major,
+                             h_.hq, h_.hkv, h_.groups, slots, 1.0f / std::sqrt(static_cast<float>(h_.dim))},
+               grid_of(w, slots)};
+      auto& v = pp.launches[static_cast<std::size_t>(s)];
+      pl.push_back({static_cast<std::size_t>(s), v.size(), arena.add(w.tile_start), arena.add(w.entry_begin),
+                    arena.add(w.entries)});
+      v.push_back(L);
+    };
+    if (pass == Pass::fwd) {
+      add(AttnKernel::fwd, q_major(args, BufferId::local), 0);
+      add(AttnKernel::fwd, q_major(args, BufferId::remote), 1);
+    } else {
+      add(AttnKernel::dq, q_major(args, BufferId::local), 0);
+      add(AttnKernel::dq, q_major(args, BufferId::remote), 1);
+      add(AttnKernel::dkdv, k_major(args, BufferId::local), 0);
+      add(AttnKernel::dkdv, k_major(args, BufferId::remote), 1);
+    }
+  }
+
+  arena.commit(be_);
+  for (int s = 0; s < N; ++s) {
+    Stage& st = pp.stages[static_cast<std::size_t>(s)];
+    const Pending& pd = pending[static_cast<std::size_t>(s)];
+    if (st.n_pack > 0) st.pack = arena.at<CopySeg>(pd.pack);
+    for (std::size_t i = 0; i < st.qo_unpack.size(); ++i) st.qo_unpack[i].segs = arena.at<void>(pd.qo_unpack[i]);
+    for (std::size_t i = 0; i < st.kv_unpack.size(); ++i) st.kv_unpack[i].segs = arena.at<void>(pd.kv_unpack[i]);
+  }
+  for (const PendingLaunch& x : pl) {
+    AttnLaunch& p = pp.launches[x.s][x.i].p;
+    p.tile_start = arena.at<i64>(x.tiles);
+    p.entry_begin = arena.at<std::int32_t>(x.begins);
+    p.entries = arena.at<WorkEntry>(x.entries);
+  }
+}
+
+void RankPipeline::set_inputs(const RankInputs& in) {
+  const auto nq = static_cast<std::size_t>(rows_ * h_.hq * h_.dim), nk = static_cast<std::size_t>(rows_ * h_.hkv * h_.dim);
+  if (in.q.size() != nq || in.d_o.size() != nq || in.k.size() != nk || in.v.size() != nk)
+    throw Error(fmt::format("cuda_nccl: rank {} inputs have {} / {} / {} / {} elements (q, k, v, dO), expected {} / {} / {} / {}",
+                            be_.rank(), in.q.size(), in.k.size(), in.v.size(), in.d_o.size(), nq, nk, nk, nq));
+  be_.upload(local_.q, in.q.data(), static_cast<Bytes>(nq * 2));
+  be_.upload(local_.k, in.k.data(), static_cast<Bytes>(nk * 2));
+  be_.upload(local_.v, in.v.data(), static_cast<Bytes>(nk * 2));
+  be_.upload(local_.d_o, in.d_o.data(), static_cast<Bytes>(nq * 2));
+}
+
+void RankPipeline::issue_cast(PassPrep& pp, int s, std::vector<Event>& done) {
+  Stage& st = pp.stages[static_cast<std::size_t>(s - 1)];
+  if (st.n_pack > 0) be_.copy(StreamId::comm, st.pack, st.n_pack);
+  if (!st.cast_ops.empty()) be_.exchange(st.cast_ops);
+  done[static_cast<std::size_t>(s)] = be_.record(StreamId::comm);
+}
+
+void RankPipeline::issue_reduce(Pass pass, PassPrep& pp, int t, Kind kind, std::vector<Event>& done) {
+  const Stage& st = pp.stages[static_cast<std::size_t>(t - 1)];
+  const RemoteBuffers& rb = pp.rb;
+  const i64 qn = st.qo_rows * pp.shape.q_heads * h_.dim, qo = st.qo_off * pp.shape.q_heads * h_.dim;
+  const i64 kn = st.kv_rows * pp.shape.kv_heads * h_.dim, ko = st.kv_off * pp.shape.kv_heads * h_.dim;
+  // Partial results of stage t's rows to the wire dtype (lse travels as fp32).
+  if (kind == Kind::qo) {
+    if (pass == Pass::fwd) be_.convert(rb.o_acc + qo, rb.o_wire + qo, qn);
+    else be_.convert(rb.dq_acc + qo, rb.dq_wire + qo, qn);
+  } else {
+    be_.convert(rb.dk_acc + ko, rb.dk_wire + ko, kn);
+    be_.convert(rb.dv_acc + ko, rb.dv_wire + ko, kn);
+  }
+  be_.wait(StreamId::comm, be_.record(StreamId::compute));
+  const auto& ops = kind == Kind::qo ? st.qo_reduce_ops : st.kv_reduce_ops;
+  if (!ops.empty()) be_.exchange(ops);
+  done.push_back(be_.record(StreamId::comm));
+}
+
+void RankPipeline::run_pass(Pass pass) {
+  PassPrep& pp = pass_[static_cast<int>(pass)];
+  const int N = static_cast<int>(pp.stages.size());
+  std::vector<Event> cast_done(static_cast<std::size_t>(N) + 1), reduce_done;
+  auto launch_stage = [&](int s) {
+    for (const Launch& L : pp.launches[static_cast<std::size_t>(s)]) be_.attention(L.kernel, L.p, h_.dim, L.grid);
+  };
+  if (N >= 1) issue_cast(pp, 1, cast_done);
+  launch_stage(0);
+  for (int s = 1; s <= N; ++s) {
+    be_.wait(StreamId::compute, cast_done[static_cast<std::size_t>(s)]);
+    if (s < N) issue_cast(pp, s + 1, cast_done);
+    const Stage& st = pp.stages[static_cast<std::size_t>(s - 1)];
+    if (pass == Pass::bwd && st.qo_rows > 0) {
+      const i64 off = st.qo_off * pp.shape.q_heads;
+      be_.delta(pp.rb.o + off * h_.dim, pp.rb.d_o + off * h_.dim, pp.rb.delta + off, st.qo_rows * pp.shape.q_heads,
+                h_.dim);
+    }
+    launch_stage(s);
+    for (int t = 1; t <= N; ++t) {
+      const Stage& rt = pp.stages[static_cast<std::size_t>(t - 1)];
+      if (rt.qo_after == s) issue_reduce(pass, pp, t, Kind::qo, reduce_done);
+      if (pass == Pass::bwd && rt.kv_after == s) issue_reduce(pass, pp, t, Kind::kv, reduce_done);
+    }
+  }
+  for (Event e : reduce_done) be_.wait(StreamId::compute, e);
+  // One launch per peer: two peers may return the same local rows.
+  for (const Stage& st : pp.stages) {
+    for (const Unpack& u : st.qo_unpack) {
+      if (pass == Pass::fwd) be_.merge(static_cast<const MergeSeg*>(u.segs), u.n);
+      else be_.sum(static_cast<const SumSeg*>(u.segs), u.n);
+    }
+    for (const Unpack& u : st.kv_unpack) be_.sum(static_cast<const SumSeg*>(u.segs), u.n);
+  }
+}
+
+void RankPipeline::forward() {
+  PassPrep& pp = pass_[0];
+  const i64 nq = rows_ * h_.hq;
+  be_.fill(local_.o_acc, nq * h_.dim, 0.f);
+  be_.fill(local_.lse_acc, nq, neg_inf());
+  const i64 rq = pp.shape.qo_rows * pp.shape.q_heads;
+  be_.fill(pp.rb.o_acc, rq * h_.dim, 0.f);
+  be_.fill(pp.rb.lse_acc, rq, neg_inf());
+  pp.t0 = be_.record(StreamId::compute);
+  be_.wait(StreamId::comm, pp.t0);
+  run_pass(Pass::fwd);
+  be_.convert(local_.o_acc, local_.o, nq * h_.dim);  // the backward's O
+  pp.t1 = be_.record(StreamId::compute);
+}
+
+void RankPipeline::backward() {
+  PassPrep& pp = pass_[1];
+  const i64 nq = rows_ * h_.hq * h_.dim, nk = rows_ * h_.hkv * h_.dim;
+  be_.fill(local_.dq_acc, nq, 0.f);
+  be_.fill(local_.dk_acc, nk, 0.f);
+  be_.fill(local_.dv_acc, nk, 0.f);
+  be_.fill(pp.rb.dq_acc, pp.shape.qo_rows * pp.shape.q_heads * h_.dim, 0.f);
+  be_.fill(pp.rb.dk_acc, pp.shape.kv_rows * pp.shape.kv_heads * h_.dim, 0.f);
+  be_.fill(pp.rb.dv_acc, pp.shape.kv_rows * pp.shape.kv_heads * h_.dim, 0.f);
+  pp.t0 = be_.record(StreamId::compute);
+  be_.delta(local_.o, local_.d_o, local_.delta, rows_ * h_.hq, h_.dim);
+  // The casts read O and lse of the forward pass (compute stream).
+  be_.wait(StreamId::comm, pp.t0);
+  run_pass(Pass::bwd);
+  pp.t1 = be_.record(StreamId::compute);
+}
+
+RankOutputs RankPipeline::outputs() {
+  RankOutputs out;
+  const auto nq = static_cast<std::size_t>(rows_ * h_.hq), nk = static_cast<std::size_t>(rows_ * h_.hkv);
+  const auto D = static_cast<std::size_t>(h_.dim);
+  out.o.resize(nq * D);
+  out.lse.resize(nq);
+  out.dq.resize(nq * D);
+  out.dk.resize(nk * D);
+  out.dv.resize(nk * D);
+  auto get = [&](std::vector<float>& v, const float* p) {
+    if (!v.empty()) be_.download(v.data(), p, static_cast<Bytes>(v.size() * 4));
+  };
+  get(out.o, local_.o_acc);
+  get(out.lse, local_.lse_acc);
+  get(out.dq, local_.dq_acc);
+  get(out.dk, local_.dk_acc);
+  get(out.dv, local_.dv_acc);
+  return out;
+}
+
+}  // namespace cpsched::gpu

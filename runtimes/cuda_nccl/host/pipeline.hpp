@@ -1,0 +1,99 @@
+#pragma once
+// One rank's execution of its plan on a Backend (DESIGN §7), both passes:
+//
+//   pack + group-cast stage 1 (comm stream); stage 0 attention (compute);
+//   for s = 1..N: compute waits for stage s's data; pack + cast stage s+1;
+//                 stage s attention; for every stage t whose reduce point is
+//                 s: convert its partial results to the wire dtype, and the
+//                 comm stream sends them back (group-reduce);
+//   compute waits for every reduce and merges (O, lse) or sums (dQ, dK, dV)
+//   what came back into the local accumulators, one peer at a time.
+//
+// Every rank issues its NCCL groups in this same order (the reduce points are
+// the same on every rank), so point-to-point calls always match. All
+// metadata (pack/merge segments, attention work lists) is built and uploaded
+// once, in the constructor; a pass only enqueues kernels and NCCL calls.
+#include <vector>
+
+#include "backend.hpp"
+#include "buffers.hpp"
+#include "cpsched/plan.hpp"
+#include "layout.hpp"
+#include "transfers.hpp"
+
+namespace cpsched::gpu {
+
+// A rank's shard, all heads, bf16: q and dO [rows x hq x D], k and v [rows x hkv x D].
+struct RankInputs {
+  std::vector<bf16> q, k, v, d_o;
+};
+
+// fp32 results at the shard's rows: o [rows x hq x D], lse [rows x hq],
+// dq [rows x hq x D], dk and dv [rows x hkv x D].
+struct RankOutputs {
+  std::vector<float> o, lse, dq, dk, dv;
+};
+
+// Multiply-adds x 2 of a pass's attention args (forward: 4 x area x heads x D;
+// backward counted as 2.5 x forward, the usual convention).
+double pass_flops(const CalcMeta& calc, const HeadLayout& h, Pass pass);
+
+class RankPipeline {
+ public:
+  RankPipeline(Backend& be, const RankPlan& plan, const HeadLayout& h, Token local_rows);
+
+  void set_inputs(const RankInputs& in);  // blocking
+  void forward();                         // enqueue
+  void backward();                        // enqueue; after forward
+  void synchronize() { be_.synchronize(); }
+  double forward_ms() { return be_.elapsed_ms(pass_[0].t0, pass_[0].t1); }
+  double backward_ms() { return be_.elapsed_ms(pass_[1].t0, pass_[1].t1); }
+  RankOutputs outputs();                  // after synchronize
+
+  const LocalBuffers& local() const { return local_; }
+  const BufferSizes& sizes() const { return sizes_; }
+  const PassLists& lists(Pass p) const { return lists_[static_cast<int>(p)]; }
+  Token local_rows() const { return rows_; }
+  int num_launches(Pass p) const;
+
+ private:
+  struct Launch {
+    AttnKernel kernel;
+    AttnLaunch p;
+    Grid grid;
+  };
+  struct Unpack {         // the segments one peer sent back, in device memory
+    const void* segs;
+    int n;
+  };
+  struct Stage {
+    Token qo_off = 0, qo_rows = 0, kv_off = 0, kv_rows = 0;
+    int qo_after = 0, kv_after = 0;
+    const CopySeg* pack = nullptr;
+    int n_pack = 0;
+    std::vector<P2POp> cast_ops, qo_reduce_ops, kv_reduce_ops;
+    std::vector<Unpack> qo_unpack, kv_unpack;
+  };
+  struct PassPrep {
+    RemoteBuffers rb;
+    RemoteShape shape;
+    std::vector<Stage> stages;                // [s-1]
+    std::vector<std::vector<Launch>> launches;  // [s], s = 0..N
+    Event t0, t1;
+  };
+
+  void prepare(Pass pass, const PassPlan& plan);
+  void run_pass(Pass pass);
+  void issue_cast(PassPrep& pp, int s, std::vector<Event>& done);
+  void issue_reduce(Pass pass, PassPrep& pp, int t, Kind kind, std::vector<Event>& done);
+
+  Backend& be_;
+  HeadLayout h_;
+  Token rows_;
+  LocalBuffers local_;
+  PassLists lists_[2];
+  BufferSizes sizes_;
+  PassPrep pass_[2];
+};
+
+}  // namespace cpsched::gpu

@@ -1,0 +1,227 @@
+#include "rank_run.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <fmt/format.h>
+#include <thread>
+
+#include "check.hpp"
+#include "collectives.hpp"
+#include "emulate.hpp"
+#include "cpsched/error.hpp"
+#include "inputs.hpp"
+#include "pipeline.hpp"
+#include "plan_codec.hpp"
+
+namespace cpsched::gpu {
+
+RunOptions parse_run_options(const Params& p) {
+  RunOptions o;
+  auto one_of = [&](const char* name, std::string v, std::initializer_list<const char*> allowed) {
+    for (const char* a : allowed)
+      if (v == a) return v;
+    std::string list;
+    for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+    throw Error(fmt::format("cuda_nccl: parameter {} = '{}' is not one of {}", name, v, list));
+  };
+  if (p.has("backend")) o.backend = one_of("backend", p.get_string("backend"), {"cuda", "emulate"});
+  if (p.has("launch")) o.launch = one_of("launch", p.get_string("launch"), {"auto", "mpi", "env", "single"});
+  if (p.has("plan_source"))
+    o.plan_source = one_of("plan_source", p.get_string("plan_source"), {"solve_everywhere", "broadcast"});
+  if (p.has("check")) o.check = p.get_bool("check");
+  if (p.has("tolerance")) o.tolerance = p.get_real("tolerance");
+  if (!(o.tolerance > 0)) throw Error(fmt::format("cuda_nccl: parameter tolerance = {} must be positive", o.tolerance));
+  if (p.has("warmup")) o.warmup = static_cast<int>(p.get_int("warmup"));
+  if (p.has("iterations")) o.iterations = static_cast<int>(p.get_int("iterations"));
+  if (o.warmup < 0 || o.iterations < 1)
+    throw Error(fmt::format("cuda_nccl: parameters warmup = {} (>= 0) and iterations = {} (>= 1)", o.warmup,
+                            o.iterations));
+  if (p.has("seed")) {
+    const auto s = p.get_int("seed");
+    if (s < 0) throw Error(fmt::format("cuda_nccl: parameter seed = {} must be >= 0", s));
+    o.seed = static_cast<std::uint64_t>(s);
+  }
+  if (p.has("threads")) o.threads = static_cast<int>(p.get_int("threads"));
+  if (p.has("schedule")) {
+    const std::string s = one_of("schedule", p.get_string("schedule"), {"eager", "lazy_comm", "lazy_compute"});
+    o.schedule = s == "eager" ? Schedule::eager : s == "lazy_comm" ? Schedule::lazy_comm : Schedule::lazy_compute;
+  }
+  return o;
+}
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Per-rank figures travelling to rank 0, in this order.
+enum Fig { kFwdMs, kBwdMs, kFwdFlops, kBwdFlops, kDeviceBytes, kSendBytes, kRecvBytes, kNumFigs };
+
+Blob outputs_blob(const RankOutputs& o) {
+  std::vector<float> all;
+  for (const auto* v : {&o.o, &o.lse, &o.dq, &o.dk, &o.dv}) all.insert(all.end(), v->begin(), v->end());
+  return to_blob(all);
+}
+
+RankOutputs outputs_from_blob(const Blob& b, Token rows, const HeadLayout& h) {
+  const std::vector<float> all = from_blob<float>(b);
+  const auto nq = static_cast<std::size_t>(rows * h.hq), nk = static_cast<std::size_t>(rows * h.hkv);
+  const auto D = static_cast<std::size_t>(h.dim);
+  const std::size_t sizes[5] = {nq * D, nq, nq * D, nk * D, nk * D};
+  std::size_t want = 0;
+  for (std::size_t s : sizes) want += s;
+  if (all.size() != want) throw Error(fmt::format("cuda_nccl check: gathered {} floats, expected {}", all.size(), want));
+  RankOutputs o;
+  std::vector<float>* dst[5] = {&o.o, &o.lse, &o.dq, &o.dk, &o.dv};
+  std::size_t at = 0;
+  for (int i = 0; i < 5; ++i) {
+    dst[i]->assign(all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + sizes[i]));
+    at += sizes[i];
+  }
+  return o;
+}
+
+}  // namespace
+
+ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, const RunOptions& opt,
+                         std::uint64_t seed) {
+  const Rank me = be.rank();
+  const int P = be.world();
+  if (plan.sharding.cp_size != P || static_cast<int>(plan.ranks.size()) != P)
+    throw Error(fmt::format("cuda_nccl: {} processes were started for a plan of {} ranks (cp_size); launch one "
+                            "process per rank",
+                            P, plan.sharding.cp_size));
+  const HeadLayout h = HeadLayout::of(problem);
+
+  // This rank's plan: its own slice of the local solve, or rank 0's.
+  RankPlan mine;
+  Bytes plan_bytes = 0;
+  if (opt.plan_source == "broadcast") {
+    std::vector<Blob> blobs;
+    if (me == 0)
+      for (const RankPlan& rp : plan.ranks) blobs.push_back(encode_rank_plan(rp, plan.num_stages));
+    const Blob b = scatter_from_root(be, me == 0 ? &blobs : nullptr);
+    plan_bytes = static_cast<Bytes>(b.size());
+    mine = decode_rank_plan(b);
+  } else {
+    mine = plan.ranks[static_cast<std::size_t>(me)];
+  }
+
+  const Token rows = plan.sharding.rank_tokens(me).size();
+  RankPipeline pipe(be, mine, h, rows);
+  pipe.set_inputs(shard_inputs(problem, plan.sharding, me, seed));
+  for (int i = 0; i < opt.warmup; ++i) {
+    pipe.forward();
+    pipe.backward();
+    pipe.synchronize();
+  }
+  std::vector<double> fwd, bwd;
+  for (int i = 0; i < opt.iterations; ++i) {
+    pipe.forward();
+    pipe.backward();
+    pipe.synchronize();
+    fwd.push_back(pipe.forward_ms());
+    bwd.push_back(pipe.backward_ms());
+  }
+
+  std::vector<double> figs(kNumFigs, 0.0);
+  figs[kFwdMs] = median(fwd);
+  figs[kBwdMs] = median(bwd);
+  figs[kFwdFlops] = pass_flops(mine.fwd.calc, h, Pass::fwd);
+  figs[kBwdFlops] = pass_flops(mine.bwd.calc, h, Pass::bwd);
+  figs[kDeviceBytes] = static_cast<double>(pipe.sizes().total());
+  for (Pass ps : {Pass::fwd, Pass::bwd})
+    for (const StageLists& st : pipe.lists(ps).stages)
+      for (Kind k : {Kind::qo, Kind::kv}) {
+        figs[kSendBytes] += static_cast<double>(st.of(k).cast_send.bytes + st.of(k).reduce_send.bytes);
+        figs[kRecvBytes] += static_cast<double>(st.of(k).cast_recv.bytes + st.of(k).reduce_recv.bytes);
+      }
+  const std::vector<Blob> all_figs = gather_to_root(be, to_blob(figs));
+
+  // Self-check at rank 0, verdict back to every rank.
+  std::string check_text;
+  bool passed = true;
+  if (opt.check) {
+    const std::vector<Blob> outs = gather_to_root(be, outputs_blob(pipe.outputs()));
+    std::vector<std::uint8_t> verdict(1, 1);
+    if (me == 0) {
+      std::vector<RankOutputs> per_rank;
+      for (Rank r = 0; r < P; ++r)
+        per_rank.push_back(outputs_from_blob(outs[static_cast<std::size_t>(r)], plan.sharding.rank_tokens(r).size(), h));
+      const CheckResult c = check_against_sim(problem, plan, per_rank, seed, opt.tolerance, opt.threads);
+      check_text = c.text;
+      verdict[0] = c.passed ? 1 : 0;
+    }
+    verdict = broadcast_from_root(be, verdict);
+    passed = !verdict.empty() && verdict[0] == 1;
+    if (me != 0) check_text = fmt::format("self-check at rank 0: {}", passed ? "passed" : "FAILED");
+  }
+
+  ExecutionReport rep;
+  rep.passed = passed;
+  std::string& t = rep.text;
+  t += fmt::format("cuda_nccl: {}; plan from {}{}; {} warm-up + {} timed iteration(s), medians\n", be.describe(),
+                   opt.plan_source, plan_bytes > 0 ? fmt::format(" ({} bytes)", plan_bytes) : "", opt.warmup,
+                   opt.iterations);
+  if (me == 0) {
+    t += fmt::format("{:>5} {:>10} {:>10} {:>12} {:>12} {:>11} {:>11} {:>11}\n", "rank", "fwd ms", "bwd ms",
+                     "fwd TFLOP/s", "bwd TFLOP/s", "send MiB", "recv MiB", "device MiB");
+    double fmax = 0, bmax = 0, fsum = 0, bsum = 0;
+    for (Rank r = 0; r < P; ++r) {
+      const std::vector<double> f = from_blob<double>(all_figs[static_cast<std::size_t>(r)]);
+      if (f.size() != kNumFigs) throw Error("cuda_nccl: malformed per-rank figures");
+      auto tflops = [](double flops, double ms) { return ms > 0 ? flops / (ms * 1e9) : 0.0; };
+      t += fmt::format("{:>5} {:>10.3f} {:>10.3f} {:>12.2f} {:>12.2f} {:>11.1f} {:>11.1f} {:>11.1f}\n", r, f[kFwdMs],
+                       f[kBwdMs], tflops(f[kFwdFlops], f[kFwdMs]), tflops(f[kBwdFlops], f[kBwdMs]),
+                       f[kSendBytes] / 1048576.0, f[kRecvBytes] / 1048576.0, f[kDeviceBytes] / 1048576.0);
+      const std::string id = fmt::format("rank{}", r);
+      rep.figures.emplace_back(id + ".fwd_ms", f[kFwdMs]);
+      rep.figures.emplace_back(id + ".bwd_ms", f[kBwdMs]);
+      rep.figures.emplace_back(id + ".fwd_tflops", tflops(f[kFwdFlops], f[kFwdMs]));
+      rep.figures.emplace_back(id + ".bwd_tflops", tflops(f[kBwdFlops], f[kBwdMs]));
+      fmax = std::max(fmax, f[kFwdMs]);
+      bmax = std::max(bmax, f[kBwdMs]);
+      fsum += f[kFwdFlops];
+      bsum += f[kBwdFlops];
+    }
+    const double ftf = fmax > 0 ? fsum / (fmax * 1e9) : 0.0, btf = bmax > 0 ? bsum / (bmax * 1e9) : 0.0;
+    t += fmt::format("{:>5} {:>10.3f} {:>10.3f} {:>12.2f} {:>12.2f}   (slowest rank; all ranks' FLOPs over its time)\n",
+                     "all", fmax, bmax, ftf, btf);
+    if (fmax == 0) t += "      (no clock: the CPU emulation measures no time)\n";
+    rep.figures.emplace_back("fwd_ms", fmax);
+    rep.figures.emplace_back("bwd_ms", bmax);
+    rep.figures.emplace_back("fwd_tflops", ftf);
+    rep.figures.emplace_back("bwd_tflops", btf);
+  }
+  if (!check_text.empty()) t += check_text + "\n";
+  return rep;
+}
+
+ExecutionReport run_emulated(const Problem& problem, const Plan& plan, const RunOptions& opt, std::uint64_t seed) {
+  const int P = plan.sharding.cp_size;
+  if (P < 1) throw Error("cuda_nccl: the plan has no ranks");
+  HostWorld world(P);
+  std::vector<ExecutionReport> reps(static_cast<std::size_t>(P));
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(P));
+  std::vector<std::thread> threads;
+  for (Rank r = 0; r < P; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        HostBackend be(world, r, opt.schedule);
+        reps[static_cast<std::size_t>(r)] = run_rank(be, problem, plan, opt, seed);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+        world.abort(fmt::format("rank {} failed: {}", r, e.what()));
+      }
+    });
+  for (auto& t : threads) t.join();
+  rethrow_first_cause(errors);
+  ExecutionReport rep = std::move(reps[0]);
+  for (const auto& r : reps) rep.passed = rep.passed && r.passed;
+  return rep;
+}
+
+}  // namespace cpsched::gpu

@@ -1,0 +1,44 @@
+#pragma once
+// What the `cuda_nccl` executor does on each rank, whatever the Backend:
+// take its own RankPlan (solved locally, or scattered by rank 0), generate its
+// shard of the seeded inputs, run warm-up and timed iterations of forward +
+// backward, gather the per-rank figures (and, with `check`, the outputs) to
+// rank 0, and report. Rank 0's report holds the whole table; the others
+// report themselves and the check's verdict.
+#include <cstdint>
+#include <string>
+
+#include "backend.hpp"
+#include "cpsched/executor.hpp"
+#include "cpsched/params.hpp"
+#include "host_backend.hpp"
+
+namespace cpsched::gpu {
+
+struct RunOptions {
+  std::string backend = "cuda";            // cuda | emulate
+  std::string launch = "auto";             // auto | mpi | env | single
+  std::string plan_source = "solve_everywhere";  // solve_everywhere | broadcast
+  bool check = false;
+  double tolerance = 2e-2;
+  int warmup = 1;
+  int iterations = 3;
+  std::uint64_t seed = 0;                  // 0: the ExecuteInput's seed
+  int threads = 0;                         // CPU threads of the self-check's sim run (0: all)
+  Schedule schedule = Schedule::eager;     // emulation only
+};
+
+// Reads and validates the executor's parameters; errors name the parameter.
+RunOptions parse_run_options(const Params& p);
+
+// Runs rank be.rank() of `plan` (the executor's job on one process or one
+// emulated rank). With plan_source = broadcast only rank 0 reads
+// `plan.ranks`; the others use what it sends.
+ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, const RunOptions& opt,
+                         std::uint64_t seed);
+
+// All ranks of `plan` as threads on HostBackends; rank 0's report, `passed`
+// only when every rank passed.
+ExecutionReport run_emulated(const Problem& problem, const Plan& plan, const RunOptions& opt, std::uint64_t seed);
+
+}  // namespace cpsched::gpu
