@@ -129,39 +129,21 @@ void ingestion() {
   auto problem = std::make_shared<const Problem>(Problem::make(mask, 8, Heads{8, 2, 64, 2}, GridOptions{true, 2}));
   const TaskGrid grid(problem);
   const auto slices = g::to_dev_slices(mask.slices());
-  const auto bounds = g::block_bounds(grid.sharding());
-  const int n = static_cast<int>(slices.size()), nb = grid.sharding().num_blocks();
   auto* d_slices = device_array<g::DevSlice>(slices.size());
-  auto* d_bounds = device_array<g::i64>(bounds.size());
-  auto* d_counts = device_array<g::i64>(slices.size() + 1);
-  auto* d_area = device_array<g::i64>(static_cast<std::size_t>(nb) * nb);
   g::cuda::check(cudaMemcpy(d_slices, slices.data(), slices.size() * sizeof(g::DevSlice), cudaMemcpyHostToDevice), "copy");
-  g::cuda::check(cudaMemcpy(d_bounds, bounds.data(), bounds.size() * 8, cudaMemcpyHostToDevice), "copy");
-  g::cuda::check(cudaMemset(d_area, 0, static_cast<std::size_t>(nb) * nb * 8), "memset");
-  g::cuda::ingest_count(d_slices, n, d_bounds, nb, d_counts, nullptr);
-  g::i64 total = 0;
-  g::cuda::check(cudaMemcpy(&total, d_counts + n, 8, cudaMemcpyDeviceToHost), "copy");  // one number, not the mask
-  auto* d_rec = device_array<g::CellRecord>(static_cast<std::size_t>(total));
-  g::cuda::ingest_emit(d_slices, n, d_bounds, nb, d_counts, d_rec, d_area, nullptr);
-  std::vector<g::CellRecord> rec(static_cast<std::size_t>(total));
-  std::vector<g::i64> area(static_cast<std::size_t>(nb) * nb);
-  g::cuda::check(cudaMemcpy(rec.data(), d_rec, rec.size() * sizeof(g::CellRecord), cudaMemcpyDeviceToHost), "copy");
-  g::cuda::check(cudaMemcpy(area.data(), d_area, area.size() * 8, cudaMemcpyDeviceToHost), "copy");
-  const auto cells = g::cells_from_records(rec);
+  const g::cuda::IngestResult res = g::cuda::ingest_mask(d_slices, static_cast<int>(slices.size()), grid.sharding(), nullptr);
+  cudaFree(d_slices);
+  const int nb = grid.sharding().num_blocks();
+  const auto cells = g::cells_from_records(res.records);
   bool same = cells.size() == grid.cells().size();
   for (std::size_t i = 0; same && i < cells.size(); ++i) {
     const Cell& w = grid.cells()[i];
     same = cells[i].qblock == w.qblock && cells[i].kblock == w.kblock && cells[i].area == w.area &&
            cells[i].rows == w.rows && cells[i].cols == w.cols &&
-           area[static_cast<std::size_t>(w.qblock) * nb + static_cast<std::size_t>(w.kblock)] == w.area;
+           res.cell_area[static_cast<std::size_t>(w.qblock) * static_cast<std::size_t>(nb) + static_cast<std::size_t>(w.kblock)] == w.area;
   }
-  expect(same, fmt::format("device mask ingestion: {} slices, {} records, {} cells equal the TaskGrid", n, total,
-                           cells.size()));
-  cudaFree(d_slices);
-  cudaFree(d_bounds);
-  cudaFree(d_counts);
-  cudaFree(d_area);
-  cudaFree(d_rec);
+  expect(same, fmt::format("device mask ingestion: {} slices, {} records, {} cells equal the TaskGrid", slices.size(),
+                           res.records.size(), cells.size()));
 }
 
 }  // namespace

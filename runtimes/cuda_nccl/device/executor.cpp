@@ -19,8 +19,8 @@ ExecutionReport CudaNcclExecutor::execute(const ExecuteInput& in) {
   if (opt_.backend == "emulate") return run_emulated(problem, plan, opt_, seed);
   if (!cuda::has_attention_kernel(problem.heads.dim))
     throw Error(fmt::format("cuda_nccl: head dim {} has no CUDA kernel (built: 64, 128)", problem.heads.dim));
-  auto bootstrap = make_bootstrap(opt_.launch, process_env());
-  auto backend = make_cuda_backend(*bootstrap);
+  if (!bootstrap_) bootstrap_ = make_bootstrap(opt_.launch, process_env());
+  auto backend = make_cuda_backend(*bootstrap_);
   return run_rank(*backend, problem, plan, opt_, seed);
 }
 

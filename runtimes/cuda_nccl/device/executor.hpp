@@ -1,8 +1,11 @@
 #pragma once
 // The `cuda_nccl` Executor: one process per GPU (mpirun, or the env launch),
 // or all ranks emulated on the CPU (backend: emulate).
+#include <memory>
+
 #include "cpsched/executor.hpp"
 #include "cpsched/params.hpp"
+#include "host/bootstrap.hpp"
 #include "host/rank_run.hpp"
 
 namespace cpsched::gpu {
@@ -14,6 +17,9 @@ class CudaNcclExecutor final : public Executor {
 
  private:
   RunOptions opt_;
+  // Made at the first execution and kept: MPI can be initialised once per
+  // process, and is finalised when the executor goes.
+  std::unique_ptr<Bootstrap> bootstrap_;
 };
 
 }  // namespace cpsched::gpu

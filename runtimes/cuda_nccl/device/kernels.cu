@@ -120,4 +120,48 @@ void ingest_emit(const DevSlice* slices, int n, const i64* bounds, int nb, const
   launch(IngestEmit{slices, n, bounds, nb, offsets, records, cell_area}, (n + kDataThreads - 1) / kDataThreads, 1, s);
 }
 
+IngestResult ingest_mask(const DevSlice* d_slices, int n, const Sharding& sh, cudaStream_t s) {
+  const std::vector<i64> bounds = block_bounds(sh);
+  const int nb = sh.num_blocks();
+  IngestResult out;
+  out.cell_area.assign(static_cast<std::size_t>(nb) * static_cast<std::size_t>(nb), 0);
+  if (n <= 0 || nb <= 0) return out;
+  // Scratch: bounds, counts/offsets, areas, then the records once their number is known.
+  void *d_bounds = nullptr, *d_counts = nullptr, *d_area = nullptr, *d_rec = nullptr;
+  auto release = [&] {
+    for (void* p : {d_bounds, d_counts, d_area, d_rec})
+      if (p != nullptr) cudaFree(p);
+  };
+  try {
+    check(cudaMalloc(&d_bounds, bounds.size() * sizeof(i64)), "cudaMalloc(ingest bounds)");
+    check(cudaMalloc(&d_counts, (static_cast<std::size_t>(n) + 1) * sizeof(i64)), "cudaMalloc(ingest counts)");
+    check(cudaMalloc(&d_area, out.cell_area.size() * sizeof(i64)), "cudaMalloc(ingest areas)");
+    check(cudaMemcpyAsync(d_bounds, bounds.data(), bounds.size() * sizeof(i64), cudaMemcpyHostToDevice, s),
+          "cudaMemcpy(ingest bounds)");
+    check(cudaMemsetAsync(d_area, 0, out.cell_area.size() * sizeof(i64), s), "cudaMemset(ingest areas)");
+    ingest_count(d_slices, n, static_cast<const i64*>(d_bounds), nb, static_cast<i64*>(d_counts), s);
+    i64 total = 0;
+    check(cudaMemcpyAsync(&total, static_cast<i64*>(d_counts) + n, sizeof(i64), cudaMemcpyDeviceToHost, s),
+          "cudaMemcpy(ingest total)");
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize(ingest)");
+    out.records.resize(static_cast<std::size_t>(total));
+    if (total > 0) {
+      check(cudaMalloc(&d_rec, out.records.size() * sizeof(CellRecord)), "cudaMalloc(ingest records)");
+      ingest_emit(d_slices, n, static_cast<const i64*>(d_bounds), nb, static_cast<const i64*>(d_counts),
+                  static_cast<CellRecord*>(d_rec), static_cast<i64*>(d_area), s);
+      check(cudaMemcpyAsync(out.records.data(), d_rec, out.records.size() * sizeof(CellRecord), cudaMemcpyDeviceToHost,
+                            s),
+            "cudaMemcpy(ingest records)");
+    }
+    check(cudaMemcpyAsync(out.cell_area.data(), d_area, out.cell_area.size() * sizeof(i64), cudaMemcpyDeviceToHost, s),
+          "cudaMemcpy(ingest areas)");
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize(ingest)");
+  } catch (...) {
+    release();
+    throw;
+  }
+  release();
+  return out;
+}
+
 }  // namespace cpsched::gpu::cuda

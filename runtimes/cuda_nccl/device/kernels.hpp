@@ -3,6 +3,7 @@
 // host/data_programs.hpp, host/mask_ingest.hpp) as CUDA kernels. All
 // asynchronous on `stream`; errors of the launch itself throw cpsched::Error.
 #include <cuda_runtime_api.h>
+#include <vector>
 
 #include "host/backend.hpp"
 #include "host/mask_ingest.hpp"
@@ -25,6 +26,16 @@ void delta(const bf16* o, const bf16* d_o, float* out, i64 row_heads, int dim, c
 void ingest_count(const DevSlice* slices, int n, const i64* bounds, int nb, i64* counts, cudaStream_t s);
 void ingest_emit(const DevSlice* slices, int n, const i64* bounds, int nb, const i64* offsets, CellRecord* records,
                  i64* cell_area, cudaStream_t s);
+
+// The whole ingestion of a mask already in device memory (`d_slices`, n
+// slices) over the blocks of `sh`: per-cell areas and the (slice, cell)
+// records, both computed on the device; only they come back (O(slices x
+// touched cells) numbers, never per-token data). Synchronous on `s`.
+struct IngestResult {
+  std::vector<CellRecord> records;
+  std::vector<i64> cell_area;  // nb x nb, row-major by q block
+};
+IngestResult ingest_mask(const DevSlice* d_slices, int n, const Sharding& sh, cudaStream_t s);
 
 // Throws cpsched::Error with `what` and CUDA's message.
 void check(cudaError_t e, const char* what);

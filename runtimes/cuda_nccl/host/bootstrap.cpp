@@ -42,7 +42,9 @@ int env_int(const EnvLookup& env, const std::string& name) {
   return x;
 }
 
-// File layout: "cpsched-bootstrap/1\n<run id>\n<size>\n" then the bytes.
+// File layout: "cpsched-bootstrap/1\n<run id>#<generation>\n<size>\n" then
+// the bytes. The generation counts the broadcasts of this process, so a
+// reader never takes the file of an earlier broadcast of the same run.
 constexpr const char* kHeader = "cpsched-bootstrap/1";
 
 class FileBootstrap final : public Bootstrap {
@@ -66,6 +68,7 @@ class FileBootstrap final : public Bootstrap {
 
   void broadcast(std::vector<std::uint8_t>& bytes) override {
     if (info_.world == 1) return;
+    ++generation_;
     if (info_.rank == 0) write(bytes);
     else bytes = read();
   }
@@ -83,7 +86,7 @@ class FileBootstrap final : public Bootstrap {
     {
       std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
       if (!f) throw Error(fmt::format("cuda_nccl env launch: cannot write {}", tmp));
-      f << kHeader << '\n' << run_id_ << '\n' << bytes.size() << '\n';
+      f << kHeader << '\n' << tag() << '\n' << bytes.size() << '\n';
       f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
       if (!f) throw Error(fmt::format("cuda_nccl env launch: cannot write {}", tmp));
     }
@@ -99,7 +102,7 @@ class FileBootstrap final : public Bootstrap {
     std::string header, run, size_line;
     if (!std::getline(f, header) || header != kHeader || !std::getline(f, run) || !std::getline(f, size_line))
       return false;
-    if (run != run_id_) return false;
+    if (run != tag()) return false;
     std::size_t n = 0;
     const auto [p, ec] = std::from_chars(size_line.data(), size_line.data() + size_line.size(), n);
     if (ec != std::errc() || p != size_line.data() + size_line.size()) return false;
@@ -121,10 +124,13 @@ class FileBootstrap final : public Bootstrap {
     return out;
   }
 
+  std::string tag() const { return fmt::format("{}#{}", run_id_, generation_); }
+
   LaunchInfo info_;
   FileOptions opt_;
   std::string path_;
   std::string run_id_;
+  int generation_ = 0;
 };
 
 bool started_by_mpirun(const EnvLookup& env) {

@@ -1,4 +1,5 @@
 // The MPI launch, built only when CMake finds MPI (else bootstrap_nompi.cpp).
+#include <dlfcn.h>
 #include <fmt/format.h>
 #include <mpi.h>
 
@@ -26,6 +27,11 @@ class MpiBootstrap final : public Bootstrap {
     MPI_Finalized(&finalized);
     if (finalized) throw Error("cuda_nccl mpi launch: MPI was already finalized in this process");
     if (!inited) {
+      // This code lives in a plugin loaded with RTLD_LOCAL; some MPI builds
+      // load components that need libmpi's symbols globally visible.
+      Dl_info dl{};
+      if (dladdr(reinterpret_cast<void*>(&MPI_Init_thread), &dl) != 0 && dl.dli_fname != nullptr)
+        dlopen(dl.dli_fname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
       int provided = 0;
       check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
       owns_ = true;
