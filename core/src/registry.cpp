@@ -93,8 +93,10 @@ Registry::Registry() : impl_(std::make_unique<Impl>()) {}
 Registry::~Registry() = default;
 
 fs::path Registry::default_plugin_dir() {
-  const fs::path exe = dll::program_location().string();
-  const fs::path dir = exe.parent_path() / ".." / "lib" / "cpsched" / "plugins";
+  // Plugins live in <libdir>/cpsched/plugins beside libcpsched itself, in the
+  // build tree and in any installation (lib, lib64, lib/x86_64-linux-gnu...).
+  const fs::path core_lib = dll::this_line_location().string();
+  const fs::path dir = core_lib.parent_path() / "cpsched" / "plugins";
   std::error_code ec;
   fs::path normal = fs::weakly_canonical(dir, ec);
   return ec ? dir.lexically_normal() : normal;

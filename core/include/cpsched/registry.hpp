@@ -37,7 +37,7 @@ class Registry {
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
 
-  // The build's / installation's plugin folder: <dir of the running program>/../lib/cpsched/plugins.
+  // The build's / installation's plugin folder: <folder of libcpsched>/cpsched/plugins.
   static std::filesystem::path default_plugin_dir();
   // Folders from CPSCHED_PLUGIN_PATH (colon separated).
   static std::vector<std::filesystem::path> env_plugin_dirs();
