@@ -1,20 +1,46 @@
 #include "search.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 
 #include "greedy_assign.hpp"
 #include "refinement.hpp"
-#include "task_masks.hpp"
 #include "thread_pool.hpp"
 
 namespace cpsched::bg {
 
 namespace {
 
+struct TrialOutcome {
+  bool placed = false;  // every task had an allowed rank
+  double max_load = 0.0;
+};
+
+// Stages 1 (selection under K, or every edge), 2 and 3 into `b`.
+template <int W>
+TrialOutcome run_trial(const Instance& in, const SearchParams& prm, const EdgeScorer& scorer, bool all_edges,
+                       double K, double max_load, ThreadPool& pool, TrialBuffers& b) {
+  if (all_edges) {
+    select_all_edges<W>(in, b.masks);
+  } else {
+    select_edges<W>(in, scorer, K, b.node_cost, b.masks);
+  }
+  TrialOutcome out;
+  out.placed = order_by_degree<W>(in, b.masks, pool, b.degrees, b.order);
+  if (!out.placed) return out;
+  assign_greedy<W>(in, b.masks, b.order, b.degrees.degree, b.rank, b.load);
+  refine<W>(in, b.masks, b.order, b.degrees.degree, max_load, prm.refine_passes, b.rank, b.load);
+  out.max_load = b.load.empty() ? 0.0 : *std::max_element(b.load.begin(), b.load.end());
+  return out;
+}
+
 template <int W>
 SearchResult search(const Instance& in, const SearchParams& prm, ThreadPool& pool, Workspace& ws) {
   const double max_load = in.mean * std::max(prm.mu, 1.0);
+  // A side trial pays off once a trial outweighs waking a worker (tens of us).
+  constexpr std::size_t kSpeculateTasks = 4096;
+  const bool speculate = pool.size() >= 2 && in.num_tasks() >= kSpeculateTasks;
   SearchResult res;
   bool have_success = false;
   // Best failed try (smallest max load; earliest on ties), returned only when
@@ -22,6 +48,10 @@ SearchResult search(const Instance& in, const SearchParams& prm, ThreadPool& poo
   std::vector<Rank> best_failed;
   double best_failed_load = std::numeric_limits<double>::infinity();
   double best_failed_k = 0.0;
+
+  bool spec_ready = false;  // ws.speculative holds the trial at spec_k under the current weights
+  double spec_k = 0.0;
+  TrialOutcome spec_out;
 
   double lo = 0.0, hi = in.threshold;
   bool rescore = true;
@@ -31,33 +61,52 @@ SearchResult search(const Instance& in, const SearchParams& prm, ThreadPool& poo
     if (rescore) {
       ws.scorer.score(in, have_success ? &res.rank : nullptr, pool, W);
       rescore = false;
+      spec_ready = false;
     }
-    if (it == 0) {
-      select_all_edges<W>(in, ws.masks);
+    TrialOutcome out;
+    if (spec_ready && spec_k == mid) {
+      std::swap(ws.trial, ws.speculative);
+      out = spec_out;
+      spec_ready = false;
+    } else if (speculate && it + 1 < prm.max_iters) {
+      // This trial and, alongside, the next iteration's should this one fail.
+      // The side trial is only worth starting while this one runs: a thread
+      // that reaches it afterwards skips it.
+      const double next_k = (mid + hi) / 2.0;
+      std::atomic<bool> main_done{false};
+      bool side_ran = false;
+      pool.parallel_for(2, 1, [&](int part, std::size_t, std::size_t) {
+        if (part == 0) {
+          out = run_trial<W>(in, prm, ws.scorer, it == 0, mid, max_load, pool, ws.trial);
+          main_done.store(true);
+        } else if (!main_done.load()) {
+          spec_out = run_trial<W>(in, prm, ws.scorer, false, next_k, max_load, pool, ws.speculative);
+          side_ran = true;
+        }
+      });
+      spec_ready = side_ran;
+      spec_k = next_k;
     } else {
-      select_edges<W>(in, ws.scorer, mid, ws.node_cost, ws.masks);
+      out = run_trial<W>(in, prm, ws.scorer, it == 0, mid, max_load, pool, ws.trial);
     }
-    bool ok = order_by_degree<W>(in, ws.masks, pool, ws.degrees, ws.order);
+
+    const bool ok = out.placed && out.max_load <= max_load;
     if (ok) {
-      assign_greedy<W>(in, ws.masks, ws.order, ws.degrees.degree, ws.trial, ws.load);
-      refine<W>(in, ws.masks, ws.order, ws.degrees.degree, max_load, prm.refine_passes, ws.trial, ws.load);
-      const double mx = ws.load.empty() ? 0.0 : *std::max_element(ws.load.begin(), ws.load.end());
-      ok = mx <= max_load;
-      if (ok) {
-        res.max_load = mx;
-        res.threshold = mid;
-      } else if (!have_success && mx < best_failed_load) {
-        best_failed_load = mx;
-        best_failed_k = mid;
-        best_failed = ws.trial;
-      }
-    }
-    if (ok) {
+      res.max_load = out.max_load;
+      res.threshold = mid;
+      // The weights depend on the basis only: an unchanged basis keeps the
+      // scored and sorted runs valid (common on regular masks).
+      rescore = !have_success || ws.trial.rank != res.rank;
       have_success = true;
-      std::swap(res.rank, ws.trial);
+      std::swap(res.rank, ws.trial.rank);
       hi = mid;
-      rescore = true;
+      spec_ready = false;  // it was made for the failure branch
     } else {
+      if (out.placed && !have_success && out.max_load < best_failed_load) {
+        best_failed_load = out.max_load;
+        best_failed_k = mid;
+        best_failed = ws.trial.rank;
+      }
       lo = mid;
     }
     if (hi - lo <= prm.epsilon * hi && lo > 0.0) break;

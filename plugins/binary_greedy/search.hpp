@@ -4,6 +4,11 @@
 // a feasible assignment (every task has an allowed rank, max load <= mu x
 // mean) sets hi = K and becomes the basis of the edge weights, a failure sets
 // lo = K; stop after max_iters or when hi - lo <= epsilon x hi and lo > 0.
+//
+// With two or more threads each iteration also runs, alongside, the trial the
+// next iteration would make if this one fails: K' = (K + hi) / 2 under the
+// same weights. It is used only when the search does go there, so the result
+// is the sequential one; a failed iteration then costs no extra trial.
 #include <cstdint>
 #include <vector>
 
@@ -25,22 +30,28 @@ struct SearchParams {
 };
 
 struct SearchResult {
-  std::vector<Rank> rank;  // per task
+  std::vector<Rank> rank;  // per position (see Instance)
   bool feasible = false;
   int iterations = 0;
   double threshold = 0.0;  // K of the returned assignment (feasible) or of the best failed try
   double max_load = 0.0;   // in compute units
 };
 
-// Buffers reused across iterations and solves, so the loop does not allocate.
-struct Workspace {
-  EdgeScorer scorer;
+// The buffers of one trial (stages 1 to 3 at one K).
+struct TrialBuffers {
   std::vector<Word> masks;
   std::vector<double> node_cost;
   DegreeScratch degrees;
   std::vector<std::int32_t> order;
-  std::vector<Rank> trial;
+  std::vector<Rank> rank;
   std::vector<double> load;
+};
+
+// Buffers reused across iterations and solves, so the loop does not allocate.
+struct Workspace {
+  EdgeScorer scorer;
+  TrialBuffers trial;
+  TrialBuffers speculative;
 };
 
 SearchResult binary_search(const Instance& in, const SearchParams& params, ThreadPool& pool, Workspace& ws);

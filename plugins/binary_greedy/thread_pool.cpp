@@ -4,10 +4,12 @@
 
 namespace cpsched::bg {
 
+thread_local int ThreadPool::depth_ = 0;
+
 ThreadPool::ThreadPool(int threads) {
   const int workers = std::max(threads, 1) - 1;
   workers_.reserve(static_cast<std::size_t>(workers));
-  for (int i = 0; i < workers; ++i) workers_.emplace_back([this, i] { worker_loop(i + 1); });
+  for (int i = 0; i < workers; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -20,15 +22,38 @@ ThreadPool::~ThreadPool() {
 }
 
 int ThreadPool::parts_for(std::size_t n, std::size_t grain) const {
+  if (depth_ > 0) return 1;
   const std::size_t by_size = n / std::max<std::size_t>(grain, 1);
   return static_cast<int>(std::clamp<std::size_t>(by_size, 1, static_cast<std::size_t>(size())));
+}
+
+void ThreadPool::run_part(int part) {
+  ++depth_;
+  try {
+    (*body_)(part, part_begin(n_, parts_, part), part_begin(n_, parts_, part + 1));
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_) error_ = std::current_exception();
+  }
+  --depth_;
+}
+
+void ThreadPool::drain() {
+  for (int p = next_part_.fetch_add(1); p < parts_; p = next_part_.fetch_add(1)) run_part(p);
 }
 
 void ThreadPool::parallel_for(std::size_t n, std::size_t grain, const Body& body) {
   if (n == 0) return;
   const int parts = parts_for(n, grain);
   if (parts == 1) {
-    body(0, 0, n);
+    ++depth_;
+    try {
+      body(0, 0, n);
+    } catch (...) {
+      --depth_;
+      throw;
+    }
+    --depth_;
     return;
   }
   {
@@ -36,45 +61,37 @@ void ThreadPool::parallel_for(std::size_t n, std::size_t grain, const Body& body
     body_ = &body;
     n_ = n;
     parts_ = parts;
-    pending_ = parts - 1;
+    next_part_.store(0);
     error_ = nullptr;
+    open_ = true;
     ++generation_;
   }
   wake_.notify_all();
-  std::exception_ptr mine;
-  try {
-    body(0, 0, part_begin(n, parts, 1));
-  } catch (...) {
-    mine = std::current_exception();
+  drain();
+  std::exception_ptr err;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    open_ = false;  // every part is claimed: late workers stay out
+    idle_.wait(lock, [this] { return inside_ == 0; });
+    body_ = nullptr;
+    err = error_;
   }
-  std::unique_lock<std::mutex> lock(mu_);
-  done_.wait(lock, [this] { return pending_ == 0; });
-  body_ = nullptr;
-  if (mine) std::rethrow_exception(mine);
-  if (error_) std::rethrow_exception(error_);
+  if (err) std::rethrow_exception(err);
 }
 
-void ThreadPool::worker_loop(int id) {
+void ThreadPool::worker_loop() {
   unsigned long long seen = 0;
+  std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    std::unique_lock<std::mutex> lock(mu_);
     wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
     if (stop_) return;
     seen = generation_;
-    if (id >= parts_) continue;  // this round needs fewer parts than workers
-    const Body* body = body_;
-    const std::size_t n = n_;
-    const int parts = parts_;
+    if (!open_) continue;
+    ++inside_;
     lock.unlock();
-    std::exception_ptr err;
-    try {
-      (*body)(id, part_begin(n, parts, id), part_begin(n, parts, id + 1));
-    } catch (...) {
-      err = std::current_exception();
-    }
+    drain();
     lock.lock();
-    if (err && !error_) error_ = err;
-    if (--pending_ == 0) done_.notify_one();
+    if (--inside_ == 0) idle_.notify_all();
   }
 }
 

@@ -3,8 +3,14 @@
 //
 // Determinism contract: parallel_for cuts [0, n) into contiguous parts and
 // runs the body once per part; callers only parallelise work whose items are
-// independent and combine per-part outputs in part order, so the result does
-// not depend on how many threads ran it.
+// independent, keep per-part scratch by part index and combine per-part
+// outputs in part order, so the result does not depend on how many threads
+// ran it, nor on which thread ran which part.
+//
+// The calling thread takes parts too, and waits only for parts a worker has
+// already started: on a busy machine where a worker is not scheduled, the
+// caller simply runs the rest itself.
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <exception>
@@ -26,12 +32,13 @@ class ThreadPool {
   int size() const { return static_cast<int>(workers_.size()) + 1; }
 
   // Number of parts parallel_for will use for n items when each part should
-  // hold at least `grain` items (>= 1).
+  // hold at least `grain` items (>= 1). Inside a part of another
+  // parallel_for (nested) it is 1: the nested loop runs inline.
   int parts_for(std::size_t n, std::size_t grain) const;
 
   // Runs body(part, begin, end) over parts_for(n, grain) contiguous parts of
-  // [0, n) and waits for all of them. The first exception thrown by a part is
-  // rethrown here after every part finished.
+  // [0, n) and returns when all of them have run. The first exception thrown
+  // by a part is rethrown here.
   using Body = std::function<void(int part, std::size_t begin, std::size_t end)>;
   void parallel_for(std::size_t n, std::size_t grain, const Body& body);
 
@@ -41,19 +48,26 @@ class ThreadPool {
   }
 
  private:
-  void worker_loop(int id);
+  void worker_loop();
+  // Claims and runs parts of the current job until none is left.
+  void drain();
+  void run_part(int part);
 
   std::vector<std::jthread> workers_;
   std::mutex mu_;
   std::condition_variable wake_;
-  std::condition_variable done_;
+  std::condition_variable idle_;
+  unsigned long long generation_ = 0;
+  bool stop_ = false;
+  // The current job.
   const Body* body_ = nullptr;
   std::size_t n_ = 0;
   int parts_ = 0;
-  unsigned long long generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  bool open_ = false;               // workers may still join the job
+  int inside_ = 0;                  // workers inside the job
+  std::atomic<int> next_part_{0};
   std::exception_ptr error_;
+  static thread_local int depth_;
 };
 
 }  // namespace cpsched::bg

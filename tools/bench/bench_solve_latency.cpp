@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_common.hpp"
@@ -64,7 +65,9 @@ int main(int argc, char** argv) try {
 
   fmt::print("solve latency of `{}`: whole path = TaskGrid + solve + compute_metrics, median of {} repeats\n",
              solver_name, repeats);
-  fmt::print("8192 tokens/rank, D = 128, bf16, head groups flattened, document masks: pack 0, seed 42\n\n");
+  fmt::print("8192 tokens/rank, D = 128, bf16, head groups flattened, document masks: pack 0, seed 42\n");
+  fmt::print("solver threads: {} (hardware threads here: {})\n\n", threads.empty() ? "default" : threads,
+             std::thread::hardware_concurrency());
   fmt::print("{:>6} {:>4} {:>16} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>6}  {}\n", "heads", "P", "mask", "cells",
              "tasks", "grid ms", "solve ms", "metr ms", "total ms", "imbal", "target");
   int missed = 0;
