@@ -100,17 +100,17 @@ void EdgeScorer::score(const Instance& in, const std::vector<Rank>* basis, Threa
           if (r == h || a == 0.0) continue;
           const double s = score_of(weight(a, unplaced, in.mean, P), cost);
           if (s == shared) continue;  // same score: stays in the shared run, in rank order
-          out.push_back({s, g32, r});
+          out.push_back({s, cost, g32, static_cast<std::int16_t>(r), static_cast<std::int16_t>(h)});
           sep[r >> 6] |= Word{1} << (r & 63);
         }
-        if (P > 1) out.push_back({shared, g32, -1});
+        if (P > 1) out.push_back({shared, cost, g32, -1, static_cast<std::int16_t>(h)});
       } else {
         for (int r = 0; r < P; ++r) {
           if (r == h) continue;
           const double a = stamp[static_cast<std::size_t>(r)] == gc + 1 ? acc[static_cast<std::size_t>(r)] : 0.0;
-          out.push_back({score_of(weight(a, unplaced, in.mean, P),
-                                  in.edge_cost(kind, b, r)),
-                         g32, r});
+          const double cost = in.edge_cost(kind, b, r);
+          out.push_back({score_of(weight(a, unplaced, in.mean, P), cost), cost, g32, static_cast<std::int16_t>(r),
+                         static_cast<std::int16_t>(h)});
           sep[r >> 6] |= Word{1} << (r & 63);
         }
       }
@@ -140,7 +140,8 @@ void select_edges(const Instance& in, const EdgeScorer& scorer, double K, std::v
   const int P = in.P;
   node.assign(static_cast<std::size_t>(P), 0.0);
   masks.resize(2 * static_cast<std::size_t>(NC) * W);
-  for (int gc = 0; gc < 2 * NC; ++gc) M::only(masks.data() + static_cast<std::size_t>(gc) * W, in.host_of(gc % NC));
+  for (std::size_t gc = 0, b = 0; gc < 2 * static_cast<std::size_t>(NC); ++gc, b = b + 1 == static_cast<std::size_t>(in.nb) ? 0 : b + 1)
+    M::only(masks.data() + gc * W, in.block_host[b]);
 
   // Ranks that can still take the cheapest edge. A closed rank rejects every
   // later edge, so skipping it changes nothing; with fewer than two open
@@ -169,22 +170,18 @@ void select_edges(const Instance& in, const EdgeScorer& scorer, double K, std::v
 
   for (const EdgeRun& run : scorer.runs()) {
     if (n_open < 2) break;
-    const int c = run.gchunk % NC;
-    const Rank h = in.host_of(c);
+    const Rank h = run.host;
     if (!M::test(open, h)) continue;
-    const int kind = run.gchunk / NC;
-    const int b = in.block_of(c);
     Word* m = masks.data() + static_cast<std::size_t>(run.gchunk) * W;
     double& nh = node[static_cast<std::size_t>(h)];
+    const double cost = run.cost;
     if (run.rank >= 0) {
-      const double cost = in.edge_cost(kind, b, run.rank);
       double& nr = node[static_cast<std::size_t>(run.rank)];
       if (nh + cost <= K && nr + cost <= K) take(nh, h, nr, run.rank, cost, m);
       continue;
     }
     // Shared run: the chunk's other ranks in increasing order, one cost, one
     // host end, so once the host's budget is spent no later edge fits.
-    const double cost = in.edge_cost(kind, b, 0);
     if (nh + cost > K) continue;
     const Word* sep = scorer.separate(run.gchunk);
     bool host_full = false;

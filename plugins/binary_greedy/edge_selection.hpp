@@ -30,8 +30,10 @@ class ThreadPool;
 
 struct EdgeRun {
   double score = 0.0;
+  double cost = 0.0;        // of the edge (shared run: of each of its edges)
   std::int32_t gchunk = 0;  // kind * num_chunks + chunk
-  std::int32_t rank = -1;   // one edge to/from this rank; -1: the chunk's shared-score ranks
+  std::int16_t rank = -1;   // one edge to/from this rank; -1: the chunk's shared-score ranks
+  std::int16_t host = 0;    // the chunk's host, one end of every edge of the run
 };
 
 class EdgeScorer {
