@@ -129,7 +129,6 @@ void EdgeScorer::score(const Instance& in, const std::vector<Rank>* basis, Threa
       keys_.push_back(descending_key(r.score));
     }
   radix_sort_stable(keys_, runs_, key_tmp_, run_tmp_, radix_count_);
-
 }
 
 template <int W>

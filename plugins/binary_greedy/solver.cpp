@@ -79,6 +79,9 @@ Assignment BinaryGreedySolver::solve(const SolveInput& in) {
              " iterations; returned the best found, imbalance " + num(imbalance, "%.4f");
     if (mean > 0.0 && largest > params_.mu * mean)
       a.note += " (a single task alone needs " + num(largest / mean, "%.4f") + " x mean load)";
+    else
+      a.note += " (no single task forces it; the largest is " + num(mean > 0.0 ? largest / mean : 0.0, "%.4f") +
+                " x mean load)";
   }
   return a;
 }

@@ -1,7 +1,9 @@
 #pragma once
-// Orderable integer images of doubles, so hot sorts compare integers.
+// Orderable integer images of doubles, so hot sorts work on integers.
 #include <bit>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace cpsched::bg {
 
@@ -12,20 +14,12 @@ inline std::uint64_t ascending_key(double x) {
 }
 inline std::uint64_t descending_key(double x) { return ~ascending_key(x); }
 
-// A (primary, secondary) integer key and a payload, sorted lexicographically.
+// A (primary, secondary) integer key, ordered lexicographically.
 struct KeyPair {
   std::uint64_t a = 0;
   std::uint64_t b = 0;
   friend bool operator<(const KeyPair& x, const KeyPair& y) { return x.a != y.a ? x.a < y.a : x.b < y.b; }
 };
-
-}  // namespace cpsched::bg
-
-#include <array>
-#include <utility>
-#include <vector>
-
-namespace cpsched::bg {
 
 // Stable LSD radix sort of items by their 64-bit keys, ascending, in six
 // 11-bit digits. A digit on which all keys agree costs no pass.
