@@ -1,0 +1,106 @@
+#include "byte_model.hpp"
+
+#include <algorithm>
+
+namespace cpsched::bytes {
+
+Price qo_price(const Problem& p, double fwd_weight, double bwd_weight) {
+  const TransferBytes f = fwd_bytes_per_token(p), b = bwd_bytes_per_token(p);
+  return {fwd_weight * static_cast<double>(f.qo_out) + bwd_weight * static_cast<double>(b.qo_out),
+          fwd_weight * static_cast<double>(f.qo_back) + bwd_weight * static_cast<double>(b.qo_back)};
+}
+
+Price kv_price(const Problem& p, double fwd_weight, double bwd_weight) {
+  const TransferBytes f = fwd_bytes_per_token(p), b = bwd_bytes_per_token(p);
+  return {fwd_weight * static_cast<double>(f.kv_out) + bwd_weight * static_cast<double>(b.kv_out),
+          fwd_weight * static_cast<double>(f.kv_back) + bwd_weight * static_cast<double>(b.kv_back)};
+}
+
+ByteModel::ByteModel(const TaskGrid& grid, double fwd_weight, double bwd_weight)
+    : grid_(&grid), ranks_(grid.cp_size()), groups_(grid.num_groups()) {
+  price_[0] = qo_price(grid.problem(), fwd_weight, bwd_weight);
+  price_[1] = kv_price(grid.problem(), fwd_weight, bwd_weight);
+  const std::size_t nc = grid.cells().size();
+  qo_off_.assign(nc + 1, 0);
+  kv_off_.assign(nc + 1, 0);
+  build_direction(Dir::qo);
+  build_direction(Dir::kv);
+  seg_cost_.reserve(segments_.size());
+  for (const Segment& s : segments_)
+    seg_cost_.push_back(static_cast<double>(s.tokens.size()) * price(s.dir).sum());
+}
+
+// Cuts each block's needed token sets (rows for QO, cols for KV) into
+// elementary intervals and lists, per cell, the segments it needs.
+void ByteModel::build_direction(Dir dir) {
+  const auto& cells = grid_->cells();
+  const std::size_t nc = cells.size();
+  const auto nb = static_cast<std::size_t>(grid_->sharding().num_blocks());
+  auto block_of = [&](const Cell& c) { return static_cast<std::size_t>(dir == Dir::qo ? c.qblock : c.kblock); };
+  auto needed = [&](const Cell& c) -> const RangeSet& { return dir == Dir::qo ? c.rows : c.cols; };
+
+  // Cells of each block (counting sort keeps cell order inside a block).
+  std::vector<std::size_t> start(nb + 1, 0);
+  for (const Cell& c : cells) ++start[block_of(c) + 1];
+  for (std::size_t b = 0; b < nb; ++b) start[b + 1] += start[b];
+  std::vector<std::size_t> by_block(nc);
+  {
+    std::vector<std::size_t> fill(start.begin(), start.end() - 1);
+    for (std::size_t c = 0; c < nc; ++c) by_block[fill[block_of(cells[c])]++] = c;
+  }
+
+  std::vector<std::vector<std::int32_t>> lists(nc);
+  std::vector<Token> cuts;
+  std::vector<int> cover;
+  std::vector<std::int32_t> seg_of_interval;
+  for (std::size_t b = 0; b < nb; ++b) {
+    if (start[b] == start[b + 1]) continue;
+    cuts.clear();
+    for (std::size_t i = start[b]; i < start[b + 1]; ++i)
+      for (Range r : needed(cells[by_block[i]]).ranges()) {
+        cuts.push_back(r.begin);
+        cuts.push_back(r.end);
+      }
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    auto index = [&](Token t) {
+      return static_cast<std::size_t>(std::lower_bound(cuts.begin(), cuts.end(), t) - cuts.begin());
+    };
+    // Which elementary intervals some cell needs: the others are gaps.
+    cover.assign(cuts.size(), 0);
+    for (std::size_t i = start[b]; i < start[b + 1]; ++i)
+      for (Range r : needed(cells[by_block[i]]).ranges()) {
+        ++cover[index(r.begin)];
+        --cover[index(r.end)];
+      }
+    seg_of_interval.assign(cuts.size(), -1);
+    int running = 0;
+    const Rank host = grid_->sharding().host[b];
+    for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
+      running += cover[k];
+      if (running == 0) continue;
+      seg_of_interval[k] = static_cast<std::int32_t>(segments_.size());
+      segments_.push_back(Segment{{cuts[k], cuts[k + 1]}, host, static_cast<std::int32_t>(b), dir});
+    }
+    for (std::size_t i = start[b]; i < start[b + 1]; ++i) {
+      auto& list = lists[by_block[i]];
+      for (Range r : needed(cells[by_block[i]]).ranges())
+        for (std::size_t k = index(r.begin), e = index(r.end); k < e; ++k) list.push_back(seg_of_interval[k]);
+    }
+  }
+
+  auto& bc = block_cells_[static_cast<int>(dir)];
+  auto& bco = block_cells_off_[static_cast<int>(dir)];
+  bco.assign(start.begin(), start.end());
+  bc.resize(nc);
+  for (std::size_t i = 0; i < nc; ++i) bc[i] = static_cast<std::int32_t>(by_block[i]);
+
+  auto& off = dir == Dir::qo ? qo_off_ : kv_off_;
+  for (std::size_t c = 0; c < nc; ++c) {
+    off[c] = static_cast<std::int32_t>(seg_ids_.size());
+    seg_ids_.insert(seg_ids_.end(), lists[c].begin(), lists[c].end());
+  }
+  off[nc] = static_cast<std::int32_t>(seg_ids_.size());
+}
+
+}  // namespace cpsched::bytes

@@ -1,0 +1,38 @@
+#include "placements.hpp"
+
+#include <cmath>
+
+#include <cpsched/metrics.hpp>
+
+namespace cpsched::bytes {
+
+std::vector<Rank> owner_placement(const TaskGrid& grid) {
+  std::vector<Rank> r(static_cast<std::size_t>(grid.num_tasks()));
+  for (TaskId t = 0; t < grid.num_tasks(); ++t) r[static_cast<std::size_t>(t)] = grid.q_host(t);
+  return r;
+}
+
+std::vector<Rank> usp_placement(const TaskGrid& grid, int max_degree) {
+  if (!grid.flattened()) return {};
+  const int P = grid.cp_size(), G = grid.num_groups();
+  const int u = usp_ulysses_degree(P, grid.problem().heads.kv, max_degree);
+  std::vector<Rank> r(static_cast<std::size_t>(grid.num_tasks()));
+  for (TaskId t = 0; t < grid.num_tasks(); ++t)
+    r[static_cast<std::size_t>(t)] = (grid.q_host(t) / u) * u + grid.group_of(t) * u / G;
+  return r;
+}
+
+std::int64_t balance_cap(const TaskGrid& grid, double mu) {
+  // imbalance = max load x P / total <= mu (computed as compute_metrics does,
+  // so that a load at the cap never reads as imbalance > mu).
+  const double total = static_cast<double>(grid.total_task_area()) * grid.problem().q_heads_per_task();
+  const double P = grid.cp_size();
+  if (total <= 0) return 0;
+  auto ok = [&](std::int64_t c) { return static_cast<double>(c) * P / total <= mu; };
+  auto cap = static_cast<std::int64_t>(std::floor(mu * total / P));
+  while (cap > 0 && !ok(cap)) --cap;
+  while (ok(cap + 1)) ++cap;
+  return cap;
+}
+
+}  // namespace cpsched::bytes

@@ -1,0 +1,22 @@
+#pragma once
+// The reference placements the portfolio starts from (and that the `ilp`
+// solver offers as incumbents): the same rules as the `owner` and `usp`
+// plugins, reimplemented because a plugin does not load plugins.
+#include <vector>
+
+#include <cpsched/task_grid.hpp>
+
+namespace cpsched::bytes {
+
+// Every task on its q block's host (KV-only communication).
+std::vector<Rank> owner_placement(const TaskGrid& grid);
+
+// Ulysses x ring: task (q block hosted by h, head group g) on rank
+// (h / u) * u + g * u / G with u = usp_ulysses_degree(P, hkv, max_degree).
+// Empty when head groups are not flattened (Ulysses splits heads).
+std::vector<Rank> usp_placement(const TaskGrid& grid, int max_degree);
+
+// Balance cap of DESIGN §5: a rank may carry at most mu x mean load.
+std::int64_t balance_cap(const TaskGrid& grid, double mu);
+
+}  // namespace cpsched::bytes

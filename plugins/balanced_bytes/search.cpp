@@ -1,0 +1,366 @@
+#include "search.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <queue>
+
+namespace cpsched::bytes {
+
+namespace {
+
+constexpr double kEps = 1e-6;  // bytes: objective changes below this are ties
+
+// The ranks worth trying for task t: its hosts, the ranks that already hold
+// its q- or kv-block data of its group, and (for repair) the least loaded.
+template <class F>
+void for_each_candidate(const State& st, TaskId t, bool with_least_loaded, F&& f) {
+  const TaskGrid& g = st.model().grid();
+  const Rank qh = g.q_host(t), kh = g.k_host(t);
+  f(qh);
+  if (kh != qh) f(kh);
+  st.for_each_holder(t, [&](Rank r) {
+    if (r != qh && r != kh) f(r);
+  });
+  if (with_least_loaded) {
+    const Rank r = st.least_loaded();
+    if (r != qh && r != kh && !st.holds_q(t, r) && !st.holds_kv(t, r)) f(r);
+  }
+}
+
+struct Best {
+  double value = std::numeric_limits<double>::infinity();
+  Rank rank = -1;
+};
+
+// Cheapest destination of t with room for it, as objective change per load.
+Best best_ratio(const State& st, TaskId t, Budget& budget) {
+  const std::int64_t L = st.model().load(t);
+  const Rank a = st.rank(t);
+  Best best;
+  for_each_candidate(st, t, true, [&](Rank r) {
+    if (r == a || st.load(r) + L > st.cap()) return;
+    --budget.left;
+    const double v = st.delta(t, r) / static_cast<double>(std::max<std::int64_t>(L, 1));
+    if (v < best.value) best = {v, r};
+  });
+  return best;
+}
+
+// Tasks on rank a that share t's q block or kv block and group: after t
+// moves, their prices change.
+template <class F>
+void for_each_sibling(const State& st, TaskId t, Rank a, F&& f) {
+  const ByteModel& m = st.model();
+  const int G = m.groups(), g = m.group_of(t);
+  const Cell& c = m.grid().cell_of(t);
+  for (Dir d : {Dir::qo, Dir::kv})
+    for (std::int32_t cell : m.cells_of(d, d == Dir::qo ? c.qblock : c.kblock)) {
+      const TaskId s = static_cast<TaskId>(cell) * G + g;
+      if (s != t && st.rank(s) == a) f(s);
+    }
+}
+
+// Per-task keys of the repair's priority queue, reused across ranks: a
+// version stamp tells a live heap entry from a stale one.
+struct RepairScratch {
+  std::vector<std::uint32_t> version;
+  std::vector<double> key;
+  std::vector<Rank> dest;
+};
+
+bool repair_rank(State& st, Rank a, Budget& budget, RepairScratch& scratch) {
+  struct Item {
+    double key;
+    TaskId t;
+    std::uint32_t version;
+    bool operator>(const Item& o) const { return key != o.key ? key > o.key : t > o.t; }
+  };
+  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> heap;
+  auto& version = scratch.version;
+  auto& key = scratch.key;
+  for (TaskId t : st.tasks_on(a)) key[static_cast<std::size_t>(t)] = std::numeric_limits<double>::infinity();
+  auto& dest = scratch.dest;
+  auto push = [&](TaskId t, double k, Rank d) {
+    key[static_cast<std::size_t>(t)] = k;
+    dest[static_cast<std::size_t>(t)] = d;
+    heap.push({k, t, ++version[static_cast<std::size_t>(t)]});
+  };
+  for (TaskId t : std::vector<TaskId>(st.tasks_on(a))) {
+    const Best b = best_ratio(st, t, budget);
+    if (b.rank >= 0) push(t, b.value, b.rank);
+  }
+  while (st.load(a) > st.cap() && !heap.empty()) {
+    const Item it = heap.top();
+    heap.pop();
+    if (it.version != version[static_cast<std::size_t>(it.t)] || st.rank(it.t) != a) continue;
+    // Out of budget: no re-pricing, the first destination with room.
+    if (budget.spent()) {
+      const std::int64_t L = st.model().load(it.t);
+      if (dest[static_cast<std::size_t>(it.t)] >= 0 && st.load(dest[static_cast<std::size_t>(it.t)]) + L <= st.cap()) {
+        st.move(it.t, dest[static_cast<std::size_t>(it.t)]);
+        continue;
+      }
+    }
+    const Best b = best_ratio(st, it.t, budget);
+    if (b.rank < 0) continue;
+    if (b.value > it.key + kEps && !heap.empty() && b.value > heap.top().key) {
+      push(it.t, b.value, b.rank);
+      continue;
+    }
+    st.move(it.t, b.rank);
+    if (budget.spent()) continue;
+    // Its siblings on a may now be cheaper to send to the same rank, which
+    // holds their block data now: price that one destination.
+    for_each_sibling(st, it.t, a, [&](TaskId s) {
+      const std::int64_t L = st.model().load(s);
+      if (st.load(b.rank) + L > st.cap()) return;
+      --budget.left;
+      const double v = st.delta(s, b.rank) / static_cast<double>(std::max<std::int64_t>(L, 1));
+      if (v < key[static_cast<std::size_t>(s)] - kEps * 1e-6) push(s, v, b.rank);
+    });
+  }
+  return st.load(a) <= st.cap();
+}
+
+}  // namespace
+
+bool repair(State& st, Budget& budget) {
+  RepairScratch scratch;
+  const auto T = static_cast<std::size_t>(st.model().tasks());
+  scratch.version.assign(T, 0);
+  scratch.key.assign(T, std::numeric_limits<double>::infinity());
+  scratch.dest.assign(T, -1);
+  for (;;) {
+    Rank worst = -1;
+    for (Rank r = 0; r < st.ranks(); ++r)
+      if (st.load(r) > st.cap() && (worst < 0 || st.load(r) > st.load(worst))) worst = r;
+    if (worst < 0) return true;
+    if (!repair_rank(st, worst, budget, scratch)) return false;
+  }
+}
+
+namespace {
+
+// Best improving swap of t (on a) with a task on b, where b has no room for t
+// alone. Partners are tasks on b that a already serves cheaply (their data is
+// on a). Applies it and returns the partner when the pair improves the
+// objective, else -1.
+TaskId try_swap(State& st, TaskId t, Rank b, Budget& budget) {
+  const Rank a = st.rank(t);
+  const double d1 = st.delta(t, b);
+  --budget.left;
+  st.move(t, b);
+  const TaskGrid& g = st.model().grid();
+  TaskId best_t = -1;
+  double best = -kEps - d1;
+  for (TaskId u : st.tasks_on(b)) {
+    if (u == t) continue;
+    const std::int64_t Lu = st.model().load(u);
+    if (st.load(b) - Lu > st.cap() || st.load(a) + Lu > st.cap()) continue;
+    if (g.q_host(u) != a && g.k_host(u) != a && !st.holds_q(u, a) && !st.holds_kv(u, a)) continue;
+    --budget.left;
+    const double d2 = st.delta(u, a);
+    if (d2 < best) {
+      best = d2;
+      best_t = u;
+    }
+    if (budget.spent()) break;
+  }
+  if (best_t < 0) {
+    st.move(t, a);
+    return -1;
+  }
+  st.move(best_t, a);
+  return best_t;
+}
+
+}  // namespace
+
+namespace {
+
+// Tasks to (re)examine, each once until examined.
+class Worklist {
+ public:
+  explicit Worklist(TaskId tasks) : queued_(static_cast<std::size_t>(tasks), 0) {}
+  void push(TaskId t) {
+    if (queued_[static_cast<std::size_t>(t)] != 0) return;
+    queued_[static_cast<std::size_t>(t)] = 1;
+    items_.push_back(t);
+  }
+  bool empty() const { return head_ == items_.size(); }
+  TaskId pop() {
+    const TaskId t = items_[head_++];
+    queued_[static_cast<std::size_t>(t)] = 0;
+    if (head_ == items_.size()) {
+      items_.clear();
+      head_ = 0;
+    }
+    return t;
+  }
+
+ private:
+  std::vector<char> queued_;
+  std::vector<TaskId> items_;
+  std::size_t head_ = 0;
+};
+
+// After t moved off rank `from`: the tasks whose prices changed (same group,
+// same q or kv block) and those that may now fit on `from` (its blocks' tasks).
+void push_affected(const State& st, TaskId t, Rank from, Worklist& work) {
+  const ByteModel& m = st.model();
+  const int G = m.groups(), g = m.group_of(t);
+  const Cell& c = m.grid().cell_of(t);
+  for (Dir d : {Dir::qo, Dir::kv})
+    for (std::int32_t cell : m.cells_of(d, d == Dir::qo ? c.qblock : c.kblock))
+      work.push(static_cast<TaskId>(cell) * G + g);
+  const auto& blocks = m.grid().sharding();
+  for (int b = 0; b < blocks.num_blocks(); ++b) {
+    if (blocks.host[static_cast<std::size_t>(b)] != from) continue;
+    for (Dir d : {Dir::qo, Dir::kv})
+      for (std::int32_t cell : m.cells_of(d, b))
+        for (int h = 0; h < G; ++h) work.push(static_cast<TaskId>(cell) * G + h);
+  }
+}
+
+// Best improving relocation of t under the cap, else the best improving swap
+// with a task on a rank that has no room for t. Returns the tasks moved.
+int improve_task(State& st, TaskId t, Budget& budget, TaskId moved[2], Rank from[2]) {
+  const Rank a = st.rank(t);
+  const std::int64_t L = st.model().load(t);
+  Best best{-kEps, -1};
+  Rank blocked[64];
+  int nblocked = 0;
+  for_each_candidate(st, t, false, [&](Rank r) {
+    if (r == a) return;
+    if (st.load(r) + L > st.cap()) {
+      if (nblocked < 64) blocked[nblocked++] = r;
+      return;
+    }
+    --budget.left;
+    const double d = st.delta(t, r);
+    if (d < best.value) best = {d, r};
+  });
+  if (best.rank >= 0) {
+    st.move(t, best.rank);
+    moved[0] = t;
+    from[0] = a;
+    return 1;
+  }
+  // Load-neutral: exchange the ranks of two head groups of t's cell. Their
+  // (segment, group) counters are disjoint, so the two deltas add up exactly
+  // (the bottleneck term aside, which is checked by applying).
+  const ByteModel& m = st.model();
+  const int G = m.groups();
+  const TaskId base = t - m.group_of(t);
+  TaskId best_u = -1;
+  double best_swap = -kEps;
+  for (int h = 0; h < G; ++h) {
+    const TaskId u = base + h;
+    const Rank b = st.rank(u);
+    if (u == t || b == a) continue;
+    budget.left -= 2;
+    const double d = st.delta(t, b) + st.delta(u, a);
+    if (d < best_swap) {
+      best_swap = d;
+      best_u = u;
+    }
+  }
+  if (best_u >= 0) {
+    const Rank b = st.rank(best_u);
+    const double before = st.objective();
+    st.move(t, b);
+    st.move(best_u, a);
+    if (st.bottleneck_weight() == 0.0 || st.objective() < before - kEps) {
+      moved[0] = t;
+      from[0] = a;
+      moved[1] = best_u;
+      from[1] = b;
+      return 2;
+    }
+    st.move(best_u, b);
+    st.move(t, a);
+  }
+  for (int i = 0; i < nblocked && !budget.spent(); ++i) {
+    const Rank r = blocked[i];
+    const TaskId partner = try_swap(st, t, r, budget);
+    if (partner >= 0) {
+      moved[0] = t;
+      from[0] = a;
+      moved[1] = partner;
+      from[1] = r;
+      return 2;
+    }
+  }
+  return 0;
+}
+
+void run(State& st, Budget& budget, Worklist& work) {
+  TaskId moved[2];
+  Rank from[2];
+  while (!work.empty() && !budget.spent()) {
+    const TaskId t = work.pop();
+    const int n = improve_task(st, t, budget, moved, from);
+    for (int i = 0; i < n; ++i) push_affected(st, moved[i], from[i], work);
+  }
+}
+
+}  // namespace
+
+void descend(State& st, Budget& budget) {
+  Worklist work(st.model().tasks());
+  for (TaskId t = 0; t < st.model().tasks(); ++t) work.push(t);
+  run(st, budget, work);
+}
+
+void descend_after(State& st, Budget& budget, const std::vector<std::pair<TaskId, Rank>>& moves) {
+  Worklist work(st.model().tasks());
+  for (const auto& [t, from] : moves) push_affected(st, t, from, work);
+  run(st, budget, work);
+}
+
+void iterate(State& st, Budget& budget, std::uint64_t seed) {
+  if (st.excess() > 0) return;
+  const ByteModel& m = st.model();
+  const TaskId T = m.tasks();
+  const int P = st.ranks();
+  std::mt19937_64 rng(seed);
+  auto below = [&](std::uint64_t n) { return static_cast<std::int64_t>(rng() % n); };
+  double best = st.objective();
+  st.checkpoint();
+  while (!budget.spent()) {
+    const auto t = static_cast<TaskId>(below(static_cast<std::uint64_t>(T)));
+    const Rank a = st.rank(t);
+    // Destination: a rank that already holds some of t's data, a host, or any.
+    std::vector<Rank> cands;
+    for_each_candidate(st, t, false, [&](Rank r) {
+      if (r != a) cands.push_back(r);
+    });
+    const Rank b = !cands.empty() && below(4) != 0 ? cands[static_cast<std::size_t>(below(cands.size()))]
+                                                   : static_cast<Rank>(below(static_cast<std::uint64_t>(P)));
+    if (b == a) continue;
+    const auto kind = below(3);
+    if (kind == 0) {
+      st.move(t, b);
+    } else {
+      // The tasks on a sharing t's q block (kind 1) or kv block (kind 2) and group.
+      const Dir d = kind == 1 ? Dir::qo : Dir::kv;
+      const Cell& c = m.grid().cell_of(t);
+      const int G = m.groups(), g = m.group_of(t);
+      for (std::int32_t cell : m.cells_of(d, d == Dir::qo ? c.qblock : c.kblock)) {
+        const TaskId s = static_cast<TaskId>(cell) * G + g;
+        if (st.rank(s) == a) st.move(s, b);
+      }
+    }
+    budget.left -= 4;
+    const bool ok = repair(st, budget);
+    if (ok) descend_after(st, budget, st.journal());
+    if (ok && st.excess() == 0 && st.objective() <= best + kEps) {
+      best = std::min(best, st.objective());
+      st.checkpoint();
+    } else {
+      st.rollback();
+    }
+  }
+}
+
+}  // namespace cpsched::bytes

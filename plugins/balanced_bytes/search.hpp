@@ -1,0 +1,38 @@
+#pragma once
+// Local search on a State: repair (meet the balance cap), descent (improving
+// relocations and swaps under the cap) and an iterated local search (kick,
+// repair, descend; keep the best). Effort is counted in move evaluations, never
+// in time, so results do not depend on the machine or the thread count.
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "state.hpp"
+
+namespace cpsched::bytes {
+
+struct Budget {
+  std::int64_t left = 0;
+  bool spent() const { return left <= 0; }
+};
+
+// Moves tasks off ranks above the cap, cheapest bytes per unit of load first
+// (lazy greedy: a task's price is refreshed when it comes up, and its
+// siblings are re-priced for the rank it went to). It always finishes; once
+// the budget is spent it stops re-pricing. Returns true when every rank ends
+// at or below the cap.
+bool repair(State& st, Budget& budget);
+
+// Improving relocations and swaps that put no rank above the cap, until none
+// is left or the budget ends. Tasks are examined from a work list: all of them
+// first; after a move, those whose prices or room it changed.
+void descend(State& st, Budget& budget);
+// The same, starting from the tasks that the given moves (task, rank it left)
+// affected.
+void descend_after(State& st, Budget& budget, const std::vector<std::pair<TaskId, Rank>>& moves);
+
+// Kicks a few related tasks to other ranks, repairs and descends; keeps the
+// best feasible placement seen (ties: the later one, to drift on plateaus).
+void iterate(State& st, Budget& budget, std::uint64_t seed);
+
+}  // namespace cpsched::bytes

@@ -1,0 +1,227 @@
+#include "state.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include <cpsched/error.hpp>
+
+namespace cpsched::bytes {
+
+namespace {
+constexpr std::size_t kTop = 5;  // > the 4 ranks one move can touch
+}
+
+State::State(const ByteModel& model, const std::vector<Rank>& start, std::int64_t cap, double bottleneck_weight)
+    : m_(&model),
+      P_(model.ranks()),
+      G_(model.groups()),
+      words_((model.ranks() + 63) / 64),
+      bw_(bottleneck_weight),
+      cap_(cap) {
+  const TaskGrid& g = model.grid();
+  const TaskId T = g.num_tasks();
+  if (static_cast<TaskId>(start.size()) != T)
+    throw Error("balanced_bytes: start placement has " + std::to_string(start.size()) + " ranks for " +
+                std::to_string(T) + " tasks");
+  if (g.sharding().num_blocks() >= 65535)
+    throw Error("balanced_bytes: more than 65534 blocks are not supported");
+  info_.resize(static_cast<std::size_t>(T));
+  for (TaskId t = 0; t < T; ++t) {
+    const Cell& c = g.cell_of(t);
+    info_[static_cast<std::size_t>(t)] = {model.cell_of(t), model.group_of(t), g.q_host(t), g.k_host(t), c.qblock,
+                                          c.kblock};
+  }
+  const auto P = static_cast<std::size_t>(P_);
+  rank_.assign(static_cast<std::size_t>(T), -1);
+  load_.assign(P, 0);
+  cnt_.assign(static_cast<std::size_t>(model.num_segments()) * static_cast<std::size_t>(G_) * P, 0);
+  const auto nb = static_cast<std::size_t>(g.sharding().num_blocks());
+  blk_cnt_.assign(nb * 2 * static_cast<std::size_t>(G_) * P, 0);
+  holders_.assign(nb * 2 * static_cast<std::size_t>(G_) * static_cast<std::size_t>(words_), 0);
+  send_.assign(P, 0.0);
+  recv_.assign(P, 0.0);
+  on_.assign(P, {});
+  pos_.assign(static_cast<std::size_t>(T), -1);
+  for (TaskId t = 0; t < T; ++t) {
+    const Rank r = start[static_cast<std::size_t>(t)];
+    if (r < 0 || r >= P_)
+      throw Error("balanced_bytes: start placement puts task " + std::to_string(t) + " on rank " +
+                  std::to_string(r) + " outside [0, " + std::to_string(P_) + ")");
+    add(t, r, +1);
+  }
+  refresh_top();
+  refresh_least();
+}
+
+std::int64_t State::excess() const {
+  std::int64_t e = 0;
+  for (std::int64_t l : load_) e += std::max<std::int64_t>(0, l - cap_);
+  return e;
+}
+
+void State::refresh_least() {
+  least_ = static_cast<Rank>(std::min_element(load_.begin(), load_.end()) - load_.begin());
+}
+
+double State::bottleneck() const {
+  return top_.empty() ? 0.0 : std::max(send_[static_cast<std::size_t>(top_[0])], recv_[static_cast<std::size_t>(top_[0])]);
+}
+
+const std::uint64_t* State::words(Dir d, TaskId t) const {
+  const TaskInfo& in = info_[static_cast<std::size_t>(t)];
+  const std::size_t slot = block_slot(d, d == Dir::qo ? in.qblock : in.kblock, in.group);
+  return holders_.data() + slot * static_cast<std::size_t>(words_);
+}
+
+bool State::holder(Dir d, TaskId t, Rank r) const {
+  return (words(d, t)[r / 64] >> (r % 64)) & 1U;
+}
+
+void State::add(TaskId t, Rank r, int sign) {
+  const TaskInfo& in = info_[static_cast<std::size_t>(t)];
+  const auto ur = static_cast<std::size_t>(r);
+  for (Dir d : {Dir::qo, Dir::kv}) {
+    const Rank h = d == Dir::qo ? in.qhost : in.khost;
+    const auto uh = static_cast<std::size_t>(h);
+    const Price& pr = m_->price(d);
+    const auto segs = d == Dir::qo ? m_->qo_segments(in.cell) : m_->kv_segments(in.cell);
+    for (std::int32_t s : segs) {
+      std::uint16_t& c = cnt_[cnt_index(s, in.group, r)];
+      const bool flips = sign > 0 ? c == 0 : c == 1;
+      c = static_cast<std::uint16_t>(c + sign);
+      if (!flips || r == h) continue;
+      const double len = static_cast<double>(m_->segment(s).tokens.size()) * sign;
+      send_[uh] += len * pr.out;
+      recv_[ur] += len * pr.out;
+      send_[ur] += len * pr.back;
+      recv_[uh] += len * pr.back;
+      total_ += len * pr.sum();
+    }
+    const std::size_t bs = block_slot(d, d == Dir::qo ? in.qblock : in.kblock, in.group);
+    std::uint32_t& bc = blk_cnt_[bs * static_cast<std::size_t>(P_) + ur];
+    bc = static_cast<std::uint32_t>(static_cast<std::int64_t>(bc) + sign);
+    if (r != h) {
+      std::uint64_t& w = holders_[bs * static_cast<std::size_t>(words_) + ur / 64];
+      const std::uint64_t bit = std::uint64_t{1} << (ur % 64);
+      w = bc > 0 ? (w | bit) : (w & ~bit);
+    }
+  }
+  load_[ur] += sign * m_->load(t);
+  auto& list = on_[ur];
+  if (sign > 0) {
+    pos_[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(list.size());
+    list.push_back(t);
+    rank_[static_cast<std::size_t>(t)] = r;
+  } else {
+    const auto p = static_cast<std::size_t>(pos_[static_cast<std::size_t>(t)]);
+    list[p] = list.back();
+    pos_[static_cast<std::size_t>(list[p])] = static_cast<std::int32_t>(p);
+    list.pop_back();
+    rank_[static_cast<std::size_t>(t)] = -1;
+  }
+}
+
+void State::refresh_top() {
+  if (bw_ == 0.0) return;
+  const std::size_t k = std::min<std::size_t>(kTop, static_cast<std::size_t>(P_));
+  std::vector<Rank> all(static_cast<std::size_t>(P_));
+  for (Rank r = 0; r < P_; ++r) all[static_cast<std::size_t>(r)] = r;
+  auto value = [&](Rank r) { return std::max(send_[static_cast<std::size_t>(r)], recv_[static_cast<std::size_t>(r)]); };
+  std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k), all.end(),
+                    [&](Rank a, Rank b) { return value(a) != value(b) ? value(a) > value(b) : a < b; });
+  top_.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k));
+}
+
+void State::move(TaskId t, Rank b) {
+  const Rank a = rank(t);
+  if (a == b) return;
+  journal_.emplace_back(t, a);
+  add(t, a, -1);
+  add(t, b, +1);
+  refresh_top();
+  // Only a and b changed: the least loaded is b's old holder or one of them.
+  if (b == least_) {
+    refresh_least();
+  } else if (load_[static_cast<std::size_t>(a)] < load_[static_cast<std::size_t>(least_)] ||
+             (load_[static_cast<std::size_t>(a)] == load_[static_cast<std::size_t>(least_)] && a < least_)) {
+    least_ = a;
+  }
+}
+
+void State::rollback() {
+  for (auto it = journal_.rbegin(); it != journal_.rend(); ++it) {
+    add(it->first, rank(it->first), -1);
+    add(it->first, it->second, +1);
+  }
+  journal_.clear();
+  refresh_top();
+  refresh_least();
+}
+
+double State::delta(TaskId t, Rank b) const {
+  const Rank a = rank(t);
+  if (a == b) return 0.0;
+  const TaskInfo& in = info_[static_cast<std::size_t>(t)];
+  if (bw_ == 0.0) {
+    double d = 0.0;
+    for (Dir dir : {Dir::qo, Dir::kv}) {
+      const Rank h = dir == Dir::qo ? in.qhost : in.khost;
+      const auto segs = dir == Dir::qo ? m_->qo_segments(in.cell) : m_->kv_segments(in.cell);
+      for (std::int32_t s : segs) {
+        const std::size_t base = m_->slot(s, in.group) * static_cast<std::size_t>(P_);
+        if (a != h && cnt_[base + static_cast<std::size_t>(a)] == 1) d -= m_->segment_cost(s);
+        if (b != h && cnt_[base + static_cast<std::size_t>(b)] == 0) d += m_->segment_cost(s);
+      }
+    }
+    return d;
+  }
+  // With the bottleneck: per-rank changes of send and recv on the (at most
+  // four) ranks the move touches.
+  Rank touched[4];
+  double ds[4] = {0, 0, 0, 0}, dr[4] = {0, 0, 0, 0};
+  int nt = 0;
+  auto at = [&](Rank r) {
+    for (int i = 0; i < nt; ++i)
+      if (touched[i] == r) return i;
+    touched[nt] = r;
+    return nt++;
+  };
+  const int ia = at(a), ib = at(b);
+  double d = 0.0;
+  for (Dir dir : {Dir::qo, Dir::kv}) {
+    const Rank h = dir == Dir::qo ? in.qhost : in.khost;
+    const int ih = at(h);
+    const Price& pr = m_->price(dir);
+    const auto segs = dir == Dir::qo ? m_->qo_segments(in.cell) : m_->kv_segments(in.cell);
+    double closed = 0, opened = 0;
+    for (std::int32_t s : segs) {
+      const std::size_t base = m_->slot(s, in.group) * static_cast<std::size_t>(P_);
+      const auto len = static_cast<double>(m_->segment(s).tokens.size());
+      if (a != h && cnt_[base + static_cast<std::size_t>(a)] == 1) closed += len;
+      if (b != h && cnt_[base + static_cast<std::size_t>(b)] == 0) opened += len;
+    }
+    ds[ih] += (opened - closed) * pr.out;
+    dr[ih] += (opened - closed) * pr.back;
+    dr[ib] += opened * pr.out;
+    ds[ib] += opened * pr.back;
+    dr[ia] -= closed * pr.out;
+    ds[ia] -= closed * pr.back;
+    d += (opened - closed) * pr.sum();
+  }
+  double bn = 0.0;
+  for (Rank r : top_) {
+    bool hit = false;
+    for (int i = 0; i < nt; ++i) hit = hit || touched[i] == r;
+    if (!hit) {
+      bn = std::max(send_[static_cast<std::size_t>(r)], recv_[static_cast<std::size_t>(r)]);
+      break;
+    }
+  }
+  for (int i = 0; i < nt; ++i) {
+    const auto r = static_cast<std::size_t>(touched[i]);
+    bn = std::max({bn, send_[r] + ds[i], recv_[r] + dr[i]});
+  }
+  return d + bw_ * P_ * (bn - bottleneck());
+}
+
+}  // namespace cpsched::bytes

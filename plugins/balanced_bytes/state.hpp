@@ -1,0 +1,101 @@
+#pragma once
+// A placement of tasks on ranks with everything the local search asks about
+// kept up to date: per-rank loads, how many tasks on a rank need each
+// (segment, group), the weighted bytes in total and per rank (send and receive
+// kept apart), so that the change of the objective for moving one task is
+// computed from the task's few segments, not from the whole placement.
+//
+// objective = total + bottleneck_weight x P x bottleneck, where total is the
+// weighted bytes summed over ranks and bottleneck = max over ranks of
+// max(send, recv) of the same weighted bytes.
+#include <cstdint>
+#include <vector>
+
+#include "byte_model.hpp"
+
+namespace cpsched::bytes {
+
+class State {
+ public:
+  State(const ByteModel& model, const std::vector<Rank>& start, std::int64_t cap, double bottleneck_weight);
+
+  const ByteModel& model() const { return *m_; }
+  int ranks() const { return P_; }
+  Rank rank(TaskId t) const { return rank_[static_cast<std::size_t>(t)]; }
+  const std::vector<Rank>& placement() const { return rank_; }
+  std::int64_t load(Rank r) const { return load_[static_cast<std::size_t>(r)]; }
+  std::int64_t cap() const { return cap_; }
+  std::int64_t excess() const;  // sum over ranks of the load above cap
+  Rank least_loaded() const { return least_; }  // lowest index on ties
+
+  double total() const { return total_; }
+  double bottleneck() const;
+  double objective() const { return total_ + bw_ * P_ * bottleneck(); }
+  double bottleneck_weight() const { return bw_; }
+
+  // Objective change if task t moved to rank b.
+  double delta(TaskId t, Rank b) const;
+  void move(TaskId t, Rank b);
+
+  // Moves since the last checkpoint can be undone (iterated local search).
+  void checkpoint() { journal_.clear(); }
+  void rollback();
+  const std::vector<std::pair<TaskId, Rank>>& journal() const { return journal_; }
+
+  // Does rank r compute some task of t's group that needs t's q block (QO) or
+  // t's kv block (KV)? The hosts hold their blocks anyway.
+  bool holds_q(TaskId t, Rank r) const { return holder(Dir::qo, t, r); }
+  bool holds_kv(TaskId t, Rank r) const { return holder(Dir::kv, t, r); }
+  // Calls f(r) for every rank that holds t's q-block data or kv-block data of
+  // t's group (each rank once, ascending), hosts excluded.
+  template <class F>
+  void for_each_holder(TaskId t, F&& f) const {
+    const std::uint64_t* q = words(Dir::qo, t);
+    const std::uint64_t* k = words(Dir::kv, t);
+    for (int w = 0; w < words_; ++w)
+      for (std::uint64_t bits = q[w] | k[w]; bits != 0; bits &= bits - 1)
+        f(static_cast<Rank>(w * 64 + __builtin_ctzll(bits)));
+  }
+  // Tasks currently on rank r (unordered).
+  const std::vector<TaskId>& tasks_on(Rank r) const { return on_[static_cast<std::size_t>(r)]; }
+
+ private:
+  struct TaskInfo {
+    std::int32_t cell;
+    std::int32_t group;
+    Rank qhost, khost;
+    std::int32_t qblock, kblock;
+  };
+  std::size_t cnt_index(int s, int g, Rank r) const {
+    return m_->slot(s, g) * static_cast<std::size_t>(P_) + static_cast<std::size_t>(r);
+  }
+  std::size_t block_slot(Dir d, std::int32_t block, int g) const {
+    return (static_cast<std::size_t>(block) * 2 + static_cast<std::size_t>(d)) * static_cast<std::size_t>(G_) +
+           static_cast<std::size_t>(g);
+  }
+  const std::uint64_t* words(Dir d, TaskId t) const;
+  bool holder(Dir d, TaskId t, Rank r) const;
+  void add(TaskId t, Rank r, int sign);
+  void refresh_top();
+  void refresh_least();
+
+  const ByteModel* m_;
+  int P_, G_, words_;
+  double bw_;
+  std::int64_t cap_;
+  std::vector<TaskInfo> info_;
+  std::vector<Rank> rank_;
+  std::vector<std::int64_t> load_;
+  std::vector<std::uint16_t> cnt_;        // (segment, group, rank): tasks needing it
+  std::vector<std::uint32_t> blk_cnt_;    // (block, dir, group, rank): tasks of that block
+  std::vector<std::uint64_t> holders_;    // (block, dir, group): rank bitset
+  std::vector<double> send_, recv_;
+  std::vector<Rank> top_;                 // ranks of the largest max(send, recv), descending
+  Rank least_ = 0;                        // least loaded rank
+  double total_ = 0;
+  std::vector<std::vector<TaskId>> on_;
+  std::vector<std::int32_t> pos_;         // index of t in on_[rank]
+  std::vector<std::pair<TaskId, Rank>> journal_;  // (task, rank it left) since checkpoint
+};
+
+}  // namespace cpsched::bytes
