@@ -46,18 +46,19 @@ Best best_ratio(const State& st, TaskId t, Budget& budget) {
   return best;
 }
 
-// Tasks on rank a that share t's q block or kv block and group: after t
-// moves, their prices change.
+// Tasks on rank a that share t's q block (QO) or kv block (KV) and group.
 template <class F>
-void for_each_sibling(const State& st, TaskId t, Rank a, F&& f) {
+void for_each_sibling(const State& st, TaskId t, Rank a, bool qo, bool kv, F&& f) {
   const ByteModel& m = st.model();
   const int G = m.groups(), g = m.group_of(t);
   const Cell& c = m.grid().cell_of(t);
-  for (Dir d : {Dir::qo, Dir::kv})
+  for (Dir d : {Dir::qo, Dir::kv}) {
+    if (!(d == Dir::qo ? qo : kv)) continue;
     for (std::int32_t cell : m.cells_of(d, d == Dir::qo ? c.qblock : c.kblock)) {
       const TaskId s = static_cast<TaskId>(cell) * G + g;
       if (s != t && st.rank(s) == a) f(s);
     }
+  }
 }
 
 // Per-task keys of the repair's priority queue, reused across ranks: a
@@ -65,7 +66,6 @@ void for_each_sibling(const State& st, TaskId t, Rank a, F&& f) {
 struct RepairScratch {
   std::vector<std::uint32_t> version;
   std::vector<double> key;
-  std::vector<Rank> dest;
 };
 
 bool repair_rank(State& st, Rank a, Budget& budget, RepairScratch& scratch) {
@@ -79,44 +79,37 @@ bool repair_rank(State& st, Rank a, Budget& budget, RepairScratch& scratch) {
   auto& version = scratch.version;
   auto& key = scratch.key;
   for (TaskId t : st.tasks_on(a)) key[static_cast<std::size_t>(t)] = std::numeric_limits<double>::infinity();
-  auto& dest = scratch.dest;
-  auto push = [&](TaskId t, double k, Rank d) {
+  auto push = [&](TaskId t, double k) {
     key[static_cast<std::size_t>(t)] = k;
-    dest[static_cast<std::size_t>(t)] = d;
     heap.push({k, t, ++version[static_cast<std::size_t>(t)]});
   };
   for (TaskId t : std::vector<TaskId>(st.tasks_on(a))) {
     const Best b = best_ratio(st, t, budget);
-    if (b.rank >= 0) push(t, b.value, b.rank);
+    if (b.rank >= 0) push(t, b.value);
   }
   while (st.load(a) > st.cap() && !heap.empty()) {
     const Item it = heap.top();
     heap.pop();
     if (it.version != version[static_cast<std::size_t>(it.t)] || st.rank(it.t) != a) continue;
-    // Out of budget: no re-pricing, the first destination with room.
-    if (budget.spent()) {
-      const std::int64_t L = st.model().load(it.t);
-      if (dest[static_cast<std::size_t>(it.t)] >= 0 && st.load(dest[static_cast<std::size_t>(it.t)]) + L <= st.cap()) {
-        st.move(it.t, dest[static_cast<std::size_t>(it.t)]);
-        continue;
-      }
-    }
     const Best b = best_ratio(st, it.t, budget);
     if (b.rank < 0) continue;
     if (b.value > it.key + kEps && !heap.empty() && b.value > heap.top().key) {
-      push(it.t, b.value, b.rank);
+      push(it.t, b.value);
       continue;
     }
+    // Where the move brings t's q-block (kv-block) data to b for the first
+    // time, the siblings sharing it get cheaper to send there: re-price that
+    // one destination for them.
+    const TaskGrid& g = st.model().grid();
+    const bool new_q = b.rank != g.q_host(it.t) && !st.holds_q(it.t, b.rank);
+    const bool new_kv = b.rank != g.k_host(it.t) && !st.holds_kv(it.t, b.rank);
     st.move(it.t, b.rank);
-    if (budget.spent()) continue;
-    // Its siblings on a may now be cheaper to send to the same rank, which
-    // holds their block data now: price that one destination.
-    for_each_sibling(st, it.t, a, [&](TaskId s) {
+    for_each_sibling(st, it.t, a, new_q, new_kv, [&](TaskId s) {
       const std::int64_t L = st.model().load(s);
       if (st.load(b.rank) + L > st.cap()) return;
       --budget.left;
       const double v = st.delta(s, b.rank) / static_cast<double>(std::max<std::int64_t>(L, 1));
-      if (v < key[static_cast<std::size_t>(s)] - kEps * 1e-6) push(s, v, b.rank);
+      if (v < key[static_cast<std::size_t>(s)] - kEps * 1e-6) push(s, v);
     });
   }
   return st.load(a) <= st.cap();
@@ -129,7 +122,6 @@ bool repair(State& st, Budget& budget) {
   const auto T = static_cast<std::size_t>(st.model().tasks());
   scratch.version.assign(T, 0);
   scratch.key.assign(T, std::numeric_limits<double>::infinity());
-  scratch.dest.assign(T, -1);
   for (;;) {
     Rank worst = -1;
     for (Rank r = 0; r < st.ranks(); ++r)
@@ -227,7 +219,11 @@ void push_affected(const State& st, TaskId t, Rank from, Worklist& work) {
 int improve_task(State& st, TaskId t, Budget& budget, TaskId moved[2], Rank from[2]) {
   const Rank a = st.rank(t);
   const std::int64_t L = st.model().load(t);
-  Best best{-kEps, -1};
+  // Improving moves; among moves that keep the bytes, one to a rank that
+  // ends lighter than a is now (it smooths the loads, which makes room for
+  // later improving moves, and cannot cycle).
+  Best best;
+  std::int64_t best_load = 0;
   Rank blocked[64];
   int nblocked = 0;
   for_each_candidate(st, t, false, [&](Rank r) {
@@ -238,7 +234,12 @@ int improve_task(State& st, TaskId t, Budget& budget, TaskId moved[2], Rank from
     }
     --budget.left;
     const double d = st.delta(t, r);
-    if (d < best.value) best = {d, r};
+    const bool acceptable = d < -kEps || (d <= kEps && st.load(r) + L < st.load(a));
+    if (!acceptable) return;
+    if (best.rank < 0 || d < best.value - kEps || (d <= best.value + kEps && st.load(r) < best_load)) {
+      best = {d, r};
+      best_load = st.load(r);
+    }
   });
   if (best.rank >= 0) {
     st.move(t, best.rank);
@@ -322,40 +323,52 @@ void iterate(State& st, Budget& budget, std::uint64_t seed) {
   if (st.excess() > 0) return;
   const ByteModel& m = st.model();
   const TaskId T = m.tasks();
-  const int P = st.ranks();
+  const int P = st.ranks(), G = m.groups();
   std::mt19937_64 rng(seed);
   auto below = [&](std::uint64_t n) { return static_cast<std::int64_t>(rng() % n); };
   double best = st.objective();
   st.checkpoint();
+  std::vector<Rank> cands;
   while (!budget.spent()) {
     const auto t = static_cast<TaskId>(below(static_cast<std::uint64_t>(T)));
     const Rank a = st.rank(t);
-    // Destination: a rank that already holds some of t's data, a host, or any.
-    std::vector<Rank> cands;
-    for_each_candidate(st, t, false, [&](Rank r) {
-      if (r != a) cands.push_back(r);
-    });
-    const Rank b = !cands.empty() && below(4) != 0 ? cands[static_cast<std::size_t>(below(cands.size()))]
-                                                   : static_cast<Rank>(below(static_cast<std::uint64_t>(P)));
-    if (b == a) continue;
-    const auto kind = below(3);
-    if (kind == 0) {
+    const auto kind = below(G > 1 ? 4 : 3);
+    if (kind == 3) {
+      // Exchange the ranks of two head groups of t's cell.
+      const TaskId u = t - m.group_of(t) + static_cast<TaskId>(below(static_cast<std::uint64_t>(G)));
+      const Rank b = st.rank(u);
+      if (b == a) continue;
       st.move(t, b);
+      st.move(u, a);
     } else {
-      // The tasks on a sharing t's q block (kind 1) or kv block (kind 2) and group.
-      const Dir d = kind == 1 ? Dir::qo : Dir::kv;
-      const Cell& c = m.grid().cell_of(t);
-      const int G = m.groups(), g = m.group_of(t);
-      for (std::int32_t cell : m.cells_of(d, d == Dir::qo ? c.qblock : c.kblock)) {
-        const TaskId s = static_cast<TaskId>(cell) * G + g;
-        if (st.rank(s) == a) st.move(s, b);
+      // Destination: a rank that already holds some of t's data, a host, or any.
+      cands.clear();
+      for_each_candidate(st, t, false, [&](Rank r) {
+        if (r != a) cands.push_back(r);
+      });
+      const Rank b = !cands.empty() && below(4) != 0 ? cands[static_cast<std::size_t>(below(cands.size()))]
+                                                     : static_cast<Rank>(below(static_cast<std::uint64_t>(P)));
+      if (b == a) continue;
+      if (kind == 0) {
+        st.move(t, b);
+      } else {
+        // The tasks on a sharing t's q block (kind 1) or kv block (kind 2) and group.
+        const Dir d = kind == 1 ? Dir::qo : Dir::kv;
+        const Cell& c = m.grid().cell_of(t);
+        const int g = m.group_of(t);
+        for (std::int32_t cell : m.cells_of(d, d == Dir::qo ? c.qblock : c.kblock)) {
+          const TaskId s = static_cast<TaskId>(cell) * G + g;
+          if (st.rank(s) == a) st.move(s, b);
+        }
       }
     }
     budget.left -= 4;
     const bool ok = repair(st, budget);
     if (ok) descend_after(st, budget, st.journal());
-    if (ok && st.excess() == 0 && st.objective() <= best + kEps) {
-      best = std::min(best, st.objective());
+    const double obj = st.objective();
+    // Accept ties too: drifting on a plateau reaches other improvements.
+    if (ok && st.excess() == 0 && obj <= best + kEps) {
+      best = std::min(best, obj);
       st.checkpoint();
     } else {
       st.rollback();

@@ -17,10 +17,10 @@ struct Budget {
 };
 
 // Moves tasks off ranks above the cap, cheapest bytes per unit of load first
-// (lazy greedy: a task's price is refreshed when it comes up, and its
-// siblings are re-priced for the rank it went to). It always finishes; once
-// the budget is spent it stops re-pricing. Returns true when every rank ends
-// at or below the cap.
+// (lazy greedy: a task's price is refreshed when it comes up; when a move
+// brings block data to a rank for the first time, the siblings that share it
+// are re-priced for that rank). It always finishes, whatever the budget.
+// Returns true when every rank ends at or below the cap.
 bool repair(State& st, Budget& budget);
 
 // Improving relocations and swaps that put no rank above the cap, until none
