@@ -11,6 +11,8 @@
 #include "cpsched/error.hpp"
 #include "cpsched/mask_generators.hpp"
 #include "cpsched/metrics.hpp"
+#include "cpsched/plan_builder.hpp"
+#include "cpsched/plan_validator.hpp"
 #include "cpsched/registry.hpp"
 
 using namespace cpsched;
@@ -18,6 +20,8 @@ using namespace cpsched;
 namespace {
 
 constexpr double kMu = 1.10;
+
+std::string first(const std::vector<std::string>& v) { return v.empty() ? std::string() : v.front(); }
 
 const PluginInfo* find_solver(const Registry& reg, const std::string& name) {
   for (const PluginInfo& p : reg.plugins())
@@ -106,6 +110,10 @@ TEST_CASE("balanced_bytes is never worse than owner, usp or binary_greedy on ran
       CHECK(a.grid->total_task_area() == grid->total_task_area());
       const Metrics m = compute_metrics(a);
       CHECK(a.feasible == (excess(m) == 0));
+      if (rep < 2) {
+        const auto problems = validate_plan(a, build_plan(a, 2));
+        CHECK_MESSAGE(problems.empty(), first(problems));
+      }
       for (const auto& [name, solver] : members) {
         CAPTURE(name);
         const Metrics o = compute_metrics(solver->solve(SolveInput{grid, &cost}));
@@ -162,9 +170,16 @@ TEST_CASE("balanced_bytes splits the shards when a cell alone breaks the balance
   a.validate();
   CHECK(a.feasible);
   CHECK(a.grid->problem().grid.blocks_per_rank > 1);
-  // The finer grid keeps each rank's tokens.
+  // The finer grid keeps each rank's tokens, and the plan builder follows it.
   CHECK(a.grid->sharding().rank_tokens(0) == grid->sharding().rank_tokens(0));
   CHECK(compute_metrics(a).imbalance <= kMu);
+  for (int stages : {1, 2}) {
+    const Plan plan = build_plan(a, stages);
+    const auto problems = validate_plan(a, plan);
+    CHECK_MESSAGE(problems.empty(), first(problems));
+    const auto brute = brute_force_plan_coverage(a, plan);
+    CHECK_MESSAGE(brute.empty(), first(brute));
+  }
   // With no room to split, it says that the target was not met.
   Params coarse;
   coarse.set("max_blocks_per_rank", std::int64_t{1});

@@ -145,6 +145,12 @@ int main(int argc, char** argv) try {
              "mask", "n", "usp GiB (max imb)", "owner GiB (max imb)", "bg GiB (max imb)",
              fmt::format("{} GiB (max imb)", main_solver.substr(0, 8)), "ilp GiB", "ilp bound", "proven",
              "gap ilp", "gap bnd", "ms (med)", "cpu ms", "> best");
+  std::vector<std::string> verdicts;
+  int failed = 0;
+  auto verdict = [&](bool ok, const std::string& what) {
+    verdicts.push_back(fmt::format("  {}  {}", ok ? "pass" : "FAIL", what));
+    failed += ok ? 0 : 1;
+  };
   for (int P : ps) {
     for (const auto& mask_name : masks) {
       MaskKind kind;
@@ -177,8 +183,9 @@ int main(int argc, char** argv) try {
             r.bound = note_number(a.note, "bound ");
             r.optimal = a.note.find(": optimal") != std::string::npos;
           }
-          if (verbose) fmt::print("  P {} {} pack {} {}: {:.4f} GiB imb {:.3f} {:.1f} ms | {}\n", P, mask_name, pack,
-                                  name, r.fwd / kGiB, r.imbalance, ms, a.note);
+          if (verbose)
+            fmt::print("  P {} {} pack {} {}: {:.4f} GiB (bottleneck {:.4f} GiB) imb {:.3f} {:.1f} ms | {}\n", P, mask_name,
+                       pack, name, r.fwd / kGiB, static_cast<double>(m.fwd.bottleneck) / kGiB, r.imbalance, ms, a.note);
           runs[name].push_back(r);
         }
         if (runs.count(main_solver) != 0) {
@@ -227,12 +234,32 @@ int main(int argc, char** argv) try {
                  have_ilp ? fmt::format("{:+.2f}%", 100.0 * (me / bnd - 1.0)) : "-", ms.empty() ? 0.0 : ms[ms.size() / 2],
                  cpu.empty() ? 0.0 : cpu[cpu.size() / 2], worse_any, worse_feasible);
       std::fflush(stdout);
+      // Issue 8's targets.
+      if (runs[main_solver].empty()) continue;
+      double max_imb = 0;
+      for (const Run& r : runs[main_solver]) max_imb = std::max(max_imb, r.imbalance);
+      const std::string where = fmt::format("P {} {}", P, mask_name);
+      verdict(max_imb <= kMu, fmt::format("{}: imbalance {:.4f} <= {:.2f} on every mask", where, max_imb, kMu));
+      if (P == 8 && docs && have_ilp)
+        verdict(me <= 1.05 * ilp, fmt::format("{}: mean send {:+.2f}% of ilp's incumbent (<= +5%; {:+.2f}% of its bound, "
+                                              "{}/{} proven)", where, 100.0 * (me / ilp - 1.0),
+                                              100.0 * (me / bnd - 1.0), proven, n));
+      if (P >= 16)
+        verdict(worse_feasible == 0, fmt::format("{}: never more bytes than the best of usp, owner, binary_greedy "
+                                                 "meeting mu ({} of {} masks more)", where, worse_feasible, n));
+      if (P == 64 && !cpu.empty())
+        verdict(cpu[cpu.size() / 2] <= 10.0, fmt::format("{}: median solve CPU time {:.2f} ms <= 10 ms (wall {:.2f} ms "
+                                                         "on this machine's load)", where, cpu[cpu.size() / 2],
+                                                         ms[ms.size() / 2]));
     }
   }
   fmt::print("\ngap ilp / gap bnd: mean {} send over mean ilp incumbent / mean ilp proven bound, minus 1\n", main_solver);
   fmt::print("ms, cpu ms: median solve time of {} (wall clock; process CPU time, all threads)\n", main_solver);
   fmt::print("> best: packs where {} sent more than the best of usp, owner, binary_greedy (all / those meeting mu)\n",
              main_solver);
+  fmt::print("\ntargets of issue 8 for {}:\n", main_solver);
+  for (const auto& v : verdicts) fmt::print("{}\n", v);
+  fmt::print("{}\n", failed == 0 ? "all targets met" : fmt::format("{} target(s) missed", failed));
   return 0;
 } catch (const std::exception& e) {
   fmt::print(stderr, "bench_vs_ilp: {}\n", e.what());
