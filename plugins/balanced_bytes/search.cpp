@@ -93,7 +93,7 @@ bool repair_rank(State& st, Rank a, Budget& budget, RepairScratch& scratch) {
     if (it.version != version[static_cast<std::size_t>(it.t)] || st.rank(it.t) != a) continue;
     const Best b = best_ratio(st, it.t, budget);
     if (b.rank < 0) continue;
-    if (b.value > it.key + kEps && !heap.empty() && b.value > heap.top().key) {
+    if (b.value > it.key && !heap.empty() && b.value > heap.top().key) {
       push(it.t, b.value);
       continue;
     }
@@ -109,7 +109,7 @@ bool repair_rank(State& st, Rank a, Budget& budget, RepairScratch& scratch) {
       if (st.load(b.rank) + L > st.cap()) return;
       --budget.left;
       const double v = st.delta(s, b.rank) / static_cast<double>(std::max<std::int64_t>(L, 1));
-      if (v < key[static_cast<std::size_t>(s)] - kEps * 1e-6) push(s, v);
+      if (v < key[static_cast<std::size_t>(s)]) push(s, v);
     });
   }
   return st.load(a) <= st.cap();
@@ -320,7 +320,7 @@ void descend_after(State& st, Budget& budget, const std::vector<std::pair<TaskId
 }
 
 void iterate(State& st, Budget& budget, std::uint64_t seed) {
-  if (st.excess() > 0) return;
+  if (st.excess() > 0 || st.ranks() < 2 || st.model().tasks() == 0) return;
   const ByteModel& m = st.model();
   const TaskId T = m.tasks();
   const int P = st.ranks(), G = m.groups();
@@ -330,6 +330,7 @@ void iterate(State& st, Budget& budget, std::uint64_t seed) {
   st.checkpoint();
   std::vector<Rank> cands;
   while (!budget.spent()) {
+    budget.left -= 4;  // a kick's price, also when it comes to nothing
     const auto t = static_cast<TaskId>(below(static_cast<std::uint64_t>(T)));
     const Rank a = st.rank(t);
     const auto kind = below(G > 1 ? 4 : 3);
@@ -362,7 +363,6 @@ void iterate(State& st, Budget& budget, std::uint64_t seed) {
         }
       }
     }
-    budget.left -= 4;
     const bool ok = repair(st, budget);
     if (ok) descend_after(st, budget, st.journal());
     const double obj = st.objective();

@@ -41,6 +41,7 @@ State::State(const ByteModel& model, const std::vector<Rank>& start, std::int64_
   send_.assign(P, 0.0);
   recv_.assign(P, 0.0);
   on_.assign(P, {});
+  for (auto& list : on_) list.reserve(static_cast<std::size_t>(T) / P + 16);
   pos_.assign(static_cast<std::size_t>(T), -1);
   for (TaskId t = 0; t < T; ++t) {
     const Rank r = start[static_cast<std::size_t>(t)];
@@ -168,9 +169,8 @@ double State::delta(TaskId t, Rank b) const {
       const Rank h = dir == Dir::qo ? in.qhost : in.khost;
       const auto segs = dir == Dir::qo ? m_->qo_segments(in.cell) : m_->kv_segments(in.cell);
       for (std::int32_t s : segs) {
-        const std::size_t base = m_->slot(s, in.group) * static_cast<std::size_t>(P_);
-        if (a != h && cnt_[base + static_cast<std::size_t>(a)] == 1) d -= m_->segment_cost(s);
-        if (b != h && cnt_[base + static_cast<std::size_t>(b)] == 0) d += m_->segment_cost(s);
+        if (a != h && cnt_[cnt_index(s, in.group, a)] == 1) d -= m_->segment_cost(s);
+        if (b != h && cnt_[cnt_index(s, in.group, b)] == 0) d += m_->segment_cost(s);
       }
     }
     return d;
@@ -195,10 +195,9 @@ double State::delta(TaskId t, Rank b) const {
     const auto segs = dir == Dir::qo ? m_->qo_segments(in.cell) : m_->kv_segments(in.cell);
     double closed = 0, opened = 0;
     for (std::int32_t s : segs) {
-      const std::size_t base = m_->slot(s, in.group) * static_cast<std::size_t>(P_);
       const auto len = static_cast<double>(m_->segment(s).tokens.size());
-      if (a != h && cnt_[base + static_cast<std::size_t>(a)] == 1) closed += len;
-      if (b != h && cnt_[base + static_cast<std::size_t>(b)] == 0) opened += len;
+      if (a != h && cnt_[cnt_index(s, in.group, a)] == 1) closed += len;
+      if (b != h && cnt_[cnt_index(s, in.group, b)] == 0) opened += len;
     }
     ds[ih] += (opened - closed) * pr.out;
     dr[ih] += (opened - closed) * pr.back;

@@ -66,8 +66,12 @@ class State {
     Rank qhost, khost;
     std::int32_t qblock, kblock;
   };
+  // Layout (segment, rank, group): the groups of one cell, placed together,
+  // share cache lines.
   std::size_t cnt_index(int s, int g, Rank r) const {
-    return m_->slot(s, g) * static_cast<std::size_t>(P_) + static_cast<std::size_t>(r);
+    return (static_cast<std::size_t>(s) * static_cast<std::size_t>(P_) + static_cast<std::size_t>(r)) *
+               static_cast<std::size_t>(G_) +
+           static_cast<std::size_t>(g);
   }
   std::size_t block_slot(Dir d, std::int32_t block, int g) const {
     return (static_cast<std::size_t>(block) * 2 + static_cast<std::size_t>(d)) * static_cast<std::size_t>(G_) +
@@ -86,7 +90,7 @@ class State {
   std::vector<TaskInfo> info_;
   std::vector<Rank> rank_;
   std::vector<std::int64_t> load_;
-  std::vector<std::uint16_t> cnt_;        // (segment, group, rank): tasks needing it
+  std::vector<std::uint16_t> cnt_;        // (segment, rank, group): tasks needing it
   std::vector<std::uint32_t> blk_cnt_;    // (block, dir, group, rank): tasks of that block
   std::vector<std::uint64_t> holders_;    // (block, dir, group): rank bitset
   std::vector<double> send_, recv_;

@@ -203,3 +203,20 @@ TEST_CASE("balanced_bytes rejects bad parameters, naming them") {
                          doctest::Contains(expected.c_str()), Error);
   }
 }
+
+TEST_CASE("balanced_bytes and ilp on a single rank put everything there") {
+  Registry reg;
+  reg.scan(CPSCHED_PLUGIN_BUILD_DIR);
+  const std::vector<Slice> docs = {{{0, 10}, {0, 10}, MaskType::causal}, {{10, 16}, {10, 16}, MaskType::full}};
+  auto p = std::make_shared<const Problem>(Problem::make(RangeMask(16, docs), 1, Heads{8, 4, 16, 2}, {true, 1}));
+  auto grid = std::make_shared<const TaskGrid>(p);
+  const AreaCostModel cost;
+  for (const std::string name : {"balanced_bytes", "ilp"}) {
+    if (find_solver(reg, name) == nullptr) continue;
+    CAPTURE(name);
+    const Assignment a = make(reg, name)->solve(SolveInput{grid, &cost});
+    a.validate();
+    CHECK(a.feasible);
+    CHECK(compute_metrics(a).fwd.total_send == 0);
+  }
+}
