@@ -55,7 +55,7 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
 
 void pipeline_case(int P, int stages, int dim, bool flat, std::uint64_t placement) {
   std::mt19937_64 rng(static_cast<std::uint64_t>(P * 100 + stages * 10 + dim));
-  const Token S = 700 * P + static_cast<Token>(rng() % 300);
+  const Token S = 400 * P + static_cast<Token>(rng() % 200);
   auto c = test::make_plan_case(test::random_document_mask(S, rng), P, Heads{8, 2, dim, 2}, GridOptions{flat, 1},
                                 stages, placement);
   const g::HeadLayout h = g::HeadLayout::of(*c.problem);
