@@ -70,6 +70,9 @@ class CudaBackendImpl final : public Backend {
     check(cudaMalloc(&p, static_cast<std::size_t>(bytes)), "cudaMalloc");
     blocks_.push_back(p);
     check(cudaMemset(p, 0, static_cast<std::size_t>(bytes)), "cudaMemset");
+    // The memset runs on the legacy stream, which the non-blocking streams do
+    // not wait for: finish it before anything can use the memory.
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(alloc)");
     return p;
   }
   void upload(void* dst, const void* src, Bytes n) override {
