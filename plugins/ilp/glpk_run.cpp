@@ -105,8 +105,11 @@ RunResult run_glpk(glp_prob* lp, const RunOptions& o) {
   res.lp_solved = lp_ret == 0 && glp_get_status(lp) == GLP_OPT;
   if (!res.lp_solved) {
     res.time_limit_hit = lp_ret == GLP_ETMLIM;
+    res.infeasible = lp_ret == 0 && (glp_get_status(lp) == GLP_NOFEAS || glp_get_status(lp) == GLP_INFEAS);
     res.error = res.time_limit_hit ? "the LP relaxation did not finish in the time limit"
-                                   : "the LP relaxation failed (glp_simplex " + std::to_string(lp_ret) + ")";
+                : res.infeasible   ? "infeasible: even the LP relaxation cannot meet the balance cap"
+                                   : "the LP relaxation failed (glp_simplex " + std::to_string(lp_ret) +
+                                       ", status " + std::to_string(glp_get_status(lp)) + ")";
     return res;
   }
   res.root_bound = glp_get_obj_val(lp);
@@ -124,8 +127,12 @@ RunResult run_glpk(glp_prob* lp, const RunOptions& o) {
   res.optimal = ip_ret == 0 && st == GLP_OPT;
   if (res.optimal && o.mip_gap <= 0.0) res.bound = res.incumbent;
   if (res.has_incumbent) res.bound = std::min(res.bound, res.incumbent);
-  if (ip_ret != 0 && ip_ret != GLP_ETMLIM && ip_ret != GLP_EMIPGAP)
+  if (ip_ret == 0 && st == GLP_NOFEAS) {
+    res.infeasible = true;
+    res.error = "infeasible: no integer placement meets the balance cap";
+  } else if (ip_ret != 0 && ip_ret != GLP_ETMLIM && ip_ret != GLP_EMIPGAP) {
     res.error = "glp_intopt returned " + std::to_string(ip_ret);
+  }
   return res;
 }
 

@@ -29,6 +29,7 @@ struct RunResult {
   std::vector<double> cols;      // incumbent's column values, 1-based
   bool warm_accepted = false;
   bool time_limit_hit = false;
+  bool infeasible = false;       // proven: no solution meets the constraints
   double seconds = 0;
 };
 

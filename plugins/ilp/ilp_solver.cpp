@@ -41,7 +41,7 @@ std::string size_text(const IlpModel& m) {
 }
 
 std::string run_text(const RunResult& r) {
-  if (!r.ok || !r.lp_solved) return r.error;
+  if (!r.ok || !r.lp_solved || r.infeasible) return r.error;
   std::string t = r.optimal ? "solved" : (r.time_limit_hit ? "time limit" : "stopped");
   if (r.has_incumbent) t += ", incumbent " + num(r.incumbent * IlpModel::kUnit, "%.0f") + " B";
   t += ", bound " + num(r.bound * IlpModel::kUnit, "%.0f") + " B, " + num(r.seconds, "%.2f") + " s";
@@ -100,6 +100,7 @@ class IlpSolver final : public Solver {
     std::vector<Rank> fallback;  // returned when nothing meets the cap
     if (warm_start_) start_placements(model, cap, bw, inc, fallback);
     double bound = 0.0;
+    bool proven_infeasible = false;
     std::string notes;
 
     if (aggregate_ && grid.flattened() && model.groups() > 1 && left_s() > 0) {
@@ -114,6 +115,7 @@ class IlpSolver final : public Solver {
       }
       const RunResult r = run_glpk(agg.problem(), ro);
       notes += "; aggregated model (" + size_text(agg) + "): " + run_text(r);
+      proven_infeasible = proven_infeasible || r.infeasible;  // a relaxation: none for the exact model either
       if (r.lp_solved) bound = std::max(bound, r.bound * unit);
       if (r.has_incumbent) {
         const std::vector<int> counts = agg.counts_of(r.cols);
@@ -137,7 +139,7 @@ class IlpSolver final : public Solver {
       }
     }
     const bool proven_by_aggregate = inc.valid() && inc.bytes <= bound + 1e-6 * inc.bytes;
-    if (!proven_by_aggregate && left_s() > 0) {
+    if (!proven_by_aggregate && !proven_infeasible && left_s() > 0) {
       IlpModel ex(model, cap, objective_, Form::per_group);
       RunOptions ro;
       ro.time_limit_s = left_s();
@@ -148,6 +150,7 @@ class IlpSolver final : public Solver {
         ro.warm = &warm;
       }
       const RunResult r = run_glpk(ex.problem(), ro);
+      proven_infeasible = proven_infeasible || r.infeasible;
       notes += "; per-group model (" + size_text(ex) +
                (ex.symmetry_cells().empty()
                     ? std::string()
@@ -177,7 +180,9 @@ class IlpSolver final : public Solver {
       // No placement meets the cap: the least overloaded start we have.
       a.rank = fallback.empty() ? bytes::owner_placement(grid) : fallback;
       a.feasible = false;
-      a.note = what + "no placement meeting the balance cap was found in " + num(time_limit_s_) + " s";
+      a.note = what + (proven_infeasible ? "no placement meets the balance cap (proven)"
+                                         : "no placement meeting the balance cap was found in " +
+                                               num(time_limit_s_) + " s");
     }
     a.note += notes + "; " + num(time_limit_s_ - left_s(), "%.2f") + " s in all";
     return a;

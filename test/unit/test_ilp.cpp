@@ -108,6 +108,7 @@ TEST_CASE("ilp finds the optimum of exhaustive enumeration on tiny instances") {
           CHECK(a.grid == grid);
           CHECK(a.feasible == brute.any_feasible);
           if (!brute.any_feasible) {
+            CHECK(a.note.find("no placement meets the balance cap (proven)") != std::string::npos);
             ++infeasible_cases;
             continue;
           }
