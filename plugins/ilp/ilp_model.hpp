@@ -54,6 +54,9 @@ class IlpModel {
   IlpModel& operator=(const IlpModel&) = delete;
 
   glp_prob* problem() const { return lp_; }
+  // After a GLPK fatal error its environment, this problem included, is gone:
+  // forget the pointer instead of deleting it.
+  void forget_problem() { lp_ = nullptr; }
   Form form() const { return form_; }
   const ModelSize& size() const { return size_; }
   // Objective unit: the model works in MiB to keep coefficients moderate.

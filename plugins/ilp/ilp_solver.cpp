@@ -10,6 +10,7 @@
 // the two models' bounds.
 #include <chrono>
 #include <cstdio>
+#include <mutex>
 #include <string>
 
 #include <cpsched/error.hpp>
@@ -86,6 +87,10 @@ class IlpSolver final : public Solver {
 
   Assignment solve(const SolveInput& in) override {
     if (!in.grid) throw Error("ilp: no task grid given");
+    // GLPK keeps its environment (hooks, and in some builds every object) in
+    // process state: one solve at a time in a process.
+    static std::mutex glpk_mutex;
+    std::lock_guard<std::mutex> lock(glpk_mutex);
     const auto start = std::chrono::steady_clock::now();
     auto left_s = [&] {
       return time_limit_s_ - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -114,6 +119,7 @@ class IlpSolver final : public Solver {
         ro.warm = &warm;
       }
       const RunResult r = run_glpk(agg.problem(), ro);
+      if (!r.ok) agg.forget_problem();
       notes += "; aggregated model (" + size_text(agg) + "): " + run_text(r);
       proven_infeasible = proven_infeasible || r.infeasible;  // a relaxation: none for the exact model either
       if (r.lp_solved) bound = std::max(bound, r.bound * unit);
@@ -129,6 +135,7 @@ class IlpSolver final : public Solver {
           std::vector<double> w = fixed.columns_of(fixed.canonical(inc.rank));
           fo.warm = &w;
           const RunResult f = run_glpk(fixed.problem(), fo);
+          if (!f.ok) fixed.forget_problem();
           notes += "; realisation model: " + run_text(f);
           if (f.has_incumbent) {
             std::vector<Rank> q = fixed.placement_of(f.cols);
@@ -150,6 +157,7 @@ class IlpSolver final : public Solver {
         ro.warm = &warm;
       }
       const RunResult r = run_glpk(ex.problem(), ro);
+      if (!r.ok) ex.forget_problem();
       proven_infeasible = proven_infeasible || r.infeasible;
       notes += "; per-group model (" + size_text(ex) +
                (ex.symmetry_cells().empty()
