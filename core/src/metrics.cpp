@@ -7,35 +7,58 @@ namespace cpsched {
 
 namespace {
 
-// One needed piece of a block on a computing rank, before the union.
-struct Need {
-  int group;
-  Rank dst;
-  Range r;
-  auto key() const { return std::tuple{group, dst, r.begin, r.end}; }
-};
+// Collects the needed ranges of one block per (group, destination) bucket and
+// emits their unions as transfers. Buckets are intrusive lists over a table
+// kept across blocks (only touched buckets are reset), so a block costs
+// O(its needs), not O(G x P).
+class BlockNeeds {
+ public:
+  BlockNeeds(int groups, int cp_size)
+      : P_(cp_size), head_(static_cast<std::size_t>(groups) * static_cast<std::size_t>(cp_size), -1) {}
 
-// Unions the needs of one block (sorted by group, dst, range) into transfers.
-void emit(std::vector<Need>& needs, Transfer::Kind kind, std::int32_t block, Rank host,
-          std::vector<Transfer>& out) {
-  std::sort(needs.begin(), needs.end(), [](const Need& a, const Need& b) { return a.key() < b.key(); });
-  std::size_t i = 0;
-  while (i < needs.size()) {
-    const int g = needs[i].group;
-    const Rank d = needs[i].dst;
-    Token tokens = 0, cur_b = needs[i].r.begin, cur_e = needs[i].r.end;
-    for (; i < needs.size() && needs[i].group == g && needs[i].dst == d; ++i) {
-      if (needs[i].r.begin > cur_e) {
-        tokens += cur_e - cur_b;
-        cur_b = needs[i].r.begin;
-      }
-      cur_e = std::max(cur_e, needs[i].r.end);
-    }
-    tokens += cur_e - cur_b;
-    out.push_back(Transfer{kind, block, g, host, d, tokens});
+  void add(int group, Rank dst, Range r) {
+    const auto b = static_cast<std::size_t>(group) * static_cast<std::size_t>(P_) + static_cast<std::size_t>(dst);
+    if (head_[b] < 0) touched_.push_back(static_cast<std::int32_t>(b));
+    items_.push_back({r, head_[b]});
+    head_[b] = static_cast<std::int32_t>(items_.size() - 1);
   }
-  needs.clear();
-}
+
+  // `flattened`: bucket group g is head group g; else every need is group -1.
+  void emit(Transfer::Kind kind, std::int32_t block, Rank host, bool flattened, std::vector<Transfer>& out) {
+    std::sort(touched_.begin(), touched_.end());
+    for (std::int32_t b : touched_) {
+      ranges_.clear();
+      for (std::int32_t i = head_[static_cast<std::size_t>(b)]; i >= 0; i = items_[static_cast<std::size_t>(i)].next)
+        ranges_.push_back(items_[static_cast<std::size_t>(i)].r);
+      head_[static_cast<std::size_t>(b)] = -1;
+      if (ranges_.size() > 1) std::sort(ranges_.begin(), ranges_.end());
+      Token tokens = 0, cur_b = ranges_[0].begin, cur_e = ranges_[0].end;
+      for (const Range& r : ranges_) {
+        if (r.begin > cur_e) {
+          tokens += cur_e - cur_b;
+          cur_b = r.begin;
+        }
+        cur_e = std::max(cur_e, r.end);
+      }
+      tokens += cur_e - cur_b;
+      const int group = flattened ? b / P_ : -1;
+      out.push_back(Transfer{kind, block, group, host, static_cast<Rank>(b % P_), tokens});
+    }
+    touched_.clear();
+    items_.clear();
+  }
+
+ private:
+  struct Item {
+    Range r;
+    std::int32_t next;
+  };
+  int P_;
+  std::vector<std::int32_t> head_;
+  std::vector<std::int32_t> touched_;
+  std::vector<Item> items_;
+  std::vector<Range> ranges_;
+};
 
 }  // namespace
 
@@ -43,8 +66,9 @@ std::vector<Transfer> transfers(const Assignment& a) {
   const TaskGrid& g = *a.grid;
   const auto& cells = g.cells();
   const int G = g.num_groups();
+  const bool flat = g.flattened();
   std::vector<Transfer> out;
-  std::vector<Need> needs;
+  BlockNeeds needs(G, g.cp_size());
 
   // QO: cells are sorted by q block, so each block's cells are contiguous.
   for (std::size_t c0 = 0; c0 < cells.size();) {
@@ -55,9 +79,9 @@ std::vector<Transfer> transfers(const Assignment& a) {
       for (int grp = 0; grp < G; ++grp) {
         const Rank r = a.rank[c1 * static_cast<std::size_t>(G) + static_cast<std::size_t>(grp)];
         if (r == host) continue;
-        for (Range x : cells[c1].rows.ranges()) needs.push_back({g.flattened() ? grp : -1, r, x});
+        for (Range x : cells[c1].rows.ranges()) needs.add(grp, r, x);
       }
-    emit(needs, Transfer::Kind::qo, qb, host, out);
+    needs.emit(Transfer::Kind::qo, qb, host, flat, out);
     c0 = c1;
   }
 
@@ -79,10 +103,10 @@ std::vector<Transfer> transfers(const Assignment& a) {
       for (int grp = 0; grp < G; ++grp) {
         const Rank r = a.rank[c * static_cast<std::size_t>(G) + static_cast<std::size_t>(grp)];
         if (r == host) continue;
-        for (Range x : cells[c].cols.ranges()) needs.push_back({g.flattened() ? grp : -1, r, x});
+        for (Range x : cells[c].cols.ranges()) needs.add(grp, r, x);
       }
     }
-    emit(needs, Transfer::Kind::kv, static_cast<std::int32_t>(kb), host, out);
+    needs.emit(Transfer::Kind::kv, static_cast<std::int32_t>(kb), host, flat, out);
   }
   return out;
 }
