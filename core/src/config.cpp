@@ -130,7 +130,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
     const Section problem(diag, top.get("problem"), "problem",
                           {"cp_size", "seqlen_per_rank", "heads", "grid", "mask"});
     if (problem.valid()) config_detail::read_problem(problem, cfg, base_dir);
-    read_selection(top, "solver", "binary_greedy", cfg.solver);
+    read_selection(top, "solver", "balanced_bytes", cfg.solver);
     read_selection(top, "cost_model", "area", cfg.cost_model);
     read_selection(top, "executor", "sim", cfg.executor);
     read_plan(top, cfg);

@@ -136,7 +136,7 @@ TEST_CASE("missing sections keep the defaults") {
   CHECK(cfg.cp_size == 2);
   CHECK(cfg.seqlen_per_rank == 8192);
   CHECK(cfg.mask.kind == MaskKind::causal);
-  CHECK(cfg.solver.name == "binary_greedy");
+  CHECK(cfg.solver.name == "balanced_bytes");
   CHECK(cfg.cost_model.name == "area");
   CHECK(cfg.executor.name == "sim");
   CHECK(cfg.compare_yaml.empty());

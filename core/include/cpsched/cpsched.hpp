@@ -45,7 +45,7 @@ struct SessionOptions {
   Token seqlen = 0;                // S; 0: each mask's largest range end
   Heads heads;                     // hq, hkv, D, dtype bytes
   GridOptions grid;                // flatten_head_groups, blocks_per_rank
-  std::string solver = "binary_greedy";
+  std::string solver = "balanced_bytes";  // the default solver (issue 8); "binary_greedy" is the seed's
   Params solver_params;            // given values; the plugin's defaults fill the rest
   std::string cost_model = "area";
   Params cost_params;
