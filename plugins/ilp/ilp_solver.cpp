@@ -18,6 +18,8 @@
 #include <cpsched/solver.hpp>
 
 #include "byte_model.hpp"
+#include <glpk.h>
+
 #include "glpk_run.hpp"
 #include "ilp_model.hpp"
 #include "placements.hpp"
@@ -91,6 +93,11 @@ class IlpSolver final : public Solver {
     // process state: one solve at a time in a process.
     static std::mutex glpk_mutex;
     std::lock_guard<std::mutex> lock(glpk_mutex);
+    // Declared before the models, so it runs after they are deleted: frees
+    // GLPK's environment, which otherwise outlives the plugin (a leak per process).
+    struct FreeGlpkEnv {
+      ~FreeGlpkEnv() { glp_free_env(); }
+    } free_env;
     const auto start = std::chrono::steady_clock::now();
     auto left_s = [&] {
       return time_limit_s_ - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
