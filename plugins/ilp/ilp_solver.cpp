@@ -8,6 +8,17 @@
 // them optimal. Otherwise the per-group model runs for the remaining time,
 // starting from the best placement so far; the bound reported is the larger of
 // the two models' bounds.
+//
+// The note's head is a stable format that tools parse (`cpsched compare`
+// reads the bound from it: tools/cpsched/compare_ilp.cpp, bench_vs_ilp too);
+// change it only together with them:
+//   ilp (OBJECTIVE forward bytes, mu MU): STATUS; incumbent N B (ORIGIN), bound N B, gap G %; DETAILS
+// OBJECTIVE is `total` or `bottleneck` (the bytes below are that objective's);
+// STATUS is `optimal` or `not proven optimal`; N are whole bytes (%.0f), G a
+// percentage; ORIGIN is free text without ';' or ')'; DETAILS (each model's
+// run, the time spent) are free text. When no placement meets the balance
+// cap, STATUS is a sentence starting with `no placement` and no incumbent
+// clause follows.
 #include <chrono>
 #include <cstdio>
 #include <mutex>

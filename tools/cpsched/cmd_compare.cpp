@@ -1,11 +1,13 @@
 // `cpsched compare CONFIG --out DIR`: every solver on the same masks, CP sizes,
 // packs and head configs; a terminal table and a report folder (CSV,
 // Markdown, SVG charts, index.html).
+#include <algorithm>
 #include <chrono>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "commands.hpp"
+#include "compare_ilp.hpp"
 #include "compare_progress.hpp"
 #include "compare_report.hpp"
 #include "compare_spec.hpp"
@@ -32,6 +34,14 @@ std::string join_names(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
   return s;
+}
+
+// Per-solver repeat counts that differ from compare.repeats.
+std::string repeats_note(const CompareSpec& spec) {
+  std::string s;
+  for (const auto& [name, n] : spec.repeats_per_solver)
+    if (n != spec.repeats) s += fmt::format("{}{} {}", s.empty() ? " (" : ", ", name, n);
+  return s.empty() ? s : s + ")";
 }
 
 }  // namespace
@@ -70,9 +80,9 @@ int cmd_compare(const Args& args) {
   const long units = compare_work_units(cfg, spec);
   if (!quiet)
     fmt::print("compare   solvers {}; masks {}; P {}; {} pack(s) of document masks; {} head config(s); "
-               "stages {}; {} repeat(s)\n          {} solver runs\n",
+               "stages {}; {} repeat(s){}\n          {} solver runs\n",
                join_names(spec.solvers), join_names(mask_names), join_names(ps), spec.packs.size(), spec.heads.size(),
-               fmt::join(spec.stages, ", "), spec.repeats, units);
+               fmt::join(spec.stages, ", "), spec.repeats, repeats_note(spec), units);
 
   const ConfigLoader loader = [&](const std::vector<std::string>& extra) {
     std::vector<std::string> sets = co.sets;
@@ -88,6 +98,7 @@ int cmd_compare(const Args& args) {
   ctx.command = "cpsched compare";
   for (const auto& a : args) ctx.command += " " + shell_quote(a);
   ctx.timing_label = res.timing_label;
+  ctx.with_ilp = std::find(spec.solvers.begin(), spec.solvers.end(), kIlpSolver) != spec.solvers.end();
   ctx.warnings = res.warnings;
   for (const auto& w : res.warnings) fmt::print(stderr, "cpsched compare: note: {}\n", w);
 

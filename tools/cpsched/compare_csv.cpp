@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fstream>
 
+#include "compare_ilp.hpp"
 #include "compare_report.hpp"
 #include "cpsched/error.hpp"
 #include "report.hpp"
@@ -18,6 +19,7 @@ const std::vector<std::string>& compare_csv_columns() {
       "imbalance", "stage0_share", "feasible_packs",
       "latency_ms", "grid_ms", "solve_ms", "plan_ms",
       "fwd_step_ms", "bwd_step_ms", "step_ms", "fwd_exposed_comm_ms", "bwd_exposed_comm_ms", "exposed_comm_ms",
+      "gap_to_ilp_pct", "ilp_fwd_gib", "ilp_bound_gib", "ilp_proven",
       "error", "note"};
   return cols;
 }
@@ -64,10 +66,14 @@ std::vector<std::string> record(const CompareRow& r) {
         num(f.imbalance), num(f.stage0_share), std::to_string(f.feasible_packs),
         num(f.latency_ms), num(f.grid_ms), num(f.solve_ms), num(f.plan_ms),
         num(f.fwd_step_ms), num(f.bwd_step_ms), num(sum(f.fwd_step_ms, f.bwd_step_ms)),
-        num(f.fwd_exposed_ms), num(f.bwd_exposed_ms), num(sum(f.fwd_exposed_ms, f.bwd_exposed_ms))};
+        num(f.fwd_exposed_ms), num(f.bwd_exposed_ms), num(sum(f.fwd_exposed_ms, f.bwd_exposed_ms)),
+        // Mean rows: ratio of means (mean fwd send over mean ilp fwd send).
+        num(gap_to_ilp_pct(f.fwd_send, f.ilp_fwd)), gib_of(f.ilp_fwd), gib_of(f.ilp_bound),
+        // Mean rows: 1 only when every pack was proven optimal.
+        f.ilp_proven_packs ? std::string(*f.ilp_proven_packs == r.packs ? "1" : "0") : std::string()};
     v.insert(v.end(), figs.begin(), figs.end());
   } else {
-    v.insert(v.end(), 23, std::string());
+    v.insert(v.end(), 27, std::string());
   }
   v.push_back(csv_text(r.error));
   v.push_back(csv_text(r.note));

@@ -15,6 +15,7 @@ struct ReportContext {
   std::string command;       // the command line that regenerates it
   std::string config;        // the config file
   std::string timing_label;  // empty: no timing figures
+  bool with_ilp = false;     // `ilp` is compared: the tables have a "gap to ilp" column
   std::vector<std::string> warnings;
 };
 

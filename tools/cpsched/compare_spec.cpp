@@ -91,7 +91,8 @@ class Reader {
 };
 
 const std::vector<std::string> kKeys = {"solvers", "masks",   "cp_sizes",  "packs",  "heads",
-                                        "stages",  "repeats", "reference", "timing", "max_cp_size"};
+                                        "stages",  "repeats", "reference", "timing", "max_cp_size",
+                                        "repeats_per_solver"};
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
@@ -259,7 +260,22 @@ CompareSpec read_compare_spec(const Config& cfg, const Registry& reg, const std:
       spec.max_cp_size[name] = r.to_int(kv.second, "max_cp_size." + name, 1);
     }
   }
+  if (const auto n = get("repeats_per_solver"); n.IsDefined() && !n.IsNull()) {
+    if (!n.IsMap()) r.fail("repeats_per_solver", "expected a map {solver: N}, got " + Reader::describe(n));
+    for (const auto& kv : n) {
+      const std::string name = kv.first.Scalar();
+      if (std::find(spec.solvers.begin(), spec.solvers.end(), name) == spec.solvers.end())
+        r.fail("repeats_per_solver." + name,
+               fmt::format("'{}' is not among the compared solvers ({})", name, join(spec.solvers)));
+      spec.repeats_per_solver[name] = r.to_int(kv.second, "repeats_per_solver." + name, 1);
+    }
+  }
   return spec;
+}
+
+int solver_repeats(const CompareSpec& spec, const std::string& solver, const Params& solver_params) {
+  if (const auto it = spec.repeats_per_solver.find(solver); it != spec.repeats_per_solver.end()) return it->second;
+  return solver_params.has("time_limit_s") ? 1 : spec.repeats;
 }
 
 }  // namespace cpsched::cli

@@ -10,6 +10,8 @@
 //     heads: [{q: 64, kv: 8}]           # optional dim too; default: problem.heads
 //     stages: [1, 2]                    # plan stages; default: plan.stages
 //     repeats: 5                        # solve-latency repeats (median)
+//     repeats_per_solver: {ilp: 1}      # per-solver override; default: 1 for a solver with a
+//                                       # `time_limit_s` parameter (its solve costs that long), else `repeats`
 //     reference: usp                    # the solver whose placement is the "usp placement" baseline
 //     timing: {executor: sim, hardware: h100_8x_nvlink}   # or `timing: none`
 //     max_cp_size: {ilp: 16}            # run a slow solver only up to this P (rows above say "skipped")
@@ -39,6 +41,7 @@ struct CompareSpec {
   std::vector<HeadConfig> heads;
   std::vector<int> stages;
   int repeats = 3;
+  std::map<std::string, int> repeats_per_solver;  // per solver; absent: see solver_repeats()
   std::string reference = "usp";   // empty: no baseline plugin was found
   bool timing = true;
   std::string timing_executor = "sim";
@@ -50,6 +53,11 @@ struct CompareSpec {
 // was given (`overrides`: the --set arguments the config was loaded with).
 // Solvers default to the solver plugins of `reg`, sorted by name.
 CompareSpec read_compare_spec(const Config& cfg, const Registry& reg, const std::vector<std::string>& overrides);
+
+// How often `solver` is solved per sweep point: compare.repeats_per_solver,
+// else 1 when its parameter block has `time_limit_s` (an exact solver that
+// may spend its whole limit each time), else compare.repeats.
+int solver_repeats(const CompareSpec& spec, const std::string& solver, const Params& solver_params);
 
 // Whether a mask's documents (and so the pack) depend on the pack index.
 bool mask_uses_packs(const MaskSpec& spec, MaskKind kind);

@@ -8,11 +8,13 @@
 #include <set>
 #include <tuple>
 
+#include "compare_ilp.hpp"
 #include "compare_progress.hpp"
 #include "compare_timing.hpp"
 #include "cpsched/error.hpp"
 #include "cpsched/metrics.hpp"
 #include "cpsched/plan_builder.hpp"
+#include "report.hpp"
 
 namespace cpsched::cli {
 
@@ -42,14 +44,18 @@ struct SolverHandle {
   std::string name;
   std::unique_ptr<Solver> solver;
   std::string setup_error;
+  int repeats = 1;
 };
 
-SolverHandle make_handle(const std::string& name, const Registry& reg, const ConfigLoader& load) {
+SolverHandle make_handle(const std::string& name, const Registry& reg, const ConfigLoader& load,
+                         const CompareSpec& spec) {
   SolverHandle h;
   h.name = name;
+  h.repeats = spec.repeats;
   try {
     const Config c = load({"solver.name=" + name});
     const Params p = resolve_selection(reg, static_cast<int>(PluginKind::solver), c.solver);
+    h.repeats = solver_repeats(spec, name, p);
     h.solver = reg.make_solver(name, p);
   } catch (const Error& e) {
     h.setup_error = e.what();
@@ -71,7 +77,7 @@ std::shared_ptr<const Problem> make_point_problem(const Config& cfg, MaskKind ki
   return std::make_shared<const Problem>(make_problem(c));
 }
 
-// One solver on one problem: `repeats` runs of the whole path (grid, solve,
+// One solver on one problem: `h.repeats` runs of the whole path (grid, solve,
 // plan for each stage count), metrics of the last, timing of each plan.
 std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<const Problem>& problem,
                                    const CostModel& cost, const CompareSpec& spec, TimingRunner* timing,
@@ -104,7 +110,7 @@ std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<
   Assignment a;
   std::vector<Plan> plans(ns);
   try {
-    for (int rep = 0; rep < spec.repeats; ++rep) {
+    for (int rep = 0; rep < h.repeats; ++rep) {
       auto t0 = Clock::now();
       auto grid = std::make_shared<const TaskGrid>(problem);
       grid_ms.push_back(ms_since(t0));
@@ -142,6 +148,17 @@ std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<
     f.latency_ms = median(total_ms[s]);
     rows[s].note = a.feasible ? "" : "balance target not met";
     if (!a.note.empty() && !a.feasible) rows[s].note += ": " + a.note;
+    if (h.name == kIlpSolver && a.feasible) {
+      if (const auto n = parse_ilp_note(a.note); n && n->total_objective) {
+        f.ilp_bound = n->bound_bytes;
+        f.ilp_proven_packs = n->proven ? 1 : 0;
+        if (!n->proven)
+          rows[s].note = fmt::format("not proven optimal: bound {:.3f} GiB, gap {:.2f} %", gib(n->bound_bytes),
+                                     n->incumbent_bytes > 0 ? 100.0 * (1.0 - n->bound_bytes / n->incumbent_bytes) : 0.0);
+      } else {
+        rows[s].note = "bound unknown (objective not `total`, or the note's format changed): " + a.note;
+      }
+    }
     if (timing != nullptr) {
       std::string why;
       if (!timing->measure(problem, a, plans[s], f, why))
@@ -179,6 +196,7 @@ std::string point_label(const CompareRow& r) {
 }
 
 // Mean over packs (largest imbalance); a failure on any pack fails the row.
+// The ilp columns are ratios of means: the mean of ilp's sends over the packs.
 CompareRow aggregate(const std::vector<const CompareRow*>& group) {
   CompareRow out = *group.front();
   out.aggregate = true;
@@ -210,7 +228,7 @@ CompareRow aggregate(const std::vector<const CompareRow*>& group) {
     return out;
   }
   const double n = static_cast<double>(group.size());
-  bool have_ref = true, have_time = true;
+  bool have_ref = true, have_time = true, have_ilp = true, have_bound = true;
   for (const CompareRow* r : group) {
     const CompareFigures& g = r->f;
     f.fwd_send += g.fwd_send / n;
@@ -226,6 +244,8 @@ CompareRow aggregate(const std::vector<const CompareRow*>& group) {
     f.solve_ms += g.solve_ms / n;
     f.plan_ms += g.plan_ms / n;
     have_ref = have_ref && g.ref_fwd && g.ref_bwd;
+    have_ilp = have_ilp && g.ilp_fwd;
+    have_bound = have_bound && g.ilp_bound && g.ilp_proven_packs;
     have_time = have_time && g.fwd_step_ms && g.bwd_step_ms && g.fwd_exposed_ms && g.bwd_exposed_ms;
   }
   auto mean_of = [&](std::optional<double> CompareFigures::*field) {
@@ -237,6 +257,13 @@ CompareRow aggregate(const std::vector<const CompareRow*>& group) {
     f.ref_fwd = mean_of(&CompareFigures::ref_fwd);
     f.ref_bwd = mean_of(&CompareFigures::ref_bwd);
   }
+  if (have_ilp) f.ilp_fwd = mean_of(&CompareFigures::ilp_fwd);
+  if (have_bound) {
+    f.ilp_bound = mean_of(&CompareFigures::ilp_bound);
+    int proven = 0;
+    for (const CompareRow* r : group) proven += *r->f.ilp_proven_packs;
+    f.ilp_proven_packs = proven;
+  }
   if (have_time) {
     f.fwd_step_ms = mean_of(&CompareFigures::fwd_step_ms);
     f.bwd_step_ms = mean_of(&CompareFigures::bwd_step_ms);
@@ -245,6 +272,9 @@ CompareRow aggregate(const std::vector<const CompareRow*>& group) {
   }
   if (f.feasible_packs < out.packs)
     out.note = fmt::format("balance target not met on {} of {} packs", out.packs - f.feasible_packs, out.packs);
+  else if (f.ilp_proven_packs && *f.ilp_proven_packs < out.packs)
+    out.note = fmt::format("not proven optimal on {} of {} packs: mean bound {:.3f} GiB", out.packs - *f.ilp_proven_packs,
+                           out.packs, gib(*f.ilp_bound));
   else
     out.note = notes;
   return out;
@@ -259,7 +289,9 @@ CompareResult run_compare(const Config& cfg, const CompareSpec& spec, const Regi
   const auto cost = reg.make_cost_model(cfg.cost_model.name, cost_params);
 
   std::vector<SolverHandle> handles;
-  for (const auto& name : spec.solvers) handles.push_back(make_handle(name, reg, load));
+  for (const auto& name : spec.solvers) handles.push_back(make_handle(name, reg, load, spec));
+  const auto ilp_it = std::find(spec.solvers.begin(), spec.solvers.end(), kIlpSolver);
+  const std::size_t ilp_index = static_cast<std::size_t>(ilp_it - spec.solvers.begin());  // size(): not compared
   const auto ref_it = std::find(spec.solvers.begin(), spec.solvers.end(), spec.reference);
   const bool ref_listed = ref_it != spec.solvers.end();
   const std::size_t ref_index = static_cast<std::size_t>(ref_it - spec.solvers.begin());
@@ -267,7 +299,7 @@ CompareResult run_compare(const Config& cfg, const CompareSpec& spec, const Regi
   if (spec.reference.empty())
     res.warnings.push_back("no `usp` solver plugin was found: the usp-placement columns are left empty");
   else if (!ref_listed)
-    ref_handle = make_handle(spec.reference, reg, load);
+    ref_handle = make_handle(spec.reference, reg, load, spec);
 
   std::set<std::string> ref_failures;
   std::unique_ptr<TimingRunner> timing;
@@ -331,8 +363,15 @@ CompareResult run_compare(const Config& cfg, const CompareSpec& spec, const Regi
           }
           for (std::size_t i = 0; i < handles.size(); ++i)
             if (!(ref_listed && i == ref_index)) run_index(i);
+          // ilp's forward send per stage count, where it ran and met its balance target.
+          std::vector<std::optional<double>> ilp_fwd(spec.stages.size());
+          if (ilp_index < out.size())
+            for (std::size_t s = 0; s < out[ilp_index].size() && s < ilp_fwd.size(); ++s)
+              if (const CompareRow& r = out[ilp_index][s]; r.ok && r.f.feasible_packs == 1) ilp_fwd[s] = r.f.fwd_send;
           for (auto& rows : out)
-            for (auto& r : rows) {
+            for (std::size_t s = 0; s < rows.size(); ++s) {
+              CompareRow& r = rows[s];
+              if (r.ok && s < ilp_fwd.size()) r.f.ilp_fwd = ilp_fwd[s];
               if (r.ok && ref) {
                 r.f.ref_fwd = ref->first;
                 r.f.ref_bwd = ref->second;

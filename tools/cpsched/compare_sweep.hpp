@@ -22,6 +22,13 @@ struct CompareFigures {
   double usp_closed_fwd = 0;           // USP's closed form x P (DESIGN §5)
   std::optional<double> ref_fwd;       // the reference (`usp`) solver's measured placement
   std::optional<double> ref_bwd;
+  // The `ilp` solver's forward send at the same point and stages, when it ran
+  // there and met its balance target (aggregated: the mean over packs).
+  std::optional<double> ilp_fwd;
+  // `ilp` rows only, read from its note: the proven lower bound of its forward
+  // total send (aggregated: the mean) and the packs where it proved optimality.
+  std::optional<double> ilp_bound;
+  std::optional<int> ilp_proven_packs;
   double imbalance = 1.0;              // aggregated: the largest over packs
   double stage0_share = 0.0;
   int feasible_packs = 0;              // packs where the solver met its balance target
