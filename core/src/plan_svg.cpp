@@ -1,5 +1,6 @@
 // Pictures of an assignment: the Q x KV plane per head group, coloured by the
 // computing rank (hand-written SVG).
+#include "cpsched/xml_escape.hpp"
 #include "cpsched/plan_svg.hpp"
 
 #include <algorithm>
@@ -15,20 +16,6 @@
 namespace cpsched {
 
 namespace {
-
-std::string xml_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
-    }
-  }
-  return o;
-}
 
 double gib(Bytes b) { return static_cast<double>(b) / static_cast<double>(Bytes{1} << 30); }
 

@@ -1,3 +1,4 @@
+#include "cpsched/xml_escape.hpp"
 #include "gantt_svg.hpp"
 
 #include <fmt/format.h>
@@ -12,20 +13,6 @@ namespace {
 
 constexpr double kWidth = 1200, kLeft = 80, kRight = 20;
 constexpr double kRow = 9, kLane = 2 * kRow + 5;
-
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 const char* color(const TimedOp& o) {
   static const char* kStages[] = {"#4c78a8", "#54a24b", "#88d27a", "#b279a2", "#9d755d", "#bab0ac"};
@@ -65,7 +52,7 @@ double panel(std::string& svg, const PassTimeline& pt, const std::vector<int>& s
   const double plot_w = kWidth - kLeft - kRight;
   auto x_of = [&](double t) { return kLeft + t / span * plot_w; };
   svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" font-weight=\"bold\">{}</text>\n", kLeft, y + 14,
-                     escape(heading));
+                     xml_escape(heading));
   const double top = y + 24, height = static_cast<double>(shown.size()) * kLane;
   // Time axis with grid lines.
   const double step = tick_step(span * unit, 10);
@@ -93,7 +80,7 @@ double panel(std::string& svg, const PassTimeline& pt, const std::vector<int>& s
         svg += fmt::format(
             "<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\" stroke=\"#fff\" "
             "stroke-width=\"0.3\"><title>{}</title></rect>\n",
-            x0, ly + row * kRow, w, kRow - 1, color(o), escape(tip));
+            x0, ly + row * kRow, w, kRow - 1, color(o), xml_escape(tip));
       }
   }
   return 24 + height + 32;
@@ -132,7 +119,7 @@ std::string gantt_svg(const Timeline& t, const GanttOptions& opt) {
   double hy = 10;
   for (std::size_t i = 0; i < head.size(); ++i, hy += 16)
     svg += fmt::format("<text x=\"10\" y=\"{:.1f}\"{}>{}</text>\n", hy + 12, i == 0 ? " font-weight=\"bold\"" : "",
-                       escape(head[i]));
+                       xml_escape(head[i]));
   // Legend: upper row of a lane is compute, lower row communication.
   // Legend: one entry per compute stage drawn (colours of stages >= 5 repeat the last).
   int last_stage = 0;

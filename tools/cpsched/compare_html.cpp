@@ -1,5 +1,6 @@
 // index.html of a compare report: the tables and every chart, with relative
 // links only, so the folder opens in a browser from disk (no server, no scripts).
+#include "cpsched/xml_escape.hpp"
 #include <fmt/format.h>
 #include <fstream>
 
@@ -9,20 +10,6 @@
 namespace cpsched::cli {
 
 namespace {
-
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
-    }
-  }
-  return o;
-}
 
 const char* kStyle = R"(body{font-family:"DejaVu Sans",Helvetica,Arial,sans-serif;margin:24px;color:#222;max-width:1500px}
 h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ccc}h3{font-size:15px}
@@ -43,7 +30,7 @@ void write_compare_html(const std::filesystem::path& file, const std::vector<Tex
   h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>cpsched compare</title>\n<style>"
     << kStyle << "</style></head><body>\n";
   h << "<h1>cpsched compare</h1>\n";
-  h << "<p>Config <code>" << esc(ctx.config) << "</code>. Regenerate with <code>" << esc(ctx.command)
+  h << "<p>Config <code>" << xml_escape(ctx.config) << "</code>. Regenerate with <code>" << xml_escape(ctx.command)
     << "</code>.<br>Files: <a href=\"results.csv\">results.csv</a> (every pack and the means), "
        "<a href=\"results.md\">results.md</a>; every chart below links to its SVG file.</p>\n";
   h << "<p>Volumes: total bytes sent by all ranks per pass and the bottleneck (largest per-rank max(send, recv)), "
@@ -53,15 +40,15 @@ void write_compare_html(const std::filesystem::path& file, const std::vector<Tex
   if (!ctx.timing_label.empty())
     h << " <em>step</em> and <em>exposed</em>: simulated forward + backward time and exposed communication "
          "(worst rank), "
-      << esc(ctx.timing_label) << ".";
+      << xml_escape(ctx.timing_label) << ".";
   h << "</p>\n";
-  for (const auto& w : ctx.warnings) h << "<p class=\"note\">note: " << esc(w) << "</p>\n";
+  for (const auto& w : ctx.warnings) h << "<p class=\"note\">note: " << xml_escape(w) << "</p>\n";
 
   h << "<h2>Tables</h2>\n";
   for (const TextTable& t : tables) {
-    h << "<h3>" << esc(t.title) << "</h3>\n<table><tr>";
+    h << "<h3>" << xml_escape(t.title) << "</h3>\n<table><tr>";
     for (std::size_t c = 0; c < t.headers.size(); ++c)
-      h << "<th>" << esc(t.headers[c]) << (t.units[c].empty() ? "" : "<br>" + esc(t.units[c])) << "</th>";
+      h << "<th>" << xml_escape(t.headers[c]) << (t.units[c].empty() ? "" : "<br>" + xml_escape(t.units[c])) << "</th>";
     h << "</tr>\n";
     std::string prev_p;
     for (const auto& r : t.rows) {
@@ -72,7 +59,7 @@ void write_compare_html(const std::filesystem::path& file, const std::vector<Tex
       h << "<tr" << (cls.empty() ? "" : " class=\"" + cls + "\"") << ">";
       for (std::size_t c = 0; c < r.size(); ++c) {
         const bool text = t.headers[c] == "solver" || c + 1 == r.size();
-        h << (text ? "<td>" : "<td class=\"num\">") << esc(r[c]) << "</td>";
+        h << (text ? "<td>" : "<td class=\"num\">") << xml_escape(r[c]) << "</td>";
       }
       h << "</tr>\n";
     }
@@ -85,9 +72,9 @@ void write_compare_html(const std::filesystem::path& file, const std::vector<Tex
     if (c.group != group) {
       if (!group.empty()) h << "</div>\n";
       group = c.group;
-      h << "<h3>" << esc(group) << "</h3>\n<div class=\"charts\">\n";
+      h << "<h3>" << xml_escape(group) << "</h3>\n<div class=\"charts\">\n";
     }
-    h << "<figure><a href=\"" << esc(c.file) << "\"><img src=\"" << esc(c.file) << "\" alt=\"" << esc(c.title)
+    h << "<figure><a href=\"" << xml_escape(c.file) << "\"><img src=\"" << xml_escape(c.file) << "\" alt=\"" << xml_escape(c.title)
       << "\"></a></figure>\n";
   }
   if (!group.empty()) h << "</div>\n";

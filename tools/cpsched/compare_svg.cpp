@@ -1,3 +1,4 @@
+#include "cpsched/xml_escape.hpp"
 #include "compare_svg.hpp"
 
 #include <algorithm>
@@ -13,20 +14,6 @@ constexpr double kWidth = 720;
 constexpr double kLeft = 78, kRight = 190, kTop = 64, kBottom = 62;
 constexpr double kPlotH = 300;
 constexpr double kNoteLine = 15;
-
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
-    }
-  }
-  return o;
-}
 
 std::string dash_attr(const std::string& dash) {
   return dash.empty() ? std::string() : " stroke-dasharray=\"" + dash + "\"";
@@ -237,11 +224,11 @@ std::string render_line_chart(const LineChart& c) {
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
       "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\"12\">\n",
       kWidth, height);
-  o += fmt::format("<title>{}</title>\n", esc(c.title));
+  o += fmt::format("<title>{}</title>\n", xml_escape(c.title));
   o += fmt::format("<rect x=\"0\" y=\"0\" width=\"{}\" height=\"{}\" fill=\"white\"/>\n", kWidth, height);
-  o += fmt::format("<text x=\"{}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">{}</text>\n", kLeft, esc(c.title));
+  o += fmt::format("<text x=\"{}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">{}</text>\n", kLeft, xml_escape(c.title));
   if (!c.subtitle.empty())
-    o += fmt::format("<text x=\"{}\" y=\"43\" font-size=\"11\" fill=\"#555\">{}</text>\n", kLeft, esc(c.subtitle));
+    o += fmt::format("<text x=\"{}\" y=\"43\" font-size=\"11\" fill=\"#555\">{}</text>\n", kLeft, xml_escape(c.subtitle));
 
   // Grid and ticks.
   const double x0 = ax.p0, x1 = ax.p1, y0 = ay.p0, y1 = ay.p1;
@@ -266,9 +253,9 @@ std::string render_line_chart(const LineChart& c) {
   }
   o += "</g>\n";
   o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}{}</text>\n", (x0 + x1) / 2, y0 + 40,
-                   esc(c.x_label), c.log_x ? " (log scale)" : "");
+                   xml_escape(c.x_label), c.log_x ? " (log scale)" : "");
   o += fmt::format("<text transform=\"translate({:.1f},{:.1f}) rotate(-90)\" text-anchor=\"middle\">{}{}</text>\n", 18.0,
-                   (y0 + y1) / 2, esc(c.y_label), c.log_y ? " (log scale)" : "");
+                   (y0 + y1) / 2, xml_escape(c.y_label), c.log_y ? " (log scale)" : "");
 
   // Series, clipped to the plot area.
   o += fmt::format("<clipPath id=\"plot\"><rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\"/></clipPath>\n",
@@ -287,7 +274,7 @@ std::string render_line_chart(const LineChart& c) {
                      dash_attr(s.dash));
     if (s.markers)
       for (const auto& [x, y] : pts)
-        o += marker(my_shape, ax.px(x), ay.px(y), s.color, fmt::format("{} at {}: {:.4g}", esc(s.name), tick_label(x), y)) +
+        o += marker(my_shape, ax.px(x), ay.px(y), s.color, fmt::format("{} at {}: {:.4g}", xml_escape(s.name), tick_label(x), y)) +
              "\n";
   }
   o += "</g>\n";
@@ -304,13 +291,13 @@ std::string render_line_chart(const LineChart& c) {
     o += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"2\"{}/>",
                      lx, ly, lx + 24, ly, s.color, dash_attr(s.dash));
     if (s.markers) o += marker(my_shape, lx + 12, ly, s.color, "");
-    o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">{}{}</text>\n", lx + 30, ly + 4, esc(s.name),
+    o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">{}{}</text>\n", lx + 30, ly + 4, xml_escape(s.name),
                      drawn ? "" : " (no data)");
     ly += 20;
   }
   double ny = y0 + 58;
   for (const auto& n : notes) {
-    o += fmt::format("<text x=\"{}\" y=\"{:.1f}\" font-size=\"11\" fill=\"#a33\">{}</text>\n", kLeft, ny, esc(n));
+    o += fmt::format("<text x=\"{}\" y=\"{:.1f}\" font-size=\"11\" fill=\"#a33\">{}</text>\n", kLeft, ny, xml_escape(n));
     ny += kNoteLine;
   }
   o += "</svg>\n";
