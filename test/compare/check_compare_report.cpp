@@ -3,7 +3,8 @@
 // the CSV has its documented columns and a row for every solver on every
 // sweep point, and its figures agree with each other (reductions recomputed
 // from the volumes, USP's closed form recomputed from the problem, means
-// recomputed from the packs).
+// recomputed from the packs; the gap to the exact `ilp` solver recomputed
+// from ilp's row of the same point, per pack and as a ratio of means).
 #include <doctest/doctest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -98,6 +99,7 @@ const std::vector<std::string> kColumns = {
     "imbalance", "stage0_share", "feasible_packs",
     "latency_ms", "grid_ms", "solve_ms", "plan_ms",
     "fwd_step_ms", "bwd_step_ms", "step_ms", "fwd_exposed_comm_ms", "bwd_exposed_comm_ms", "exposed_comm_ms",
+    "gap_to_ilp_pct", "ilp_fwd_gib", "ilp_bound_gib", "ilp_proven",
     "error", "note"};
 
 // The sweep the quick config asks for.
@@ -242,6 +244,9 @@ TEST_CASE("the quick CSV is consistent: reductions, USP closed form, baselines a
     CHECK(close(num(r, "step_ms"), num(r, "fwd_step_ms") + num(r, "bwd_step_ms")));
     CHECK(close(num(r, "exposed_comm_ms"), num(r, "fwd_exposed_comm_ms") + num(r, "bwd_exposed_comm_ms")));
     CHECK(num(r, "fwd_exposed_comm_ms") <= num(r, "fwd_step_ms") * (1 + 1e-9));
+    // ilp is not compared here: nothing to measure a gap against.
+    for (const char* col : {"gap_to_ilp_pct", "ilp_fwd_gib", "ilp_bound_gib", "ilp_proven"})
+      CHECK_MESSAGE(r.at(col).empty(), col);
     if (r.at("row") == "pack") {
       // The baseline columns are the usp solver's own row of the same point.
       REQUIRE(usp.count(point_key(r)));
@@ -307,3 +312,93 @@ TEST_CASE("a solver that cannot run is reported on every row, not skipped") {
   const std::string md = read_text(fs::path(COMPARE_UNFLATTENED_DIR) / "results.md");
   CHECK(md.find("FAILED") != std::string::npos);
 }
+
+#ifdef COMPARE_HAVE_ILP
+namespace {
+
+std::string combo_key(const std::map<std::string, std::string>& r) {
+  return r.at("mask") + "/" + r.at("cp_size") + "/" + r.at("heads_q") + ":" + r.at("heads_kv") + "/" + r.at("stages");
+}
+
+}  // namespace
+
+TEST_CASE("the gap to ilp is each solver's forward send over ilp's, per pack and as a ratio of means") {
+  const fs::path dir = COMPARE_QUICK_ILP_DIR;
+  const Csv csv = read_csv(dir / "results.csv");
+  REQUIRE(csv.header == kColumns);
+  CHECK_FALSE(csv.ragged);
+  const YAML::Node spec = YAML::LoadFile(COMPARE_QUICK_ILP_CONFIG)["compare"];
+  const int ilp_max_p = spec["max_cp_size"]["ilp"].as<int>();
+
+  // ilp's own rows: where it ran, its forward send is what the others are
+  // measured against; where it was skipped, nobody has a gap.
+  std::map<std::string, double> ilp_fwd;  // pack rows: point + stages -> GiB
+  std::set<std::string> ilp_skipped;      // combinations (no pack) where ilp did not run
+  int ilp_rows = 0, skipped_rows = 0;
+  for (const auto& r : csv.rows) {
+    if (r.at("solver") != "ilp") continue;
+    CAPTURE(point_key(r));
+    const int P = std::stoi(r.at("cp_size"));
+    if (P > ilp_max_p) {
+      CHECK(r.at("status") == "skipped");
+      ++skipped_rows;
+      ilp_skipped.insert(combo_key(r));
+      continue;
+    }
+    REQUIRE(r.at("status") == "ok");
+    ++ilp_rows;
+    const double fwd = num(r, "fwd_send_gib"), bound = num(r, "ilp_bound_gib");
+    CHECK(close(num(r, "gap_to_ilp_pct"), 0.0, 0, 1e-9));
+    CHECK(close(num(r, "ilp_fwd_gib"), fwd));
+    // The bound is proven: no placement moves less; proven optimal means the
+    // bound is met (up to the note's whole bytes).
+    CHECK(bound <= fwd * (1 + 1e-9));
+    const std::string proven = r.at("ilp_proven");
+    REQUIRE((proven == "0" || proven == "1"));
+    if (proven == "1") CHECK(close(bound, fwd, 1e-6, 1e-8));
+    if (proven == "0") CHECK(r.at("note").find("not proven optimal") != std::string::npos);
+    if (r.at("row") == "pack") ilp_fwd[point_key(r) + "/" + r.at("stages")] = fwd;
+  }
+  CHECK(ilp_rows > 0);
+  CHECK(skipped_rows > 0);
+
+  for (const auto& r : csv.rows) {
+    if (r.at("status") != "ok") continue;
+    CAPTURE(r.at("row"));
+    CAPTURE(point_key(r));
+    CAPTURE(r.at("solver"));
+    if (r.at("solver") != "ilp") {
+      CHECK(r.at("ilp_bound_gib").empty());
+      CHECK(r.at("ilp_proven").empty());
+    }
+    if (ilp_skipped.count(combo_key(r))) {
+      CHECK(r.at("gap_to_ilp_pct").empty());
+      CHECK(r.at("ilp_fwd_gib").empty());
+      continue;
+    }
+    const double fwd = num(r, "fwd_send_gib"), base = num(r, "ilp_fwd_gib");
+    CHECK(close(num(r, "gap_to_ilp_pct"), 100.0 * (fwd / base - 1.0), 1e-6, 1e-6));
+    if (r.at("row") == "pack") {
+      const auto it = ilp_fwd.find(point_key(r) + "/" + r.at("stages"));
+      REQUIRE(it != ilp_fwd.end());
+      CHECK(close(base, it->second));
+    } else {
+      // Mean rows: ratio of means (the mean of ilp's per-pack sends), not a mean of gaps.
+      double mean = 0;
+      int n = 0;
+      for (const auto& [k, v] : ilp_fwd)
+        if (k.rfind(r.at("mask") + "/" + r.at("cp_size") + "/" + r.at("heads_q") + ":" + r.at("heads_kv") + "/", 0) == 0 &&
+            k.substr(k.rfind('/') + 1) == r.at("stages")) {
+          mean += v;
+          ++n;
+        }
+      REQUIRE(n == std::stoi(r.at("packs")));
+      CHECK(close(base, mean / n, 1e-8, 1e-9));
+    }
+  }
+
+  const std::string md = read_text(dir / "results.md");
+  CHECK(md.find("| gap to ilp (% fwd) |") != std::string::npos);
+  CHECK(md.find("ratio of means") != std::string::npos);
+}
+#endif

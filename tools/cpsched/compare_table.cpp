@@ -170,9 +170,9 @@ void write_compare_markdown(const std::filesystem::path& file, const std::vector
     md << "; *gap to ilp* is how many percent more forward bytes than the exact `ilp` solver moved on the same "
           "point (fwd send / ilp fwd send - 1), empty where ilp did not run or missed its balance target; on these "
           "mean rows it is a ratio of means (the solver's mean forward send over the packs against ilp's), not a "
-          "mean of per-pack gaps (results.csv has those); `*` marks ilp rows whose optimality was not proven on "
-          "every pack (see the note: a gap to an unproven ilp can understate the gap to the optimum, and can be "
-          "negative)";
+          "mean of per-pack gaps (results.csv has those); it is negative for a solver that misses the balance "
+          "target ilp meets (see *imbalance*), and can be where ilp was not proven optimal; `*` marks ilp rows "
+          "whose optimality was not proven on every pack (the note gives ilp's proven bound)";
   if (!ctx.timing_label.empty())
     md << "; *step* the simulated forward + backward time and *exposed* the communication nothing hides "
           "(worst rank, fwd + bwd), from the "
