@@ -7,6 +7,7 @@
 #include <random>
 
 #include "cpsched/mask_generators.hpp"
+#include "random_specs.hpp"
 #include "cpsched/plan_builder.hpp"
 #include "cpsched/plan_validator.hpp"
 #include "cpsched/registry.hpp"
@@ -22,32 +23,6 @@ std::string joined(const std::vector<std::string>& v) {
 }
 
 // Random document lengths adding up to S (several documents per shard).
-std::vector<Token> doc_lengths(Token S, std::mt19937_64& rng) {
-  std::vector<Token> v;
-  Token left = S;
-  while (left > 0) {
-    const Token n = std::min<Token>(left, 1 + static_cast<Token>(rng() % static_cast<std::uint64_t>(S / 3)));
-    v.push_back(n);
-    left -= n;
-  }
-  return v;
-}
-
-MaskSpec spec_for(MaskKind kind, Token S, std::mt19937_64& rng) {
-  MaskSpec spec;
-  spec.kind = kind;
-  spec.lengths = doc_lengths(S, rng);
-  spec.window_left = 5;
-  spec.window_right = 2;
-  spec.block_size = 4;
-  spec.num_answers = 2;
-  if (kind == MaskKind::slices)
-    spec.slices = {{{0, S / 2}, {0, S / 2}, MaskType::causal},
-                   {{S / 2, S}, {0, S / 3}, MaskType::full},
-                   {{S / 2, S}, {S / 2, S}, MaskType::bi_causal}};
-  return spec;
-}
-
 }  // namespace
 
 TEST_CASE("every solver x mask generator x P gives valid plans for stages 1, 2 and 4") {
@@ -71,7 +46,7 @@ TEST_CASE("every solver x mask generator x P gives valid plans for stages 1, 2 a
       REQUIRE(parse_mask_kind(kind_name, kind));
       for (int P : {2, 3, 4, 8}) {
         const Token S = 9 * P + 1 + static_cast<Token>(rng() % static_cast<std::uint64_t>(P - 1));  // uneven shards
-        const RangeMask mask = make_mask(spec_for(kind, S, rng), S);
+        const RangeMask mask = make_mask(test::random_spec(kind, S, rng), S);
         auto problem = std::make_shared<const Problem>(Problem::make(mask, P, Heads{8, 4, 8, 2}, {true, 1}));
         auto grid = std::make_shared<const TaskGrid>(problem);
         const Assignment a = solver->solve(SolveInput{grid, &cost});

@@ -10,6 +10,7 @@
 
 #include "cpsched/error.hpp"
 #include "cpsched/mask_generators.hpp"
+#include "random_specs.hpp"
 #include "cpsched/plan_builder.hpp"
 #include "cpsched/registry.hpp"
 #include "numeric_check.hpp"
@@ -181,32 +182,6 @@ TEST_CASE("hand-written plan: every broken transfer fails the check") {
 
 namespace {
 
-std::vector<Token> doc_lengths(Token S, std::mt19937_64& rng) {
-  std::vector<Token> v;
-  for (Token left = S; left > 0;) {
-    const Token n = std::min<Token>(left, 1 + static_cast<Token>(rng() % static_cast<std::uint64_t>(S / 3)));
-    v.push_back(n);
-    left -= n;
-  }
-  return v;
-}
-
-MaskSpec spec_for(MaskKind kind, Token S, std::mt19937_64& rng) {
-  MaskSpec spec;
-  spec.kind = kind;
-  spec.lengths = doc_lengths(S, rng);
-  spec.window_left = 5;
-  spec.window_right = 2;
-  spec.block_size = 4;
-  spec.num_answers = 2;
-  if (kind == MaskKind::slices)
-    spec.slices = {{{0, S / 2}, {0, S / 2}, MaskType::causal},
-                   {{S / 2, S}, {0, S / 3}, MaskType::full},
-                   {{S / 2, S}, {S / 2, S}, MaskType::bi_causal},
-                   {{0, S / 3}, {S / 2, S}, MaskType::inv_causal}};
-  return spec;
-}
-
 struct Solvers {
   Registry reg;
   AreaCostModel cost;
@@ -243,7 +218,7 @@ TEST_CASE("every solver x mask generator x P in {2, 3, 4, 8} x stages {1, 2}: eq
       REQUIRE(parse_mask_kind(kind_name, kind));
       for (int P : {2, 3, 4, 8}) {
         const Token S = 9 * P + 1 + static_cast<Token>(rng() % static_cast<std::uint64_t>(P - 1));  // uneven shards
-        const RangeMask mask = make_mask(spec_for(kind, S, rng), S);
+        const RangeMask mask = make_mask(test::random_spec(kind, S, rng), S);
         auto problem = std::make_shared<const Problem>(Problem::make(mask, P, Heads{4, 2, 8, 2}, {true, 1}));
         auto grid = std::make_shared<const TaskGrid>(problem);
         const Assignment a = solver->solve(SolveInput{grid, &solvers.cost});
@@ -272,7 +247,7 @@ TEST_CASE("unflattened head groups and several blocks per rank") {
         if (name == "usp" && !flatten) continue;  // usp needs flattened groups (DESIGN §6)
         const int P = 3;
         const Token S = 40;
-        const RangeMask mask = make_mask(spec_for(MaskKind::causal_document, S, rng), S);
+        const RangeMask mask = make_mask(test::random_spec(MaskKind::causal_document, S, rng), S);
         auto problem = std::make_shared<const Problem>(Problem::make(mask, P, Heads{6, 3, 4, 2}, {flatten, blocks}));
         auto grid = std::make_shared<const TaskGrid>(problem);
         const Assignment a = solver->solve(SolveInput{grid, &solvers.cost});
