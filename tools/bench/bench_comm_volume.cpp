@@ -27,20 +27,6 @@ using namespace cpsched;
 
 namespace {
 
-std::string arg(int argc, char** argv, const std::string& name, const std::string& def) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (argv[i] == name) return argv[i + 1];
-  return def;
-}
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string x; std::getline(in, x, ',');)
-    if (!x.empty()) out.push_back(x);
-  return out;
-}
-
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 struct Row {
@@ -73,10 +59,10 @@ double target_reduction(const std::string& solver, int P, MaskKind m) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  const int packs = std::max(1, std::atoi(arg(argc, argv, "--packs", "20").c_str()));
-  const int max_p = std::atoi(arg(argc, argv, "--max-p", "64").c_str());
-  const auto seed = static_cast<std::uint64_t>(std::strtoull(arg(argc, argv, "--seed", "42").c_str(), nullptr, 10));
-  const auto solver_names = split(arg(argc, argv, "--solvers", "owner,usp,static,binary_greedy"));
+  const int packs = std::max(1, std::atoi(bench::arg(argc, argv, "--packs", "20").c_str()));
+  const int max_p = std::atoi(bench::arg(argc, argv, "--max-p", "64").c_str());
+  const auto seed = static_cast<std::uint64_t>(std::strtoull(bench::arg(argc, argv, "--seed", "42").c_str(), nullptr, 10));
+  const auto solver_names = bench::split(bench::arg(argc, argv, "--solvers", "owner,usp,static,binary_greedy"));
   const auto hist = DocHistogram::load_csv(bench::data_file(argc, argv, "doc_length_distribution.csv"));
 
   Registry reg;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,29 @@ inline std::filesystem::path data_file(int argc, char** argv, const char* name) 
 #else
   return std::filesystem::path("configs") / "data" / name;
 #endif
+}
+
+// `--name value` from the command line, else `def`.
+inline std::string arg(int argc, char** argv, const std::string& name, const std::string& def) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (argv[i] == name) return argv[i + 1];
+  return def;
+}
+
+// Whether `--name` is on the command line.
+inline bool flag(int argc, char** argv, const std::string& name) {
+  for (int i = 1; i < argc; ++i)
+    if (argv[i] == name) return true;
+  return false;
+}
+
+// "a,b,,c" -> {"a", "b", "c"}.
+inline std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string x; std::getline(in, x, ',');)
+    if (!x.empty()) out.push_back(x);
+  return out;
 }
 
 }  // namespace cpsched::bench

@@ -24,14 +24,6 @@ using namespace cpsched;
 
 namespace {
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string x; std::getline(ss, x, ',');)
-    if (!x.empty()) out.push_back(x);
-  return out;
-}
-
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -45,8 +37,8 @@ int main(int argc, char** argv) {
     int stages = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
       const std::string k = argv[i], v = argv[i + 1];
-      if (k == "--cp") cps = split(v);
-      else if (k == "--solvers") solvers = split(v);
+      if (k == "--cp") cps = bench::split(v);
+      else if (k == "--solvers") solvers = bench::split(v);
       else if (k == "--hardware") hardware = v;
       else if (k == "--stages") stages = std::stoi(v);
       else if (k != "--data-dir") throw Error("bench_sim_timing: unknown option " + k);

@@ -25,12 +25,6 @@ using namespace cpsched;
 
 namespace {
 
-std::string arg(int argc, char** argv, const std::string& name, const std::string& def) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (argv[i] == name) return argv[i + 1];
-  return def;
-}
-
 // The targets on a 2-core machine (ms); 0: none.
 double target_ms(int kv_heads, int P, MaskKind m) {
   if (kv_heads == 8 && P == 64) return 10.0;
@@ -55,13 +49,13 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  const std::string solver_name = arg(argc, argv, "--solver", "binary_greedy");
-  const int repeats = std::max(5, std::atoi(arg(argc, argv, "--repeats", "7").c_str()));
-  const int max_p = std::atoi(arg(argc, argv, "--max-p", "128").c_str());
-  const std::string threads = arg(argc, argv, "--threads", "");
-  const int only_p = std::atoi(arg(argc, argv, "--only-p", "0").c_str());
-  const int only_kv = std::atoi(arg(argc, argv, "--only-kv", "0").c_str());
-  const std::string only_mask = arg(argc, argv, "--only-mask", "");
+  const std::string solver_name = bench::arg(argc, argv, "--solver", "binary_greedy");
+  const int repeats = std::max(5, std::atoi(bench::arg(argc, argv, "--repeats", "7").c_str()));
+  const int max_p = std::atoi(bench::arg(argc, argv, "--max-p", "128").c_str());
+  const std::string threads = bench::arg(argc, argv, "--threads", "");
+  const int only_p = std::atoi(bench::arg(argc, argv, "--only-p", "0").c_str());
+  const int only_kv = std::atoi(bench::arg(argc, argv, "--only-kv", "0").c_str());
+  const std::string only_mask = bench::arg(argc, argv, "--only-mask", "");
   const auto hist = DocHistogram::load_csv(bench::data_file(argc, argv, "doc_length_distribution.csv"));
 
   Registry reg;

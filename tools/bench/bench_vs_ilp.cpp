@@ -36,24 +36,6 @@ using namespace cpsched;
 
 namespace {
 
-std::string arg(int argc, char** argv, const std::string& name, const std::string& def) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (argv[i] == name) return argv[i + 1];
-  return def;
-}
-bool flag(int argc, char** argv, const std::string& name) {
-  for (int i = 1; i < argc; ++i)
-    if (argv[i] == name) return true;
-  return false;
-}
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string x; std::getline(ss, x, ',');)
-    if (!x.empty()) out.push_back(x);
-  return out;
-}
-
 // "bound 123 B" in the ilp note; -1 when absent.
 double note_number(const std::string& note, const std::string& key) {
   const auto p = note.find(key);
@@ -83,16 +65,16 @@ constexpr double kMu = 1.10;
 
 int main(int argc, char** argv) try {
   std::vector<int> ps;
-  for (const auto& s : split(arg(argc, argv, "--p", "8,16,32,64,128"))) ps.push_back(std::atoi(s.c_str()));
-  const auto masks = split(arg(argc, argv, "--masks", "full,causal,full_document,causal_document"));
-  const int packs = std::atoi(arg(argc, argv, "--packs", "20").c_str());
-  const int ilp_max_p = std::atoi(arg(argc, argv, "--ilp-max-p", "8").c_str());
-  const std::string ilp_time = arg(argc, argv, "--ilp-time", "10");
-  const std::string main_solver = arg(argc, argv, "--solver", "balanced_bytes");
-  const std::string threads = arg(argc, argv, "--threads", "");
-  const bool verbose = flag(argc, argv, "--verbose");
-  const auto only = split(arg(argc, argv, "--only", ""));
-  const int first_pack = std::atoi(arg(argc, argv, "--first-pack", "0").c_str());
+  for (const auto& s : bench::split(bench::arg(argc, argv, "--p", "8,16,32,64,128"))) ps.push_back(std::atoi(s.c_str()));
+  const auto masks = bench::split(bench::arg(argc, argv, "--masks", "full,causal,full_document,causal_document"));
+  const int packs = std::atoi(bench::arg(argc, argv, "--packs", "20").c_str());
+  const int ilp_max_p = std::atoi(bench::arg(argc, argv, "--ilp-max-p", "8").c_str());
+  const std::string ilp_time = bench::arg(argc, argv, "--ilp-time", "10");
+  const std::string main_solver = bench::arg(argc, argv, "--solver", "balanced_bytes");
+  const std::string threads = bench::arg(argc, argv, "--threads", "");
+  const bool verbose = bench::flag(argc, argv, "--verbose");
+  const auto only = bench::split(bench::arg(argc, argv, "--only", ""));
+  const int first_pack = std::atoi(bench::arg(argc, argv, "--first-pack", "0").c_str());
   const auto hist = DocHistogram::load_csv(bench::data_file(argc, argv, "doc_length_distribution.csv"));
 
   Registry reg;
