@@ -31,8 +31,6 @@ int cmd_run(const Args& args) {
 
   print_summary(stdout, cfg, s);
   fmt::print("plan      {} remote stage(s), built in {:.2f} ms\n", plan.num_stages, run.plan_ms);
-  print_metrics_table(stdout, s);
-
   ExecuteInput in;
   in.problem = s.problem;
   in.grid = s.assignment.grid;
@@ -41,6 +39,8 @@ int cmd_run(const Args& args) {
   const ExecutionReport rep = executor->execute(in);
   fmt::print("\nexecutor  {}\n{}", cfg.executor.name, rep.text);
   if (!rep.text.empty() && rep.text.back() != '\n') fmt::print("\n");
+  // The plan's metrics come last: the table a user reads first on the terminal.
+  print_metrics_table(stdout, s);
   if (!svg.empty()) {
     if (rep.svg.empty()) throw Error(fmt::format("executor '{}' drew no picture for --svg", cfg.executor.name));
     std::ofstream(svg) << rep.svg;
