@@ -1,6 +1,6 @@
 #pragma once
-// The path every command shares: config -> registry -> problem -> grid ->
-// solver -> assignment -> metrics.
+// What the commands share: where plugins are found, and the figures of a
+// solved config that the reports print.
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,11 +21,7 @@ struct Solved {
   Params solver_params;
   Assignment assignment;
   Metrics metrics;
-  double grid_ms = 0, solve_ms = 0, metrics_ms = 0;
+  double solve_ms = 0;
 };
-
-// Resolves the config's solver and cost model against the registry (errors
-// carry config locations) and runs the whole path.
-Solved solve(const Config& cfg, const Registry& reg);
 
 }  // namespace cpsched::cli
