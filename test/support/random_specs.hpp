@@ -3,10 +3,12 @@
 // document lengths, with small windows and blocks so tiny sequences exercise
 // every slice shape.
 #include <algorithm>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "cpsched/mask_generators.hpp"
+#include "cpsched/task_grid.hpp"
 
 namespace cpsched::test {
 
@@ -35,6 +37,15 @@ inline MaskSpec random_spec(MaskKind kind, Token S, std::mt19937_64& rng) {
                    {{S / 2, S}, {S / 2, S}, MaskType::bi_causal},
                    {{0, S / 3}, {S / 2, S}, MaskType::inv_causal}};
   return spec;
+}
+
+// A small random problem of `kind` over P ranks with uneven shards
+// (S = 9P + 1 + r, r < P - 1), flattened head groups, and its task grid.
+inline std::shared_ptr<const TaskGrid> random_grid(MaskKind kind, int P, Heads heads, std::mt19937_64& rng) {
+  const Token S = 9 * P + 1 + static_cast<Token>(rng() % static_cast<std::uint64_t>(P - 1));
+  const RangeMask mask = make_mask(random_spec(kind, S, rng), S);
+  auto problem = std::make_shared<const Problem>(Problem::make(mask, P, heads, {true, 1}));
+  return std::make_shared<const TaskGrid>(problem);
 }
 
 }  // namespace cpsched::test

@@ -22,7 +22,6 @@ std::string joined(const std::vector<std::string>& v) {
   return s;
 }
 
-// Random document lengths adding up to S (several documents per shard).
 }  // namespace
 
 TEST_CASE("every solver x mask generator x P gives valid plans for stages 1, 2 and 4") {
@@ -45,10 +44,7 @@ TEST_CASE("every solver x mask generator x P gives valid plans for stages 1, 2 a
       MaskKind kind{};
       REQUIRE(parse_mask_kind(kind_name, kind));
       for (int P : {2, 3, 4, 8}) {
-        const Token S = 9 * P + 1 + static_cast<Token>(rng() % static_cast<std::uint64_t>(P - 1));  // uneven shards
-        const RangeMask mask = make_mask(test::random_spec(kind, S, rng), S);
-        auto problem = std::make_shared<const Problem>(Problem::make(mask, P, Heads{8, 4, 8, 2}, {true, 1}));
-        auto grid = std::make_shared<const TaskGrid>(problem);
+        auto grid = test::random_grid(kind, P, Heads{8, 4, 8, 2}, rng);  // uneven shards
         const Assignment a = solver->solve(SolveInput{grid, &cost});
         for (int stages : {1, 2, 4}) {
           CAPTURE(name);

@@ -217,10 +217,7 @@ TEST_CASE("every solver x mask generator x P in {2, 3, 4, 8} x stages {1, 2}: eq
       MaskKind kind{};
       REQUIRE(parse_mask_kind(kind_name, kind));
       for (int P : {2, 3, 4, 8}) {
-        const Token S = 9 * P + 1 + static_cast<Token>(rng() % static_cast<std::uint64_t>(P - 1));  // uneven shards
-        const RangeMask mask = make_mask(test::random_spec(kind, S, rng), S);
-        auto problem = std::make_shared<const Problem>(Problem::make(mask, P, Heads{4, 2, 8, 2}, {true, 1}));
-        auto grid = std::make_shared<const TaskGrid>(problem);
+        auto grid = test::random_grid(kind, P, Heads{4, 2, 8, 2}, rng);  // uneven shards
         const Assignment a = solver->solve(SolveInput{grid, &solvers.cost});
         for (int stages : {1, 2}) {
           CAPTURE(name);
@@ -228,7 +225,7 @@ TEST_CASE("every solver x mask generator x P in {2, 3, 4, 8} x stages {1, 2}: eq
           CAPTURE(P);
           CAPTURE(stages);
           const Plan plan = build_plan(a, stages);
-          const Outcome o = run_numeric(*problem, plan);
+          const Outcome o = run_numeric(grid->problem(), plan);
           INFO(o.str());
           CHECK(o.passed());
           ++runs;
