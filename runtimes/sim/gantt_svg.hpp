@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "timeline.hpp"
+#include "cpsched/timing.hpp"
 
 namespace cpsched::sim {
 

@@ -8,15 +8,11 @@
 
 namespace cpsched::sim {
 
-enum class Pass { fwd = 0, bwd = 1 };
-enum class CommKind { qo = 0, kv = 1 };
-
-inline const PassPlan& pass_plan(const RankPlan& r, Pass p) { return p == Pass::fwd ? r.fwd : r.bwd; }
-inline std::string_view to_string(Pass p) { return p == Pass::fwd ? "fwd" : "bwd"; }
-inline std::string_view to_string(CommKind k) { return k == CommKind::qo ? "QO" : "KV"; }
-inline const GroupCollectiveArg& collective(const StageComm& s, CommKind k) {
-  return k == CommKind::qo ? s.qo : s.kv;
-}
+using ::cpsched::CommKind;
+using ::cpsched::Pass;
+using ::cpsched::collective;
+using ::cpsched::pass_plan;
+using ::cpsched::to_string;
 
 // Local buffers hold every head; a remote row holds the heads of one group
 // (every group has the same count, so remote rows have a fixed width).

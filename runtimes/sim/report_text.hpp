@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "cpsched/problem.hpp"
-#include "hardware_profile.hpp"
+#include "cpsched/hardware.hpp"
 #include "numeric_check.hpp"
 #include "routing.hpp"
-#include "timeline_stats.hpp"
+#include "cpsched/timing_stats.hpp"
 
 namespace cpsched::sim {
 

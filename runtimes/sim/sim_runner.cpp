@@ -9,8 +9,8 @@
 #include "parallel.hpp"
 #include "reference.hpp"
 #include "report_text.hpp"
-#include "timeline.hpp"
-#include "timeline_stats.hpp"
+#include "cpsched/timing.hpp"
+#include "cpsched/timing_stats.hpp"
 #include "virtual_ranks.hpp"
 
 namespace cpsched::sim {

@@ -6,7 +6,7 @@
 
 #include "cpsched/executor.hpp"
 #include "cpsched/params.hpp"
-#include "hardware_profile.hpp"
+#include "cpsched/hardware.hpp"
 
 namespace cpsched::sim {
 

@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "cpsched/error.hpp"
-#include "hardware_profile.hpp"
+#include "cpsched/hardware.hpp"
 #include "sim_runner.hpp"
 
 using namespace cpsched;

@@ -8,9 +8,9 @@
 #include "cpsched/error.hpp"
 #include "cpsched/metrics.hpp"
 #include "gantt_svg.hpp"
-#include "hardware_profile.hpp"
-#include "timeline.hpp"
-#include "timeline_stats.hpp"
+#include "cpsched/hardware.hpp"
+#include "cpsched/timing.hpp"
+#include "cpsched/timing_stats.hpp"
 
 using namespace cpsched;
 using namespace cpsched::sim;

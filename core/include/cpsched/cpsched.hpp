@@ -38,8 +38,6 @@
 
 namespace cpsched {
 
-enum class Pass { fwd, bwd };
-
 struct SessionOptions {
   int cp_size = 8;                 // P
   Token seqlen = 0;                // S; 0: each mask's largest range end

@@ -21,6 +21,7 @@
 //   group-reduce the outputs of every stage s once stage
 //   StageComm::qo_reduce_after / kv_reduce_after has been computed.
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "cpsched/mask.hpp"
@@ -109,6 +110,15 @@ struct RankPlan {
   PassPlan fwd;
   PassPlan bwd;
 };
+
+// The two passes of a training step, and the two kinds of data a stage moves.
+enum class Pass { fwd = 0, bwd = 1 };
+enum class CommKind { qo = 0, kv = 1 };
+
+inline const PassPlan& pass_plan(const RankPlan& r, Pass p) { return p == Pass::fwd ? r.fwd : r.bwd; }
+inline std::string_view to_string(Pass p) { return p == Pass::fwd ? "fwd" : "bwd"; }
+inline std::string_view to_string(CommKind k) { return k == CommKind::qo ? "QO" : "KV"; }
+inline const GroupCollectiveArg& collective(const StageComm& s, CommKind k) { return k == CommKind::qo ? s.qo : s.kv; }
 
 struct Plan {
   int num_stages = 1;             // remote stages N (the seed's two-stage model: 1)

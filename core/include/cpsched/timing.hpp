@@ -26,10 +26,9 @@
 
 #include "cpsched/plan.hpp"
 #include "cpsched/problem.hpp"
-#include "hardware_profile.hpp"
-#include "plan_access.hpp"
+#include "cpsched/hardware.hpp"
 
-namespace cpsched::sim {
+namespace cpsched {
 
 enum class OpKind { compute = 0, cast = 1, reduce = 2 };
 
@@ -59,10 +58,10 @@ struct Timeline {
 };
 
 // FLOPs of one arg (area from the closed form: O(1) per arg).
-double arg_flops(const AttnArg& arg, const HeadLayout& heads, Pass pass);
+double arg_flops(const AttnArg& arg, const Problem& problem, Pass pass);
 
 // Throws cpsched::Error when the plan's shape is broken (rank or stage counts).
 PassTimeline simulate_pass(const Problem& problem, const Plan& plan, const HardwareProfile& hw, Pass pass);
 Timeline simulate_timeline(const Problem& problem, const Plan& plan, const HardwareProfile& hw);
 
-}  // namespace cpsched::sim
+}  // namespace cpsched

@@ -10,9 +10,9 @@
 // overlap ratio = sum hidden / sum comm over ranks (1 when nothing moves).
 #include <vector>
 
-#include "timeline.hpp"
+#include "cpsched/timing.hpp"
 
-namespace cpsched::sim {
+namespace cpsched {
 
 struct RankStats {
   double end = 0, compute = 0, comm = 0, hidden = 0, exposed = 0, idle = 0;
@@ -34,4 +34,4 @@ PassStats pass_stats(const PassTimeline& t);
 // Length of the intersection of two lists of disjoint, time-ordered intervals.
 double overlap_length(const std::vector<TimedOp>& a, const std::vector<TimedOp>& b);
 
-}  // namespace cpsched::sim
+}  // namespace cpsched

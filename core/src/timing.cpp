@@ -1,4 +1,4 @@
-#include "timeline.hpp"
+#include "cpsched/timing.hpp"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include "cpsched/error.hpp"
 #include "cpsched/metrics.hpp"
 
-namespace cpsched::sim {
+namespace cpsched {
 
 double PassTimeline::makespan() const {
   double t = 0;
@@ -17,10 +17,10 @@ double PassTimeline::makespan() const {
   return t;
 }
 
-double arg_flops(const AttnArg& arg, const HeadLayout& heads, Pass pass) {
+double arg_flops(const AttnArg& arg, const Problem& problem, Pass pass) {
   const double area = static_cast<double>(slice_area(Slice{arg.q, arg.k, arg.type}));
-  const double qh = arg.group < 0 ? heads.hq : heads.q_per_group;
-  const double fwd = 4.0 * area * qh * heads.dim;
+  const double qh = arg.group < 0 ? problem.heads.q : problem.q_heads_per_task();
+  const double fwd = 4.0 * area * qh * problem.heads.dim;
   return pass == Pass::fwd ? fwd : 2.5 * fwd;
 }
 
@@ -59,7 +59,7 @@ struct Op {
 class PassSim {
  public:
   PassSim(const Problem& problem, const Plan& plan, const HardwareProfile& hw, Pass pass)
-      : plan_(plan), hw_(hw), pass_(pass), heads_(HeadLayout::of(problem)),
+      : plan_(plan), hw_(hw), pass_(pass), problem_(problem),
         bpt_(pass == Pass::fwd ? fwd_bytes_per_token(problem) : bwd_bytes_per_token(problem)),
         P_(static_cast<int>(plan.ranks.size())), N_(plan.num_stages),
         mark_(static_cast<std::size_t>(P_), 0) {
@@ -111,7 +111,7 @@ class PassSim {
       const CalcMeta& c = pp(r).calc;
       const auto& args = s == 0 ? c.local_attn_args : c.remote_attn_args[static_cast<std::size_t>(s - 1)];
       double flops = 0;
-      for (const AttnArg& a : args) flops += arg_flops(a, heads_, pass_);
+      for (const AttnArg& a : args) flops += arg_flops(a, problem_, pass_);
       if (flops <= 0) continue;
       double& f = free_[static_cast<std::size_t>(r)][static_cast<std::size_t>(compute_stream())];
       const double start = std::max(f, s > 0 ? cast_end(r, s) : 0.0);
@@ -217,7 +217,7 @@ class PassSim {
   const Plan& plan_;
   const HardwareProfile& hw_;
   Pass pass_;
-  HeadLayout heads_;
+  const Problem& problem_;
   TransferBytes bpt_;
   int P_, N_;
   std::vector<std::uint32_t> mark_;
@@ -239,4 +239,4 @@ Timeline simulate_timeline(const Problem& problem, const Plan& plan, const Hardw
   return {simulate_pass(problem, plan, hw, Pass::fwd), simulate_pass(problem, plan, hw, Pass::bwd)};
 }
 
-}  // namespace cpsched::sim
+}  // namespace cpsched

@@ -5,9 +5,9 @@
 #include <utility>
 #include <vector>
 
-namespace cpsched::sim {
+namespace cpsched {
 
 // (name, yaml text), sorted by name.
 const std::vector<std::pair<std::string_view, std::string_view>>& bundled_profile_texts();
 
-}  // namespace cpsched::sim
+}  // namespace cpsched

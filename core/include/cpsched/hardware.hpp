@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace cpsched::sim {
+namespace cpsched {
 
 struct Link {
   double bandwidth_gb_s = 0;  // GB/s (1e9 bytes per second), one direction, per GPU
@@ -40,4 +40,4 @@ std::vector<std::string> bundled_hardware_names();
 // (anything with a '/' or ending in .yaml / .yml).
 HardwareProfile resolve_hardware_profile(const std::string& spec);
 
-}  // namespace cpsched::sim
+}  // namespace cpsched

@@ -1,4 +1,4 @@
-#include "hardware_profile.hpp"
+#include "cpsched/hardware.hpp"
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -11,7 +11,7 @@
 #include "bundled_profiles.hpp"
 #include "cpsched/error.hpp"
 
-namespace cpsched::sim {
+namespace cpsched {
 
 namespace {
 
@@ -123,8 +123,8 @@ HardwareProfile resolve_hardware_profile(const std::string& spec) {
     if (name == spec) return parse_hardware_profile(std::string(text), "bundled:" + spec);
   std::string list;
   for (const std::string& n : bundled_hardware_names()) list += (list.empty() ? "" : ", ") + n;
-  throw Error(fmt::format("sim: unknown hardware profile '{}' (bundled: {}; or give a path to a YAML file)", spec,
+  throw Error(fmt::format("unknown hardware profile '{}' (bundled: {}; or give a path to a YAML file)", spec,
                           list));
 }
 
-}  // namespace cpsched::sim
+}  // namespace cpsched

@@ -1,8 +1,8 @@
-#include "timeline_stats.hpp"
+#include "cpsched/timing_stats.hpp"
 
 #include <algorithm>
 
-namespace cpsched::sim {
+namespace cpsched {
 
 double overlap_length(const std::vector<TimedOp>& a, const std::vector<TimedOp>& b) {
   double sum = 0;
@@ -54,4 +54,4 @@ PassStats pass_stats(const PassTimeline& t) {
   return s;
 }
 
-}  // namespace cpsched::sim
+}  // namespace cpsched
