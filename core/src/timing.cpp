@@ -239,4 +239,28 @@ Timeline simulate_timeline(const Problem& problem, const Plan& plan, const Hardw
   return {simulate_pass(problem, plan, hw, Pass::fwd), simulate_pass(problem, plan, hw, Pass::bwd)};
 }
 
+double compute_seconds(const Problem& problem, const PassPlan& plan, const HardwareProfile& hw, Pass pass) {
+  double flops = 0;
+  for (const AttnArg& a : plan.calc.local_attn_args) flops += arg_flops(a, problem, pass);
+  for (const auto& stage : plan.calc.remote_attn_args)
+    for (const AttnArg& a : stage) flops += arg_flops(a, problem, pass);
+  return flops / ((pass == Pass::fwd ? hw.fwd_tflops : hw.bwd_tflops) * 1e12);
+}
+
+double compute_bound(const Problem& problem, const Plan& plan, const HardwareProfile& hw) {
+  if (plan.ranks.empty()) return 0.0;
+  double total = 0;
+  for (const RankPlan& r : plan.ranks)
+    total += compute_seconds(problem, r.fwd, hw, Pass::fwd) + compute_seconds(problem, r.bwd, hw, Pass::bwd);
+  return total / static_cast<double>(plan.ranks.size());
+}
+
+StepEstimate estimate_step(const Problem& problem, const Plan& plan, const HardwareProfile& hw) {
+  StepEstimate e;
+  e.fwd = simulate_pass(problem, plan, hw, Pass::fwd).makespan();
+  e.bwd = simulate_pass(problem, plan, hw, Pass::bwd).makespan();
+  e.compute_bound = compute_bound(problem, plan, hw);
+  return e;
+}
+
 }  // namespace cpsched

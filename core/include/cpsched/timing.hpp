@@ -60,6 +60,24 @@ struct Timeline {
 // FLOPs of one arg (area from the closed form: O(1) per arg).
 double arg_flops(const AttnArg& arg, const Problem& problem, Pass pass);
 
+// The step time of a plan and its yardstick, the compute bound: the sum over
+// ranks of their compute time (fwd + bwd) / P, i.e. perfect balance with free
+// communication. Seconds.
+struct StepEstimate {
+  double fwd = 0;
+  double bwd = 0;
+  double compute_bound = 0;
+  double step() const { return fwd + bwd; }
+  double ratio() const { return compute_bound > 0 ? step() / compute_bound : 1.0; }
+};
+
+// Compute seconds of a plan's args on one rank in one pass (FLOPs / throughput).
+double compute_seconds(const Problem& problem, const PassPlan& plan, const HardwareProfile& hw, Pass pass);
+double compute_bound(const Problem& problem, const Plan& plan, const HardwareProfile& hw);
+// The timing model's step time without keeping per-op records (solvers call
+// it to choose between plans); equals simulate_timeline's makespans.
+StepEstimate estimate_step(const Problem& problem, const Plan& plan, const HardwareProfile& hw);
+
 // Throws cpsched::Error when the plan's shape is broken (rank or stage counts).
 PassTimeline simulate_pass(const Problem& problem, const Plan& plan, const HardwareProfile& hw, Pass pass);
 Timeline simulate_timeline(const Problem& problem, const Plan& plan, const HardwareProfile& hw);
