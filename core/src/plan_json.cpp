@@ -1,8 +1,17 @@
-// Plan export as JSON (docs/plan_format.md).
+// Plan export as JSON (docs/plan_format.md), streamed: a plan of P = 1024
+// ranks is gigabytes of JSON, so it is written piece by piece instead of as a
+// whole document tree (which took about 12x the file size). The output is
+// byte-for-byte what nlohmann::json's dump() printed before: object keys in
+// sorted order, the same indentation, and nlohmann's own formatting of reals
+// and strings (test_plan_export checks parse(out).dump(indent) == out).
 #include "cpsched/plan_json.hpp"
 
+#include <charconv>
+#include <concepts>
 #include <sstream>
+#include <string_view>
 #include <variant>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -12,103 +21,289 @@ namespace cpsched {
 
 namespace {
 
-using nlohmann::json;
+// A streaming writer with nlohmann's layout: compact (indent < 0) or one
+// element per line, `"key": value`, and `{}` / `[]` when empty. Keys must be
+// given in sorted order by the caller, as nlohmann's std::map kept them.
+class JsonOut {
+ public:
+  JsonOut(std::ostream& os, int indent) : os_(os), indent_(indent) { buf_.reserve(kFlushAt + 4096); }
 
-json range(Range r) { return json::array({r.begin, r.end}); }
+  void begin_object() { open('{'); }
+  void end_object() { close('}'); }
+  void begin_array() { open('['); }
+  void end_array() { close(']'); }
 
-json ranges(const std::vector<Range>& rs) {
-  json a = json::array();
-  for (Range r : rs) a.push_back(range(r));
-  return a;
+  // Keys are fixed ASCII names here: no escaping needed.
+  void key(std::string_view k) {
+    element();
+    buf_ += '"';
+    buf_ += k;
+    buf_ += indent_ >= 0 ? "\": " : "\":";
+    after_key_ = true;
+  }
+
+  template <std::integral T>
+  void value(T v) {
+    if constexpr (std::same_as<T, bool>) {
+      element();
+      buf_ += v ? "true" : "false";
+    } else {
+      element();
+      char tmp[48];
+      const auto r = std::to_chars(tmp, tmp + sizeof tmp, v);
+      buf_.append(tmp, r.ptr);
+    }
+    maybe_flush();
+  }
+  // Reals and strings are rare: nlohmann formats them, so they stay identical
+  // (shortest round-trip reals with ".0", NaN as null, its escaping). Invalid
+  // UTF-8 in a solver's note is replaced rather than failing the export.
+  void value(double v) { raw(nlohmann::json(v).dump()); }
+  void value(std::string_view s) {
+    raw(nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  void value(const char* s) { value(std::string_view(s)); }
+  void value(const std::string& s) { value(std::string_view(s)); }
+
+  template <class T>
+  void field(std::string_view k, const T& v) {
+    key(k);
+    value(v);
+  }
+
+  void range(Range r) {
+    begin_array();
+    value(r.begin);
+    value(r.end);
+    end_array();
+  }
+  void ranges(const std::vector<Range>& rs) {
+    begin_array();
+    for (Range r : rs) range(r);
+    end_array();
+  }
+  template <class T>
+  void list(const std::vector<T>& xs) {
+    begin_array();
+    for (const T& x : xs) value(x);
+    end_array();
+  }
+
+  void finish() {
+    flush();
+    os_.flush();
+  }
+
+ private:
+  static constexpr std::size_t kFlushAt = 1 << 16;
+
+  void raw(const std::string& text) {
+    element();
+    buf_ += text;
+    maybe_flush();
+  }
+  // Before an element of an array or a key of an object: the separator and,
+  // when pretty, a new line at the element's depth.
+  void element() {
+    if (after_key_) {
+      after_key_ = false;
+      return;
+    }
+    if (counts_.empty()) return;
+    if (counts_.back()++ > 0) buf_ += ',';
+    newline(counts_.size());
+  }
+  void open(char c) {
+    element();
+    buf_ += c;
+    counts_.push_back(0);
+  }
+  void close(char c) {
+    const bool any = counts_.back() > 0;
+    counts_.pop_back();
+    if (any) newline(counts_.size());
+    buf_ += c;
+    maybe_flush();
+  }
+  void newline(std::size_t depth) {
+    if (indent_ < 0) return;
+    buf_ += '\n';
+    buf_.append(depth * static_cast<std::size_t>(indent_), ' ');
+  }
+  void maybe_flush() {
+    if (buf_.size() >= kFlushAt) flush();
+  }
+  void flush() {
+    os_.write(buf_.data(), static_cast<std::streamsize>(buf_.size()));
+    buf_.clear();
+  }
+
+  std::ostream& os_;
+  int indent_;
+  std::string buf_;
+  std::vector<std::size_t> counts_;  // elements written so far, per open level
+  bool after_key_ = false;
+};
+
+// Every object below writes its keys in sorted order (nlohmann's std::map).
+
+void problem_json(JsonOut& j, const Problem& p, const Sharding& sh) {
+  j.begin_object();
+  j.field("blocks_per_rank", p.grid.blocks_per_rank);
+  j.field("cp_size", p.cp_size());
+  j.field("dtype_bytes", p.heads.dtype_bytes);
+  j.field("flatten_head_groups", p.grid.flatten_head_groups);
+  j.field("head_dim", p.heads.dim);
+  j.field("head_groups", p.num_groups());
+  j.field("heads_kv", p.heads.kv);
+  j.field("heads_q", p.heads.q);
+  j.key("host_ranges");
+  j.begin_array();
+  for (const RangeSet& rs : sh.all_rank_tokens()) j.ranges(rs.ranges());
+  j.end_array();
+  j.key("mask");
+  j.begin_array();
+  for (const Slice& s : p.mask.slices()) {
+    j.begin_object();
+    j.key("k");
+    j.range(s.k);
+    j.key("q");
+    j.range(s.q);
+    j.field("type", to_string(s.type));
+    j.end_object();
+  }
+  j.end_array();
+  j.field("seqlen", p.seqlen());
+  j.end_object();
 }
 
-json problem_json(const Problem& p, const Sharding& sh) {
-  json hosts = json::array();
-  for (const RangeSet& rs : sh.all_rank_tokens()) hosts.push_back(ranges(rs.ranges()));
-  json mask = json::array();
-  for (const Slice& s : p.mask.slices())
-    mask.push_back({{"q", range(s.q)}, {"k", range(s.k)}, {"type", std::string(to_string(s.type))}});
-  return {{"seqlen", p.seqlen()},          {"cp_size", p.cp_size()},
-          {"heads_q", p.heads.q},          {"heads_kv", p.heads.kv},
-          {"head_dim", p.heads.dim},       {"dtype_bytes", p.heads.dtype_bytes},
-          {"head_groups", p.num_groups()}, {"flatten_head_groups", p.grid.flatten_head_groups},
-          {"blocks_per_rank", p.grid.blocks_per_rank}, {"host_ranges", hosts},
-          {"mask", mask}};
+void params_json(JsonOut& j, const Params& ps) {
+  j.begin_object();
+  for (const auto& [name, v] : ps.values())  // a std::map: already sorted
+    std::visit([&, &n = name](const auto& x) { j.field(n, x); }, v);
+  j.end_object();
 }
 
-json params_json(const Params& ps) {
-  json o = json::object();
-  for (const auto& [name, v] : ps.values()) std::visit([&, n = name](const auto& x) { o[n] = x; }, v);
-  return o;
+void pass_metrics(JsonOut& j, const PassMetrics& m) {
+  j.begin_object();
+  j.field("bottleneck", m.bottleneck);
+  j.key("recv");
+  j.list(m.recv);
+  j.key("send");
+  j.list(m.send);
+  j.field("total_send", m.total_send);
+  j.end_object();
 }
 
-json pass_metrics(const PassMetrics& m) {
-  return {{"send", m.send}, {"recv", m.recv}, {"total_send", m.total_send}, {"bottleneck", m.bottleneck}};
+void metrics_json(JsonOut& j, const Metrics& m) {
+  j.begin_object();
+  j.key("bwd");
+  pass_metrics(j, m.bwd);
+  j.key("fwd");
+  pass_metrics(j, m.fwd);
+  j.field("imbalance", m.imbalance);
+  j.key("load");
+  j.list(m.load);
+  j.field("remote_kv_tokens", m.remote_kv_tokens);
+  j.field("remote_qo_tokens", m.remote_qo_tokens);
+  j.key("stage0_load");
+  j.list(m.stage0_load);
+  j.field("stage0_share", m.stage0_share);
+  j.end_object();
 }
 
-json metrics_json(const Metrics& m) {
-  return {{"fwd", pass_metrics(m.fwd)},
-          {"bwd", pass_metrics(m.bwd)},
-          {"load", m.load},
-          {"stage0_load", m.stage0_load},
-          {"imbalance", m.imbalance},
-          {"stage0_share", m.stage0_share},
-          {"remote_qo_tokens", m.remote_qo_tokens},
-          {"remote_kv_tokens", m.remote_kv_tokens}};
-}
-
-json tasks_json(const Assignment& a) {
+void tasks_json(JsonOut& j, const Assignment& a) {
   const TaskGrid& g = *a.grid;
-  json out = json::array();
+  j.begin_array();
   for (TaskId t = 0; t < g.num_tasks(); ++t) {
     const Cell& c = g.cell_of(t);
-    out.push_back({{"q", ranges(c.rows.ranges())},
-                   {"k", ranges(c.cols.ranges())},
-                   {"q_block", c.qblock},
-                   {"k_block", c.kblock},
-                   {"group", g.group_of(t)},
-                   {"rank", a.rank[static_cast<std::size_t>(t)]},
-                   {"area", c.area}});
+    j.begin_object();
+    j.field("area", c.area);
+    j.field("group", g.group_of(t));
+    j.key("k");
+    j.ranges(c.cols.ranges());
+    j.field("k_block", c.kblock);
+    j.key("q");
+    j.ranges(c.rows.ranges());
+    j.field("q_block", c.qblock);
+    j.field("rank", a.rank[static_cast<std::size_t>(t)]);
+    j.end_object();
   }
-  return out;
+  j.end_array();
 }
 
 const char* buf_name(BufferId b) { return b == BufferId::local ? "local" : "remote"; }
 
-json args_json(const std::vector<AttnArg>& args) {
-  json out = json::array();
-  for (const AttnArg& x : args)
-    out.push_back({{"q", range(x.q)},
-                   {"k", range(x.k)},
-                   {"type", std::string(to_string(x.type))},
-                   {"q_buf", buf_name(x.q_buf)},
-                   {"k_buf", buf_name(x.k_buf)},
-                   {"group", x.group}});
-  return out;
+void args_json(JsonOut& j, const std::vector<AttnArg>& args) {
+  j.begin_array();
+  for (const AttnArg& x : args) {
+    j.begin_object();
+    j.field("group", x.group);
+    j.key("k");
+    j.range(x.k);
+    j.field("k_buf", buf_name(x.k_buf));
+    j.key("q");
+    j.range(x.q);
+    j.field("q_buf", buf_name(x.q_buf));
+    j.field("type", to_string(x.type));
+    j.end_object();
+  }
+  j.end_array();
 }
 
-json collective_json(const GroupCollectiveArg& g) {
-  return {{"input_split_sizes", g.input_split_sizes}, {"input_ranges", ranges(g.input_ranges)},
-          {"input_groups", g.input_groups},           {"dst_indices", g.dst_indices},
-          {"output_split_sizes", g.output_split_sizes}, {"src_index", g.src_index},
-          {"output_groups", g.output_groups}};
+void collective_json(JsonOut& j, const GroupCollectiveArg& g) {
+  j.begin_object();
+  j.key("dst_indices");
+  j.begin_array();
+  for (const auto& d : g.dst_indices) j.list(d);
+  j.end_array();
+  j.key("input_groups");
+  j.list(g.input_groups);
+  j.key("input_ranges");
+  j.ranges(g.input_ranges);
+  j.key("input_split_sizes");
+  j.list(g.input_split_sizes);
+  j.key("output_groups");
+  j.list(g.output_groups);
+  j.key("output_split_sizes");
+  j.list(g.output_split_sizes);
+  j.key("src_index");
+  j.list(g.src_index);
+  j.end_object();
 }
 
-json pass_json(const PassPlan& p) {
-  json remote = json::array();
-  for (const auto& st : p.calc.remote_attn_args) remote.push_back(args_json(st));
-  json stages = json::array();
-  for (const StageComm& s : p.comm.stages)
-    stages.push_back({{"num_remote_qo_tokens", s.num_remote_qo_tokens},
-                      {"num_remote_kv_tokens", s.num_remote_kv_tokens},
-                      {"qo_recv_offset", s.qo_recv_offset},
-                      {"kv_recv_offset", s.kv_recv_offset},
-                      {"qo_reduce_after", s.qo_reduce_after},
-                      {"kv_reduce_after", s.kv_reduce_after},
-                      {"qo", collective_json(s.qo)},
-                      {"kv", collective_json(s.kv)}});
-  return {{"calc", {{"local_attn_args", args_json(p.calc.local_attn_args)}, {"remote_attn_args", remote}}},
-          {"comm", {{"stages", stages}}}};
+void pass_json(JsonOut& j, const PassPlan& p) {
+  j.begin_object();
+  j.key("calc");
+  j.begin_object();
+  j.key("local_attn_args");
+  args_json(j, p.calc.local_attn_args);
+  j.key("remote_attn_args");
+  j.begin_array();
+  for (const auto& st : p.calc.remote_attn_args) args_json(j, st);
+  j.end_array();
+  j.end_object();
+  j.key("comm");
+  j.begin_object();
+  j.key("stages");
+  j.begin_array();
+  for (const StageComm& s : p.comm.stages) {
+    j.begin_object();
+    j.key("kv");
+    collective_json(j, s.kv);
+    j.field("kv_recv_offset", s.kv_recv_offset);
+    j.field("kv_reduce_after", s.kv_reduce_after);
+    j.field("num_remote_kv_tokens", s.num_remote_kv_tokens);
+    j.field("num_remote_qo_tokens", s.num_remote_qo_tokens);
+    j.key("qo");
+    collective_json(j, s.qo);
+    j.field("qo_recv_offset", s.qo_recv_offset);
+    j.field("qo_reduce_after", s.qo_reduce_after);
+    j.end_object();
+  }
+  j.end_array();
+  j.end_object();
+  j.end_object();
 }
 
 }  // namespace
@@ -117,24 +312,43 @@ void write_plan_json(std::ostream& out, const PlanExport& e, int indent) {
   if (e.assignment == nullptr || e.assignment->grid == nullptr || e.metrics == nullptr)
     throw Error("plan export: an assignment with its grid and the metrics are required");
   const TaskGrid& g = *e.assignment->grid;
-  json doc;
-  doc["format"] = "cpsched-plan/1";
-  doc["problem"] = problem_json(g.problem(), g.sharding());
-  doc["solver"] = {{"name", e.solver},
-                   {"params", params_json(e.solver_params)},
-                   {"solve_ms", e.solve_ms},
-                   {"feasible", e.assignment->feasible},
-                   {"note", e.assignment->note}};
-  if (e.include_tasks) doc["tasks"] = tasks_json(*e.assignment);
-  doc["metrics"] = metrics_json(*e.metrics);
+  JsonOut j(out, indent);
+  j.begin_object();
+  j.field("format", "cpsched-plan/1");
+  j.key("metrics");
+  metrics_json(j, *e.metrics);
+  j.key("problem");
+  problem_json(j, g.problem(), g.sharding());
   if (e.plan != nullptr) {
-    doc["stages"] = e.plan->num_stages;
-    json rs = json::array();
-    for (std::size_t r = 0; r < e.plan->ranks.size(); ++r)
-      rs.push_back({{"rank", r}, {"fwd", pass_json(e.plan->ranks[r].fwd)}, {"bwd", pass_json(e.plan->ranks[r].bwd)}});
-    doc["ranks"] = std::move(rs);
+    j.key("ranks");
+    j.begin_array();
+    for (std::size_t r = 0; r < e.plan->ranks.size(); ++r) {
+      j.begin_object();
+      j.key("bwd");
+      pass_json(j, e.plan->ranks[r].bwd);
+      j.key("fwd");
+      pass_json(j, e.plan->ranks[r].fwd);
+      j.field("rank", r);
+      j.end_object();
+    }
+    j.end_array();
   }
-  out << doc.dump(indent);
+  j.key("solver");
+  j.begin_object();
+  j.field("feasible", e.assignment->feasible);
+  j.field("name", e.solver);
+  j.field("note", e.assignment->note);
+  j.key("params");
+  params_json(j, e.solver_params);
+  j.field("solve_ms", e.solve_ms);
+  j.end_object();
+  if (e.plan != nullptr) j.field("stages", e.plan->num_stages);
+  if (e.include_tasks) {
+    j.key("tasks");
+    tasks_json(j, *e.assignment);
+  }
+  j.end_object();
+  j.finish();
 }
 
 std::string plan_json(const PlanExport& e, int indent) {

@@ -5,11 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <map>
 
 #include <fmt/format.h>
 
+#include "cpsched/atomic_file.hpp"
 #include "cpsched/error.hpp"
 #include "cpsched/slice_clip.hpp"
 
@@ -194,11 +194,7 @@ std::string plan_svg(const Assignment& a, const Metrics& m, const SvgOptions& op
 }
 
 void write_plan_svg(const std::filesystem::path& file, const Assignment& a, const Metrics& m, const SvgOptions& opt) {
-  const std::string svg = plan_svg(a, m, opt);
-  std::ofstream f(file, std::ios::binary);
-  if (!f) throw Error(fmt::format("svg: cannot open '{}' for writing", file.string()));
-  f << svg;
-  if (!f) throw Error(fmt::format("svg: cannot write '{}'", file.string()));
+  write_file_atomic(file, plan_svg(a, m, opt));
 }
 
 }  // namespace cpsched

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <random>
 #include <set>
+#include <sstream>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -145,4 +147,77 @@ TEST_CASE("rank colours are distinct for 128 ranks") {
   std::set<std::string> colours;
   for (Rank r = 0; r < 128; ++r) colours.insert(rank_colour(r, 128));
   CHECK(colours.size() == 128);
+}
+
+TEST_CASE("streamed plan JSON has nlohmann's exact layout at every indent, and the same text either way") {
+  Fixture f;
+  f.a.note = "quotes \" backslash \\ newline \n tab \t control \x01 unicode \xc3\xa9";
+  PlanExport e;
+  e.assignment = &f.a;
+  e.metrics = &f.m;
+  e.plan = &f.plan;
+  e.solver = "random";
+  // Every parameter type, reals with and without a fraction.
+  e.solver_params = Params({{"seed", std::int64_t{-17}},
+                            {"mu", 1.1},
+                            {"whole", 2.0},
+                            {"tiny", 1e-300},
+                            {"flag", true},
+                            {"off", false},
+                            {"label", std::string("a \"b\"")}});
+  e.solve_ms = 0.1 + 0.2;
+  for (int indent : {-1, 0, 1, 2, 4}) {
+    CAPTURE(indent);
+    const std::string text = plan_json(e, indent);
+    // The format of record: what nlohmann::json prints (sorted keys, its
+    // spacing and number formatting) for the same document.
+    CHECK(json::parse(text).dump(indent) == text);
+    std::ostringstream os;
+    write_plan_json(os, e, indent);
+    CHECK(os.str() == text);
+  }
+  const json doc = json::parse(plan_json(e));
+  CHECK(doc["solver"]["note"] == f.a.note);
+  CHECK(doc["solver"]["params"]["whole"].is_number_float());
+  CHECK(doc["solver"]["solve_ms"] == 0.1 + 0.2);
+  CHECK(doc["solver"]["params"]["label"] == "a \"b\"");
+  CHECK(plan_json(e).find("\"whole\":2.0") != std::string::npos);
+
+  // Invalid UTF-8 in a solver's note is replaced, not a failed export.
+  f.a.note = "bad \xff byte";
+  CHECK(json::parse(plan_json(e))["solver"]["note"] == "bad \xef\xbf\xbd byte");
+}
+
+TEST_CASE("plan JSON: empty lists and a plan with no remote stage keep the layout") {
+  std::mt19937_64 rng(5);
+  auto g = test::make_grid(test::random_document_mask(12, rng), 1, {2, 1, 8, 2});
+  Assignment a = test::random_assignment(g, rng);
+  const Plan plan = build_plan(a, 1);
+  const Metrics m = compute_metrics(a);
+  PlanExport e;
+  e.assignment = &a;
+  e.metrics = &m;
+  e.plan = &plan;
+  for (int indent : {-1, 2}) {
+    const std::string text = plan_json(e, indent);
+    CHECK(json::parse(text).dump(indent) == text);
+    CHECK(text.find(indent < 0 ? "\"params\":{}" : "\"params\": {}") != std::string::npos);
+  }
+}
+
+TEST_CASE("plan SVG files are replaced whole; a failed write names the path and keeps the old file") {
+  Fixture f;
+  const auto dir = std::filesystem::temp_directory_path() / ("cpsched_svg_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto file = dir / "p.svg";
+  std::ofstream(file) << "old";
+  write_plan_svg(file, f.a, f.m);
+  std::ifstream in(file);
+  std::string first;
+  std::getline(in, first);
+  CHECK(first.rfind("<svg", 0) == 0);
+  CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()) == 1);
+  const std::string expected = (dir / "no" / "x.svg").string() + "': No such file or directory";
+  CHECK_THROWS_WITH_AS(write_plan_svg(dir / "no" / "x.svg", f.a, f.m), doctest::Contains(expected.c_str()), Error);
+  std::filesystem::remove_all(dir);
 }

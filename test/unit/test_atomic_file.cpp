@@ -1,0 +1,135 @@
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <new>
+#include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cpsched/atomic_file.hpp"
+#include "cpsched/error.hpp"
+
+namespace fs = std::filesystem;
+using namespace cpsched;
+
+namespace {
+
+struct TempDir {
+  fs::path dir;
+  TempDir() {
+    dir = fs::temp_directory_path() / ("cpsched_atomic_" + std::to_string(::getpid()) + "_" +
+                                       std::to_string(reinterpret_cast<std::uintptr_t>(this)));
+    fs::create_directories(dir);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::ostringstream os;
+  os << f.rdbuf();
+  return os.str();
+}
+
+// Everything in the folder but `keep`: the temporaries a write must not leave behind.
+std::size_t others(const fs::path& dir, const fs::path& keep) {
+  std::size_t n = 0;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename() != keep.filename()) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("write_file_atomic writes a new file and replaces an old one whole") {
+  TempDir t;
+  const fs::path p = t.dir / "plan.json";
+  write_file_atomic(p, std::string_view("first"));
+  CHECK(slurp(p) == "first");
+  write_file_atomic(p, [](std::ostream& os) {
+    for (int i = 0; i < 100000; ++i) os << i << ',';  // several buffer lengths
+  });
+  std::ostringstream expect;
+  for (int i = 0; i < 100000; ++i) expect << i << ',';
+  CHECK(slurp(p) == expect.str());
+  CHECK(others(t.dir, p) == 0);
+  // One piece larger than the buffer goes straight to the file.
+  const std::string big(1 << 20, 'x');
+  write_file_atomic(p, big);
+  CHECK(slurp(p) == big);
+  write_file_atomic(p, std::string_view());
+  CHECK(fs::file_size(p) == 0);
+}
+
+TEST_CASE("a failing writer leaves the previous file intact and no temporary") {
+  TempDir t;
+  const fs::path p = t.dir / "out.svg";
+  write_file_atomic(p, std::string_view("previous"));
+  CHECK_THROWS_AS(write_file_atomic(p,
+                                    [](std::ostream& os) {
+                                      os << "partial";
+                                      throw Error("solver failed");
+                                    }),
+                  Error);
+  CHECK_THROWS_AS(write_file_atomic(p,
+                                    [](std::ostream& os) {
+                                      os << "partial";
+                                      throw std::bad_alloc();
+                                    }),
+                  std::bad_alloc);
+  // A writer that breaks its stream is a failure too.
+  CHECK_THROWS_AS(write_file_atomic(p, [](std::ostream& os) { os.setstate(std::ios::failbit); }), Error);
+  CHECK(slurp(p) == "previous");
+  CHECK(others(t.dir, p) == 0);
+}
+
+TEST_CASE("write errors name the path and the system's reason") {
+  TempDir t;
+  const fs::path missing = t.dir / "no_such_folder" / "t.svg";
+  try {
+    write_file_atomic(missing, std::string_view("x"));
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    CHECK(m.find(missing.string()) != std::string::npos);
+    CHECK(m.find("No such file or directory") != std::string::npos);
+  }
+  CHECK_THROWS_WITH_AS(write_file_atomic(t.dir, std::string_view("x")), doctest::Contains("Is a directory"), Error);
+  CHECK_THROWS_AS(write_file_atomic(fs::path(), std::string_view("x")), Error);
+  // Disk full: /dev/full fails every write with ENOSPC (written in place: not a regular file).
+  if (fs::exists("/dev/full")) {
+    CHECK_THROWS_WITH_AS(write_file_atomic("/dev/full", std::string_view("x")),
+                         doctest::Contains("No space left on device"), Error);
+  }
+  // A read-only folder (root ignores permissions: skip there).
+  if (::geteuid() != 0) {
+    const fs::path ro = t.dir / "ro";
+    fs::create_directory(ro);
+    fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+    CHECK_THROWS_WITH_AS(write_file_atomic(ro / "x", std::string_view("x")), doctest::Contains("Permission denied"),
+                         Error);
+    fs::permissions(ro, fs::perms::owner_all);
+  }
+}
+
+TEST_CASE("special files are written in place, links are followed, permissions kept") {
+  TempDir t;
+  write_file_atomic("/dev/null", std::string_view("discarded"));
+  const fs::path real = t.dir / "real.json";
+  const fs::path link = t.dir / "link.json";
+  write_file_atomic(real, std::string_view("old"));
+  fs::permissions(real, fs::perms::owner_read | fs::perms::owner_write);
+  fs::create_symlink("real.json", link);
+  write_file_atomic(link, std::string_view("new"));
+  CHECK(fs::is_symlink(link));
+  CHECK(slurp(real) == "new");
+  CHECK((fs::status(real).permissions() & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write));
+  // A link loop is an error, not a recursion.
+  fs::create_symlink("loop_b", t.dir / "loop_a");
+  fs::create_symlink("loop_a", t.dir / "loop_b");
+  CHECK_THROWS_AS(write_file_atomic(t.dir / "loop_a", std::string_view("x")), Error);
+}
