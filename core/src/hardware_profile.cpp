@@ -78,7 +78,8 @@ HardwareProfile parse_hardware_profile(const std::string& yaml_text, const std::
   const Ctx c{source};
   if (!root.IsMap()) throw Error(source + ": a hardware profile must be a YAML mapping");
   check_keys(c, root, "",
-             {"name", "description", "attention_tflops", "gpus_per_node", "intra_node", "inter_node", "overlap"});
+             {"name", "description", "attention_tflops", "hbm_gb_s", "gpus_per_node", "intra_node", "inter_node",
+              "overlap"});
   HardwareProfile p;
   p.source = source;
   p.name = require(c, root, "name", "").as<std::string>();
@@ -87,6 +88,7 @@ HardwareProfile parse_hardware_profile(const std::string& yaml_text, const std::
   check_keys(c, tf, "attention_tflops", {"fwd", "bwd"});
   p.fwd_tflops = positive(c, tf, "fwd", "attention_tflops", false);
   p.bwd_tflops = positive(c, tf, "bwd", "attention_tflops", false);
+  p.hbm_gb_s = positive(c, root, "hbm_gb_s", "", false);
   const double gpn = positive(c, root, "gpus_per_node", "", false);
   if (gpn != static_cast<double>(static_cast<int>(gpn)))
     throw Error(c.where(root["gpus_per_node"], "gpus_per_node") + ": must be an integer");

@@ -24,45 +24,60 @@ double arg_flops(const AttnArg& arg, const Problem& problem, Pass pass) {
   return pass == Pass::fwd ? fwd : 2.5 * fwd;
 }
 
+// Per-rank state of one pass and of the collective being simulated, in flat
+// arrays indexed by rank (x 2 link classes for the ports). Everything is
+// resized, never shrunk, so a repeated call allocates nothing.
+struct TimingWorkspace::Buffers {
+  // One pass.
+  std::vector<std::array<double, 2>> free;  // per rank, per stream: when it is free
+  std::vector<double> cast_end;             // per rank x 2: end of cast(s) at [s & 1]
+  std::vector<double> reduce_end;           // per rank: latest end of a reduce it took part in
+  std::vector<double> merge;                // per rank: merge seconds owed at the pass end
+  std::vector<double> merge_bytes;
+  std::vector<std::int32_t> red_off;        // per rank x (N + 2): bucket offsets of reduce parts by stage
+  std::vector<std::int32_t> red_item;       // (s - 1) * 2 + kind, grouped by (rank, reduce stage)
+  // One collective.
+  std::vector<double> out_bytes, in_bytes;  // per rank x class
+  std::vector<std::int64_t> out_msgs, in_msgs;
+  std::vector<double> t_out, t_in;          // port times, per rank x class
+  std::vector<double> ready, start;         // per rank (-1: moves nothing)
+  std::vector<std::uint32_t> mark_out, mark_in;  // per rank: epoch of the last message counted to / from it
+  std::uint32_t epoch = 0;
+  std::int64_t parts_visited = 0;           // work done (TimingWorkspace::parts_visited)
+};
+
+TimingWorkspace::TimingWorkspace() : b_(std::make_unique<Buffers>()) {}
+TimingWorkspace::~TimingWorkspace() = default;
+std::int64_t TimingWorkspace::parts_visited() const { return b_->parts_visited; }
+TimingWorkspace::TimingWorkspace(TimingWorkspace&&) noexcept = default;
+TimingWorkspace& TimingWorkspace::operator=(TimingWorkspace&&) noexcept = default;
+
 namespace {
 
 constexpr int kIntra = 0, kInter = 1;
 
-struct LinkLoad {
-  double bytes = 0;
-  std::int64_t messages = 0;
-};
+// Tensors (NCCL calls per peer) of one collective part, as cuda_nccl issues
+// them (runtimes/cuda_nccl/host/layout.cpp): cast / reduce x pass x kind.
+int tensors_of(Pass pass, CommKind kind, bool reduce) {
+  if (!reduce) return kind == CommKind::kv ? 2 : (pass == Pass::fwd ? 1 : 4);  // K V | Q | Q O dO lse
+  if (pass == Pass::fwd) return kind == CommKind::qo ? 2 : 0;                   // O lse | nothing
+  return kind == CommKind::qo ? 1 : 2;                                          // dQ | dK dV
+}
 
-// What one rank moves in one collective, per direction and link class.
-struct CommLoad {
-  LinkLoad send[2], recv[2];
-  bool empty() const {
-    return send[0].messages + send[1].messages + recv[0].messages + recv[1].messages == 0;
-  }
-  double bytes() const { return send[0].bytes + send[1].bytes + recv[0].bytes + recv[1].bytes; }
-  double seconds(const HardwareProfile& hw) const {
-    double t = 0;
-    for (int c = 0; c < 2; ++c) {
-      const Link& l = c == kIntra ? hw.intra_node : hw.inter_node;
-      for (const LinkLoad* x : {&send[c], &recv[c]})
-        t = std::max(t, static_cast<double>(x->messages) * l.latency_us * 1e-6 + x->bytes / (l.bandwidth_gb_s * 1e9));
-    }
-    return t;
-  }
-};
-
-struct Op {
-  OpKind kind;
-  int stage;
-};
+template <class T>
+void fill(std::vector<T>& v, std::size_t n, T x) {
+  v.assign(n, x);  // keeps capacity: no allocation once grown
+}
 
 class PassSim {
  public:
-  PassSim(const Problem& problem, const Plan& plan, const HardwareProfile& hw, Pass pass)
-      : plan_(plan), hw_(hw), pass_(pass), problem_(problem),
+  PassSim(const Problem& problem, const Plan& plan, const HardwareProfile& hw, Pass pass,
+          TimingWorkspace::Buffers& w)
+      : plan_(plan), hw_(hw), pass_(pass), problem_(problem), w_(w),
         bpt_(pass == Pass::fwd ? fwd_bytes_per_token(problem) : bwd_bytes_per_token(problem)),
         P_(static_cast<int>(plan.ranks.size())), N_(plan.num_stages),
-        mark_(static_cast<std::size_t>(P_), 0) {
+        tflops_(pass == Pass::fwd ? hw.fwd_tflops : hw.bwd_tflops),
+        hbm_(hw.hbm_gb_s > 0 ? 1.0 / (hw.hbm_gb_s * 1e9) : 0.0) {
     for (int r = 0; r < P_; ++r) {
       const PassPlan& pp = pass_plan(plan.ranks[static_cast<std::size_t>(r)], pass);
       if (static_cast<int>(pp.calc.remote_attn_args.size()) != N_ || static_cast<int>(pp.comm.stages.size()) != N_)
@@ -70,74 +85,123 @@ class PassSim {
                                 "declares {} stages",
                                 r, to_string(pass), pp.calc.remote_attn_args.size(), pp.comm.stages.size(), N_));
     }
+    for (int c = 0; c < 2; ++c) {
+      const Link& l = c == kIntra ? hw.intra_node : hw.inter_node;
+      lat_[c] = l.latency_us * 1e-6;
+      inv_bw_[c] = 1.0 / (l.bandwidth_gb_s * 1e9);
+    }
   }
 
-  PassTimeline run() {
-    PassTimeline out;
-    out.pass = pass_;
-    out.ranks.resize(static_cast<std::size_t>(P_));
-    free_.assign(static_cast<std::size_t>(P_), {0.0, 0.0});
-    cast_end_.assign(static_cast<std::size_t>(P_) * static_cast<std::size_t>(N_ + 1), 0.0);
-    std::vector<Op> program;
-    if (N_ >= 1) program.push_back({OpKind::cast, 1});
-    program.push_back({OpKind::compute, 0});
+  // Simulates the pass; fills `out` when given. Returns the makespan.
+  double run(PassTimeline* out) {
+    out_ = out;
+    const auto P = static_cast<std::size_t>(P_);
+    if (out_) {
+      out_->pass = pass_;
+      out_->ranks.assign(P, RankTimeline{});
+    }
+    fill(w_.free, P, std::array<double, 2>{0.0, 0.0});
+    fill(w_.cast_end, 2 * P, 0.0);
+    fill(w_.reduce_end, P, -1.0);
+    fill(w_.merge, P, 0.0);
+    fill(w_.merge_bytes, P, 0.0);
+    fill(w_.out_bytes, 2 * P, 0.0);
+    fill(w_.in_bytes, 2 * P, 0.0);
+    fill(w_.out_msgs, 2 * P, std::int64_t{0});
+    fill(w_.in_msgs, 2 * P, std::int64_t{0});
+    fill(w_.t_out, 2 * P, 0.0);
+    fill(w_.t_in, 2 * P, 0.0);
+    fill(w_.ready, P, -1.0);
+    fill(w_.start, P, -1.0);
+    if (w_.mark_out.size() < P) {
+      w_.mark_out.assign(P, 0);
+      w_.mark_in.assign(P, 0);
+      w_.epoch = 0;
+    }
+    bucket_reduces();
+
+    if (N_ >= 1) run_comm(OpKind::cast, 1);
+    run_compute(0);
     for (int s = 1; s <= N_; ++s) {
-      if (s < N_) program.push_back({OpKind::cast, s + 1});
-      program.push_back({OpKind::compute, s});
-      program.push_back({OpKind::reduce, s});
+      if (s < N_) run_comm(OpKind::cast, s + 1);
+      run_compute(s);
+      run_comm(OpKind::reduce, s);
     }
-    for (const Op& op : program) {
-      if (op.kind == OpKind::compute) run_compute(op.stage, out);
-      else run_comm(op, out);
+    double makespan = 0;
+    for (std::size_t r = 0; r < P; ++r) {
+      auto& f = w_.free[r];
+      if (w_.merge[r] > 0) {  // pass end: wait for every reduce, then merge on the compute stream
+        double& cs = f[static_cast<std::size_t>(compute_stream())];
+        const double start = std::max(cs, w_.reduce_end[r]);
+        cs = start + w_.merge[r];
+        if (out_) out_->ranks[r].compute.push_back({OpKind::merge, N_, start, cs, w_.merge_bytes[r], 0});
+      }
+      const double end = std::max(f[0], f[1]);
+      if (out_) out_->ranks[r].end = end;
+      makespan = std::max(makespan, end);
     }
-    for (int r = 0; r < P_; ++r) {
-      const auto& f = free_[static_cast<std::size_t>(r)];
-      out.ranks[static_cast<std::size_t>(r)].end = std::max(f[0], f[1]);
-    }
-    return out;
+    return makespan;
   }
 
  private:
   int compute_stream() const { return 0; }
   int comm_stream() const { return hw_.overlap ? 1 : 0; }
   const PassPlan& pp(int r) const { return pass_plan(plan_.ranks[static_cast<std::size_t>(r)], pass_); }
-  double& cast_end(int r, int s) {
-    return cast_end_[static_cast<std::size_t>(r) * static_cast<std::size_t>(N_ + 1) + static_cast<std::size_t>(s)];
-  }
-
-  void run_compute(int s, PassTimeline& out) {
-    const double tflops = pass_ == Pass::fwd ? hw_.fwd_tflops : hw_.bwd_tflops;
-    for (int r = 0; r < P_; ++r) {
-      const CalcMeta& c = pp(r).calc;
-      const auto& args = s == 0 ? c.local_attn_args : c.remote_attn_args[static_cast<std::size_t>(s - 1)];
-      double flops = 0;
-      for (const AttnArg& a : args) flops += arg_flops(a, problem_, pass_);
-      if (flops <= 0) continue;
-      double& f = free_[static_cast<std::size_t>(r)][static_cast<std::size_t>(compute_stream())];
-      const double start = std::max(f, s > 0 ? cast_end(r, s) : 0.0);
-      f = start + flops / (tflops * 1e12);
-      out.ranks[static_cast<std::size_t>(r)].compute.push_back({OpKind::compute, s, start, f, 0.0});
-    }
-  }
+  static std::size_t port(int r, int c) { return 2 * static_cast<std::size_t>(r) + static_cast<std::size_t>(c); }
+  int link_class(int a, int b) const { return hw_.same_node(a, b) ? kIntra : kInter; }
+  bool valid_peer(int r, Rank p) const { return p >= 0 && p < P_ && p != r; }
 
   // Stage whose reduce follows compute(t) for stage s's outputs: the plan's
   // *_reduce_after, or the last stage when it is out of [s, N].
   int reduce_stage(int s, int after) const { return after >= s && after <= N_ ? after : N_; }
 
-  // Calls f(arg, stage, kind, transposed) for every collective part of op on rank r.
+  // Groups every rank's (stage, kind) reduce parts by the stage after which
+  // they are reduced (a counting sort): reduce(t) then visits only its own
+  // parts, so the pass is linear in the number of stages.
+  void bucket_reduces() {
+    const auto P = static_cast<std::size_t>(P_);
+    const std::size_t B = static_cast<std::size_t>(N_) + 2;  // buckets 0..N, and the end
+    fill(w_.red_off, P * B, std::int32_t{0});
+    fill(w_.red_item, P * 2 * static_cast<std::size_t>(N_), std::int32_t{0});
+    for (int r = 0; r < P_; ++r) {
+      const auto& stages = pp(r).comm.stages;
+      std::int32_t* off = w_.red_off.data() + static_cast<std::size_t>(r) * B;
+      for (int s = 1; s <= N_; ++s) {
+        const StageComm& sc = stages[static_cast<std::size_t>(s - 1)];
+        ++off[reduce_stage(s, sc.qo_reduce_after) + 1];
+        ++off[reduce_stage(s, sc.kv_reduce_after) + 1];
+      }
+      for (std::size_t t = 1; t < B; ++t) off[t] += off[t - 1];
+      std::int32_t* items = w_.red_item.data() + static_cast<std::size_t>(r) * 2 * static_cast<std::size_t>(N_);
+      for (int s = 1; s <= N_; ++s) {  // fills off[t] up to off[t + 1]; shifted back below
+        const StageComm& sc = stages[static_cast<std::size_t>(s - 1)];
+        items[off[reduce_stage(s, sc.qo_reduce_after)]++] = (s - 1) * 2;
+        items[off[reduce_stage(s, sc.kv_reduce_after)]++] = (s - 1) * 2 + 1;
+      }
+      for (std::size_t t = B - 1; t > 0; --t) off[t] = off[t - 1];
+      off[0] = 0;
+    }
+  }
+
+  // Calls f(arg, kind) for every part of collective (kind, stage) on rank r.
   template <class F>
-  void for_each_part(int r, const Op& op, F&& f) const {
+  void for_each_part(int r, OpKind op, int stage, F&& f) const {
     const auto& stages = pp(r).comm.stages;
-    if (op.kind == OpKind::cast) {
-      const StageComm& sc = stages[static_cast<std::size_t>(op.stage - 1)];
-      f(sc.qo, CommKind::qo, false);
-      f(sc.kv, CommKind::kv, false);
+    if (op == OpKind::cast) {
+      w_.parts_visited += 2;
+      const StageComm& sc = stages[static_cast<std::size_t>(stage - 1)];
+      f(sc.qo, CommKind::qo);
+      f(sc.kv, CommKind::kv);
       return;
     }
-    for (int s = 1; s <= N_; ++s) {
-      const StageComm& sc = stages[static_cast<std::size_t>(s - 1)];
-      if (reduce_stage(s, sc.qo_reduce_after) == op.stage) f(sc.qo, CommKind::qo, true);
-      if (reduce_stage(s, sc.kv_reduce_after) == op.stage) f(sc.kv, CommKind::kv, true);
+    const std::size_t B = static_cast<std::size_t>(N_) + 2;
+    const std::int32_t* off = w_.red_off.data() + static_cast<std::size_t>(r) * B;
+    const std::int32_t* items = w_.red_item.data() + static_cast<std::size_t>(r) * 2 * static_cast<std::size_t>(N_);
+    w_.parts_visited += off[stage + 1] - off[stage];
+    for (std::int32_t i = off[stage]; i < off[stage + 1]; ++i) {
+      const StageComm& sc = stages[static_cast<std::size_t>(items[i] / 2)];
+      if (items[i] % 2 == 0) f(sc.qo, CommKind::qo);
+      else f(sc.kv, CommKind::kv);
     }
   }
 
@@ -146,93 +210,183 @@ class PassSim {
     return static_cast<double>(back ? bpt_.kv_back : bpt_.kv_out);
   }
 
-  bool valid_peer(int r, Rank p) const { return p >= 0 && p < P_ && p != r; }
-
-  // Counts a message the first time a peer is seen under `epoch`.
-  void add(LinkLoad& l, Rank peer, double bytes, std::uint32_t epoch) {
-    l.bytes += bytes;
-    if (mark_[static_cast<std::size_t>(peer)] != epoch) {
-      mark_[static_cast<std::size_t>(peer)] = epoch;
-      ++l.messages;
-    }
-  }
-
-  // Cast: input splits go to their dsts, output splits come from their srcs.
-  // Reduce (transposed): output splits go back to their srcs, input splits
-  // come back from their dsts.
-  CommLoad load_of(int r, const Op& op) {
-    CommLoad load;
-    for_each_part(r, op, [&](const GroupCollectiveArg& a, CommKind kind, bool back) {
+  // Calls f(peer, bytes, sends) for every transfer of rank r in the collective
+  // (one call per split and peer; bytes > 0). Cast: input splits go to their
+  // dsts, output splits come from their srcs. Reduce (transposed): output
+  // splits go back to their srcs, input splits come back from their dsts.
+  // part_begin(kind) is called before each part with bytes.
+  template <class Begin, class F>
+  void for_each_transfer(int r, OpKind op, int stage, Begin&& part_begin, F&& f) const {
+    const bool back = op == OpKind::reduce;
+    for_each_part(r, op, stage, [&](const GroupCollectiveArg& a, CommKind kind) {
       const double b = token_bytes(kind, back);
       if (b <= 0) return;
-      const std::uint32_t e_in = ++epoch_, e_out = ++epoch_;
+      part_begin(kind);
       const std::size_t ni = std::min(a.input_split_sizes.size(), a.dst_indices.size());
-      for (std::size_t i = 0; i < ni; ++i)
-        for (Rank d : a.dst_indices[i]) {
-          if (!valid_peer(r, d)) continue;
-          const int c = hw_.same_node(r, d) ? kIntra : kInter;
-          add(back ? load.recv[c] : load.send[c], d, static_cast<double>(a.input_split_sizes[i]) * b, e_in);
-        }
+      for (std::size_t i = 0; i < ni; ++i) {
+        if (a.input_split_sizes[i] <= 0) continue;
+        const double bytes = static_cast<double>(a.input_split_sizes[i]) * b;
+        for (Rank d : a.dst_indices[i])
+          if (valid_peer(r, d)) f(d, bytes, !back);
+      }
       const std::size_t no = std::min(a.output_split_sizes.size(), a.src_index.size());
       for (std::size_t j = 0; j < no; ++j) {
         const Rank p = a.src_index[j];
-        if (!valid_peer(r, p)) continue;
-        const int c = hw_.same_node(r, p) ? kIntra : kInter;
-        add(back ? load.send[c] : load.recv[c], p, static_cast<double>(a.output_split_sizes[j]) * b, e_out);
+        if (a.output_split_sizes[j] <= 0 || !valid_peer(r, p)) continue;
+        f(p, static_cast<double>(a.output_split_sizes[j]) * b, back);
       }
     });
-    return load;
   }
 
-  void run_comm(const Op& op, PassTimeline& out) {
-    std::vector<CommLoad> loads(static_cast<std::size_t>(P_));
-    std::vector<double> ready(static_cast<std::size_t>(P_), -1.0);  // -1: nothing to move
+  void run_compute(int s) {
     for (int r = 0; r < P_; ++r) {
-      loads[static_cast<std::size_t>(r)] = load_of(r, op);
-      if (loads[static_cast<std::size_t>(r)].empty()) continue;
-      const auto& f = free_[static_cast<std::size_t>(r)];
+      const CalcMeta& c = pp(r).calc;
+      const auto& args = s == 0 ? c.local_attn_args : c.remote_attn_args[static_cast<std::size_t>(s - 1)];
+      double flops = 0;
+      for (const AttnArg& a : args) flops += arg_flops(a, problem_, pass_);
+      if (flops <= 0) continue;
+      double& f = w_.free[static_cast<std::size_t>(r)][static_cast<std::size_t>(compute_stream())];
+      const double start = std::max(f, s > 0 ? w_.cast_end[2 * static_cast<std::size_t>(r) + (s & 1)] : 0.0);
+      f = start + flops / (tflops_ * 1e12);
+      if (out_) out_->ranks[static_cast<std::size_t>(r)].compute.push_back({OpKind::compute, s, start, f, 0.0, 0});
+    }
+  }
+
+  // One collective on every rank: port loads, readiness (after the pack),
+  // start (rank and peers ready), transfer ends, unpack or merge.
+  void run_comm(OpKind op, int stage) {
+    const bool reduce = op == OpKind::reduce;
+    // 1. Port loads. Messages: one per (peer, tensor) in each part, per direction.
+    for (int r = 0; r < P_; ++r) {
+      double* ob = &w_.out_bytes[port(r, 0)];
+      double* ib = &w_.in_bytes[port(r, 0)];
+      std::int64_t* om = &w_.out_msgs[port(r, 0)];
+      std::int64_t* im = &w_.in_msgs[port(r, 0)];
+      ob[0] = ob[1] = ib[0] = ib[1] = 0;
+      om[0] = om[1] = im[0] = im[1] = 0;
+      std::uint32_t e = 0;
+      int tensors = 0;
+      for_each_transfer(
+          r, op, stage,
+          [&](CommKind kind) {
+            e = next_epoch();
+            tensors = tensors_of(pass_, kind, reduce);
+          },
+          [&](Rank p, double bytes, bool sends) {
+            const int c = link_class(r, p);
+            (sends ? ob : ib)[c] += bytes;
+            std::uint32_t& m = (sends ? w_.mark_out : w_.mark_in)[static_cast<std::size_t>(p)];
+            if (m != e) {  // first split of this part with this peer in this direction
+              m = e;
+              (sends ? om : im)[c] += tensors;
+            }
+          });
+      for (int c = 0; c < 2; ++c) {
+        w_.t_out[port(r, c)] = om[c] > 0 ? lat_[c] + ob[c] * inv_bw_[c] : 0.0;
+        w_.t_in[port(r, c)] = im[c] > 0 ? lat_[c] + ib[c] * inv_bw_[c] : 0.0;
+      }
+      double& ready = w_.ready[static_cast<std::size_t>(r)];
+      ready = -1.0;
+      if (om[0] + om[1] + im[0] + im[1] == 0) continue;
+      const auto& f = w_.free[static_cast<std::size_t>(r)];
       double t = f[static_cast<std::size_t>(comm_stream())];
-      if (op.kind == OpKind::reduce) t = std::max(t, f[static_cast<std::size_t>(compute_stream())]);
-      ready[static_cast<std::size_t>(r)] = t;
+      if (reduce) t = std::max(t, f[static_cast<std::size_t>(compute_stream())]);
+      const double pack = kPackFactor * (ob[0] + ob[1]) * hbm_;
+      if (out_ && pack > 0)
+        out_->ranks[static_cast<std::size_t>(r)].comm.push_back({OpKind::pack, stage, t, t + pack, ob[0] + ob[1], 0});
+      ready = t + pack;
     }
+    // 2. Start: the rank and every peer it exchanges data with are ready.
     for (int r = 0; r < P_; ++r) {
-      const CommLoad& load = loads[static_cast<std::size_t>(r)];
-      if (load.empty()) continue;
-      double start = ready[static_cast<std::size_t>(r)];
-      for_each_part(r, op, [&](const GroupCollectiveArg& a, CommKind kind, bool back) {
-        if (token_bytes(kind, back) <= 0) return;
-        for (const auto& dsts : a.dst_indices)
-          for (Rank d : dsts)
-            if (valid_peer(r, d)) start = std::max(start, ready[static_cast<std::size_t>(d)]);
-        for (Rank p : a.src_index)
-          if (valid_peer(r, p)) start = std::max(start, ready[static_cast<std::size_t>(p)]);
-      });
-      const double end = start + load.seconds(hw_);
-      free_[static_cast<std::size_t>(r)][static_cast<std::size_t>(comm_stream())] = end;
-      if (op.kind == OpKind::cast) cast_end(r, op.stage) = end;
-      out.ranks[static_cast<std::size_t>(r)].comm.push_back({op.kind, op.stage, start, end, load.bytes()});
+      const double ready = w_.ready[static_cast<std::size_t>(r)];
+      double& start = w_.start[static_cast<std::size_t>(r)];
+      start = ready;
+      if (ready < 0) continue;
+      for_each_transfer(
+          r, op, stage, [](CommKind) {},
+          [&](Rank p, double, bool) { start = std::max(start, w_.ready[static_cast<std::size_t>(p)]); });
     }
+    // 3. Ends: each transfer ends at max(start of both ends) + the slower of
+    // its two ports; the rank's part ends with its last transfer.
+    for (int r = 0; r < P_; ++r) {
+      const auto R = static_cast<std::size_t>(r);
+      const double start = w_.start[R];
+      if (start < 0) continue;
+      double end = start;
+      for_each_transfer(
+          r, op, stage, [](CommKind) {},
+          [&](Rank p, double, bool sends) {
+            const int c = link_class(r, p);
+            const double ps = w_.t_out[port(sends ? r : p, c)], pr = w_.t_in[port(sends ? p : r, c)];
+            end = std::max(end, std::max(start, w_.start[static_cast<std::size_t>(p)]) + std::max(ps, pr));
+          });
+      const double sent = w_.out_bytes[port(r, 0)] + w_.out_bytes[port(r, 1)];
+      const double recv = w_.in_bytes[port(r, 0)] + w_.in_bytes[port(r, 1)];
+      if (reduce) {
+        w_.reduce_end[R] = std::max(w_.reduce_end[R], end);
+        w_.merge[R] += kMergeFactor * recv * hbm_;
+        w_.merge_bytes[R] += recv;
+      } else {
+        end += kUnpackFactor * recv * hbm_;
+        w_.cast_end[2 * R + static_cast<std::size_t>(stage & 1)] = end;
+      }
+      w_.free[R][static_cast<std::size_t>(comm_stream())] = end;
+      if (out_) {
+        const std::int64_t msgs = w_.out_msgs[port(r, 0)] + w_.out_msgs[port(r, 1)] + w_.in_msgs[port(r, 0)] +
+                                  w_.in_msgs[port(r, 1)];
+        out_->ranks[R].comm.push_back({op, stage, start, end, sent + recv, msgs});
+      }
+    }
+    // A rank that skips cast(s) has its data at once: compute(s) must not
+    // wait for an older cast's end kept in the same slot.
+    if (!reduce)
+      for (int r = 0; r < P_; ++r)
+        if (w_.start[static_cast<std::size_t>(r)] < 0)
+          w_.cast_end[2 * static_cast<std::size_t>(r) + static_cast<std::size_t>(stage & 1)] = 0.0;
+  }
+
+  // A fresh tag for the marks of one part (every mark differs from it).
+  std::uint32_t next_epoch() {
+    if (++w_.epoch == 0) {  // wrapped: forget every mark
+      std::fill(w_.mark_out.begin(), w_.mark_out.end(), 0u);
+      std::fill(w_.mark_in.begin(), w_.mark_in.end(), 0u);
+      w_.epoch = 1;
+    }
+    return w_.epoch;
   }
 
   const Plan& plan_;
   const HardwareProfile& hw_;
   Pass pass_;
   const Problem& problem_;
+  TimingWorkspace::Buffers& w_;
   TransferBytes bpt_;
   int P_, N_;
-  std::vector<std::uint32_t> mark_;
-  std::uint32_t epoch_ = 0;
-  std::vector<std::array<double, 2>> free_;  // per rank, per stream: when it is free
-  std::vector<double> cast_end_;             // per rank, per stage
+  double tflops_;
+  double hbm_;  // seconds per HBM byte (0: not charged)
+  double lat_[2] = {0, 0}, inv_bw_[2] = {0, 0};
+  PassTimeline* out_ = nullptr;
 };
 
-}  // namespace
-
-PassTimeline simulate_pass(const Problem& problem, const Plan& plan, const HardwareProfile& hw, Pass pass) {
+void check_shape(const Problem& problem, const Plan& plan) {
   if (plan.num_stages < 0) throw Error("sim timing: plan has a negative stage count");
   if (static_cast<int>(plan.ranks.size()) != problem.cp_size())
     throw Error(fmt::format("sim timing: plan has {} ranks, the problem {}", plan.ranks.size(), problem.cp_size()));
-  return PassSim(problem, plan, hw, pass).run();
+}
+
+}  // namespace
+
+PassTimeline simulate_pass(const Problem& problem, const Plan& plan, const HardwareProfile& hw, Pass pass,
+                           TimingWorkspace& ws) {
+  check_shape(problem, plan);
+  PassTimeline out;
+  PassSim(problem, plan, hw, pass, ws.buffers()).run(&out);
+  return out;
+}
+
+PassTimeline simulate_pass(const Problem& problem, const Plan& plan, const HardwareProfile& hw, Pass pass) {
+  TimingWorkspace ws;
+  return simulate_pass(problem, plan, hw, pass, ws);
 }
 
 Timeline simulate_timeline(const Problem& problem, const Plan& plan, const HardwareProfile& hw) {
@@ -255,12 +409,18 @@ double compute_bound(const Problem& problem, const Plan& plan, const HardwarePro
   return total / static_cast<double>(plan.ranks.size());
 }
 
-StepEstimate estimate_step(const Problem& problem, const Plan& plan, const HardwareProfile& hw) {
+StepEstimate estimate_step(const Problem& problem, const Plan& plan, const HardwareProfile& hw, TimingWorkspace& ws) {
+  check_shape(problem, plan);
   StepEstimate e;
-  e.fwd = simulate_pass(problem, plan, hw, Pass::fwd).makespan();
-  e.bwd = simulate_pass(problem, plan, hw, Pass::bwd).makespan();
+  e.fwd = PassSim(problem, plan, hw, Pass::fwd, ws.buffers()).run(nullptr);
+  e.bwd = PassSim(problem, plan, hw, Pass::bwd, ws.buffers()).run(nullptr);
   e.compute_bound = compute_bound(problem, plan, hw);
   return e;
+}
+
+StepEstimate estimate_step(const Problem& problem, const Plan& plan, const HardwareProfile& hw) {
+  thread_local TimingWorkspace ws;
+  return estimate_step(problem, plan, hw, ws);
 }
 
 }  // namespace cpsched

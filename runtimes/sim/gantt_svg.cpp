@@ -20,6 +20,8 @@ const char* color(const TimedOp& o) {
     case OpKind::compute: return kStages[std::min(o.stage, 5)];
     case OpKind::cast: return "#f58518";
     case OpKind::reduce: return "#e45756";
+    case OpKind::pack: return "#ffbf79";
+    case OpKind::merge: return "#72b7b2";
   }
   return "#000";
 }
@@ -29,6 +31,8 @@ std::string op_name(const TimedOp& o) {
     case OpKind::compute: return o.stage == 0 ? "compute stage 0 (local)" : fmt::format("compute stage {}", o.stage);
     case OpKind::cast: return fmt::format("group-cast stage {}", o.stage);
     case OpKind::reduce: return fmt::format("group-reduce after stage {}", o.stage);
+    case OpKind::pack: return fmt::format("pack the sends of the next collective (stage {})", o.stage);
+    case OpKind::merge: return "merge the reduced partial outputs (pass end)";
   }
   return "?";
 }
@@ -77,6 +81,7 @@ double panel(std::string& svg, const PassTimeline& pt, const std::vector<int>& s
         std::string tip = fmt::format("rank {}: {}, {:.4g} - {:.4g} {}", r, op_name(o), o.start * unit, o.end * unit,
                                       uname);
         if (o.kind != OpKind::compute) tip += fmt::format(", {:.4g} MB", o.bytes / 1e6);
+        if (o.messages > 0) tip += fmt::format(", {} messages", o.messages);
         svg += fmt::format(
             "<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\" stroke=\"#fff\" "
             "stroke-width=\"0.3\"><title>{}</title></rect>\n",
@@ -125,13 +130,16 @@ std::string gantt_svg(const Timeline& t, const GanttOptions& opt) {
   int last_stage = 0;
   for (const PassTimeline* pt : {&t.fwd, &t.bwd})
     for (const RankTimeline& rt : pt->ranks)
-      for (const TimedOp& o : rt.compute) last_stage = std::max(last_stage, std::min(o.stage, 5));
+      for (const TimedOp& o : rt.compute)
+        if (o.kind == OpKind::compute) last_stage = std::max(last_stage, std::min(o.stage, 5));
   std::vector<std::pair<std::string, std::string>> legend;
   for (int s = 0; s <= last_stage; ++s)
     legend.emplace_back(color(TimedOp{OpKind::compute, s, 0, 0, 0}),
                         s == 0 ? "compute stage 0 (local)" : s == 5 ? "compute stage 5+" : fmt::format("compute stage {}", s));
   legend.emplace_back("#f58518", "group-cast");
   legend.emplace_back("#e45756", "group-reduce");
+  legend.emplace_back("#ffbf79", "pack");
+  legend.emplace_back("#72b7b2", "merge");
   double lx = 10;
   for (const auto& [c, label] : legend) {
     svg += fmt::format("<rect x=\"{:.0f}\" y=\"{:.1f}\" width=\"12\" height=\"10\" fill=\"{}\"/>", lx, hy + 2, c);

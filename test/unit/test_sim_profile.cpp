@@ -19,6 +19,7 @@ std::string swap_text(const std::string& from, const std::string& to);
 
 const char* kGood = R"(name: t
 attention_tflops: {fwd: 500, bwd: 400}
+hbm_gb_s: 2500
 gpus_per_node: 4
 intra_node: {bandwidth_gb_s: 300, latency_us: 3}
 inter_node: {bandwidth_gb_s: 40, latency_us: 10}
@@ -47,6 +48,9 @@ TEST_CASE("the three bundled profiles load and equal their files") {
     CHECK(b.gpus_per_node == 8);
     CHECK(b.overlap);
     CHECK(b.intra_node.bandwidth_gb_s > b.inter_node.bandwidth_gb_s);
+    CHECK(b.hbm_gb_s == f.hbm_gb_s);
+    // Sustained copy bandwidth: below the HBM peak (H100 3350 GB/s, H200 4800 GB/s).
+    CHECK(b.hbm_gb_s == (std::string(n) == "h200_8x_nvlink" ? 4000 : 2800));
   }
 }
 
@@ -54,6 +58,7 @@ TEST_CASE("a profile's values are read as written") {
   const HardwareProfile p = parse_hardware_profile(kGood, "x.yaml");
   CHECK(p.fwd_tflops == 500);
   CHECK(p.bwd_tflops == 400);
+  CHECK(p.hbm_gb_s == 2500);
   CHECK(p.gpus_per_node == 4);
   CHECK(p.intra_node.bandwidth_gb_s == 300);
   CHECK(p.inter_node.latency_us == 10);
@@ -66,11 +71,21 @@ TEST_CASE("errors name the file, the line and the key") {
   SUBCASE("unknown key lists the known ones") {
     const std::string t = std::string(kGood) + "overlapp: true\n";
     CHECK_THROWS_WITH_AS(parse_hardware_profile(t, "x.yaml"),
-                         doctest::Contains("x.yaml:7:1: key 'overlapp': unknown key (known: name"), Error);
+                         doctest::Contains("x.yaml:8:1: key 'overlapp': unknown key (known: name"), Error);
   }
   SUBCASE("missing key") {
     const std::string t = swap_text("gpus_per_node: 4\n", "");
     CHECK_THROWS_WITH_AS(parse_hardware_profile(t, "x.yaml"), doctest::Contains("missing key 'gpus_per_node'"), Error);
+  }
+  SUBCASE("a profile without hbm_gb_s is an error naming the key") {
+    const std::string t = swap_text("hbm_gb_s: 2500\n", "");
+    CHECK_THROWS_WITH_AS(parse_hardware_profile(t, "x.yaml"),
+                         doctest::Contains("x.yaml:1:1: key '<root>': missing key 'hbm_gb_s'"), Error);
+  }
+  SUBCASE("non-positive HBM bandwidth") {
+    const std::string t = swap_text("hbm_gb_s: 2500", "hbm_gb_s: 0");
+    CHECK_THROWS_WITH_AS(parse_hardware_profile(t, "x.yaml"),
+                         doctest::Contains("x.yaml:3:11: key 'hbm_gb_s': must be > 0"), Error);
   }
   SUBCASE("non-positive bandwidth") {
     const std::string t = swap_text("300", "0");

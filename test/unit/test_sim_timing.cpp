@@ -4,9 +4,13 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <random>
 
 #include "cpsched/error.hpp"
 #include "cpsched/metrics.hpp"
+#include "cpsched/plan_builder.hpp"
+#include "plan_fixtures.hpp"
+#include "random_specs.hpp"
 #include "gantt_svg.hpp"
 #include "cpsched/hardware.hpp"
 #include "cpsched/timing.hpp"
@@ -17,6 +21,7 @@ using namespace cpsched::sim;
 
 namespace {
 
+// hbm_gb_s = 0: no pack / unpack / merge charges unless a test sets it.
 HardwareProfile profile(bool overlap, int gpus_per_node = 8) {
   HardwareProfile hw;
   hw.name = "test";
@@ -76,6 +81,31 @@ void add_kv_transfer(Plan& plan, int src, int dst, Token n, bool compute_on_it) 
 
 double flops_fwd(Token area, const Problem& p) { return 4.0 * static_cast<double>(area) * p.heads.q * p.heads.dim; }
 
+// Rank `src` casts its first n Q rows to every rank of `dsts` (one input
+// split) in stage 1 of `pass`; each dst computes on them in stage 1, and the
+// outputs are reduced back after stage 1.
+void add_qo_fanout(Plan& plan, Pass pass, int src, std::vector<Rank> dsts, Token n) {
+  PassPlan& s = pass == Pass::fwd ? plan.ranks[static_cast<std::size_t>(src)].fwd
+                                  : plan.ranks[static_cast<std::size_t>(src)].bwd;
+  GroupCollectiveArg& out = s.comm.stages[0].qo;
+  out.input_split_sizes.push_back(n);
+  out.input_ranges.push_back({0, n});
+  out.input_groups.push_back(-1);
+  out.dst_indices.push_back(dsts);
+  s.comm.stages[0].qo_reduce_after = 1;
+  for (Rank dst : dsts) {
+    PassPlan& d = pass == Pass::fwd ? plan.ranks[static_cast<std::size_t>(dst)].fwd
+                                    : plan.ranks[static_cast<std::size_t>(dst)].bwd;
+    GroupCollectiveArg& in = d.comm.stages[0].qo;
+    in.output_split_sizes.push_back(n);
+    in.src_index.push_back(src);
+    in.output_groups.push_back(-1);
+    d.comm.stages[0].num_remote_qo_tokens += n;
+    d.comm.stages[0].qo_reduce_after = 1;
+    d.calc.remote_attn_args[0].push_back({{0, n}, {0, 8}, MaskType::full, BufferId::remote, BufferId::local, -1});
+  }
+}
+
 }  // namespace
 
 TEST_CASE("compute alone takes FLOPs over throughput, backward 2.5x the FLOPs") {
@@ -126,19 +156,30 @@ TEST_CASE("one transfer takes latency plus bytes over bandwidth, on the link of 
   }
 }
 
-TEST_CASE("splits to one peer pay one latency; peers in parallel do not add up") {
+TEST_CASE("splits to one peer pay one latency; latency is paid once per port, bytes add up") {
   const Problem p = problem(96, 3);
   Plan plan = empty_plan(p);
   add_kv_transfer(plan, 1, 0, 10, false);
-  add_kv_transfer(plan, 1, 0, 10, false);  // second split, same peer: one message
+  add_kv_transfer(plan, 1, 0, 10, false);  // second split, same peer: the same K and V messages
   const HardwareProfile hw = profile(true);
-  const double per_tok = static_cast<double>(fwd_bytes_per_token(p).kv_out);
-  const double one_msg = 5e-6 + 20 * per_tok / 200e9;
-  CHECK(simulate_timeline(p, plan, hw).fwd.makespan() == doctest::Approx(one_msg).epsilon(1e-12));
-  // Rank 0 now also receives from rank 2: its receive link serializes both.
+  const double per_tok = static_cast<double>(fwd_bytes_per_token(p).kv_out);  // 512
+  // 5 us + 20 x 512 B / 200 GB/s = 5.0512 us
+  const double one_peer = 5e-6 + 20 * per_tok / 200e9;
+  PassTimeline t = simulate_pass(p, plan, hw, Pass::fwd);
+  CHECK(t.makespan() == doctest::Approx(one_peer).epsilon(1e-12));
+  REQUIRE(t.ranks[0].comm.size() == 1);
+  CHECK(t.ranks[0].comm[0].messages == 2);  // K and V from rank 1
+  // Rank 0 now also receives from rank 2: its incoming port carries 30 rows
+  // and pays the latency once (grouped receives overlap their latencies):
+  // 5 us + 30 x 512 / 200e9 = 5.0768 us, which both senders wait for.
   add_kv_transfer(plan, 2, 0, 10, false);
-  const double two_msgs = 2 * 5e-6 + 30 * per_tok / 200e9;
-  CHECK(simulate_timeline(p, plan, hw).fwd.makespan() == doctest::Approx(two_msgs).epsilon(1e-12));
+  const double two_peers = 5e-6 + 30 * per_tok / 200e9;
+  t = simulate_pass(p, plan, hw, Pass::fwd);
+  CHECK(t.makespan() == doctest::Approx(two_peers).epsilon(1e-12));
+  CHECK(t.ranks[1].end == doctest::Approx(two_peers).epsilon(1e-12));
+  CHECK(t.ranks[2].end == doctest::Approx(two_peers).epsilon(1e-12));
+  CHECK(t.ranks[0].comm[0].messages == 4);  // (peer, tensor): 2 peers x K, V
+  CHECK(t.ranks[1].comm[0].messages == 2);
 }
 
 TEST_CASE("with overlap, stage-0 compute and the stage-1 cast take the larger of the two") {
@@ -229,4 +270,239 @@ TEST_CASE("the Gantt chart draws both passes, every shown rank and its ops") {
   g.max_ranks = 1;
   const std::string one = gantt_svg(t, g);
   CHECK(one.find("showing the 1 slowest of 2 ranks") != std::string::npos);
+}
+
+TEST_CASE("fan-out: one sender's outgoing port delays every receiver") {
+  // Rank 0 casts one QO block of n rows to k = 4 peers. Forward Q is 8 heads
+  // x 64 x 2 B = 1024 B per row. The sender's port carries k x n rows, each
+  // receiver's n rows; processor sharing: every transfer ends when the
+  // slower port, the sender's, has moved everything:
+  //   5 us + 4 x 100 x 1024 B / 200 GB/s = 5 us + 2.048 us = 7.048 us.
+  const Problem p = problem(80, 5);
+  const Token n = 100;
+  Plan plan = empty_plan(p);
+  add_qo_fanout(plan, Pass::fwd, 0, {1, 2, 3, 4}, n);
+  const double bytes = static_cast<double>(n * fwd_bytes_per_token(p).qo_out);
+  CHECK(bytes == 102400.0);
+  const PassTimeline t = simulate_pass(p, plan, profile(true), Pass::fwd);
+  const double cast_end = 5e-6 + 4 * bytes / 200e9;
+  CHECK(cast_end == doctest::Approx(7.048e-6).epsilon(1e-12));
+  for (int r = 0; r < 5; ++r) {
+    CAPTURE(r);
+    REQUIRE(!t.ranks[static_cast<std::size_t>(r)].comm.empty());
+    const TimedOp& c = t.ranks[static_cast<std::size_t>(r)].comm[0];
+    CHECK(c.kind == OpKind::cast);
+    CHECK(c.start == 0.0);
+    CHECK(c.end == doctest::Approx(cast_end).epsilon(1e-12));
+    CHECK(c.messages == (r == 0 ? 4 : 1));  // Q to / from each peer
+  }
+  // The reduce is the transpose, a fan-in of O and lse (1056 B per row):
+  // rank 0's incoming port carries 4 x n rows; each receiver computed n x 8
+  // cells first, so every reduce starts at cast_end + c1:
+  //   end = cast_end + c1 + 5 us + 4 x 100 x 1056 / 200e9.
+  const double c1 = flops_fwd(n * 8, p) / 100e12;
+  const double back = 5e-6 + 4 * static_cast<double>(n * fwd_bytes_per_token(p).qo_back) / 200e9;
+  for (int r = 0; r < 5; ++r) {
+    CAPTURE(r);
+    const TimedOp& red = t.ranks[static_cast<std::size_t>(r)].comm.back();
+    CHECK(red.kind == OpKind::reduce);
+    CHECK(red.start == doctest::Approx(cast_end + c1).epsilon(1e-12));
+    CHECK(red.end == doctest::Approx(cast_end + c1 + back).epsilon(1e-12));
+    CHECK(red.messages == (r == 0 ? 8 : 2));  // O and lse per peer
+  }
+}
+
+TEST_CASE("fan-in: k senders into one receiver all end with the receiver's port") {
+  // Ranks 1..3 each cast n = 50 KV rows (512 B per row) to rank 0:
+  // rank 0's incoming port carries 3 x 25600 B: 5 us + 76800 / 200e9 = 5.384 us.
+  const Problem p = problem(64, 4);
+  Plan plan = empty_plan(p);
+  for (int src = 1; src <= 3; ++src) add_kv_transfer(plan, src, 0, 50, false);
+  const PassTimeline t = simulate_pass(p, plan, profile(true), Pass::fwd);
+  const double expect = 5e-6 + 3 * 50 * 512.0 / 200e9;
+  CHECK(expect == doctest::Approx(5.384e-6).epsilon(1e-12));
+  for (int r = 0; r < 4; ++r) CHECK(t.ranks[static_cast<std::size_t>(r)].end == doctest::Approx(expect).epsilon(1e-12));
+  CHECK(t.ranks[0].comm[0].messages == 6);  // 3 peers x K, V
+}
+
+TEST_CASE("mixed link classes: an NVLink and a NIC transfer from one rank run concurrently") {
+  // Two GPUs per node: rank 0 -> rank 1 inside the node, rank 0 -> rank 2
+  // between nodes, 100 KV rows each (51200 B). Separate ports, so rank 0
+  // ends with the slower one, not the sum:
+  //   inside:  5 us + 51200 / 200e9 = 5.256 us
+  //   between: 20 us + 51200 / 25e9 = 22.048 us
+  const Problem p = problem(96, 3);
+  Plan plan = empty_plan(p);
+  add_kv_transfer(plan, 0, 1, 100, false);
+  add_kv_transfer(plan, 0, 2, 100, false);
+  const PassTimeline t = simulate_pass(p, plan, profile(true, 2), Pass::fwd);
+  CHECK(t.ranks[1].end == doctest::Approx(5.256e-6).epsilon(1e-12));
+  CHECK(t.ranks[2].end == doctest::Approx(22.048e-6).epsilon(1e-12));
+  CHECK(t.ranks[0].end == doctest::Approx(22.048e-6).epsilon(1e-12));
+  CHECK(t.ranks[0].comm[0].messages == 4);
+}
+
+TEST_CASE("many small messages pay the latency once per port") {
+  // Ranks 1..8 each send one KV row (512 B) to rank 0 (one node of 16
+  // GPUs): 16 messages (K, V per peer) on one incoming port:
+  // 5 us + 8 x 512 / 200e9 = 5.02048 us, not 16 or 8 latencies.
+  const Problem p = problem(9 * 8, 9);
+  Plan plan = empty_plan(p);
+  for (int src = 1; src <= 8; ++src) add_kv_transfer(plan, src, 0, 1, false);
+  const PassTimeline t = simulate_pass(p, plan, profile(true, 16), Pass::fwd);
+  CHECK(t.makespan() == doctest::Approx(5.02048e-6).epsilon(1e-12));
+  CHECK(t.ranks[0].comm[0].messages == 16);
+  CHECK(t.ranks[0].comm[0].bytes == 8 * 512.0);
+}
+
+TEST_CASE("messages are counted per (peer, tensor) as cuda_nccl issues them") {
+  const Problem p = problem(64, 2);
+  Plan plan = empty_plan(p);
+  add_qo_fanout(plan, Pass::fwd, 0, {1}, 4);
+  add_qo_fanout(plan, Pass::bwd, 0, {1}, 4);
+  add_kv_transfer(plan, 1, 0, 4, true);
+  const Timeline t = simulate_timeline(p, plan, profile(true));
+  auto msgs = [](const RankTimeline& r, OpKind k) {
+    std::int64_t m = 0;
+    for (const TimedOp& o : r.comm)
+      if (o.kind == k) m += o.messages;
+    return m;
+  };
+  // Forward: cast Q (QO) + K, V (KV) = 3 sent by... rank 0 sends Q, receives K, V.
+  CHECK(msgs(t.fwd.ranks[0], OpKind::cast) == 1 + 2);
+  CHECK(msgs(t.fwd.ranks[0], OpKind::reduce) == 2);  // O, lse back from rank 1
+  // Backward: cast Q, O, dO, lse and K, V; reduce dQ and dK, dV.
+  CHECK(msgs(t.bwd.ranks[0], OpKind::cast) == 4 + 2);
+  CHECK(msgs(t.bwd.ranks[0], OpKind::reduce) == 1 + 2);
+  CHECK(msgs(t.bwd.ranks[1], OpKind::reduce) == 1 + 2);
+}
+
+TEST_CASE("pack, unpack and merge are charged at the HBM bandwidth") {
+  HardwareProfile hw = profile(true);
+  hw.hbm_gb_s = 1000;  // 1e12 B/s
+  SUBCASE("cast: pack on the sender's comm stream, unpack on the receiver's") {
+    // Rank 1 casts 1000 KV rows (B = 512000 B) to rank 0.
+    //   pack   2 B / 1e12          = 1.024 us on rank 1, [0, 1.024]
+    //   wire   5 us + B / 200e9    = 7.56 us, [1.024, 8.584] (rank 0 waits for its peer)
+    //   unpack 2 B / 1e12          = 1.024 us on rank 0: ends 9.608 us
+    const Problem p = problem(64, 2);
+    Plan plan = empty_plan(p);
+    add_kv_transfer(plan, 1, 0, 1000, false);
+    const PassTimeline t = simulate_pass(p, plan, hw, Pass::fwd);
+    REQUIRE(t.ranks[1].comm.size() == 2);
+    CHECK(t.ranks[1].comm[0].kind == OpKind::pack);
+    CHECK(t.ranks[1].comm[0].start == 0.0);
+    CHECK(t.ranks[1].comm[0].end == doctest::Approx(1.024e-6).epsilon(1e-12));
+    CHECK(t.ranks[1].comm[1].start == doctest::Approx(1.024e-6).epsilon(1e-12));
+    CHECK(t.ranks[1].end == doctest::Approx(8.584e-6).epsilon(1e-12));
+    REQUIRE(t.ranks[0].comm.size() == 1);  // rank 0 sends nothing: no pack
+    CHECK(t.ranks[0].comm[0].start == doctest::Approx(1.024e-6).epsilon(1e-12));
+    CHECK(t.ranks[0].end == doctest::Approx(9.608e-6).epsilon(1e-12));
+    // A stage computed on the data waits for the unpack.
+    plan.ranks[0].fwd.calc.remote_attn_args[0] = {
+        {{0, 32}, {0, 32}, MaskType::full, BufferId::local, BufferId::remote, -1}};
+    const PassTimeline t2 = simulate_pass(p, plan, hw, Pass::fwd);
+    REQUIRE(t2.ranks[0].compute.size() == 1);
+    CHECK(t2.ranks[0].compute[0].start == doctest::Approx(9.608e-6).epsilon(1e-12));
+  }
+  SUBCASE("reduce: the merge runs on the receiver's compute stream after the collective") {
+    // Rank 0 casts 16 Q rows (16384 B) to rank 1, which computes 16 x 8
+    // cells and returns O and lse (16 x 1056 = 16896 B):
+    //   cast:   pack 2 x 16384 / 1e12 = 32.768 ns; wire 5 us + 16384 / 200e9 = 5.08192 us;
+    //           rank 1 unpacks 32.768 ns, then computes c1
+    //   reduce: rank 1 packs 2 x 16896 / 1e12 = 33.792 ns, wire 5 us + 16896 / 200e9 = 5.08448 us
+    //   merge:  3 x 16896 / 1e12 = 50.688 ns on rank 0's compute stream
+    const Problem p = problem(64, 2);
+    Plan plan = empty_plan(p);
+    add_qo_fanout(plan, Pass::fwd, 0, {1}, 16);
+    const PassTimeline t = simulate_pass(p, plan, hw, Pass::fwd);
+    const double c1 = flops_fwd(16 * 8, p) / 100e12;
+    const double cast_end1 = 32.768e-9 + 5.08192e-6 + 32.768e-9;
+    const double reduce_start = cast_end1 + c1 + 33.792e-9;
+    const double reduce_end = reduce_start + 5.08448e-6;
+    REQUIRE(t.ranks[0].comm.size() == 3);  // pack, cast, reduce
+    CHECK(t.ranks[0].comm[2].kind == OpKind::reduce);
+    CHECK(t.ranks[0].comm[2].start == doctest::Approx(reduce_start).epsilon(1e-12));
+    CHECK(t.ranks[0].comm[2].end == doctest::Approx(reduce_end).epsilon(1e-12));
+    REQUIRE(t.ranks[0].compute.size() == 1);
+    const TimedOp& m = t.ranks[0].compute[0];
+    CHECK(m.kind == OpKind::merge);
+    CHECK(m.start == doctest::Approx(reduce_end).epsilon(1e-12));
+    CHECK(m.end == doctest::Approx(reduce_end + 50.688e-9).epsilon(1e-12));
+    CHECK(t.ranks[0].end == doctest::Approx(reduce_end + 50.688e-9).epsilon(1e-12));
+    CHECK(t.ranks[1].end == doctest::Approx(reduce_end).epsilon(1e-12));  // the sender merges nothing
+    // The merge counts as compute time of rank 0 in the pass figures.
+    CHECK(pass_stats(t).ranks[0].compute == doctest::Approx(50.688e-9).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("compute bound and step / bound") {
+  // Rank 0: a full 32 x 32 arg; rank 1: a causal one (528 cells), both passes.
+  const Problem p = problem(64, 2);
+  Plan plan = empty_plan(p);
+  AttnArg causal = local(32);
+  causal.type = MaskType::causal;
+  for (Pass pass : {Pass::fwd, Pass::bwd}) {
+    (pass == Pass::fwd ? plan.ranks[0].fwd : plan.ranks[0].bwd).calc.local_attn_args = {local(32)};
+    (pass == Pass::fwd ? plan.ranks[1].fwd : plan.ranks[1].bwd).calc.local_attn_args = {causal};
+  }
+  const HardwareProfile hw = profile(true);
+  const double f0 = flops_fwd(1024, p), f1 = flops_fwd(528, p);
+  // Per rank fwd F / 100e12 + bwd 2.5 F / 50e12; the bound is their mean.
+  const double bound = (f0 / 100e12 + 2.5 * f0 / 50e12 + f1 / 100e12 + 2.5 * f1 / 50e12) / 2;
+  CHECK(compute_bound(p, plan, hw) == doctest::Approx(bound).epsilon(1e-12));
+  const StepEstimate e = estimate_step(p, plan, hw);
+  CHECK(e.compute_bound == doctest::Approx(bound).epsilon(1e-12));
+  // The step is the slower rank, rank 0, in both passes.
+  CHECK(e.step() == doctest::Approx(f0 / 100e12 + 2.5 * f0 / 50e12).epsilon(1e-12));
+  CHECK(e.ratio() == doctest::Approx(2 * 1024.0 / (1024 + 528)).epsilon(1e-12));
+  CHECK(StepEstimate{}.ratio() == 1.0);  // nothing to compute
+}
+
+TEST_CASE("estimate_step equals the timeline's makespans exactly, and ops are well ordered") {
+  std::mt19937_64 rng(7);
+  TimingWorkspace ws;
+  for (int rep = 0; rep < 12; ++rep) {
+    const int P = 2 + rep % 7;
+    const auto grid = test::random_grid(static_cast<MaskKind>(rep % 4), P, Heads{8, 4, 16, 2}, rng);
+    const Plan plan = build_plan(test::random_assignment(grid, rng), 1 + rep % 4);
+    const Problem& p = grid->problem();
+    for (int gpn : {8, 2}) {
+      HardwareProfile hw = profile(rep % 3 != 0, gpn);
+      hw.hbm_gb_s = rep % 2 ? 2000 : 0;
+      const Timeline t = simulate_timeline(p, plan, hw);
+      const StepEstimate e = estimate_step(p, plan, hw, ws);
+      CHECK(e.fwd == t.fwd.makespan());
+      CHECK(e.bwd == t.bwd.makespan());
+      CHECK(estimate_step(p, plan, hw).step() == e.step());
+      for (const PassTimeline* pt : {&t.fwd, &t.bwd})
+        for (const RankTimeline& r : pt->ranks)
+          for (const auto* ops : {&r.compute, &r.comm})
+            for (std::size_t i = 0; i < ops->size(); ++i) {
+              CHECK((*ops)[i].start <= (*ops)[i].end);
+              if (i > 0) CHECK((*ops)[i - 1].end <= (*ops)[i].start);
+            }
+    }
+  }
+}
+
+TEST_CASE("a plan with many stages is simulated in time linear in its size") {
+  // Structural, not timed: count the collective parts the simulation visits.
+  // Every stage reduces after itself; scanning all stages for each reduce
+  // (quadratic) would visit about P x N x 2N parts, the linear simulation at
+  // most 3 x 2 x (N casts + N reduce buckets) x P per pass.
+  const int P = 4;
+  const Problem p = problem(64, P);
+  for (int N : {8, 256}) {
+    CAPTURE(N);
+    Plan plan = empty_plan(p, N);
+    for (int s = 1; s <= N; ++s)
+      for (RankPlan& r : plan.ranks)
+        for (PassPlan* pp : {&r.fwd, &r.bwd}) pp->comm.stages[static_cast<std::size_t>(s - 1)].qo_reduce_after = s;
+    TimingWorkspace ws;
+    estimate_step(p, plan, profile(true), ws);
+    const std::int64_t bound = 2 /*passes*/ * 3 * 2 * (2 * std::int64_t{N}) * P;
+    CHECK(ws.parts_visited() <= bound);
+    CHECK(ws.parts_visited() >= 2 * 2 * std::int64_t{N} * P);  // every part once at least
+  }
 }

@@ -1,7 +1,8 @@
 #pragma once
 // A hardware profile for the timing model (configs/hardware/*.yaml): attention
-// throughput, the two link classes (inside a node, between nodes) and whether
-// communication runs concurrently with compute.
+// throughput, sustained HBM bandwidth (pack / unpack / merge kernels), the two
+// link classes (inside a node, between nodes) and whether communication runs
+// concurrently with compute.
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -19,6 +20,8 @@ struct HardwareProfile {
   std::string source;           // file or "bundled:<name>", for messages
   double fwd_tflops = 0;        // sustained attention throughput, TFLOP/s
   double bwd_tflops = 0;
+  double hbm_gb_s = 0;          // sustained HBM bandwidth of copy kernels, GB/s (read + write counted);
+                                // required in files; 0 (code only) charges no HBM kernels
   int gpus_per_node = 8;
   Link intra_node;
   Link inter_node;
