@@ -2,8 +2,12 @@
 #include "plugin_objects.hpp"
 
 #include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
 
 #include "cpsched/error.hpp"
+#include "cpsched/task_grid.hpp"
 
 namespace cpsched::detail {
 
@@ -32,6 +36,7 @@ class Held {
   Held& operator=(const Held&) = delete;
 
   Object& object() const { return *object_; }
+  const PluginLib& lib() const { return lib_; }
   [[noreturn]] void fail(const abi::Status& s) const {
     throw Error(lib_.label + ": " + (s.message.empty() ? "failed without a message" : s.message));
   }
@@ -41,6 +46,40 @@ class Held {
   Object* object_;
 };
 
+// A plugin's grid with the library whose code releases it. Members are
+// destroyed in reverse order: the grid first, while the library is mapped.
+struct GridKeeper {
+  std::shared_ptr<const boost::dll::shared_library> lib;
+  std::shared_ptr<const TaskGrid> grid;
+};
+
+// A grid the solver made has its shared_ptr control block (and the inline
+// destructors it calls) in the plugin's .so, so releasing it after the
+// library is unloaded jumps into unmapped code. Make it safe for any order
+// of destruction:
+//  - the grid refers to the input's Problem (static's dispatch): wrap it in a
+//    core-made shared_ptr that also holds the library;
+//  - it carries a Problem the plugin made (balanced_bytes re-grids): that
+//    Problem can escape through problem_ptr() and outlive any wrapper, so
+//    core re-makes both (the grid is a function of problem and sharding).
+void adopt_grid(const SolveInput& in, Assignment& out, const PluginLib& lib) {
+  if (!out.grid || out.grid == in.grid) return;
+  if (in.grid && &out.grid->problem() == &in.grid->problem()) {
+    auto keeper = std::make_shared<GridKeeper>(GridKeeper{lib.lib, std::move(out.grid)});
+    const TaskGrid* grid = keeper->grid.get();
+    out.grid = std::shared_ptr<const TaskGrid>(std::move(keeper), grid);
+    return;
+  }
+  auto problem = std::make_shared<const Problem>(out.grid->problem());
+  auto grid = std::make_shared<const TaskGrid>(std::move(problem), out.grid->sharding());
+  if (grid->num_tasks() != out.grid->num_tasks()) {
+    throw Error(lib.label + ": its grid has " + std::to_string(out.grid->num_tasks()) +
+                " tasks but rebuilding it from its problem and sharding gives " +
+                std::to_string(grid->num_tasks()));
+  }
+  out.grid = std::move(grid);  // the plugin's grid is released here, its library still held
+}
+
 class SolverHandle final : public Solver {
  public:
   SolverHandle(const PluginLib& p, const Params& params) : held_(p, params) {}
@@ -48,6 +87,7 @@ class SolverHandle final : public Solver {
     Assignment out;
     const abi::Status s = held_.object().solve(in, out);
     if (!s.ok) held_.fail(s);
+    adopt_grid(in, out, held_.lib());
     return out;
   }
 
@@ -62,6 +102,13 @@ class CostModelHandle final : public CostModel {
   double compute(const TaskGrid& g, TaskId t) const override { return model_->compute(g, t); }
   double transfer(TransferKind kind, Token tokens, int heads, Rank src, Rank dst) const override {
     return model_->transfer(kind, tokens, heads, src, dst);
+  }
+  double transfer(const TaskGrid& g, TransferKind kind, Token tokens, int heads, Rank src, Rank dst) const override {
+    return model_->transfer(g, kind, tokens, heads, src, dst);
+  }
+  std::optional<TimePrices> time_prices() const override { return model_->time_prices(); }
+  std::optional<StepEstimate> plan_time(const Problem& p, const Plan& plan) const override {
+    return model_->plan_time(p, plan);
   }
 
  private:
