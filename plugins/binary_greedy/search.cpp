@@ -43,11 +43,11 @@ SearchResult search(const Instance& in, const SearchParams& prm, ThreadPool& poo
   const bool speculate = pool.size() >= 2 && in.num_tasks() >= kSpeculateTasks;
   SearchResult res;
   bool have_success = false;
-  // Best failed try (smallest max load; earliest on ties), returned only when
-  // no try succeeds.
-  std::vector<Rank> best_failed;
-  double best_failed_load = std::numeric_limits<double>::infinity();
-  double best_failed_k = 0.0;
+  // The last try, returned when no try succeeds (as published: not the best
+  // failed try, which would flatter the algorithm). Its ranks are ws.trial.rank
+  // when it placed every task.
+  TrialOutcome last;
+  double last_k = 0.0;
 
   bool spec_ready = false;  // ws.speculative holds the trial at spec_k under the current weights
   double spec_k = 0.0;
@@ -91,6 +91,8 @@ SearchResult search(const Instance& in, const SearchParams& prm, ThreadPool& poo
     }
 
     const bool ok = out.placed && out.max_load <= max_load;
+    last = out;
+    last_k = mid;
     if (ok) {
       res.max_load = out.max_load;
       res.threshold = mid;
@@ -102,11 +104,6 @@ SearchResult search(const Instance& in, const SearchParams& prm, ThreadPool& poo
       hi = mid;
       spec_ready = false;  // it was made for the failure branch
     } else {
-      if (out.placed && !have_success && out.max_load < best_failed_load) {
-        best_failed_load = out.max_load;
-        best_failed_k = mid;
-        best_failed = ws.trial.rank;
-      }
       lo = mid;
     }
     if (hi - lo <= prm.epsilon * hi && lo > 0.0) break;
@@ -114,12 +111,13 @@ SearchResult search(const Instance& in, const SearchParams& prm, ThreadPool& poo
 
   res.feasible = have_success;
   if (!have_success) {
-    if (!best_failed.empty() || in.num_tasks() == 0) {
-      res.rank = std::move(best_failed);
-      res.max_load = best_failed_load;
-      res.threshold = best_failed_k;
+    res.threshold = last_k;
+    if (last.placed) {
+      res.rank = ws.trial.rank;
+      res.max_load = last.max_load;
     } else {
-      // No try placed every task: every task on its q host.
+      // The last try left a task without an allowed rank: the published code
+      // then marks every task unplaced, and unplaced tasks go to their q host.
       res.rank = in.qhost;
       std::vector<double> load(static_cast<std::size_t>(in.P), 0.0);
       for (std::size_t t = 0; t < in.num_tasks(); ++t) load[static_cast<std::size_t>(in.qhost[t])] += in.compute[t];

@@ -4,6 +4,8 @@
 // a feasible assignment (every task has an allowed rank, max load <= mu x
 // mean) sets hi = K and becomes the basis of the edge weights, a failure sets
 // lo = K; stop after max_iters or when hi - lo <= epsilon x hi and lo > 0.
+// Result: the last success; with none, the last try (every task on its q host
+// when that try left a task without an allowed rank), as published.
 //
 // With two or more threads each iteration also runs, alongside, the trial the
 // next iteration would make if this one fails: K' = (K + hi) / 2 under the
@@ -33,7 +35,7 @@ struct SearchResult {
   std::vector<Rank> rank;  // per position (see Instance)
   bool feasible = false;
   int iterations = 0;
-  double threshold = 0.0;  // K of the returned assignment (feasible) or of the best failed try
+  double threshold = 0.0;  // K of the returned assignment: the last success, else the last try
   double max_load = 0.0;   // in compute units
 };
 

@@ -76,7 +76,7 @@ Assignment BinaryGreedySolver::solve(const SolveInput& in) {
     const double largest =
         instance_.compute.empty() ? 0.0 : *std::max_element(instance_.compute.begin(), instance_.compute.end());
     a.note = "binary_greedy: no assignment met mu = " + num(params_.mu) + " in " + std::to_string(r.iterations) +
-             " iterations; returned the best found, imbalance " + num(imbalance, "%.4f");
+             " iterations; returned the last try (as published), imbalance " + num(imbalance, "%.4f");
     if (mean > 0.0 && largest > params_.mu * mean)
       a.note += " (a single task alone needs " + num(largest / mean, "%.4f") + " x mean load)";
     else
