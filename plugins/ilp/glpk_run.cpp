@@ -11,17 +11,25 @@ namespace cpsched::ilp {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 struct Callback {
   const std::vector<double>* warm = nullptr;
   bool offered = false;
   bool accepted = false;
+  bool stopped = false;  // we ended the search at the run's end
+  Clock::time_point end;
   double bound = -std::numeric_limits<double>::infinity();
 };
 
-// Called by glp_intopt; plain C data only, so that an error hook's longjmp
-// through it skips no destructor.
+// Called by glp_intopt; trivially destructible data only, so that an error
+// hook's longjmp through it skips no destructor.
 void on_tree(glp_tree* tree, void* info) {
   auto* cb = static_cast<Callback*>(info);
+  if (!cb->stopped && Clock::now() >= cb->end) {
+    cb->stopped = true;
+    glp_ios_terminate(tree);
+  }
   const int best = glp_ios_best_node(tree);
   if (best != 0) cb->bound = std::max(cb->bound, glp_ios_node_bound(tree, best));
   if (glp_ios_reason(tree) == GLP_IHEUR && cb->warm != nullptr && !cb->offered) {
@@ -41,21 +49,31 @@ void on_error(void* info) {
 
 // Between setjmp and a possible longjmp only trivially destructible objects
 // live in this frame.
-bool guarded(glp_prob* lp, const glp_smcp* smcp, glp_iocp* iocp, int limit_ms, int* lp_ret, int* ip_ret,
-             double* ms_lp) {
+// Milliseconds from now to `end`, at least 1 (GLPK reads 0 as "no time").
+int ms_until(Clock::time_point end) {
+  const double ms = std::chrono::duration<double, std::milli>(end - Clock::now()).count();
+  return static_cast<int>(std::clamp(ms, 1.0, static_cast<double>(std::numeric_limits<int>::max() / 2)));
+}
+
+// Between setjmp and a possible longjmp only trivially destructible objects
+// live in this frame.
+bool guarded(glp_prob* lp, glp_smcp* smcp, glp_iocp* iocp, Clock::time_point end, int* lp_ret, int* ip_ret) {
   Jump jump;
   if (setjmp(jump.buf) != 0) {
     glp_error_hook(nullptr, nullptr);
     return false;
   }
   glp_error_hook(&on_error, &jump);
-  const double t0 = glp_time();
+  smcp->tm_lim = ms_until(end);
   *lp_ret = glp_simplex(lp, smcp);
-  *ms_lp = glp_difftime(glp_time(), t0) * 1000.0;
   *ip_ret = -1;
   if (*lp_ret == 0 && glp_get_status(lp) == GLP_OPT) {
-    iocp->tm_lim = std::max(1, limit_ms - static_cast<int>(*ms_lp));
-    *ip_ret = glp_intopt(lp, iocp);
+    if (Clock::now() >= end) {
+      *ip_ret = GLP_ETMLIM;  // the relaxation used the run's time: no search
+    } else {
+      iocp->tm_lim = ms_until(end);
+      *ip_ret = glp_intopt(lp, iocp);
+    }
   }
   glp_error_hook(nullptr, nullptr);
   return true;
@@ -65,18 +83,24 @@ bool guarded(glp_prob* lp, const glp_smcp* smcp, glp_iocp* iocp, int limit_ms, i
 
 RunResult run_glpk(glp_prob* lp, const RunOptions& o) {
   RunResult res;
-  const auto start = std::chrono::steady_clock::now();
-  const int limit_ms =
-      static_cast<int>(std::clamp(o.time_limit_s * 1000.0, 1.0, static_cast<double>(std::numeric_limits<int>::max())));
+  const auto start = Clock::now();
+  if (start >= o.deadline) {
+    res.time_limit_hit = true;
+    res.error = "not run: the time limit was spent";
+    return res;
+  }
+  // This run's end: its share of what is left of the solve's time.
+  const auto left = std::chrono::duration_cast<Clock::duration>((o.deadline - start) * std::clamp(o.share, 0.0, 1.0));
+  const Clock::time_point end = start + left;
 
   glp_smcp smcp;
   glp_init_smcp(&smcp);
   smcp.msg_lev = GLP_MSG_OFF;
-  smcp.tm_lim = limit_ms;
   smcp.presolve = GLP_OFF;  // keep the basis for glp_intopt
 
   Callback cb;
   cb.warm = o.warm;
+  cb.end = end;
   glp_iocp iocp;
   glp_init_iocp(&iocp);
   iocp.msg_lev = GLP_MSG_OFF;
@@ -93,10 +117,9 @@ RunResult run_glpk(glp_prob* lp, const RunOptions& o) {
 
   const int old_term = glp_term_out(GLP_OFF);
   int lp_ret = 0, ip_ret = -1;
-  double ms_lp = 0;
-  res.ok = guarded(lp, &smcp, &iocp, limit_ms, &lp_ret, &ip_ret, &ms_lp);
+  res.ok = guarded(lp, &smcp, &iocp, end, &lp_ret, &ip_ret);
   glp_term_out(old_term);
-  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  res.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   res.warm_accepted = cb.accepted;
   if (!res.ok) {
     res.error = "GLPK stopped with a fatal error";
@@ -114,7 +137,8 @@ RunResult run_glpk(glp_prob* lp, const RunOptions& o) {
   }
   res.root_bound = glp_get_obj_val(lp);
   res.bound = std::max(res.root_bound, cb.bound);
-  res.time_limit_hit = ip_ret == GLP_ETMLIM;
+  // GLP_ESTOP: our callback ended the search at the run's end.
+  res.time_limit_hit = ip_ret == GLP_ETMLIM || (ip_ret == GLP_ESTOP && cb.stopped);
   const int st = glp_mip_status(lp);
   if (st == GLP_OPT || st == GLP_FEAS) {
     res.has_incumbent = true;
@@ -130,7 +154,7 @@ RunResult run_glpk(glp_prob* lp, const RunOptions& o) {
   if (ip_ret == 0 && st == GLP_NOFEAS) {
     res.infeasible = true;
     res.error = "infeasible: no integer placement meets the balance cap";
-  } else if (ip_ret != 0 && ip_ret != GLP_ETMLIM && ip_ret != GLP_EMIPGAP) {
+  } else if (ip_ret != 0 && !res.time_limit_hit && ip_ret != GLP_EMIPGAP) {
     res.error = "glp_intopt returned " + std::to_string(ip_ret);
   }
   return res;

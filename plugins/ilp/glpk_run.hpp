@@ -1,8 +1,15 @@
 #pragma once
-// Runs GLPK on a model: the LP relaxation (simplex), then branch and cut, with
-// one time limit for both, an optional incumbent offered at the first
+// Runs GLPK on a model: the LP relaxation (simplex), then branch and cut,
+// both inside one deadline, an optional incumbent offered at the first
 // heuristic call, and the proven bound tracked from the search tree. GLPK's
 // fatal errors are caught (error hook) and reported instead of aborting.
+//
+// The deadline is a point on the steady clock shared by every run of a solve:
+// a run may use `share` of the time left when it starts. GLPK's own tm_lim is
+// set from it, and the branch-and-cut callback also stops the search
+// (glp_ios_terminate) once the clock passes the run's end, since GLPK checks
+// tm_lim only between nodes and a root node's cut rounds can run past it.
+#include <chrono>
 #include <limits>
 #include <string>
 #include <vector>
@@ -12,7 +19,8 @@ struct glp_prob;
 namespace cpsched::ilp {
 
 struct RunOptions {
-  double time_limit_s = 30.0;
+  std::chrono::steady_clock::time_point deadline;  // of the whole solve
+  double share = 1.0;                              // of the time left that this run may use, (0, 1]
   double mip_gap = 0.0;
   const std::vector<double>* warm = nullptr;  // 1-based column values
 };

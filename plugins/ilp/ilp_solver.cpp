@@ -19,6 +19,7 @@
 // run, the time spent) are free text. When no placement meets the balance
 // cap, STATUS is a sentence starting with `no placement` and no incumbent
 // clause follows.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -110,12 +111,19 @@ class IlpSolver final : public Solver {
       ~FreeGlpkEnv() { glp_free_env(); }
     } free_env;
     const auto start = std::chrono::steady_clock::now();
+    // One deadline for every step: the start placements are bounded by effort,
+    // every GLPK run (relaxation and search, each model) by this clock.
+    const auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                      std::chrono::duration<double>(time_limit_s_));
     auto left_s = [&] {
       return time_limit_s_ - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     };
     const TaskGrid& grid = *in.grid;
     const bytes::ByteModel model(grid, 1.0, 0.0);  // forward bytes
-    const std::int64_t cap = bytes::balance_cap(grid, mu_);
+    // A rank can carry at most all the load, mu x mean = load x mu / P: any mu
+    // >= P allows every placement. Clamped so that mu x total / P stays a
+    // number of the load's size (mu = 1e20 overflowed the cap).
+    const std::int64_t cap = bytes::balance_cap(grid, std::min(mu_, static_cast<double>(grid.cp_size())));
     const double bw = objective_ == Objective::bottleneck ? 1e3 : 0.0;  // State objective ~ bottleneck first
     const double unit = IlpModel::kUnit;
 
@@ -129,7 +137,8 @@ class IlpSolver final : public Solver {
     if (aggregate_ && grid.flattened() && model.groups() > 1 && left_s() > 0) {
       IlpModel agg(model, cap, objective_, Form::aggregated);
       RunOptions ro;
-      ro.time_limit_s = 0.7 * left_s();
+      ro.deadline = deadline;
+      ro.share = 0.7;
       ro.mip_gap = mip_gap_;
       std::vector<double> warm;
       if (inc.valid()) {
@@ -149,7 +158,8 @@ class IlpSolver final : public Solver {
         if (inc.bytes > bound + 1e-6 * inc.bytes && left_s() > 0) {
           IlpModel fixed(model, cap, objective_, Form::per_group, &counts);
           RunOptions fo;
-          fo.time_limit_s = 0.5 * left_s();
+          fo.deadline = deadline;
+          fo.share = 0.5;
           std::vector<double> w = fixed.columns_of(fixed.canonical(inc.rank));
           fo.warm = &w;
           const RunResult f = run_glpk(fixed.problem(), fo);
@@ -167,7 +177,7 @@ class IlpSolver final : public Solver {
     if (!proven_by_aggregate && !proven_infeasible && left_s() > 0) {
       IlpModel ex(model, cap, objective_, Form::per_group);
       RunOptions ro;
-      ro.time_limit_s = left_s();
+      ro.deadline = deadline;
       ro.mip_gap = mip_gap_;
       std::vector<double> warm;
       if (inc.valid()) {
