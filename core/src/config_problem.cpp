@@ -6,13 +6,15 @@
 #include <algorithm>
 
 #include "cpsched/error.hpp"
+#include "cpsched/limits.hpp"
+#include "cpsched/resources.hpp"
 
 namespace cpsched::config_detail {
 
 namespace {
 
-// Bounds that keep S = cp_size * seqlen_per_rank (and areas) far from overflow.
-constexpr std::int64_t kMaxRanks = std::int64_t{1} << 20;
+// Bounds of the single values; limits.hpp bounds what they make together.
+constexpr std::int64_t kMaxRanks = limits::kMaxRanks;
 constexpr std::int64_t kMaxTokensPerRank = std::int64_t{1} << 36;
 
 struct DType {
@@ -194,7 +196,7 @@ void read_problem(const Section& problem, Config& cfg, const std::filesystem::pa
 
   const Section grid(diag, problem.get("grid"), problem.path("grid"), {"flatten_head_groups", "blocks_per_rank"});
   grid.read_bool("flatten_head_groups", cfg.grid.flatten_head_groups);
-  if (grid.read_int("blocks_per_rank", cfg.grid.blocks_per_rank, 1) && per_rank_ok &&
+  if (grid.read_int("blocks_per_rank", cfg.grid.blocks_per_rank, 1, int(limits::kMaxBlocksPerRank)) && per_rank_ok &&
       cfg.grid.blocks_per_rank > cfg.seqlen_per_rank)
     grid.error("blocks_per_rank", std::to_string(cfg.grid.blocks_per_rank) +
                                       " blocks per rank would be empty: a rank hosts only seqlen_per_rank = " +
@@ -210,15 +212,36 @@ void read_problem(const Section& problem, Config& cfg, const std::filesystem::pa
   // `check` also catches what only the whole can show (overlapping slices,
   // a slice outside the sequence, blocks thinner than a token, ...).
   if (diag.count() != errors_before) return;
+  // A limit error points at the key that sets the value (limits.hpp).
+  auto report_limit = [&](const LimitError& e) {
+    std::string msg = e.what();
+    const std::string prefix = "problem." + e.key() + ": ";
+    if (msg.rfind(prefix, 0) == 0) msg = msg.substr(prefix.size());
+    const std::string& k = e.key();
+    if (k.rfind("grid.", 0) == 0) grid.error(k.substr(5), msg);
+    else if (k.rfind("heads.", 0) == 0) heads.error(k.substr(6), msg);
+    else if (k == "mask") diag.add_at(cfg.mask_loc, mask.path(), msg);
+    else problem.error(k, msg);
+  };
   RangeMask built;
   try {
+    // Sizes first: the mask generators allocate in proportion to S.
+    check_size_limits(cfg.seqlen(), cfg.cp_size, cfg.grid.blocks_per_rank);
     built = make_mask(cfg.mask, cfg.seqlen());
+  } catch (const LimitError& e) {
+    report_limit(e);
+    return;
   } catch (const Error& e) {
     diag.add_at(cfg.mask_loc, mask.path(), e.what());
     return;
   }
   try {
-    Problem::make(std::move(built), cfg.cp_size, cfg.heads, cfg.grid).validate();
+    const Problem p = Problem::make(std::move(built), cfg.cp_size, cfg.heads, cfg.grid);
+    // Grid and plan against the memory budget (the executor's own needs are
+    // checked where it is known).
+    check_resources(p);
+  } catch (const LimitError& e) {
+    report_limit(e);
   } catch (const Error& e) {
     diag.add_at(cfg.problem_loc, problem.path(), e.what());
   }

@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
+#include <set>
 #include <fmt/format.h>
 
 #include "cpsched/error.hpp"
+#include "cpsched/limits.hpp"
 
 namespace cpsched {
 
@@ -96,10 +99,12 @@ Range positive_rows(const Piece& p) {
   return r.empty() ? Range{} : r;
 }
 
-Token sum_linear(int m, Token c, Range r) {
-  const Token n = r.size();
+// In 128-bit: with rows near 2^40 the partial products pass 2^63 even when
+// the sum is small.
+__int128 sum_linear(int m, Token c, Range r) {
+  const __int128 n = r.size();
   if (n == 0) return 0;
-  return m * ((r.begin + r.end - 1) * n / 2) + c * n;
+  return m * ((__int128{r.begin} + r.end - 1) * n / 2) + __int128{c} * n;
 }
 
 Range band_rows(const Band& b) {
@@ -117,16 +122,20 @@ Range band_rows(const Band& b) {
 
 }  // namespace
 
-Token slice_area(const Slice& s, Range qr, Range kr) {
+__int128 slice_area_wide(const Slice& s, Range qr, Range kr) {
   const Band b = make_band(s, qr, kr);
   std::array<Piece, 3> ps{};
   const int n = pieces(b, ps);
-  Token area = 0;
+  __int128 area = 0;
   for (int i = 0; i < n; ++i) {
     const Piece& p = ps[static_cast<std::size_t>(i)];
     area += sum_linear(p.m, p.c, positive_rows(p));
   }
   return area;
+}
+
+Token slice_area(const Slice& s, Range qr, Range kr) {
+  return checked_int64(slice_area_wide(s, qr, kr), "slice area");
 }
 
 Token slice_area(const Slice& s) { return slice_area(s, s.q, s.k); }
@@ -173,19 +182,21 @@ bool slices_overlap(const Slice& a, const Slice& b) {
     for (const Lin& v : los) l = std::max(l, v.at(q));
     return h - l;
   };
-  std::vector<Token> cand{ra, rb - 1};
+  // Ends, and rows next to each crossing (3 pairs x 3 rows, twice): no heap.
+  std::array<Token, 2 + 18> cand{ra, rb - 1};
+  std::size_t n = 2;
   auto crossings = [&](const std::array<Lin, 3>& ls) {
     for (std::size_t i = 0; i < ls.size(); ++i)
       for (std::size_t j = i + 1; j < ls.size(); ++j)
         if (ls[i].slope != ls[j].slope) {
           const Token q = (ls[j].c - ls[i].c) / (ls[i].slope - ls[j].slope);
-          for (Token t : {q - 1, q, q + 1}) cand.push_back(t);
+          for (Token t : {q - 1, q, q + 1}) cand[n++] = t;
         }
   };
   crossings(his);
   crossings(los);
-  for (Token q : cand)
-    if (q >= ra && q < rb && f(q) > 0) return true;
+  for (std::size_t i = 0; i < n; ++i)
+    if (cand[i] >= ra && cand[i] < rb && f(cand[i]) > 0) return true;
   return false;
 }
 
@@ -194,11 +205,13 @@ bool slices_overlap(const Slice& a, const Slice& b) {
 RangeMask::RangeMask(Token seqlen, std::vector<Slice> slices)
     : seqlen_(seqlen), slices_(std::move(slices)) {}
 
-Token RangeMask::area() const {
-  Token a = 0;
-  for (const Slice& s : slices_) a += slice_area(s);
+__int128 RangeMask::area_wide() const {
+  __int128 a = 0;
+  for (const Slice& s : slices_) a += slice_area_wide(s, s.q, s.k);
   return a;
 }
+
+Token RangeMask::area() const { return checked_int64(area_wide(), "mask area"); }
 
 void RangeMask::validate() const {
   if (seqlen_ <= 0) throw Error(fmt::format("mask: sequence length must be positive, got {}", seqlen_));
@@ -213,29 +226,69 @@ void RangeMask::validate() const {
                                 fmt_range(r), seqlen_));
     }
   }
-  // Sweep over slices by q start; compare only with slices whose rows are still open.
-  std::vector<std::size_t> order(slices_.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return std::pair{slices_[a].q.begin, a} < std::pair{slices_[b].q.begin, b};
-  });
-  std::vector<std::size_t> open;
-  for (std::size_t idx : order) {
-    const Slice& s = slices_[idx];
-    std::erase_if(open, [&](std::size_t o) { return slices_[o].q.end <= s.q.begin; });
-    for (std::size_t o : open) {
-      const Slice& t = slices_[o];
-      if (t.k.intersect(s.k).empty()) continue;
-      if (slices_overlap(s, t)) {
-        const std::size_t a = std::min(o, idx), b = std::max(o, idx);
-        throw Error(fmt::format("mask slices {} and {} overlap: slice {} (q {}, k {}, {}) and slice {} (q {}, k {}, {}) "
-                                "share unmasked entries",
-                                a, b, a, fmt_range(slices_[a].q), fmt_range(slices_[a].k), to_string(slices_[a].type),
-                                b, fmt_range(slices_[b].q), fmt_range(slices_[b].k), to_string(slices_[b].type)));
-      }
-    }
-    open.push_back(idx);
+  // Shamos-Hoey sweep over rows. Along a slice's non-empty rows both ends of
+  // its col interval advance by 0 or 1 per row, so slices that do not
+  // overlap keep their left-to-right order for as long as both are open: an
+  // ordered set keyed by the col interval at the current row stays valid, and
+  // the first overlap is between two slices that are neighbours in it at an
+  // insertion or a removal. Each neighbour pair gets the exact test over all
+  // its rows. O(n log n).
+  struct Open {
+    Range rows;  // non-empty rows
+    Band band;
+  };
+  std::vector<Open> open(slices_.size());
+  std::vector<std::size_t> starts, ends;
+  for (std::size_t i = 0; i < slices_.size(); ++i) {
+    const Slice& s = slices_[i];
+    open[i].band = make_band(s, s.q, s.k);
+    open[i].rows = band_rows(open[i].band);
+    if (open[i].rows.empty()) continue;  // an empty slice overlaps nothing
+    starts.push_back(i);
+    ends.push_back(i);
   }
+  std::sort(starts.begin(), starts.end(), [&](std::size_t a, std::size_t b) {
+    return std::pair{open[a].rows.begin, a} < std::pair{open[b].rows.begin, b};
+  });
+  std::sort(ends.begin(), ends.end(), [&](std::size_t a, std::size_t b) {
+    return std::pair{open[a].rows.end, a} < std::pair{open[b].rows.end, b};
+  });
+  Token row = 0;
+  // Left end of the col interval at `row` (the rows are open, so it is non-empty).
+  auto left = [&](std::size_t i) { return std::max(open[i].band.lo.at(row), open[i].band.ca); };
+  auto before = [&](std::size_t a, std::size_t b) {
+    const Token la = left(a), lb = left(b);
+    return la != lb ? la < lb : a < b;
+  };
+  std::set<std::size_t, decltype(before)> active(before);
+  std::vector<std::set<std::size_t, decltype(before)>::iterator> where(slices_.size(), active.end());
+  auto test = [&](std::size_t x, std::size_t y) {
+    if (slices_overlap(slices_[x], slices_[y])) {
+      const std::size_t a = std::min(x, y), b = std::max(x, y);
+      throw Error(fmt::format("mask slices {} and {} overlap: slice {} (q {}, k {}, {}) and slice {} (q {}, k {}, {}) "
+                              "share unmasked entries",
+                              a, b, a, fmt_range(slices_[a].q), fmt_range(slices_[a].k), to_string(slices_[a].type),
+                              b, fmt_range(slices_[b].q), fmt_range(slices_[b].k), to_string(slices_[b].type)));
+    }
+  };
+  std::size_t e = 0;
+  auto close_until = [&](Token r) {
+    for (; e < ends.size() && open[ends[e]].rows.end <= r; ++e) {
+      auto it = where[ends[e]];
+      auto next = active.erase(it);
+      if (next != active.begin() && next != active.end()) test(*std::prev(next), *next);
+    }
+  };
+  for (std::size_t idx : starts) {
+    close_until(open[idx].rows.begin);
+    row = open[idx].rows.begin;
+    const auto it = active.insert(idx).first;
+    where[idx] = it;
+    if (it != active.begin()) test(*std::prev(it), idx);
+    if (std::next(it) != active.end()) test(idx, *std::next(it));
+  }
+  // Removals after the last insertion still make new neighbours.
+  close_until(std::numeric_limits<Token>::max());
 }
 
 }  // namespace cpsched

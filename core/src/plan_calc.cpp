@@ -17,6 +17,7 @@ struct Map {
   Token shift = 0;                  // local: buffer = global + shift
   const RangeSet* rows = nullptr;   // remote
   Token base = 0;
+  const Token* start = nullptr;     // remote: buffer offset of each range of rows (from base)
 
   struct Run {
     Range global;
@@ -29,15 +30,18 @@ struct Map {
       out.push_back({r, shift});
       return true;
     }
-    Token off = base, covered = 0;
-    for (Range x : rows->ranges()) {
-      if (x.begin >= r.end) break;
-      const Range y = x.intersect(r);
+    // Binary search for the first range that ends after r.begin: a piece
+    // costs O(log ranges + its runs), not O(ranges) (one-token stripes give
+    // transfers of thousands of ranges).
+    const auto& rs = rows->ranges();
+    auto it = std::upper_bound(rs.begin(), rs.end(), r.begin, [](Token v, Range x) { return v < x.end; });
+    Token covered = 0;
+    for (; it != rs.end() && it->begin < r.end; ++it) {
+      const Range y = it->intersect(r);
       if (!y.empty()) {
-        out.push_back({y, off - x.begin});
+        out.push_back({y, base + start[it - rs.begin()] - it->begin});
         covered += y.size();
       }
-      off += x.size();
     }
     return covered == r.size();
   }
@@ -90,13 +94,26 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
   ArgSink sink;
   std::vector<Slice> tight;
 
+  // Offsets of every xfer's ranges inside its rows' concatenation, one flat array.
+  std::vector<std::size_t> first(tr.xfers.size() + 1, 0);
+  for (std::size_t i = 0; i < tr.xfers.size(); ++i) first[i + 1] = first[i] + tr.xfers[i].rows.ranges().size();
+  std::vector<Token> starts(first.back());
+  for (std::size_t i = 0; i < tr.xfers.size(); ++i) {
+    Token off = 0;
+    std::size_t j = first[i];
+    for (Range x : tr.xfers[i].rows.ranges()) {
+      starts[j++] = off;
+      off += x.size();
+    }
+  }
+
   auto map_of = [&](std::int32_t x, std::int32_t block) {
     if (x < 0) {
       const auto b = static_cast<std::size_t>(block);
-      return Map{BufferId::local, block_off[b] - sh.blocks[b].begin, nullptr, 0};
+      return Map{BufferId::local, block_off[b] - sh.blocks[b].begin, nullptr, 0, nullptr};
     }
-    return Map{BufferId::remote, 0, &tr.xfers[static_cast<std::size_t>(x)].rows,
-               xfer_off[static_cast<std::size_t>(x)]};
+    const auto xi = static_cast<std::size_t>(x);
+    return Map{BufferId::remote, 0, &tr.xfers[xi].rows, xfer_off[xi], starts.data() + first[xi]};
   };
 
   for (std::size_t d = 0; d + 1 < tr.rank_begin.size(); ++d) {

@@ -1,6 +1,7 @@
 // The group-collective args (CommMeta) of every rank and stage.
 #include <algorithm>
 #include <numeric>
+#include <set>
 #include <tuple>
 
 #include "plan_builder_internal.hpp"
@@ -42,32 +43,40 @@ struct Emitter {
 };
 
 // Cuts the rows several dsts need from one (block, group) into maximal pieces
-// with the same set of dsts, in token order.
+// with the same set of dsts, in token order. A sweep over the ranges' ends
+// keeps the dsts whose ranges cover the current piece: O(E log E + output)
+// for E ranges (scanning every dst for every piece was O(pieces x dsts), which
+// one-token column stripes sent to every rank make quadratic).
 template <class Emit>
 void refine(const std::vector<const Xfer*>& run, const std::vector<std::int32_t>& run_ids, Emit&& emit) {
-  std::vector<Token> cuts;
-  for (const Xfer* x : run)
-    for (Range r : x->rows.ranges()) {
-      cuts.push_back(r.begin);
-      cuts.push_back(r.end);
+  struct Event {
+    Token pos;
+    std::int32_t who;  // run index + 1 at a range's begin, -(run index + 1) at its end
+  };
+  std::vector<Event> ev;
+  for (std::size_t i = 0; i < run.size(); ++i)
+    for (Range r : run[i]->rows.ranges()) {
+      ev.push_back({r.begin, static_cast<std::int32_t>(i) + 1});
+      ev.push_back({r.end, -(static_cast<std::int32_t>(i) + 1)});
     }
-  std::sort(cuts.begin(), cuts.end());
-  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-  std::vector<std::size_t> pos(run.size(), 0);
+  std::sort(ev.begin(), ev.end(), [](const Event& a, const Event& b) { return a.pos < b.pos; });
+  std::set<std::size_t> active;  // run indices: ascending dst
   std::vector<Rank> cur_d, d;
   std::vector<std::int32_t> cur_x, xs;
   Range cur{};
-  for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
-    const Range piece{cuts[c], cuts[c + 1]};
+  for (std::size_t e = 0; e < ev.size();) {
+    const Token pos = ev[e].pos;
+    for (; e < ev.size() && ev[e].pos == pos; ++e) {
+      if (ev[e].who > 0) active.insert(static_cast<std::size_t>(ev[e].who - 1));
+      else active.erase(static_cast<std::size_t>(-ev[e].who - 1));
+    }
+    if (e == ev.size()) break;
+    const Range piece{pos, ev[e].pos};
     d.clear();
     xs.clear();
-    for (std::size_t i = 0; i < run.size(); ++i) {
-      const auto& rs = run[i]->rows.ranges();
-      while (pos[i] < rs.size() && rs[pos[i]].end <= piece.begin) ++pos[i];
-      if (pos[i] < rs.size() && rs[pos[i]].begin <= piece.begin) {
-        d.push_back(run[i]->dst);
-        xs.push_back(run_ids[i]);
-      }
+    for (std::size_t i : active) {
+      d.push_back(run[i]->dst);
+      xs.push_back(run_ids[i]);
     }
     if (!cur.empty() && cur.end == piece.begin && d == cur_d) {
       cur.end = piece.end;

@@ -44,6 +44,9 @@ Transfers collect_transfers(const Assignment& a) {
   tr.task_q.assign(T, -1);
   tr.task_k.assign(T, -1);
   tr.dst_begin.assign(P + 1, 0);
+  // Rows of each xfer come from its tasks' cells out of token order (KV cols
+  // by q block): collected and merged once per xfer.
+  std::vector<RangeSet::Builder> rows;
   auto xfer_for = [&](std::uint8_t kind, std::int32_t block, std::size_t grp, Rank d) {
     const std::size_t key = (kind * nb + static_cast<std::size_t>(block)) * G + grp;
     if (stamp[key] != d) {
@@ -51,6 +54,7 @@ Transfers collect_transfers(const Assignment& a) {
       slot[key] = static_cast<std::int32_t>(tr.xfers.size());
       tr.xfers.push_back(Xfer{kind, block, static_cast<std::int32_t>(grp),
                               g.sharding().host[static_cast<std::size_t>(block)], d, {}});
+      rows.emplace_back();
     }
     return slot[key];
   };
@@ -63,18 +67,21 @@ Transfers collect_transfers(const Assignment& a) {
       const auto rank = static_cast<Rank>(d);
       if (g.q_host(t) != rank) {
         const std::int32_t x = xfer_for(kQO, c.qblock, grp, rank);
-        for (Range r : c.rows.ranges()) tr.xfers[static_cast<std::size_t>(x)].rows.add(r);
+        rows[static_cast<std::size_t>(x)].add(c.rows);
         tr.task_q[static_cast<std::size_t>(t)] = x;
       }
       if (g.k_host(t) != rank) {
         const std::int32_t x = xfer_for(kKV, c.kblock, grp, rank);
-        for (Range r : c.cols.ranges()) tr.xfers[static_cast<std::size_t>(x)].rows.add(r);
+        rows[static_cast<std::size_t>(x)].add(c.cols);
         tr.task_k[static_cast<std::size_t>(t)] = x;
       }
     }
   }
   tr.dst_begin[P] = tr.xfers.size();
-  for (Xfer& x : tr.xfers) x.tokens = x.rows.size();
+  for (std::size_t i = 0; i < tr.xfers.size(); ++i) {
+    tr.xfers[i].rows = rows[i].build();
+    tr.xfers[i].tokens = tr.xfers[i].rows.size();
+  }
   return tr;
 }
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "cpsched/error.hpp"
+#include "cpsched/limits.hpp"
 
 namespace cpsched {
 
@@ -20,6 +21,7 @@ Sharding Sharding::sequential(Token seqlen, int cp_size, int blocks_per_rank) {
   if (cp_size < 1) throw Error(fmt::format("cp_size must be at least 1, got {}", cp_size));
   if (blocks_per_rank < 1)
     throw Error(fmt::format("blocks_per_rank must be at least 1, got {}", blocks_per_rank));
+  check_size_limits(seqlen, cp_size, blocks_per_rank);  // before P x c blocks are allocated
   Sharding s;
   s.cp_size = cp_size;
   s.blocks.reserve(static_cast<std::size_t>(cp_size) * static_cast<std::size_t>(blocks_per_rank));
@@ -91,7 +93,9 @@ void Problem::validate() const {
     throw Error(fmt::format("heads: dtype bytes must be at least 1, got {}", heads.dtype_bytes));
   if (grid.blocks_per_rank < 1)
     throw Error(fmt::format("grid: blocks_per_rank must be at least 1, got {}", grid.blocks_per_rank));
+  check_shape_limits(*this);
   mask.validate();
+  check_load_limits(*this);  // needs the slices inside [0, S)
   sharding.validate(mask.seqlen());
 }
 

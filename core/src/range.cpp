@@ -5,22 +5,39 @@
 namespace cpsched {
 
 namespace {
+// Merges overlapping or adjacent ranges of v, sorted by begin and without
+// empty ones, in place.
+void merge_sorted(std::vector<Range>& v) {
+  std::size_t n = 0;
+  for (Range r : v) {
+    if (n > 0 && r.begin <= v[n - 1].end) {
+      v[n - 1].end = std::max(v[n - 1].end, r.end);
+    } else {
+      v[n++] = r;
+    }
+  }
+  v.resize(n);
+}
+
 // Sorts and merges overlapping or adjacent ranges; drops empty ones.
 std::vector<Range> normalize(std::vector<Range> v) {
   std::erase_if(v, [](Range r) { return r.empty(); });
-  std::sort(v.begin(), v.end());
-  std::vector<Range> out;
-  out.reserve(v.size());
-  for (Range r : v) {
-    if (!out.empty() && r.begin <= out.back().end) {
-      out.back().end = std::max(out.back().end, r.end);
-    } else {
-      out.push_back(r);
-    }
-  }
-  return out;
+  if (!std::is_sorted(v.begin(), v.end(), [](Range a, Range b) { return a.begin < b.begin; }))
+    std::sort(v.begin(), v.end());
+  merge_sorted(v);
+  return v;
 }
 }  // namespace
+
+RangeSet RangeSet::Builder::build() {
+  if (!sorted_) std::sort(ranges_.begin(), ranges_.end());
+  merge_sorted(ranges_);
+  RangeSet out;
+  out.ranges_ = std::move(ranges_);
+  ranges_ = {};
+  sorted_ = true;
+  return out;
+}
 
 RangeSet::RangeSet(std::initializer_list<Range> ranges)
     : ranges_(normalize(std::vector<Range>(ranges))) {}
@@ -39,8 +56,18 @@ void RangeSet::add(Range r) {
     ranges_.back().end = std::max(ranges_.back().end, r.end);
     return;
   }
-  ranges_.push_back(r);
-  ranges_ = normalize(std::move(ranges_));
+  // First range ending at or after r.begin: r merges with it and the ones
+  // after it that begin at or before r.end.
+  auto first = std::lower_bound(ranges_.begin(), ranges_.end(), r.begin, [](Range x, Token v) { return x.end < v; });
+  auto last = first;
+  while (last != ranges_.end() && last->begin <= r.end) ++last;
+  if (first == last) {
+    ranges_.insert(first, r);
+    return;
+  }
+  first->begin = std::min(first->begin, r.begin);
+  first->end = std::max(std::prev(last)->end, r.end);
+  ranges_.erase(std::next(first), last);
 }
 
 Token RangeSet::size() const {

@@ -32,6 +32,9 @@ struct Slice {
 // them. All O(1): closed forms over the slice's row intervals.
 Token slice_area(const Slice& s, Range q_rect, Range k_rect);
 Token slice_area(const Slice& s);
+// The same in 128-bit, for any slice inside [0, 2^62): Token slice_area()
+// throws when the area does not fit 64 bits (outside cpsched/limits.hpp).
+__int128 slice_area_wide(const Slice& s, Range q_rect, Range k_rect);
 Range slice_needed_rows(const Slice& s, Range q_rect, Range k_rect);
 Range slice_needed_cols(const Slice& s, Range q_rect, Range k_rect);
 
@@ -45,7 +48,8 @@ class RangeMask {
 
   Token seqlen() const { return seqlen_; }
   const std::vector<Slice>& slices() const { return slices_; }
-  Token area() const;  // total unmasked entries
+  Token area() const;  // total unmasked entries; throws when over 2^63 - 1
+  __int128 area_wide() const;
 
   // Throws cpsched::Error naming the offending slice(s) by index: a slice
   // outside [0, S), an empty/inverted range, or two slices that overlap in

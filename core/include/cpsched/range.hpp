@@ -30,8 +30,32 @@ class RangeSet {
   RangeSet(std::initializer_list<Range> ranges);
   explicit RangeSet(std::vector<Range> ranges);  // any order, overlaps allowed
 
-  void add(Range r);                // O(n) insertion; use from_unsorted for bulk
+  void add(Range r);                // O(log n) search + O(n) shift; use Builder in loops
   static RangeSet from_unsorted(std::vector<Range> ranges);
+
+  // Collects ranges in any order and merges them once: O(n) when they come
+  // sorted by begin, O(n log n) otherwise (n = ranges added), where n add()
+  // calls in a loop can cost O(n^2).
+  class Builder {
+   public:
+    void reserve(std::size_t n) { ranges_.reserve(n); }
+    void add(Range r) {
+      if (r.empty()) return;
+      if (!ranges_.empty() && r.begin < ranges_.back().begin) sorted_ = false;
+      ranges_.push_back(r);
+    }
+    void add(const RangeSet& s) {
+      for (Range r : s.ranges()) add(r);
+    }
+    bool empty() const { return ranges_.empty(); }
+    std::size_t pending() const { return ranges_.size(); }
+    // The merged set; the builder is left empty, ready for reuse.
+    RangeSet build();
+
+   private:
+    std::vector<Range> ranges_;
+    bool sorted_ = true;
+  };
 
   const std::vector<Range>& ranges() const { return ranges_; }
   bool empty() const { return ranges_.empty(); }

@@ -37,7 +37,10 @@ class TaskGrid {
   bool flattened() const { return problem_->grid.flatten_head_groups; }
 
   const std::vector<Cell>& cells() const { return cells_; }  // sorted by (qblock, kblock)
-  TaskId num_tasks() const { return static_cast<TaskId>(cells_.size()) * groups_; }
+  // Cells x groups, at most limits::kMaxTasks (checked when the grid is built),
+  // so the count fits TaskId; task_count() is the same in 64-bit.
+  TaskId num_tasks() const { return static_cast<TaskId>(task_count()); }
+  std::int64_t task_count() const { return static_cast<std::int64_t>(cells_.size()) * groups_; }
   // Task t is cell t / G in head group t % G (group -1 when not flattened).
   const Cell& cell_of(TaskId t) const { return cells_[static_cast<std::size_t>(t / groups_)]; }
   int group_of(TaskId t) const { return flattened() ? t % groups_ : -1; }
@@ -48,8 +51,10 @@ class TaskGrid {
 
   Token total_area() const { return total_area_; }              // per head group
   Token total_task_area() const { return total_area_ * groups_; }
-  // Compute load of a task: area x query heads of the task.
+  // Compute load of a task: area x query heads of the task. Any sum of loads
+  // fits int64: the total is at most limits::kMaxLoad (Problem::validate).
   std::int64_t load(TaskId t) const { return area(t) * problem_->q_heads_per_task(); }
+  std::int64_t total_load() const { return total_area_ * problem_->heads.q; }
 
  private:
   void build();

@@ -1,0 +1,70 @@
+#pragma once
+// The sizes cpsched accepts, in DESIGN terms (§1). Inside them every area,
+// load, byte count and index the library computes fits its integer type:
+// Problem::validate() checks them (check_limits below) before anything is
+// built, and each error names the offending value and the key to change.
+//
+//   P  <= 2^20 ranks                 S <= 2^40 tokens
+//   c  <= 2^16 blocks per rank       P * c <= 2^24 blocks
+//   hq, hkv <= 2^16 heads            D <= 2^16, b <= 16 bytes
+//   slices <= 2^31 - 1               tasks (cells x head groups) <= 2^31 - 1 (TaskId is 32-bit)
+//   total load = mask area x hq <= 2^62, so every area and load, any sum of
+//     them and mu x total (mu <= 2) fit in int64;
+//   traffic bound = P x S x bytes per token of all heads <= 2^62, which bounds
+//     every byte figure of the metrics and of the plan.
+// What fits these limits may still not fit the machine: resources.hpp
+// estimates memory before the work.
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "cpsched/error.hpp"
+#include "cpsched/range.hpp"
+
+namespace cpsched {
+
+struct Problem;
+
+namespace limits {
+inline constexpr std::int64_t kMaxRanks = std::int64_t{1} << 20;
+inline constexpr std::int64_t kMaxSeqlen = std::int64_t{1} << 40;
+inline constexpr std::int64_t kMaxBlocksPerRank = std::int64_t{1} << 16;
+inline constexpr std::int64_t kMaxBlocks = std::int64_t{1} << 24;
+inline constexpr std::int64_t kMaxHeads = std::int64_t{1} << 16;
+inline constexpr std::int64_t kMaxHeadDim = std::int64_t{1} << 16;
+inline constexpr std::int64_t kMaxDtypeBytes = 16;
+inline constexpr std::int64_t kMaxSlices = std::numeric_limits<std::int32_t>::max();
+inline constexpr std::int64_t kMaxTasks = std::numeric_limits<std::int32_t>::max();
+inline constexpr std::int64_t kMaxLoad = std::int64_t{1} << 62;
+inline constexpr std::int64_t kMaxTrafficBytes = std::int64_t{1} << 62;
+}  // namespace limits
+
+// A broken limit. `key` is the configuration key under `problem.` that sets
+// the value (e.g. "grid.blocks_per_rank", "seqlen_per_rank", "mask"), so a
+// config reader can point at it; the message names it too.
+class LimitError : public Error {
+ public:
+  LimitError(std::string key, const std::string& what) : Error(what), key_(std::move(key)) {}
+  const std::string& key() const { return key_; }
+
+ private:
+  std::string key_;
+};
+
+// The checks of Problem::validate(), in its order. Each throws LimitError.
+//   check_size_limits: P, S, blocks_per_rank and P x c (before a sharding is built);
+//   check_shape_limits: the above plus heads, D, b and the slice count;
+//   check_load_limits: total load and traffic bound, in 128-bit; needs a
+//     validated mask (slices inside [0, S)).
+void check_size_limits(Token seqlen, std::int64_t cp_size, std::int64_t blocks_per_rank);
+void check_shape_limits(const Problem& p);
+void check_load_limits(const Problem& p);
+
+// The bound of any byte figure: P x S x (bytes per token of all heads, the
+// larger pass, both directions), in 128-bit.
+__int128 traffic_bound_bytes(const Problem& p);
+
+// Narrows a 128-bit value known to fit, or throws Error naming `what`.
+std::int64_t checked_int64(__int128 v, const char* what);
+
+}  // namespace cpsched

@@ -1,0 +1,150 @@
+// Scale of the core paths (issue 12): a million slices validated, gridded,
+// placed, planned and measured at P = 64. Target on the 2-core reference
+// machine: validate + grid + solve + plan + metrics <= 10 s per mask.
+//
+// Masks (S = P x 16384 tokens, GQA 64:8 flattened):
+//   block_sparse    N random 64 x 64 full blocks (distinct, seeded)
+//   column_stripes  N one-token column stripes, each one q block high (q block b
+//                   takes cols b, b + P, b + 2P, ...): every cell holds N / P^2 stripes
+//   full_stripes    N one-token column stripes over all rows (S = N): the
+//                   validation's worst case; validated only (its plan has N x P pieces)
+//
+//   bench_scale [--slices N] [--cp P] [--solver owner|binary_greedy] [--repeats R] [--mask a,b]
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "bench_common.hpp"
+#include "cpsched/cpsched.hpp"
+#include "cpsched/error.hpp"
+#include "cpsched/resources.hpp"
+
+using namespace cpsched;
+
+namespace {
+
+RangeMask block_sparse(Token S, std::int64_t n, std::uint64_t seed) {
+  const Token bs = 64, nblk = S / bs;
+  std::mt19937_64 rng(seed);
+  // Per block row, a sorted set of distinct block columns (n / nblk each, the
+  // remainder on the first rows).
+  std::vector<Slice> slices;
+  slices.reserve(static_cast<std::size_t>(n));
+  std::vector<Token> cols;
+  for (Token r = 0; r < nblk; ++r) {
+    const std::int64_t want = std::min<std::int64_t>(nblk, n / nblk + (r < n % nblk ? 1 : 0));
+    cols.clear();
+    while (static_cast<std::int64_t>(cols.size()) < want) {
+      for (std::int64_t i = static_cast<std::int64_t>(cols.size()); i < want; ++i)
+        cols.push_back(static_cast<Token>(rng() % static_cast<std::uint64_t>(nblk)));
+      std::sort(cols.begin(), cols.end());
+      cols.erase(std::unique(cols.begin(), cols.end()), cols.end());
+    }
+    for (Token c : cols) slices.push_back({{r * bs, r * bs + bs}, {c * bs, c * bs + bs}, MaskType::full});
+  }
+  // Slice order as a user would give it: shuffled.
+  std::shuffle(slices.begin(), slices.end(), rng);
+  return RangeMask(S, std::move(slices));
+}
+
+RangeMask column_stripes(Token S, int P, std::int64_t n) {
+  const Token shard = S / P, per_block = n / P;
+  std::vector<Slice> slices;
+  slices.reserve(static_cast<std::size_t>(n));
+  for (Token j = 0; j < per_block; ++j)
+    for (Token b = 0; b < P; ++b) {
+      const Token k = (j * P + b) % S;
+      slices.push_back({{b * shard, (b + 1) * shard}, {k, k + 1}, MaskType::full});
+    }
+  return RangeMask(S, std::move(slices));
+}
+
+RangeMask full_stripes(std::int64_t n) {
+  std::vector<Slice> slices;
+  slices.reserve(static_cast<std::size_t>(n));
+  for (Token j = 0; j < n; ++j) slices.push_back({{0, n}, {j, j + 1}, MaskType::full});
+  return RangeMask(n, std::move(slices));
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    using bench::arg;
+    const std::int64_t n = std::stoll(arg(argc, argv, "--slices", "1000000"));
+    const int P = std::stoi(arg(argc, argv, "--cp", "64"));
+    const int repeats = std::max(1, std::stoi(arg(argc, argv, "--repeats", "3")));
+    const std::string solver_name = arg(argc, argv, "--solver", "owner");
+    const std::vector<std::string> masks = bench::split(arg(argc, argv, "--mask", "block_sparse,column_stripes,full_stripes"));
+    const Token S = Token{P} * 16384;
+    const Heads heads{64, 8, 128, 2};
+
+    auto reg = std::make_shared<Registry>();
+    reg->scan(Registry::default_plugin_dir());
+    for (const auto& d : Registry::env_plugin_dirs()) reg->scan(d);
+    bool found = false;
+    for (const PluginInfo& p : reg->plugins()) found |= p.kind == PluginKind::solver && p.name == solver_name;
+    if (!found) throw Error(fmt::format("bench_scale: solver plugin '{}' not found (build the plugins)", solver_name));
+    auto solver = reg->make_solver(solver_name, reg->resolve_params(reg->find(PluginKind::solver, solver_name), {}));
+    AreaCostModel cost;
+
+    fmt::print("bench_scale: P = {}, GQA 64:8 flattened, solver {}, {} slices, median of {} repeats (ms)\n", P,
+               solver_name, n, repeats);
+    fmt::print("{:<15} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}\n", "mask", "S", "validate", "estimate",
+               "grid", "solve", "plan", "metrics", "total", "tasks");
+    for (const std::string& kind : masks) {
+      std::vector<double> tv, te, tg, ts, tp, tm, tt;
+      std::int64_t tasks = 0;
+      Token seqlen = 0;
+      for (int r = 0; r < repeats; ++r) {
+        RangeMask mask = kind == "block_sparse"     ? block_sparse(S, n, 42)
+                         : kind == "column_stripes" ? column_stripes(S, P, n)
+                         : kind == "full_stripes"   ? full_stripes(n)
+                                                    : throw Error("bench_scale: unknown mask " + kind);
+        seqlen = mask.seqlen();
+        auto t0 = std::chrono::steady_clock::now();
+        auto problem = std::make_shared<const Problem>(Problem::make(std::move(mask), P, heads, {true, 1}));
+        tv.push_back(ms_since(t0));
+        if (kind == "full_stripes") continue;
+        t0 = std::chrono::steady_clock::now();
+        check_resources(*problem);
+        te.push_back(ms_since(t0));
+        t0 = std::chrono::steady_clock::now();
+        auto grid = std::make_shared<const TaskGrid>(problem);
+        tg.push_back(ms_since(t0));
+        tasks = grid->task_count();
+        t0 = std::chrono::steady_clock::now();
+        const Assignment a = solver->solve(SolveInput{grid, &cost});
+        ts.push_back(ms_since(t0));
+        t0 = std::chrono::steady_clock::now();
+        const Plan plan = build_plan(a, 1);
+        tp.push_back(ms_since(t0));
+        t0 = std::chrono::steady_clock::now();
+        const Metrics m = compute_metrics(a);
+        tm.push_back(ms_since(t0));
+        tt.push_back(tv.back() + te.back() + tg.back() + ts.back() + tp.back() + tm.back());
+        if (m.fwd.total_send < 0) throw Error("bench_scale: negative bytes");
+      }
+      auto med = [](std::vector<double> v) {
+        if (v.empty()) return std::string("-");
+        std::sort(v.begin(), v.end());
+        return fmt::format("{:.0f}", v[v.size() / 2]);
+      };
+      fmt::print("{:<15} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}\n", kind, seqlen, med(tv), med(te),
+                 med(tg), med(ts), med(tp), med(tm), med(tt.empty() ? tv : tt), tasks);
+    }
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    return 1;
+  }
+  return 0;
+}
