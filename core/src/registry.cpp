@@ -14,6 +14,7 @@
 #include <boost/dll/shared_library.hpp>
 
 #include "cpsched/error.hpp"
+#include "elf_inspect.hpp"
 #include "plugin_descriptor.hpp"
 #include "plugin_objects.hpp"
 
@@ -40,6 +41,16 @@ static_assert(std::is_same_v<std::variant_alternative_t<int(ParamType::real), Pa
 static_assert(std::is_same_v<std::variant_alternative_t<int(ParamType::string), ParamValue>, std::string>);
 
 constexpr const char* kDescriptorSymbol = CPSCHED_STR(CPSCHED_PLUGIN_SYMBOL);
+
+// What scan() considers a plugin: lib<prefix><name>.so, as cpsched_add_plugin
+// names them; any other file in a scanned folder is not ours and is left alone.
+constexpr std::string_view kFilePrefix = "libcpsched_";
+constexpr std::string_view kFileSuffix = ".so";
+
+bool plugin_file_name(const std::string& f) {
+  return f.size() > kFilePrefix.size() + kFileSuffix.size() && f.compare(0, kFilePrefix.size(), kFilePrefix) == 0 &&
+         f.compare(f.size() - kFileSuffix.size(), kFileSuffix.size(), kFileSuffix) == 0;
+}
 
 std::string quoted(const ParamValue& v) {
   return std::holds_alternative<std::string>(v) ? "\"" + format_param(v) + "\"" : format_param(v);
@@ -127,8 +138,10 @@ void Registry::scan(const fs::path& dir) {
   std::vector<fs::path> files;
   fs::directory_iterator it(dir, ec);
   for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    // Not only regular files: a FIFO or a dangling link with a plugin's name is
+    // reported by load(), not silently skipped.
     std::error_code type_ec;
-    if (it->path().extension() == ".so" && it->is_regular_file(type_ec)) files.push_back(it->path());
+    if (plugin_file_name(it->path().filename().string()) && !it->is_directory(type_ec)) files.push_back(it->path());
   }
   if (ec) {
     impl_->problems.push_back({dir, "cannot list plugin folder '" + dir.string() + "': " + ec.message()});
@@ -153,6 +166,9 @@ const PluginInfo& Registry::load(const fs::path& file) {
     if (e.info.file == path) return e.info;  // same file through another folder
   }
   try {
+    // Before dlopen: a damaged file must not crash us (SIGBUS on a truncated
+    // copy) and a foreign library's initialisers must not run.
+    detail::inspect_plugin_file(path, where, kDescriptorSymbol);
     auto lib = std::make_shared<dll::shared_library>();
     dll::fs::error_code ec;
     ::dlerror();  // so that dl_reason reports this load's failure
@@ -162,15 +178,24 @@ const PluginInfo& Registry::load(const fs::path& file) {
       throw Error(where + ": exports no '" + std::string(kDescriptorSymbol) +
                   "' (not a cpsched plugin? define it with CPSCHED_SOLVER_PLUGIN or a sibling macro)");
     }
-    const auto& desc = lib->get_alias<const cpsched_plugin_descriptor_t>(kDescriptorSymbol);
-    PluginInfo info = detail::read_descriptor(desc, path);
+    // The exported symbol is Boost.DLL's alias: a pointer to the descriptor.
+    // Both are checked to lie inside the library before they are read.
+    const detail::LoadedImage image = detail::LoadedImage::of(lib->native());
+    if (image.empty()) throw Error(where + ": cannot locate the loaded library's segments");
+    const void* alias = ::dlsym(lib->native(), kDescriptorSymbol);
+    if (!image.holds(alias, sizeof(const void*))) {
+      throw Error(where + ": its '" + std::string(kDescriptorSymbol) + "' is not data of the plugin itself");
+    }
+    const void* desc_addr = *static_cast<const void* const*>(alias);
+    PluginInfo info = detail::read_descriptor(desc_addr, image, path);
+    const auto* desc = static_cast<const cpsched_plugin_descriptor_t*>(desc_addr);
     for (const PluginInfo& other : impl_->infos) {
       if (other.kind == info.kind && other.name == info.name) {
         throw Error(where + ": " + std::string(to_string(info.kind)) + " name '" + info.name +
                     "' is already taken by plugin file '" + other.file.string() + "'");
       }
     }
-    detail::PluginLib handle{std::move(lib), &desc,
+    detail::PluginLib handle{std::move(lib), desc,
                              "plugin '" + info.name + "' (" + path.string() + ")"};
     impl_->infos.push_back(info);
     impl_->entries.push_back({std::move(info), std::move(handle)});
@@ -194,8 +219,17 @@ const PluginInfo& Registry::find(PluginKind kind, const std::string& name) const
     if (!known.empty()) known += ", ";
     known += info.name;
   }
-  std::string msg = "no " + std::string(to_string(kind)) + " plugin named '" + name + "'; known " +
-                    std::string(to_string(kind)) + " plugins: " + (known.empty() ? "(none)" : known);
+  std::string msg;
+  // The file that should have provided it failed to load: its fault is the answer.
+  const std::string expected_file = std::string(kFilePrefix) + name + std::string(kFileSuffix);
+  for (const PluginProblem& p : impl_->problems) {
+    if (p.file.filename() == expected_file) {
+      msg = std::string(to_string(kind)) + " plugin '" + name + "' did not load: " + p.message + "\n";
+      break;
+    }
+  }
+  msg += "no " + std::string(to_string(kind)) + " plugin named '" + name + "'; known " +
+         std::string(to_string(kind)) + " plugins: " + (known.empty() ? "(none)" : known);
   if (!impl_->scanned.empty()) {
     msg += "\nsearched:";
     for (const fs::path& d : impl_->scanned) {

@@ -32,6 +32,20 @@ const cpsched_param_spec kParams[] = {
 #endif
 };
 
+#ifdef FAULT_LONG_DOC
+// 5000 characters and a NUL: over the host's 4 KiB bound for descriptor text.
+struct LongDoc {
+  char text[5001];
+  constexpr LongDoc() : text() {
+    for (int i = 0; i < 5000; ++i) text[i] = 'x';
+  }
+};
+constexpr LongDoc kLongDoc;
+#define DOC kLongDoc.text
+#else
+#define DOC "a plugin with one deliberate fault"
+#endif
+
 }  // namespace
 
 extern "C" {
@@ -61,9 +75,14 @@ const cpsched_plugin_descriptor_t faulty_descriptor = {
 #else
     "faulty",
 #endif
-    "a plugin with one deliberate fault",
+    DOC,
     kParams,
+#ifdef FAULT_HUGE_NUM_PARAMS
+    // One real entry, a count that would read a gigabyte past it.
+    std::uint32_t{1} << 30,
+#else
     static_cast<std::uint32_t>(sizeof(kParams) / sizeof(kParams[0])),
+#endif
     &create,
     &destroy};
 }

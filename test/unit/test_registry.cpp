@@ -1,10 +1,15 @@
 // The plugin registry (DESIGN §8): discovery, load-time checks, parameter
 // resolution, the exception fence and the lifetime of plugin libraries.
 #include <dlfcn.h>
+#include <elf.h>
+#include <sys/stat.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <utility>
 #include <memory>
 #include <optional>
 #include <string>
@@ -155,6 +160,8 @@ TEST_CASE("each broken plugin is rejected with a message naming its file and its
       {"bad_default", {"parameter 'count' declares type int but its default 'abc' is not an int"}},
       {"duplicate_param", {"parameter 'count' is declared twice"}},
       {"no_descriptor", {"exports no 'cpsched_plugin_descriptor'"}},
+      {"long_doc", {"plugin 'faulty'", "doc is longer than 4096 bytes"}},
+      {"huge_num_params", {"declares 1073741824 parameters, more than the 1024"}},
   };
   for (const Case& c : cases) {
     CAPTURE(c.name);
@@ -192,20 +199,110 @@ TEST_CASE("loading the same file twice, even by another path, registers it once"
   CHECK(reg.problems().empty());
 }
 
-TEST_CASE("a file that is not a shared object is an error with the loader's reason") {
+TEST_CASE("a file with a plugin's name that is not a shared object is an error naming it") {
   const fs::path dir = fs::path(CPSCHED_BINARY_DIR) / "test" / "registry_scratch";
+  fs::remove_all(dir);
   fs::create_directories(dir);
-  const fs::path file = dir / "libgarbage.so";
+  const fs::path file = dir / "libcpsched_garbage.so";
   std::ofstream(file) << std::string(256, 'x');  // long enough for an ELF header
+  std::ofstream(dir / "libcpsched_empty.so").flush();
+  // Not named like a plugin: scan leaves it alone.
+  std::ofstream(dir / "libgarbage.so") << std::string(256, 'x');
+  std::ofstream(dir / "cpsched_garbage.so.txt") << std::string(256, 'x');
   Registry reg;
   const std::string msg = load_error(reg, file);
-  CHECK(contains(msg, fs::weakly_canonical(file).string()));
-  CHECK(contains(msg, "cannot be loaded"));
   CAPTURE(msg);
+  CHECK(contains(msg, fs::weakly_canonical(file).string()));
   CHECK(contains(msg, "invalid ELF header"));
+  CHECK(contains(load_error(reg, dir / "libcpsched_empty.so"), "only 0 bytes"));
   reg.scan(dir);
+  REQUIRE(reg.problems().size() == 2);
+  CHECK(reg.problems()[0].file == dir / "libcpsched_empty.so");
+  CHECK(reg.problems()[1].file == file);
+  fs::remove_all(dir);
+}
+
+namespace {
+
+// A scratch folder holding `name`: the bytes of `from`, cut to `keep` bytes
+// and with `patch` applied (offset, byte).
+fs::path damaged_copy(const std::string& folder, const std::string& name, const fs::path& from, std::size_t keep,
+                      std::vector<std::pair<std::size_t, unsigned char>> patch = {}) {
+  const fs::path dir = fs::path(CPSCHED_BINARY_DIR) / "test" / "registry_scratch" / folder;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ifstream in(from, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(bytes.size() > 4096);
+  if (keep < bytes.size()) bytes.resize(keep);
+  for (const auto& [at, b] : patch) bytes.at(at) = static_cast<char>(b);
+  const fs::path file = dir / name;
+  std::ofstream(file, std::ios::binary) << bytes;
+  return file;
+}
+
+}  // namespace
+
+TEST_CASE("a truncated copy of a real plugin is an error naming it, not a crash") {
+  // The first 4 KiB of a real plugin: a valid ELF header whose segments lie
+  // beyond the end of the file. dlopen would map them and die of SIGBUS.
+  const fs::path file = damaged_copy("truncated", "libcpsched_owner.so", real_plugin("owner"), 4096);
+  Registry reg;
+  const std::string msg = load_error(reg, file);
+  CAPTURE(msg);
+  CHECK(contains(msg, fs::weakly_canonical(file).string()));
+  CHECK(contains(msg, "is truncated or damaged"));
+  CHECK(contains(msg, "beyond its size of 4096 bytes"));
+  // A scan reports it and goes on; asking for the plugin it should have
+  // provided gives that file's fault first.
+  reg.scan(file.parent_path());
+  reg.scan(kTestPluginDir / "good");
   REQUIRE(reg.problems().size() == 1);
   CHECK(reg.problems()[0].file == file);
+  CHECK(reg.find(PluginKind::solver, "test_params").name == "test_params");
+  const std::string missing = error_of([&] { reg.find(PluginKind::solver, "owner"); });
+  CAPTURE(missing);
+  CHECK(missing.rfind("solver plugin 'owner' did not load: plugin file '" + fs::weakly_canonical(file).string(), 0) == 0);
+  CHECK(contains(missing, "no solver plugin named 'owner'"));
+  fs::remove_all(file.parent_path());
+}
+
+TEST_CASE("an ELF file of another class or machine is rejected before it is loaded") {
+  const fs::path wrong_class =
+      damaged_copy("wrong_class", "libcpsched_owner.so", real_plugin("owner"), SIZE_MAX, {{EI_CLASS, ELFCLASS32}});
+  Registry reg;
+  std::string msg = load_error(reg, wrong_class);
+  CAPTURE(msg);
+  CHECK(contains(msg, "is a 32-bit ELF file; this host loads 64-bit plugins"));
+  // e_machine is the 16-bit field at byte 18: 0xBEEF is no machine we run on.
+  const fs::path wrong_machine =
+      damaged_copy("wrong_machine", "libcpsched_owner.so", real_plugin("owner"), SIZE_MAX, {{18, 0xEF}, {19, 0xBE}});
+  msg = load_error(reg, wrong_machine);
+  CHECK(contains(msg, "is built for ELF machine 48879"));
+  CHECK_FALSE(is_mapped(wrong_machine));
+  fs::remove_all(wrong_class.parent_path());
+  fs::remove_all(wrong_machine.parent_path());
+}
+
+TEST_CASE("a shared object without a descriptor is rejected before its initialisers run") {
+  ::unsetenv("CPSCHED_TEST_NO_DESCRIPTOR_INITIALISED");
+  const fs::path file = test_plugin("no_descriptor");
+  Registry reg;
+  CHECK(contains(load_error(reg, file), "exports no 'cpsched_plugin_descriptor'"));
+  CHECK(std::getenv("CPSCHED_TEST_NO_DESCRIPTOR_INITIALISED") == nullptr);
+  CHECK_FALSE(is_mapped(fs::weakly_canonical(file)));
+}
+
+TEST_CASE("a FIFO with a plugin's name is reported, not waited on") {
+  const fs::path dir = fs::path(CPSCHED_BINARY_DIR) / "test" / "registry_scratch" / "fifo";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path fifo = dir / "libcpsched_fifo.so";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  Registry reg;
+  reg.scan(dir);
+  REQUIRE(reg.problems().size() == 1);
+  CHECK(contains(reg.problems()[0].message, "not a regular file"));
   fs::remove_all(dir);
 }
 
@@ -232,7 +329,7 @@ TEST_CASE("scan keeps the good plugins and records every failure as a problem") 
   const std::vector<std::string> broken = {"bad_abi",   "bad_signature",  "small_descriptor",
                                            "bad_kind",  "bad_name",       "bad_param_type",
                                            "bad_default", "duplicate_param", "no_descriptor",
-                                           "duplicate_owner"};
+                                           "long_doc",  "huge_num_params", "duplicate_owner"};
   for (const std::string& b : broken) reg.scan(kTestPluginDir / b);
   reg.scan(kTestPluginDir / "good");
   reg.scan(kTestPluginDir / "no_such_folder");

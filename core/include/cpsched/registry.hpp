@@ -42,16 +42,23 @@ class Registry {
   // Folders from CPSCHED_PLUGIN_PATH (colon separated).
   static std::vector<std::filesystem::path> env_plugin_dirs();
 
-  // Loads every *.so in `dir`; files that fail are kept as problems.
+  // Loads every plugin file in `dir`: lib<prefix><name>.so (libcpsched_*.so, as
+  // cpsched_add_plugin names them); other files are ignored. Files that fail
+  // are kept as problems and the scan goes on.
   void scan(const std::filesystem::path& dir);
-  // Loads one file; throws cpsched::Error naming the file on any fault
-  // (wrong ABI, wrong build signature, no descriptor, duplicate name, bad
-  // parameter schema).
+  // Loads one file (any name); throws cpsched::Error naming the file on any
+  // fault. Before dlopen the file is inspected (a regular file, an ELF shared
+  // object of this host, segments and sections inside the file, the
+  // descriptor symbol exported), so a damaged or foreign file is an error,
+  // never a crash, and runs no initialisers. After it: wrong ABI, wrong build
+  // signature, descriptor fields outside the library or over their bounds,
+  // duplicate name, bad parameter schema.
   const PluginInfo& load(const std::filesystem::path& file);
 
   const std::vector<PluginInfo>& plugins() const;
   const std::vector<PluginProblem>& problems() const;
-  // Throws cpsched::Error listing the known plugins of that kind.
+  // Throws cpsched::Error listing the known plugins of that kind; when the
+  // file named after it (libcpsched_<name>.so) failed to load, its fault first.
   const PluginInfo& find(PluginKind kind, const std::string& name) const;
 
   // Values for every declared parameter: defaults overlaid with `given`.
