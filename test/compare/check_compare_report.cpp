@@ -4,7 +4,9 @@
 // sweep point, and its figures agree with each other (reductions recomputed
 // from the volumes, USP's closed form recomputed from the problem, means
 // recomputed from the packs; the gap to the exact `ilp` solver recomputed
-// from ilp's row of the same point, per pack and as a ratio of means).
+// from ilp's row of the same point, per pack and as a ratio of means; the
+// step time over the compute bound recomputed, the bound checked against the
+// hardware axis).
 #include <doctest/doctest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -92,19 +94,20 @@ bool close(double a, double b, double rel = 1e-6, double abs = 1e-9) {
 }
 
 const std::vector<std::string> kColumns = {
-    "row", "mask", "cp_size", "heads_q", "heads_kv", "head_dim", "stages", "solver", "pack", "packs", "status",
+    "row", "mask", "cp_size", "heads_q", "heads_kv", "head_dim", "stages", "hardware", "solver", "pack", "packs", "status",
     "fwd_send_gib", "fwd_bottleneck_gib", "bwd_send_gib", "bwd_bottleneck_gib",
     "usp_closed_form_fwd_gib", "usp_placement_fwd_gib", "usp_placement_bwd_gib",
     "fwd_reduction_vs_usp_closed_pct", "fwd_reduction_vs_usp_placement_pct", "bwd_reduction_vs_usp_placement_pct",
     "imbalance", "stage0_share", "feasible_packs",
     "latency_ms", "grid_ms", "solve_ms", "plan_ms",
     "fwd_step_ms", "bwd_step_ms", "step_ms", "fwd_exposed_comm_ms", "bwd_exposed_comm_ms", "exposed_comm_ms",
+    "compute_bound_ms", "step_over_bound",
     "gap_to_ilp_pct", "ilp_fwd_gib", "ilp_bound_gib", "ilp_proven",
     "error", "note"};
 
 // The sweep the quick config asks for.
 struct Sweep {
-  std::vector<std::string> solvers, masks;
+  std::vector<std::string> solvers, masks, hardware;
   std::vector<int> cp_sizes, stages;
   std::vector<std::pair<int, int>> heads;
   int packs = 0;
@@ -122,6 +125,11 @@ Sweep quick_sweep() {
   for (const auto& n : c["stages"]) s.stages.push_back(n.as<int>());
   for (const auto& n : c["heads"]) s.heads.emplace_back(n["q"].as<int>(), n["kv"].as<int>());
   s.packs = c["packs"].as<int>();
+  if (c["hardware"]) {
+    for (const auto& n : c["hardware"]) s.hardware.push_back(n.as<std::string>());
+  } else {
+    s.hardware = {c["timing"]["hardware"].as<std::string>()};
+  }
   s.seqlen_per_rank = root["problem"]["seqlen_per_rank"].as<long>();
   s.head_dim = root["problem"]["heads"]["dim"].as<int>();
   return s;
@@ -143,6 +151,11 @@ std::string point_key(const std::map<std::string, std::string>& r) {
   return r.at("mask") + "/" + r.at("cp_size") + "/" + r.at("heads_q") + ":" + r.at("heads_kv") + "/" + r.at("pack");
 }
 
+// A point on one profile: the rows that share a hardware.
+std::string hw_point_key(const std::map<std::string, std::string>& r) {
+  return point_key(r) + "/" + r.at("hardware");
+}
+
 }  // namespace
 
 TEST_CASE("the quick report folder has its files, and index.html links every chart") {
@@ -152,9 +165,20 @@ TEST_CASE("the quick report folder has its files, and index.html links every cha
   for (const auto& e : fs::directory_iterator(dir))
     if (e.path().extension() == ".svg") svgs.insert(e.path().filename().string());
   const Sweep s = quick_sweep();
-  // Per (heads, mask): volumes (fwd, bwd, bottleneck), latency, imbalance,
+  // Per (heads, mask): volumes (fwd, bwd, bottleneck), latency, imbalance
+  // (the same plans on every profile: drawn once); per hardware profile too:
   // step time and exposed communication.
-  CHECK(svgs.size() == s.heads.size() * s.masks.size() * 7);
+  CHECK(svgs.size() == s.heads.size() * s.masks.size() * (5 + 2 * s.hardware.size()));
+  for (const auto& m : s.masks)
+    for (const auto& hw : s.hardware) {
+      const std::string f = m + "_16x4d128_step_time_" + hw + ".svg";
+      REQUIRE_MESSAGE(svgs.count(f), f);
+      // The compute bound is drawn (dashed, no markers) and the note says how it was taken.
+      const std::string svg = read_text(dir / f);
+      CHECK(svg.find("compute bound") != std::string::npos);
+      CHECK(svg.find("least over solvers") != std::string::npos);
+      CHECK(svg.find("hardware " + hw) != std::string::npos);
+    }
   const std::string html = read_text(dir / "index.html");
   const std::string md = read_text(dir / "results.md");
   for (const auto& f : svgs) {
@@ -170,6 +194,12 @@ TEST_CASE("the quick report folder has its files, and index.html links every cha
   CHECK(html.find("http://") == std::string::npos);
   CHECK(html.find("https://") == std::string::npos);
   CHECK(html.find("<script") == std::string::npos);
+  // Tables are split by hardware and carry the bound columns.
+  for (const auto& hw : s.hardware) {
+    CHECK_MESSAGE(md.find("D 128, hardware " + hw + "\n") != std::string::npos, hw << " has no table in results.md");
+    CHECK_MESSAGE(html.find("D 128, hardware " + hw + "</h3>") != std::string::npos, hw << " has no table in index.html");
+  }
+  CHECK(md.find("| bound (ms) | step/bound |") != std::string::npos);
   for (const auto& solver : s.solvers) {
     CHECK_MESSAGE(html.find(">" + solver + "<") != std::string::npos, solver << " missing from index.html");
     CHECK_MESSAGE(md.find("| " + solver + " |") != std::string::npos, solver << " missing from results.md");
@@ -186,26 +216,27 @@ TEST_CASE("the quick CSV has the documented columns and a row for every solver o
   for (const auto& r : csv.rows) {
     CHECK_MESSAGE(r.at("status") == "ok", r.at("solver") << " failed on " << point_key(r) << ": " << r.at("error"));
     count[r.at("row") + "|" + r.at("mask") + "|" + r.at("cp_size") + "|" + r.at("heads_q") + ":" + r.at("heads_kv") +
-          "|" + r.at("stages") + "|" + r.at("solver") + "|" + r.at("pack")]++;
+          "|" + r.at("stages") + "|" + r.at("hardware") + "|" + r.at("solver") + "|" + r.at("pack")]++;
   }
   std::size_t expected_rows = 0;
   for (const auto& [q, kv] : s.heads)
     for (const auto& m : s.masks)
       for (int P : s.cp_sizes)
         for (int st : s.stages)
-          for (const auto& solver : s.solvers) {
-            const std::string k = m + "|" + std::to_string(P) + "|" + std::to_string(q) + ":" + std::to_string(kv) +
-                                  "|" + std::to_string(st) + "|" + solver + "|";
-            CHECK_MESSAGE(count["mean|" + k] == 1, "no mean row for " << k);
-            if (is_document_mask(m)) {
-              for (int pack = 0; pack < s.packs; ++pack)
-                CHECK_MESSAGE(count["pack|" + k + std::to_string(pack)] == 1, "no row for " << k << pack);
-              expected_rows += static_cast<std::size_t>(s.packs) + 1;
-            } else {
-              CHECK_MESSAGE(count["pack|" + k] == 1, "no row for " << k);
-              expected_rows += 2;
+          for (const auto& hw : s.hardware)
+            for (const auto& solver : s.solvers) {
+              const std::string k = m + "|" + std::to_string(P) + "|" + std::to_string(q) + ":" + std::to_string(kv) +
+                                    "|" + std::to_string(st) + "|" + hw + "|" + solver + "|";
+              CHECK_MESSAGE(count["mean|" + k] == 1, "no mean row for " << k);
+              if (is_document_mask(m)) {
+                for (int pack = 0; pack < s.packs; ++pack)
+                  CHECK_MESSAGE(count["pack|" + k + std::to_string(pack)] == 1, "no row for " << k << pack);
+                expected_rows += static_cast<std::size_t>(s.packs) + 1;
+              } else {
+                CHECK_MESSAGE(count["pack|" + k] == 1, "no row for " << k);
+                expected_rows += 2;
+              }
             }
-          }
   CHECK(csv.rows.size() == expected_rows);
 }
 
@@ -244,6 +275,12 @@ TEST_CASE("the quick CSV is consistent: reductions, USP closed form, baselines a
     CHECK(close(num(r, "step_ms"), num(r, "fwd_step_ms") + num(r, "bwd_step_ms")));
     CHECK(close(num(r, "exposed_comm_ms"), num(r, "fwd_exposed_comm_ms") + num(r, "bwd_exposed_comm_ms")));
     CHECK(num(r, "fwd_exposed_comm_ms") <= num(r, "fwd_step_ms") * (1 + 1e-9));
+    // The compute bound: positive, and no step beats it (it is perfect
+    // balance with free communication on the same profile).
+    const double bound = num(r, "compute_bound_ms");
+    CHECK(bound > 0);
+    CHECK(close(num(r, "step_over_bound"), num(r, "step_ms") / bound, 1e-8, 1e-12));
+    CHECK(num(r, "step_over_bound") >= 1.0 - 1e-9);
     // ilp is not compared here: nothing to measure a gap against.
     for (const char* col : {"gap_to_ilp_pct", "ilp_fwd_gib", "ilp_bound_gib", "ilp_proven"})
       CHECK_MESSAGE(r.at(col).empty(), col);
@@ -262,14 +299,15 @@ TEST_CASE("the quick CSV is consistent: reductions, USP closed form, baselines a
     for (const auto& r : csv.rows)
       if (r.at("row") == "pack" && r.at("mask") == m.at("mask") && r.at("cp_size") == m.at("cp_size") &&
           r.at("heads_q") == m.at("heads_q") && r.at("heads_kv") == m.at("heads_kv") &&
-          r.at("stages") == m.at("stages") && r.at("solver") == m.at("solver"))
+          r.at("stages") == m.at("stages") && r.at("hardware") == m.at("hardware") && r.at("solver") == m.at("solver"))
         packs.push_back(&r);
     CAPTURE(m.at("mask"));
     CAPTURE(m.at("cp_size"));
     CAPTURE(m.at("solver"));
+    CAPTURE(m.at("hardware"));
     REQUIRE(static_cast<int>(packs.size()) == std::stoi(m.at("packs")));
     for (const char* col : {"fwd_send_gib", "fwd_bottleneck_gib", "bwd_send_gib", "bwd_bottleneck_gib",
-                            "usp_placement_fwd_gib", "stage0_share", "latency_ms", "step_ms"}) {
+                            "usp_placement_fwd_gib", "stage0_share", "latency_ms", "step_ms", "compute_bound_ms"}) {
       double mean = 0;
       for (const auto* r : packs) mean += num(*r, col) / static_cast<double>(packs.size());
       CHECK_MESSAGE(close(num(m, col), mean, 1e-8, 1e-9), col);
@@ -282,6 +320,58 @@ TEST_CASE("the quick CSV is consistent: reductions, USP closed form, baselines a
     CHECK(close(num(m, "imbalance"), worst));
     CHECK(num(m, "feasible_packs") == feasible);
   }
+}
+
+TEST_CASE("the quick CSV's hardware axis: every row on every profile, one solve timed on each") {
+  const Csv csv = read_csv(fs::path(COMPARE_QUICK_DIR) / "results.csv");
+  REQUIRE(csv.header == kColumns);
+  const Sweep s = quick_sweep();
+  REQUIRE(s.hardware.size() >= 2);
+  std::set<std::string> seen;
+  // The compute bound is total compute / P: the same for every solver and
+  // stage count at a point on one profile.
+  std::map<std::string, std::pair<double, double>> bound_range;
+  // The area cost model does not take `hardware`: one solve per point, so the
+  // volumes are the same on every profile.
+  std::map<std::string, std::set<std::string>> volumes;
+  for (const auto& r : csv.rows) {
+    seen.insert(r.at("hardware"));
+    if (r.at("status") != "ok") continue;
+    const double b = num(r, "compute_bound_ms");
+    auto [it, fresh] = bound_range.emplace(r.at("row") + "/" + hw_point_key(r), std::make_pair(b, b));
+    it->second.first = std::min(it->second.first, b);
+    it->second.second = std::max(it->second.second, b);
+    volumes[r.at("row") + "/" + point_key(r) + "/" + r.at("stages") + "/" + r.at("solver")].insert(
+        r.at("fwd_send_gib") + "," + r.at("bwd_send_gib") + "," + r.at("imbalance"));
+  }
+  CHECK(seen == std::set<std::string>(s.hardware.begin(), s.hardware.end()));
+  for (const auto& [k, lohi] : bound_range) CHECK_MESSAGE(close(lohi.first, lohi.second, 1e-9), k);
+  for (const auto& [k, v] : volumes) CHECK_MESSAGE(v.size() == 1, k << " differs between profiles");
+}
+
+TEST_CASE("a slower inter-node fabric never shortens the step of the same plan") {
+  // compare_hardware_run: the quick config at P = 8 (one node) and 16 (two
+  // nodes) on h100_8x_nvlink and cluster_8gpu_ib, which differ only in the
+  // inter-node link (45 vs 22 GB/s).
+  const Csv csv = read_csv(fs::path(COMPARE_HARDWARE_DIR) / "results.csv");
+  REQUIRE(csv.header == kColumns);
+  CHECK_FALSE(csv.ragged);
+  std::map<std::string, std::map<std::string, double>> step;  // point/stages/solver -> hardware -> ms
+  for (const auto& r : csv.rows) {
+    REQUIRE(r.at("status") == "ok");
+    step[r.at("row") + "/" + point_key(r) + "/" + r.at("stages") + "/" + r.at("solver")][r.at("hardware")] =
+        num(r, "step_ms");
+  }
+  int slower = 0;
+  for (const auto& [k, by_hw] : step) {
+    CAPTURE(k);
+    REQUIRE(by_hw.size() == 2);
+    const double h100 = by_hw.at("h100_8x_nvlink"), cluster = by_hw.at("cluster_8gpu_ib");
+    CHECK(cluster >= h100 * (1 - 1e-12));
+    if (k.find("/8/") != std::string::npos) CHECK(close(cluster, h100, 1e-12));  // inside one node: equal
+    slower += cluster > h100 * (1 + 1e-6) ? 1 : 0;
+  }
+  CHECK(slower > 0);
 }
 
 TEST_CASE("a solver that cannot run is reported on every row, not skipped") {

@@ -3,10 +3,12 @@
 // Markdown, SVG charts, index.html).
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "commands.hpp"
+#include "compare_files.hpp"
 #include "compare_ilp.hpp"
 #include "compare_progress.hpp"
 #include "compare_report.hpp"
@@ -73,6 +75,9 @@ int cmd_compare(const Args& args) {
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir))
     throw Error(fmt::format("{}: cannot create the report folder{}", out_dir, ec ? ": " + ec.message() : ""));
+  // Held until the last file is written: a second compare into the same
+  // folder refuses at once instead of interleaving its files with ours.
+  const ReportFolderLock lock(dir);
 
   std::vector<std::string> mask_names, ps;
   for (auto k : spec.masks) mask_names.emplace_back(to_string(k));
@@ -80,9 +85,12 @@ int cmd_compare(const Args& args) {
   const long units = compare_work_units(cfg, spec);
   if (!quiet)
     fmt::print("compare   solvers {}; masks {}; P {}; {} pack(s) of document masks; {} head config(s); "
-               "stages {}; {} repeat(s){}\n          {} solver runs\n",
+               "stages {}; {} repeat(s){}{}\n          {} solver runs\n",
                join_names(spec.solvers), join_names(mask_names), join_names(ps), spec.packs.size(), spec.heads.size(),
-               fmt::join(spec.stages, ", "), spec.repeats, repeats_note(spec), units);
+               fmt::join(spec.stages, ", "), spec.repeats, repeats_note(spec),
+               spec.hardware.empty() ? std::string() : "; hardware " + join_names(spec.hardware), units);
+  // A log or pipe shows what runs before the (possibly long) sweep ends.
+  if (!quiet) std::fflush(stdout);
 
   const ConfigLoader loader = [&](const std::vector<std::string>& extra) {
     std::vector<std::string> sets = co.sets;

@@ -1,10 +1,11 @@
 // The CSV of `cpsched compare`: one row per (combination, pack) and one
 // aggregated row (mean over packs) per combination, full precision.
 #include <fmt/format.h>
-#include <fstream>
+#include <sstream>
 
 #include "compare_ilp.hpp"
 #include "compare_report.hpp"
+#include "cpsched/atomic_file.hpp"
 #include "cpsched/error.hpp"
 #include "report.hpp"
 
@@ -12,13 +13,14 @@ namespace cpsched::cli {
 
 const std::vector<std::string>& compare_csv_columns() {
   static const std::vector<std::string> cols = {
-      "row", "mask", "cp_size", "heads_q", "heads_kv", "head_dim", "stages", "solver", "pack", "packs", "status",
+      "row", "mask", "cp_size", "heads_q", "heads_kv", "head_dim", "stages", "hardware", "solver", "pack", "packs", "status",
       "fwd_send_gib", "fwd_bottleneck_gib", "bwd_send_gib", "bwd_bottleneck_gib",
       "usp_closed_form_fwd_gib", "usp_placement_fwd_gib", "usp_placement_bwd_gib",
       "fwd_reduction_vs_usp_closed_pct", "fwd_reduction_vs_usp_placement_pct", "bwd_reduction_vs_usp_placement_pct",
       "imbalance", "stage0_share", "feasible_packs",
       "latency_ms", "grid_ms", "solve_ms", "plan_ms",
       "fwd_step_ms", "bwd_step_ms", "step_ms", "fwd_exposed_comm_ms", "bwd_exposed_comm_ms", "exposed_comm_ms",
+      "compute_bound_ms", "step_over_bound",
       "gap_to_ilp_pct", "ilp_fwd_gib", "ilp_bound_gib", "ilp_proven",
       "error", "note"};
   return cols;
@@ -54,7 +56,8 @@ std::vector<std::string> record(const CompareRow& r) {
       r.aggregate ? "mean" : "pack",       r.mask,
       std::to_string(r.cp_size),           std::to_string(r.heads.q),
       std::to_string(r.heads.kv),          std::to_string(r.heads.dim),
-      std::to_string(r.stages),            r.solver,
+      std::to_string(r.stages),            r.hardware,
+      r.solver,
       r.pack >= 0 ? std::to_string(r.pack) : std::string(),
       std::to_string(r.packs),             r.ok ? "ok" : (r.skipped ? "skipped" : "error")};
   if (r.ok) {
@@ -67,13 +70,15 @@ std::vector<std::string> record(const CompareRow& r) {
         num(f.latency_ms), num(f.grid_ms), num(f.solve_ms), num(f.plan_ms),
         num(f.fwd_step_ms), num(f.bwd_step_ms), num(sum(f.fwd_step_ms, f.bwd_step_ms)),
         num(f.fwd_exposed_ms), num(f.bwd_exposed_ms), num(sum(f.fwd_exposed_ms, f.bwd_exposed_ms)),
+        // Mean rows: ratio of means (mean step over mean bound), as the gap to ilp.
+        num(f.compute_bound_ms), num(step_over_bound(f)),
         // Mean rows: ratio of means (mean fwd send over mean ilp fwd send).
         num(gap_to_ilp_pct(f.fwd_send, f.ilp_fwd)), gib_of(f.ilp_fwd), gib_of(f.ilp_bound),
         // Mean rows: 1 only when every pack was proven optimal.
         f.ilp_proven_packs ? std::string(*f.ilp_proven_packs == r.packs ? "1" : "0") : std::string()};
     v.insert(v.end(), figs.begin(), figs.end());
   } else {
-    v.insert(v.end(), 27, std::string());
+    v.resize(compare_csv_columns().size() - 2);  // every figure empty; error and note follow
   }
   v.push_back(csv_text(r.error));
   v.push_back(csv_text(r.note));
@@ -83,8 +88,7 @@ std::vector<std::string> record(const CompareRow& r) {
 }  // namespace
 
 void write_compare_csv(const std::filesystem::path& file, const CompareResult& res) {
-  std::ofstream out(file);
-  if (!out) throw Error(fmt::format("{}: cannot write the CSV report", file.string()));
+  std::ostringstream out;
   auto line = [&](const std::vector<std::string>& cells) {
     for (std::size_t i = 0; i < cells.size(); ++i) out << (i ? "," : "") << cells[i];
     out << "\n";
@@ -92,7 +96,7 @@ void write_compare_csv(const std::filesystem::path& file, const CompareResult& r
   line(compare_csv_columns());
   for (const auto& r : res.per_pack) line(record(r));
   for (const auto& r : res.aggregated) line(record(r));
-  if (!out) throw Error(fmt::format("{}: write failed", file.string()));
+  write_file_atomic(file, out.str());
 }
 
 }  // namespace cpsched::cli

@@ -2,9 +2,10 @@
 // links only, so the folder opens in a browser from disk (no server, no scripts).
 #include "cpsched/xml_escape.hpp"
 #include <fmt/format.h>
-#include <fstream>
+#include <sstream>
 
 #include "compare_report.hpp"
+#include "cpsched/atomic_file.hpp"
 #include "cpsched/error.hpp"
 
 namespace cpsched::cli {
@@ -25,8 +26,7 @@ tr.newp td{border-top:2px solid #999}
 
 void write_compare_html(const std::filesystem::path& file, const std::vector<TextTable>& tables,
                         const std::vector<ChartFile>& charts, const ReportContext& ctx) {
-  std::ofstream h(file);
-  if (!h) throw Error(fmt::format("{}: cannot write the HTML report", file.string()));
+  std::ostringstream h;
   h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>cpsched compare</title>\n<style>"
     << kStyle << "</style></head><body>\n";
   h << "<h1>cpsched compare</h1>\n";
@@ -40,7 +40,10 @@ void write_compare_html(const std::filesystem::path& file, const std::vector<Tex
   if (!ctx.timing_label.empty())
     h << " <em>step</em> and <em>exposed</em>: simulated forward + backward time and exposed communication "
          "(worst rank), "
-      << xml_escape(ctx.timing_label) << ".";
+      << xml_escape(ctx.timing_label)
+      << ". <em>bound</em>: the compute bound on the section's hardware (total attention compute / P: perfect "
+         "balance, free communication); <em>step/bound</em>: how far the step is above it (1 is the ideal; a "
+         "ratio of means over packs).";
   h << "</p>\n";
   for (const auto& w : ctx.warnings) h << "<p class=\"note\">note: " << xml_escape(w) << "</p>\n";
 
@@ -79,6 +82,7 @@ void write_compare_html(const std::filesystem::path& file, const std::vector<Tex
   }
   if (!group.empty()) h << "</div>\n";
   h << "</body></html>\n";
+  write_file_atomic(file, h.str());
 }
 
 }  // namespace cpsched::cli

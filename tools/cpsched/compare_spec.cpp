@@ -92,7 +92,7 @@ class Reader {
 
 const std::vector<std::string> kKeys = {"solvers", "masks",   "cp_sizes",  "packs",  "heads",
                                         "stages",  "repeats", "reference", "timing", "max_cp_size",
-                                        "repeats_per_solver"};
+                                        "repeats_per_solver", "hardware"};
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
@@ -107,21 +107,26 @@ void check_unique(const Reader& r, const std::vector<T>& v, const std::string& k
     if (!seen.insert(x).second) r.fail(key, fmt::format("'{}' is listed twice", x));
 }
 
-void read_timing(const Reader& r, const YAML::Node& n, CompareSpec& spec) {
+// Returns whether `timing.hardware` was given.
+bool read_timing(const Reader& r, const YAML::Node& n, CompareSpec& spec) {
   if (n.IsNull() || (n.IsScalar() && (n.Scalar() == "none" || n.Scalar() == "false" || n.Scalar() == "off"))) {
     spec.timing = false;
-    return;
+    return false;
   }
   if (!n.IsMap()) r.fail("timing", "expected {executor: sim, hardware: NAME} or 'none', got " + Reader::describe(n));
+  bool hardware = false;
   for (const auto& kv : n) {
     const std::string k = kv.first.Scalar();
-    if (k == "executor")
+    if (k == "executor") {
       spec.timing_executor = r.to_string(kv.second, "timing.executor");
-    else if (k == "hardware")
-      spec.hardware = r.to_string(kv.second, "timing.hardware");
-    else
+    } else if (k == "hardware") {
+      spec.hardware = {r.to_string(kv.second, "timing.hardware")};
+      hardware = true;
+    } else {
       r.fail("timing." + k, "unknown key; known: executor, hardware");
+    }
   }
+  return hardware;
 }
 
 HeadConfig read_heads(const Reader& r, const YAML::Node& n, const std::string& key, const Heads& base) {
@@ -140,6 +145,40 @@ HeadConfig read_heads(const Reader& r, const YAML::Node& n, const std::string& k
   }
   if (h.q % h.kv != 0) r.fail(key, fmt::format("q = {} heads is not a multiple of kv = {}", h.q, h.kv));
   return h;
+}
+
+// compare.hardware (a list or one name) or compare.timing.hardware (one name),
+// not both; every profile is loaded here so that a bad name fails before the sweep.
+void read_hardware(const Reader& r, const YAML::Node& n, bool timing_hardware, const Config& cfg,
+                   const Registry& reg, CompareSpec& spec) {
+  const bool given = n.IsDefined() && !n.IsNull();
+  if (given && timing_hardware)
+    r.fail("hardware", "compare.hardware and compare.timing.hardware both give the hardware; keep one "
+                       "(compare.hardware takes a list, compare.timing.hardware one profile)");
+  if (given) {
+    spec.hardware.clear();
+    for (const auto& e : r.list(n, "hardware")) spec.hardware.push_back(r.to_string(e, "hardware"));
+    check_unique(r, spec.hardware, "hardware");
+  }
+  for (const auto& p : reg.plugins())
+    if (p.kind == PluginKind::cost_model && p.name == cfg.cost_model.name)
+      for (const auto& ps : p.params) spec.cost_model_hardware = spec.cost_model_hardware || ps.name == "hardware";
+  if (!spec.timing && !spec.cost_model_hardware) {
+    if (given)
+      r.fail("hardware", fmt::format("has no effect: compare.timing is none and cost model '{}' has no `hardware` "
+                                     "parameter; remove compare.hardware or turn timing on",
+                                     cfg.cost_model.name));
+    spec.hardware.clear();
+    return;
+  }
+  const std::string key = timing_hardware ? "timing.hardware" : "hardware";
+  for (const auto& name : spec.hardware) {
+    try {
+      spec.hardware_profiles.push_back(resolve_hardware_profile(name));
+    } catch (const Error& e) {
+      r.fail(key, e.what());
+    }
+  }
 }
 
 }  // namespace
@@ -250,7 +289,9 @@ CompareSpec read_compare_spec(const Config& cfg, const Registry& reg, const std:
   } else if (std::find(found.begin(), found.end(), spec.reference) == found.end()) {
     spec.reference.clear();
   }
-  if (const auto n = get("timing"); n.IsDefined()) read_timing(r, n, spec);
+  bool timing_hardware = false;
+  if (const auto n = get("timing"); n.IsDefined()) timing_hardware = read_timing(r, n, spec);
+  read_hardware(r, get("hardware"), timing_hardware, cfg, reg, spec);
   if (const auto n = get("max_cp_size"); n.IsDefined() && !n.IsNull()) {
     if (!n.IsMap()) r.fail("max_cp_size", "expected a map {solver: P}, got " + Reader::describe(n));
     for (const auto& kv : n) {

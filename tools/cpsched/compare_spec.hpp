@@ -13,16 +13,24 @@
 //     repeats_per_solver: {ilp: 1}      # per-solver override; default: 1 for a solver with a
 //                                       # `time_limit_s` parameter (its solve costs that long), else `repeats`
 //     reference: usp                    # the solver whose placement is the "usp placement" baseline
-//     timing: {executor: sim, hardware: h100_8x_nvlink}   # or `timing: none`
+//     timing: {executor: sim}           # or `timing: none`; `hardware: NAME` here is the
+//                                       # one-profile form of compare.hardware (not both)
+//     hardware: [h100_8x_nvlink, cluster_8gpu_ib]   # a sweep axis: profile names or YAML paths
 //     max_cp_size: {ilp: 16}            # run a slow solver only up to this P (rows above say "skipped")
 //
 // Every other mask parameter (histogram, seed, window, ...) comes from
 // problem.mask; packs apply only to document masks sampled from a histogram.
+//
+// Hardware is an axis of its own: every row carries its profile. Timing runs
+// the executor on each profile; when the cost model plugin declares a
+// `hardware` parameter the solvers see a cost model per profile (so they are
+// solved per profile), otherwise one solve per point is timed on every profile.
 #include <map>
 #include <string>
 #include <vector>
 
 #include "cpsched/config.hpp"
+#include "cpsched/hardware.hpp"
 #include "cpsched/registry.hpp"
 
 namespace cpsched::cli {
@@ -45,7 +53,12 @@ struct CompareSpec {
   std::string reference = "usp";   // empty: no baseline plugin was found
   bool timing = true;
   std::string timing_executor = "sim";
-  std::string hardware = "h100_8x_nvlink";
+  // The hardware axis: names as given (bundled names or paths) and their
+  // profiles. Empty when nothing uses a profile (timing off and a cost model
+  // without a `hardware` parameter): rows then carry no hardware.
+  std::vector<std::string> hardware = {"h100_8x_nvlink"};
+  std::vector<HardwareProfile> hardware_profiles;
+  bool cost_model_hardware = false;  // the cost model plugin declares `hardware`
   std::map<std::string, int> max_cp_size;  // per solver; absent: no limit
 };
 

@@ -14,9 +14,15 @@
 #include "cpsched/error.hpp"
 #include "cpsched/metrics.hpp"
 #include "cpsched/plan_builder.hpp"
+#include "cpsched/timing.hpp"
 #include "report.hpp"
 
 namespace cpsched::cli {
+
+std::optional<double> step_over_bound(const CompareFigures& f) {
+  if (!f.fwd_step_ms || !f.bwd_step_ms || !f.compute_bound_ms || *f.compute_bound_ms <= 0) return std::nullopt;
+  return (*f.fwd_step_ms + *f.bwd_step_ms) / *f.compute_bound_ms;
+}
 
 std::optional<double> reduction_pct(double value, std::optional<double> baseline) {
   if (!baseline || *baseline <= 0) return std::nullopt;
@@ -37,6 +43,21 @@ double median(std::vector<double> v) {
   const std::size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
+
+// One profile of the hardware axis and its timing executor.
+struct HwSlot {
+  std::string name;                          // as given; empty: no hardware axis
+  const HardwareProfile* profile = nullptr;  // null: no hardware axis
+  std::unique_ptr<TimingRunner> timing;      // null: timing off or its executor missing
+};
+
+// The solvers see one cost model per group and solve once per group; every
+// profile of the group times the same plans. One group holding every profile
+// unless the cost model takes `hardware`, then one group per profile.
+struct CostGroup {
+  std::unique_ptr<CostModel> cost;
+  std::vector<const HwSlot*> slots;
+};
 
 // A solver made once for the whole sweep, with the parameter block the config
 // gives it; a setup failure is kept and reported on every row of the solver.
@@ -77,18 +98,28 @@ std::shared_ptr<const Problem> make_point_problem(const Config& cfg, MaskKind ki
   return std::make_shared<const Problem>(make_problem(c));
 }
 
-// One solver on one problem: `h.repeats` runs of the whole path (grid, solve,
-// plan for each stage count), metrics of the last, timing of each plan.
-std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<const Problem>& problem,
-                                   const CostModel& cost, const CompareSpec& spec, TimingRunner* timing,
-                                   const CompareRow& base) {
+// The rows of one solver at one point: for each profile of `slots`, one per stage count.
+std::vector<CompareRow> point_rows(const CompareRow& base, const std::string& solver,
+                                   const std::vector<const HwSlot*>& slots, const std::vector<int>& stages) {
   std::vector<CompareRow> rows;
-  for (int st : spec.stages) {
-    CompareRow r = base;
-    r.solver = h.name;
-    r.stages = st;
-    rows.push_back(r);
-  }
+  for (const HwSlot* hw : slots)
+    for (int st : stages) {
+      CompareRow r = base;
+      r.solver = solver;
+      r.hardware = hw->name;
+      r.stages = st;
+      rows.push_back(std::move(r));
+    }
+  return rows;
+}
+
+// One solver on one problem: `h.repeats` runs of the whole path (grid, solve,
+// plan for each stage count), metrics of the last, timing of each plan on
+// every profile of `slots`. Rows: [profile][stage count].
+std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<const Problem>& problem,
+                                   const CostModel& cost, const CompareSpec& spec,
+                                   const std::vector<const HwSlot*>& slots, const CompareRow& base) {
+  std::vector<CompareRow> rows = point_rows(base, h.name, slots, spec.stages);
   auto fail_all = [&](const std::string& msg) {
     for (auto& r : rows) {
       r.ok = false;
@@ -132,8 +163,11 @@ std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<
   const Metrics m = compute_metrics(a);
   const Problem& p = *problem;
   const int u = usp_ulysses_degree(p.cp_size(), p.heads.kv);
-  for (std::size_t s = 0; s < ns; ++s) {
-    CompareFigures& f = rows[s].f;
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    const std::size_t s = k % ns;
+    const HwSlot& hw = *slots[k / ns];
+    CompareRow& row = rows[k];
+    CompareFigures& f = row.f;
     f.fwd_send = static_cast<double>(m.fwd.total_send);
     f.fwd_bottleneck = static_cast<double>(m.fwd.bottleneck);
     f.bwd_send = static_cast<double>(m.bwd.total_send);
@@ -146,23 +180,30 @@ std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<
     f.solve_ms = median(solve_ms);
     f.plan_ms = median(plan_ms[s]);
     f.latency_ms = median(total_ms[s]);
-    rows[s].note = a.feasible ? "" : "balance target not met";
-    if (!a.note.empty() && !a.feasible) rows[s].note += ": " + a.note;
+    row.note = a.feasible ? "" : "balance target not met";
+    if (!a.note.empty() && !a.feasible) row.note += ": " + a.note;
     if (h.name == kIlpSolver && a.feasible) {
       if (const auto n = parse_ilp_note(a.note); n && n->total_objective) {
         f.ilp_bound = n->bound_bytes;
         f.ilp_proven_packs = n->proven ? 1 : 0;
         if (!n->proven)
-          rows[s].note = fmt::format("not proven optimal: bound {:.3f} GiB, gap {:.2f} %", gib(n->bound_bytes),
-                                     n->incumbent_bytes > 0 ? 100.0 * (1.0 - n->bound_bytes / n->incumbent_bytes) : 0.0);
+          row.note = fmt::format("not proven optimal: bound {:.3f} GiB, gap {:.2f} %", gib(n->bound_bytes),
+                                 n->incumbent_bytes > 0 ? 100.0 * (1.0 - n->bound_bytes / n->incumbent_bytes) : 0.0);
       } else {
-        rows[s].note = "bound unknown (objective not `total`, or the note's format changed): " + a.note;
+        row.note = "bound unknown (objective not `total`, or the note's format changed): " + a.note;
       }
     }
-    if (timing != nullptr) {
+    if (hw.profile != nullptr) {
+      try {
+        f.compute_bound_ms = 1e3 * compute_bound(p, plans[s], *hw.profile);
+      } catch (const Error& e) {
+        row.note += (row.note.empty() ? "" : "; ") + ("compute bound: " + std::string(e.what()));
+      }
+    }
+    if (hw.timing != nullptr) {
       std::string why;
-      if (!timing->measure(problem, a, plans[s], f, why))
-        rows[s].note += (rows[s].note.empty() ? "" : "; ") + ("timing: " + why);
+      if (!hw.timing->measure(problem, a, plans[s], f, why))
+        row.note += (row.note.empty() ? "" : "; ") + ("timing: " + why);
     }
   }
   return rows;
@@ -228,7 +269,7 @@ CompareRow aggregate(const std::vector<const CompareRow*>& group) {
     return out;
   }
   const double n = static_cast<double>(group.size());
-  bool have_ref = true, have_time = true, have_ilp = true, have_bound = true;
+  bool have_ref = true, have_time = true, have_ilp = true, have_bound = true, have_cb = true;
   for (const CompareRow* r : group) {
     const CompareFigures& g = r->f;
     f.fwd_send += g.fwd_send / n;
@@ -246,6 +287,7 @@ CompareRow aggregate(const std::vector<const CompareRow*>& group) {
     have_ref = have_ref && g.ref_fwd && g.ref_bwd;
     have_ilp = have_ilp && g.ilp_fwd;
     have_bound = have_bound && g.ilp_bound && g.ilp_proven_packs;
+    have_cb = have_cb && g.compute_bound_ms;
     have_time = have_time && g.fwd_step_ms && g.bwd_step_ms && g.fwd_exposed_ms && g.bwd_exposed_ms;
   }
   auto mean_of = [&](std::optional<double> CompareFigures::*field) {
@@ -270,6 +312,7 @@ CompareRow aggregate(const std::vector<const CompareRow*>& group) {
     f.fwd_exposed_ms = mean_of(&CompareFigures::fwd_exposed_ms);
     f.bwd_exposed_ms = mean_of(&CompareFigures::bwd_exposed_ms);
   }
+  if (have_cb) f.compute_bound_ms = mean_of(&CompareFigures::compute_bound_ms);
   if (f.feasible_packs < out.packs)
     out.note = fmt::format("balance target not met on {} of {} packs", out.packs - f.feasible_packs, out.packs);
   else if (f.ilp_proven_packs && *f.ilp_proven_packs < out.packs)
@@ -280,13 +323,63 @@ CompareRow aggregate(const std::vector<const CompareRow*>& group) {
   return out;
 }
 
+// One group per profile when the cost model takes `hardware`, else one.
+std::size_t cost_group_count(const CompareSpec& spec) {
+  return spec.cost_model_hardware && !spec.hardware.empty() ? spec.hardware.size() : 1;
+}
+
+std::string join_names(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
 }  // namespace
 
 CompareResult run_compare(const Config& cfg, const CompareSpec& spec, const Registry& reg, const ConfigLoader& load,
                           Progress& progress) {
   CompareResult res;
+  res.hardware = spec.hardware;
+
+  // The hardware axis (one unnamed slot when there is none).
+  std::vector<HwSlot> slots(spec.hardware.empty() ? 1 : spec.hardware.size());
+  for (std::size_t i = 0; i < spec.hardware.size(); ++i) {
+    slots[i].name = spec.hardware[i];
+    slots[i].profile = &spec.hardware_profiles.at(i);
+  }
+  if (spec.timing && !spec.hardware.empty()) {
+    std::string why;
+    for (auto& slot : slots) {
+      slot.timing = make_timing_runner(spec, slot.name, reg, load, why);
+      if (!slot.timing) break;  // the executor plugin is missing: the same for every profile
+    }
+    if (slots.back().timing)
+      res.timing_label = fmt::format("{} executor on hardware {}", spec.timing_executor, join_names(spec.hardware));
+    else
+      res.warnings.push_back("timing columns left empty: " + why);
+  }
+
+  // Cost models: validated as `run` does, then one per profile when the plugin takes `hardware`.
   const Params cost_params = resolve_selection(reg, static_cast<int>(PluginKind::cost_model), cfg.cost_model);
-  const auto cost = reg.make_cost_model(cfg.cost_model.name, cost_params);
+  std::vector<CostGroup> groups(cost_group_count(spec));
+  if (!spec.cost_model_hardware || spec.hardware.empty()) {
+    groups[0].cost = reg.make_cost_model(cfg.cost_model.name, cost_params);
+    for (const auto& slot : slots) groups[0].slots.push_back(&slot);
+  } else {
+    res.solved_per_hardware = true;
+    const PluginInfo& info = reg.find(PluginKind::cost_model, cfg.cost_model.name);
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      Params given = cfg.cost_model.given_params();
+      given.set("hardware", slots[g].name);
+      try {
+        groups[g].cost = reg.make_cost_model(cfg.cost_model.name, reg.resolve_params(info, given));
+      } catch (const Error& e) {
+        throw Error(fmt::format("compare.hardware: cost model '{}' with hardware '{}': {}", cfg.cost_model.name,
+                                slots[g].name, e.what()));
+      }
+      groups[g].slots = {&slots[g]};
+    }
+  }
 
   std::vector<SolverHandle> handles;
   for (const auto& name : spec.solvers) handles.push_back(make_handle(name, reg, load, spec));
@@ -302,16 +395,7 @@ CompareResult run_compare(const Config& cfg, const CompareSpec& spec, const Regi
     ref_handle = make_handle(spec.reference, reg, load, spec);
 
   std::set<std::string> ref_failures;
-  std::unique_ptr<TimingRunner> timing;
-  if (spec.timing) {
-    std::string why;
-    timing = make_timing_runner(spec, reg, load, why);
-    if (timing)
-      res.timing_label = timing->label();
-    else
-      res.warnings.push_back("timing columns left empty: " + why);
-  }
-
+  const std::size_t ns = spec.stages.size();
   for (const auto& h : spec.heads)
     for (MaskKind kind : spec.masks) {
       const bool packed = mask_uses_packs(cfg.mask, kind);
@@ -330,68 +414,77 @@ CompareResult run_compare(const Config& cfg, const CompareSpec& spec, const Regi
           } catch (const Error& e) {
             problem_error = e.what();
           }
-          // Solve the reference first: every row of this point needs its volumes.
-          std::vector<std::vector<CompareRow>> out(handles.size());
-          std::optional<std::pair<double, double>> ref;
+          // out[solver][group]: rows [profile][stage count]. The reference
+          // runs first: every row of this point needs its volumes.
+          std::vector<std::vector<std::vector<CompareRow>>> out(handles.size(),
+                                                                std::vector<std::vector<CompareRow>>(groups.size()));
+          std::vector<std::optional<std::pair<double, double>>> ref(groups.size());
           auto run_index = [&](std::size_t i) {
-            CompareRow b = base;
-            if (!problem) {
-              for (int st : spec.stages) {
-                CompareRow r = b;
-                r.solver = handles[i].name;
-                r.stages = st;
-                r.ok = false;
-                r.error = problem_error;
-                out[i].push_back(r);
+            for (std::size_t g = 0; g < groups.size(); ++g) {
+              if (!problem) {
+                out[i][g] = point_rows(base, handles[i].name, groups[g].slots, spec.stages);
+                for (auto& r : out[i][g]) {
+                  r.ok = false;
+                  r.error = problem_error;
+                }
+              } else {
+                out[i][g] = run_solver(handles[i], problem, *groups[g].cost, spec, groups[g].slots, base);
               }
-            } else {
-              out[i] = run_solver(handles[i], problem, *cost, spec, timing.get(), b);
+              progress.step(point_label(base) + " " + handles[i].name +
+                            (groups.size() > 1 ? " " + groups[g].slots.front()->name : std::string()));
             }
-            progress.step(point_label(base) + " " + handles[i].name);
           };
           if (ref_listed) {
             run_index(ref_index);
-            if (out[ref_index].front().ok)
-              ref = std::make_pair(out[ref_index].front().f.fwd_send, out[ref_index].front().f.bwd_send);
+            for (std::size_t g = 0; g < groups.size(); ++g)
+              if (const CompareRow& r = out[ref_index][g].front(); r.ok) ref[g] = std::make_pair(r.f.fwd_send, r.f.bwd_send);
           } else if (problem && !spec.reference.empty()) {
-            std::string why;
-            ref = reference_volumes(ref_handle, problem, *cost, why);
-            // Not a compared solver, so no row shows its failure: say it once per message.
-            if (!ref && ref_failures.insert(why).second)
-              res.warnings.push_back(fmt::format("baseline `{}` failed (its columns are left empty where it did): {}",
-                                                 spec.reference, why));
+            for (std::size_t g = 0; g < groups.size(); ++g) {
+              std::string why;
+              ref[g] = reference_volumes(ref_handle, problem, *groups[g].cost, why);
+              // Not a compared solver, so no row shows its failure: say it once per message.
+              if (!ref[g] && ref_failures.insert(why).second)
+                res.warnings.push_back(fmt::format(
+                    "baseline `{}` failed (its columns are left empty where it did): {}", spec.reference, why));
+            }
           }
           for (std::size_t i = 0; i < handles.size(); ++i)
             if (!(ref_listed && i == ref_index)) run_index(i);
-          // ilp's forward send per stage count, where it ran and met its balance target.
-          std::vector<std::optional<double>> ilp_fwd(spec.stages.size());
-          if (ilp_index < out.size())
-            for (std::size_t s = 0; s < out[ilp_index].size() && s < ilp_fwd.size(); ++s)
-              if (const CompareRow& r = out[ilp_index][s]; r.ok && r.f.feasible_packs == 1) ilp_fwd[s] = r.f.fwd_send;
-          for (auto& rows : out)
-            for (std::size_t s = 0; s < rows.size(); ++s) {
-              CompareRow& r = rows[s];
-              if (r.ok && s < ilp_fwd.size()) r.f.ilp_fwd = ilp_fwd[s];
-              if (r.ok && ref) {
-                r.f.ref_fwd = ref->first;
-                r.f.ref_bwd = ref->second;
+          for (std::size_t g = 0; g < groups.size(); ++g) {
+            // ilp's forward send per stage count (the same on every profile of
+            // the group: one solve), where it ran and met its balance target.
+            std::vector<std::optional<double>> ilp_fwd(ns);
+            if (ilp_index < out.size())
+              for (std::size_t s = 0; s < ns && s < out[ilp_index][g].size(); ++s)
+                if (const CompareRow& r = out[ilp_index][g][s]; r.ok && r.f.feasible_packs == 1) ilp_fwd[s] = r.f.fwd_send;
+            for (auto& per_solver : out)
+              for (std::size_t k = 0; k < per_solver[g].size(); ++k) {
+                CompareRow& r = per_solver[g][k];
+                if (r.ok) r.f.ilp_fwd = ilp_fwd[k % ns];
+                if (r.ok && ref[g]) {
+                  r.f.ref_fwd = ref[g]->first;
+                  r.f.ref_bwd = ref[g]->second;
+                }
               }
-              res.per_pack.push_back(std::move(r));
-            }
+          }
+          // Sweep order within a point: solver, profile, stage count.
+          for (auto& per_solver : out)
+            for (auto& rows : per_solver)
+              for (auto& r : rows) res.per_pack.push_back(std::move(r));
         }
     }
 
-  // Group by (heads, mask, P, stages, solver) in order of first appearance.
-  using Key = std::tuple<int, int, int, std::string, int, int, std::string>;
+  // Group by (heads, mask, P, stages, hardware, solver) in order of first appearance.
+  using Key = std::tuple<int, int, int, std::string, int, int, std::string, std::string>;
   std::map<Key, std::size_t> index;
-  std::vector<std::vector<const CompareRow*>> groups;
+  std::vector<std::vector<const CompareRow*>> agg_groups;
   for (const auto& r : res.per_pack) {
-    const Key k{r.heads.q, r.heads.kv, r.heads.dim, r.mask, r.cp_size, r.stages, r.solver};
-    auto [it, fresh] = index.emplace(k, groups.size());
-    if (fresh) groups.emplace_back();
-    groups[it->second].push_back(&r);
+    const Key k{r.heads.q, r.heads.kv, r.heads.dim, r.mask, r.cp_size, r.stages, r.hardware, r.solver};
+    auto [it, fresh] = index.emplace(k, agg_groups.size());
+    if (fresh) agg_groups.emplace_back();
+    agg_groups[it->second].push_back(&r);
   }
-  for (const auto& g : groups) res.aggregated.push_back(aggregate(g));
+  for (const auto& g : agg_groups) res.aggregated.push_back(aggregate(g));
   return res;
 }
 
@@ -399,7 +492,8 @@ long compare_work_units(const Config& cfg, const CompareSpec& spec) {
   long n = 0;
   for (MaskKind kind : spec.masks)
     n += static_cast<long>(mask_uses_packs(cfg.mask, kind) ? spec.packs.size() : 1);
-  return n * static_cast<long>(spec.heads.size() * spec.cp_sizes.size() * spec.solvers.size());
+  return n * static_cast<long>(spec.heads.size() * spec.cp_sizes.size() * spec.solvers.size() *
+                               cost_group_count(spec));
 }
 
 }  // namespace cpsched::cli

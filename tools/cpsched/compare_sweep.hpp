@@ -37,13 +37,22 @@ struct CompareFigures {
   // From the timing executor (absent when timing is off or it is missing).
   std::optional<double> fwd_step_ms, bwd_step_ms;
   std::optional<double> fwd_exposed_ms, bwd_exposed_ms;
+  // The plan's compute bound on the row's hardware (cpsched::compute_bound:
+  // total compute / P, free communication); absent without a profile.
+  // Aggregated: the mean, so step / bound on a mean row is a ratio of means.
+  std::optional<double> compute_bound_ms;
 };
+
+// Step time over the compute bound (>= 1 up to the imbalance); nullopt when
+// either is missing.
+std::optional<double> step_over_bound(const CompareFigures& f);
 
 struct CompareRow {
   std::string mask;
   int cp_size = 0;
   HeadConfig heads;
   int stages = 1;
+  std::string hardware;     // the profile as given in compare.hardware; empty: no hardware axis
   std::string solver;
   int pack = -1;            // -1: the mask does not depend on the pack
   bool aggregate = false;   // the mean over packs
@@ -60,9 +69,13 @@ std::optional<double> reduction_pct(double value, std::optional<double> baseline
 
 struct CompareResult {
   std::vector<CompareRow> per_pack;    // sweep order
-  std::vector<CompareRow> aggregated;  // one per (heads, mask, P, stages, solver)
+  std::vector<CompareRow> aggregated;  // one per (heads, mask, P, stages, hardware, solver)
   std::vector<std::string> warnings;   // said once, printed by the caller
-  std::string timing_label;            // e.g. "sim, hardware h100_8x_nvlink"; empty: no timing
+  std::string timing_label;            // e.g. "sim executor on hardware h100_8x_nvlink"; empty: no timing
+  std::vector<std::string> hardware;   // the hardware axis in order (empty: none)
+  // Solved once per profile (the cost model takes `hardware`): volumes,
+  // imbalance and latency then differ by hardware too.
+  bool solved_per_hardware = false;
 };
 
 // Loads the config again with extra --set overrides (to read the parameter

@@ -2,12 +2,13 @@
 // terminal and as Markdown.
 #include <algorithm>
 #include <fmt/format.h>
-#include <fstream>
+#include <sstream>
 #include <map>
 #include <tuple>
 
 #include "compare_ilp.hpp"
 #include "compare_report.hpp"
+#include "cpsched/atomic_file.hpp"
 #include "cpsched/error.hpp"
 #include "report.hpp"
 
@@ -21,6 +22,7 @@ std::string opt_fmt(std::optional<double> v, const char* spec) {
 
 std::string section_title(const CompareRow& r, int packs) {
   std::string t = fmt::format("{}, heads {}:{}, D {}", r.mask, r.heads.q, r.heads.kv, r.heads.dim);
+  if (!r.hardware.empty()) t += ", hardware " + r.hardware;
   if (packs > 1) t += fmt::format(", mean of {} packs (imbalance: worst pack)", packs);
   return t;
 }
@@ -32,9 +34,10 @@ std::vector<TextTable> summary_tables(const CompareResult& res, const CompareSpe
   const bool timing = !res.timing_label.empty();
   const bool with_ilp = std::find(spec.solvers.begin(), spec.solvers.end(), kIlpSolver) != spec.solvers.end();
   std::vector<TextTable> tables;
-  std::map<std::tuple<int, int, int, std::string>, std::size_t> index;
+  // One section per (heads, mask, hardware).
+  std::map<std::tuple<int, int, int, std::string, std::string>, std::size_t> index;
   for (const CompareRow& r : res.aggregated) {
-    const auto key = std::make_tuple(r.heads.q, r.heads.kv, r.heads.dim, r.mask);
+    const auto key = std::make_tuple(r.heads.q, r.heads.kv, r.heads.dim, r.mask, r.hardware);
     auto [it, fresh] = index.emplace(key, tables.size());
     if (fresh) {
       TextTable t;
@@ -57,8 +60,8 @@ std::vector<TextTable> summary_tables(const CompareResult& res, const CompareSpe
         t.units.insert(t.units.begin() + at, "% fwd");
       }
       if (timing) {
-        t.headers.insert(t.headers.end(), {"step", "exposed"});
-        t.units.insert(t.units.end(), {"ms", "ms"});
+        t.headers.insert(t.headers.end(), {"step", "bound", "step/bound", "exposed"});
+        t.units.insert(t.units.end(), {"ms", "ms", "", "ms"});
       }
       t.headers.emplace_back("note");
       t.units.emplace_back("");
@@ -87,13 +90,15 @@ std::vector<TextTable> summary_tables(const CompareResult& res, const CompareSpe
       if (timing) {
         const bool have = f.fwd_step_ms && f.bwd_step_ms;
         row.push_back(have ? fmt::format("{:.3f}", *f.fwd_step_ms + *f.bwd_step_ms) : "-");
+        row.push_back(opt_fmt(f.compute_bound_ms, "{:.3f}"));
+        row.push_back(opt_fmt(step_over_bound(f), "{:.3f}"));
         row.push_back(have && f.fwd_exposed_ms && f.bwd_exposed_ms
                           ? fmt::format("{:.3f}", *f.fwd_exposed_ms + *f.bwd_exposed_ms)
                           : "-");
       }
       row.push_back(r.note);
     } else {
-      const std::size_t values = 9 + (timing ? 2 : 0) + (with_ilp ? 1 : 0);
+      const std::size_t values = 9 + (timing ? 4 : 0) + (with_ilp ? 1 : 0);
       row.insert(row.end(), values, "-");
       row.push_back(r.skipped ? r.error : "FAILED: " + r.error);
     }
@@ -157,8 +162,7 @@ std::string md_escape(const std::string& s) {
 
 void write_compare_markdown(const std::filesystem::path& file, const std::vector<TextTable>& tables,
                             const ReportContext& ctx, const std::vector<std::string>& chart_files) {
-  std::ofstream md(file);
-  if (!md) throw Error(fmt::format("{}: cannot write the Markdown report", file.string()));
+  std::ostringstream md;
   md << "# cpsched compare\n\n";
   md << "Regenerate: `" << ctx.command << "`\n\n";
   md << "Volumes are the mean total bytes sent by all ranks per pass (GiB); *bneck* is the largest per-rank "
@@ -176,7 +180,10 @@ void write_compare_markdown(const std::filesystem::path& file, const std::vector
   if (!ctx.timing_label.empty())
     md << "; *step* the simulated forward + backward time and *exposed* the communication nothing hides "
           "(worst rank, fwd + bwd), from the "
-       << ctx.timing_label;
+       << ctx.timing_label
+       << "; *bound* the compute bound on the section's hardware (the plan's total attention compute / P: "
+          "perfect balance, free communication) and *step/bound* how far the step is above it (1 is the "
+          "ideal; on these mean rows a ratio of means)";
   md << ".\n\n";
   for (const auto& w : ctx.warnings) md << "> note: " << md_escape(w) << "\n\n";
   for (const TextTable& t : tables) {
@@ -198,6 +205,7 @@ void write_compare_markdown(const std::filesystem::path& file, const std::vector
     md << "## Charts\n\n";
     for (const auto& c : chart_files) md << "![" << c << "](" << c << ")\n";
   }
+  write_file_atomic(file, md.str());
 }
 
 }  // namespace cpsched::cli

@@ -45,8 +45,8 @@ bool TimingRunner::measure(const std::shared_ptr<const Problem>& problem, const 
   return true;
 }
 
-std::unique_ptr<TimingRunner> make_timing_runner(const CompareSpec& spec, const Registry& reg,
-                                                 const ConfigLoader& load, std::string& why) {
+std::unique_ptr<TimingRunner> make_timing_runner(const CompareSpec& spec, const std::string& hardware,
+                                                 const Registry& reg, const ConfigLoader& load, std::string& why) {
   const PluginInfo* info = nullptr;
   for (const auto& p : reg.plugins())
     if (p.kind == PluginKind::executor && p.name == spec.timing_executor) info = &p;
@@ -59,7 +59,7 @@ std::unique_ptr<TimingRunner> make_timing_runner(const CompareSpec& spec, const 
   const Config c = load({"executor.name=" + spec.timing_executor});
   Params given = c.executor.given_params();
   given.set("mode", std::string("timing"));
-  given.set("hardware", spec.hardware);
+  given.set("hardware", hardware);
   // The timeline picture is not used here; drawing one rank keeps it cheap.
   for (const auto& ps : info->params)
     if (ps.name == "svg_max_ranks") given.set("svg_max_ranks", std::int64_t{1});
@@ -74,10 +74,10 @@ std::unique_ptr<TimingRunner> make_timing_runner(const CompareSpec& spec, const 
     exec = reg.make_executor(spec.timing_executor, params);
   } catch (const Error& e) {
     throw Error(fmt::format("compare.timing: executor '{}' with hardware '{}': {}", spec.timing_executor,
-                            spec.hardware, e.what()));
+                            hardware, e.what()));
   }
   return std::make_unique<TimingRunner>(std::move(exec),
-                                        fmt::format("{} executor, hardware {}", spec.timing_executor, spec.hardware));
+                                        fmt::format("{} executor, hardware {}", spec.timing_executor, hardware));
 }
 
 }  // namespace cpsched::cli
