@@ -374,6 +374,35 @@ TEST_CASE("a slower inter-node fabric never shortens the step of the same plan")
   CHECK(slower > 0);
 }
 
+#ifdef COMPARE_HAVE_TIME_COST
+TEST_CASE("a cost model that takes `hardware` is made per profile: every chart is drawn per profile") {
+  // compare_time_cost_run: the `time` cost model, causal_document, P = 8 and
+  // 16 on the quick config's two profiles.
+  const fs::path dir = COMPARE_TIME_COST_DIR;
+  const Csv csv = read_csv(dir / "results.csv");
+  REQUIRE(csv.header == kColumns);
+  CHECK_FALSE(csv.ragged);
+  const Sweep s = quick_sweep();
+  std::map<std::string, int> rows_per_hw;
+  for (const auto& r : csv.rows) {
+    CAPTURE(hw_point_key(r));
+    REQUIRE(r.at("status") == "ok");
+    ++rows_per_hw[r.at("hardware")];
+    CHECK(close(num(r, "step_over_bound"), num(r, "step_ms") / num(r, "compute_bound_ms"), 1e-8, 1e-12));
+  }
+  REQUIRE(rows_per_hw.size() == s.hardware.size());
+  for (const auto& [hw, n] : rows_per_hw) CHECK(n == rows_per_hw.begin()->second);
+  // Volumes, latency and imbalance come from a solve per profile: drawn per profile too.
+  std::set<std::string> svgs;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".svg") svgs.insert(e.path().filename().string());
+  CHECK(svgs.size() == 7 * s.hardware.size());
+  for (const auto& hw : s.hardware)
+    for (const char* m : {"fwd_send", "latency", "imbalance", "step_time"})
+      CHECK_MESSAGE(svgs.count(std::string("causal_document_") + m + "_" + hw + ".svg"), m << " " << hw);
+}
+#endif
+
 TEST_CASE("a solver that cannot run is reported on every row, not skipped") {
   // Head groups not flattened: Ulysses cannot split heads, so `usp` fails.
   const Csv csv = read_csv(fs::path(COMPARE_UNFLATTENED_DIR) / "results.csv");
