@@ -35,16 +35,18 @@ void numeric_section(std::string& t, const ReportInputs& in) {
 void timing_section(std::string& t, const ReportInputs& in) {
   const HardwareProfile& hw = *in.hardware;
   t += fmt::format("timing model: {} ({})\n", hw.name, hw.description.empty() ? hw.source : hw.description);
-  t += fmt::format("  attention {} / {} TFLOP/s fwd / bwd; inside a node {} GB/s, {} us; between nodes {} GB/s, {} us; "
-                   "{} GPUs per node; overlap {}\n",
-                   hw.fwd_tflops, hw.bwd_tflops, hw.intra_node.bandwidth_gb_s, hw.intra_node.latency_us,
+  t += fmt::format("  attention {} / {} TFLOP/s fwd / bwd; HBM {} GB/s; inside a node {} GB/s, {} us; between nodes "
+                   "{} GB/s, {} us; {} GPUs per node; overlap {}\n",
+                   hw.fwd_tflops, hw.bwd_tflops, hw.hbm_gb_s, hw.intra_node.bandwidth_gb_s, hw.intra_node.latency_us,
                    hw.inter_node.bandwidth_gb_s, hw.inter_node.latency_us, hw.gpus_per_node, hw.overlap ? "on" : "off");
   t += "  pass  time ms    compute max  comm max   exposed max  exposed mean  overlap  idle mean  critical rank\n";
   for (const PassStats* s : {in.fwd, in.bwd})
     t += fmt::format("  {}   {:>9}  {:>11}  {:>9}  {:>11}  {:>12}  {:>6.1f}%  {:>9}  {}\n", s == in.fwd ? "fwd" : "bwd",
                      ms(s->time), ms(s->compute_max), ms(s->comm_max), ms(s->exposed_max), ms(s->exposed_mean),
                      100.0 * s->overlap_ratio, ms(s->idle_mean), s->critical_rank);
-  t += fmt::format("  step time (fwd + bwd): {} ms\n", ms(in.fwd->time + in.bwd->time));
+  const double step = in.fwd->time + in.bwd->time;
+  t += fmt::format("  step time (fwd + bwd): {} ms; compute bound {} ms; step / bound {}\n", ms(step),
+                   ms(in.compute_bound), in.compute_bound > 0 ? fmt::format("{:.2f}", step / in.compute_bound) : "-");
 
   // Per rank: all of them for small P, else the slowest few.
   const std::size_t P = in.fwd->ranks.size();
@@ -92,7 +94,10 @@ std::vector<std::pair<std::string, double>> report_figures(const ReportInputs& i
     f.emplace_back("dv_max_rel_err", n.errors.dv);
     f.emplace_back("plan_faults", static_cast<double>(n.faults.total()));
   }
-  f.emplace_back("step_time_ms", (in.fwd->time + in.bwd->time) * 1e3);
+  const double step = in.fwd->time + in.bwd->time;
+  f.emplace_back("step_time_ms", step * 1e3);
+  f.emplace_back("compute_bound_ms", in.compute_bound * 1e3);
+  f.emplace_back("step_over_bound", in.compute_bound > 0 ? step / in.compute_bound : 1.0);
   for (const PassStats* s : {in.fwd, in.bwd}) {
     const std::string p = s == in.fwd ? "fwd_" : "bwd_";
     f.emplace_back(p + "time_ms", s->time * 1e3);

@@ -32,6 +32,7 @@ struct ReportInputs {
   std::optional<NumericSummary> numeric;
   const PassStats* fwd = nullptr;
   const PassStats* bwd = nullptr;
+  double compute_bound = 0;  // seconds: compute_bound() of the plan (perfect balance, free communication)
 };
 
 std::string report_text(const ReportInputs& in);

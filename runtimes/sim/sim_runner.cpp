@@ -91,6 +91,7 @@ ExecutionReport run_sim(const ExecuteInput& in, const SimOptions& opt) {
   const PassStats fwd = pass_stats(tl.fwd), bwd = pass_stats(tl.bwd);
   r.fwd = &fwd;
   r.bwd = &bwd;
+  r.compute_bound = compute_bound(problem, plan, opt.hardware);
 
   ExecutionReport rep;
   rep.passed = !r.numeric || r.numeric->passed();
@@ -101,9 +102,10 @@ ExecutionReport run_sim(const ExecuteInput& in, const SimOptions& opt) {
                         problem.cp_size(), problem.seqlen(), problem.heads.q, problem.heads.kv, problem.heads.dim,
                         plan.num_stages, opt.hardware.name);
   g.notes.push_back(fmt::format(
-      "step {:.4g} ms = fwd {:.4g} + bwd {:.4g}; exposed comm (max over ranks) fwd {:.4g} ms, bwd {:.4g} ms; "
+      "step {:.4g} ms = fwd {:.4g} + bwd {:.4g} (compute bound {:.4g} ms, step / bound {:.2f}); exposed comm (max over ranks) fwd {:.4g} ms, bwd {:.4g} ms; "
       "overlap ratio fwd {:.0f}%, bwd {:.0f}%",
-      (fwd.time + bwd.time) * 1e3, fwd.time * 1e3, bwd.time * 1e3, fwd.exposed_max * 1e3, bwd.exposed_max * 1e3,
+      (fwd.time + bwd.time) * 1e3, fwd.time * 1e3, bwd.time * 1e3, r.compute_bound * 1e3,
+      r.compute_bound > 0 ? (fwd.time + bwd.time) / r.compute_bound : 1.0, fwd.exposed_max * 1e3, bwd.exposed_max * 1e3,
       100 * fwd.overlap_ratio, 100 * bwd.overlap_ratio));
   g.max_ranks = opt.svg_max_ranks;
   rep.svg = gantt_svg(tl, g);
