@@ -221,6 +221,16 @@ TEST_CASE("hardware axis keys: one of compare.hardware and compare.timing.hardwa
   CHECK(r.rc == 1);
   CHECK_MESSAGE(r.err.find("compare.hardware: has no effect: compare.timing is none") != std::string::npos, r.err);
 
+  // A profile file: a relative path is relative to the config's folder (this
+  // test runs elsewhere); rows carry it as given, chart names its stem.
+  std::vector<std::string> path = kSmall;
+  path.insert(path.end(), {"--set", "compare.hardware=[h100_8x_nvlink, hardware/cluster_8gpu_ib.yaml]"});
+  REQUIRE(!fs::exists(fs::current_path() / "hardware/cluster_8gpu_ib.yaml"));
+  r = run(compare_args(dir, path));
+  CHECK_MESSAGE(r.rc == 0, r.err);
+  CHECK(read_text(dir / "results.csv").find(",hardware/cluster_8gpu_ib.yaml,") != std::string::npos);
+  CHECK(fs::is_regular_file(dir / "causal_document_step_time_cluster_8gpu_ib.svg"));
+
   // The one-profile form still works, and a single name stands for a list of one.
   for (const std::string& set : {std::string("compare.timing={executor: sim, hardware: cluster_8gpu_ib}"),
                                  std::string("compare.hardware=cluster_8gpu_ib")}) {

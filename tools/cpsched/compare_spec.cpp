@@ -173,8 +173,13 @@ void read_hardware(const Reader& r, const YAML::Node& n, bool timing_hardware, c
   }
   const std::string key = timing_hardware ? "timing.hardware" : "hardware";
   for (const auto& name : spec.hardware) {
+    std::string resolved = name;
+    const bool is_path = name.find('/') != std::string::npos || name.ends_with(".yaml") || name.ends_with(".yml");
+    if (is_path && std::filesystem::path(name).is_relative() && !cfg.file.empty())
+      resolved = (cfg.file.parent_path() / name).lexically_normal().string();
+    spec.hardware_specs.push_back(resolved);
     try {
-      spec.hardware_profiles.push_back(resolve_hardware_profile(name));
+      spec.hardware_profiles.push_back(resolve_hardware_profile(resolved));
     } catch (const Error& e) {
       r.fail(key, e.what());
     }

@@ -58,6 +58,9 @@ struct CompareSpec {
   // without a `hardware` parameter): rows then carry no hardware.
   std::vector<std::string> hardware = {"h100_8x_nvlink"};
   std::vector<HardwareProfile> hardware_profiles;
+  // What the plugins' `hardware` parameter gets: the name, or a relative
+  // path made relative to the config's folder (as every path of a config).
+  std::vector<std::string> hardware_specs;
   bool cost_model_hardware = false;  // the cost model plugin declares `hardware`
   std::map<std::string, int> max_cp_size;  // per solver; absent: no limit
 };

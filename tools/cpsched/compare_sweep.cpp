@@ -47,6 +47,7 @@ double median(std::vector<double> v) {
 // One profile of the hardware axis and its timing executor.
 struct HwSlot {
   std::string name;                          // as given; empty: no hardware axis
+  std::string spec;                          // for the plugins' `hardware` parameter
   const HardwareProfile* profile = nullptr;  // null: no hardware axis
   std::unique_ptr<TimingRunner> timing;      // null: timing off or its executor missing
 };
@@ -345,12 +346,13 @@ CompareResult run_compare(const Config& cfg, const CompareSpec& spec, const Regi
   std::vector<HwSlot> slots(spec.hardware.empty() ? 1 : spec.hardware.size());
   for (std::size_t i = 0; i < spec.hardware.size(); ++i) {
     slots[i].name = spec.hardware[i];
+    slots[i].spec = spec.hardware_specs.at(i);
     slots[i].profile = &spec.hardware_profiles.at(i);
   }
   if (spec.timing && !spec.hardware.empty()) {
     std::string why;
     for (auto& slot : slots) {
-      slot.timing = make_timing_runner(spec, slot.name, reg, load, why);
+      slot.timing = make_timing_runner(spec, slot.spec, slot.name, reg, load, why);
       if (!slot.timing) break;  // the executor plugin is missing: the same for every profile
     }
     if (slots.back().timing)
@@ -370,7 +372,7 @@ CompareResult run_compare(const Config& cfg, const CompareSpec& spec, const Regi
     const PluginInfo& info = reg.find(PluginKind::cost_model, cfg.cost_model.name);
     for (std::size_t g = 0; g < groups.size(); ++g) {
       Params given = cfg.cost_model.given_params();
-      given.set("hardware", slots[g].name);
+      given.set("hardware", slots[g].spec);
       try {
         groups[g].cost = reg.make_cost_model(cfg.cost_model.name, reg.resolve_params(info, given));
       } catch (const Error& e) {

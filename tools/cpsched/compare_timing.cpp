@@ -46,7 +46,7 @@ bool TimingRunner::measure(const std::shared_ptr<const Problem>& problem, const 
 }
 
 std::unique_ptr<TimingRunner> make_timing_runner(const CompareSpec& spec, const std::string& hardware,
-                                                 const Registry& reg, const ConfigLoader& load, std::string& why) {
+                                                 const std::string& label, const Registry& reg, const ConfigLoader& load, std::string& why) {
   const PluginInfo* info = nullptr;
   for (const auto& p : reg.plugins())
     if (p.kind == PluginKind::executor && p.name == spec.timing_executor) info = &p;
@@ -74,10 +74,10 @@ std::unique_ptr<TimingRunner> make_timing_runner(const CompareSpec& spec, const 
     exec = reg.make_executor(spec.timing_executor, params);
   } catch (const Error& e) {
     throw Error(fmt::format("compare.timing: executor '{}' with hardware '{}': {}", spec.timing_executor,
-                            hardware, e.what()));
+                            label, e.what()));
   }
   return std::make_unique<TimingRunner>(std::move(exec),
-                                        fmt::format("{} executor, hardware {}", spec.timing_executor, hardware));
+                                        fmt::format("{} executor, hardware {}", spec.timing_executor, label));
 }
 
 }  // namespace cpsched::cli

@@ -24,11 +24,11 @@ class TimingRunner {
   std::string label_;
 };
 
-// The timing executor on one profile of the hardware axis (`hardware`: as
-// given in compare.hardware). nullptr with `why` when the executor plugin is
+// The timing executor on one profile of the hardware axis (`hardware`: what
+// its `hardware` parameter gets; `label`: the profile as given). nullptr with `why` when the executor plugin is
 // not installed; a parameter or hardware-profile error is thrown (the config
 // is wrong, not the install).
 std::unique_ptr<TimingRunner> make_timing_runner(const CompareSpec& spec, const std::string& hardware,
-                                                 const Registry& reg, const ConfigLoader& load, std::string& why);
+                                                 const std::string& label, const Registry& reg, const ConfigLoader& load, std::string& why);
 
 }  // namespace cpsched::cli
