@@ -2,12 +2,14 @@
 // every error located and all of them reported at once.
 #include "cpsched/config.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include "config_problem.hpp"
 #include "config_reader.hpp"
 #include "cpsched/error.hpp"
+#include "cpsched/hardware.hpp"
 #include "cpsched/registry.hpp"
 
 namespace cpsched {
@@ -95,6 +97,32 @@ void read_plugin_paths(const Section& top, Config& cfg, const std::filesystem::p
   }
 }
 
+// `hardware: NAME`: the profile for every plugin that declares a `hardware`
+// parameter (the cost model and the executor), unless its own block sets one.
+// A path is resolved from the config's folder; the profile is loaded here so
+// that `check` reports a bad one at this key.
+void read_hardware(const Section& top, Config& cfg, const std::filesystem::path& base_dir) {
+  if (!top.has("hardware")) return;
+  std::string spec;
+  if (!top.read_string("hardware", spec)) return;
+  cfg.hardware_loc = top.where("hardware");
+  if (spec.empty()) {
+    top.error("hardware", "expected a hardware profile name or a path to a profile YAML, got an empty string");
+    return;
+  }
+  const bool is_path = spec.find('/') != std::string::npos || spec.ends_with(".yaml") || spec.ends_with(".yml");
+  if (is_path && std::filesystem::path(spec).is_relative() && !base_dir.empty()) spec = (base_dir / spec).string();
+  try {
+    (void)resolve_hardware_profile(spec);
+  } catch (const Error& e) {
+    top.error("hardware", e.what());
+    return;
+  }
+  cfg.hardware = spec;
+  for (PluginSelection* sel : {&cfg.cost_model, &cfg.executor})
+    sel->inherited["hardware"] = {ParamValue(spec), cfg.hardware_loc};
+}
+
 std::string section_of(int kind) {
   switch (static_cast<PluginKind>(kind)) {
     case PluginKind::solver: return "solver";
@@ -121,11 +149,19 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
     throw Error(source + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
                 ": YAML syntax error: " + e.msg);
   }
-  config_detail::apply_overrides(root, overrides, diag);
+  // Aliases need a '*' somewhere in the text: without one, overrides may edit in place.
+  config_detail::apply_overrides(root, overrides, diag, yaml_text.find('*') != std::string::npos);
   cfg.effective_yaml = YAML::Dump(root) + "\n";
 
   const Section top(diag, root, "",
-                    {"problem", "solver", "cost_model", "plan", "executor", "plugin_paths", "compare"});
+                    {"problem", "solver", "cost_model", "plan", "executor", "plugin_paths", "compare",
+                     "hardware"});
+  if (top.valid() && (!top.has("problem") || top.get("problem").IsNull())) {
+    // Running the built-in defaults for an empty or truncated file would hide the mistake.
+    const bool empty = !root.IsDefined() || root.IsNull() || root.size() == 0;
+    diag.add(source + ": " + (empty ? "the configuration is empty" : "the configuration has no 'problem' section") +
+             ": give the problem (cp_size, seqlen_per_rank, heads, mask) in the file or with --set problem...=");
+  }
   if (top.valid()) {
     const Section problem(diag, top.get("problem"), "problem",
                           {"cp_size", "seqlen_per_rank", "heads", "grid", "mask"});
@@ -135,6 +171,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
     read_selection(top, "executor", "sim", cfg.executor);
     read_plan(top, cfg);
     read_plugin_paths(top, cfg, base_dir);
+    read_hardware(top, cfg, base_dir);
     if (top.has("compare")) {
       cfg.compare_yaml = YAML::Dump(top.get("compare"));
       cfg.compare_loc = top.where("compare");
@@ -145,13 +182,31 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
 }
 
 Config load_config(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
+  // Only a regular file of bounded size: /dev/zero or a FIFO would be read
+  // without end, and a config is a few kilobytes.
+  constexpr std::uintmax_t kMaxConfigBytes = 16u << 20;
   std::error_code ec;
-  if (std::filesystem::is_directory(file, ec)) throw Error(file.string() + ": is a folder, not a configuration file");
-  std::ifstream in(file);
+  const std::filesystem::file_status st = std::filesystem::status(file, ec);
+  if (ec || !std::filesystem::exists(st))
+    throw Error(file.string() + ": cannot open the configuration file" + (ec ? ": " + ec.message() : ""));
+  if (std::filesystem::is_directory(st)) throw Error(file.string() + ": is a folder, not a configuration file");
+  if (!std::filesystem::is_regular_file(st))
+    throw Error(file.string() + ": not a regular file (a device, FIFO or socket cannot be a configuration file)");
+  const std::uintmax_t size = std::filesystem::file_size(file, ec);
+  if (!ec && size > kMaxConfigBytes)
+    throw Error(file.string() + ": the configuration file has " + std::to_string(size) + " bytes (at most " +
+                std::to_string(kMaxConfigBytes) + ")");
+  std::ifstream in(file, std::ios::binary);
   if (!in) throw Error(file.string() + ": cannot open the configuration file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_config(text.str(), file.string(), overrides);
+  // Read at most one byte past the bound, in case the file grows meanwhile.
+  std::string text(kMaxConfigBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) throw Error(file.string() + ": cannot read the configuration file");
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxConfigBytes)
+    throw Error(file.string() + ": the configuration file is larger than " + std::to_string(kMaxConfigBytes) +
+                " bytes");
+  return parse_config(text, file.string(), overrides);
 }
 
 Params resolve_selection(const Registry& reg, int kind, const PluginSelection& sel) {
@@ -172,9 +227,24 @@ Params resolve_selection(const Registry& reg, int kind, const PluginSelection& s
       errors += (errors.empty() ? "" : "\n") + located(value.second, block + "." + name, e.what());
     }
   }
+  // Inherited defaults (the top-level `hardware:`) apply to a plugin that
+  // declares the parameter, where its own block does not set it.
+  Params given = sel.given_params();
+  for (const auto& [name, value] : sel.inherited) {
+    if (sel.given.count(name) != 0) continue;
+    const bool declared = std::any_of(info->params.begin(), info->params.end(),
+                                      [&, &n = name](const ParamSpec& s) { return s.name == n; });
+    if (!declared) continue;
+    try {
+      reg.resolve_params(*info, Params({{name, value.first}}));
+      given.set(name, value.first);
+    } catch (const Error& e) {
+      errors += (errors.empty() ? "" : "\n") + located(value.second, name, section + " '" + sel.name + "': " + e.what());
+    }
+  }
   if (!errors.empty()) throw Error(errors);
   try {
-    return reg.resolve_params(*info, sel.given_params());
+    return reg.resolve_params(*info, given);
   } catch (const Error& e) {
     throw Error(located(sel.params_loc, block, e.what()));
   }

@@ -105,7 +105,10 @@ bool node_string(Diagnostics& diag, const YAML::Node& node, const std::string& p
 
 // `--set key.path=value` overrides, applied to `root` (a map, made one when
 // null). Syntax errors and impossible paths are reported; applied paths are
-// registered with diag for locating.
-void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides, Diagnostics& diag);
+// registered with diag for locating. `may_alias`: the document may hold YAML
+// aliases (then the nodes along a path are copied before the override, so that
+// the alias's other uses keep their value).
+void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides, Diagnostics& diag,
+                     bool may_alias);
 
 }  // namespace cpsched::config_detail

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 #include "cpsched/config.hpp"
@@ -180,9 +181,9 @@ TEST_CASE("every error of a file is reported at once, one per line") {
 TEST_CASE("an unknown key lists the known keys of its level") {
   CHECK(parse_error("problem:\n  cp_sise: 8\n") ==
         "t.yaml:2:3: problem.cp_sise: unknown key 'cp_sise'; known keys: cp_size, seqlen_per_rank, heads, grid, mask");
-  CHECK(parse_error("solvers: {name: usp}\n") ==
-        "t.yaml:1:1: solvers: unknown key 'solvers'; known keys: problem, solver, cost_model, plan, executor, "
-        "plugin_paths, compare");
+  CHECK(parse_error("problem: {}\nsolvers: {name: usp}\n") ==
+        "t.yaml:2:1: solvers: unknown key 'solvers'; known keys: problem, solver, cost_model, plan, executor, "
+        "plugin_paths, compare, hardware");
   CHECK(contains(parse_error("problem: {mask: {kind: causal, sead: 1}}\n"),
                  "t.yaml:1:32: problem.mask.sead: unknown key 'sead'; known keys: kind, lengths, histogram, seed,"));
 }
@@ -190,10 +191,10 @@ TEST_CASE("an unknown key lists the known keys of its level") {
 TEST_CASE("wrong shapes and duplicate keys") {
   CHECK(parse_error("problem: 8\n") ==
         "t.yaml:1:10: problem: expected a map with keys cp_size, seqlen_per_rank, heads, grid, mask, got '8'");
-  CHECK(parse_error("plan: {stages: 1}\nplan: {stages: 2}\n") ==
+  CHECK(parse_error("plan: {stages: 1}\nplan: {stages: 2}\nproblem: {}\n") ==
         "t.yaml:2:1: plan: duplicate key 'plan' (first given at t.yaml:1:1)");
   CHECK(contains(parse_error("- 1\n- 2\n"), "t.yaml:1:1: expected a map with keys problem, solver"));
-  CHECK(parse_error("solver: {name: usp, params: {usp: {degree: [1, 2]}}}\n") ==
+  CHECK(parse_error("solver: {name: usp, params: {usp: {degree: [1, 2]}}}\nproblem: {}\n") ==
         "t.yaml:1:44: solver.params.usp.degree: expected a scalar (bool, integer, real or string), got a sequence");
 }
 
@@ -351,18 +352,193 @@ TEST_CASE("resolve_selection: plugin names and parameters checked against the re
   CHECK(p.get_int("offset") == -2);   // default
 
   const Config bad = parse_config(
-      "solver:\n  name: test_params\n  params:\n    test_params: {cuont: 5, flag: 3}\n", "bad.yaml");
+      "solver:\n  name: test_params\n  params:\n    test_params: {cuont: 5, flag: 3}\nproblem: {}\n", "bad.yaml");
   const std::string msg = error_of([&] { resolve_selection(reg, int(PluginKind::solver), bad.solver); });
   CHECK(msg.rfind("bad.yaml:4:", 0) == 0);
   CHECK(contains(msg, "bad.yaml:4:26: solver.params.test_params.cuont: "));
   CHECK(contains(msg, "count (int, default 3)"));
   CHECK(contains(msg, "bad.yaml:4:35: solver.params.test_params.flag: "));
 
-  const Config unknown = parse_config("solver: {name: tset_params}\n", "u.yaml");
+  const Config unknown = parse_config("solver: {name: tset_params}\nproblem: {}\n", "u.yaml");
   const std::string m2 = error_of([&] { resolve_selection(reg, int(PluginKind::solver), unknown.solver); });
   CHECK(m2.rfind("u.yaml:1:16: solver.name: ", 0) == 0);
   CHECK(contains(m2, "test_params"));
-  const Config over = parse_config("", "o.yaml", {"solver.name=nope"});
+  const Config over = parse_config("", "o.yaml", {"solver.name=nope", "problem.cp_size=2"});
   CHECK(error_of([&] { resolve_selection(reg, int(PluginKind::solver), over.solver); })
             .rfind("--set solver.name: solver.name: ", 0) == 0);
+}
+
+// ---- hardening (issue 12) and the top-level `hardware:` key (issue 11) ----
+
+namespace {
+
+struct TempDir {
+  std::filesystem::path dir;
+  explicit TempDir(const std::string& name) {
+    dir = std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  std::filesystem::path write(const std::string& file, const std::string& text) const {
+    std::ofstream(dir / file) << text;
+    return dir / file;
+  }
+};
+
+std::string repeat_key(const std::string& part, std::size_t n) {
+  std::string k;
+  for (std::size_t i = 0; i < n; ++i) k += (i ? "." : "") + part;
+  return k;
+}
+
+}  // namespace
+
+TEST_CASE("--set key paths are bounded and processed without recursion") {
+  // 20,000 parts overflowed the stack when paths were set recursively.
+  const std::string huge = parse_error("problem: {}\n", {repeat_key("a", 20000) + "=1"});
+  CHECK(contains(huge, "--set 'a.a.a."));
+  CHECK(contains(huge, "the key path is too long (at most 1024 characters)"));
+  CHECK(lines_of(huge).size() == 1);
+  const std::string parts = parse_error("problem: {}\n", {repeat_key("b", 65) + "=1"});
+  CHECK(contains(parts, "the key path has 65 parts (at most 64)"));
+  // 64 parts are fine to set: the unknown key is then reported at the top level.
+  const std::string deep = parse_error("problem: {}\n", {repeat_key("c", 64) + "=1"});
+  CHECK(contains(deep, "c: unknown key 'c'; known keys: problem"));
+  // Setting through a scalar names the part that is not a map.
+  CHECK(contains(parse_error("problem: {cp_size: 2}\n", {"problem.cp_size.a.b=1"}),
+                 "cannot set it: 'problem.cp_size' is '2', not a map"));
+}
+
+TEST_CASE("--set on a YAML-aliased node leaves the alias's other uses unchanged") {
+  const std::string yaml =
+      "problem: {cp_size: &c 4, seqlen_per_rank: *c}\n"
+      "solver:\n"
+      "  name: binary_greedy\n"
+      "  params:\n"
+      "    binary_greedy: &p {mu: 1.5, threads: 2}\n"
+      "    balanced_bytes: *p\n";
+  // Without --set the aliases hold as written.
+  const Config plain = parse_config(yaml, "a.yaml");
+  CHECK(plain.cp_size == 4);
+  CHECK(plain.seqlen_per_rank == 4);
+  // An aliased scalar.
+  const Config c1 = parse_config(yaml, "a.yaml", {"problem.cp_size=2"});
+  CHECK(c1.cp_size == 2);
+  CHECK(c1.seqlen_per_rank == 4);
+  // A key inside an aliased map: only this use changes.
+  const Config c2 = parse_config(yaml, "a.yaml", {"solver.params.balanced_bytes.mu=2.5"});
+  CHECK(std::get<double>(c2.solver.given.at("mu").first) == 1.5);
+  CHECK(std::get<std::int64_t>(c2.solver.given.at("threads").first) == 2);
+  const Config c3 =
+      parse_config(yaml, "a.yaml", {"solver.params.balanced_bytes.mu=2.5", "solver.name=balanced_bytes"});
+  CHECK(std::get<double>(c3.solver.given.at("mu").first) == 2.5);
+  CHECK(std::get<std::int64_t>(c3.solver.given.at("threads").first) == 2);
+  // The whole aliased node replaced, and the other way round.
+  const Config c4 = parse_config(yaml, "a.yaml", {"solver.params.binary_greedy={mu: 3.0}"});
+  CHECK(std::get<double>(c4.solver.given.at("mu").first) == 3.0);
+  CHECK(c4.solver.given.count("threads") == 0);
+  const Config c5 = parse_config(yaml, "a.yaml", {"solver.params.binary_greedy={mu: 3.0}", "solver.name=balanced_bytes"});
+  CHECK(std::get<double>(c5.solver.given.at("mu").first) == 1.5);
+  // Aliases brought by a --set value are protected the same way.
+  const Config c6 = parse_config("problem: {}\n", "a.yaml",
+                                 {"problem={cp_size: &q 3, seqlen_per_rank: *q}", "problem.seqlen_per_rank=5"});
+  CHECK(c6.cp_size == 3);
+  CHECK(c6.seqlen_per_rank == 5);
+  // Errors in the file keep their line and column.
+  CHECK(contains(parse_error(yaml + "plan: {stages: 0}\n", {"problem.cp_size=2"}), "t.yaml:7:16: plan.stages"));
+}
+
+TEST_CASE("an empty config, or one without a problem, is an error unless --set gives the problem") {
+  CHECK(contains(parse_error(""), "t.yaml: the configuration is empty"));
+  CHECK(contains(parse_error("# only a comment\n"), "t.yaml: the configuration is empty"));
+  CHECK(contains(parse_error("solver: {name: usp}\n"), "t.yaml: the configuration has no 'problem' section"));
+  CHECK(contains(parse_error("problem:\nsolver: {name: usp}\n"), "no 'problem' section"));
+  CHECK(contains(parse_error("", {"solver.name=usp"}), "the configuration has no 'problem' section"));
+  CHECK(parse_config("", "t.yaml", {"problem.cp_size=2"}).cp_size == 2);
+  CHECK(parse_config("problem:\n", "t.yaml", {"problem.cp_size=2"}).cp_size == 2);
+  TempDir t("cpsched_cfg_empty");
+  const auto empty = t.write("empty.yaml", "");
+  CHECK(contains(error_of([&] { load_config(empty); }), "empty.yaml: the configuration is empty"));
+  CHECK(load_config(empty, {"problem={cp_size: 2}"}).cp_size == 2);
+}
+
+TEST_CASE("a config must be a regular file of bounded size") {
+  if (std::filesystem::exists("/dev/zero")) {
+    const std::string msg = error_of([] { load_config("/dev/zero"); });
+    CHECK(contains(msg, "/dev/zero: not a regular file"));
+  }
+  TempDir t("cpsched_cfg_big");
+  const auto big = t.dir / "big.yaml";
+  std::ofstream(big) << "problem: {}\n";
+  std::filesystem::resize_file(big, (16u << 20) + 1);  // sparse: cheap
+  CHECK(contains(error_of([&] { load_config(big); }), "big.yaml: the configuration file has 16777217 bytes (at most 16777216)"));
+}
+
+TEST_CASE("hardware: a top-level profile for the cost model and the executor") {
+  const Config none = parse_config("problem: {cp_size: 2}\n", "t.yaml");
+  CHECK(none.hardware.empty());
+  CHECK(none.executor.inherited.empty());
+
+  const Config cfg = parse_config("problem: {cp_size: 2}\nhardware: cluster_8gpu_ib\n", "t.yaml");
+  CHECK(cfg.hardware == "cluster_8gpu_ib");
+  CHECK(cfg.hardware_loc.str() == "t.yaml:2:11");
+  for (const PluginSelection* sel : {&cfg.cost_model, &cfg.executor}) {
+    REQUIRE(sel->inherited.count("hardware") == 1);
+    CHECK(std::get<std::string>(sel->inherited.at("hardware").first) == "cluster_8gpu_ib");
+  }
+  CHECK(cfg.solver.inherited.empty());
+  CHECK(contains(cfg.effective_yaml, "hardware: cluster_8gpu_ib"));  // --print-config shows it
+
+  // Bad values are located errors found by the reader (so `check` reports them).
+  CHECK(contains(parse_error("problem: {}\nhardware: nope\n"),
+                 "t.yaml:2:11: hardware: unknown hardware profile 'nope' (bundled: cluster_8gpu_ib"));
+  CHECK(contains(parse_error("problem: {}\nhardware: [a]\n"), "t.yaml:2:11: hardware: expected a string"));
+  CHECK(contains(parse_error("problem: {}\n", {"hardware=nope.yaml"}), "--set hardware: hardware: "));
+
+  // A path is relative to the config's folder, like every path in a config.
+  TempDir t("cpsched_cfg_hw");
+  std::filesystem::create_directories(t.dir / "profiles");
+  std::filesystem::copy_file(source_dir() / "configs" / "hardware" / "cluster_8gpu_ib.yaml",
+                             t.dir / "profiles" / "mine.yaml");
+  const auto file = t.write("c.yaml", "problem: {cp_size: 2}\nhardware: profiles/mine.yaml\n");
+  const Config rel = load_config(file);
+  CHECK(rel.hardware == (t.dir / "profiles" / "mine.yaml").string());
+  CHECK(contains(error_of([&] { load_config(t.write("d.yaml", "problem: {}\nhardware: profiles/none.yaml\n")); }),
+                 "d.yaml:2:11: hardware: "));
+}
+
+TEST_CASE("hardware: resolve_selection sets it where the plugin declares it and its block does not") {
+  Registry reg;
+  reg.scan(CPSCHED_PLUGIN_BUILD_DIR);
+  const PluginInfo& sim = reg.find(PluginKind::executor, "sim");
+  REQUIRE(std::any_of(sim.params.begin(), sim.params.end(), [](const ParamSpec& s) { return s.name == "hardware"; }));
+  const auto q = source_dir() / "configs" / "quickstart.yaml";
+
+  // Without the key: the executor's default.
+  const Params def = resolve_selection(reg, int(PluginKind::executor), load_config(q).executor);
+  const Config cfg = load_config(q, {"hardware=cluster_8gpu_ib"});
+  const Params ex = resolve_selection(reg, int(PluginKind::executor), cfg.executor);
+  CHECK(ex.get_string("hardware") == "cluster_8gpu_ib");
+  CHECK(def.get_string("hardware") != "cluster_8gpu_ib");
+  CHECK(ex.get_string("mode") == "timing");  // the block's other values stay
+
+  // A cost model without a `hardware` parameter (area) is not given one, and no error.
+  const Params area = resolve_selection(reg, int(PluginKind::cost_model), cfg.cost_model);
+  CHECK_FALSE(area.has("hardware"));
+  // Every cost model that declares it inherits it (the time model, where built).
+  for (const PluginInfo& p : reg.plugins()) {
+    if (p.kind != PluginKind::cost_model) continue;
+    if (std::none_of(p.params.begin(), p.params.end(), [](const ParamSpec& s) { return s.name == "hardware"; }))
+      continue;
+    const Config c = load_config(q, {"hardware=cluster_8gpu_ib", "cost_model.name=" + p.name});
+    CHECK(resolve_selection(reg, int(PluginKind::cost_model), c.cost_model).get_string("hardware") ==
+          "cluster_8gpu_ib");
+  }
+
+  // The plugin's own block is more specific and wins.
+  const Config both = load_config(q, {"hardware=cluster_8gpu_ib", "executor.params.sim.hardware=h200_8x_nvlink"});
+  CHECK(resolve_selection(reg, int(PluginKind::executor), both.executor).get_string("hardware") == "h200_8x_nvlink");
 }

@@ -21,8 +21,9 @@ int cmd_check(const Args& args) {
   resolve_selection(reg, static_cast<int>(PluginKind::cost_model), cfg.cost_model);
   if (!cfg.executor.name.empty()) resolve_selection(reg, static_cast<int>(PluginKind::executor), cfg.executor);
   const Problem p = make_problem(cfg);
-  fmt::print("{}: ok ({} tokens, P = {}, {} mask slices, solver {}, executor {})\n", co.config, p.seqlen(),
-             p.cp_size(), p.mask.slices().size(), cfg.solver.name, cfg.executor.name);
+  fmt::print("{}: ok ({} tokens, P = {}, {} mask slices, solver {}, executor {}{})\n", co.config, p.seqlen(),
+             p.cp_size(), p.mask.slices().size(), cfg.solver.name, cfg.executor.name,
+             cfg.hardware.empty() ? std::string() : ", hardware " + cfg.hardware);
   return 0;
 }
 

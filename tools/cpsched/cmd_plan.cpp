@@ -1,8 +1,9 @@
 #include <fmt/format.h>
-#include <fstream>
 
 #include "commands.hpp"
+#include "cpsched/atomic_file.hpp"
 #include "cpsched/error.hpp"
+#include "cpsched/plan_json.hpp"
 #include "report.hpp"
 #include "session_run.hpp"
 
@@ -65,10 +66,18 @@ int cmd_plan(const Args& args) {
     }
   }
   if (!out.empty()) {
-    std::ofstream f(out);
-    if (!f) throw Error(fmt::format("cannot write the plan to '{}'", out));
-    f << run.session->plan_json();
-    if (!f) throw Error(fmt::format("cannot write the plan to '{}'", out));
+    // Streamed into a temporary that replaces `out` only once complete: a
+    // failure (or SIGINT) leaves the previous plan, and memory stays near the
+    // plan's own size instead of a whole JSON tree.
+    const CachedPlan& r = run.session->result();
+    PlanExport e;
+    e.assignment = r.assignment.get();
+    e.metrics = &r.metrics;
+    e.plan = r.plan.get();
+    e.solver = run.session->options().solver;
+    e.solver_params = run.session->solver_params();
+    e.solve_ms = r.solve_ms;
+    write_file_atomic(out, [&](std::ostream& os) { write_plan_json(os, e); });
     fmt::print("wrote {}\n", out);
   }
   if (!svg.empty()) {

@@ -1,7 +1,7 @@
 #include <fmt/format.h>
-#include <fstream>
 
 #include "commands.hpp"
+#include "cpsched/atomic_file.hpp"
 #include "cpsched/error.hpp"
 #include "cpsched/registry.hpp"
 #include "report.hpp"
@@ -43,7 +43,7 @@ int cmd_run(const Args& args) {
   print_metrics_table(stdout, s);
   if (!svg.empty()) {
     if (rep.svg.empty()) throw Error(fmt::format("executor '{}' drew no picture for --svg", cfg.executor.name));
-    std::ofstream(svg) << rep.svg;
+    write_file_atomic(svg, rep.svg);
     fmt::print("wrote {}\n", svg);
   }
   if (!rep.passed) {

@@ -1,10 +1,13 @@
 // cpsched: plan and run distributed attention under context parallelism.
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <fmt/format.h>
 #include <map>
+#include <new>
 
 #include "commands.hpp"
+#include "cpsched/atomic_file.hpp"
 #include "cpsched/error.hpp"
 #include "cpsched/version.hpp"
 
@@ -36,6 +39,14 @@ void usage(std::FILE* out) {
                   "plugin_paths and --plugin-path.\n");
 }
 
+// SIGINT / SIGTERM: remove the temporaries of outputs being written (their
+// targets are untouched until complete), then die of the signal as before.
+extern "C" void on_fatal_signal(int sig) {
+  cpsched::remove_pending_atomic_files();
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,8 +69,17 @@ int main(int argc, char** argv) {
     usage(stderr);
     return 2;
   }
+  std::signal(SIGINT, on_fatal_signal);
+  std::signal(SIGTERM, on_fatal_signal);
   try {
     return it->second.run(cpsched::cli::Args(argv + 2, argv + argc));
+  } catch (const std::bad_alloc&) {
+    // Under a memory limit: a message and exit 1 (bad input: too large), not SIGABRT.
+    std::fprintf(stderr,
+                 "cpsched %s: error: out of memory (the problem is too large for the memory available; "
+                 "reduce problem.cp_size, seqlen_per_rank or grid.blocks_per_rank)\n",
+                 name.c_str());
+    return 1;
   } catch (const boost::program_options::error& e) {
     fmt::print(stderr, "cpsched {}: {}\n(see cpsched {} --help)\n", name, e.what(), name);
     return 2;

@@ -1,5 +1,10 @@
 #include "pipeline.hpp"
 
+#include <filesystem>
+#include <fmt/format.h>
+
+#include "cpsched/error.hpp"
+
 namespace cpsched::cli {
 
 void scan_plugins(Registry& reg, const Config* cfg, const std::vector<std::string>& extra_dirs) {
@@ -7,7 +12,14 @@ void scan_plugins(Registry& reg, const Config* cfg, const std::vector<std::strin
   for (const auto& d : Registry::env_plugin_dirs()) reg.scan(d);
   if (cfg != nullptr)
     for (const auto& d : cfg->plugin_paths) reg.scan(d);
-  for (const auto& d : extra_dirs) reg.scan(d);
+  for (const auto& d : extra_dirs) {
+    // A folder the user names must exist: a typo would otherwise just mean "plugin not found".
+    std::error_code ec;
+    if (!std::filesystem::is_directory(d, ec))
+      throw Error(fmt::format("--plugin-path '{}': {}", d,
+                              std::filesystem::exists(d, ec) ? "not a folder" : "no such folder"));
+    reg.scan(d);
+  }
 }
 
 }  // namespace cpsched::cli

@@ -30,6 +30,10 @@ struct PluginSelection {
   // Parameter block of the selected plugin: name -> (value, where).
   std::map<std::string, std::pair<ParamValue, Location>> given;
   Location params_loc;
+  // Defaults inherited from the top level of the config (`hardware:`): used
+  // by resolve_selection for a parameter the plugin declares and `given`
+  // does not set (the plugin's own block is more specific and wins).
+  std::map<std::string, std::pair<ParamValue, Location>> inherited;
   Params given_params() const;
 };
 
@@ -46,6 +50,11 @@ struct Config {
   int stages = 1;
   int cache_size = 64;
   std::vector<std::filesystem::path> plugin_paths;
+  // Top-level `hardware:` (empty when absent): a bundled profile name or a
+  // profile YAML path (made relative to the config's folder). It becomes the
+  // `hardware` parameter of the cost model and the executor (see inherited).
+  std::string hardware;
+  Location hardware_loc;
   std::string effective_yaml;  // the merged document, for --print-config
 
   // Where the problem and its mask were given, so that errors found later
