@@ -34,6 +34,8 @@ struct TimingWorkspace::Buffers {
   std::vector<double> reduce_end;           // per rank: latest end of a reduce it took part in
   std::vector<double> merge;                // per rank: merge seconds owed at the pass end
   std::vector<double> merge_bytes;
+  std::vector<double> flops;                // per rank: FLOPs of all its args (compute_seconds' order)
+  std::vector<double> fwd_seconds;          // per rank: forward compute seconds (estimate_step)
   std::vector<std::int32_t> red_off;        // per rank x (N + 2): bucket offsets of reduce parts by stage
   std::vector<std::int32_t> red_item;       // (s - 1) * 2 + kind, grouped by (rank, reduce stage)
   // One collective.
@@ -92,6 +94,9 @@ class PassSim {
     }
   }
 
+  // Compute seconds of rank r's args in this pass (after run()); equals compute_seconds().
+  double compute_seconds_of(int r) const { return w_.flops[static_cast<std::size_t>(r)] / (tflops_ * 1e12); }
+
   // Simulates the pass; fills `out` when given. Returns the makespan.
   double run(PassTimeline* out) {
     out_ = out;
@@ -105,6 +110,7 @@ class PassSim {
     fill(w_.reduce_end, P, -1.0);
     fill(w_.merge, P, 0.0);
     fill(w_.merge_bytes, P, 0.0);
+    fill(w_.flops, P, 0.0);
     fill(w_.out_bytes, 2 * P, 0.0);
     fill(w_.in_bytes, 2 * P, 0.0);
     fill(w_.out_msgs, 2 * P, std::int64_t{0});
@@ -243,7 +249,12 @@ class PassSim {
       const CalcMeta& c = pp(r).calc;
       const auto& args = s == 0 ? c.local_attn_args : c.remote_attn_args[static_cast<std::size_t>(s - 1)];
       double flops = 0;
-      for (const AttnArg& a : args) flops += arg_flops(a, problem_, pass_);
+      double& total = w_.flops[static_cast<std::size_t>(r)];
+      for (const AttnArg& a : args) {
+        const double f = arg_flops(a, problem_, pass_);
+        flops += f;
+        total += f;  // same order as compute_seconds: equal to it bit for bit
+      }
       if (flops <= 0) continue;
       double& f = w_.free[static_cast<std::size_t>(r)][static_cast<std::size_t>(compute_stream())];
       const double start = std::max(f, s > 0 ? w_.cast_end[2 * static_cast<std::size_t>(r) + (s & 1)] : 0.0);
@@ -412,9 +423,19 @@ double compute_bound(const Problem& problem, const Plan& plan, const HardwarePro
 StepEstimate estimate_step(const Problem& problem, const Plan& plan, const HardwareProfile& hw, TimingWorkspace& ws) {
   check_shape(problem, plan);
   StepEstimate e;
-  e.fwd = PassSim(problem, plan, hw, Pass::fwd, ws.buffers()).run(nullptr);
-  e.bwd = PassSim(problem, plan, hw, Pass::bwd, ws.buffers()).run(nullptr);
-  e.compute_bound = compute_bound(problem, plan, hw);
+  const int P = static_cast<int>(plan.ranks.size());
+  // The bound from the FLOPs the runs sum anyway (in compute_bound's order:
+  // per rank fwd + bwd, ranks in order), saving a third walk over the args.
+  std::vector<double>& fwd_seconds = ws.buffers().fwd_seconds;
+  PassSim fwd(problem, plan, hw, Pass::fwd, ws.buffers());
+  e.fwd = fwd.run(nullptr);
+  fwd_seconds.resize(static_cast<std::size_t>(P));
+  for (int r = 0; r < P; ++r) fwd_seconds[static_cast<std::size_t>(r)] = fwd.compute_seconds_of(r);
+  PassSim bwd(problem, plan, hw, Pass::bwd, ws.buffers());
+  e.bwd = bwd.run(nullptr);
+  double total = 0;
+  for (int r = 0; r < P; ++r) total += fwd_seconds[static_cast<std::size_t>(r)] + bwd.compute_seconds_of(r);
+  e.compute_bound = P > 0 ? total / static_cast<double>(P) : 0.0;
   return e;
 }
 

@@ -474,6 +474,7 @@ TEST_CASE("estimate_step equals the timeline's makespans exactly, and ops are we
       const StepEstimate e = estimate_step(p, plan, hw, ws);
       CHECK(e.fwd == t.fwd.makespan());
       CHECK(e.bwd == t.bwd.makespan());
+      CHECK(e.compute_bound == compute_bound(p, plan, hw));
       CHECK(estimate_step(p, plan, hw).step() == e.step());
       for (const PassTimeline* pt : {&t.fwd, &t.bwd})
         for (const RankTimeline& r : pt->ranks)

@@ -2,11 +2,14 @@
 // workload (causal_document packs from the histogram, 8192 tokens per rank,
 // GQA 64:8 flattened, D = 128, bf16) up to P = 1024, S = 8M tokens. Prints,
 // per solver and P, the time of solve, build_plan and the executor's timing
-// run, and the simulated step time. The timing run should take well under a
-// second even at P = 1024.
+// run (report and chart included), the median of estimate_step (what a
+// solver calls per candidate plan: a few ms at P = 128, under ~100 ms at
+// P = 1024) and of simulate_timeline (with per-op records), the plan's size
+// (destination entries of all collectives) and the simulated step time and
+// step / compute bound.
 //
 //   bench_sim_timing [--cp 8,64,256,1024] [--solvers owner,usp,binary_greedy] [--hardware NAME|FILE]
-//                    [--stages N] [--data-dir DIR]
+//                    [--stages N] [--repeats R] [--data-dir DIR]
 #include <chrono>
 #include <sstream>
 #include <string>
@@ -16,9 +19,11 @@
 
 #include "bench_common.hpp"
 #include "cpsched/error.hpp"
+#include "cpsched/hardware.hpp"
 #include "cpsched/mask_generators.hpp"
 #include "cpsched/plan_builder.hpp"
 #include "cpsched/registry.hpp"
+#include "cpsched/timing.hpp"
 
 using namespace cpsched;
 
@@ -28,19 +33,34 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Destination and source entries of every collective of both passes: the
+// size the simulation is linear in.
+long long plan_entries(const Plan& plan) {
+  long long n = 0;
+  for (const RankPlan& r : plan.ranks)
+    for (const PassPlan* pp : {&r.fwd, &r.bwd})
+      for (const StageComm& sc : pp->comm.stages)
+        for (const GroupCollectiveArg* a : {&sc.qo, &sc.kv}) {
+          for (const auto& d : a->dst_indices) n += static_cast<long long>(d.size());
+          n += static_cast<long long>(a->src_index.size());
+        }
+  return n;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     std::vector<std::string> cps = {"8", "64", "256", "1024"}, solvers = {"owner", "usp", "binary_greedy"};
     std::string hardware = "h100_8x_nvlink";
-    int stages = 1;
+    int stages = 1, repeats = 9;
     for (int i = 1; i + 1 < argc; i += 2) {
       const std::string k = argv[i], v = argv[i + 1];
       if (k == "--cp") cps = bench::split(v);
       else if (k == "--solvers") solvers = bench::split(v);
       else if (k == "--hardware") hardware = v;
       else if (k == "--stages") stages = std::stoi(v);
+      else if (k == "--repeats") repeats = std::max(1, std::stoi(v));
       else if (k != "--data-dir") throw Error("bench_sim_timing: unknown option " + k);
     }
     Registry reg;
@@ -54,8 +74,9 @@ int main(int argc, char** argv) {
     spec.histogram = DocHistogram::load_csv(bench::data_file(argc, argv, "doc_length_distribution.csv"));
     fmt::print("sim timing mode, hardware {}, causal_document pack 0, 8192 tokens/rank, 64:8, D 128, stages {}\n",
                hardware, stages);
-    fmt::print("{:>14} {:>5} {:>10} {:>10} {:>10} {:>12} {:>12}\n", "solver", "P", "solve ms", "plan ms", "sim ms",
-               "step ms", "fwd exp ms");
+    const HardwareProfile hw = resolve_hardware_profile(hardware);
+    fmt::print("{:>14} {:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10}\n", "solver", "P", "solve ms",
+               "plan ms", "sim ms", "est ms", "tl ms", "entries", "step ms", "/bound", "fwd exp ms");
     for (const std::string& cp : cps) {
       const int P = std::stoi(cp);
       const Token S = Token{8192} * P;
@@ -83,8 +104,15 @@ int main(int argc, char** argv) {
           if (k == "step_time_ms") step = v;
           if (k == "fwd_exposed_comm_max_ms") exposed = v;
         }
-        fmt::print("{:>14} {:>5} {:>10.2f} {:>10.2f} {:>10.2f} {:>12.3f} {:>12.3f}\n", name, P, solve_ms, plan_ms,
-                   sim_ms, step, exposed);
+        TimingWorkspace ws;
+        StepEstimate est;
+        const double est_ms = bench::median_ms(repeats, [&] { est = estimate_step(*problem, plan, hw, ws); });
+        const double tl_ms = bench::median_ms(std::max(1, repeats / 3), [&] {
+          const Timeline tl = simulate_timeline(*problem, plan, hw);
+          if (tl.fwd.makespan() != est.fwd) throw Error("bench_sim_timing: estimate_step differs from the timeline");
+        });
+        fmt::print("{:>14} {:>5} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.3f} {:>10.3f} {:>10} {:>10.3f} {:>8.3f} {:>10.3f}\n",
+                   name, P, solve_ms, plan_ms, sim_ms, est_ms, tl_ms, plan_entries(plan), step, est.ratio(), exposed);
       }
     }
     return 0;
