@@ -8,7 +8,7 @@ namespace cpsched {
 
 void Assignment::validate() const {
   if (!grid) throw Error("assignment: no grid");
-  if (static_cast<TaskId>(rank.size()) != grid->num_tasks())
+  if (static_cast<std::int64_t>(rank.size()) != grid->task_count())
     throw Error(fmt::format("assignment: {} ranks for {} tasks", rank.size(), grid->num_tasks()));
   for (std::size_t t = 0; t < rank.size(); ++t)
     if (rank[t] < 0 || rank[t] >= grid->cp_size())

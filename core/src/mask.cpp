@@ -238,21 +238,21 @@ void RangeMask::validate() const {
     Band band;
   };
   std::vector<Open> open(slices_.size());
-  std::vector<std::size_t> starts, ends;
+  // (row, slice) keys sorted in place: no indirection in the comparisons.
+  std::vector<std::pair<Token, std::size_t>> starts, ends;
+  starts.reserve(slices_.size());
+  ends.reserve(slices_.size());
   for (std::size_t i = 0; i < slices_.size(); ++i) {
     const Slice& s = slices_[i];
     open[i].band = make_band(s, s.q, s.k);
     open[i].rows = band_rows(open[i].band);
     if (open[i].rows.empty()) continue;  // an empty slice overlaps nothing
-    starts.push_back(i);
-    ends.push_back(i);
+    starts.emplace_back(open[i].rows.begin, i);
+    ends.emplace_back(open[i].rows.end, i);
   }
-  std::sort(starts.begin(), starts.end(), [&](std::size_t a, std::size_t b) {
-    return std::pair{open[a].rows.begin, a} < std::pair{open[b].rows.begin, b};
-  });
-  std::sort(ends.begin(), ends.end(), [&](std::size_t a, std::size_t b) {
-    return std::pair{open[a].rows.end, a} < std::pair{open[b].rows.end, b};
-  });
+  // Slices come mostly in order (generators emit them so): skip sorted input.
+  if (!std::is_sorted(starts.begin(), starts.end())) std::sort(starts.begin(), starts.end());
+  if (!std::is_sorted(ends.begin(), ends.end())) std::sort(ends.begin(), ends.end());
   Token row = 0;
   // Left end of the col interval at `row` (the rows are open, so it is non-empty).
   auto left = [&](std::size_t i) { return std::max(open[i].band.lo.at(row), open[i].band.ca); };
@@ -273,15 +273,15 @@ void RangeMask::validate() const {
   };
   std::size_t e = 0;
   auto close_until = [&](Token r) {
-    for (; e < ends.size() && open[ends[e]].rows.end <= r; ++e) {
-      auto it = where[ends[e]];
+    for (; e < ends.size() && ends[e].first <= r; ++e) {
+      auto it = where[ends[e].second];
       auto next = active.erase(it);
       if (next != active.begin() && next != active.end()) test(*std::prev(next), *next);
     }
   };
-  for (std::size_t idx : starts) {
-    close_until(open[idx].rows.begin);
-    row = open[idx].rows.begin;
+  for (const auto& [first_row, idx] : starts) {
+    close_until(first_row);
+    row = first_row;
     const auto it = active.insert(idx).first;
     where[idx] = it;
     if (it != active.begin()) test(*std::prev(it), idx);
