@@ -1,8 +1,9 @@
 #pragma once
 // Figures of a pass timeline. Per rank, over [0, T] with T the pass time
 // (the slowest rank's end):
-//   compute  time the compute stream runs
-//   comm     time the communication stream moves data
+//   compute  time the compute stream runs (attention and the merges)
+//   comm     time the communication stream works (packs, collectives with
+//            their unpacks; not the wait for peers before a collective)
 //   hidden   comm time during which the rank also computes
 //   exposed  comm - hidden: communication nothing hides
 //   idle     T - (compute + exposed): the rank waits (for data, for peers,
