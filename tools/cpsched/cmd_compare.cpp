@@ -1,6 +1,6 @@
 // `cpsched compare CONFIG --out DIR`: every solver on the same masks, CP sizes,
-// packs and head configs; a terminal table and a report folder (CSV,
-// Markdown, SVG charts, index.html).
+// packs, head configs and hardware profiles; a terminal table and a report
+// folder (CSV, Markdown, SVG charts, index.html).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -58,8 +58,10 @@ int cmd_compare(const Args& args) {
   co.add_to(desc);
   po::variables_map vm;
   if (!co.parse(args, "compare",
-                "Sweeps solvers x masks x CP sizes x packs x head configs (the config's `compare:` section) and\n"
-                "writes a terminal table and a report folder: results.csv, results.md, SVG charts, index.html.",
+                "Sweeps solvers x masks x CP sizes x packs x head configs x hardware profiles (the config's\n"
+                "`compare:` section) and writes a terminal table and a report folder: results.csv, results.md,\n"
+                "SVG charts, index.html. Each file is replaced atomically; a second compare into the same folder\n"
+                "is refused while one runs (lock: DIR/.cpsched-compare.lock).",
                 desc, vm))
     return 0;
   if (out_dir.empty()) throw po::error("'cpsched compare' needs --out DIR (the report folder)");
