@@ -14,6 +14,7 @@
 #include "cpsched/config.hpp"
 #include "cpsched/error.hpp"
 #include "cpsched/limits.hpp"
+#include "cpsched/mask_generators.hpp"
 #include "cpsched/metrics.hpp"
 #include "cpsched/plan_builder.hpp"
 #include "cpsched/plan_validator.hpp"
@@ -318,4 +319,53 @@ TEST_CASE("plans of one-token column stripes (thousands of ranges per transfer) 
       if (!problems.empty()) MESSAGE(problems.front());
     }
   }
+}
+
+TEST_CASE("sweep validation against brute force on generator masks with one slice moved") {
+  // Valid masks of many diagonal and full slices (windows, shared questions,
+  // block-causal documents, prefix-LM), then one slice's edges moved by a
+  // token or two: validate() throws exactly when some entry is covered twice.
+  std::mt19937_64 rng(21);
+  const std::vector<MaskKind> kinds{MaskKind::sliding_window, MaskKind::share_question,
+                                    MaskKind::block_causal_document, MaskKind::prefix_lm,
+                                    MaskKind::causal_document};
+  int thrown = 0, accepted = 0;
+  for (int it = 0; it < 400; ++it) {
+    const Token S = 48 + static_cast<Token>(rng() % 48);
+    MaskSpec spec;
+    spec.kind = kinds[static_cast<std::size_t>(it) % kinds.size()];
+    for (Token left = S; left > 0;) {
+      const Token len = std::min<Token>(left, 4 + static_cast<Token>(rng() % 20));
+      spec.lengths.push_back(len);
+      left -= len;
+    }
+    spec.window_left = 1 + static_cast<Token>(rng() % 6);
+    spec.window_right = static_cast<Token>(rng() % 4);
+    spec.block_size = 2 + static_cast<Token>(rng() % 5);
+    spec.num_answers = 1 + static_cast<int>(rng() % 3);
+    std::vector<Slice> slices = make_mask(spec, S).slices();
+    REQUIRE_NOTHROW(RangeMask(S, slices).validate());
+    Slice& s = slices[static_cast<std::size_t>(rng() % slices.size())];
+    Token* edge[] = {&s.q.begin, &s.q.end, &s.k.begin, &s.k.end};
+    Token& e = *edge[rng() % 4];
+    e = std::clamp<Token>(e + static_cast<Token>(rng() % 5) - 2, 0, S);
+    if (s.q.empty() || s.k.empty()) continue;
+    std::vector<int> cover(static_cast<std::size_t>(S * S), 0);
+    bool twice = false;
+    for (const Slice& x : slices)
+      for (Token q = x.q.begin; q < x.q.end; ++q)
+        for (Token k = x.k.begin; k < x.k.end; ++k)
+          if (slice_contains(x, q, k)) twice |= ++cover[static_cast<std::size_t>(q * S + k)] > 1;
+    bool threw = false;
+    try {
+      RangeMask(S, slices).validate();
+    } catch (const Error&) {
+      threw = true;
+    }
+    CAPTURE(it);
+    CHECK(threw == twice);
+    (threw ? thrown : accepted) += 1;
+  }
+  CHECK(thrown > 40);
+  CHECK(accepted > 40);
 }
