@@ -145,25 +145,33 @@ std::string temp_name(const fs::path& target) {
 
 void write_file_atomic(const fs::path& requested, const std::function<void(std::ostream&)>& write) {
   if (requested.empty()) throw Error("cannot write a file with an empty name");
-  // Follow at most 40 links (as the kernel does) so a link loop is an error, not a recursion.
   fs::path path = requested;
-  for (int hops = 0;; ++hops) {
-    std::error_code ec;
-    if (!fs::is_symlink(fs::symlink_status(path, ec))) break;
-    if (hops == 40) fail(requested, ELOOP);
-    fs::path t = fs::read_symlink(path, ec);
-    if (ec) fail(requested, ec.value(), "reading the symbolic link: ");
-    path = t.is_relative() ? path.parent_path() / t : t;
-  }
-
   struct stat st{};
   bool existed = false;
-  if (::stat(path.c_str(), &st) == 0) {
-    existed = true;
+  if (::stat(requested.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) fail(requested, EISDIR);
-    if (!S_ISREG(st.st_mode)) return write_in_place(path, write);
-  } else if (errno != ENOENT) {
-    fail(requested, errno);
+    // /dev/stdout, /dev/null, a FIFO: opened by the name given (the kernel resolves /proc's links).
+    // So is /dev/stdout redirected to a file: replacing that file would detach it from the shell's stream.
+    const std::string name = requested.string();
+    if (!S_ISREG(st.st_mode) || name.starts_with("/dev/") || name.starts_with("/proc/"))
+      return write_in_place(requested, write);
+    existed = true;
+    // Replace the file a symbolic link points to, keeping the link.
+    std::error_code ec;
+    path = fs::canonical(requested, ec);
+    if (ec) fail(requested, ec.value());
+  } else if (errno == ENOENT) {
+    // A dangling link names the file to create; follow at most 40 links, as the kernel does.
+    for (int hops = 0;; ++hops) {
+      std::error_code ec;
+      if (!fs::is_symlink(fs::symlink_status(path, ec))) break;
+      if (hops == 40) fail(requested, ELOOP);
+      fs::path t = fs::read_symlink(path, ec);
+      if (ec) fail(requested, ec.value(), "reading the symbolic link: ");
+      path = t.is_relative() ? path.parent_path() / t : t;
+    }
+  } else {
+    fail(requested, errno);  // ELOOP, EACCES, ENOTDIR, ...
   }
 
   const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");

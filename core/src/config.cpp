@@ -112,6 +112,15 @@ void read_hardware(const Section& top, Config& cfg, const std::filesystem::path&
   }
   const bool is_path = spec.find('/') != std::string::npos || spec.ends_with(".yaml") || spec.ends_with(".yml");
   if (is_path && std::filesystem::path(spec).is_relative() && !base_dir.empty()) spec = (base_dir / spec).string();
+  if (is_path) {
+    // A profile is a small YAML file: a device or FIFO (/dev/zero) would be read without end.
+    std::error_code ec;
+    const auto st = std::filesystem::status(spec, ec);
+    if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st)) {
+      top.error("hardware", spec + ": not a regular file");
+      return;
+    }
+  }
   try {
     (void)resolve_hardware_profile(spec);
   } catch (const Error& e) {

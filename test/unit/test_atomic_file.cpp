@@ -133,3 +133,25 @@ TEST_CASE("special files are written in place, links are followed, permissions k
   fs::create_symlink("loop_a", t.dir / "loop_b");
   CHECK_THROWS_AS(write_file_atomic(t.dir / "loop_a", std::string_view("x")), Error);
 }
+
+TEST_CASE("an interrupted write: the signal handler's cleanup removes the temporary, the target is untouched") {
+  TempDir t;
+  const fs::path p = t.dir / "plan.json";
+  write_file_atomic(p, std::string_view("previous"));
+  CHECK_THROWS_AS(write_file_atomic(p,
+                                    [&](std::ostream& os) {
+                                      os << std::string(1 << 20, 'x');
+                                      os.flush();
+                                      CHECK(others(t.dir, p) == 1);  // the temporary, beside the target
+                                      // What SIGINT / SIGTERM run before the process dies.
+                                      remove_pending_atomic_files();
+                                      CHECK(others(t.dir, p) == 0);
+                                      throw Error("interrupted");
+                                    }),
+                  Error);
+  CHECK(slurp(p) == "previous");
+  // Finished writes are no longer pending: the cleanup leaves their files alone.
+  write_file_atomic(p, std::string_view("next"));
+  remove_pending_atomic_files();
+  CHECK(slurp(p) == "next");
+}

@@ -497,6 +497,8 @@ TEST_CASE("hardware: a top-level profile for the cost model and the executor") {
                  "t.yaml:2:11: hardware: unknown hardware profile 'nope' (bundled: cluster_8gpu_ib"));
   CHECK(contains(parse_error("problem: {}\nhardware: [a]\n"), "t.yaml:2:11: hardware: expected a string"));
   CHECK(contains(parse_error("problem: {}\n", {"hardware=nope.yaml"}), "--set hardware: hardware: "));
+  if (std::filesystem::exists("/dev/zero"))
+    CHECK(contains(parse_error("problem: {}\n", {"hardware=/dev/zero"}), "hardware: /dev/zero: not a regular file"));
 
   // A path is relative to the config's folder, like every path in a config.
   TempDir t("cpsched_cfg_hw");

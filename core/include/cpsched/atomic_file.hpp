@@ -6,8 +6,9 @@
 // bad_alloc) the temporary is removed, the previous file is left intact and a
 // cpsched::Error names the path and the system's reason.
 //
-// A target that exists and is not a regular file (/dev/null, /dev/stdout, a
-// FIFO) cannot be replaced by a rename: it is written in place, still checked.
+// A target that exists and is not a regular file (/dev/null, a FIFO), or is
+// under /dev or /proc (/dev/stdout), cannot be replaced by a rename: it is
+// written in place, still checked.
 // A symbolic link is followed: the file it points to is replaced, the link kept.
 #include <filesystem>
 #include <functional>
