@@ -231,9 +231,10 @@ TEST_CASE("hardware axis keys: one of compare.hardware and compare.timing.hardwa
   CHECK(read_text(dir / "results.csv").find(",hardware/cluster_8gpu_ib.yaml,") != std::string::npos);
   CHECK(fs::is_regular_file(dir / "causal_document_step_time_cluster_8gpu_ib.svg"));
 
-  // The one-profile form still works, and a single name stands for a list of one.
+  // The one-profile form still works, a single name stands for a list of
+  // one, and without either the config's top-level `hardware:` is the axis.
   for (const std::string& set : {std::string("compare.timing={executor: sim, hardware: cluster_8gpu_ib}"),
-                                 std::string("compare.hardware=cluster_8gpu_ib")}) {
+                                 std::string("compare.hardware=cluster_8gpu_ib"), std::string("hardware=cluster_8gpu_ib")}) {
     CAPTURE(set);
     std::vector<std::string> one = kSmall;
     one.insert(one.end(), {"--set", "compare.hardware=null", "--set", set});

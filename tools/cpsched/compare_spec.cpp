@@ -160,6 +160,10 @@ void read_hardware(const Reader& r, const YAML::Node& n, bool timing_hardware, c
     for (const auto& e : r.list(n, "hardware")) spec.hardware.push_back(r.to_string(e, "hardware"));
     check_unique(r, spec.hardware, "hardware");
   }
+  // Neither given: the config's top-level `hardware:` (already checked, its
+  // path already relative to the config's folder), else the bundled default.
+  const bool from_top = !given && !timing_hardware && !cfg.hardware.empty();
+  if (from_top) spec.hardware = {cfg.hardware};
   for (const auto& p : reg.plugins())
     if (p.kind == PluginKind::cost_model && p.name == cfg.cost_model.name)
       for (const auto& ps : p.params) spec.cost_model_hardware = spec.cost_model_hardware || ps.name == "hardware";
@@ -175,7 +179,7 @@ void read_hardware(const Reader& r, const YAML::Node& n, bool timing_hardware, c
   for (const auto& name : spec.hardware) {
     std::string resolved = name;
     const bool is_path = name.find('/') != std::string::npos || name.ends_with(".yaml") || name.ends_with(".yml");
-    if (is_path && std::filesystem::path(name).is_relative() && !cfg.file.empty())
+    if (is_path && !from_top && std::filesystem::path(name).is_relative() && !cfg.file.empty())
       resolved = (cfg.file.parent_path() / name).lexically_normal().string();
     spec.hardware_specs.push_back(resolved);
     try {

@@ -15,7 +15,8 @@
 //     reference: usp                    # the solver whose placement is the "usp placement" baseline
 //     timing: {executor: sim}           # or `timing: none`; `hardware: NAME` here is the
 //                                       # one-profile form of compare.hardware (not both)
-//     hardware: [h100_8x_nvlink, cluster_8gpu_ib]   # a sweep axis: profile names or YAML paths
+//     hardware: [h100_8x_nvlink, cluster_8gpu_ib]   # a sweep axis: profile names or YAML paths;
+//                                       # default: the top-level `hardware:`, else h100_8x_nvlink
 //     max_cp_size: {ilp: 16}            # run a slow solver only up to this P (rows above say "skipped")
 //
 // Every other mask parameter (histogram, seed, window, ...) comes from
