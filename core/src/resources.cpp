@@ -51,14 +51,16 @@ ResourceEstimate estimate_resources(const Problem& p, const Sharding& sh) {
   // Cells each slice touches, as the grid builds them: a full slice touches
   // every (q block, k block) of its rectangle; a diagonal one is walked by
   // q block (the grid walks it the same way).
-  __int128 touches = 0;
+  __int128 touches = 0, args = 0;  // args: tight attention args per head group (a full piece clips to 1, others to <= 3)
   for (const Slice& s : p.mask.slices()) {
+    const __int128 before = touches;
     const int qb0 = sh.block_of(s.q.begin), qb1 = sh.block_of(s.q.end - 1);
     if (qb0 < 0 || qb1 < 0) continue;
     if (s.type == MaskType::full) {
       const int kb0 = sh.block_of(s.k.begin), kb1 = sh.block_of(s.k.end - 1);
       if (kb0 < 0 || kb1 < 0) continue;
       touches += __int128{qb1 - qb0 + 1} * (kb1 - kb0 + 1);
+      args += touches - before;
       continue;
     }
     for (int qb = qb0; qb <= qb1; ++qb) {
@@ -66,6 +68,7 @@ ResourceEstimate estimate_resources(const Problem& p, const Sharding& sh) {
       if (need.empty()) continue;
       touches += sh.block_of(need.end - 1) - sh.block_of(need.begin) + 1;
     }
+    args += 3 * (touches - before);
   }
   const __int128 cells = std::min<__int128>(touches, __int128{nb} * nb);
   const __int128 G = p.num_groups();
@@ -74,9 +77,9 @@ ResourceEstimate estimate_resources(const Problem& p, const Sharding& sh) {
   e.cells = sat(cells);
   e.tasks = sat(tasks);
   e.grid_bytes = sat(cells * kCellBytes + touches * kTouchBytes + __int128{nb} * (sizeof(Range) + sizeof(Rank)));
-  // Plan: per task the assignment, transfers and comm; per (piece, group) up
-  // to three tight args, in each of the two passes.
-  e.plan_bytes = sat(tasks * (kTaskBytes + 2 * kTaskCommBytes) + touches * G * 3 * kArgBytes * 2);
+  // Plan: per task the assignment, transfers and comm; per head group the
+  // tight args of every piece, in each of the two passes.
+  e.plan_bytes = sat(tasks * (kTaskBytes + 2 * kTaskCommBytes) + args * G * kArgBytes * 2);
   // sim numeric: fp32 Q, O, dO, dQ and their reference (hq), K, V, dK, dV,
   // their reference and the ranks' copies (hkv), and lse (3 x hq).
   const __int128 S = p.seqlen(), D = p.heads.dim, hq = p.heads.q, hkv = p.heads.kv;
