@@ -2,6 +2,7 @@
 // the profile by hand: compute alone, one transfer, overlap, the reduce, and
 // the figures derived from a timeline.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <random>
@@ -12,6 +13,7 @@
 #include "plan_fixtures.hpp"
 #include "random_specs.hpp"
 #include "gantt_svg.hpp"
+#include "report_text.hpp"
 #include "cpsched/hardware.hpp"
 #include "cpsched/timing.hpp"
 #include "cpsched/timing_stats.hpp"
@@ -506,4 +508,38 @@ TEST_CASE("a plan with many stages is simulated in time linear in its size") {
     CHECK(ws.parts_visited() <= bound);
     CHECK(ws.parts_visited() >= 2 * 2 * std::int64_t{N} * P);  // every part once at least
   }
+}
+
+TEST_CASE("the sim report prints the compute bound and step / bound next to the step time") {
+  // Rank 0 computes 32 x 32 cells, rank 1 nothing: the step is rank 0's
+  // compute, the bound half of it, so step / bound = 2.00.
+  const Problem p = problem(64, 2);
+  Plan plan = empty_plan(p);
+  plan.ranks[0].fwd.calc.local_attn_args = {local(32)};
+  plan.ranks[0].bwd.calc.local_attn_args = {local(32)};
+  const HardwareProfile hw = profile(true);
+  const Timeline t = simulate_timeline(p, plan, hw);
+  const PassStats f = pass_stats(t.fwd), b = pass_stats(t.bwd);
+  ReportInputs in;
+  in.problem = &p;
+  in.mode = "timing";
+  in.hardware = &hw;
+  in.fwd = &f;
+  in.bwd = &b;
+  in.compute_bound = compute_bound(p, plan, hw);
+  const double step = f.time + b.time;
+  CHECK(in.compute_bound == doctest::Approx(step / 2).epsilon(1e-12));
+  const std::string text = report_text(in);
+  CHECK(text.find(fmt::format("step time (fwd + bwd): {:.4f} ms; compute bound {:.4f} ms; step / bound 2.00\n",
+                              step * 1e3, step / 2 * 1e3)) != std::string::npos);
+  const auto figs = report_figures(in);
+  auto fig = [&](const std::string& k) {
+    for (const auto& [name, v] : figs)
+      if (name == k) return v;
+    FAIL("no figure " << k);
+    return 0.0;
+  };
+  CHECK(fig("step_time_ms") == doctest::Approx(step * 1e3));
+  CHECK(fig("compute_bound_ms") == doctest::Approx(step / 2 * 1e3));
+  CHECK(fig("step_over_bound") == doctest::Approx(2.0));
 }
