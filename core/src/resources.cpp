@@ -29,6 +29,11 @@ constexpr std::int64_t kTaskBytes = 4 + 64 + 12 + 2 * (56 + sizeof(Range));
 constexpr std::int64_t kTaskCommBytes = 2 * 72;
 // A tight attention arg (a clipped piece gives up to three).
 constexpr std::int64_t kArgBytes = sizeof(AttnArg);
+// A transferred range, per pass: its comm split on the sender (size, range,
+// group, dst list) and the receiver (size, source, group), and the range
+// itself in its transfer. Each (piece, group) adds at most one range of rows
+// and one of cols.
+constexpr std::int64_t kRangeBytes = 8 + 16 + 4 + 24 + kHeapBlock + 8 + 4 + 4 + 2 * sizeof(Range);
 
 std::int64_t sat(__int128 v) {
   return v > std::numeric_limits<std::int64_t>::max() ? std::numeric_limits<std::int64_t>::max()
@@ -78,8 +83,10 @@ ResourceEstimate estimate_resources(const Problem& p, const Sharding& sh) {
   e.tasks = sat(tasks);
   e.grid_bytes = sat(cells * kCellBytes + touches * kTouchBytes + __int128{nb} * (sizeof(Range) + sizeof(Rank)));
   // Plan: per task the assignment, transfers and comm; per head group the
-  // tight args of every piece, in each of the two passes.
-  e.plan_bytes = sat(tasks * (kTaskBytes + 2 * kTaskCommBytes) + args * G * kArgBytes * 2);
+  // tight args of every piece and its transferred ranges, in each of the two
+  // passes (an upper bound: local pieces move nothing).
+  e.plan_bytes =
+      sat(tasks * (kTaskBytes + 2 * kTaskCommBytes) + args * G * kArgBytes * 2 + touches * G * 2 * kRangeBytes * 2);
   // sim numeric: fp32 Q, O, dO, dQ and their reference (hq), K, V, dK, dV,
   // their reference and the ranks' copies (hkv), and lse (3 x hq).
   const __int128 S = p.seqlen(), D = p.heads.dim, hq = p.heads.q, hkv = p.heads.kv;
