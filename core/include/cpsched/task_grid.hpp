@@ -25,6 +25,9 @@ using TaskId = std::int32_t;
 class TaskGrid {
  public:
   // Builds the grid of `problem` over its sharding. O(slices + touched cells).
+  // Throws LimitError when the grid would pass limits::kMaxTasks, or when a
+  // large one (blocks^2 x groups > 2^20) is estimated (resources.hpp) to need
+  // more than the memory budget with its plan.
   explicit TaskGrid(std::shared_ptr<const Problem> problem);
   // The same mask and heads over another sharding (the static solver's dispatch).
   TaskGrid(std::shared_ptr<const Problem> problem, Sharding sharding);
