@@ -132,28 +132,75 @@ TEST_CASE("a rank plan survives encode/decode; truncated or foreign bytes are re
                        Error);
 }
 
-TEST_CASE("scatter, gather and broadcast over point-to-point groups") {
+TEST_CASE("scatter, gather and broadcast over point-to-point groups, through one staging buffer") {
   constexpr int W = 3;
   g::HostWorld world(W);
   std::vector<g::Blob> scattered(W), bcast(W);
   std::vector<std::vector<g::Blob>> gathered(W);
+  std::vector<int> allocations(W), grown(W);
+  std::vector<Bytes> held_before(W), held_after(W);
   std::vector<std::thread> ts;
   for (Rank r = 0; r < W; ++r)
     ts.emplace_back([&, r] {
       g::HostBackend be(world, r, g::Schedule::lazy_comm);
+      const auto i = static_cast<std::size_t>(r);
       std::vector<g::Blob> blobs;
-      for (int i = 0; i < W; ++i) blobs.push_back(g::Blob(static_cast<std::size_t>(i * 3), static_cast<std::uint8_t>(i + 1)));
-      scattered[static_cast<std::size_t>(r)] = g::scatter_from_root(be, r == 0 ? &blobs : nullptr);
-      gathered[static_cast<std::size_t>(r)] = g::gather_to_root(be, g::Blob(static_cast<std::size_t>(r + 1), static_cast<std::uint8_t>(10 + r)));
-      bcast[static_cast<std::size_t>(r)] = g::broadcast_from_root(be, r == 0 ? g::Blob{9, 8, 7} : g::Blob{});
+      for (int k = 0; k < W; ++k) blobs.push_back(g::Blob(static_cast<std::size_t>(k * 3), static_cast<std::uint8_t>(k + 1)));
+      {
+        g::Staging st(be, 64);  // room for every message of this test
+        held_before[i] = be.bytes_held();
+        for (int round = 0; round < 4; ++round) {  // repeated calls allocate nothing more
+          scattered[i] = g::scatter_from_root(st, r == 0 ? &blobs : nullptr);
+          gathered[i] = g::gather_to_root(st, g::Blob(i + 1, static_cast<std::uint8_t>(10 + r)));
+          bcast[i] = g::broadcast_from_root(st, r == 0 ? g::Blob{9, 8, 7} : g::Blob{});
+        }
+        allocations[i] = st.allocations();
+        held_after[i] = be.bytes_held();
+        // A message larger than the buffer grows it once, freeing the old one.
+        const g::Blob big = g::broadcast_from_root(st, r == 0 ? g::Blob(1000, 5) : g::Blob{});
+        CHECK(big == g::Blob(1000, 5));
+        grown[i] = st.allocations();
+        CHECK(be.bytes_held() == 1000);
+      }
+      CHECK(be.bytes_held() == 0);  // the staging buffer is released with it
     });
   for (auto& t : ts) t.join();
   for (int r = 0; r < W; ++r) {
-    CHECK(scattered[static_cast<std::size_t>(r)] == g::Blob(static_cast<std::size_t>(r * 3), static_cast<std::uint8_t>(r + 1)));
-    CHECK(bcast[static_cast<std::size_t>(r)] == g::Blob{9, 8, 7});
+    const auto i = static_cast<std::size_t>(r);
+    CHECK(scattered[i] == g::Blob(i * 3, static_cast<std::uint8_t>(r + 1)));
+    CHECK(bcast[i] == g::Blob{9, 8, 7});
+    CHECK(allocations[i] == 1);
+    CHECK(held_before[i] == 64);
+    CHECK(held_after[i] == 64);
+    CHECK(grown[i] == 2);
   }
   REQUIRE(gathered[0].size() == W);
   for (int r = 0; r < W; ++r)
     CHECK(gathered[0][static_cast<std::size_t>(r)] == g::Blob(static_cast<std::size_t>(r + 1), static_cast<std::uint8_t>(10 + r)));
   CHECK(gathered[1].empty());
+}
+
+TEST_CASE("gather_each_to_root hands rank 0 one rank's blob at a time, in rank order") {
+  constexpr int W = 4;
+  g::HostWorld world(W);
+  std::vector<Rank> order;
+  std::vector<std::size_t> sizes;
+  std::vector<std::thread> ts;
+  for (Rank r = 0; r < W; ++r)
+    ts.emplace_back([&, r] {
+      g::HostBackend be(world, r);
+      g::Staging st(be, 8 * W);
+      // Rank 2 sends nothing: an empty blob still reaches the callback.
+      const g::Blob mine(r == 2 ? 0 : static_cast<std::size_t>(100 * (r + 1)), static_cast<std::uint8_t>(r));
+      g::gather_each_to_root(st, mine, [&](Rank from, const g::Blob& b) {
+        order.push_back(from);
+        sizes.push_back(b.size());
+        for (std::uint8_t x : b) REQUIRE(x == static_cast<std::uint8_t>(from));
+      });
+      // Rank 0 holds one message's buffer at a time: the largest, never their sum.
+      if (r == 0) CHECK(be.bytes_held() == 400);
+    });
+  for (auto& t : ts) t.join();
+  CHECK(order == std::vector<Rank>{0, 1, 2, 3});
+  CHECK(sizes == std::vector<std::size_t>{100, 200, 0, 400});
 }

@@ -3,16 +3,22 @@
 // against the sim runtime on the same bf16 inputs.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <exception>
+#include <limits>
 #include <random>
+#include <thread>
 
 #include "brute_force.hpp"
 #include "cpsched/error.hpp"
 #include "cpsched/mask_generators.hpp"
 #include "host/check.hpp"
 #include "host/emulate.hpp"
+#include "host/host_backend.hpp"
 #include "host/inputs.hpp"
 #include "host/rank_run.hpp"
 #include "plans.hpp"
+#include "virtual_ranks.hpp"
 
 using namespace cpsched;
 namespace g = cpsched::gpu;
@@ -134,4 +140,97 @@ TEST_CASE("executor parameters are validated with the parameter named") {
   Params r;
   r.set("launch", std::string("slurm"));
   CHECK_THROWS_WITH_AS(g::parse_run_options(r), doctest::Contains("launch"), Error);
+}
+
+TEST_CASE("events come from a pool: repeated iterations create no more events than the first") {
+  std::mt19937_64 rng(31);
+  auto c = test::make_plan_case(test::random_document_mask(300, rng), 3, Heads{4, 2, 16, 2}, GridOptions{true, 1}, 2, 5);
+  const g::HeadLayout h = g::HeadLayout::of(*c.problem);
+  const std::vector<g::RankInputs> in = inputs_of(c, 7);
+  const int P = c.plan.sharding.cp_size;
+  g::HostWorld world(P);
+  std::vector<int> after_one(static_cast<std::size_t>(P)), after_five(static_cast<std::size_t>(P));
+  std::vector<g::RankOutputs> first(static_cast<std::size_t>(P)), last(static_cast<std::size_t>(P));
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(P));
+  std::vector<std::thread> ts;
+  for (Rank r = 0; r < P; ++r)
+    ts.emplace_back([&, r] {
+      const auto i = static_cast<std::size_t>(r);
+      try {
+        // lazy_comm: the comm stream runs late, so a recycled event that a
+        // pending wait still needed would show up as wrong numbers.
+        g::HostBackend be(world, r, g::Schedule::lazy_comm);
+        g::RankPipeline pipe(be, c.plan.ranks[i], h, c.plan.sharding.rank_tokens(r).size());
+        pipe.set_inputs(in[i]);
+        for (int it = 0; it < 5; ++it) {
+          pipe.forward();
+          pipe.backward();
+          pipe.synchronize();
+          if (it == 0) {
+            after_one[i] = be.events_created();
+            first[i] = pipe.outputs();
+          }
+        }
+        after_five[i] = be.events_created();
+        last[i] = pipe.outputs();
+      } catch (const std::exception& e) {
+        errors[i] = std::current_exception();
+        world.abort(e.what());
+      }
+    });
+  for (auto& t : ts) t.join();
+  g::rethrow_first_cause(errors);
+  for (std::size_t i = 0; i < first.size(); ++i) {
+    CHECK(after_one[i] > 0);
+    CHECK(after_five[i] == after_one[i]);
+    CHECK(last[i].o == first[i].o);
+    CHECK(last[i].dk == first[i].dk);
+  }
+  // A wait on an event given back to the pool is an error, not a silent wrong order.
+  g::HostWorld one(1);
+  g::HostBackend be(one, 0);
+  const g::Event e = be.record(g::StreamId::comm);
+  be.recycle_events();
+  CHECK_THROWS_WITH_AS(be.wait(g::StreamId::compute, e), doctest::Contains("not recorded"), Error);
+}
+
+TEST_CASE("the rank-by-rank check equals the whole-tensor comparison and finds a bad rank") {
+  std::mt19937_64 rng(37);
+  auto c = test::make_plan_case(test::random_document_mask(360, rng), 4, Heads{4, 2, 16, 2}, GridOptions{true, 1}, 2, 3);
+  const g::HeadLayout h = g::HeadLayout::of(*c.problem);
+  g::EmulatedRun run = g::emulate(c.plan, h, inputs_of(c, 9));
+  // Perturb rank 2 a little: both comparisons must see the same errors.
+  run.outputs[2].o[5] += 0.25f;
+  run.outputs[2].lse[1] += 0.5f;
+  run.outputs[1].dv[3] -= 0.125f;
+  const sim::GlobalInputs gin = g::global_inputs(*c.problem, 9);
+  sim::GlobalOutputs got = sim::GlobalOutputs::like(gin, 0.f, g::neg_inf());
+  for (Rank r = 0; r < 4; ++r) g::place_outputs(c.plan.sharding, r, h, run.outputs[static_cast<std::size_t>(r)], got);
+  const sim::VirtualRun ref = sim::run_virtual_ranks(*c.problem, c.plan, gin, 2);
+  const sim::NumericErrors whole = sim::compare_outputs(got, ref.outputs);
+
+  g::RankwiseCheck check(*c.problem, c.plan, 9, 2);
+  for (Rank r : {3, 0, 2, 1}) check.add(r, run.outputs[static_cast<std::size_t>(r)]);  // any order
+  const g::CheckResult res = check.finish(g::kDefaultTolerance);
+  CHECK(res.errors.o == whole.o);
+  CHECK(res.errors.lse == whole.lse);
+  CHECK(res.errors.dq == whole.dq);
+  CHECK(res.errors.dk == whole.dk);
+  CHECK(res.errors.dv == whole.dv);
+  CHECK(res.errors.o > 1e-2);
+  CHECK(res.errors.dv > 1e-3);
+
+  // A NaN anywhere is an infinite error; a missing or repeated rank is an error.
+  run.outputs[3].dq[0] = std::numeric_limits<float>::quiet_NaN();
+  g::RankwiseCheck nan_check(*c.problem, c.plan, 9, 2);
+  for (Rank r = 0; r < 4; ++r) nan_check.add(r, run.outputs[static_cast<std::size_t>(r)]);
+  CHECK(std::isinf(nan_check.finish(g::kDefaultTolerance).errors.dq));
+  CHECK_FALSE(nan_check.finish(g::kDefaultTolerance).passed);
+  g::RankwiseCheck partial(*c.problem, c.plan, 9, 2);
+  partial.add(0, run.outputs[0]);
+  CHECK_THROWS_WITH_AS(partial.add(0, run.outputs[0]), doctest::Contains("rank 0 compared twice"), Error);
+  CHECK_THROWS_WITH_AS(partial.finish(g::kDefaultTolerance), doctest::Contains("rank 1 were never compared"), Error);
+  g::RankOutputs wrong = run.outputs[1];
+  wrong.lse.pop_back();
+  CHECK_THROWS_WITH_AS(partial.add(1, wrong), doctest::Contains("do not match its"), Error);
 }

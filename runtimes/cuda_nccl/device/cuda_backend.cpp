@@ -1,5 +1,6 @@
 #include "cuda_backend.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -75,6 +76,14 @@ class CudaBackendImpl final : public Backend {
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(alloc)");
     return p;
   }
+  void release(void* p) override {
+    if (p == nullptr) return;
+    const auto it = std::find(blocks_.begin(), blocks_.end(), p);
+    if (it == blocks_.end()) throw Error("cuda_nccl: release of memory this backend did not allocate");
+    synchronize();  // no stream work may still use it
+    blocks_.erase(it);
+    check(cudaFree(p), "cudaFree");
+  }
   void upload(void* dst, const void* src, Bytes n) override {
     synchronize();
     if (n > 0) check(cudaMemcpy(dst, src, static_cast<std::size_t>(n), cudaMemcpyHostToDevice), "cudaMemcpy(upload)");
@@ -110,14 +119,22 @@ class CudaBackendImpl final : public Backend {
   }
 
   Event record(StreamId s) override {
-    cudaEvent_t e = nullptr;
-    check(cudaEventCreate(&e), "cudaEventCreate");
-    events_.push_back(e);
-    check(cudaEventRecord(e, stream(s)), "cudaEventRecord");
-    return Event{static_cast<int>(events_.size()) - 1};
+    // From the pool; a new event only when every pooled one is in use. A
+    // re-record does not disturb waits enqueued before it (cudaStreamWaitEvent
+    // binds to the record current at the time of the call).
+    if (next_event_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      check(cudaEventCreate(&e), "cudaEventCreate");
+      events_.push_back(e);
+    }
+    const std::size_t id = next_event_++;
+    check(cudaEventRecord(events_[id], stream(s)), "cudaEventRecord");
+    return Event{static_cast<int>(id)};
   }
+  void recycle_events() override { next_event_ = 0; }
+  int events_created() const override { return static_cast<int>(events_.size()); }
   void wait(StreamId s, Event e) override {
-    check(cudaStreamWaitEvent(stream(s), events_.at(static_cast<std::size_t>(e.id)), 0), "cudaStreamWaitEvent");
+    check(cudaStreamWaitEvent(stream(s), event(e), 0), "cudaStreamWaitEvent");
   }
   void synchronize() override {
     check(cudaStreamSynchronize(stream_[0]), "cudaStreamSynchronize(compute)");
@@ -130,13 +147,17 @@ class CudaBackendImpl final : public Backend {
   }
   double elapsed_ms(Event a, Event b) override {
     float ms = 0;
-    check(cudaEventElapsedTime(&ms, events_.at(static_cast<std::size_t>(a.id)), events_.at(static_cast<std::size_t>(b.id))),
-          "cudaEventElapsedTime");
+    check(cudaEventElapsedTime(&ms, event(a), event(b)), "cudaEventElapsedTime");
     return ms;
   }
 
  private:
   cudaStream_t stream(StreamId s) const { return stream_[static_cast<int>(s)]; }
+  cudaEvent_t event(Event e) const {
+    if (e.id < 0 || static_cast<std::size_t>(e.id) >= next_event_)
+      throw Error(fmt::format("cuda_nccl (internal): event {} is not recorded (recycled?)", e.id));
+    return events_[static_cast<std::size_t>(e.id)];
+  }
 
   void open_device(int device) {
     device_ = device;
@@ -175,7 +196,8 @@ class CudaBackendImpl final : public Backend {
   ncclComm_t comm_ = nullptr;
   HostWorld* loopback_ = nullptr;
   std::vector<void*> blocks_;
-  std::vector<cudaEvent_t> events_;
+  std::vector<cudaEvent_t> events_;  // the pool; [0, next_event_) recorded since the last recycle
+  std::size_t next_event_ = 0;
 };
 
 }  // namespace

@@ -38,8 +38,10 @@ class Backend {
   virtual int world() const = 0;
   virtual std::string describe() const = 0;
 
-  // Device memory, zero-filled, owned by the backend until it dies.
+  // Device memory, zero-filled, owned by the backend until it dies or
+  // `release` returns it (no stream work may be pending on it then).
   virtual void* alloc(Bytes bytes) = 0;
+  virtual void release(void* p) = 0;
   // Blocking copies; no stream work may be pending on the memory involved.
   virtual void upload(void* dst, const void* src, Bytes n) = 0;
   virtual void download(void* dst, const void* src, Bytes n) = 0;
@@ -57,7 +59,15 @@ class Backend {
   // One ncclGroupStart/ncclGroupEnd of sends and receives on the comm stream.
   virtual void exchange(const std::vector<P2POp>& ops) = 0;
 
+  // Events come from a pool: `record` takes the next free one (creating one
+  // only when every pooled event is in use) and `recycle_events` returns them
+  // all. Waits already enqueued are not affected by a later record of the
+  // same event (they bind to the record they saw), so the pipeline recycles
+  // at the start of each iteration, once the previous one's timings are read.
   virtual Event record(StreamId s) = 0;
+  virtual void recycle_events() = 0;
+  // Events ever created (the pool's size): bounded by one iteration's records.
+  virtual int events_created() const = 0;
   virtual void wait(StreamId s, Event e) = 0;  // stream s waits for e
   virtual void synchronize() = 0;
   // Milliseconds between two recorded events (after synchronize); 0 when the

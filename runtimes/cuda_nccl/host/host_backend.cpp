@@ -1,5 +1,6 @@
 #include "host_backend.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <fmt/format.h>
@@ -60,7 +61,21 @@ std::string HostBackend::describe() const {
 void* HostBackend::alloc(Bytes bytes) {
   if (bytes <= 0) return nullptr;
   blocks_.push_back(std::make_unique<std::uint8_t[]>(static_cast<std::size_t>(bytes)));  // zeroed
+  sizes_[blocks_.back().get()] = bytes;
+  held_ += bytes;
+  ++allocations_;
   return blocks_.back().get();
+}
+
+void HostBackend::release(void* p) {
+  if (p == nullptr) return;
+  const auto it = std::find_if(blocks_.begin(), blocks_.end(), [&](const auto& b) { return b.get() == p; });
+  if (it == blocks_.end()) throw Error(fmt::format("rank {}: release of memory this backend did not allocate", rank_));
+  // No work may be pending on it, as with cudaFree after a synchronize.
+  synchronize();
+  held_ -= sizes_.at(p);
+  sizes_.erase(p);
+  blocks_.erase(it);
 }
 
 void HostBackend::upload(void* dst, const void* src, Bytes n) {
@@ -164,12 +179,16 @@ void HostBackend::exchange(const std::vector<P2POp>& ops) {
 }
 
 Event HostBackend::record(StreamId s) {
-  events_.emplace_back(static_cast<int>(s), issued_[static_cast<int>(s)]);
-  return Event{static_cast<int>(events_.size()) - 1};
+  const std::pair<int, std::int64_t> at{static_cast<int>(s), issued_[static_cast<int>(s)]};
+  if (next_event_ == events_.size()) events_.push_back(at);
+  else events_[next_event_] = at;
+  return Event{static_cast<int>(next_event_++)};
 }
 
 void HostBackend::wait(StreamId s, Event e) {
-  const auto [stream, pos] = events_.at(static_cast<std::size_t>(e.id));
+  if (e.id < 0 || static_cast<std::size_t>(e.id) >= next_event_)
+    throw Error(fmt::format("rank {}: wait on event {} that is not recorded (recycled?)", rank_, e.id));
+  const auto [stream, pos] = events_[static_cast<std::size_t>(e.id)];
   if (stream == static_cast<int>(s)) return;  // a stream is ordered with itself
   enqueue(s, {nullptr, stream, pos});
 }

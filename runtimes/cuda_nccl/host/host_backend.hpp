@@ -55,6 +55,7 @@ class HostBackend final : public Backend {
   std::string describe() const override;
 
   void* alloc(Bytes bytes) override;
+  void release(void* p) override;
   void upload(void* dst, const void* src, Bytes n) override;
   void download(void* dst, const void* src, Bytes n) override;
 
@@ -68,11 +69,16 @@ class HostBackend final : public Backend {
   void exchange(const std::vector<P2POp>& ops) override;
 
   Event record(StreamId s) override;
+  void recycle_events() override { next_event_ = 0; }
+  int events_created() const override { return static_cast<int>(events_.size()); }
   void wait(StreamId s, Event e) override;
   void synchronize() override;
   double elapsed_ms(Event, Event) override { return 0.0; }
 
   std::int64_t kernels_run() const { return kernels_; }
+  // Device bytes allocated now (what `release` gave back is not counted).
+  Bytes bytes_held() const { return held_; }
+  int allocations() const { return allocations_; }
 
  private:
   struct Op {
@@ -92,7 +98,11 @@ class HostBackend final : public Backend {
   std::int64_t issued_[2] = {0, 0};
   std::int64_t done_[2] = {0, 0};
   bool busy_[2] = {false, false};
-  std::vector<std::pair<int, std::int64_t>> events_;  // (stream, position)
+  std::vector<std::pair<int, std::int64_t>> events_;  // pool: (stream, position)
+  std::size_t next_event_ = 0;                        // events_[0, next) are in use
+  std::map<const void*, Bytes> sizes_;                // of live blocks
+  Bytes held_ = 0;
+  int allocations_ = 0;
   std::int64_t kernels_ = 0;
 };
 

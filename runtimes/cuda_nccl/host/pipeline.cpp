@@ -366,6 +366,9 @@ void RankPipeline::run_pass(Pass pass) {
 }
 
 void RankPipeline::forward() {
+  // A new iteration: the previous one's events (its timings read by now)
+  // go back to the pool, so a run creates one iteration's worth of events.
+  be_.recycle_events();
   PassPrep& pp = pass_[0];
   const i64 nq = rows_ * h_.hq;
   be_.fill(local_.o_acc, nq * h_.dim, 0.f);

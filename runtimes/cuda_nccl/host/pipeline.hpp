@@ -43,7 +43,8 @@ class RankPipeline {
   RankPipeline(Backend& be, const RankPlan& plan, const HeadLayout& h, Token local_rows);
 
   void set_inputs(const RankInputs& in);  // blocking
-  void forward();                         // enqueue
+  void forward();                         // enqueue; recycles the previous iteration's events
+                                          // (read forward_ms / backward_ms before)
   void backward();                        // enqueue; after forward
   void synchronize() { be_.synchronize(); }
   double forward_ms() { return be_.elapsed_ms(pass_[0].t0, pass_[0].t1); }

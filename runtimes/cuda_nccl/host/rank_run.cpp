@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <optional>
 #include <fmt/format.h>
 #include <thread>
 
@@ -60,6 +61,11 @@ double median(std::vector<double> v) {
 // Per-rank figures travelling to rank 0, in this order.
 enum Fig { kFwdMs, kBwdMs, kFwdFlops, kBwdFlops, kDeviceBytes, kSendBytes, kRecvBytes, kNumFigs };
 
+// Bytes of one rank's fp32 outputs (o, lse, dq, dk, dv) for `rows` tokens.
+Bytes outputs_bytes(Token rows, const HeadLayout& h) {
+  return 4 * rows * (2 * static_cast<Bytes>(h.hq) * h.dim + h.hq + 2 * static_cast<Bytes>(h.hkv) * h.dim);
+}
+
 Blob outputs_blob(const RankOutputs& o) {
   std::vector<float> all;
   for (const auto* v : {&o.o, &o.lse, &o.dq, &o.dk, &o.dv}) all.insert(all.end(), v->begin(), v->end());
@@ -95,6 +101,14 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
                             "process per rank",
                             P, plan.sharding.cp_size));
   const HeadLayout h = HeadLayout::of(problem);
+  // The collectives' device buffer, sized once from the plan: the figures,
+  // every rank's sizes and, with the check, the largest rank's outputs (rank
+  // 0 receives them one rank at a time). A broadcast plan larger than that
+  // grows it once.
+  Bytes staging_bytes = std::max<Bytes>(8 * P, static_cast<Bytes>(kNumFigs * sizeof(double)));
+  if (opt.check)
+    for (Rank r = 0; r < P; ++r) staging_bytes = std::max(staging_bytes, outputs_bytes(plan.sharding.rank_tokens(r).size(), h));
+  Staging staging(be, staging_bytes);
 
   // This rank's plan: its own slice of the local solve, or rank 0's.
   RankPlan mine;
@@ -103,7 +117,7 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
     std::vector<Blob> blobs;
     if (me == 0)
       for (const RankPlan& rp : plan.ranks) blobs.push_back(encode_rank_plan(rp, plan.num_stages));
-    const Blob b = scatter_from_root(be, me == 0 ? &blobs : nullptr);
+    const Blob b = scatter_from_root(staging, me == 0 ? &blobs : nullptr);
     plan_bytes = static_cast<Bytes>(b.size());
     mine = decode_rank_plan(b);
   } else {
@@ -139,23 +153,25 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
         figs[kSendBytes] += static_cast<double>(st.of(k).cast_send.bytes + st.of(k).reduce_send.bytes);
         figs[kRecvBytes] += static_cast<double>(st.of(k).cast_recv.bytes + st.of(k).reduce_recv.bytes);
       }
-  const std::vector<Blob> all_figs = gather_to_root(be, to_blob(figs));
+  const std::vector<Blob> all_figs = gather_to_root(staging, to_blob(figs));
 
   // Self-check at rank 0, verdict back to every rank.
   std::string check_text;
   bool passed = true;
   if (opt.check) {
-    const std::vector<Blob> outs = gather_to_root(be, outputs_blob(pipe.outputs()));
+    // Rank 0 runs the reference, then compares one rank's outputs at a time.
+    std::optional<RankwiseCheck> check;
+    if (me == 0) check.emplace(problem, plan, seed, opt.threads);
+    gather_each_to_root(staging, outputs_blob(pipe.outputs()), [&](Rank r, const Blob& b) {
+      check->add(r, outputs_from_blob(b, plan.sharding.rank_tokens(r).size(), h));
+    });
     std::vector<std::uint8_t> verdict(1, 1);
     if (me == 0) {
-      std::vector<RankOutputs> per_rank;
-      for (Rank r = 0; r < P; ++r)
-        per_rank.push_back(outputs_from_blob(outs[static_cast<std::size_t>(r)], plan.sharding.rank_tokens(r).size(), h));
-      const CheckResult c = check_against_sim(problem, plan, per_rank, seed, opt.tolerance, opt.threads);
+      const CheckResult c = check->finish(opt.tolerance);
       check_text = c.text;
       verdict[0] = c.passed ? 1 : 0;
     }
-    verdict = broadcast_from_root(be, verdict);
+    verdict = broadcast_from_root(staging, verdict);
     passed = !verdict.empty() && verdict[0] == 1;
     if (me != 0) check_text = fmt::format("self-check at rank 0: {}", passed ? "passed" : "FAILED");
   }
