@@ -121,7 +121,7 @@ void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides
   for (const std::string& o : overrides) {
     const std::size_t eq = o.find('=');
     if (eq == std::string::npos) {
-      diag.add("--set '" + o + "': expected key.path=value (e.g. --set solver.name=usp)");
+      diag.add("--set '" + shown_path(o) + "': expected key.path=value (e.g. --set solver.name=usp)");
       continue;
     }
     const std::string path = o.substr(0, eq);
