@@ -137,8 +137,9 @@ void write_in_place(const fs::path& path, const std::function<void(std::ostream&
 std::string temp_name(const fs::path& target) {
   static std::atomic<unsigned> counter{0};
   thread_local std::mt19937_64 rng{std::random_device{}() ^ static_cast<std::uint64_t>(::getpid())};
-  return fmt::format(".{}.tmp.{}.{}.{:08x}", target.filename().string(), ::getpid(), counter.fetch_add(1),
-                     static_cast<std::uint32_t>(rng()));
+  // The name stays within NAME_MAX (255) for any target name.
+  return fmt::format(".{}.tmp.{}.{}.{:08x}", target.filename().string().substr(0, 200), ::getpid(),
+                     counter.fetch_add(1), static_cast<std::uint32_t>(rng()));
 }
 
 }  // namespace
@@ -211,7 +212,9 @@ void write_file_atomic(const fs::path& requested, const std::function<void(std::
 }
 
 void write_file_atomic(const fs::path& path, std::string_view content) {
-  write_file_atomic(path, [content](std::ostream& os) { os.write(content.data(), static_cast<std::streamsize>(content.size())); });
+  write_file_atomic(path, [content](std::ostream& os) {
+    os.write(content.data(), static_cast<std::streamsize>(content.size()));
+  });
 }
 
 void remove_pending_atomic_files() noexcept {

@@ -155,3 +155,11 @@ TEST_CASE("an interrupted write: the signal handler's cleanup removes the tempor
   remove_pending_atomic_files();
   CHECK(slurp(p) == "next");
 }
+
+TEST_CASE("a target name of 255 characters still gets a temporary within the name limit") {
+  TempDir t;
+  const fs::path p = t.dir / std::string(255, 'n');
+  write_file_atomic(p, std::string_view("long"));
+  CHECK(slurp(p) == "long");
+  CHECK(others(t.dir, p) == 0);
+}
