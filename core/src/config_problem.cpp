@@ -4,6 +4,9 @@
 #include "config_problem.hpp"
 
 #include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
 
 #include "cpsched/error.hpp"
 #include "cpsched/limits.hpp"
@@ -177,6 +180,75 @@ void read_mask(const Section& mask, Config& cfg, const std::filesystem::path& ba
   }
 }
 
+// What make_mask will generate, estimated from the spec before it runs (its
+// time and memory are in proportion to these).
+struct MaskSize {
+  double sampled_docs = 1;  // documents drawn from the histogram up to the pack asked for
+  double slices = 1;
+};
+
+MaskSize estimate_mask_size(const MaskSpec& spec, Token S) {
+  MaskSize m;
+  double docs = 1;
+  if (spec.kind == MaskKind::slices) {
+    m.slices = static_cast<double>(spec.slices.size());
+    return m;
+  }
+  if (uses_documents(spec.kind)) {
+    if (!spec.lengths.empty()) {
+      docs = m.sampled_docs = static_cast<double>(spec.lengths.size());
+    } else if (!spec.histogram.bins.empty()) {
+      // Documents longer than S/4 are cut into S/4 pieces (DESIGN §2).
+      const double cut = std::max(1.0, static_cast<double>(S) / 4);
+      double pieces = 0, tokens = 0;
+      for (const DocHistogram::Bin& b : spec.histogram.bins) {
+        const double len = std::max(1.0, static_cast<double>(b.representative()));
+        const double n = static_cast<double>(b.count) * std::ceil(len / cut);
+        pieces += n;
+        tokens += static_cast<double>(b.count) * len;
+      }
+      const double mean = pieces > 0 && tokens > 0 ? tokens / pieces : static_cast<double>(S);
+      docs = static_cast<double>(S) / mean + 1;
+      m.sampled_docs = docs * (static_cast<double>(spec.pack) + 1);
+    }
+  }
+  switch (spec.kind) {
+    case MaskKind::sliding_window: m.slices = 3 * docs; break;
+    case MaskKind::prefix_lm: m.slices = 2 * docs; break;
+    case MaskKind::share_question: m.slices = (1 + 2 * static_cast<double>(spec.num_answers)) * docs; break;
+    case MaskKind::block_causal_document:
+      m.slices = docs + static_cast<double>(S) / static_cast<double>(std::max<Token>(1, spec.block_size));
+      break;
+    default: m.slices = docs; break;
+  }
+  return m;
+}
+
+// Refuses a mask whose generation alone would pass the slice limit or the
+// memory budget (a slice with its validation costs about 200 bytes).
+void check_mask_size(const MaskSpec& spec, Token S) {
+  const MaskSize m = estimate_mask_size(spec, S);
+  const bool by_pack = spec.pack > 0 && !spec.histogram.bins.empty() && spec.lengths.empty();
+  if (m.slices > static_cast<double>(limits::kMaxSlices))
+    throw LimitError("mask", fmt::format("problem.mask: this mask would have about {:.3g} slices, over the limit "
+                                         "2^31 - 1; fewer tokens or longer documents/blocks fit",
+                                         m.slices));
+  constexpr double kMaxSampledDocs = 4294967296.0;  // 2^32 draws: minutes of sampling
+  if (m.sampled_docs > kMaxSampledDocs)
+    throw LimitError(by_pack ? "mask.pack" : "mask",
+                     fmt::format("problem.mask{}: reaching pack {} samples about {:.3g} documents, over the limit "
+                                 "2^32; a lower pack or fewer tokens fit",
+                                 by_pack ? ".pack" : "", spec.pack, m.sampled_docs));
+  const MemoryBudget budget = default_memory_budget();
+  const double bytes = m.slices * 200 + m.sampled_docs * sizeof(Token);
+  if (budget.bytes > 0 && bytes > static_cast<double>(budget.bytes))
+    throw LimitError("mask", fmt::format("problem.mask: generating this mask needs about {} ({:.3g} slices), over "
+                                         "the memory budget {} ({}); fewer tokens or longer documents/blocks fit, "
+                                         "or raise the budget with CPSCHED_MEMORY_BUDGET",
+                                         format_bytes(bytes), m.slices, format_bytes(static_cast<double>(budget.bytes)),
+                                         budget.source));
+}
+
 }  // namespace
 
 void read_problem(const Section& problem, Config& cfg, const std::filesystem::path& base_dir) {
@@ -221,12 +293,14 @@ void read_problem(const Section& problem, Config& cfg, const std::filesystem::pa
     if (k.rfind("grid.", 0) == 0) grid.error(k.substr(5), msg);
     else if (k.rfind("heads.", 0) == 0) heads.error(k.substr(6), msg);
     else if (k == "mask") diag.add_at(cfg.mask_loc, mask.path(), msg);
+    else if (k.rfind("mask.", 0) == 0) mask.error(k.substr(5), msg);
     else problem.error(k, msg);
   };
   RangeMask built;
   try {
     // Sizes first: the mask generators allocate in proportion to S.
     check_size_limits(cfg.seqlen(), cfg.cp_size, cfg.grid.blocks_per_rank);
+    check_mask_size(cfg.mask, cfg.seqlen());
     built = make_mask(cfg.mask, cfg.seqlen());
   } catch (const LimitError& e) {
     report_limit(e);

@@ -369,3 +369,20 @@ TEST_CASE("sweep validation against brute force on generator masks with one slic
   CHECK(thrown > 40);
   CHECK(accepted > 40);
 }
+
+TEST_CASE("a mask whose generation alone would not fit is refused before it is generated") {
+  Env budget("64G");
+  std::string e = error_of([] { parse_config(kQuick, "q.yaml", {"problem.mask={kind: causal_document, histogram: [[1, 1024, 10]], pack: 1000000000}"}); });
+  CHECK(e.find("problem.mask.pack: reaching pack 1000000000 samples about") != std::string::npos);
+  e = error_of([] {
+    parse_config(kQuick, "q.yaml", {"problem.cp_size=65536", "problem.seqlen_per_rank=16777216",
+                                    "problem.mask={kind: block_causal_document, block_size: 1}"});
+  });
+  CHECK(e.find("problem.mask: this mask would have about 1.1e+12 slices, over the limit 2^31 - 1") != std::string::npos);
+  Env small("1M");
+  e = error_of([] {
+    parse_config(kQuick, "q.yaml", {"problem.mask={kind: block_causal_document, block_size: 4}"});
+  });
+  CHECK(e.find("problem.mask: generating this mask needs about") != std::string::npos);
+  CHECK(e.find("over the memory budget 1.0 MiB (CPSCHED_MEMORY_BUDGET)") != std::string::npos);
+}
