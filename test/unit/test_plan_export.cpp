@@ -1,6 +1,7 @@
 // Plan JSON (docs/plan_format.md) and SVG pictures.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -220,4 +221,43 @@ TEST_CASE("plan SVG files are replaced whole; a failed write names the path and 
   const std::string expected = (dir / "no" / "x.svg").string() + "': No such file or directory";
   CHECK_THROWS_WITH_AS(write_plan_svg(dir / "no" / "x.svg", f.a, f.m), doctest::Contains(expected.c_str()), Error);
   std::filesystem::remove_all(dir);
+}
+
+namespace {
+// Records the pieces a writer hands to its stream.
+class PieceCounter : public std::streambuf {
+ public:
+  std::size_t pieces = 0, largest = 0, total = 0;
+
+ protected:
+  std::streamsize xsputn(const char*, std::streamsize n) override {
+    ++pieces;
+    largest = std::max(largest, static_cast<std::size_t>(n));
+    total += static_cast<std::size_t>(n);
+    return n;
+  }
+  int_type overflow(int_type c) override {
+    if (!traits_type::eq_int_type(c, traits_type::eof())) xsputn(nullptr, 1);
+    return traits_type::not_eof(c);
+  }
+};
+}  // namespace
+
+TEST_CASE("plan JSON reaches the stream in bounded pieces, not as one whole document") {
+  std::mt19937_64 rng(3);
+  auto g = test::make_grid(test::random_document_mask(3000, rng), 16, {8, 4, 8, 2}, GridOptions{true, 2});
+  Assignment a = test::random_assignment(g, rng);
+  const Plan plan = build_plan(a, 3);
+  const Metrics m = compute_metrics(a);
+  PlanExport e;
+  e.assignment = &a;
+  e.metrics = &m;
+  e.plan = &plan;
+  PieceCounter counter;
+  std::ostream os(&counter);
+  write_plan_json(os, e, 2);
+  CHECK(counter.total == plan_json(e, 2).size());
+  REQUIRE(counter.total > (1u << 20));  // large enough for the check to mean something
+  CHECK(counter.largest < (1u << 17));  // the writer's buffer, never the document
+  CHECK(counter.pieces >= counter.total / (1u << 17));
 }
