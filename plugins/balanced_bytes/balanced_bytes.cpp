@@ -5,17 +5,19 @@
 #include <cmath>
 #include <mutex>
 #include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <map>
 #include <thread>
 
 #include <cpsched/error.hpp>
+#include <cpsched/plan_builder.hpp>
 
 #include "byte_model.hpp"
+#include "members.hpp"
 #include "placements.hpp"
 #include "search.hpp"
 #include "state.hpp"
-#ifdef CPSCHED_BYTES_WITH_BINARY_GREEDY
-#include "binary_greedy/solver.hpp"
-#endif
 
 namespace cpsched::bytes {
 
@@ -33,6 +35,12 @@ std::string num(double v, const char* fmt = "%.6g") {
 
 // a strictly better than b: meeting the cap first, then less load above it,
 // then a lower objective.
+std::int64_t max_load(const TaskGrid& g, const std::vector<Rank>& rank) {
+  std::vector<std::int64_t> load(static_cast<std::size_t>(g.cp_size()), 0);
+  for (TaskId t = 0; t < g.num_tasks(); ++t) load[static_cast<std::size_t>(rank[static_cast<std::size_t>(t)])] += g.load(t);
+  return load.empty() ? 0 : *std::max_element(load.begin(), load.end());
+}
+
 bool better(const Candidate& a, const Candidate& b) {
   if ((a.excess == 0) != (b.excess == 0)) return a.excess == 0;
   if (a.excess != b.excess) return a.excess < b.excess;
@@ -86,6 +94,28 @@ void run_jobs(std::size_t n, int threads, F&& job) {
 
 Options parse_options(const Params& p) {
   Options o;
+  const std::string obj = p.get_string("objective");
+  if (obj == "auto") o.objective = Objective::automatic;
+  else if (obj == "time") o.objective = Objective::time;
+  else if (obj == "bytes") o.objective = Objective::bytes;
+  else if (obj == "bottleneck") o.objective = Objective::bottleneck;
+  else bad("objective", "'" + obj + "'", "is not one of: auto, time, bytes, bottleneck");
+  o.spread = p.get_real("spread");
+  o.time_blocks_per_rank = static_cast<int>(p.get_int("time_blocks_per_rank"));
+  if (o.time_blocks_per_rank < 0 || o.time_blocks_per_rank > 64)
+    bad("time_blocks_per_rank", std::to_string(o.time_blocks_per_rank), "must be in [0, 64]");
+  if (!(o.spread >= 0.0)) bad("spread", num(o.spread), "must be >= 0");
+  o.members.clear();
+  for (std::string rest = p.get_string("members"); !rest.empty();) {
+    const auto comma = rest.find(',');
+    std::string name = rest.substr(0, comma);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    name.erase(0, name.find_first_not_of(' '));
+    name.erase(name.find_last_not_of(' ') + 1);
+    if (name.empty()) continue;
+    if (name == "balanced_bytes") bad("members", "'balanced_bytes'", "cannot name the solver itself");
+    o.members.push_back(name);
+  }
   o.mu = p.get_real("mu");
   o.fwd_weight = p.get_real("fwd_weight");
   o.bwd_weight = p.get_real("bwd_weight");
@@ -94,8 +124,7 @@ Options parse_options(const Params& p) {
   const std::int64_t threads = p.get_int("threads");
   const std::int64_t blocks = p.get_int("max_blocks_per_rank");
   const std::int64_t degree = p.get_int("usp_max_degree");
-  o.binary_greedy = p.get_bool("binary_greedy");
-  o.binary_greedy_max_tasks = p.get_int("binary_greedy_max_tasks");
+  o.binary_greedy_max_tasks = p.get_int("member_max_tasks");
   o.seed = static_cast<std::uint64_t>(p.get_int("seed"));
   if (!(o.mu >= 1.0)) bad("mu", num(o.mu), "must be >= 1 (balance target: max load <= mu x mean)");
   if (!(o.fwd_weight >= 0.0)) bad("fwd_weight", num(o.fwd_weight), "must be >= 0");
@@ -103,11 +132,11 @@ Options parse_options(const Params& p) {
   if (!(o.fwd_weight + o.bwd_weight > 0.0))
     bad("fwd_weight + bwd_weight", num(o.fwd_weight + o.bwd_weight), "must be > 0 (nothing would be priced)");
   if (!(o.bottleneck_weight >= 0.0)) bad("bottleneck_weight", num(o.bottleneck_weight), "must be >= 0");
-  if (o.effort < 0) bad("effort", std::to_string(o.effort), "must be >= 0 (move evaluations per start)");
+  if (o.effort < 0) bad("effort", std::to_string(o.effort), "must be >= 0 (move evaluations per start; 0: default)");
   if (threads < 0) bad("threads", std::to_string(threads), "must be >= 0 (0: hardware threads, at most 8)");
   if (blocks < 1 || blocks > 1024) bad("max_blocks_per_rank", std::to_string(blocks), "must be in [1, 1024]");
   if (o.binary_greedy_max_tasks < 0)
-    bad("binary_greedy_max_tasks", std::to_string(o.binary_greedy_max_tasks), "must be >= 0");
+    bad("member_max_tasks", std::to_string(o.binary_greedy_max_tasks), "must be >= 0");
   if (degree < 1) bad("usp_max_degree", std::to_string(degree), "must be >= 1");
   o.threads = threads > 0 ? static_cast<int>(std::min<std::int64_t>(threads, 256))
                           : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1U, 8U));
@@ -117,51 +146,79 @@ Options parse_options(const Params& p) {
 }
 
 std::int64_t search_budget(const Options& o, TaskId tasks) {
+  const std::int64_t effort = o.effort > 0 ? o.effort : o.objective == Objective::time ? 10000 : 400000;
   // Up to 256 tasks the full effort; beyond, effort x 256 / tasks, so that
   // the search costs about the same time at any size (latency).
   const double scale = std::min(1.0, 256.0 / static_cast<double>(std::max<TaskId>(tasks, 1)));
-  return static_cast<std::int64_t>(static_cast<double>(o.effort) * scale);
+  return static_cast<std::int64_t>(static_cast<double>(effort) * scale);
 }
 
-Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>& seen) const {
-  const TaskGrid& grid = *in.grid;
-  const ByteModel model(grid, opt_.fwd_weight, opt_.bwd_weight);
-  const std::int64_t cap = balance_cap(grid, opt_.mu);
-  const double bw = opt_.bottleneck_weight;
-  const std::int64_t total = search_budget(opt_, grid.num_tasks());
+BalancedBytes::BalancedBytes(const Params& p) : opt_(parse_options(p)), members_(std::make_unique<MemberSolvers>()) {}
+BalancedBytes::BalancedBytes(Options o) : opt_(std::move(o)), members_(std::make_unique<MemberSolvers>()) {}
+BalancedBytes::~BalancedBytes() = default;
 
-  // The starts: placements of the portfolio's members.
+namespace {
+
+// Time-mode prices of a grid under a time cost model.
+TimeObjective time_objective(const TimePrices& tp, const TaskGrid& grid, double spread) {
+  TimeObjective to;
+  to.gpus_per_node = tp.gpus_per_node;
+  to.byte_s[0] = tp.byte_s[0];
+  to.byte_s[1] = tp.byte_s[1];
+  // Load = area x q heads; FLOPs = 4 x load x D forward, 2.5 x that backward.
+  to.load_s = 4.0 * grid.problem().heads.dim * (tp.flop_s[0] + 2.5 * tp.flop_s[1]);
+  to.spread = spread;
+  return to;
+}
+
+}  // namespace
+
+std::vector<MemberResult> BalancedBytes::solve_members(const SolveInput& in, std::vector<std::string>& skipped) const {
+  std::vector<MemberResult> out;
+  if (in.grid->num_tasks() > opt_.binary_greedy_max_tasks) return out;
+  for (const std::string& name : opt_.members) {
+    std::string why;
+    std::optional<Assignment> a = members_->solve(name, SolveInput{in.grid, in.cost, in.stages}, why);
+    if (a) out.push_back({name, std::move(*a), in.grid.get()});
+    else skipped.push_back(name + " (" + why + ")");
+  }
+  return out;
+}
+
+Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>& seen,
+                                    const std::vector<MemberResult>& members) const {
+  const TaskGrid& grid = *in.grid;
+  const bool time = opt_.objective == Objective::time;
+  const bool bottleneck = opt_.objective == Objective::bottleneck;
+  // Time mode prices forward and backward bytes in seconds; the bottleneck
+  // objective (the seed's) counts both passes too.
+  const double fw = time || bottleneck ? 1.0 : opt_.fwd_weight;
+  const double bwv = time || bottleneck ? 1.0 : opt_.bwd_weight;
+  const ByteModel model(grid, fw, bwv);
+  const std::int64_t cap = balance_cap(grid, opt_.mu);
+  const double bw = bottleneck ? 1e3 : opt_.bottleneck_weight;
+  const std::int64_t total = search_budget(opt_, grid.num_tasks());
+  std::optional<TimeObjective> to;
+  if (time) to = time_objective(*in.cost->time_prices(), grid, opt_.spread);
+
+  // The starts: placements of the portfolio's members on this grid.
   struct Start {
     std::string origin;
-    std::vector<Rank> rank;  // empty: computed in its job (binary_greedy)
+    std::vector<Rank> rank;
   };
   std::vector<Start> starts;
   starts.push_back({"owner", owner_placement(grid)});
   if (grid.flattened()) starts.push_back({"usp", usp_placement(grid, opt_.usp_max_degree)});
-#ifdef CPSCHED_BYTES_WITH_BINARY_GREEDY
-  if (opt_.binary_greedy && grid.num_tasks() <= opt_.binary_greedy_max_tasks) starts.push_back({"binary_greedy", {}});
-#endif
+  for (const MemberResult& m : members)
+    if (m.assignment.grid.get() == in.grid.get()) starts.push_back({m.name, m.assignment.rank});
 
   // Phase 1, one job per start: repair, descend, a short iterated search.
   const std::size_t n = starts.size();
   std::vector<Candidate> raw(n);
   std::vector<std::unique_ptr<State>> states(n);
   run_jobs(n, opt_.threads, [&](std::size_t i) {
-    std::vector<Rank> rank = std::move(starts[i].rank);
-#ifdef CPSCHED_BYTES_WITH_BINARY_GREEDY
-    if (rank.empty()) {
-      Params p;
-      p.set("mu", opt_.mu);
-      p.set("epsilon", 0.01);
-      p.set("max_iters", std::int64_t{20});
-      p.set("refine_passes", std::int64_t{5});
-      p.set("threads", std::int64_t{1});
-      bg::BinaryGreedySolver solver(p);
-      rank = solver.solve(in).rank;
-    }
-#endif
-    auto st = std::make_unique<State>(model, rank, cap, bw);
-    raw[i] = {starts[i].origin, std::move(rank), st->excess(), st->objective()};
+    auto st = std::make_unique<State>(model, starts[i].rank, cap, bw, to ? &*to : nullptr);
+    raw[i] = {starts[i].origin, std::move(starts[i].rank), st->excess(), st->objective(), in.grid};
     Budget budget{total / static_cast<std::int64_t>(2 * n)};
     repair(*st, budget);
     descend(*st, budget);
@@ -170,7 +227,8 @@ Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>
   });
   // (Incremental sums: exact for integer weights, else off by rounding only.)
   auto searched_of = [&](std::size_t i) {
-    return Candidate{raw[i].origin + "+search", states[i]->placement(), states[i]->excess(), states[i]->objective()};
+    return Candidate{raw[i].origin + "+search", states[i]->placement(), states[i]->excess(), states[i]->objective(),
+                     in.grid};
   };
   std::vector<Candidate> searched(n);
   for (std::size_t i = 0; i < n; ++i) searched[i] = searched_of(i);
@@ -182,6 +240,7 @@ Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>
   Budget rest{total / 2};
   iterate(*states[lead], rest, opt_.seed + 1000);
   Candidate final_cand = searched_of(lead);
+  states.clear();  // no start's state outlives its use
 
   const std::size_t first = seen.size();
   for (auto& c : raw) seen.push_back(std::move(c));
@@ -195,9 +254,25 @@ Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>
 
 Assignment BalancedBytes::solve(const SolveInput& in) {
   if (!in.grid) throw Error("balanced_bytes: no task grid given");
+  const bool prices_time = in.cost != nullptr && in.cost->time_prices().has_value();
+  if (opt_.objective == Objective::time && !prices_time)
+    throw Error("balanced_bytes: objective = time needs a cost model that prices time (cost_model: {name: time}); "
+                "the configured one does not");
+  if (opt_.objective == Objective::automatic) {
+    BalancedBytes resolved(opt_);
+    resolved.opt_.objective = prices_time ? Objective::time : Objective::bytes;
+    resolved.members_ = std::move(members_);
+    Assignment a = resolved.opt_.objective == Objective::time ? resolved.solve_time(in) : resolved.solve_bytes(in);
+    members_ = std::move(resolved.members_);
+    return a;
+  }
+  return opt_.objective == Objective::time ? solve_time(in) : solve_bytes(in);
+}
+
+Assignment BalancedBytes::solve_bytes(const SolveInput& in) const {
   std::vector<Candidate> seen;
-  Candidate best = solve_grid(in, seen);
-  std::shared_ptr<const TaskGrid> best_grid = in.grid;
+  std::vector<std::string> skipped;
+  Candidate best = solve_grid(in, seen, solve_members(in, skipped));
   const std::size_t on_input_grid = seen.size();
 
   // No placement met the cap (a cell alone, or a few big ones, break the
@@ -207,24 +282,110 @@ Assignment BalancedBytes::solve(const SolveInput& in) {
   while (best.excess > 0 && is_sequential(*grid) && blocks * 2 <= opt_.max_blocks_per_rank) {
     blocks *= 2;
     grid = finer_grid(*grid, blocks);
-    Candidate c = solve_grid({grid, in.cost}, seen);
-    if (better(c, best)) {
-      best = std::move(c);
-      best_grid = grid;
-    }
+    Candidate c = solve_grid({grid, in.cost, in.stages}, seen, {});
+    if (better(c, best)) best = std::move(c);
   }
 
   Assignment a;
-  a.grid = best_grid;
+  a.grid = best.grid;
   a.rank = std::move(best.rank);
   a.feasible = best.excess == 0;
-  a.note = "balanced_bytes: " + best.origin + " on " + std::to_string(best_grid->problem().grid.blocks_per_rank) +
+  a.note = "balanced_bytes (" + std::string(opt_.objective == Objective::bottleneck ? "bottleneck" : "bytes") +
+           "): " + best.origin + " on " + std::to_string(a.grid->problem().grid.blocks_per_rank) +
            " block(s) per rank, objective " + num(best.objective, "%.6e");
   for (std::size_t i = 0; i < on_input_grid; ++i)
     if (seen[i].origin.find('+') == std::string::npos)
       a.note += "; " + seen[i].origin + " " + num(seen[i].objective, "%.6e") +
                 (seen[i].excess > 0 ? " (above cap)" : "");
+  for (const std::string& m : skipped) a.note += "; member " + m + " skipped";
   if (!a.feasible) a.note += "; no placement met mu = " + num(opt_.mu) + ", returned the least overloaded";
+  return a;
+}
+
+// Time mode: searched placements of every start (and of the members that
+// dispatch tokens, on their own grids) are priced as plans by the cost model's
+// timing model; the fastest plan wins, with its stage count when the host lets
+// the solver choose (stages 0 = auto).
+Assignment BalancedBytes::solve_time(const SolveInput& in) const {
+  std::vector<Candidate> seen;
+  std::vector<std::string> skipped;
+  const std::vector<MemberResult> members = solve_members(in, skipped);
+  solve_grid(in, seen, members);
+  // A finer sequential grid: smaller cells balance causal documents with
+  // less data moved per unit of load moved.
+  if (opt_.time_blocks_per_rank > in.grid->problem().grid.blocks_per_rank && is_sequential(*in.grid)) {
+    std::vector<Candidate> fine;
+    const auto g = finer_grid(*in.grid, opt_.time_blocks_per_rank);
+    Candidate c = solve_grid(SolveInput{g, in.cost, in.stages}, fine, {});
+    c.origin = "blocks" + std::to_string(opt_.time_blocks_per_rank) + ":" + c.origin;
+    seen.push_back(std::move(c));
+  }
+  for (const MemberResult& m : members) {
+    if (m.assignment.grid.get() == in.grid.get()) continue;  // searched above
+    // A member on its own sharding (static): its plan as it is, and searched on its grid.
+    seen.push_back({m.name, m.assignment.rank, 0, 0.0, m.assignment.grid});
+    std::vector<Candidate> own;
+    Candidate c = solve_grid(SolveInput{m.assignment.grid, in.cost, in.stages}, own,
+                             {MemberResult{m.name, m.assignment, in.grid.get()}});
+    c.origin = m.name + "-grid:" + c.origin;
+    seen.push_back(std::move(c));
+  }
+
+  // Which candidates to price as plans (building and timing a plan costs
+  // more than a search step): every start as it is (the members, owner, usp:
+  // the plan never loses to one of them) and the best searched placement of
+  // each grid by the search's own estimate.
+  std::vector<const Candidate*> finals;
+  auto add_final = [&](const Candidate& c) {
+    for (const Candidate* f : finals)
+      if (f->grid.get() == c.grid.get() && f->rank == c.rank) return;
+    finals.push_back(&c);
+  };
+  std::map<const TaskGrid*, const Candidate*> best_searched;
+  for (const Candidate& c : seen) {
+    if (c.origin.find('+') == std::string::npos) {
+      add_final(c);
+      continue;
+    }
+    const Candidate*& b = best_searched[c.grid.get()];
+    if (b == nullptr || better(c, *b)) b = &c;
+  }
+  for (const auto& [g, c] : best_searched) add_final(*c);
+  const std::vector<int> stage_options = in.stages > 0 ? std::vector<int>{in.stages} : std::vector<int>{1, 2, 3};
+  double best_step = std::numeric_limits<double>::infinity();
+  const Candidate* best = nullptr;
+  int best_stages = stage_options.front();
+  bool best_ok = false;
+  for (const Candidate* c : finals) {
+    Assignment a;
+    a.grid = c->grid;
+    a.rank = c->rank;
+    const bool ok = balance_cap(*c->grid, opt_.mu) >= max_load(*c->grid, c->rank);
+    if (best_ok && !ok) continue;
+    for (int st : stage_options) {
+      const Plan plan = build_plan(a, st);
+      const double step = in.cost->plan_time(c->grid->problem(), plan)->step();
+      if (std::getenv("CPSCHED_BB_DEBUG"))
+        std::fprintf(stderr, "  final %-40s stages %d ok %d step %.4f ms objective %.6e excess %lld\n",
+                     c->origin.c_str(), st, ok ? 1 : 0, step * 1e3, c->objective, static_cast<long long>(c->excess));
+      if ((ok && !best_ok) || step < best_step * (1 - 1e-12)) {
+        best_step = step;
+        best = c;
+        best_stages = st;
+        best_ok = ok;
+      }
+    }
+  }
+  Assignment a;
+  a.grid = best->grid;
+  a.rank = best->rank;
+  a.feasible = best_ok;
+  a.stages = in.stages > 0 ? in.stages : best_stages;
+  a.note = "balanced_bytes (time): " + best->origin + " on " + std::to_string(a.grid->problem().grid.blocks_per_rank) +
+           " block(s) per rank, " + std::to_string(a.stages) + " stage(s), predicted step " +
+           num(best_step * 1e3, "%.4f") + " ms of " + std::to_string(finals.size()) + " priced plans";
+  for (const std::string& s : skipped) a.note += "; member " + s + " skipped";
+  if (!best_ok) a.note += "; no plan met mu = " + num(opt_.mu) + ", returned the fastest";
   return a;
 }
 

@@ -14,7 +14,17 @@
 
 namespace cpsched::bytes {
 
+// What the search minimises: `time` (predicted step time under a time cost
+// model), `bytes` (weighted total bytes), `bottleneck` (the seed's: the
+// busiest rank's send or receive, forward + backward); `auto` is `time` when
+// the cost model prices time, else `bytes`.
+enum class Objective { automatic, time, bytes, bottleneck };
+
 struct Options {
+  Objective objective = Objective::automatic;
+  double spread = 0.25;           // time: weight of the mean rank time beside the max
+  int time_blocks_per_rank = 0;   // time: also search a sequential grid this fine (0: off)
+  std::vector<std::string> members = {"binary_greedy", "static"};  // solvers started from, loaded by name
   double mu = 1.10;
   double fwd_weight = 1.0;
   double bwd_weight = 0.0;
@@ -23,8 +33,7 @@ struct Options {
   int threads = 1;
   int max_blocks_per_rank = 8;
   int usp_max_degree = 8;
-  bool binary_greedy = true;
-  std::int64_t binary_greedy_max_tasks = 4096;
+  std::int64_t binary_greedy_max_tasks = 4096;  // members run on grids of at most this many tasks
   std::uint64_t seed = 1;
 };
 
@@ -36,18 +45,32 @@ struct Candidate {
   std::vector<Rank> rank;
   std::int64_t excess = 0;       // load above the cap, summed over ranks
   double objective = 0;
+  std::shared_ptr<const TaskGrid> grid;  // the grid `rank` refers to
+};
+
+class MemberSolvers;
+
+struct MemberResult {
+  std::string name;
+  Assignment assignment;
+  const TaskGrid* input_grid = nullptr;  // the grid the member was given
 };
 
 class BalancedBytes final : public Solver {
  public:
-  explicit BalancedBytes(const Params& p) : opt_(parse_options(p)) {}
-  explicit BalancedBytes(Options o) : opt_(o) {}
+  explicit BalancedBytes(const Params& p);
+  explicit BalancedBytes(Options o);
+  ~BalancedBytes() override;
   Assignment solve(const SolveInput& in) override;
 
  private:
   // The best candidate on one grid, and every candidate it looked at.
-  Candidate solve_grid(const SolveInput& in, std::vector<Candidate>& seen) const;
+  Candidate solve_grid(const SolveInput& in, std::vector<Candidate>& seen, const std::vector<MemberResult>& members) const;
+  std::vector<MemberResult> solve_members(const SolveInput& in, std::vector<std::string>& skipped) const;
+  Assignment solve_bytes(const SolveInput& in) const;
+  Assignment solve_time(const SolveInput& in) const;
   Options opt_;
+  std::unique_ptr<MemberSolvers> members_;
 };
 
 }  // namespace cpsched::bytes

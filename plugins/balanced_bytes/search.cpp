@@ -271,7 +271,7 @@ int improve_task(State& st, TaskId t, Budget& budget, TaskId moved[2], Rank from
     const double before = st.objective();
     st.move(t, b);
     st.move(best_u, a);
-    if (st.bottleneck_weight() == 0.0 || st.objective() < before - kEps) {
+    if ((st.bottleneck_weight() == 0.0 && !st.time_mode()) || st.objective() < before - kEps) {
       moved[0] = t;
       from[0] = a;
       moved[1] = best_u;

@@ -11,13 +11,16 @@ namespace {
 constexpr std::size_t kTop = 5;  // > the 4 ranks one move can touch
 }
 
-State::State(const ByteModel& model, const std::vector<Rank>& start, std::int64_t cap, double bottleneck_weight)
+State::State(const ByteModel& model, const std::vector<Rank>& start, std::int64_t cap, double bottleneck_weight,
+             const TimeObjective* time)
     : m_(&model),
       P_(model.ranks()),
       G_(model.groups()),
       words_((model.ranks() + 63) / 64),
       bw_(bottleneck_weight),
-      cap_(cap) {
+      cap_(cap),
+      time_(time != nullptr) {
+  if (time_) to_ = *time;
   const TaskGrid& g = model.grid();
   const TaskId T = g.num_tasks();
   if (static_cast<TaskId>(start.size()) != T)
@@ -40,6 +43,7 @@ State::State(const ByteModel& model, const std::vector<Rank>& start, std::int64_
   holders_.assign(nb * 2 * static_cast<std::size_t>(G_) * static_cast<std::size_t>(words_), 0);
   send_.assign(P, 0.0);
   recv_.assign(P, 0.0);
+  if (time_) sec_.assign(P, RankSeconds{});
   on_.assign(P, {});
   for (auto& list : on_) list.reserve(static_cast<std::size_t>(T) / P + 16);
   pos_.assign(static_cast<std::size_t>(T), -1);
@@ -49,6 +53,10 @@ State::State(const ByteModel& model, const std::vector<Rank>& start, std::int64_
       throw Error("balanced_bytes: start placement puts task " + std::to_string(t) + " on rank " +
                   std::to_string(r) + " outside [0, " + std::to_string(P_) + ")");
     add(t, r, +1);
+  }
+  if (time_) {
+    time_sum_ = 0;
+    for (const RankSeconds& x : sec_) time_sum_ += x.time();
   }
   refresh_top();
   refresh_least();
@@ -91,7 +99,14 @@ void State::add(TaskId t, Rank r, int sign) {
       const bool flips = sign > 0 ? c == 0 : c == 1;
       c = static_cast<std::uint16_t>(c + sign);
       if (!flips || r == h) continue;
-      const double len = static_cast<double>(m_->segment(s).tokens.size()) * sign;
+      double len = static_cast<double>(m_->segment(s).tokens.size()) * sign;
+      if (time_) {
+        len *= to_.byte_s[to_.link_class(h, r)];
+        sec_[uh].cast_out += len * pr.out;
+        sec_[ur].cast_in += len * pr.out;
+        sec_[ur].red_out += len * pr.back;
+        sec_[uh].red_in += len * pr.back;
+      }
       send_[uh] += len * pr.out;
       recv_[ur] += len * pr.out;
       send_[ur] += len * pr.back;
@@ -108,6 +123,11 @@ void State::add(TaskId t, Rank r, int sign) {
     }
   }
   load_[ur] += sign * m_->load(t);
+  if (time_) {
+    const double c = static_cast<double>(sign * m_->load(t)) * to_.load_s;
+    sec_[ur].compute += c;
+    if (in.qhost == r && in.khost == r) sec_[ur].local += c;
+  }
   auto& list = on_[ur];
   if (sign > 0) {
     pos_[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(list.size());
@@ -122,12 +142,27 @@ void State::add(TaskId t, Rank r, int sign) {
   }
 }
 
+double State::RankSeconds::time() const {
+  return std::max(local, std::max(cast_in, cast_out)) + (compute - local) + std::max(red_in, red_out);
+}
+
+double State::rank_time(Rank r) const { return time_ ? sec_[static_cast<std::size_t>(r)].time() : 0.0; }
+
+double State::max_rank_time() const { return top_.empty() ? 0.0 : rank_time(top_[0]); }
+
+double State::objective() const {
+  if (!time_) return total_ + bw_ * P_ * bottleneck();
+  return 1e9 * (max_rank_time() + to_.spread * time_sum_ / P_);
+}
+
 void State::refresh_top() {
-  if (bw_ == 0.0) return;
+  if (bw_ == 0.0 && !time_) return;
   const std::size_t k = std::min<std::size_t>(kTop, static_cast<std::size_t>(P_));
   std::vector<Rank> all(static_cast<std::size_t>(P_));
   for (Rank r = 0; r < P_; ++r) all[static_cast<std::size_t>(r)] = r;
-  auto value = [&](Rank r) { return std::max(send_[static_cast<std::size_t>(r)], recv_[static_cast<std::size_t>(r)]); };
+  auto value = [&](Rank r) {
+    return time_ ? rank_time(r) : std::max(send_[static_cast<std::size_t>(r)], recv_[static_cast<std::size_t>(r)]);
+  };
   std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k), all.end(),
                     [&](Rank a, Rank b) { return value(a) != value(b) ? value(a) > value(b) : a < b; });
   top_.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k));
@@ -137,9 +172,7 @@ void State::move(TaskId t, Rank b) {
   const Rank a = rank(t);
   if (a == b) return;
   journal_.emplace_back(t, a);
-  add(t, a, -1);
-  add(t, b, +1);
-  refresh_top();
+  touch_move(t, a, b);
   // Only a and b changed: the least loaded is b's old holder or one of them.
   if (b == least_) {
     refresh_least();
@@ -150,10 +183,7 @@ void State::move(TaskId t, Rank b) {
 }
 
 void State::rollback() {
-  for (auto it = journal_.rbegin(); it != journal_.rend(); ++it) {
-    add(it->first, rank(it->first), -1);
-    add(it->first, it->second, +1);
-  }
+  for (auto it = journal_.rbegin(); it != journal_.rend(); ++it) touch_move(it->first, rank(it->first), it->second);
   journal_.clear();
   refresh_top();
   refresh_least();
@@ -162,6 +192,7 @@ void State::rollback() {
 double State::delta(TaskId t, Rank b) const {
   const Rank a = rank(t);
   if (a == b) return 0.0;
+  if (time_) return time_delta(t, a, b);
   const TaskInfo& in = info_[static_cast<std::size_t>(t)];
   if (bw_ == 0.0) {
     double d = 0.0;
@@ -221,6 +252,87 @@ double State::delta(TaskId t, Rank b) const {
     bn = std::max({bn, send_[r] + ds[i], recv_[r] + dr[i]});
   }
   return d + bw_ * P_ * (bn - bottleneck());
+}
+
+// Moves t from a to b keeping the sum of rank times (time mode) and the top list.
+void State::touch_move(TaskId t, Rank a, Rank b) {
+  if (!time_) {
+    add(t, a, -1);
+    add(t, b, +1);
+    refresh_top();
+    return;
+  }
+  const TaskInfo& in = info_[static_cast<std::size_t>(t)];
+  Rank touched[4] = {a, b, in.qhost, in.khost};
+  int n = 0;
+  for (Rank r : touched) {
+    bool seen = false;
+    for (int i = 0; i < n; ++i) seen = seen || touched[i] == r;
+    if (!seen) touched[n++] = r;
+  }
+  for (int i = 0; i < n; ++i) time_sum_ -= rank_time(touched[i]);
+  add(t, a, -1);
+  add(t, b, +1);
+  for (int i = 0; i < n; ++i) time_sum_ += rank_time(touched[i]);
+  refresh_top();
+}
+
+// Objective change of moving t from a to b in time mode: the per-rank seconds
+// of the (at most four) touched ranks change; the max over the others comes
+// from the top list (longer than four).
+double State::time_delta(TaskId t, Rank a, Rank b) const {
+  const TaskInfo& in = info_[static_cast<std::size_t>(t)];
+  Rank touched[4];
+  RankSeconds next[4];
+  int nt = 0;
+  auto at = [&](Rank r) {
+    for (int i = 0; i < nt; ++i)
+      if (touched[i] == r) return i;
+    touched[nt] = r;
+    next[nt] = sec_[static_cast<std::size_t>(r)];
+    return nt++;
+  };
+  const int ia = at(a), ib = at(b);
+  const double c = static_cast<double>(m_->load(t)) * to_.load_s;
+  next[ia].compute -= c;
+  if (in.qhost == a && in.khost == a) next[ia].local -= c;
+  next[ib].compute += c;
+  if (in.qhost == b && in.khost == b) next[ib].local += c;
+  for (Dir dir : {Dir::qo, Dir::kv}) {
+    const Rank h = dir == Dir::qo ? in.qhost : in.khost;
+    const int ih = at(h);
+    const Price& pr = m_->price(dir);
+    const auto segs = dir == Dir::qo ? m_->qo_segments(in.cell) : m_->kv_segments(in.cell);
+    double closed = 0, opened = 0;
+    for (std::int32_t s : segs) {
+      const auto len = static_cast<double>(m_->segment(s).tokens.size());
+      if (a != h && cnt_[cnt_index(s, in.group, a)] == 1) closed += len;
+      if (b != h && cnt_[cnt_index(s, in.group, b)] == 0) opened += len;
+    }
+    closed *= to_.byte_s[to_.link_class(h, a)];
+    opened *= to_.byte_s[to_.link_class(h, b)];
+    next[ih].cast_out += (opened - closed) * pr.out;
+    next[ih].red_in += (opened - closed) * pr.back;
+    next[ib].cast_in += opened * pr.out;
+    next[ib].red_out += opened * pr.back;
+    next[ia].cast_in -= closed * pr.out;
+    next[ia].red_out -= closed * pr.back;
+  }
+  double mx = 0.0, dsum = 0.0;
+  for (Rank r : top_) {
+    bool hit = false;
+    for (int i = 0; i < nt; ++i) hit = hit || touched[i] == r;
+    if (!hit) {
+      mx = rank_time(r);
+      break;
+    }
+  }
+  for (int i = 0; i < nt; ++i) {
+    const double v = next[i].time();
+    mx = std::max(mx, v);
+    dsum += v - rank_time(touched[i]);
+  }
+  return 1e9 * ((mx - max_rank_time()) + to_.spread * dsum / P_);
 }
 
 }  // namespace cpsched::bytes

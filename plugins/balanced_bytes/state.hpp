@@ -5,9 +5,20 @@
 // kept apart), so that the change of the objective for moving one task is
 // computed from the task's few segments, not from the whole placement.
 //
-// objective = total + bottleneck_weight x P x bottleneck, where total is the
-// weighted bytes summed over ranks and bottleneck = max over ranks of
-// max(send, recv) of the same weighted bytes.
+// Bytes mode: objective = total + bottleneck_weight x P x bottleneck, where
+// total is the weighted bytes summed over ranks and bottleneck = max over
+// ranks of max(send, recv) of the same weighted bytes.
+//
+// Time mode (a TimeObjective is given): every byte is priced in seconds on the
+// link class of (host, computing rank), and each rank r gets a predicted time
+// (forward + backward, one remote stage):
+//     T_r = max(local_r, cast_r) + (compute_r - local_r) + reduce_r
+// where compute_r is its compute seconds, local_r those of its local tasks
+// (stage 0, which hides the cast), cast_r = max(cast in, cast out) and
+// reduce_r = max(reduce in, reduce out) the seconds of its ports (the reduce
+// of the last stage is exposed). objective = max_r T_r + spread x mean_r T_r
+// (in nanoseconds): the slowest rank makes the step; the mean term steers the
+// search off plateaus of the max.
 #include <cstdint>
 #include <vector>
 
@@ -15,9 +26,21 @@
 
 namespace cpsched::bytes {
 
+// Prices of time mode (seconds; see the file comment).
+struct TimeObjective {
+  int gpus_per_node = 8;
+  double byte_s[2] = {0, 0};      // seconds per byte: [inside a node, between nodes]
+  double load_s = 0;              // compute seconds per unit of load (fwd + bwd)
+  double spread = 0.25;           // weight of the mean rank time
+  int link_class(Rank a, Rank b) const { return a / gpus_per_node == b / gpus_per_node ? 0 : 1; }
+};
+
 class State {
  public:
-  State(const ByteModel& model, const std::vector<Rank>& start, std::int64_t cap, double bottleneck_weight);
+  // `time` null: bytes mode. The model's prices must then be bytes (time mode
+  // multiplies them by seconds per byte of the link class).
+  State(const ByteModel& model, const std::vector<Rank>& start, std::int64_t cap, double bottleneck_weight,
+        const TimeObjective* time = nullptr);
 
   const ByteModel& model() const { return *m_; }
   int ranks() const { return P_; }
@@ -30,7 +53,11 @@ class State {
 
   double total() const { return total_; }
   double bottleneck() const;
-  double objective() const { return total_ + bw_ * P_ * bottleneck(); }
+  double objective() const;
+  bool time_mode() const { return time_; }
+  // Time mode: the predicted time of rank r (seconds) and the largest one.
+  double rank_time(Rank r) const;
+  double max_rank_time() const;
   double bottleneck_weight() const { return bw_; }
 
   // Objective change if task t moved to rank b.
@@ -82,6 +109,13 @@ class State {
   void add(TaskId t, Rank r, int sign);
   void refresh_top();
   void refresh_least();
+  double time_delta(TaskId t, Rank a, Rank b) const;
+  void touch_move(TaskId t, Rank a, Rank b);
+  // Time mode: per-rank seconds, forward + backward.
+  struct RankSeconds {
+    double compute = 0, local = 0, cast_in = 0, cast_out = 0, red_in = 0, red_out = 0;
+    double time() const;
+  };
 
   const ByteModel* m_;
   int P_, G_, words_;
@@ -97,6 +131,10 @@ class State {
   std::vector<Rank> top_;                 // ranks of the largest max(send, recv), descending
   Rank least_ = 0;                        // least loaded rank
   double total_ = 0;
+  bool time_ = false;
+  TimeObjective to_;
+  std::vector<RankSeconds> sec_;
+  double time_sum_ = 0;                   // sum over ranks of rank_time
   std::vector<std::vector<TaskId>> on_;
   std::vector<std::int32_t> pos_;         // index of t in on_[rank]
   std::vector<std::pair<TaskId, Rank>> journal_;  // (task, rank it left) since checkpoint

@@ -55,7 +55,7 @@ double build_costs(const TaskGrid& grid, const CostModel& cost, Instance& in) {
           row[static_cast<std::size_t>(r)] = 0.0;
           continue;
         }
-        const double c = cost.transfer(kinds[kind], len, heads[kind], h, r);
+        const double c = cost.transfer(grid, kinds[kind], len, heads[kind], h, r);
         row[static_cast<std::size_t>(r)] = c;
         if (first < 0.0) first = c;
         uniform = uniform && c == first;

@@ -15,6 +15,7 @@ struct Assignment {
   std::vector<Rank> rank;        // rank[t] computes task t
   bool feasible = true;          // false: the balance target could not be met
   std::string note;              // solver's remark (why infeasible, iterations, ...)
+  int stages = 0;                // remote stages the solver planned for (plan.stages: auto); 0: no choice made
 
   // Every task placed once on a rank in [0, P). Throws cpsched::Error.
   void validate() const;

@@ -10,6 +10,9 @@ namespace cpsched {
 struct SolveInput {
   std::shared_ptr<const TaskGrid> grid;
   const CostModel* cost = nullptr;  // never null when called by the host
+  // Remote stages of the plan the host will build: N >= 1, or 0 for `auto`
+  // (the solver may choose, and says so in Assignment::stages).
+  int stages = 1;
 };
 
 class Solver {

@@ -1,0 +1,42 @@
+#include "cpsched/cost_model.hpp"
+
+#include "cpsched/error.hpp"
+#include "cpsched/metrics.hpp"
+
+namespace cpsched {
+
+TimeCostModel::TimeCostModel(HardwareProfile hw) : hw_(std::move(hw)) {
+  prices_.gpus_per_node = hw_.gpus_per_node;
+  prices_.byte_s[0] = 1.0 / (hw_.intra_node.bandwidth_gb_s * 1e9);
+  prices_.byte_s[1] = 1.0 / (hw_.inter_node.bandwidth_gb_s * 1e9);
+  prices_.latency_s[0] = hw_.intra_node.latency_us * 1e-6;
+  prices_.latency_s[1] = hw_.inter_node.latency_us * 1e-6;
+  prices_.flop_s[0] = 1.0 / (hw_.fwd_tflops * 1e12);
+  prices_.flop_s[1] = 1.0 / (hw_.bwd_tflops * 1e12);
+}
+
+double TimeCostModel::compute(const TaskGrid& g, TaskId t) const {
+  // FLOPs = 4 x area x q heads x D forward, 2.5 x that backward (timing.hpp).
+  const double fwd = 4.0 * static_cast<double>(g.load(t)) * g.problem().heads.dim;
+  return fwd * prices_.flop_s[0] + 2.5 * fwd * prices_.flop_s[1];
+}
+
+double TimeCostModel::transfer(TransferKind, Token, int, Rank, Rank) const {
+  throw Error("time cost model: pricing a transfer needs the head geometry; call transfer(grid, ...)");
+}
+
+double TimeCostModel::transfer(const TaskGrid& g, TransferKind kind, Token tokens, int heads, Rank src,
+                               Rank dst) const {
+  if (src == dst) return 0.0;
+  const Problem& p = g.problem();
+  const TransferBytes f = fwd_bytes_per_token(p), b = bwd_bytes_per_token(p);
+  // Bytes per token cover the heads of one task; scale to `heads`.
+  const int all = kind == TransferKind::qo ? p.q_heads_per_task() : p.kv_heads_per_task();
+  const double per_token = kind == TransferKind::qo
+                               ? static_cast<double>(f.qo_out + f.qo_back + b.qo_out + b.qo_back)
+                               : static_cast<double>(f.kv_out + f.kv_back + b.kv_out + b.kv_back);
+  const double bytes = per_token * static_cast<double>(tokens) * heads / all;
+  return bytes * prices_.byte_s[prices_.link_class(src, dst)];
+}
+
+}  // namespace cpsched

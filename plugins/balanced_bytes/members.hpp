@@ -1,0 +1,30 @@
+#pragma once
+// The portfolio's member solvers, loaded by name through the plugin registry
+// (a plugin does not link other plugins): `libcpsched_<name>.so` from the
+// build's plugin folder and CPSCHED_PLUGIN_PATH. Each member is loaded once,
+// on first use, and kept (with its library) for the solver's lifetime.
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <cpsched/registry.hpp>
+#include <cpsched/solver.hpp>
+
+namespace cpsched::bytes {
+
+class MemberSolvers {
+ public:
+  // The member's result on `in`, or nullopt with `why` set when the member is
+  // not installed or fails on this input (the portfolio goes on without it).
+  std::optional<Assignment> solve(const std::string& name, const SolveInput& in, std::string& why);
+
+ private:
+  Solver* get(const std::string& name, std::string& why);
+  std::mutex mutex_;
+  std::unique_ptr<Registry> registry_;
+  std::map<std::string, std::unique_ptr<Solver>> solvers_;
+  std::map<std::string, std::string> missing_;
+};
+
+}  // namespace cpsched::bytes

@@ -1,0 +1,165 @@
+// Step time against the compute bound (issue 11's benchmark): for every
+// hardware profile x mask x P, every solver plans each of the seed-42 packs
+// (8192 tokens per rank, GQA 64:8, D 128, bf16, flattened head groups), the
+// plan is priced by the timing model (fwd + bwd), and the program prints the
+// mean step / compute bound over the packs, the median whole-path latency
+// (grid + solve + plan), and how often the first solver (the default) is more
+// than 1 % slower than the best of the others on a pack.
+//
+//   bench_step_time [--hardware h100_8x_nvlink,cluster_8gpu_ib] [--cp 8,16,32,64,128]
+//                   [--masks full,causal,full_document,causal_document] [--packs 20]
+//                   [--solvers balanced_bytes,binary_greedy,usp,static,owner]
+//                   [--stages N|auto] [--data-dir DIR]
+// A solver may carry parameters: `balanced_bytes:objective=bytes+mu=1.05` (numbers, true/false or strings).
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "bench_common.hpp"
+#include "cpsched/error.hpp"
+#include "cpsched/hardware.hpp"
+#include "cpsched/mask_generators.hpp"
+#include "cpsched/plan_builder.hpp"
+#include "cpsched/registry.hpp"
+#include "cpsched/timing.hpp"
+
+using namespace cpsched;
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+struct SolverSpec {
+  std::string label, name;
+  Params given;
+};
+
+SolverSpec parse_solver(const std::string& s) {
+  SolverSpec spec;
+  spec.label = s;
+  const auto colon = s.find(':');
+  spec.name = s.substr(0, colon);
+  if (colon == std::string::npos) return spec;
+  std::string params = s.substr(colon + 1);
+  std::replace(params.begin(), params.end(), '+', ',');
+  for (const std::string& kv : bench::split(params)) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) throw Error("bench_step_time: solver parameter '" + kv + "' needs name=value");
+    const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
+    char* end = nullptr;
+    const double d = std::strtod(v.c_str(), &end);
+    if (end != v.c_str() && *end == '\0') {
+      if (v.find_first_of(".eE") == std::string::npos) spec.given.set(k, static_cast<std::int64_t>(d));
+      else spec.given.set(k, d);
+    } else if (v == "true" || v == "false") {
+      spec.given.set(k, v == "true");
+    } else {
+      spec.given.set(k, v);
+    }
+  }
+  return spec;
+}
+
+MaskKind mask_kind(const std::string& m) {
+  if (m == "full") return MaskKind::full;
+  if (m == "causal") return MaskKind::causal;
+  if (m == "full_document") return MaskKind::full_document;
+  if (m == "causal_document") return MaskKind::causal_document;
+  throw Error("bench_step_time: unknown mask " + m);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const auto hardware = bench::split(bench::arg(argc, argv, "--hardware", "h100_8x_nvlink,cluster_8gpu_ib"));
+    const auto cps = bench::split(bench::arg(argc, argv, "--cp", "8,16,32,64,128"));
+    const auto masks = bench::split(bench::arg(argc, argv, "--masks", "full,causal,full_document,causal_document"));
+    const int packs = std::stoi(bench::arg(argc, argv, "--packs", "20"));
+    const auto solver_args =
+        bench::split(bench::arg(argc, argv, "--solvers", "balanced_bytes,binary_greedy,usp,static,owner"));
+    const std::string stages_arg = bench::arg(argc, argv, "--stages", "1");
+    const int stages = stages_arg == "auto" ? 0 : std::stoi(stages_arg);
+
+    Registry reg;
+    reg.scan(Registry::default_plugin_dir());
+    std::vector<SolverSpec> specs;
+    for (const auto& s : solver_args) specs.push_back(parse_solver(s));
+
+    const DocHistogram hist = DocHistogram::load_csv(bench::data_file(argc, argv, "doc_length_distribution.csv"));
+    fmt::print("step / compute bound (mean over packs), 8192 tokens/rank, GQA 64:8, D 128, bf16, stages {}\n",
+               stages_arg);
+    fmt::print("{:<16} {:<16} {:>4}", "hardware", "mask", "P");
+    for (const auto& s : specs) fmt::print(" {:>22}", s.label.substr(0, 22));
+    fmt::print("  {:>9} {:>12}\n", "bound ms", "behind>1%");
+
+    for (const std::string& hw_name : hardware) {
+      const HardwareProfile hw = resolve_hardware_profile(hw_name);
+      const PluginInfo& time_info = reg.find(PluginKind::cost_model, "time");
+      auto cost = reg.make_cost_model("time", reg.resolve_params(time_info, Params({{"hardware", hw_name}})));
+      std::vector<std::unique_ptr<Solver>> solvers;
+      for (const auto& s : specs)
+        solvers.push_back(reg.make_solver(s.name, reg.resolve_params(reg.find(PluginKind::solver, s.name), s.given)));
+      for (const std::string& m : masks) {
+        const bool packed = m == "full_document" || m == "causal_document";
+        for (const std::string& cp : cps) {
+          const int P = std::stoi(cp);
+          const Token S = Token{8192} * P;
+          const int n = packed ? packs : 1;
+          std::vector<double> ratio_sum(specs.size(), 0.0);
+          std::vector<std::vector<double>> latency(specs.size());
+          double bound_sum = 0;
+          int behind = 0;
+          std::string worst;
+          for (int pack = 0; pack < n; ++pack) {
+            MaskSpec spec;
+            spec.kind = mask_kind(m);
+            spec.histogram = hist;
+            spec.seed = 42;
+            spec.pack = pack;
+            auto problem = std::make_shared<const Problem>(Problem::make(make_mask(spec, S), P, Heads{64, 8, 128, 2}));
+            std::vector<double> steps(specs.size());
+            for (std::size_t i = 0; i < specs.size(); ++i) {
+              const auto t0 = std::chrono::steady_clock::now();
+              auto grid = std::make_shared<const TaskGrid>(problem);
+              const Assignment a = solvers[i]->solve(SolveInput{grid, cost.get(), stages});
+              const int st = stages > 0 ? stages : std::max(1, a.stages);
+              const Plan plan = build_plan(a, st);
+              latency[i].push_back(ms_since(t0));
+              const StepEstimate e = estimate_step(a.grid->problem(), plan, hw);
+              steps[i] = e.step();
+              ratio_sum[i] += e.ratio();
+              if (i == 0) bound_sum += e.compute_bound;
+            }
+            double best_other = 1e300;
+            std::size_t arg = 0;
+            for (std::size_t i = 1; i < specs.size(); ++i)
+              if (steps[i] < best_other) best_other = steps[i], arg = i;
+            if (specs.size() > 1 && steps[0] > 1.01 * best_other) {
+              ++behind;
+              worst += fmt::format(" p{}:{}{:+.1f}%", pack, specs[arg].label, 100.0 * (steps[0] / best_other - 1));
+            }
+          }
+          fmt::print("{:<16} {:<16} {:>4}", hw_name, m, P);
+          for (std::size_t i = 0; i < specs.size(); ++i) {
+            auto& v = latency[i];
+            std::sort(v.begin(), v.end());
+            fmt::print(" {:>9.3f} ({:>8.2f}ms)", ratio_sum[i] / n, v[v.size() / 2]);
+          }
+          fmt::print("  {:>9.2f} {:>5}/{:<3}{}\n", 1e3 * bound_sum / n, behind, n, worst);
+          std::fflush(stdout);
+        }
+      }
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_step_time: {}\n", e.what());
+    return 1;
+  }
+}
