@@ -11,7 +11,7 @@ namespace cpsched {
 
 struct Link {
   double bandwidth_gb_s = 0;  // GB/s (1e9 bytes per second), one direction, per GPU
-  double latency_us = 0;      // per message
+  double latency_us = 0;      // once per port per collective (grouped messages overlap it), see timing.hpp
 };
 
 struct HardwareProfile {
