@@ -77,7 +77,11 @@ void read_selection(const Section& top, const std::string& key, const std::strin
 
 void read_plan(const Section& top, Config& cfg) {
   const Section plan(top.diag(), top.get("plan"), top.path("plan"), {"stages", "cache_size"});
-  plan.read_int("stages", cfg.stages, 1);
+  // `auto` (or 0): the solver chooses the stage count (Assignment::stages).
+  if (plan.has("stages") && plan.get("stages").IsScalar() && plan.get("stages").Scalar() == "auto")
+    cfg.stages = 0;
+  else
+    plan.read_int("stages", cfg.stages, 0, 64);
   plan.read_int("cache_size", cfg.cache_size, 0);
 }
 

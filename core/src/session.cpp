@@ -28,7 +28,9 @@ std::shared_ptr<Registry> default_registry(const std::vector<std::filesystem::pa
 
 void check_options(const SessionOptions& o) {
   if (o.cp_size < 1) throw Error(fmt::format("session: cp_size must be at least 1, got {}", o.cp_size));
-  if (o.stages < 1) throw Error(fmt::format("session: stages must be at least 1, got {}", o.stages));
+  if (o.stages < 0 || o.stages > 64)
+    throw Error(fmt::format("session: stages must be in [1, 64], or 0 for auto (the solver chooses), got {}",
+                            o.stages));
   if (o.seqlen < 0) throw Error(fmt::format("session: seqlen must not be negative, got {}", o.seqlen));
 }
 
@@ -79,11 +81,13 @@ struct Session::Impl {
     auto grid = std::make_shared<const TaskGrid>(problem);
     auto out = std::make_shared<CachedPlan>();
     auto ts = std::chrono::steady_clock::now();
-    auto a = std::make_shared<Assignment>(solver->solve(SolveInput{grid, cost.get()}));
+    auto a = std::make_shared<Assignment>(solver->solve(SolveInput{grid, cost.get(), opt.stages}));
     out->solve_ms = ms_since(ts);
     a->validate();
     ts = std::chrono::steady_clock::now();
-    auto plan = std::make_shared<const Plan>(build_plan(*a, opt.stages));
+    // stages auto: the solver's choice, else one remote stage.
+    const int stages = opt.stages > 0 ? opt.stages : std::max(1, a->stages);
+    auto plan = std::make_shared<const Plan>(build_plan(*a, stages));
     out->plan_ms = ms_since(ts);
     out->metrics = compute_metrics(*a);
     out->assignment = std::move(a);

@@ -147,12 +147,14 @@ std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<
       auto grid = std::make_shared<const TaskGrid>(problem);
       grid_ms.push_back(ms_since(t0));
       t0 = Clock::now();
-      a = h.solver->solve(SolveInput{grid, &cost});
+      // One solve serves every stage count; a solver that prices plans is
+      // told the count when there is one (0: auto, the solver chooses).
+      a = h.solver->solve(SolveInput{grid, &cost, ns == 1 ? spec.stages[0] : 1});
       solve_ms.push_back(ms_since(t0));
       a.validate();
       for (std::size_t s = 0; s < ns; ++s) {
         t0 = Clock::now();
-        plans[s] = build_plan(a, spec.stages[s]);
+        plans[s] = build_plan(a, spec.stages[s] > 0 ? spec.stages[s] : std::max(1, a.stages));
         plan_ms[s].push_back(ms_since(t0));
         total_ms[s].push_back(grid_ms.back() + solve_ms.back() + plan_ms[s].back());
       }

@@ -47,7 +47,7 @@ struct SessionOptions {
   Params solver_params;            // given values; the plugin's defaults fill the rest
   std::string cost_model = "area";
   Params cost_params;
-  int stages = 1;                  // remote stages (plan.stages)
+  int stages = 1;                  // remote stages (plan.stages); 0: auto, the solver chooses
   std::size_t cache_size = 64;     // plan cache entries; 0 disables the cache
   // Plugin folders scanned besides the build's / installation's and CPSCHED_PLUGIN_PATH
   // (only when the Session makes its own Registry).
