@@ -8,6 +8,7 @@
 #include <random>
 #include <sstream>
 
+#include "cpsched/cost_model.hpp"
 #include "cpsched/error.hpp"
 #include "cpsched/mask_generators.hpp"
 #include "random_specs.hpp"
@@ -413,4 +414,44 @@ TEST_CASE("a builder plan gives the same bits with ranks run in parallel or one 
   CHECK(serial.outputs.lse == parallel.outputs.lse);
   CHECK(serial.outputs.dq == parallel.outputs.dq);
   CHECK(serial.outputs.dv == parallel.outputs.dv);
+}
+
+TEST_CASE("the default solver's step-time objective: every generator x P in {2, 3, 4, 8} x stages {1, 2, auto}") {
+  Registry reg;
+  reg.scan(CPSCHED_PLUGIN_BUILD_DIR);
+  const PluginInfo* info = nullptr;
+  for (const PluginInfo& p : reg.plugins())
+    if (p.kind == PluginKind::solver && p.name == "balanced_bytes") info = &p;
+  if (info == nullptr) {
+    MESSAGE("balanced_bytes is not built: skipped");
+    return;
+  }
+  auto solver = reg.make_solver("balanced_bytes", reg.resolve_params(*info, Params({{"objective", std::string("time")}})));
+  // Two GPUs per node, so that P >= 3 has NVLink and NIC peers.
+  HardwareProfile hw = resolve_hardware_profile("cluster_8gpu_ib");
+  hw.gpus_per_node = 2;
+  const TimeCostModel cost(hw);
+  std::mt19937_64 rng(91);
+  int runs = 0;
+  for (const std::string& kind_name : mask_kind_names()) {
+    MaskKind kind{};
+    REQUIRE(parse_mask_kind(kind_name, kind));
+    for (int P : {2, 3, 4, 8}) {
+      auto grid = test::random_grid(kind, P, Heads{4, 2, 8, 2}, rng);
+      for (int stages : {1, 2, 0}) {
+        const Assignment a = solver->solve(SolveInput{grid, &cost, stages});
+        CAPTURE(kind_name);
+        CAPTURE(P);
+        CAPTURE(stages);
+        if (stages == 0) CHECK((a.stages >= 1 && a.stages <= 3));
+        const Plan plan = build_plan(a, stages > 0 ? stages : a.stages);
+        const Outcome o = run_numeric(a.grid->problem(), plan);
+        INFO(a.note);
+        INFO(o.str());
+        CHECK(o.passed());
+        ++runs;
+      }
+    }
+  }
+  MESSAGE(runs, " step-time plans checked numerically");
 }

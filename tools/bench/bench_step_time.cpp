@@ -10,7 +10,8 @@
 //                   [--masks full,causal,full_document,causal_document] [--packs 20]
 //                   [--solvers balanced_bytes,binary_greedy,usp,static,owner]
 //                   [--stages N|auto] [--data-dir DIR]
-// A solver may carry parameters: `balanced_bytes:objective=bytes+mu=1.05` (numbers, true/false or strings).
+// The first solver gets the `time` cost model, the others the seed's `area`
+// (a suffix @time or @area overrides). A solver may carry parameters: `balanced_bytes:objective=bytes+mu=1.05` (numbers, true/false or strings).
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -38,11 +39,17 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 struct SolverSpec {
   std::string label, name;
   Params given;
+  bool time_cost = false;  // given the time cost model (else the seed's area)
 };
 
-SolverSpec parse_solver(const std::string& s) {
+SolverSpec parse_solver(std::string s, bool first) {
   SolverSpec spec;
   spec.label = s;
+  spec.time_cost = first;
+  if (s.ends_with("@time") || s.ends_with("@area")) {
+    spec.time_cost = s.ends_with("@time");
+    s.resize(s.size() - 5);
+  }
   const auto colon = s.find(':');
   spec.name = s.substr(0, colon);
   if (colon == std::string::npos) return spec;
@@ -90,7 +97,7 @@ int main(int argc, char** argv) {
     Registry reg;
     reg.scan(Registry::default_plugin_dir());
     std::vector<SolverSpec> specs;
-    for (const auto& s : solver_args) specs.push_back(parse_solver(s));
+    for (const auto& s : solver_args) specs.push_back(parse_solver(s, specs.empty()));
 
     const DocHistogram hist = DocHistogram::load_csv(bench::data_file(argc, argv, "doc_length_distribution.csv"));
     fmt::print("step / compute bound (mean over packs), 8192 tokens/rank, GQA 64:8, D 128, bf16, stages {}\n",
@@ -103,6 +110,7 @@ int main(int argc, char** argv) {
       const HardwareProfile hw = resolve_hardware_profile(hw_name);
       const PluginInfo& time_info = reg.find(PluginKind::cost_model, "time");
       auto cost = reg.make_cost_model("time", reg.resolve_params(time_info, Params({{"hardware", hw_name}})));
+      const AreaCostModel area;
       std::vector<std::unique_ptr<Solver>> solvers;
       for (const auto& s : specs)
         solvers.push_back(reg.make_solver(s.name, reg.resolve_params(reg.find(PluginKind::solver, s.name), s.given)));
@@ -128,7 +136,8 @@ int main(int argc, char** argv) {
             for (std::size_t i = 0; i < specs.size(); ++i) {
               const auto t0 = std::chrono::steady_clock::now();
               auto grid = std::make_shared<const TaskGrid>(problem);
-              const Assignment a = solvers[i]->solve(SolveInput{grid, cost.get(), stages});
+              const CostModel* c = specs[i].time_cost ? cost.get() : &area;
+              const Assignment a = solvers[i]->solve(SolveInput{grid, c, stages});
               const int st = stages > 0 ? stages : std::max(1, a.stages);
               const Plan plan = build_plan(a, st);
               latency[i].push_back(ms_since(t0));
