@@ -1,6 +1,6 @@
 include(CMakePackageConfigHelpers)
 install(DIRECTORY core/include/cpsched DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(TARGETS cpsched_core EXPORT cpschedTargets
+install(TARGETS cpsched_core cpsched_search EXPORT cpschedTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT cpschedTargets NAMESPACE cpsched:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/cpsched)

@@ -13,13 +13,13 @@
 #include <cpsched/error.hpp>
 #include <cpsched/plan_builder.hpp>
 
-#include "byte_model.hpp"
-#include "members.hpp"
-#include "placements.hpp"
-#include "search.hpp"
-#include "state.hpp"
+#include "cpsched/search/byte_model.hpp"
+#include "cpsched/search/members.hpp"
+#include "cpsched/search/placements.hpp"
+#include "cpsched/search/search.hpp"
+#include "cpsched/search/state.hpp"
 
-namespace cpsched::bytes {
+namespace cpsched::search {
 
 namespace {
 
@@ -389,4 +389,4 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
   return a;
 }
 
-}  // namespace cpsched::bytes
+}  // namespace cpsched::search

@@ -12,7 +12,7 @@
 #include <cpsched/params.hpp>
 #include <cpsched/solver.hpp>
 
-namespace cpsched::bytes {
+namespace cpsched::search {
 
 // What the search minimises: `time` (predicted step time under a time cost
 // model), `bytes` (weighted total bytes), `bottleneck` (the seed's: the
@@ -73,4 +73,4 @@ class BalancedBytes final : public Solver {
   std::unique_ptr<MemberSolvers> members_;
 };
 
-}  // namespace cpsched::bytes
+}  // namespace cpsched::search

@@ -38,7 +38,7 @@ const cpsched_param_spec kParams[] = {
 
 }  // namespace
 
-CPSCHED_SOLVER_PLUGIN(cpsched::bytes::BalancedBytes, "balanced_bytes",
+CPSCHED_SOLVER_PLUGIN(cpsched::search::BalancedBytes, "balanced_bytes",
                       "the default: a portfolio (owner, usp and member solvers by name) improved by a local search on the "
                       "predicted step time (time cost model) or the token-granular bytes, under a balance cap; "
                       "splits shards when a cell alone breaks the balance",

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "state.hpp"
+#include "cpsched/search/state.hpp"
 
 namespace cpsched::ilp {
 
@@ -46,8 +46,8 @@ std::vector<int> pick_symmetry_cells(const TaskGrid& g) {
 
 }  // namespace
 
-double objective_bytes(const bytes::ByteModel& m, Objective obj, const std::vector<Rank>& placement) {
-  const bytes::State st(m, placement, 0, obj == Objective::bottleneck ? 1.0 : 0.0);
+double objective_bytes(const search::ByteModel& m, Objective obj, const std::vector<Rank>& placement) {
+  const search::State st(m, placement, 0, obj == Objective::bottleneck ? 1.0 : 0.0);
   return obj == Objective::bottleneck ? st.bottleneck() : st.total();
 }
 
@@ -55,7 +55,7 @@ int IlpModel::items() const {
   return form_ == Form::per_group ? static_cast<int>(m_.tasks()) : m_.num_cells();
 }
 
-IlpModel::IlpModel(const bytes::ByteModel& m, std::int64_t cap, Objective obj, Form form,
+IlpModel::IlpModel(const search::ByteModel& m, std::int64_t cap, Objective obj, Form form,
                    const std::vector<int>* counts)
     : m_(m), obj_(obj), form_(form), P_(m.ranks()) {
   const TaskGrid& grid = m.grid();
@@ -100,8 +100,8 @@ IlpModel::IlpModel(const bytes::ByteModel& m, std::int64_t cap, Objective obj, F
   // Objective, and per-rank send / recv of each key column (forward, MiB).
   std::vector<std::vector<std::pair<int, double>>> send(up(P_)), recv(up(P_));
   for (int s = 0; s < S; ++s) {
-    const bytes::Segment& seg = m.segment(s);
-    const bytes::Price& pr = m.price(seg.dir);
+    const search::Segment& seg = m.segment(s);
+    const search::Price& pr = m.price(seg.dir);
     const double len = static_cast<double>(seg.tokens.size()) / kUnit;
     for (int g = 0; g < key_groups; ++g)
       for (Rank r = 0; r < P_; ++r) {

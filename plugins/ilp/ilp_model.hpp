@@ -29,7 +29,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "byte_model.hpp"
+#include "cpsched/search/byte_model.hpp"
 
 struct glp_prob;
 
@@ -47,7 +47,7 @@ class IlpModel {
  public:
   // counts (per-group form only, optional): fix the number of groups of
   // each cell on each rank, counts[c * P + r] (realising an aggregated solution).
-  IlpModel(const bytes::ByteModel& m, std::int64_t cap, Objective obj, Form form,
+  IlpModel(const search::ByteModel& m, std::int64_t cap, Objective obj, Form form,
            const std::vector<int>* counts = nullptr);
   ~IlpModel();
   IlpModel(const IlpModel&) = delete;
@@ -79,7 +79,7 @@ class IlpModel {
   int items() const;
   int item_col(int item, Rank r) const { return 1 + item * P_ + r; }
 
-  const bytes::ByteModel& m_;
+  const search::ByteModel& m_;
   Objective obj_;
   Form form_;
   int P_;
@@ -92,6 +92,6 @@ class IlpModel {
 
 // Bytes of a placement under an objective: forward total send, or the
 // forward bottleneck max over ranks of max(send, recv).
-double objective_bytes(const bytes::ByteModel& m, Objective obj, const std::vector<Rank>& placement);
+double objective_bytes(const search::ByteModel& m, Objective obj, const std::vector<Rank>& placement);
 
 }  // namespace cpsched::ilp

@@ -29,15 +29,15 @@
 #include <cpsched/plugin.hpp>
 #include <cpsched/solver.hpp>
 
-#include "byte_model.hpp"
+#include "cpsched/search/byte_model.hpp"
 #include <glpk.h>
 
 #include "glpk_run.hpp"
 #include "ilp_model.hpp"
-#include "placements.hpp"
+#include "cpsched/search/placements.hpp"
 #include "realize.hpp"
-#include "search.hpp"
-#include "state.hpp"
+#include "cpsched/search/search.hpp"
+#include "cpsched/search/state.hpp"
 
 namespace cpsched::ilp {
 
@@ -119,11 +119,11 @@ class IlpSolver final : public Solver {
       return time_limit_s_ - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     };
     const TaskGrid& grid = *in.grid;
-    const bytes::ByteModel model(grid, 1.0, 0.0);  // forward bytes
+    const search::ByteModel model(grid, 1.0, 0.0);  // forward bytes
     // A rank can carry at most all the load, mu x mean = load x mu / P: any mu
     // >= P allows every placement. Clamped so that mu x total / P stays a
     // number of the load's size (mu = 1e20 overflowed the cap).
-    const std::int64_t cap = bytes::balance_cap(grid, std::min(mu_, static_cast<double>(grid.cp_size())));
+    const std::int64_t cap = search::balance_cap(grid, std::min(mu_, static_cast<double>(grid.cp_size())));
     const double bw = objective_ == Objective::bottleneck ? 1e3 : 0.0;  // State objective ~ bottleneck first
     const double unit = IlpModel::kUnit;
 
@@ -214,7 +214,7 @@ class IlpSolver final : public Solver {
       a.feasible = true;
     } else {
       // No placement meets the cap: the least overloaded start we have.
-      a.rank = fallback.empty() ? bytes::owner_placement(grid) : fallback;
+      a.rank = fallback.empty() ? search::owner_placement(grid) : fallback;
       a.feasible = false;
       a.note = what + (proven_infeasible ? "no placement meets the balance cap (proven)"
                                          : "no placement meeting the balance cap was found in " +
@@ -227,17 +227,17 @@ class IlpSolver final : public Solver {
  private:
   // Owner and usp, each moved under the cap by the greedy repair and a
   // descent on this objective: the first incumbent.
-  void start_placements(const bytes::ByteModel& model, std::int64_t cap, double bw, Incumbent& inc,
+  void start_placements(const search::ByteModel& model, std::int64_t cap, double bw, Incumbent& inc,
                         std::vector<Rank>& fallback) const {
     std::vector<std::pair<std::string, std::vector<Rank>>> starts;
-    starts.emplace_back("owner", bytes::owner_placement(model.grid()));
-    if (model.grid().flattened()) starts.emplace_back("usp", bytes::usp_placement(model.grid(), 8));
+    starts.emplace_back("owner", search::owner_placement(model.grid()));
+    if (model.grid().flattened()) starts.emplace_back("usp", search::usp_placement(model.grid(), 8));
     std::int64_t least_excess = -1;
     for (auto& [name, rank] : starts) {
-      bytes::State st(model, rank, cap, bw);
-      bytes::Budget budget{200000};
-      bytes::repair(st, budget);
-      bytes::descend(st, budget);
+      search::State st(model, rank, cap, bw);
+      search::Budget budget{200000};
+      search::repair(st, budget);
+      search::descend(st, budget);
       if (st.excess() == 0) inc.offer(st.placement(), objective_bytes(model, objective_, st.placement()),
                                       name + " start, repaired");
       if (least_excess < 0 || st.excess() < least_excess) {

@@ -5,7 +5,7 @@
 #include <numeric>
 #include <random>
 
-#include "state.hpp"
+#include "cpsched/search/state.hpp"
 
 namespace cpsched::ilp {
 
@@ -13,7 +13,7 @@ namespace {
 
 // Each cell's groups are handed out to ranks in the order `rank_order`, so
 // cells with similar counts get the same groups on the same rank.
-std::vector<Rank> layout(const bytes::ByteModel& m, const std::vector<int>& counts, const std::vector<Rank>& rank_order) {
+std::vector<Rank> layout(const search::ByteModel& m, const std::vector<int>& counts, const std::vector<Rank>& rank_order) {
   const int G = m.groups(), P = m.ranks();
   std::vector<Rank> p(static_cast<std::size_t>(m.tasks()), 0);
   for (int c = 0; c < m.num_cells(); ++c) {
@@ -26,8 +26,8 @@ std::vector<Rank> layout(const bytes::ByteModel& m, const std::vector<int>& coun
 }
 
 // Swaps of two groups of one cell between their ranks while any improves.
-void swap_descent(bytes::State& st) {
-  const bytes::ByteModel& m = st.model();
+void swap_descent(search::State& st) {
+  const search::ByteModel& m = st.model();
   const int G = m.groups();
   bool improved = true;
   while (improved) {
@@ -53,7 +53,7 @@ void swap_descent(bytes::State& st) {
 
 }  // namespace
 
-std::vector<Rank> realize(const bytes::ByteModel& m, const std::vector<int>& counts, int starts,
+std::vector<Rank> realize(const search::ByteModel& m, const std::vector<int>& counts, int starts,
                           double bottleneck_weight) {
   const int P = m.ranks();
   std::vector<Rank> order(static_cast<std::size_t>(P));
@@ -64,7 +64,7 @@ std::vector<Rank> realize(const bytes::ByteModel& m, const std::vector<int>& cou
   for (int k = 0; k < std::max(1, starts); ++k) {
     if (k > 0)
       for (std::size_t i = order.size(); i-- > 1;) std::swap(order[i], order[static_cast<std::size_t>(rng() % (i + 1))]);
-    bytes::State st(m, layout(m, counts, order), std::numeric_limits<std::int64_t>::max(),
+    search::State st(m, layout(m, counts, order), std::numeric_limits<std::int64_t>::max(),
                       bottleneck_weight);
     swap_descent(st);
     if (st.objective() < best_cost - 1e-6) {

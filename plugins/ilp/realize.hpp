@@ -7,14 +7,14 @@
 #include <cstdint>
 #include <vector>
 
-#include "byte_model.hpp"
+#include "cpsched/search/byte_model.hpp"
 
 namespace cpsched::ilp {
 
 // counts[c * P + r] = groups of cell c on rank r (each cell's counts add up
 // to G). Returns the placement with the lowest objective found.
-// The State objective decides (bottleneck_weight as in bytes::State).
-std::vector<Rank> realize(const bytes::ByteModel& m, const std::vector<int>& counts, int starts,
+// The State objective decides (bottleneck_weight as in search::State).
+std::vector<Rank> realize(const search::ByteModel& m, const std::vector<int>& counts, int starts,
                           double bottleneck_weight);
 
 }  // namespace cpsched::ilp

@@ -89,7 +89,9 @@ TEST_CASE("the quickstart config parses and makes the standard problem") {
   CHECK(cfg.mask.histogram.bins.size() == 14);
   CHECK(cfg.mask.seed == 42);
   CHECK(cfg.mask.pack == 0);
-  CHECK(cfg.cost_model.name == "area");
+  CHECK(cfg.cost_model.name == "time");
+  CHECK(cfg.hardware == "h100_8x_nvlink");
+  CHECK(cfg.stages == 1);
   CHECK(cfg.executor.name == "sim");
   REQUIRE(cfg.executor.given.count("mode") == 1);
   CHECK(std::get<std::string>(cfg.executor.given.at("mode").first) == "timing");
@@ -138,7 +140,10 @@ TEST_CASE("missing sections keep the defaults") {
   CHECK(cfg.seqlen_per_rank == 8192);
   CHECK(cfg.mask.kind == MaskKind::causal);
   CHECK(cfg.solver.name == "balanced_bytes");
-  CHECK(cfg.cost_model.name == "area");
+  CHECK(cfg.cost_model.name == "area");  // the seed's model unless a config names one
+  CHECK(cfg.hardware.empty());
+  CHECK(cfg.stages == 1);
+  CHECK(parse_config("problem: {}\nplan: {stages: auto}\n", "a.yaml").stages == 0);
   CHECK(cfg.executor.name == "sim");
   CHECK(cfg.compare_yaml.empty());
   CHECK(make_problem(cfg).mask.slices().size() == 1);
@@ -161,7 +166,7 @@ TEST_CASE("every error of a file is reported at once, one per line") {
       "  grid: {flatten_head_groups: maybe}\n"
       "  heads: {dtype: bf17, dim: \"128\"}\n"
       "  mask: {kind: causal_documents, seed: -1}\n"
-      "plan: {stages: 0}\n"
+      "plan: {stages: -1}\n"
       "solver: {params: {}}\n");
   const auto ls = lines_of(msg);
   CHECK(ls.size() == 9);
@@ -174,7 +179,7 @@ TEST_CASE("every error of a file is reported at once, one per line") {
   CHECK(has_line(msg, "t.yaml:5:29: problem.heads.dim: expected an integer, got the quoted string \"128\""));
   CHECK(contains(msg, "t.yaml:6:16: problem.mask.kind: unknown mask kind 'causal_documents'; known: full, causal,"));
   CHECK(has_line(msg, "t.yaml:6:40: problem.mask.seed: must be >= 0, got -1"));
-  CHECK(has_line(msg, "t.yaml:7:16: plan.stages: must be >= 1, got 0"));
+  CHECK(has_line(msg, "t.yaml:7:16: plan.stages: must be >= 0, got -1"));
   CHECK(has_line(msg, "t.yaml:8:9: solver: missing required key 'name'"));
 }
 
@@ -448,7 +453,7 @@ TEST_CASE("--set on a YAML-aliased node leaves the alias's other uses unchanged"
   CHECK(c6.cp_size == 3);
   CHECK(c6.seqlen_per_rank == 5);
   // Errors in the file keep their line and column.
-  CHECK(contains(parse_error(yaml + "plan: {stages: 0}\n", {"problem.cp_size=2"}), "t.yaml:7:16: plan.stages"));
+  CHECK(contains(parse_error(yaml + "plan: {stages: -2}\n", {"problem.cp_size=2"}), "t.yaml:7:16: plan.stages"));
 }
 
 TEST_CASE("an empty config, or one without a problem, is an error unless --set gives the problem") {
@@ -528,7 +533,8 @@ TEST_CASE("hardware: resolve_selection sets it where the plugin declares it and 
   CHECK(ex.get_string("mode") == "timing");  // the block's other values stay
 
   // A cost model without a `hardware` parameter (area) is not given one, and no error.
-  const Params area = resolve_selection(reg, int(PluginKind::cost_model), cfg.cost_model);
+  const Params area = resolve_selection(
+      reg, int(PluginKind::cost_model), load_config(q, {"hardware=cluster_8gpu_ib", "cost_model.name=area"}).cost_model);
   CHECK_FALSE(area.has("hardware"));
   // Every cost model that declares it inherits it (the time model, where built).
   for (const PluginInfo& p : reg.plugins()) {

@@ -75,7 +75,7 @@ TEST_CASE("bad inputs are errors that say what is wrong") {
   o.solver_params.set("nonsense", 1.0);
   CHECK_THROWS_WITH_AS(Session(o, reg), doctest::Contains("nonsense"), Error);
   o = options();
-  o.stages = 0;
+  o.stages = -1;
   CHECK_THROWS_WITH_AS(Session(o, reg), doctest::Contains("stages"), Error);
   Session s(options(), reg);
   CHECK_THROWS_WITH_AS(s.solve(kQ, kK, {MaskType::full}), doctest::Contains("3 q ranges"), Error);

@@ -1,10 +1,10 @@
-#include "search.hpp"
+#include "cpsched/search/search.hpp"
 
 #include <algorithm>
 #include <limits>
 #include <queue>
 
-namespace cpsched::bytes {
+namespace cpsched::search {
 
 namespace {
 
@@ -376,4 +376,4 @@ void iterate(State& st, Budget& budget, std::uint64_t seed) {
   }
 }
 
-}  // namespace cpsched::bytes
+}  // namespace cpsched::search

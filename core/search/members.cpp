@@ -1,10 +1,10 @@
-#include "members.hpp"
+#include "cpsched/search/members.hpp"
 
 #include <filesystem>
 
 #include <cpsched/error.hpp>
 
-namespace cpsched::bytes {
+namespace cpsched::search {
 
 Solver* MemberSolvers::get(const std::string& name, std::string& why) {
   if (auto it = solvers_.find(name); it != solvers_.end()) return it->second.get();
@@ -54,4 +54,4 @@ std::optional<Assignment> MemberSolvers::solve(const std::string& name, const So
   }
 }
 
-}  // namespace cpsched::bytes
+}  // namespace cpsched::search

@@ -6,7 +6,7 @@
 
 #include <cpsched/task_grid.hpp>
 
-namespace cpsched::bytes {
+namespace cpsched::search {
 
 // Every task on its q block's host (KV-only communication).
 std::vector<Rank> owner_placement(const TaskGrid& grid);
@@ -19,4 +19,4 @@ std::vector<Rank> usp_placement(const TaskGrid& grid, int max_degree);
 // Balance cap of DESIGN §5: a rank may carry at most mu x mean load.
 std::int64_t balance_cap(const TaskGrid& grid, double mu);
 
-}  // namespace cpsched::bytes
+}  // namespace cpsched::search

@@ -7,9 +7,9 @@
 #include <random>
 #include <vector>
 
-#include "state.hpp"
+#include "cpsched/search/state.hpp"
 
-namespace cpsched::bytes {
+namespace cpsched::search {
 
 struct Budget {
   std::int64_t left = 0;
@@ -35,4 +35,4 @@ void descend_after(State& st, Budget& budget, const std::vector<std::pair<TaskId
 // best feasible placement seen (ties: the later one, to drift on plateaus).
 void iterate(State& st, Budget& budget, std::uint64_t seed);
 
-}  // namespace cpsched::bytes
+}  // namespace cpsched::search

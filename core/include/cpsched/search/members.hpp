@@ -11,7 +11,7 @@
 #include <cpsched/registry.hpp>
 #include <cpsched/solver.hpp>
 
-namespace cpsched::bytes {
+namespace cpsched::search {
 
 class MemberSolvers {
  public:
@@ -27,4 +27,4 @@ class MemberSolvers {
   std::map<std::string, std::string> missing_;
 };
 
-}  // namespace cpsched::bytes
+}  // namespace cpsched::search

@@ -1,11 +1,11 @@
-#include "state.hpp"
+#include "cpsched/search/state.hpp"
 
 #include <algorithm>
 #include <limits>
 
 #include <cpsched/error.hpp>
 
-namespace cpsched::bytes {
+namespace cpsched::search {
 
 namespace {
 constexpr std::size_t kTop = 5;  // > the 4 ranks one move can touch
@@ -335,4 +335,4 @@ double State::time_delta(TaskId t, Rank a, Rank b) const {
   return 1e9 * ((mx - max_rank_time()) + to_.spread * dsum / P_);
 }
 
-}  // namespace cpsched::bytes
+}  // namespace cpsched::search

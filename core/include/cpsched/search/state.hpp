@@ -22,9 +22,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "byte_model.hpp"
+#include "cpsched/search/byte_model.hpp"
 
-namespace cpsched::bytes {
+namespace cpsched::search {
 
 // Prices of time mode (seconds; see the file comment).
 struct TimeObjective {
@@ -140,4 +140,4 @@ class State {
   std::vector<std::pair<TaskId, Rank>> journal_;  // (task, rank it left) since checkpoint
 };
 
-}  // namespace cpsched::bytes
+}  // namespace cpsched::search

@@ -1,8 +1,8 @@
-#include "byte_model.hpp"
+#include "cpsched/search/byte_model.hpp"
 
 #include <algorithm>
 
-namespace cpsched::bytes {
+namespace cpsched::search {
 
 Price qo_price(const Problem& p, double fwd_weight, double bwd_weight) {
   const TransferBytes f = fwd_bytes_per_token(p), b = bwd_bytes_per_token(p);
@@ -103,4 +103,4 @@ void ByteModel::build_direction(Dir dir) {
   off[nc] = static_cast<std::int32_t>(seg_ids_.size());
 }
 
-}  // namespace cpsched::bytes
+}  // namespace cpsched::search

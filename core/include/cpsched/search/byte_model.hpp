@@ -19,7 +19,7 @@
 #include <cpsched/metrics.hpp>
 #include <cpsched/task_grid.hpp>
 
-namespace cpsched::bytes {
+namespace cpsched::search {
 
 enum class Dir : std::uint8_t { qo = 0, kv = 1 };
 
@@ -95,4 +95,4 @@ class ByteModel {
 Price qo_price(const Problem& p, double fwd_weight, double bwd_weight);
 Price kv_price(const Problem& p, double fwd_weight, double bwd_weight);
 
-}  // namespace cpsched::bytes
+}  // namespace cpsched::search

@@ -1,10 +1,10 @@
-#include "placements.hpp"
+#include "cpsched/search/placements.hpp"
 
 #include <cmath>
 
 #include <cpsched/metrics.hpp>
 
-namespace cpsched::bytes {
+namespace cpsched::search {
 
 std::vector<Rank> owner_placement(const TaskGrid& grid) {
   std::vector<Rank> r(static_cast<std::size_t>(grid.num_tasks()));
@@ -41,4 +41,4 @@ std::int64_t balance_cap(const TaskGrid& grid, double mu) {
   return cap;
 }
 
-}  // namespace cpsched::bytes
+}  // namespace cpsched::search
