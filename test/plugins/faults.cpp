@@ -42,6 +42,22 @@ struct LongDoc {
 };
 constexpr LongDoc kLongDoc;
 #define DOC kLongDoc.text
+#elif defined(FAULT_HEAP_DOC)
+// Text the plugin made at load time on the heap: outside its image, so the
+// host does not read it (it cannot bound such a read).
+struct HeapText {
+  char* p;
+  HeapText() : p(new char[17]) {
+    const char text[] = "made on the heap";
+    for (std::size_t i = 0; i < sizeof text; ++i) p[i] = text[i];
+  }
+  ~HeapText() { delete[] p; }  // at dlclose: no leak for LeakSanitizer
+};
+const char* heap_doc() {
+  static HeapText text;
+  return text.p;
+}
+#define DOC heap_doc()
 #else
 #define DOC "a plugin with one deliberate fault"
 #endif

@@ -17,6 +17,7 @@
 
 #include <doctest/doctest.h>
 
+#include "cpsched/cpsched.hpp"
 #include "cpsched/error.hpp"
 #include "cpsched/plugin_abi.hpp"
 #include "cpsched/registry.hpp"
@@ -162,6 +163,7 @@ TEST_CASE("each broken plugin is rejected with a message naming its file and its
       {"no_descriptor", {"exports no 'cpsched_plugin_descriptor'"}},
       {"long_doc", {"plugin 'faulty'", "doc is longer than 4096 bytes"}},
       {"huge_num_params", {"declares 1073741824 parameters, more than the 1024"}},
+      {"heap_doc", {"doc points outside the plugin's loaded image"}},
   };
   for (const Case& c : cases) {
     CAPTURE(c.name);
@@ -267,6 +269,20 @@ TEST_CASE("a truncated copy of a real plugin is an error naming it, not a crash"
   fs::remove_all(file.parent_path());
 }
 
+TEST_CASE("a Session whose solver's file is damaged fails with that file's fault") {
+  const fs::path file = damaged_copy("named", "libcpsched_owner.so", real_plugin("owner"), 4096);
+  auto reg = std::make_shared<Registry>();
+  reg->scan(file.parent_path());
+  reg->load(real_plugin("area"));
+  SessionOptions o;
+  o.solver = "owner";
+  const std::string msg = error_of([&] { Session s(o, reg); });
+  CAPTURE(msg);
+  CHECK(msg.rfind("solver plugin 'owner' did not load: plugin file '" + fs::weakly_canonical(file).string(), 0) == 0);
+  CHECK(contains(msg, "is truncated or damaged"));
+  fs::remove_all(file.parent_path());
+}
+
 TEST_CASE("an ELF file of another class or machine is rejected before it is loaded") {
   const fs::path wrong_class =
       damaged_copy("wrong_class", "libcpsched_owner.so", real_plugin("owner"), SIZE_MAX, {{EI_CLASS, ELFCLASS32}});
@@ -329,7 +345,8 @@ TEST_CASE("scan keeps the good plugins and records every failure as a problem") 
   const std::vector<std::string> broken = {"bad_abi",   "bad_signature",  "small_descriptor",
                                            "bad_kind",  "bad_name",       "bad_param_type",
                                            "bad_default", "duplicate_param", "no_descriptor",
-                                           "long_doc",  "huge_num_params", "duplicate_owner"};
+                                           "long_doc",  "huge_num_params", "heap_doc",
+                                           "duplicate_owner"};
   for (const std::string& b : broken) reg.scan(kTestPluginDir / b);
   reg.scan(kTestPluginDir / "good");
   reg.scan(kTestPluginDir / "no_such_folder");
