@@ -24,7 +24,7 @@ struct Options {
   Objective objective = Objective::automatic;
   double spread = 0.25;           // time: weight of the mean rank time beside the max
   int time_blocks_per_rank = 0;   // time: also search a sequential grid this fine (0: off)
-  std::vector<std::string> members = {"binary_greedy", "static"};  // solvers started from, loaded by name
+  std::vector<std::string> members = {"binary_greedy", "static", "static:node_ranks=-1+node_chunks=8"};  // loaded by name
   double mu = 1.10;
   double fwd_weight = 1.0;
   double bwd_weight = 0.0;
@@ -33,7 +33,7 @@ struct Options {
   int threads = 1;
   int max_blocks_per_rank = 8;
   int usp_max_degree = 8;
-  std::int64_t binary_greedy_max_tasks = 4096;  // members run on grids of at most this many tasks
+  std::int64_t binary_greedy_max_tasks = 131072;  // members run on grids of at most this many tasks
   std::uint64_t seed = 1;
 };
 
@@ -46,6 +46,7 @@ struct Candidate {
   std::int64_t excess = 0;       // load above the cap, summed over ranks
   double objective = 0;
   std::shared_ptr<const TaskGrid> grid;  // the grid `rank` refers to
+  bool searched = false;                 // improved by the local search (else a start as it is)
 };
 
 class MemberSolvers;

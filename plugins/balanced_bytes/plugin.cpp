@@ -10,12 +10,13 @@ const cpsched_param_spec kParams[] = {
      "time: predicted step time (fwd + bwd) under a time cost model; bytes: weighted total bytes; bottleneck: the "
      "busiest rank's send or receive, fwd + bwd (the seed's); auto: time when the cost model prices time, else bytes"},
     {"mu", CPSCHED_PARAM_REAL, "1.10",
-     "balance cap: max load <= mu x mean (bytes and bottleneck: the target; time: an upper cap, the objective "
-     "balances further where that pays)"},
+     "balance cap: max load <= mu x mean (bytes and bottleneck: the target; time: the search's cap, while the "
+     "fastest plan is returned, balanced further where that pays, or above mu where that is faster, as the note "
+     "says)"},
     {"spread", CPSCHED_PARAM_REAL, "0.25", "time: weight of the mean rank time beside the slowest rank's"},
     {"time_blocks_per_rank", CPSCHED_PARAM_INT, "0",
      "time: also search a sequential grid with this many blocks per rank (0: off)"},
-    {"members", CPSCHED_PARAM_STRING, "binary_greedy,static",
+    {"members", CPSCHED_PARAM_STRING, "binary_greedy,static,static:node_ranks=-1+node_chunks=8",
      "solver plugins (comma separated, loaded by name) whose results are starts of the search and, in time mode, "
      "candidate plans"},
     {"fwd_weight", CPSCHED_PARAM_REAL, "1.0", "weight of forward bytes in the objective"},
@@ -31,7 +32,7 @@ const cpsched_param_spec kParams[] = {
     {"max_blocks_per_rank", CPSCHED_PARAM_INT, "8",
      "finest sharding tried when no placement meets mu on the given grid"},
     {"usp_max_degree", CPSCHED_PARAM_INT, "8", "largest Ulysses degree of the usp start (as the usp solver)"},
-    {"member_max_tasks", CPSCHED_PARAM_INT, "4096",
+    {"member_max_tasks", CPSCHED_PARAM_INT, "131072",
      "run the members only on grids of at most this many tasks (their solve time dominates beyond)"},
     {"seed", CPSCHED_PARAM_INT, "1", "seed of the iterated local search's kicks"},
 };

@@ -46,6 +46,28 @@ std::vector<Rank> deal_chunks(const std::vector<Token>& areas, int P) {
   return host;
 }
 
+std::vector<Rank> deal_chunks_by_node(const std::vector<Token>& areas, Token chunk, Token node_chunk, int P,
+                                      int node_ranks) {
+  const int nodes = P / node_ranks;
+  const auto per = static_cast<std::size_t>(node_chunk / chunk);  // chunks per node chunk
+  const std::size_t n = areas.size();
+  const std::size_t m = (n + per - 1) / per;
+  std::vector<Token> node_area(m, 0);
+  for (std::size_t i = 0; i < n; ++i) node_area[i / per] += areas[i];
+  const std::vector<Rank> node_of = deal_chunks(node_area, nodes);
+  std::vector<Rank> host(n, 0);
+  for (int node = 0; node < nodes; ++node) {
+    std::vector<std::size_t> mine;
+    for (std::size_t i = 0; i < n; ++i)
+      if (node_of[i / per] == node) mine.push_back(i);
+    std::vector<Token> a(mine.size());
+    for (std::size_t k = 0; k < mine.size(); ++k) a[k] = areas[mine[k]];
+    const std::vector<Rank> local = deal_chunks(a, std::min<int>(node_ranks, static_cast<int>(std::max<std::size_t>(mine.size(), 1))));
+    for (std::size_t k = 0; k < mine.size(); ++k) host[mine[k]] = node * node_ranks + local[k];
+  }
+  return host;
+}
+
 Sharding dispatched_sharding(Token S, Token chunk, const std::vector<Rank>& host, int P) {
   std::vector<Range> blocks;
   std::vector<Rank> owner;

@@ -18,7 +18,13 @@ using namespace cpsched;
 
 class Static final : public Solver {
  public:
-  explicit Static(const Params& p) : chunk_tokens_(p.get_int("chunk_tokens")) {
+  explicit Static(const Params& p)
+      : chunk_tokens_(p.get_int("chunk_tokens")), node_ranks_(p.get_int("node_ranks")), node_chunks_(p.get_int("node_chunks")) {
+    if (node_chunks_ < 1 || node_chunks_ > 1024)
+      throw Error("static: node_chunks = " + std::to_string(node_chunks_) + " must be in [1, 1024]");
+    if (node_ranks_ < -1)
+      throw Error("static: node_ranks = " + std::to_string(node_ranks_) +
+                  " must be -1 (the cost model's GPUs per node), 0 (one level, as published) or a rank count");
     if (chunk_tokens_ < 0)
       throw Error("static: chunk_tokens = " + std::to_string(chunk_tokens_) + " must be >= 0 (0: S / (8 P))");
   }
@@ -37,7 +43,18 @@ class Static final : public Solver {
                   std::to_string(P) + " ranks; every rank needs at least one chunk (lower chunk_tokens)");
 
     const std::vector<Token> areas = static_solver::chunk_areas(p.mask, chunk);
-    const std::vector<Rank> host = static_solver::deal_chunks(areas, P);
+    // Two levels when asked for and the cluster has several nodes.
+    int node = static_cast<int>(node_ranks_);
+    if (node < 0) {
+      const auto tp = in.cost != nullptr ? in.cost->time_prices() : std::nullopt;
+      node = tp ? tp->gpus_per_node : 0;
+    }
+    const bool two_level = node > 0 && P > node && P % node == 0;
+    // Node chunks of S / (node_chunks x nodes) tokens.
+    const Token node_chunk =
+        two_level ? std::max<Token>(chunk, (S / (Token{node_chunks_} * (P / node))) / chunk * chunk) : 0;
+    const std::vector<Rank> host = two_level ? static_solver::deal_chunks_by_node(areas, chunk, node_chunk, P, node)
+                                             : static_solver::deal_chunks(areas, P);
     auto dispatched =
         std::make_shared<const TaskGrid>(grid.problem_ptr(), static_solver::dispatched_sharding(S, chunk, host, P));
 
@@ -47,16 +64,25 @@ class Static final : public Solver {
     for (TaskId t = 0; t < dispatched->num_tasks(); ++t) a.rank[static_cast<std::size_t>(t)] = dispatched->q_host(t);
     a.note = "static: " + std::to_string(n) + " chunks of " + std::to_string(chunk) + " tokens dispatched to " +
              std::to_string(P) + " ranks (" + std::to_string(dispatched->sharding().num_blocks()) +
-             " blocks after merging neighbours on one rank)";
+             " blocks after merging neighbours on one rank)" +
+             (two_level ? "; two levels: node chunks of " + std::to_string(node_chunk) + " tokens dealt to " +
+                              std::to_string(P / node) + " nodes of " + std::to_string(node) + " ranks"
+                        : std::string());
     return a;
   }
 
  private:
   std::int64_t chunk_tokens_;
+  std::int64_t node_ranks_;
+  std::int64_t node_chunks_;
 };
 
 const cpsched_param_spec kParams[] = {
     {"chunk_tokens", CPSCHED_PARAM_INT, "0", "dispatch chunk length in tokens (0: S / (8 P))"},
+    {"node_ranks", CPSCHED_PARAM_INT, "0",
+     "0: one-level dispatch (as published); N > 0: two levels, node chunks dealt to nodes of N ranks, then chunks "
+     "to the node's ranks; -1: N from the time cost model's GPUs per node"},
+    {"node_chunks", CPSCHED_PARAM_INT, "4", "two levels: node chunks per node (node chunk = S / (node_chunks x nodes))"},
 };
 
 }  // namespace

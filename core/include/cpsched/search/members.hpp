@@ -1,7 +1,8 @@
 #pragma once
 // The portfolio's member solvers, loaded by name through the plugin registry
 // (a plugin does not link other plugins): `libcpsched_<name>.so` from the
-// build's plugin folder and CPSCHED_PLUGIN_PATH. Each member is loaded once,
+// build's plugin folder and CPSCHED_PLUGIN_PATH. A member may carry
+// parameters: "static:chunk_tokens=2048+other=1". Each member is loaded once,
 // on first use, and kept (with its library) for the solver's lifetime.
 #include <map>
 #include <memory>
