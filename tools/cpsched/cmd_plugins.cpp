@@ -23,7 +23,7 @@ int cmd_plugins(const Args& args) {
   }
   po::notify(vm);
   Registry reg;
-  scan_plugins(reg, nullptr, dirs);
+  scan_plugins(reg, nullptr, dirs, /*warn=*/false);
   for (PluginKind kind : {PluginKind::solver, PluginKind::cost_model, PluginKind::executor}) {
     fmt::print("{}s:\n", to_string(kind));
     for (const PluginInfo& p : reg.plugins()) {

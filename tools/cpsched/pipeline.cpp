@@ -7,7 +7,7 @@
 
 namespace cpsched::cli {
 
-void scan_plugins(Registry& reg, const Config* cfg, const std::vector<std::string>& extra_dirs) {
+void scan_plugins(Registry& reg, const Config* cfg, const std::vector<std::string>& extra_dirs, bool warn) {
   reg.scan(Registry::default_plugin_dir());
   for (const auto& d : Registry::env_plugin_dirs()) reg.scan(d);
   if (cfg != nullptr)
@@ -20,6 +20,11 @@ void scan_plugins(Registry& reg, const Config* cfg, const std::vector<std::strin
                               std::filesystem::exists(d, ec) ? "not a folder" : "no such folder"));
     reg.scan(d);
   }
+  // `cpsched plugins` lists them itself; every other command says once on
+  // stderr which plugin files were skipped, so a missing solver is explained.
+  if (warn)
+    for (const PluginProblem& p : reg.problems())
+      fmt::print(stderr, "cpsched: warning: skipped a plugin file: {}\n", p.message);
 }
 
 }  // namespace cpsched::cli
