@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
     for (const std::string& kind : masks) {
       std::vector<double> tv, te, tg, ts, tp, tm, tt, cpu;
       std::int64_t tasks = 0;
+      ResourceEstimate est;
       Token seqlen = 0;
       for (int r = 0; r < repeats; ++r) {
         RangeMask mask = kind == "block_sparse"     ? block_sparse(S, n, 42)
@@ -127,6 +128,7 @@ int main(int argc, char** argv) {
         t0 = std::chrono::steady_clock::now();
         check_resources(*problem);
         te.push_back(ms_since(t0));
+        est = estimate_resources(*problem);
         t0 = std::chrono::steady_clock::now();
         auto grid = std::make_shared<const TaskGrid>(problem);
         tg.push_back(ms_since(t0));
@@ -144,6 +146,9 @@ int main(int argc, char** argv) {
         cpu.push_back(1000.0 * static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC);
         if (m.fwd.total_send < 0) throw Error("bench_scale: negative bytes");
       }
+      if (est.blocks > 0)
+        fmt::print("  estimate: grid {}, plan {} ({} cells, {} pieces)\n", format_bytes(static_cast<double>(est.grid_bytes)),
+                   format_bytes(static_cast<double>(est.plan_bytes)), est.cells, est.touches);
       auto med = [](std::vector<double> v) {
         if (v.empty()) return std::string("-");
         std::sort(v.begin(), v.end());
