@@ -68,7 +68,10 @@ struct RepairScratch {
   std::vector<double> key;
 };
 
+constexpr std::int64_t kTimeRepairEvaluations = 2000000;
+
 bool repair_rank(State& st, Rank a, Budget& budget, RepairScratch& scratch) {
+  const std::int64_t start_left = budget.left;
   struct Item {
     double key;
     TaskId t;
@@ -88,6 +91,7 @@ bool repair_rank(State& st, Rank a, Budget& budget, RepairScratch& scratch) {
     if (b.rank >= 0) push(t, b.value);
   }
   while (st.load(a) > st.cap() && !heap.empty()) {
+    if (st.time_mode() && start_left - budget.left > kTimeRepairEvaluations) break;
     const Item it = heap.top();
     heap.pop();
     if (it.version != version[static_cast<std::size_t>(it.t)] || st.rank(it.t) != a) continue;
@@ -118,6 +122,11 @@ bool repair_rank(State& st, Rank a, Budget& budget, RepairScratch& scratch) {
 }  // namespace
 
 bool repair(State& st, Budget& budget) {
+  // Time mode prices every move with the per-rank times, and the cap is only
+  // the search's guide (plans are judged by their step time): there repair
+  // stops after a fixed number of evaluations, so that large grids stay fast.
+  std::int64_t allowance = st.time_mode() ? kTimeRepairEvaluations : std::numeric_limits<std::int64_t>::max();
+  const std::int64_t start_left = budget.left;
   RepairScratch scratch;
   const auto T = static_cast<std::size_t>(st.model().tasks());
   scratch.version.assign(T, 0);
@@ -127,6 +136,7 @@ bool repair(State& st, Budget& budget) {
     for (Rank r = 0; r < st.ranks(); ++r)
       if (st.load(r) > st.cap() && (worst < 0 || st.load(r) > st.load(worst))) worst = r;
     if (worst < 0) return true;
+    if (start_left - budget.left > allowance) return false;
     if (!repair_rank(st, worst, budget, scratch)) return false;
   }
 }
@@ -320,7 +330,10 @@ void descend_after(State& st, Budget& budget, const std::vector<std::pair<TaskId
 }
 
 void iterate(State& st, Budget& budget, std::uint64_t seed) {
-  if (st.excess() > 0 || st.ranks() < 2 || st.model().tasks() == 0) return;
+  // Bytes mode searches among placements that meet the cap; time mode judges
+  // by the objective alone (the cap may be out of reach within its effort).
+  const bool need_cap = !st.time_mode();
+  if ((need_cap && st.excess() > 0) || st.ranks() < 2 || st.model().tasks() == 0) return;
   const ByteModel& m = st.model();
   const TaskId T = m.tasks();
   const int P = st.ranks(), G = m.groups();
@@ -367,7 +380,7 @@ void iterate(State& st, Budget& budget, std::uint64_t seed) {
     if (ok) descend_after(st, budget, st.journal());
     const double obj = st.objective();
     // Accept ties too: drifting on a plateau reaches other improvements.
-    if (ok && st.excess() == 0 && obj <= best + kEps) {
+    if ((!need_cap || (ok && st.excess() == 0)) && obj <= best + kEps) {
       best = std::min(best, obj);
       st.checkpoint();
     } else {

@@ -327,7 +327,8 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
   std::optional<Candidate> bytes_candidate;
   // The bytes objective's best placement is a candidate too: the search's
   // per-rank estimate of time is a model, the plan's timing is the judge.
-  {
+  // (On grids too large for the members, its unbounded repair would dominate.)
+  if (in.grid->num_tasks() <= opt_.binary_greedy_max_tasks) {
     BalancedBytes bytes_mode(opt_);
     bytes_mode.opt_.objective = Objective::bytes;
     bytes_mode.opt_.effort = 0;  // the bytes default: this candidate is exactly objective = bytes's result

@@ -19,7 +19,8 @@ struct Budget {
 // Moves tasks off ranks above the cap, cheapest bytes per unit of load first
 // (lazy greedy: a task's price is refreshed when it comes up; when a move
 // brings block data to a rank for the first time, the siblings that share it
-// are re-priced for that rank). It always finishes, whatever the budget.
+// are re-priced for that rank). In bytes mode it always finishes, whatever
+// the budget; in time mode it stops after a fixed number of evaluations.
 // Returns true when every rank ends at or below the cap.
 bool repair(State& st, Budget& budget);
 
