@@ -223,13 +223,7 @@ double State::delta(TaskId t, Rank b) const {
     const Rank h = dir == Dir::qo ? in.qhost : in.khost;
     const int ih = at(h);
     const Price& pr = m_->price(dir);
-    const auto segs = dir == Dir::qo ? m_->qo_segments(in.cell) : m_->kv_segments(in.cell);
-    double closed = 0, opened = 0;
-    for (std::int32_t s : segs) {
-      const auto len = static_cast<double>(m_->segment(s).tokens.size());
-      if (a != h && cnt_[cnt_index(s, in.group, a)] == 1) closed += len;
-      if (b != h && cnt_[cnt_index(s, in.group, b)] == 0) opened += len;
-    }
+    auto [closed, opened] = closed_opened(in, dir, h, a, b);
     ds[ih] += (opened - closed) * pr.out;
     dr[ih] += (opened - closed) * pr.back;
     dr[ib] += opened * pr.out;
@@ -252,6 +246,19 @@ double State::delta(TaskId t, Rank b) const {
     bn = std::max({bn, send_[r] + ds[i], recv_[r] + dr[i]});
   }
   return d + bw_ * P_ * (bn - bottleneck());
+}
+
+// Tokens of t's (segment, group) data in direction dir that a stops needing
+// (t was its only task there) and that b starts to need, when t moves a -> b.
+std::pair<double, double> State::closed_opened(const TaskInfo& in, Dir dir, Rank h, Rank a, Rank b) const {
+  const auto segs = dir == Dir::qo ? m_->qo_segments(in.cell) : m_->kv_segments(in.cell);
+  double closed = 0, opened = 0;
+  for (std::int32_t s : segs) {
+    const auto len = static_cast<double>(m_->segment(s).tokens.size());
+    if (a != h && cnt_[cnt_index(s, in.group, a)] == 1) closed += len;
+    if (b != h && cnt_[cnt_index(s, in.group, b)] == 0) opened += len;
+  }
+  return {closed, opened};
 }
 
 // Moves t from a to b keeping the sum of rank times (time mode) and the top list.
@@ -302,13 +309,7 @@ double State::time_delta(TaskId t, Rank a, Rank b) const {
     const Rank h = dir == Dir::qo ? in.qhost : in.khost;
     const int ih = at(h);
     const Price& pr = m_->price(dir);
-    const auto segs = dir == Dir::qo ? m_->qo_segments(in.cell) : m_->kv_segments(in.cell);
-    double closed = 0, opened = 0;
-    for (std::int32_t s : segs) {
-      const auto len = static_cast<double>(m_->segment(s).tokens.size());
-      if (a != h && cnt_[cnt_index(s, in.group, a)] == 1) closed += len;
-      if (b != h && cnt_[cnt_index(s, in.group, b)] == 0) opened += len;
-    }
+    auto [closed, opened] = closed_opened(in, dir, h, a, b);
     closed *= to_.byte_s[to_.link_class(h, a)];
     opened *= to_.byte_s[to_.link_class(h, b)];
     next[ih].cast_out += (opened - closed) * pr.out;

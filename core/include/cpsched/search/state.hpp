@@ -20,6 +20,7 @@
 // (in nanoseconds): the slowest rank makes the step; the mean term steers the
 // search off plateaus of the max.
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "cpsched/search/byte_model.hpp"
@@ -110,6 +111,7 @@ class State {
   void refresh_top();
   void refresh_least();
   double time_delta(TaskId t, Rank a, Rank b) const;
+  std::pair<double, double> closed_opened(const TaskInfo& in, Dir dir, Rank h, Rank a, Rank b) const;
   void touch_move(TaskId t, Rank a, Rank b);
   // Time mode: per-rank seconds, forward + backward.
   struct RankSeconds {
