@@ -22,6 +22,17 @@ namespace cpsched::cli {
 
 namespace {
 
+// A dashed black line without markers: a reference drawn beside the solvers.
+ChartSeries reference_line(const std::string& name) {
+  ChartSeries s;
+  s.name = name;
+  s.color = "#000000";
+  s.dash = "7 4";
+  s.markers = false;
+  return s;
+}
+
+
 // Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 const char* const kPalette[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#8C564B", "#7F7F7F"};
 
@@ -178,11 +189,7 @@ std::vector<ChartFile> write_compare_charts(const std::filesystem::path& dir, co
         }
         if (m.id == "fwd_send") {
           // The reference every reduction is stated against.
-          ChartSeries usp;
-          usp.name = "USP closed form";
-          usp.color = "#000000";
-          usp.dash = "7 4";
-          usp.markers = false;
+          ChartSeries usp = reference_line("USP closed form");
           std::map<int, double> by_p;
           for (const CompareRow* r : rows)
             if (r->ok) by_p[r->cp_size] = gib(r->f.usp_closed_fwd);
@@ -193,11 +200,7 @@ std::vector<ChartFile> write_compare_charts(const std::filesystem::path& dir, co
           // What no placement can beat on this profile: the compute bound. It
           // is the same for every solver up to dispatch (cut blocks), so the
           // least over solvers and stage counts stands for the point.
-          ChartSeries bound;
-          bound.name = "compute bound";
-          bound.color = "#000000";
-          bound.dash = "7 4";
-          bound.markers = false;
+          ChartSeries bound = reference_line("compute bound");
           std::map<int, double> by_p;
           for (const CompareRow* r : rows)
             if (r->ok && r->f.compute_bound_ms) {
