@@ -37,7 +37,7 @@ std::string num(double v, const char* fmt = "%.6g") {
 // then a lower objective.
 // Searching a member's own grid (static's dispatch is 8 x finer) costs about
 // its task count; beyond this only the member's plan as it is is priced.
-constexpr TaskId kMemberGridSearchTasks = 131072;
+constexpr TaskId kMemberGridSearchTasks = 400000;
 
 std::int64_t max_load(const TaskGrid& g, const std::vector<Rank>& rank) {
   std::vector<std::int64_t> load(static_cast<std::size_t>(g.cp_size()), 0);

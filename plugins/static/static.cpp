@@ -19,7 +19,12 @@ using namespace cpsched;
 class Static final : public Solver {
  public:
   explicit Static(const Params& p)
-      : chunk_tokens_(p.get_int("chunk_tokens")), node_ranks_(p.get_int("node_ranks")), node_chunks_(p.get_int("node_chunks")) {
+      : chunk_tokens_(p.get_int("chunk_tokens")),
+        chunks_per_rank_(p.get_int("chunks_per_rank")),
+        node_ranks_(p.get_int("node_ranks")),
+        node_chunks_(p.get_int("node_chunks")) {
+    if (chunks_per_rank_ < 1 || chunks_per_rank_ > 4096)
+      throw Error("static: chunks_per_rank = " + std::to_string(chunks_per_rank_) + " must be in [1, 4096]");
     if (node_chunks_ < 1 || node_chunks_ > 1024)
       throw Error("static: node_chunks = " + std::to_string(node_chunks_) + " must be in [1, 1024]");
     if (node_ranks_ < -1)
@@ -36,7 +41,7 @@ class Static final : public Solver {
     const int P = grid.cp_size();
     const Token S = p.seqlen();
     if (S <= 0) throw Error("static: the sequence is empty");
-    const Token chunk = chunk_tokens_ > 0 ? chunk_tokens_ : std::max<Token>(1, S / (Token{8} * P));
+    const Token chunk = chunk_tokens_ > 0 ? chunk_tokens_ : std::max<Token>(1, S / (Token{chunks_per_rank_} * P));
     const Token n = (S + chunk - 1) / chunk;
     if (n < P)
       throw Error("static: " + std::to_string(n) + " chunks of " + std::to_string(chunk) + " tokens for " +
@@ -73,12 +78,14 @@ class Static final : public Solver {
 
  private:
   std::int64_t chunk_tokens_;
+  std::int64_t chunks_per_rank_;
   std::int64_t node_ranks_;
   std::int64_t node_chunks_;
 };
 
 const cpsched_param_spec kParams[] = {
-    {"chunk_tokens", CPSCHED_PARAM_INT, "0", "dispatch chunk length in tokens (0: S / (8 P))"},
+    {"chunk_tokens", CPSCHED_PARAM_INT, "0", "dispatch chunk length in tokens (0: S / (chunks_per_rank x P))"},
+    {"chunks_per_rank", CPSCHED_PARAM_INT, "8", "chunks per rank when chunk_tokens is 0 (8: as published)"},
     {"node_ranks", CPSCHED_PARAM_INT, "0",
      "0: one-level dispatch (as published); N > 0: two levels, node chunks dealt to nodes of N ranks, then chunks "
      "to the node's ranks; -1: N from the time cost model's GPUs per node"},

@@ -168,3 +168,37 @@ TEST_CASE("a huge mu is no cap and does not hang (issue 12)") {
   a.validate();
   CHECK(a.feasible);
 }
+
+TEST_CASE("static's two-level dispatch keeps each node chunk inside one node; one level as published by default") {
+  Plugins pl;
+  if (!pl.has(PluginKind::solver, "static")) return;
+  const int P = 8;
+  const Token S = 8 * 1024;
+  const RangeMask mask = make_mask(MaskSpec{}, S);  // default spec: causal
+  auto problem = std::make_shared<const Problem>(Problem::make(mask, P, Heads{4, 2, 8, 2}));
+  auto grid = std::make_shared<const TaskGrid>(problem);
+  const TimeCostModel cost(two_per_node());  // 4 nodes of 2 ranks
+  const Assignment two = pl.solver("static", Params({{"node_ranks", std::int64_t{-1}}}))->solve(SolveInput{grid, &cost});
+  two.validate();
+  CHECK(two.note.find("two levels") != std::string::npos);
+  // Node chunks of S / (4 node_chunks x 4 nodes) = 512 tokens: each lies on one node.
+  const Sharding& sh = two.grid->sharding();
+  std::vector<Token> per_rank(P, 0);
+  for (std::size_t b = 0; b < sh.blocks.size(); ++b) per_rank[static_cast<std::size_t>(sh.host[b])] += sh.blocks[b].size();
+  for (Token t = 0; t < S; t += 512) {
+    const int node = sh.host[static_cast<std::size_t>(sh.block_of(t))] / 2;
+    for (Token u = t; u < t + 512; u += 128) CHECK(sh.host[static_cast<std::size_t>(sh.block_of(u))] / 2 == node);
+  }
+  for (Token n : per_rank) CHECK(n == S / P);  // equal chunk counts
+  for (TaskId t = 0; t < two.grid->num_tasks(); ++t) CHECK(two.rank[static_cast<std::size_t>(t)] == two.grid->q_host(t));
+  // Under the seed's area model (no nodes) node_ranks = -1 is the one-level dispatch.
+  const AreaCostModel area;
+  const Assignment flat = pl.solver("static")->solve(SolveInput{grid, &area});
+  const Assignment auto_flat = pl.solver("static", Params({{"node_ranks", std::int64_t{-1}}}))->solve(SolveInput{grid, &area});
+  CHECK(flat.grid->sharding().blocks == auto_flat.grid->sharding().blocks);
+  CHECK(flat.grid->sharding().host == auto_flat.grid->sharding().host);
+  // chunks_per_rank: finer chunks, same tokens per rank.
+  const Assignment fine = pl.solver("static", Params({{"chunks_per_rank", std::int64_t{16}}}))->solve(SolveInput{grid, &area});
+  CHECK(fine.note.find("128 chunks of 64 tokens") != std::string::npos);
+  CHECK_THROWS_WITH_AS(pl.solver("static", Params({{"node_ranks", std::int64_t{-2}}})), doctest::Contains("node_ranks"), Error);
+}
