@@ -4,6 +4,7 @@
 #include "cpsched/atomic_file.hpp"
 #include "cpsched/error.hpp"
 #include "cpsched/registry.hpp"
+#include "cpsched/resources.hpp"
 #include "report.hpp"
 #include "session_run.hpp"
 
@@ -23,6 +24,12 @@ int cmd_run(const Args& args) {
     return 0;
   const Config cfg = co.load();
   if (cfg.executor.name.empty()) throw Error(fmt::format("{}: no executor selected (executor.name)", co.config));
+  // The sim's numeric mode holds every rank's fp32 tensors and a dense
+  // reference: refuse before solving when that cannot fit the memory budget.
+  if (const auto mode = cfg.executor.given.find("mode");
+      cfg.executor.name == "sim" && mode != cfg.executor.given.end() &&
+      std::holds_alternative<std::string>(mode->second.first) && std::get<std::string>(mode->second.first) == "numeric")
+    check_resources(make_problem(cfg), /*sim_numeric=*/true);
   const SessionRun run = solve_with_session(cfg, co.plugin_paths);
   const Params exec_params = resolve_selection(*run.registry, static_cast<int>(PluginKind::executor), cfg.executor);
   auto executor = run.registry->make_executor(cfg.executor.name, exec_params);
