@@ -69,6 +69,7 @@ class FdBuf : public std::streambuf {
   }
   int sync() override { return drain() ? 0 : -1; }
   std::streamsize xsputn(const char* s, std::streamsize n) override {
+    if (n <= 0) return 0;  // an empty write may come with a null pointer (memcpy's UB)
     const std::streamsize room = epptr() - pptr();
     if (n <= room) {
       std::memcpy(pptr(), s, static_cast<std::size_t>(n));
