@@ -6,38 +6,9 @@
 
 namespace cpsched::search {
 
-namespace {
-
-// "static:chunk_tokens=2048+x=1" -> plugin "static" with those parameters.
-std::string plugin_of(const std::string& spec) { return spec.substr(0, spec.find(':')); }
-
-Params params_of(const std::string& spec, const PluginInfo& info) {
-  Params given;
-  const auto colon = spec.find(':');
-  std::string rest = colon == std::string::npos ? "" : spec.substr(colon + 1);
-  while (!rest.empty()) {
-    const auto plus = rest.find('+');
-    const std::string kv = rest.substr(0, plus);
-    rest = plus == std::string::npos ? "" : rest.substr(plus + 1);
-    const auto eq = kv.find('=');
-    if (eq == std::string::npos) throw Error("member '" + spec + "': parameter '" + kv + "' needs name=value");
-    const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
-    const ParamSpec* ps = nullptr;
-    for (const ParamSpec& p : info.params)
-      if (p.name == k) ps = &p;
-    if (ps == nullptr) throw Error("member '" + spec + "': " + info.name + " has no parameter '" + k + "'");
-    ParamValue value;
-    if (!parse_param(v, ps->type, value))
-      throw Error("member '" + spec + "': '" + v + "' is not a valid " + std::string(to_string(ps->type)) + " for " + k);
-    given.set(k, value);
-  }
-  return given;
-}
-
-}  // namespace
 
 Solver* MemberSolvers::get(const std::string& spec, std::string& why) {
-  const std::string name = plugin_of(spec);
+  const std::string name = spec_plugin(spec);
   if (auto it = solvers_.find(spec); it != solvers_.end()) return it->second.get();
   if (auto it = missing_.find(spec); it != missing_.end()) {
     why = it->second;
@@ -58,7 +29,7 @@ Solver* MemberSolvers::get(const std::string& spec, std::string& why) {
     }
     if (!loaded) throw Error("no " + file + " in the plugin folders");
     const PluginInfo& info = registry_->find(PluginKind::solver, name);
-    Params given = params_of(spec, info);
+    Params given = spec_params(spec, info.params);
     // Members run single-threaded: the portfolio parallelises over its starts.
     for (const ParamSpec& ps : info.params)
       if (ps.name == "threads" && !given.has("threads")) given.set("threads", std::int64_t{1});

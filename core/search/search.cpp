@@ -68,10 +68,11 @@ struct RepairScratch {
   std::vector<double> key;
 };
 
+// Time mode: repair stops after this many evaluations (see repair()).
 constexpr std::int64_t kTimeRepairEvaluations = 2000000;
 
-bool repair_rank(State& st, Rank a, Budget& budget, RepairScratch& scratch) {
-  const std::int64_t start_left = budget.left;
+// Stops early when the budget falls below `floor`.
+bool repair_rank(State& st, Rank a, Budget& budget, RepairScratch& scratch, std::int64_t floor) {
   struct Item {
     double key;
     TaskId t;
@@ -91,7 +92,7 @@ bool repair_rank(State& st, Rank a, Budget& budget, RepairScratch& scratch) {
     if (b.rank >= 0) push(t, b.value);
   }
   while (st.load(a) > st.cap() && !heap.empty()) {
-    if (st.time_mode() && start_left - budget.left > kTimeRepairEvaluations) break;
+    if (budget.left < floor) break;
     const Item it = heap.top();
     heap.pop();
     if (it.version != version[static_cast<std::size_t>(it.t)] || st.rank(it.t) != a) continue;
@@ -125,8 +126,8 @@ bool repair(State& st, Budget& budget) {
   // Time mode prices every move with the per-rank times, and the cap is only
   // the search's guide (plans are judged by their step time): there repair
   // stops after a fixed number of evaluations, so that large grids stay fast.
-  std::int64_t allowance = st.time_mode() ? kTimeRepairEvaluations : std::numeric_limits<std::int64_t>::max();
-  const std::int64_t start_left = budget.left;
+  const std::int64_t floor =
+      st.time_mode() ? budget.left - kTimeRepairEvaluations : std::numeric_limits<std::int64_t>::min();
   RepairScratch scratch;
   const auto T = static_cast<std::size_t>(st.model().tasks());
   scratch.version.assign(T, 0);
@@ -136,8 +137,7 @@ bool repair(State& st, Budget& budget) {
     for (Rank r = 0; r < st.ranks(); ++r)
       if (st.load(r) > st.cap() && (worst < 0 || st.load(r) > st.load(worst))) worst = r;
     if (worst < 0) return true;
-    if (start_left - budget.left > allowance) return false;
-    if (!repair_rank(st, worst, budget, scratch)) return false;
+    if (budget.left < floor || !repair_rank(st, worst, budget, scratch, floor)) return false;
   }
 }
 

@@ -1,6 +1,8 @@
 // Typed plugin parameters: scalar parsing, formatting and checked access.
 #include "cpsched/params.hpp"
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <cmath>
 
@@ -167,6 +169,32 @@ const std::string& Params::get_string(const std::string& name) const {
   const ParamValue& v = at(name);
   if (const std::string* s = std::get_if<std::string>(&v)) return *s;
   wrong_type(name, v, ParamType::string);
+}
+
+std::string spec_plugin(std::string_view spec) { return std::string(spec.substr(0, spec.find(':'))); }
+
+Params spec_params(std::string_view spec, const std::vector<ParamSpec>& schema) {
+  Params given;
+  const auto colon = spec.find(':');
+  std::string_view rest = colon == std::string_view::npos ? std::string_view() : spec.substr(colon + 1);
+  while (!rest.empty()) {
+    const auto plus = rest.find('+');
+    const std::string_view kv = rest.substr(0, plus);
+    rest = plus == std::string_view::npos ? std::string_view() : rest.substr(plus + 1);
+    const auto eq = kv.find('=');
+    if (eq == std::string_view::npos) throw Error(fmt::format("'{}': parameter '{}' needs name=value", spec, kv));
+    const std::string k(kv.substr(0, eq));
+    const std::string_view v = kv.substr(eq + 1);
+    const ParamSpec* ps = nullptr;
+    for (const ParamSpec& p : schema)
+      if (p.name == k) ps = &p;
+    if (ps == nullptr) throw Error(fmt::format("'{}': {} has no parameter '{}'", spec, spec_plugin(spec), k));
+    ParamValue value;
+    if (!parse_param(v, ps->type, value))
+      throw Error(fmt::format("'{}': '{}' is not a valid {} for {}", spec, v, to_string(ps->type), k));
+    given.set(k, value);
+  }
+  return given;
 }
 
 }  // namespace cpsched

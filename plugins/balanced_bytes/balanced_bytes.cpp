@@ -5,7 +5,6 @@
 #include <cmath>
 #include <mutex>
 #include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <map>
 #include <thread>
@@ -33,8 +32,6 @@ std::string num(double v, const char* fmt = "%.6g") {
   throw Error("balanced_bytes: " + name + " = " + value + " " + why);
 }
 
-// a strictly better than b: meeting the cap first, then less load above it,
-// then a lower objective.
 // Searching a member's own grid (static's dispatch is 8 x finer) costs about
 // its task count; beyond this only the member's plan as it is is priced.
 constexpr TaskId kMemberGridSearchTasks = 400000;
@@ -45,6 +42,8 @@ std::int64_t max_load(const TaskGrid& g, const std::vector<Rank>& rank) {
   return load.empty() ? 0 : *std::max_element(load.begin(), load.end());
 }
 
+// a strictly better than b: meeting the cap first, then less load above it,
+// then a lower objective.
 bool better(const Candidate& a, const Candidate& b) {
   if ((a.excess == 0) != (b.excess == 0)) return a.excess == 0;
   if (a.excess != b.excess) return a.excess < b.excess;
@@ -105,9 +104,6 @@ Options parse_options(const Params& p) {
   else if (obj == "bottleneck") o.objective = Objective::bottleneck;
   else bad("objective", "'" + obj + "'", "is not one of: auto, time, bytes, bottleneck");
   o.spread = p.get_real("spread");
-  o.time_blocks_per_rank = static_cast<int>(p.get_int("time_blocks_per_rank"));
-  if (o.time_blocks_per_rank < 0 || o.time_blocks_per_rank > 64)
-    bad("time_blocks_per_rank", std::to_string(o.time_blocks_per_rank), "must be in [0, 64]");
   if (!(o.spread >= 0.0)) bad("spread", num(o.spread), "must be >= 0");
   o.members.clear();
   for (std::string rest = p.get_string("members"); !rest.empty();) {
@@ -128,7 +124,7 @@ Options parse_options(const Params& p) {
   const std::int64_t threads = p.get_int("threads");
   const std::int64_t blocks = p.get_int("max_blocks_per_rank");
   const std::int64_t degree = p.get_int("usp_max_degree");
-  o.binary_greedy_max_tasks = p.get_int("member_max_tasks");
+  o.member_max_tasks = p.get_int("member_max_tasks");
   o.seed = static_cast<std::uint64_t>(p.get_int("seed"));
   if (!(o.mu >= 1.0)) bad("mu", num(o.mu), "must be >= 1 (balance target: max load <= mu x mean)");
   if (!(o.fwd_weight >= 0.0)) bad("fwd_weight", num(o.fwd_weight), "must be >= 0");
@@ -139,8 +135,8 @@ Options parse_options(const Params& p) {
   if (o.effort < 0) bad("effort", std::to_string(o.effort), "must be >= 0 (move evaluations per start; 0: default)");
   if (threads < 0) bad("threads", std::to_string(threads), "must be >= 0 (0: hardware threads, at most 8)");
   if (blocks < 1 || blocks > 1024) bad("max_blocks_per_rank", std::to_string(blocks), "must be in [1, 1024]");
-  if (o.binary_greedy_max_tasks < 0)
-    bad("member_max_tasks", std::to_string(o.binary_greedy_max_tasks), "must be >= 0");
+  if (o.member_max_tasks < 0)
+    bad("member_max_tasks", std::to_string(o.member_max_tasks), "must be >= 0");
   if (degree < 1) bad("usp_max_degree", std::to_string(degree), "must be >= 1");
   o.threads = threads > 0 ? static_cast<int>(std::min<std::int64_t>(threads, 256))
                           : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1U, 8U));
@@ -157,9 +153,15 @@ std::int64_t search_budget(const Options& o, TaskId tasks) {
   return static_cast<std::int64_t>(static_cast<double>(effort) * scale);
 }
 
-BalancedBytes::BalancedBytes(const Params& p) : opt_(parse_options(p)), members_(std::make_unique<MemberSolvers>()) {}
-BalancedBytes::BalancedBytes(Options o) : opt_(std::move(o)), members_(std::make_unique<MemberSolvers>()) {}
+BalancedBytes::BalancedBytes(const Params& p) : opt_(parse_options(p)), members_(std::make_shared<MemberSolvers>()) {}
+BalancedBytes::BalancedBytes(Options o) : opt_(std::move(o)), members_(std::make_shared<MemberSolvers>()) {}
 BalancedBytes::~BalancedBytes() = default;
+
+BalancedBytes BalancedBytes::with_objective(Objective o) const {
+  BalancedBytes b(*this);
+  b.opt_.objective = o;
+  return b;  // shares the loaded member solvers
+}
 
 namespace {
 
@@ -179,7 +181,7 @@ TimeObjective time_objective(const TimePrices& tp, const TaskGrid& grid, double 
 
 std::vector<MemberResult> BalancedBytes::solve_members(const SolveInput& in, std::vector<std::string>& skipped) const {
   std::vector<MemberResult> out;
-  if (in.grid->num_tasks() > opt_.binary_greedy_max_tasks) return out;
+  if (in.grid->num_tasks() > opt_.member_max_tasks) return out;
   for (const std::string& name : opt_.members) {
     std::string why;
     std::optional<Assignment> a = members_->solve(name, SolveInput{in.grid, in.cost, in.stages}, why);
@@ -262,14 +264,8 @@ Assignment BalancedBytes::solve(const SolveInput& in) {
   if (opt_.objective == Objective::time && !prices_time)
     throw Error("balanced_bytes: objective = time needs a cost model that prices time (cost_model: {name: time}); "
                 "the configured one does not");
-  if (opt_.objective == Objective::automatic) {
-    BalancedBytes resolved(opt_);
-    resolved.opt_.objective = prices_time ? Objective::time : Objective::bytes;
-    resolved.members_ = std::move(members_);
-    Assignment a = resolved.opt_.objective == Objective::time ? resolved.solve_time(in) : resolved.solve_bytes(in);
-    members_ = std::move(resolved.members_);
-    return a;
-  }
+  if (opt_.objective == Objective::automatic)
+    return with_objective(prices_time ? Objective::time : Objective::bytes).solve(in);
   return opt_.objective == Objective::time ? solve_time(in) : solve_bytes(in);
 }
 
@@ -315,23 +311,14 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
   std::vector<std::string> skipped;
   const std::vector<MemberResult> members = solve_members(in, skipped);
   solve_grid(in, seen, members);
-  // A finer sequential grid: smaller cells balance causal documents with
-  // less data moved per unit of load moved.
-  if (opt_.time_blocks_per_rank > in.grid->problem().grid.blocks_per_rank && is_sequential(*in.grid)) {
-    std::vector<Candidate> fine;
-    const auto g = finer_grid(*in.grid, opt_.time_blocks_per_rank);
-    Candidate c = solve_grid(SolveInput{g, in.cost, in.stages}, fine, {});
-    c.origin = "blocks" + std::to_string(opt_.time_blocks_per_rank) + ":" + c.origin;
-    seen.push_back(std::move(c));
-  }
   std::optional<Candidate> bytes_candidate;
   // The bytes objective's best placement is a candidate too: the search's
   // per-rank estimate of time is a model, the plan's timing is the judge.
   // (On grids too large for the members, its unbounded repair would dominate.)
-  if (in.grid->num_tasks() <= opt_.binary_greedy_max_tasks) {
-    BalancedBytes bytes_mode(opt_);
-    bytes_mode.opt_.objective = Objective::bytes;
-    bytes_mode.opt_.effort = 0;  // the bytes default: this candidate is exactly objective = bytes's result
+  if (in.grid->num_tasks() <= opt_.member_max_tasks) {
+    // With the bytes default effort, this candidate is exactly objective = bytes's result.
+    BalancedBytes bytes_mode = with_objective(Objective::bytes);
+    bytes_mode.opt_.effort = 0;
     std::vector<Candidate> own;
     Candidate c = bytes_mode.solve_grid(in, own, members);
     c.origin = "bytes:" + c.origin;
@@ -387,9 +374,6 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
     for (int st : stage_options) {
       const Plan plan = build_plan(a, st);
       const double step = in.cost->plan_time(c->grid->problem(), plan)->step();
-      if (std::getenv("CPSCHED_BB_DEBUG"))
-        std::fprintf(stderr, "  final %-40s stages %d ok %d step %.4f ms objective %.6e excess %lld\n",
-                     c->origin.c_str(), st, ok ? 1 : 0, step * 1e3, c->objective, static_cast<long long>(c->excess));
       if (step < best_step * (1 - 1e-12)) {
         best_step = step;
         best = c;

@@ -23,7 +23,6 @@ enum class Objective { automatic, time, bytes, bottleneck };
 struct Options {
   Objective objective = Objective::automatic;
   double spread = 0.25;           // time: weight of the mean rank time beside the max
-  int time_blocks_per_rank = 0;   // time: also search a sequential grid this fine (0: off)
   std::vector<std::string> members = {"binary_greedy", "static", "static:node_ranks=-1+node_chunks=8"};  // loaded by name
   double mu = 1.10;
   double fwd_weight = 1.0;
@@ -33,7 +32,7 @@ struct Options {
   int threads = 1;
   int max_blocks_per_rank = 8;
   int usp_max_degree = 8;
-  std::int64_t binary_greedy_max_tasks = 131072;  // members run on grids of at most this many tasks
+  std::int64_t member_max_tasks = 131072;  // members run on grids of at most this many tasks
   std::uint64_t seed = 1;
 };
 
@@ -61,6 +60,7 @@ class BalancedBytes final : public Solver {
  public:
   explicit BalancedBytes(const Params& p);
   explicit BalancedBytes(Options o);
+  BalancedBytes(const BalancedBytes&) = default;
   ~BalancedBytes() override;
   Assignment solve(const SolveInput& in) override;
 
@@ -70,8 +70,10 @@ class BalancedBytes final : public Solver {
   std::vector<MemberResult> solve_members(const SolveInput& in, std::vector<std::string>& skipped) const;
   Assignment solve_bytes(const SolveInput& in) const;
   Assignment solve_time(const SolveInput& in) const;
+  // The same solver with another objective (auto resolved; the bytes candidate).
+  BalancedBytes with_objective(Objective o) const;
   Options opt_;
-  std::unique_ptr<MemberSolvers> members_;
+  std::shared_ptr<MemberSolvers> members_;  // loaded once, shared by with_objective's copies
 };
 
 }  // namespace cpsched::search

@@ -14,8 +14,6 @@ const cpsched_param_spec kParams[] = {
      "fastest plan is returned, balanced further where that pays, or above mu where that is faster, as the note "
      "says)"},
     {"spread", CPSCHED_PARAM_REAL, "0.25", "time: weight of the mean rank time beside the slowest rank's"},
-    {"time_blocks_per_rank", CPSCHED_PARAM_INT, "0",
-     "time: also search a sequential grid with this many blocks per rank (0: off)"},
     {"members", CPSCHED_PARAM_STRING, "binary_greedy,static,static:node_ranks=-1+node_chunks=8",
      "solver plugins (comma separated, loaded by name) whose results are starts of the search and, in time mode, "
      "candidate plans"},

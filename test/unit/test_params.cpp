@@ -87,3 +87,17 @@ TEST_CASE("parameter types have stable names") {
   CHECK(to_string(ParamType::real) == "real");
   CHECK(to_string(ParamType::string) == "string");
 }
+
+TEST_CASE("a plugin spec with parameters: name:key=value+key=value, typed by the schema") {
+  const std::vector<ParamSpec> schema = {{"chunk", ParamType::integer, std::int64_t{0}, ""},
+                                         {"mode", ParamType::string, std::string("a"), ""}};
+  CHECK(spec_plugin("static:chunk=2048+mode=b") == "static");
+  CHECK(spec_plugin("owner") == "owner");
+  const Params p = spec_params("static:chunk=2048+mode=b", schema);
+  CHECK(p.get_int("chunk") == 2048);
+  CHECK(p.get_string("mode") == "b");
+  CHECK_FALSE(spec_params("owner", schema).has("chunk"));
+  CHECK_THROWS_WITH_AS(spec_params("static:chunk=many", schema), doctest::Contains("'many' is not a valid"), Error);
+  CHECK_THROWS_WITH_AS(spec_params("static:size=1", schema), doctest::Contains("static has no parameter 'size'"), Error);
+  CHECK_THROWS_WITH_AS(spec_params("static:chunk", schema), doctest::Contains("needs name=value"), Error);
+}

@@ -11,7 +11,8 @@
 //                   [--solvers balanced_bytes,binary_greedy,usp,static,owner]
 //                   [--stages N|auto] [--data-dir DIR]
 // The first solver gets the `time` cost model, the others the seed's `area`
-// (a suffix @time or @area overrides). A solver may carry parameters: `balanced_bytes:objective=bytes+mu=1.05` (numbers, true/false or strings).
+// (a suffix @time or @area overrides). A solver may carry parameters, typed by
+// its schema: `balanced_bytes:objective=bytes+mu=1.05`.
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -37,40 +38,19 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }
 
 struct SolverSpec {
-  std::string label, name;
-  Params given;
-  bool time_cost = false;  // given the time cost model (else the seed's area)
+  std::string label;        // as given: "name:param=value+param=value" (params.hpp's spec syntax)
+  bool time_cost = false;   // given the time cost model (else the seed's area)
 };
 
 SolverSpec parse_solver(std::string s, bool first) {
-  SolverSpec spec;
-  spec.label = s;
-  spec.time_cost = first;
-  if (s.ends_with("@time") || s.ends_with("@area")) {
-    spec.time_cost = s.ends_with("@time");
-    s.resize(s.size() - 5);
-  }
-  const auto colon = s.find(':');
-  spec.name = s.substr(0, colon);
-  if (colon == std::string::npos) return spec;
-  std::string params = s.substr(colon + 1);
-  std::replace(params.begin(), params.end(), '+', ',');
-  for (const std::string& kv : bench::split(params)) {
-    const auto eq = kv.find('=');
-    if (eq == std::string::npos) throw Error("bench_step_time: solver parameter '" + kv + "' needs name=value");
-    const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
-    char* end = nullptr;
-    const double d = std::strtod(v.c_str(), &end);
-    if (end != v.c_str() && *end == '\0') {
-      if (v.find_first_of(".eE") == std::string::npos) spec.given.set(k, static_cast<std::int64_t>(d));
-      else spec.given.set(k, d);
-    } else if (v == "true" || v == "false") {
-      spec.given.set(k, v == "true");
-    } else {
-      spec.given.set(k, v);
-    }
-  }
+  SolverSpec spec{s, first};
+  if (s.ends_with("@time") || s.ends_with("@area")) spec.time_cost = s.ends_with("@time");
   return spec;
+}
+
+// The spec without its @time / @area suffix.
+std::string plugin_spec(const SolverSpec& s) {
+  return s.label.ends_with("@time") || s.label.ends_with("@area") ? s.label.substr(0, s.label.size() - 5) : s.label;
 }
 
 MaskKind mask_kind(const std::string& m) {
@@ -112,8 +92,11 @@ int main(int argc, char** argv) {
       auto cost = reg.make_cost_model("time", reg.resolve_params(time_info, Params({{"hardware", hw_name}})));
       const AreaCostModel area;
       std::vector<std::unique_ptr<Solver>> solvers;
-      for (const auto& s : specs)
-        solvers.push_back(reg.make_solver(s.name, reg.resolve_params(reg.find(PluginKind::solver, s.name), s.given)));
+      for (const auto& s : specs) {
+        const std::string spec = plugin_spec(s), name = spec_plugin(spec);
+        const PluginInfo& info = reg.find(PluginKind::solver, name);
+        solvers.push_back(reg.make_solver(name, reg.resolve_params(info, spec_params(spec, info.params))));
+      }
       for (const std::string& m : masks) {
         const bool packed = m == "full_document" || m == "causal_document";
         for (const std::string& cp : cps) {

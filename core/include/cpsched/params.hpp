@@ -48,4 +48,12 @@ class Params {
   std::map<std::string, ParamValue> values_;
 };
 
+// A plugin named with parameters in one string, as the portfolio's members
+// and the benchmarks take them: "static:chunk_tokens=2048+node_ranks=-1".
+// spec_plugin gives the plugin name; spec_params parses the values against
+// the plugin's schema (an unknown name or a value of the wrong type throws
+// cpsched::Error quoting the spec).
+std::string spec_plugin(std::string_view spec);
+Params spec_params(std::string_view spec, const std::vector<ParamSpec>& schema);
+
 }  // namespace cpsched
