@@ -11,15 +11,19 @@ namespace cpsched {
 namespace {
 
 void build_pass(const Assignment& a, const plan_detail::Transfers& tr, const std::vector<int>& stage, int stages,
-                std::vector<PassPlan*>& pass) {
-  const std::vector<Token> off = plan_detail::layout_comm(a, tr, stage, stages, pass);
-  plan_detail::build_calc(a, tr, stage, off, stages, pass);
+                const plan_detail::RelayOptions& relay, std::vector<PassPlan*>& pass) {
+  const plan_detail::XferLayout where = plan_detail::layout_comm(a, tr, stage, stages, relay, pass);
+  plan_detail::build_calc(a, tr, stage, where, stages, pass);
 }
 
 }  // namespace
 
-Plan build_plan(const Assignment& a, int stages) {
+Plan build_plan(const Assignment& a, const PlanOptions& options) {
+  const int stages = options.stages;
   if (stages < 1) throw Error(fmt::format("plan: stages must be at least 1, got {}", stages));
+  if (options.relay_node_size < 0)
+    throw Error(fmt::format("plan: relay_node_size must be 0 (no relays) or the ranks per node, got {}",
+                            options.relay_node_size));
   a.validate();
   const Problem& p = a.grid->problem();
   const auto P = static_cast<std::size_t>(a.grid->cp_size());
@@ -42,13 +46,14 @@ Plan build_plan(const Assignment& a, int stages) {
 
   std::vector<PassPlan*> pass(P);
   for (std::size_t r = 0; r < P; ++r) pass[r] = &plan.ranks[r].fwd;
-  build_pass(a, tr, fwd_stage, stages, pass);
+  const int node = options.relay_node_size >= 2 ? options.relay_node_size : 0;
+  build_pass(a, tr, fwd_stage, stages, {node, fb.qo_out, fb.kv_out}, pass);
   if (bwd_stage == fwd_stage) {
     // Same stage cut: the backward description is the forward one.
     for (RankPlan& rp : plan.ranks) rp.bwd = rp.fwd;
   } else {
     for (std::size_t r = 0; r < P; ++r) pass[r] = &plan.ranks[r].bwd;
-    build_pass(a, tr, bwd_stage, stages, pass);
+    build_pass(a, tr, bwd_stage, stages, {node, bb.qo_out, bb.kv_out}, pass);
   }
 
 #ifndef NDEBUG

@@ -41,14 +41,35 @@ Transfers collect_transfers(const Assignment& a);
 // (qo_out, kv_out); the rule is documented in plan_builder.hpp.
 std::vector<int> assign_stages(const Transfers& tr, Bytes qo_out, Bytes kv_out, int stages);
 
+// Where an xfer's rows land in its dst's remote buffer: maximal runs of
+// global tokens [global) at remote rows [off, off + global.size()), sorted by
+// token. Without relays an xfer's rows are one contiguous stretch of the
+// receive buffer; a relayed piece lands after the stage's first phase.
+struct XferRun {
+  Range global;
+  Token off = 0;
+};
+struct XferLayout {
+  std::vector<std::size_t> begin;  // runs of xfer i: runs[begin[i] .. begin[i + 1])
+  std::vector<XferRun> runs;
+};
+
+// Relays (plan_builder.hpp): node size (< 2: none) and the pass's bytes per
+// token of each kind, which weigh the NIC load that picks a relay.
+struct RelayOptions {
+  int node_size = 0;
+  Bytes qo_bytes = 1;
+  Bytes kv_bytes = 1;
+};
+
 // Fills comm of every rank (plan.ranks[r].<pass>.comm via `pass`) and returns
-// the remote-buffer offset of each xfer's first row on its dst.
-std::vector<Token> layout_comm(const Assignment& a, const Transfers& tr, const std::vector<int>& stage,
-                               int stages, std::vector<PassPlan*>& pass);
+// where every xfer's rows land on its dst.
+XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, int stages,
+                       const RelayOptions& relay, std::vector<PassPlan*>& pass);
 
 // Fills calc of every rank and the reduce_after fields of comm.
-void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage,
-                const std::vector<Token>& xfer_off, int stages, std::vector<PassPlan*>& pass);
+void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, const XferLayout& where,
+                int stages, std::vector<PassPlan*>& pass);
 
 // Offset of each block inside its host's local buffer.
 std::vector<Token> block_local_offsets(const Sharding& sh);

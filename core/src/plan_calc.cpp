@@ -11,13 +11,12 @@ namespace cpsched::plan_detail {
 namespace {
 
 // Where global tokens of one block sit in a buffer: a single shift (local
-// shard), or the concatenation of a transfer's rows starting at `base`.
+// shard), or the runs of a transfer's rows in the remote buffer.
 struct Map {
   BufferId buf = BufferId::local;
-  Token shift = 0;                  // local: buffer = global + shift
-  const RangeSet* rows = nullptr;   // remote
-  Token base = 0;
-  const Token* start = nullptr;     // remote: buffer offset of each range of rows (from base)
+  Token shift = 0;                    // local: buffer = global + shift
+  const XferRun* first = nullptr;     // remote: the xfer's runs, sorted by token
+  const XferRun* last = nullptr;
 
   struct Run {
     Range global;
@@ -26,20 +25,19 @@ struct Map {
   // The runs of r in the buffer; false when some token of r is not there.
   bool runs(Range r, std::vector<Run>& out) const {
     out.clear();
-    if (rows == nullptr) {
+    if (first == nullptr) {
       out.push_back({r, shift});
       return true;
     }
-    // Binary search for the first range that ends after r.begin: a piece
-    // costs O(log ranges + its runs), not O(ranges) (one-token stripes give
+    // Binary search for the first run that ends after r.begin: a piece
+    // costs O(log runs + its runs), not O(runs) (one-token stripes give
     // transfers of thousands of ranges).
-    const auto& rs = rows->ranges();
-    auto it = std::upper_bound(rs.begin(), rs.end(), r.begin, [](Token v, Range x) { return v < x.end; });
+    auto it = std::upper_bound(first, last, r.begin, [](Token v, const XferRun& x) { return v < x.global.end; });
     Token covered = 0;
-    for (; it != rs.end() && it->begin < r.end; ++it) {
-      const Range y = it->intersect(r);
+    for (; it != last && it->global.begin < r.end; ++it) {
+      const Range y = it->global.intersect(r);
       if (!y.empty()) {
-        out.push_back({y, base + start[it - rs.begin()] - it->begin});
+        out.push_back({y, it->off - it->global.begin});
         covered += y.size();
       }
     }
@@ -79,8 +77,8 @@ struct ArgSink {
 
 }  // namespace
 
-void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage,
-                const std::vector<Token>& xfer_off, int stages, std::vector<PassPlan*>& pass) {
+void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, const XferLayout& where,
+                int stages, std::vector<PassPlan*>& pass) {
   const TaskGrid& g = *a.grid;
   const Sharding& sh = g.sharding();
   const std::vector<Token> block_off = block_local_offsets(sh);
@@ -94,26 +92,14 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
   ArgSink sink;
   std::vector<Slice> tight;
 
-  // Offsets of every xfer's ranges inside its rows' concatenation, one flat array.
-  std::vector<std::size_t> first(tr.xfers.size() + 1, 0);
-  for (std::size_t i = 0; i < tr.xfers.size(); ++i) first[i + 1] = first[i] + tr.xfers[i].rows.ranges().size();
-  std::vector<Token> starts(first.back());
-  for (std::size_t i = 0; i < tr.xfers.size(); ++i) {
-    Token off = 0;
-    std::size_t j = first[i];
-    for (Range x : tr.xfers[i].rows.ranges()) {
-      starts[j++] = off;
-      off += x.size();
-    }
-  }
-
   auto map_of = [&](std::int32_t x, std::int32_t block) {
     if (x < 0) {
       const auto b = static_cast<std::size_t>(block);
-      return Map{BufferId::local, block_off[b] - sh.blocks[b].begin, nullptr, 0, nullptr};
+      return Map{BufferId::local, block_off[b] - sh.blocks[b].begin, nullptr, nullptr};
     }
     const auto xi = static_cast<std::size_t>(x);
-    return Map{BufferId::remote, 0, &tr.xfers[xi].rows, xfer_off[xi], starts.data() + first[xi]};
+    const XferRun* base = where.runs.data();
+    return Map{BufferId::remote, 0, base + where.begin[xi], base + where.begin[xi + 1]};
   };
 
   for (std::size_t d = 0; d + 1 < tr.rank_begin.size(); ++d) {

@@ -10,34 +10,126 @@ namespace cpsched::plan_detail {
 
 namespace {
 
+// A forwarding the relay sends once its first phase has arrived.
+struct Forward {
+  std::uint8_t kind;
+  int stage;
+  Rank relay;
+  int group;
+  Range global;          // the piece's global tokens
+  Token relay_off;       // where the piece sits in the relay's stage receive buffer
+  std::vector<Rank> dsts;
+  std::vector<std::int32_t> xs;
+};
+
 struct Emitter {
   const Sharding& sh;
   const std::vector<Token>& block_off;
   std::vector<PassPlan*>& pass;
-  std::vector<Token>& off;  // per xfer: offset of its first row in the stage's receive buffer
+  const RelayOptions& relay;
+  std::vector<std::pair<std::int32_t, XferRun>>& runs;  // (xfer, run), offsets stage-relative
+  std::vector<Forward>& forwards;
+  std::vector<Bytes> nic_in;  // per rank: bytes received from other nodes so far (relay choice)
+  std::vector<Rank> direct;
+  std::vector<std::int32_t> direct_x;
+
+  StageComm& stage_of(Rank r, int stage) {
+    return pass[static_cast<std::size_t>(r)]->comm.stages[static_cast<std::size_t>(stage - 1)];
+  }
+
+  // Appends an output split of `size` rows from src to dst's stage (first
+  // phase or forwarding) and returns its stage-relative offset.
+  Token receive(std::uint8_t kind, int stage, Rank dst, Rank src, int group, Token size, bool fwd) {
+    StageComm& rc = stage_of(dst, stage);
+    GroupCollectiveArg& out = fwd ? (kind == kQO ? rc.qo_fwd : rc.kv_fwd) : (kind == kQO ? rc.qo : rc.kv);
+    Token& fill = kind == kQO ? rc.num_remote_qo_tokens : rc.num_remote_kv_tokens;
+    const Token o = fill;
+    out.output_split_sizes.push_back(size);
+    out.src_index.push_back(src);
+    out.output_groups.push_back(group);
+    fill += size;
+    return o;
+  }
 
   // One split of `block` (global range r) from host to every dst of `dsts`
   // (ascending; xs[i] is the xfer of dsts[i]).
   void emit(std::uint8_t kind, int stage, Rank host, std::int32_t block, int group, Range r,
             const std::vector<Rank>& dsts, const std::vector<std::int32_t>& xs) {
-    StageComm& sc = pass[static_cast<std::size_t>(host)]->comm.stages[static_cast<std::size_t>(stage - 1)];
+    const std::vector<Rank>* to = &dsts;
+    const std::vector<std::int32_t>* to_x = &xs;
+    const std::size_t first_forward = forwards.size();
+    if (relay.node_size >= 2) {
+      pick_relays(kind, stage, host, group, r, dsts, xs);
+      to = &direct;
+      to_x = &direct_x;
+    }
+    StageComm& sc = stage_of(host, stage);
     GroupCollectiveArg& in = kind == kQO ? sc.qo : sc.kv;
     const Range blk = sh.blocks[static_cast<std::size_t>(block)];
     const Token lb = block_off[static_cast<std::size_t>(block)] + (r.begin - blk.begin);
     in.input_split_sizes.push_back(r.size());
     in.input_ranges.push_back({lb, lb + r.size()});
     in.input_groups.push_back(group);
-    in.dst_indices.push_back(dsts);
-    for (std::size_t i = 0; i < dsts.size(); ++i) {
-      StageComm& rc = pass[static_cast<std::size_t>(dsts[i])]->comm.stages[static_cast<std::size_t>(stage - 1)];
-      GroupCollectiveArg& out = kind == kQO ? rc.qo : rc.kv;
-      Token& fill = kind == kQO ? rc.num_remote_qo_tokens : rc.num_remote_kv_tokens;
-      Token& o = off[static_cast<std::size_t>(xs[i])];
-      if (o < 0) o = fill;
-      out.output_split_sizes.push_back(r.size());
-      out.src_index.push_back(host);
-      out.output_groups.push_back(group);
-      fill += r.size();
+    in.dst_indices.push_back(*to);
+    for (std::size_t i = 0; i < to->size(); ++i) {
+      const Rank d = (*to)[i];
+      const Token o = receive(kind, stage, d, host, group, r.size(), false);
+      runs.push_back({(*to_x)[i], XferRun{r, o}});
+      for (std::size_t f = first_forward; f < forwards.size(); ++f)
+        if (forwards[f].relay == d) forwards[f].relay_off = o;
+    }
+  }
+
+  // Cuts dsts into the direct receivers (`direct`) and one forwarding per
+  // node of >= 2 receivers other than the host's.
+  void pick_relays(std::uint8_t kind, int stage, Rank host, int group, Range r, const std::vector<Rank>& dsts,
+                   const std::vector<std::int32_t>& xs) {
+    const int n = relay.node_size;
+    const Bytes bytes = r.size() * (kind == kQO ? relay.qo_bytes : relay.kv_bytes);
+    direct.clear();
+    direct_x.clear();
+    for (std::size_t i0 = 0; i0 < dsts.size();) {
+      const int node = dsts[i0] / n;
+      std::size_t i1 = i0 + 1;
+      while (i1 < dsts.size() && dsts[i1] / n == node) ++i1;
+      if (node == host / n) {
+        for (std::size_t i = i0; i < i1; ++i) direct.push_back(dsts[i]), direct_x.push_back(xs[i]);
+      } else if (i1 - i0 == 1) {
+        direct.push_back(dsts[i0]), direct_x.push_back(xs[i0]);
+        nic_in[static_cast<std::size_t>(dsts[i0])] += bytes;
+      } else {
+        std::size_t t = i0;  // fewest NIC bytes so far, ties by rank (dsts ascend)
+        for (std::size_t i = i0 + 1; i < i1; ++i)
+          if (nic_in[static_cast<std::size_t>(dsts[i])] < nic_in[static_cast<std::size_t>(dsts[t])]) t = i;
+        nic_in[static_cast<std::size_t>(dsts[t])] += bytes;
+        direct.push_back(dsts[t]), direct_x.push_back(xs[t]);
+        Forward f{kind, stage, dsts[t], group, r, 0, {}, {}};
+        for (std::size_t i = i0; i < i1; ++i)
+          if (i != t) f.dsts.push_back(dsts[i]), f.xs.push_back(xs[i]);
+        forwards.push_back(std::move(f));
+      }
+      i0 = i1;
+    }
+  }
+
+  // The forwarding phase: after every first-phase split, so forwarded rows
+  // follow the first phase in each receive buffer; by (stage, kind, relay),
+  // emission order inside, so receivers get them ordered by source.
+  void emit_forwards() {
+    std::stable_sort(forwards.begin(), forwards.end(), [](const Forward& x, const Forward& y) {
+      return std::tie(x.stage, x.kind, x.relay) < std::tie(y.stage, y.kind, y.relay);
+    });
+    for (const Forward& f : forwards) {
+      StageComm& sc = stage_of(f.relay, f.stage);
+      GroupCollectiveArg& in = f.kind == kQO ? sc.qo_fwd : sc.kv_fwd;
+      in.input_split_sizes.push_back(f.global.size());
+      in.input_ranges.push_back({f.relay_off, f.relay_off + f.global.size()});
+      in.input_groups.push_back(f.group);
+      in.dst_indices.push_back(f.dsts);
+      for (std::size_t i = 0; i < f.dsts.size(); ++i) {
+        const Token o = receive(f.kind, f.stage, f.dsts[i], f.relay, f.group, f.global.size(), true);
+        runs.push_back({f.xs[i], XferRun{f.global, o}});
+      }
     }
   }
 };
@@ -130,14 +222,16 @@ std::vector<std::int32_t> emit_order(const Transfers& tr, const std::vector<int>
 
 }  // namespace
 
-std::vector<Token> layout_comm(const Assignment& a, const Transfers& tr, const std::vector<int>& stage,
-                               int stages, std::vector<PassPlan*>& pass) {
+XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, int stages,
+                       const RelayOptions& relay, std::vector<PassPlan*>& pass) {
   const Sharding& sh = a.grid->sharding();
   const bool flat = a.grid->flattened();
   for (PassPlan* p : pass) p->comm.stages.assign(static_cast<std::size_t>(stages), StageComm{});
   const std::vector<Token> block_off = block_local_offsets(sh);
-  std::vector<Token> off(tr.xfers.size(), -1);
-  Emitter em{sh, block_off, pass, off};
+  std::vector<std::pair<std::int32_t, XferRun>> runs;
+  std::vector<Forward> forwards;
+  runs.reserve(tr.xfers.size());
+  Emitter em{sh, block_off, pass, relay, runs, forwards, std::vector<Bytes>(pass.size(), 0), {}, {}};
 
   // Senders emit in (kind, stage, host, block, group) order and receivers
   // append as they go, so every receiver's splits come ordered by source.
@@ -176,6 +270,7 @@ std::vector<Token> layout_comm(const Assignment& a, const Transfers& tr, const s
     }
     i0 = i1;
   }
+  em.emit_forwards();
 
   // Stage receive buffers are concatenated in stage order.
   for (PassPlan* p : pass) {
@@ -187,12 +282,45 @@ std::vector<Token> layout_comm(const Assignment& a, const Transfers& tr, const s
       kv += sc.num_remote_kv_tokens;
     }
   }
-  for (std::size_t i = 0; i < tr.xfers.size(); ++i) {
-    const Xfer& x = tr.xfers[i];
-    const StageComm& sc = pass[static_cast<std::size_t>(x.dst)]->comm.stages[static_cast<std::size_t>(stage[i] - 1)];
-    off[i] += x.kind == kQO ? sc.qo_recv_offset : sc.kv_recv_offset;
+
+  // Runs grouped by xfer (counting sort), in token order, adjacent ones merged.
+  XferLayout out;
+  out.begin.assign(tr.xfers.size() + 1, 0);
+  for (const auto& [x, r] : runs) ++out.begin[static_cast<std::size_t>(x) + 1];
+  std::partial_sum(out.begin.begin(), out.begin.end(), out.begin.begin());
+  out.runs.resize(runs.size());
+  {
+    std::vector<std::size_t> fill(out.begin.begin(), out.begin.end() - 1);
+    for (const auto& [x, r] : runs) {
+      const Xfer& xf = tr.xfers[static_cast<std::size_t>(x)];
+      const StageComm& sc =
+          pass[static_cast<std::size_t>(xf.dst)]->comm.stages[static_cast<std::size_t>(stage[static_cast<std::size_t>(x)] - 1)];
+      out.runs[fill[static_cast<std::size_t>(x)]++] =
+          XferRun{r.global, r.off + (xf.kind == kQO ? sc.qo_recv_offset : sc.kv_recv_offset)};
+    }
   }
-  return off;
+  std::size_t w = 0;
+  for (std::size_t x = 0; x < tr.xfers.size(); ++x) {
+    const auto b = out.runs.begin() + static_cast<std::ptrdiff_t>(out.begin[x]);
+    const auto e = out.runs.begin() + static_cast<std::ptrdiff_t>(out.begin[x + 1]);
+    auto by_token = [](const XferRun& l, const XferRun& r) { return l.global.begin < r.global.begin; };
+    if (!std::is_sorted(b, e, by_token)) std::sort(b, e, by_token);
+    const std::size_t w0 = w;
+    for (auto it = b; it != e; ++it) {
+      if (w > w0) {
+        XferRun& last = out.runs[w - 1];
+        if (last.global.end == it->global.begin && last.off + last.global.size() == it->off) {
+          last.global.end = it->global.end;
+          continue;
+        }
+      }
+      out.runs[w++] = *it;
+    }
+    out.begin[x] = w0;
+  }
+  out.begin[tr.xfers.size()] = w;
+  out.runs.resize(w);
+  return out;
 }
 
 }  // namespace cpsched::plan_detail

@@ -45,8 +45,9 @@ bool check_shape(const GroupCollectiveArg& g, const TaskGrid& grid, Token local_
       pr.add("{} {} rank {}: input split {} has size {} but range [{}, {})", where, kind_name(k), r, i,
              g.input_split_sizes[i], x.begin, x.end), ok = false;
     if (x.begin < 0 || x.end > local_size)
-      pr.add("{} {} rank {}: input split {} range [{}, {}) is outside the local shard [0, {})", where,
-             kind_name(k), r, i, x.begin, x.end, local_size), ok = false;
+      pr.add("{} {} rank {}: input split {} range [{}, {}) is outside the {} [0, {})", where, kind_name(k), r, i,
+             x.begin, x.end, std::string_view(where).ends_with("forwarding") ? "stage's first-phase rows" : "local shard",
+             local_size), ok = false;
     if (!group_ok(g.input_groups[i], grid))
       pr.add("{} {} rank {}: input split {} has head group {}, outside the grid's groups", where, kind_name(k),
              r, i, g.input_groups[i]), ok = false;
@@ -90,11 +91,42 @@ std::vector<RankMaps> check_comm(const Assignment& a, const Plan& plan, bool fwd
     for (int k = 0; k < 2; ++k) maps[r].end[k].assign(N + 1, 0);
   }
   std::vector<std::vector<Expect>> expect(P);
+  std::vector<Token> stage_begin(P), got(P);
+  std::vector<bool> usable(P);
+  // Output splits of rank r's `g` against what the senders' input splits
+  // naming r give (expect[r]); appends the rows to r's remote map.
+  auto receive = [&](std::size_t r, const GroupCollectiveArg& g, const char* where, int k) {
+    const std::vector<Expect>& ex = expect[r];
+    for (const Expect& e : ex) got[r] += e.size;
+    if (usable[r]) {
+      const std::size_t n = std::min(ex.size(), g.output_split_sizes.size());
+      std::size_t j = 0;
+      while (j < n && ex[j].src == g.src_index[j] && ex[j].size == g.output_split_sizes[j] &&
+             ex[j].group == g.output_groups[j])
+        ++j;
+      if (j < g.output_split_sizes.size() || j < ex.size()) {
+        const std::string want = j < ex.size() ? fmt::format("src {}, {} tokens, group {}", ex[j].src,
+                                                             ex[j].size, ex[j].group)
+                                               : std::string("nothing");
+        const std::string have = j < g.output_split_sizes.size()
+                                     ? fmt::format("src {}, {} tokens, group {}", g.src_index[j],
+                                                   g.output_split_sizes[j], g.output_groups[j])
+                                     : std::string("nothing");
+        pr.add("{} {} rank {}: output split {} is ({}) but the senders' input splits naming rank {} give ({}) "
+               "({} output splits declared, {} sent)",
+               where, kind_name(k), r, j, have, r, want, g.output_split_sizes.size(), ex.size());
+      }
+    }
+    // The receive buffer holds what the senders send, in the documented order.
+    for (const Expect& e : ex)
+      for (Range x : e.global) maps[r].remote[k].append(x, e.group);
+  };
   for (std::size_t s = 0; s < N; ++s) {
     const std::string where = fmt::format("{} stage {}", pass_name(fwd), s + 1);
+    const std::string where_fwd = where + " forwarding";
     for (int k = 0; k < 2; ++k) {
+      // First phase: input splits index the local shard.
       for (auto& e : expect) e.clear();
-      std::vector<bool> usable(P);
       for (std::size_t r = 0; r < P; ++r) {
         const GroupCollectiveArg& g = arg_of(pass_of(plan.ranks[r], fwd).comm.stages[s], k);
         usable[r] = check_shape(g, grid, maps[r].local.size(), static_cast<Rank>(r), where.c_str(), k, pr);
@@ -111,40 +143,47 @@ std::vector<RankMaps> check_comm(const Assignment& a, const Plan& plan, bool fwd
       }
       for (std::size_t r = 0; r < P; ++r) {
         const StageComm& sc = pass_of(plan.ranks[r], fwd).comm.stages[s];
-        const GroupCollectiveArg& g = arg_of(sc, k);
-        const std::vector<Expect>& ex = expect[r];
-        const Token declared = k == 0 ? sc.num_remote_qo_tokens : sc.num_remote_kv_tokens;
-        Token got = 0;
-        for (const Expect& e : ex) got += e.size;
-        if (usable[r]) {
-          const std::size_t n = std::min(ex.size(), g.output_split_sizes.size());
-          std::size_t j = 0;
-          while (j < n && ex[j].src == g.src_index[j] && ex[j].size == g.output_split_sizes[j] &&
-                 ex[j].group == g.output_groups[j])
-            ++j;
-          if (j < g.output_split_sizes.size() || j < ex.size()) {
-            const std::string want = j < ex.size() ? fmt::format("src {}, {} tokens, group {}", ex[j].src,
-                                                                 ex[j].size, ex[j].group)
-                                                   : std::string("nothing");
-            const std::string have = j < g.output_split_sizes.size()
-                                         ? fmt::format("src {}, {} tokens, group {}", g.src_index[j],
-                                                       g.output_split_sizes[j], g.output_groups[j])
-                                         : std::string("nothing");
-            pr.add("{} {} rank {}: output split {} is ({}) but the senders' input splits naming rank {} give ({}) "
-                   "({} output splits declared, {} sent)",
-                   where, kind_name(k), r, j, have, r, want, g.output_split_sizes.size(), ex.size());
-          }
-        }
-        if (declared != got)
-          pr.add("{} {} rank {}: num_remote_{}_tokens is {} but {} tokens are sent to it", where, kind_name(k), r,
-                 k == 0 ? "qo" : "kv", declared, got);
         const Token off = k == 0 ? sc.qo_recv_offset : sc.kv_recv_offset;
         if (off != maps[r].remote[k].size())
           pr.add("{} {} rank {}: receive offset is {} but stages before it receive {} tokens", where, kind_name(k),
                  r, off, maps[r].remote[k].size());
-        // The receive buffer holds what the senders send, in the documented order.
-        for (const Expect& e : ex)
-          for (Range x : e.global) maps[r].remote[k].append(x, e.group);
+        stage_begin[r] = maps[r].remote[k].size();
+        got[r] = 0;
+        receive(r, arg_of(sc, k), where.c_str(), k);
+      }
+      // Forwarding phase (relays): input splits index the relay's rows of
+      // this stage's first phase, and carry their data and head group on.
+      for (auto& e : expect) e.clear();
+      for (std::size_t r = 0; r < P; ++r) {
+        const GroupCollectiveArg& g = forwarding(pass_of(plan.ranks[r], fwd).comm.stages[s], k == 0 ? CommKind::qo
+                                                                                                  : CommKind::kv);
+        const Token first = maps[r].remote[k].size() - stage_begin[r];
+        usable[r] = check_shape(g, grid, first, static_cast<Rank>(r), where_fwd.c_str(), k, pr);
+        if (!usable[r]) continue;
+        for (std::size_t i = 0; i < g.input_ranges.size(); ++i) {
+          Expect e{static_cast<Rank>(r), g.input_split_sizes[i], g.input_groups[i], {}};
+          const Range x = g.input_ranges[i];
+          if (x.begin < 0 || x.end > first || x.empty()) continue;
+          bool same_group = true;
+          maps[r].remote[k].walk({stage_begin[r] + x.begin, stage_begin[r] + x.end}, [&](Range b, Token gb, int grp) {
+            e.global.push_back({gb, gb + b.size()});
+            same_group = same_group && grp == g.input_groups[i];
+          });
+          if (!same_group)
+            pr.add("{} {} rank {}: forwarding input split {} (group {}) covers received rows of another head group",
+                   where_fwd, kind_name(k), r, i, g.input_groups[i]);
+          for (Rank d : g.dst_indices[i])
+            if (d >= 0 && static_cast<std::size_t>(d) < P && static_cast<std::size_t>(d) != r)
+              expect[static_cast<std::size_t>(d)].push_back(e);
+        }
+      }
+      for (std::size_t r = 0; r < P; ++r) {
+        const StageComm& sc = pass_of(plan.ranks[r], fwd).comm.stages[s];
+        receive(r, forwarding(sc, k == 0 ? CommKind::qo : CommKind::kv), where_fwd.c_str(), k);
+        const Token declared = k == 0 ? sc.num_remote_qo_tokens : sc.num_remote_kv_tokens;
+        if (declared != got[r])
+          pr.add("{} {} rank {}: num_remote_{}_tokens is {} but {} tokens are sent to it", where, kind_name(k), r,
+                 k == 0 ? "qo" : "kv", declared, got[r]);
         maps[r].end[k][s + 1] = maps[r].remote[k].size();
       }
     }
@@ -165,11 +204,15 @@ void check_pass_metrics(const Assignment& a, const Plan& plan, bool fwd, const L
   const auto P = static_cast<std::size_t>(a.grid->cp_size());
   std::vector<Bytes> send(P, 0), recv(P, 0);
   Token remote[2] = {0, 0};
+  // Relays move the same rows over other links: total bytes and received
+  // tokens stay the metrics', per-rank send / receive do not.
+  bool relays = false;
   for (std::size_t r = 0; r < P; ++r)
     for (const StageComm& sc : pass_of(plan.ranks[r], fwd).comm.stages)
-      for (int k = 0; k < 2; ++k) {
-        const GroupCollectiveArg& g = arg_of(sc, k);
-        const Bytes out = k == 0 ? tb.qo_out : tb.kv_out, back = k == 0 ? tb.qo_back : tb.kv_back;
+      for (int k = 0; k < 4; ++k) {
+        const GroupCollectiveArg& g = k < 2 ? arg_of(sc, k) : forwarding(sc, k == 2 ? CommKind::qo : CommKind::kv);
+        relays = relays || (k >= 2 && !g.input_split_sizes.empty());
+        const Bytes out = k % 2 == 0 ? tb.qo_out : tb.kv_out, back = k % 2 == 0 ? tb.qo_back : tb.kv_back;
         for (std::size_t i = 0; i < g.input_split_sizes.size() && i < g.dst_indices.size(); ++i) {
           const auto n = static_cast<Bytes>(g.dst_indices[i].size());
           send[r] += g.input_split_sizes[i] * n * out;
@@ -178,7 +221,7 @@ void check_pass_metrics(const Assignment& a, const Plan& plan, bool fwd, const L
         for (std::size_t j = 0; j < g.output_split_sizes.size(); ++j) {
           recv[r] += g.output_split_sizes[j] * out;
           send[r] += g.output_split_sizes[j] * back;
-          remote[k] += g.output_split_sizes[j];
+          remote[k % 2] += g.output_split_sizes[j];
         }
       }
   const PassMetrics& pm = fwd ? m.fwd : m.bwd;
@@ -186,14 +229,14 @@ void check_pass_metrics(const Assignment& a, const Plan& plan, bool fwd, const L
   for (std::size_t r = 0; r < P; ++r) {
     total += send[r];
     bottleneck = std::max({bottleneck, send[r], recv[r]});
-    if (send[r] != pm.send[r] || recv[r] != pm.recv[r])
+    if (!relays && (send[r] != pm.send[r] || recv[r] != pm.recv[r]))
       pr.add("{} metrics rank {}: the CommMeta sends {} and receives {} bytes, the metrics say {} and {}",
              pass_name(fwd), r, send[r], recv[r], pm.send[r], pm.recv[r]);
     if (loads.load[r] != m.load[r] || loads.stage0[r] != m.stage0_load[r])
       pr.add("{} metrics rank {}: the CalcMeta computes load {} (stage 0: {}), the metrics say {} (stage 0: {})",
              pass_name(fwd), r, loads.load[r], loads.stage0[r], m.load[r], m.stage0_load[r]);
   }
-  if (total != pm.total_send || bottleneck != pm.bottleneck)
+  if (total != pm.total_send || (!relays && bottleneck != pm.bottleneck))
     pr.add("{} metrics: the CommMeta gives total send {} and bottleneck {}, the metrics say {} and {}",
            pass_name(fwd), total, bottleneck, pm.total_send, pm.bottleneck);
   if (remote[0] != m.remote_qo_tokens || remote[1] != m.remote_kv_tokens)

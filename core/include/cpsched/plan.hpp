@@ -20,6 +20,31 @@
 //                 compute remote_attn_args[s-1];
 //   group-reduce the outputs of every stage s once stage
 //   StageComm::qo_reduce_after / kv_reduce_after has been computed.
+//
+// Relays (two-level collectives, opt-in: PlanOptions::relay_node_size). A
+// stage's cast may have a second, forwarding phase (StageComm::qo_fwd /
+// kv_fwd): a rank that received rows in the first phase (the relay) sends
+// some of them on to other ranks, normally of its own node, so that a block
+// several ranks of a node need crosses the NIC once. Rules:
+//  * a forwarding arg's input_ranges index the relay's receive buffer of the
+//    same stage, relative to its start (qo_recv_offset / kv_recv_offset),
+//    and lie inside the rows of the first phase (sum of qo/kv
+//    output_split_sizes); input_groups repeat those rows' head group. The
+//    relay always reads the rows itself (it is one of their receivers), so
+//    no buffer holds rows only to pass them on;
+//  * the forwarding phase's output splits are appended after the first
+//    phase's in the same receive buffer: stage s's receive buffer is the
+//    first phase's output splits, then the forwarding phase's, in order, and
+//    num_remote_*_tokens counts both. Their order follows the first phase's
+//    rule (by source = relay, then the relay's input splits naming this rank);
+//  * the forwarding phase runs once the relay has received (and unpacked) its
+//    first-phase data of the stage; the stage's compute waits for both phases;
+//  * reduce is the transpose, in reverse order: at the reduce point every
+//    forwarded output split goes back to its relay first and is merged into
+//    the relay's rows (lse-weighted merge for forward O, sum for dQ, dK, dV),
+//    then the first phase's reduce sends the relay's (merged) rows back to
+//    the source, as without relays.
+// Without relays the forwarding args are empty and nothing changes.
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -94,6 +119,13 @@ struct StageComm {
   int kv_reduce_after = 0;
   GroupCollectiveArg qo;
   GroupCollectiveArg kv;
+  // Forwarding phase (relays, see the file comment; empty without them):
+  // input ranges index this stage's receive buffer from its start, output
+  // splits follow qo's / kv's output splits in the receive buffer.
+  GroupCollectiveArg qo_fwd;
+  GroupCollectiveArg kv_fwd;
+  bool has_forwarding() const { return !qo_fwd.input_split_sizes.empty() || !qo_fwd.output_split_sizes.empty() ||
+                                       !kv_fwd.input_split_sizes.empty() || !kv_fwd.output_split_sizes.empty(); }
   friend bool operator==(const StageComm&, const StageComm&) = default;
 };
 
@@ -119,11 +151,29 @@ inline const PassPlan& pass_plan(const RankPlan& r, Pass p) { return p == Pass::
 inline std::string_view to_string(Pass p) { return p == Pass::fwd ? "fwd" : "bwd"; }
 inline std::string_view to_string(CommKind k) { return k == CommKind::qo ? "QO" : "KV"; }
 inline const GroupCollectiveArg& collective(const StageComm& s, CommKind k) { return k == CommKind::qo ? s.qo : s.kv; }
+// The forwarding phase of a kind (relays; empty without them).
+inline const GroupCollectiveArg& forwarding(const StageComm& s, CommKind k) {
+  return k == CommKind::qo ? s.qo_fwd : s.kv_fwd;
+}
+// Rows a stage receives in its first phase (where the forwarding phase's rows start).
+inline Token first_phase_tokens(const GroupCollectiveArg& a) {
+  Token n = 0;
+  for (Token x : a.output_split_sizes) n += x;
+  return n;
+}
 
 struct Plan {
   int num_stages = 1;             // remote stages N (the seed's two-stage model: 1)
   Sharding sharding;              // token layout the plan indexes (after dispatch, if any)
   std::vector<RankPlan> ranks;    // [rank]
+  // True when some stage of some rank has a forwarding phase (relays).
+  bool has_forwarding() const {
+    for (const RankPlan& r : ranks)
+      for (const PassPlan* p : {&r.fwd, &r.bwd})
+        for (const StageComm& s : p->comm.stages)
+          if (s.has_forwarding()) return true;
+    return false;
+  }
 };
 
 }  // namespace cpsched

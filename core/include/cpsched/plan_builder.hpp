@@ -33,9 +33,28 @@
 
 namespace cpsched {
 
-// Throws cpsched::Error when the assignment is invalid or stages < 1. Builds
-// without NDEBUG run validate_plan (plan_validator.hpp) on the result and throw
-// its problems.
-Plan build_plan(const Assignment& a, int stages = 1);
+// Relays (two-level collectives, opt-in; plan.hpp describes the forwarding
+// phase). With relay_node_size = n >= 2 ranks r and t share a node when
+// r / n == t / n. For every stage, kind, source s and split with receivers D
+// (after the cut above), every node B != node(s) with at least two receivers
+// in D gets the split once, at a relay t of D in B, which forwards it to the
+// others of D in B. The relay is the receiver of D in B with the fewest bytes
+// received from other nodes so far in the pass (first-phase bytes at the
+// pass's bytes per token, splits visited in emission order), ties by rank:
+// deterministic, and it spreads the NIC load over the node's ranks. The same
+// rows reach the same ranks and the args read them where they land, so the
+// placement, the loads and the total bytes sent are unchanged; only who sends
+// and over which link changes. Backward uses the forward's bytes per token for
+// the choice when both passes share the stage cut (the description is shared).
+struct PlanOptions {
+  int stages = 1;           // remote stages N >= 1
+  int relay_node_size = 0;  // ranks per node for relays; 0 or 1: no relays (default)
+};
+
+// Throws cpsched::Error when the assignment is invalid, stages < 1 or
+// relay_node_size < 0. Builds without NDEBUG run validate_plan
+// (plan_validator.hpp) on the result and throw its problems.
+Plan build_plan(const Assignment& a, const PlanOptions& options);
+inline Plan build_plan(const Assignment& a, int stages = 1) { return build_plan(a, PlanOptions{stages, 0}); }
 
 }  // namespace cpsched

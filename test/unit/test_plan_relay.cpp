@@ -1,0 +1,169 @@
+// Relays (two-level collectives): plans built with relay_node_size move the
+// same rows to the same ranks, a block several ranks of another node need
+// crosses the NIC once, and the validator proves relayed data like direct data.
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "brute_force.hpp"
+#include "cpsched/metrics.hpp"
+#include "cpsched/plan_builder.hpp"
+#include "cpsched/plan_validator.hpp"
+#include "cpsched/mask_generators.hpp"
+#include "plan_fixtures.hpp"
+#include "random_specs.hpp"
+
+using namespace cpsched;
+
+namespace {
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += x + "\n";
+  return s;
+}
+
+// Rows (x receivers) of one pass that cross node boundaries, per phase.
+struct Crossing {
+  Token inter = 0, intra = 0, forwarded = 0;
+};
+Crossing crossing(const Plan& plan, int node) {
+  Crossing c;
+  for (std::size_t r = 0; r < plan.ranks.size(); ++r)
+    for (const StageComm& sc : plan.ranks[r].fwd.comm.stages)
+      for (CommKind k : {CommKind::qo, CommKind::kv}) {
+        const GroupCollectiveArg& g = collective(sc, k);
+        for (std::size_t i = 0; i < g.dst_indices.size(); ++i)
+          for (Rank d : g.dst_indices[i])
+            (d / node == static_cast<Rank>(r) / node ? c.intra : c.inter) += g.input_split_sizes[i];
+        const GroupCollectiveArg& f = forwarding(sc, k);
+        for (std::size_t i = 0; i < f.dst_indices.size(); ++i)
+          for (Rank d : f.dst_indices[i]) {
+            CHECK(d / node == static_cast<Rank>(r) / node);  // relays forward inside their node
+            c.forwarded += f.input_split_sizes[i];
+          }
+      }
+  return c;
+}
+
+bool same_plan(const Plan& x, const Plan& y) {
+  if (x.ranks.size() != y.ranks.size() || x.num_stages != y.num_stages) return false;
+  for (std::size_t r = 0; r < x.ranks.size(); ++r)
+    for (Pass p : {Pass::fwd, Pass::bwd}) {
+      const PassPlan& a = pass_plan(x.ranks[r], p);
+      const PassPlan& b = pass_plan(y.ranks[r], p);
+      if (a.calc.local_attn_args != b.calc.local_attn_args || a.calc.remote_attn_args != b.calc.remote_attn_args ||
+          a.comm.stages != b.comm.stages)
+        return false;
+    }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("relays: valid plans, same coverage, fewer NIC rows, off is the plain plan") {
+  std::mt19937_64 rng(2024);
+  int with_forwarding = 0, plans = 0;
+  for (const std::string& kind_name : mask_kind_names()) {
+    MaskKind kind{};
+    REQUIRE(parse_mask_kind(kind_name, kind));
+    for (auto [P, node] : {std::pair{4, 2}, {6, 2}, {8, 4}, {16, 4}, {16, 8}}) {
+      auto grid = test::random_grid(kind, P, Heads{4, 2, 8, 2}, rng);
+      const Assignment a = test::random_assignment(grid, rng);
+      for (int stages : {1, 2, 3}) {
+        CAPTURE(kind_name);
+        CAPTURE(P);
+        CAPTURE(node);
+        CAPTURE(stages);
+        const Plan plain = build_plan(a, stages);
+        CHECK(same_plan(build_plan(a, PlanOptions{stages, 0}), plain));
+        CHECK(same_plan(build_plan(a, PlanOptions{stages, 1}), plain));
+        CHECK_FALSE(plain.has_forwarding());
+        const Plan relay = build_plan(a, PlanOptions{stages, node});
+        const auto problems = validate_plan(a, relay);
+        CHECK_MESSAGE(problems.empty(), joined(problems));
+        if (grid->problem().seqlen() <= 200) {
+          const auto brute = brute_force_plan_coverage(a, relay);
+          CHECK_MESSAGE(brute.empty(), joined(brute));
+        }
+        // Same rows to the same ranks: receive sizes and loads are the plain plan's.
+        for (std::size_t r = 0; r < relay.ranks.size(); ++r)
+          for (std::size_t s = 0; s < relay.ranks[r].fwd.comm.stages.size(); ++s) {
+            const StageComm& x = relay.ranks[r].fwd.comm.stages[s];
+            const StageComm& y = plain.ranks[r].fwd.comm.stages[s];
+            CHECK(x.num_remote_qo_tokens == y.num_remote_qo_tokens);
+            CHECK(x.num_remote_kv_tokens == y.num_remote_kv_tokens);
+            CHECK(x.qo_reduce_after == y.qo_reduce_after);
+            CHECK(x.kv_reduce_after == y.kv_reduce_after);
+          }
+        const Crossing cp = crossing(plain, node), cr = crossing(relay, node);
+        CHECK(cp.forwarded == 0);
+        CHECK(cr.inter + cr.forwarded == cp.inter);  // every relayed copy moved from the NIC to NVLink
+        CHECK(cr.intra == cp.intra);
+        with_forwarding += relay.has_forwarding() ? 1 : 0;
+        ++plans;
+      }
+    }
+  }
+  MESSAGE(plans, " plans, ", with_forwarding, " with relays");
+  CHECK(with_forwarding > plans / 2);
+}
+
+TEST_CASE("relays: hand-checked plan, one block to three ranks of another node") {
+  // S = 8, P = 4 (2 tokens each), nodes {0, 1} {2, 3}, full mask, one head
+  // group. Every kv block of rank 0 is needed by ranks 1, 2, 3; with relays
+  // ranks 2 and 3 get it once over the NIC (at rank 2, the lower of two
+  // equally loaded ranks) and rank 2 forwards it to rank 3.
+  auto g = test::make_grid(RangeMask(8, {{{0, 8}, {0, 8}, MaskType::full}}), 4, Heads{2, 1, 8, 2});
+  const Assignment a = test::owner_assignment(g);  // every rank needs every other rank's KV
+  const Plan plan = build_plan(a, PlanOptions{1, 2});
+  REQUIRE(validate_plan(a, plan).empty());
+  const StageComm& s0 = plan.ranks[0].fwd.comm.stages.at(0);
+  REQUIRE(s0.kv.dst_indices.size() == 1);
+  CHECK(s0.kv.dst_indices[0] == std::vector<Rank>{1, 2});
+  CHECK(s0.kv.input_ranges[0] == Range{0, 2});
+  const StageComm& s2 = plan.ranks[2].fwd.comm.stages.at(0);
+  // Rank 2 relays rank 0's rows; rank 1's rows go to rank 3 as the relay
+  // (fewer NIC bytes by then) and reach rank 2 forwarded; rank 3's rows come
+  // from its node peer directly. Rank 2 forwards rank 0's rows to rank 3.
+  CHECK(s2.kv.src_index == std::vector<Rank>{0, 3});
+  REQUIRE(s2.kv_fwd.input_split_sizes == std::vector<Token>{2});
+  CHECK(s2.kv_fwd.input_ranges[0] == Range{0, 2});
+  CHECK(s2.kv_fwd.dst_indices[0] == std::vector<Rank>{3});
+  CHECK(s2.kv_fwd.src_index == std::vector<Rank>{3});
+  // Rank 2's own rows go to rank 0 (relay of node 0) and to rank 3 directly.
+  CHECK(s2.kv.dst_indices == std::vector<std::vector<Rank>>{{0, 3}});
+  CHECK(plan.ranks[0].fwd.comm.stages[0].kv_fwd.dst_indices == std::vector<std::vector<Rank>>{{1}});
+  CHECK(s2.num_remote_kv_tokens == 6);
+  const StageComm& s3 = plan.ranks[3].fwd.comm.stages.at(0);
+  CHECK(s3.kv.src_index == std::vector<Rank>{1, 2});
+  CHECK(s3.kv_fwd.src_index == std::vector<Rank>{2});
+  CHECK(s3.kv_fwd.output_split_sizes == std::vector<Token>{2});
+  CHECK(s3.kv_fwd.dst_indices == std::vector<std::vector<Rank>>{{2}});
+  CHECK(s3.num_remote_kv_tokens == 6);
+}
+
+TEST_CASE("relays: the validator rejects a forwarding that moves other rows") {
+  std::mt19937_64 rng(9);
+  auto grid = test::random_grid(MaskKind::full, 8, Heads{4, 2, 8, 2}, rng);
+  const Assignment a = test::random_assignment(grid, rng);
+  Plan plan = build_plan(a, PlanOptions{1, 4});
+  REQUIRE(validate_plan(a, plan).empty());
+  bool broke = false;
+  for (RankPlan& rp : plan.ranks) {
+    GroupCollectiveArg& f = rp.fwd.comm.stages[0].kv_fwd;
+    const Token first = first_phase_tokens(rp.fwd.comm.stages[0].kv);
+    for (Range& x : f.input_ranges)
+      if (!broke && x.end < first) {  // shift by one row: other data reaches the receivers
+        ++x.begin, ++x.end;
+        broke = true;
+      }
+  }
+  REQUIRE(broke);
+  CHECK_FALSE(validate_plan(a, plan).empty());
+}
+
+TEST_CASE("relays: a negative node size is an error") {
+  auto g = test::make_grid(RangeMask(8, {{{0, 8}, {0, 8}, MaskType::full}}), 4, Heads{2, 1, 8, 2});
+  CHECK_THROWS_WITH(build_plan(test::owner_assignment(g), PlanOptions{1, -1}), doctest::Contains("relay_node_size"));
+}
