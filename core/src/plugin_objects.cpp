@@ -19,7 +19,7 @@ void* create(const PluginLib& p, const Params& params) {
   void* object = p.descriptor->create(&params, error, sizeof error);
   if (object == nullptr) {
     error[sizeof error - 1] = '\0';
-    throw Error(p.label + ": " + (error[0] != '\0' ? error : "factory failed without a message"));
+    throw PluginError(p.label + ": " + (error[0] != '\0' ? error : "factory failed without a message"));
   }
   return object;
 }
@@ -38,7 +38,7 @@ class Held {
   Object& object() const { return *object_; }
   const PluginLib& lib() const { return lib_; }
   [[noreturn]] void fail(const abi::Status& s) const {
-    throw Error(lib_.label + ": " + (s.message.empty() ? "failed without a message" : s.message));
+    throw PluginError(lib_.label + ": " + (s.message.empty() ? "failed without a message" : s.message));
   }
 
  private:
@@ -73,7 +73,7 @@ void adopt_grid(const SolveInput& in, Assignment& out, const PluginLib& lib) {
   auto problem = std::make_shared<const Problem>(out.grid->problem());
   auto grid = std::make_shared<const TaskGrid>(std::move(problem), out.grid->sharding());
   if (grid->num_tasks() != out.grid->num_tasks()) {
-    throw Error(lib.label + ": its grid has " + std::to_string(out.grid->num_tasks()) +
+    throw PluginError(lib.label + ": its grid has " + std::to_string(out.grid->num_tasks()) +
                 " tasks but rebuilding it from its problem and sharding gives " +
                 std::to_string(grid->num_tasks()));
   }

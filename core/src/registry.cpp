@@ -106,9 +106,14 @@ Registry::~Registry() = default;
 fs::path Registry::default_plugin_dir() {
   // Plugins live in <libdir>/cpsched/plugins beside libcpsched itself, in the
   // build tree and in any installation (lib, lib64, lib/x86_64-linux-gnu...).
+  // The Python package (pip install .) carries libcpsched beside its module
+  // and the plugins in plugins/ there (docs/python.md): used when the
+  // installation's folder is absent and that one exists.
   const fs::path core_lib = dll::this_line_location().string();
-  const fs::path dir = core_lib.parent_path() / "cpsched" / "plugins";
+  fs::path dir = core_lib.parent_path() / "cpsched" / "plugins";
   std::error_code ec;
+  if (!fs::is_directory(dir, ec) && fs::is_directory(core_lib.parent_path() / "plugins", ec))
+    dir = core_lib.parent_path() / "plugins";
   fs::path normal = fs::weakly_canonical(dir, ec);
   return ec ? dir.lexically_normal() : normal;
 }
@@ -220,11 +225,13 @@ const PluginInfo& Registry::find(PluginKind kind, const std::string& name) const
     known += info.name;
   }
   std::string msg;
+  bool file_failed = false;
   // The file that should have provided it failed to load: its fault is the answer.
   const std::string expected_file = std::string(kFilePrefix) + name + std::string(kFileSuffix);
   for (const PluginProblem& p : impl_->problems) {
     if (p.file.filename() == expected_file) {
       msg = std::string(to_string(kind)) + " plugin '" + name + "' did not load: " + p.message + "\n";
+      file_failed = true;
       break;
     }
   }
@@ -242,6 +249,7 @@ const PluginInfo& Registry::find(PluginKind kind, const std::string& name) const
     msg += "\nrejected: ";
     msg += p.message;
   }
+  if (file_failed) throw PluginError(msg);  // the plugin is broken, not the name asked for
   throw Error(msg);
 }
 

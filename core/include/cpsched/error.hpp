@@ -11,4 +11,12 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An Error raised by (or about) a plugin rather than by the input: its
+// factory, solve or execute failed, or the plugin's file did not load. Bindings
+// tell the two apart (Python: RuntimeError vs ValueError); the CLI does not.
+class PluginError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace cpsched

@@ -1,0 +1,449 @@
+"""cpsched from Python: plan attention under context parallelism per layer.
+
+    import cpsched
+    s = cpsched.Session(cp_size=8, heads=(64, 8, 128, "bf16"), solver="balanced_bytes")
+    r = s.solve(q_ranges, k_ranges, types)      # lists, numpy, DLPack / __array__ objects
+    r.calc_meta(rank), r.comm_meta(rank, "bwd"), r.metrics, r.to_json(), r.write_svg("plan.svg")
+
+The seed's Direct Solver API is `cpsched.magi.DynamicAttnSolver`. See docs/python.md.
+Bad input raises ValueError, a plugin's own failure RuntimeError, with the CLI's messages.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import namedtuple
+
+import numpy as np
+
+from . import _cpsched
+
+__version__ = _cpsched.__version__
+
+__all__ = [
+    "Session", "Result", "CalcMeta", "CommMeta", "StageComm", "GroupCollectiveArg", "AttnArgs",
+    "plugins", "plugin_problems", "run", "mask_from_config", "MASK_TYPES", "__version__",
+]
+
+# The core's MaskType values (also the seed's AttnMaskType order).
+MASK_TYPES = ("full", "causal", "inv_causal", "bi_causal")
+_TYPE_CODES = {name: i for i, name in enumerate(MASK_TYPES)}
+# The seed's enum member names (AttnMaskType.INVCAUSAL, ...).
+_TYPE_CODES.update({"invcausal": 2, "bicausal": 3})
+_DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp32": 4, "float32": 4, "fp8": 1}
+
+
+# ---- input normalisation -------------------------------------------------------------------
+
+def _host_array(x, name):
+    """Any array-like on the host as a numpy array, without importing torch."""
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "__dlpack__"):  # torch / jax / cupy tensors, numpy >= 1.22 arrays
+        try:
+            return np.from_dlpack(x)
+        except (BufferError, RuntimeError, TypeError, ValueError) as e:
+            raise ValueError(f"{name}: cannot read it as a host array through DLPack ({e}); "
+                             f"pass a CPU tensor (e.g. .cpu()) or a list") from None
+    if hasattr(x, "to_naive_ranges"):  # the seed's AttnRanges
+        x = x.to_naive_ranges()
+    elif isinstance(x, (list, tuple)) and x and hasattr(x[0], "start") and hasattr(x[0], "end"):
+        x = [(r.start, r.end) for r in x]  # a list of the seed's AttnRange
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name}: not an array of integers ({e})") from None
+
+
+def _ranges(x, name):
+    a = _host_array(x, name)
+    if a.size == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    if a.ndim != 2 or a.shape[1] != 2:
+        raise ValueError(f"{name}: expected N (begin, end) pairs, an array of shape (N, 2), got shape {a.shape}")
+    if a.dtype.kind not in "iu":
+        raise ValueError(f"{name}: expected integer token positions, got dtype {a.dtype}")
+    if a.dtype != np.int64 or not a.flags.c_contiguous:
+        if a.dtype == np.uint64 and a.max() > np.iinfo(np.int64).max:
+            raise ValueError(f"{name}: token position {a.max()} is too large")
+        a = np.ascontiguousarray(a, dtype=np.int64)
+    return a
+
+
+def _type_code(t, where):
+    v = getattr(t, "value", t)  # the seed's AttnMaskType enum, or any enum
+    if isinstance(v, str):
+        code = _TYPE_CODES.get(v.lower())
+        if code is None:
+            raise ValueError(f"{where}: unknown mask type '{v}' (expected one of {', '.join(MASK_TYPES)} "
+                             f"or 0-3)")
+        return code
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise ValueError(f"{where}: a mask type is a name ({', '.join(MASK_TYPES)}) or 0-3, got {v!r}")
+    if not 0 <= int(v) <= 3:
+        raise ValueError(f"{where}: mask type {int(v)} is not one of 0 full, 1 causal, 2 inv_causal, 3 bi_causal")
+    return int(v)
+
+
+def _types(x, n):
+    # One type for every slice (the seed accepts a single AttnMaskType).
+    if isinstance(x, (str, int, np.integer)) or hasattr(x, "value"):
+        return np.full(n, _type_code(x, "types"), dtype=np.int32)
+    if isinstance(x, (list, tuple)):
+        if all(type(v) is int for v in x):
+            a = np.asarray(x, dtype=np.int64) if x else np.zeros(0, dtype=np.int64)
+        else:
+            return np.asarray([_type_code(v, f"types[{i}]") for i, v in enumerate(x)], dtype=np.int32)
+    else:
+        a = _host_array(x, "types")
+    if a.ndim != 1:
+        raise ValueError(f"types: expected one mask type per slice, an array of shape (N,), got shape {a.shape}")
+    if a.dtype.kind not in "iu":
+        if a.dtype.kind in "UO":
+            return np.asarray([_type_code(v, f"types[{i}]") for i, v in enumerate(a.tolist())], dtype=np.int32)
+        raise ValueError(f"types: expected mask type codes 0-3 or names, got dtype {a.dtype}")
+    if a.dtype != np.int32 or not a.flags.c_contiguous:
+        if a.size and (a.min() < 0 or a.max() > 3):
+            bad = int(np.flatnonzero((a < 0) | (a > 3))[0])
+            raise ValueError(f"types[{bad}]: mask type {int(a[bad])} is not one of 0 full, 1 causal, 2 inv_causal, "
+                             f"3 bi_causal")
+        a = np.ascontiguousarray(a, dtype=np.int32)
+    return a
+
+
+def _heads(h):
+    if isinstance(h, dict):
+        unknown = set(h) - {"q", "kv", "dim", "dtype"}
+        if unknown:
+            raise ValueError(f"heads: unknown key(s) {sorted(unknown)} (expected q, kv, dim, dtype)")
+        h = (h.get("q", 64), h.get("kv", 8), h.get("dim", 128), h.get("dtype", "bf16"))
+    h = tuple(h)
+    if len(h) not in (3, 4):
+        raise ValueError(f"heads: expected (q, kv, dim) or (q, kv, dim, dtype), got {h!r}")
+    q, kv, dim = (int(v) for v in h[:3])
+    dtype = h[3] if len(h) == 4 else "bf16"
+    if isinstance(dtype, str):
+        if dtype not in _DTYPE_BYTES:
+            raise ValueError(f"heads: unknown dtype '{dtype}' (expected {', '.join(sorted(_DTYPE_BYTES))} "
+                             f"or a size in bytes)")
+        dtype = _DTYPE_BYTES[dtype]
+    return q, kv, dim, int(dtype)
+
+
+def _overrides(o):
+    """{"key.path": value} or ["key.path=YAML", ...] -> the CLI's --set strings."""
+    if o is None:
+        return []
+    if isinstance(o, dict):
+        out = []
+        for k, v in o.items():
+            if isinstance(v, str):
+                text = v  # YAML text, as after --set key=
+            elif v is None:
+                text = "null"
+            else:
+                try:
+                    text = json.dumps(v)  # JSON is YAML: numbers, booleans, lists and maps
+                except TypeError as e:
+                    raise ValueError(f"overrides['{k}']: {e}") from None
+            out.append(f"{k}={text}")
+        return out
+    if isinstance(o, (list, tuple)) and all(isinstance(s, str) for s in o):
+        return list(o)
+    raise ValueError("overrides: expected a dict {'key.path': value} or a list of 'key.path=YAML' strings")
+
+
+def _stages(s):
+    if s == "auto":
+        return 0
+    if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
+        raise ValueError(f"stages: expected a number of remote stages or 'auto', got {s!r}")
+    return int(s)
+
+
+# ---- results ---------------------------------------------------------------------------------
+
+class _Record:
+    """Read-only attribute view of a dict of plan fields (numpy arrays and numbers)."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self, d):
+        object.__setattr__(self, "_d", d)
+
+    def __getattr__(self, k):
+        try:
+            return self._d[k]
+        except KeyError:
+            raise AttributeError(f"{type(self).__name__} has no field '{k}'") from None
+
+    def __setattr__(self, k, v):
+        raise AttributeError(f"{type(self).__name__} is read-only")
+
+    def __getitem__(self, k):
+        return self._d[k]
+
+    def keys(self):
+        return self._d.keys()
+
+    def as_dict(self):
+        return dict(self._d)
+
+    def __repr__(self):
+        inner = ", ".join(f"{k}={v!r}" for k, v in self._d.items())
+        return f"{type(self).__name__}({inner})"
+
+
+class GroupCollectiveArg(_Record):
+    """One stage's group-cast (forward direction) / group-reduce (transpose) of one kind on one rank.
+
+    Fields (numpy arrays): input_split_sizes, input_ranges (N, 2), input_groups, dst_indices (a list of
+    arrays: the receivers of each input split), output_split_sizes, src_index, output_groups.
+    """
+
+    __slots__ = ()
+
+    # The seed's names.
+    @property
+    def input_split_size_list(self):
+        return self._d["input_split_sizes"].tolist()
+
+    @property
+    def output_split_size_list(self):
+        return self._d["output_split_sizes"].tolist()
+
+    @property
+    def dst_indices_list(self):
+        return [a.tolist() for a in self._d["dst_indices"]]
+
+    @property
+    def src_index_list(self):
+        return self._d["src_index"].tolist()
+
+
+class StageComm(_Record):
+    """Communication of one remote stage: token counts, receive offsets, reduce points and the
+    GroupCollectiveArg of each kind (qo, kv, and any the plan format adds)."""
+
+    __slots__ = ()
+
+    def __init__(self, d):
+        d = {k: GroupCollectiveArg(v) if isinstance(v, dict) else v for k, v in d.items()}
+        super().__init__(d)
+
+
+class CommMeta:
+    """CommMeta of one rank and pass: `stages[s - 1]` is remote stage s."""
+
+    __slots__ = ("stages",)
+
+    def __init__(self, stages):
+        self.stages = [StageComm(s) for s in stages]
+
+    def __len__(self):
+        return len(self.stages)
+
+    # The seed's names.
+    @property
+    def num_remote_qo_tokens_per_stage(self):
+        return [s.num_remote_qo_tokens for s in self.stages]
+
+    @property
+    def num_remote_kv_tokens_per_stage(self):
+        return [s.num_remote_kv_tokens for s in self.stages]
+
+    @property
+    def qo_group_collective_args_list(self):
+        return [s.qo for s in self.stages]
+
+    @property
+    def kv_group_collective_args_list(self):
+        return [s.kv for s in self.stages]
+
+    def __repr__(self):
+        return f"CommMeta(stages={self.stages!r})"
+
+
+class AttnArgs(_Record):
+    """Attention calls as parallel arrays: q_ranges and k_ranges (N, 2) in buffer coordinates, mask_types
+    (0 full, 1 causal, 2 inv_causal, 3 bi_causal), q_buffers / k_buffers (0 local, 1 remote) and groups
+    (head group, -1: all heads)."""
+
+    __slots__ = ()
+
+    def __len__(self):
+        return len(self._d["mask_types"])
+
+    def to_list(self):
+        """The seed's form: [((q_begin, q_end), (k_begin, k_end), mask_type_name), ...]."""
+        return [((int(q[0]), int(q[1])), (int(k[0]), int(k[1])), MASK_TYPES[int(t)])
+                for q, k, t in zip(self._d["q_ranges"], self._d["k_ranges"], self._d["mask_types"])]
+
+
+class CalcMeta:
+    """CalcMeta of one rank and pass: stage 0's local args and each remote stage's args."""
+
+    __slots__ = ("local_attn_args", "remote_attn_args")
+
+    def __init__(self, d):
+        self.local_attn_args = AttnArgs(d["local_attn_args"])
+        self.remote_attn_args = [AttnArgs(a) for a in d["remote_attn_args"]]
+
+    # The seed's names.
+    @property
+    def local_attn_arg(self):
+        return self.local_attn_args
+
+    @property
+    def remote_attn_args_list(self):
+        return self.remote_attn_args
+
+    def __repr__(self):
+        return f"CalcMeta(local_attn_args={self.local_attn_args!r}, remote_attn_args={self.remote_attn_args!r})"
+
+
+class Result:
+    """One solved mask: plan, assignment and metrics, shared with the Session's cache (valid after
+    the Session is gone)."""
+
+    __slots__ = ("_r", "_metrics")
+
+    def __init__(self, r):
+        self._r = r
+        self._metrics = None
+
+    def calc_meta(self, rank, pass_="fwd"):
+        return CalcMeta(self._r.calc_meta(rank, pass_))
+
+    def comm_meta(self, rank, pass_="fwd"):
+        return CommMeta(self._r.comm_meta(rank, pass_))
+
+    @property
+    def metrics(self):
+        """Exact metrics: fwd / bwd {send, recv (bytes per rank), total_send, bottleneck}, load,
+        stage0_load, imbalance, stage0_share, remote_qo_tokens, remote_kv_tokens."""
+        if self._metrics is None:
+            self._metrics = self._r.metrics()
+        return self._metrics
+
+    def to_json(self, indent=None, solve_ms=None):
+        """The plan JSON (format cpsched-plan/1), byte for byte what `cpsched plan -o` writes for the
+        same plan. `solve_ms` replaces the measured solver time (e.g. to compare two exports)."""
+        return self._r.to_json(-1 if indent is None else int(indent), solve_ms)
+
+    def write_svg(self, path, groups=None, title=None, max_groups=None):
+        """Draws the Q x KV grid coloured by computing rank (as `cpsched plan --svg`); returns the path."""
+        path = os.fspath(path)
+        self._r.write_svg(path, list(groups or []), title or "", int(max_groups or 0))
+        return path
+
+    def validate(self):
+        """The plan validator's problems (an empty list: valid)."""
+        return self._r.validate()
+
+    @property
+    def task_ranks(self):
+        """The computing rank of every task of the grid."""
+        return self._r.task_ranks()
+
+    cached = property(lambda self: self._r.cached, doc="True when this solve was a plan-cache hit")
+    call_ms = property(lambda self: self._r.call_ms, doc="C++ wall time of the solve call (look-up or solve+plan)")
+    solve_ms = property(lambda self: self._r.solve_ms, doc="solver time of the original solve")
+    plan_ms = property(lambda self: self._r.plan_ms, doc="plan build time of the original solve")
+    num_stages = property(lambda self: self._r.num_stages)
+    cp_size = property(lambda self: self._r.cp_size)
+    seqlen = property(lambda self: self._r.seqlen)
+    num_tasks = property(lambda self: self._r.num_tasks)
+    feasible = property(lambda self: self._r.feasible)
+    note = property(lambda self: self._r.note)
+    solver = property(lambda self: self._r.solver)
+
+    def __repr__(self):
+        m = self.metrics
+        return (f"<cpsched.Result {self.solver} P={self.cp_size} S={self.seqlen} stages={self.num_stages} "
+                f"fwd send={m['fwd']['total_send']} imbalance={m['imbalance']:.3f}"
+                f"{' cached' if self.cached else ''}>")
+
+
+# ---- sessions ----------------------------------------------------------------------------------
+
+class Session:
+    """Loads its solver and cost model plugins once, then solves one mask per call; a repeated mask is
+    a plan-cache hit. Separate Sessions may solve on separate threads (the GIL is released while
+    solving); one Session serialises its own calls."""
+
+    __slots__ = ("_s", "__weakref__")
+
+    def __init__(self, cp_size=8, seqlen=0, heads=(64, 8, 128, "bf16"), solver="balanced_bytes",
+                 solver_params=None, cost_model="area", cost_params=None, stages=1, *,
+                 flatten_head_groups=True, blocks_per_rank=1, cache_size=64, plugin_paths=(), validate=False):
+        hq, hkv, dim, dtype_bytes = _heads(heads)
+        self._s = _cpsched._Session(int(cp_size), int(seqlen), hq, hkv, dim, dtype_bytes, bool(flatten_head_groups),
+                                    int(blocks_per_rank), str(solver), solver_params, str(cost_model), cost_params,
+                                    _stages(stages), int(cache_size), [os.fspath(p) for p in plugin_paths],
+                                    bool(validate))
+
+    @classmethod
+    def from_config(cls, path, overrides=None):
+        """A Session from a YAML config (as `cpsched plan CONFIG --set k=v ...`): problem sizes, solver,
+        cost model, stages, cache and plugin paths. `overrides`: {"key.path": value}."""
+        self = cls.__new__(cls)
+        self._s = _cpsched._Session.from_config(os.fspath(path), _overrides(overrides))
+        return self
+
+    def solve(self, q_ranges, k_ranges, types):
+        """Solves one mask given as the seed's three lists: global (begin, end) token ranges of Q and K
+        and one mask type per slice (a name, 0-3, the seed's AttnMaskType, or one for all slices)."""
+        q = _ranges(q_ranges, "q_ranges")
+        k = _ranges(k_ranges, "k_ranges")
+        # The Session keeps no Python reference to its results: a plan is freed when the caller drops
+        # it (or the cache evicts it), never inside the next solve call.
+        return Result(self._s.solve(q, k, _types(types, len(q))))
+
+    def solve_config(self):
+        """Solves the config's own mask (Session.from_config), exactly as `cpsched plan` does."""
+        return Result(self._s.solve_config())
+
+    @property
+    def options(self):
+        return self._s.options()
+
+    @property
+    def cache_stats(self):
+        """Plan cache: hits, misses, size, capacity."""
+        return self._s.cache_stats()
+
+
+# ---- module functions --------------------------------------------------------------------------
+
+def plugins(plugin_paths=()):
+    """The plugins found (the package's own, CPSCHED_PLUGIN_PATH and `plugin_paths`): name, kind, doc,
+    file and parameters (name, type, default, doc) of each."""
+    return _cpsched.plugins([os.fspath(p) for p in plugin_paths])
+
+
+def plugin_problems(plugin_paths=()):
+    """Why each plugin file that could not be loaded was rejected."""
+    return _cpsched.plugin_problems([os.fspath(p) for p in plugin_paths])
+
+
+def run(config, overrides=None):
+    """`cpsched run CONFIG`: solve, build the plan, execute it with the config's executor. Returns
+    {passed, figures (name -> value, in the executor's order), text, svg, executor, result}."""
+    out = _cpsched.run(os.fspath(config), _overrides(overrides))
+    out["result"] = Result(out["result"])
+    return out
+
+
+Mask = namedtuple("Mask", "q_ranges k_ranges types seqlen")
+
+
+def mask_from_config(config, overrides=None):
+    """The mask a config describes, as arrays for Session.solve: Mask(q_ranges, k_ranges, types, seqlen)."""
+    q, k, t, s = _cpsched.mask_from_config(os.fspath(config), _overrides(overrides))
+    return Mask(q, k, t, s)
+
+
+def default_plugin_dir():
+    """The folder the package's plugins are loaded from."""
+    return _cpsched.default_plugin_dir()

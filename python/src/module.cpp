@@ -1,0 +1,587 @@
+// cpsched._cpsched: the Python binding of the library facade (cpsched.hpp).
+// The Python package (python/cpsched/__init__.py) normalises inputs (lists,
+// numpy, DLPack and __array__ objects) into C-contiguous int64 / int32 arrays
+// and wraps the dicts returned here into small record classes; this file does
+// the work that must be fast or must hold C++ objects: solving with the GIL
+// released, shared ownership of results, and numpy views of plan fields.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cpsched/config.hpp"
+#include "cpsched/cpsched.hpp"
+#include "cpsched/error.hpp"
+#include "cpsched/executor.hpp"
+#include "cpsched/mask.hpp"
+#include "cpsched/plan_json.hpp"
+#include "cpsched/plan_svg.hpp"
+#include "cpsched/plan_validator.hpp"
+#include "cpsched/registry.hpp"
+#include "cpsched/resources.hpp"
+#include "cpsched/version.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace cpsched::py {
+
+namespace {
+
+// ---- numpy arrays that own a copy of a C++ vector -------------------------
+
+template <class T>
+nb::object numpy_from(std::vector<T>&& v, std::size_t rows, std::size_t cols) {
+  auto* heap = new std::vector<T>(std::move(v));
+  if (heap->capacity() == 0) heap->reserve(1);  // a valid pointer even for an empty array
+  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  const std::size_t shape[2] = {rows, cols};
+  return nb::cast(nb::ndarray<nb::numpy, T>(heap->data(), cols == 0 ? 1 : 2, shape, owner));
+}
+
+template <class T>
+nb::object numpy_of(const std::vector<T>& v) {
+  return numpy_from(std::vector<T>(v), v.size(), 0);
+}
+
+nb::object ranges_array(const std::vector<Range>& rs) {
+  std::vector<Token> flat;
+  flat.reserve(2 * rs.size());
+  for (const Range& r : rs) {
+    flat.push_back(r.begin);
+    flat.push_back(r.end);
+  }
+  return numpy_from(std::move(flat), rs.size(), 2);
+}
+
+// One overload per field type of the plan structs, so that a field added to
+// GroupCollectiveArg or StageComm is one line in the tables below.
+nb::object to_py(Token v) { return nb::int_(v); }
+nb::object to_py(int v) { return nb::int_(v); }
+nb::object to_py(const std::vector<Token>& v) { return numpy_of(v); }
+nb::object to_py(const std::vector<int>& v) { return numpy_of(v); }
+nb::object to_py(const std::vector<Range>& v) { return ranges_array(v); }
+nb::object to_py(const std::vector<std::vector<Rank>>& v) {
+  nb::list out;
+  for (const auto& x : v) out.append(numpy_of(x));
+  return out;
+}
+
+// GroupCollectiveArg's fields, in the order of plan.hpp.
+template <class F>
+void collective_fields(F&& f) {
+  f("input_split_sizes", &GroupCollectiveArg::input_split_sizes);
+  f("input_ranges", &GroupCollectiveArg::input_ranges);
+  f("input_groups", &GroupCollectiveArg::input_groups);
+  f("dst_indices", &GroupCollectiveArg::dst_indices);
+  f("output_split_sizes", &GroupCollectiveArg::output_split_sizes);
+  f("src_index", &GroupCollectiveArg::src_index);
+  f("output_groups", &GroupCollectiveArg::output_groups);
+}
+
+nb::object to_py(const GroupCollectiveArg& a) {
+  nb::dict d;
+  collective_fields([&](const char* name, auto member) { d[name] = to_py(a.*member); });
+  return d;
+}
+
+// StageComm's fields, in the order of plan.hpp.
+template <class F>
+void stage_fields(F&& f) {
+  f("num_remote_qo_tokens", &StageComm::num_remote_qo_tokens);
+  f("num_remote_kv_tokens", &StageComm::num_remote_kv_tokens);
+  f("qo_recv_offset", &StageComm::qo_recv_offset);
+  f("kv_recv_offset", &StageComm::kv_recv_offset);
+  f("qo_reduce_after", &StageComm::qo_reduce_after);
+  f("kv_reduce_after", &StageComm::kv_reduce_after);
+  f("qo", &StageComm::qo);
+  f("kv", &StageComm::kv);
+}
+
+nb::object to_py(const StageComm& s) {
+  nb::dict d;
+  stage_fields([&](const char* name, auto member) { d[name] = to_py(s.*member); });
+  return d;
+}
+
+// A list of attention calls as parallel arrays (the seed's (q_range,
+// k_range, mask_type) triples, plus the buffers and the head group).
+nb::object attn_args(const std::vector<AttnArg>& args) {
+  std::vector<Range> q, k;
+  std::vector<int> type, qb, kb, group;
+  for (const AttnArg& a : args) {
+    q.push_back(a.q);
+    k.push_back(a.k);
+    type.push_back(static_cast<int>(a.type));
+    qb.push_back(static_cast<int>(a.q_buf));
+    kb.push_back(static_cast<int>(a.k_buf));
+    group.push_back(a.group);
+  }
+  nb::dict d;
+  d["q_ranges"] = ranges_array(q);
+  d["k_ranges"] = ranges_array(k);
+  d["mask_types"] = numpy_of(type);
+  d["q_buffers"] = numpy_of(qb);
+  d["k_buffers"] = numpy_of(kb);
+  d["groups"] = numpy_of(group);
+  return d;
+}
+
+nb::dict pass_metrics(const PassMetrics& m) {
+  nb::dict d;
+  d["send"] = numpy_of(m.send);
+  d["recv"] = numpy_of(m.recv);
+  d["total_send"] = m.total_send;
+  d["bottleneck"] = m.bottleneck;
+  return d;
+}
+
+nb::dict metrics_dict(const Metrics& m) {
+  nb::dict d;
+  d["fwd"] = pass_metrics(m.fwd);
+  d["bwd"] = pass_metrics(m.bwd);
+  d["load"] = numpy_of(m.load);
+  d["stage0_load"] = numpy_of(m.stage0_load);
+  d["imbalance"] = m.imbalance;
+  d["stage0_share"] = m.stage0_share;
+  d["remote_qo_tokens"] = m.remote_qo_tokens;
+  d["remote_kv_tokens"] = m.remote_kv_tokens;
+  return d;
+}
+
+Pass parse_pass(const std::string& s) {
+  if (s == "fwd") return Pass::fwd;
+  if (s == "bwd") return Pass::bwd;
+  throw Error("pass must be 'fwd' or 'bwd', got '" + s + "'");
+}
+
+ParamValue param_from_py(const std::string& where, const std::string& key, nb::handle v) {
+  // bool first: Python's bool is an int.
+  if (nb::isinstance<nb::bool_>(v)) return nb::cast<bool>(v);
+  if (nb::isinstance<nb::int_>(v)) {
+    try {
+      return nb::cast<std::int64_t>(v);
+    } catch (const std::exception&) {
+      throw Error(where + "['" + key + "']: integer out of range");
+    }
+  }
+  if (nb::isinstance<nb::float_>(v)) return nb::cast<double>(v);
+  if (nb::isinstance<nb::str>(v)) return nb::cast<std::string>(v);
+  throw Error(where + "['" + key + "']: expected bool, int, float or str, got " +
+              nb::cast<std::string>(nb::str(v.type().attr("__name__"))));
+}
+
+Params params_from_py(const std::string& where, nb::handle obj) {
+  Params p;
+  if (obj.is_none()) return p;
+  if (!nb::isinstance<nb::dict>(obj)) throw Error(where + ": expected a dict of parameter values");
+  for (auto [k, v] : nb::borrow<nb::dict>(obj)) {
+    if (!nb::isinstance<nb::str>(k)) throw Error(where + ": parameter names must be strings");
+    const std::string key = nb::cast<std::string>(k);
+    p.set(key, param_from_py(where, key, v));
+  }
+  return p;
+}
+
+nb::object param_to_py(const ParamValue& v) {
+  return std::visit([](const auto& x) -> nb::object { return nb::cast(x); }, v);
+}
+
+nb::dict params_to_py(const Params& p) {
+  nb::dict d;
+  for (const auto& [k, v] : p.values()) d[k.c_str()] = param_to_py(v);
+  return d;
+}
+
+using Int64Rows = nb::ndarray<const std::int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using Int32Vec = nb::ndarray<const std::int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+std::vector<Range> ranges_from(const Int64Rows& a) {
+  const std::size_t n = a.shape(0);
+  const std::int64_t* p = a.data();
+  std::vector<Range> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = Range{p[2 * i], p[2 * i + 1]};
+  return out;
+}
+
+std::vector<MaskType> types_from(const Int32Vec& a) {
+  const std::size_t n = a.shape(0);
+  const std::int32_t* p = a.data();
+  std::vector<MaskType> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (p[i] < 0 || p[i] > 3)
+      throw Error("mask type " + std::to_string(p[i]) + " of slice " + std::to_string(i) +
+                  " is not one of 0 full, 1 causal, 2 inv_causal, 3 bi_causal");
+    out[i] = static_cast<MaskType>(p[i]);
+  }
+  return out;
+}
+
+std::shared_ptr<Registry> scanned_registry(const std::vector<std::string>& extra) {
+  auto reg = std::make_shared<Registry>();
+  reg->scan(Registry::default_plugin_dir());
+  for (const auto& d : Registry::env_plugin_dirs()) reg->scan(d);
+  for (const auto& d : extra) reg->scan(d);
+  return reg;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+// What a result needs besides the plan to export itself like the CLI: shared
+// by every result of one Session, so a cache hit copies no strings.
+struct SolverInfo {
+  std::string solver;
+  Params solver_params;  // resolved
+};
+
+// One solve's result. Holds the plan, assignment (and through its grid the
+// plugin libraries) by shared ownership: valid after its Session is gone.
+class Result {
+ public:
+  Result(std::shared_ptr<const CachedPlan> plan, std::shared_ptr<const SolverInfo> info, bool cached, double call_ms)
+      : plan_(std::move(plan)), info_(std::move(info)), cached_(cached), call_ms_(call_ms) {}
+
+  const PassPlan& pass(Rank r, const std::string& p) const {
+    const Plan& plan = *plan_->plan;
+    if (r < 0 || static_cast<std::size_t>(r) >= plan.ranks.size())
+      throw Error("session: rank " + std::to_string(r) + " is outside [0, " + std::to_string(plan.ranks.size()) + ")");
+    return parse_pass(p) == Pass::fwd ? plan.ranks[static_cast<std::size_t>(r)].fwd
+                                      : plan.ranks[static_cast<std::size_t>(r)].bwd;
+  }
+
+  nb::dict calc_meta(Rank r, const std::string& p) const {
+    const CalcMeta& c = pass(r, p).calc;
+    nb::dict d;
+    d["local_attn_args"] = attn_args(c.local_attn_args);
+    nb::list remote;
+    for (const auto& s : c.remote_attn_args) remote.append(attn_args(s));
+    d["remote_attn_args"] = remote;
+    return d;
+  }
+
+  nb::list comm_meta(Rank r, const std::string& p) const {
+    nb::list stages;
+    for (const StageComm& s : pass(r, p).comm.stages) stages.append(to_py(s));
+    return stages;
+  }
+
+  nb::dict metrics() const { return metrics_dict(plan_->metrics); }
+
+  std::string to_json(int indent, std::optional<double> solve_ms) const {
+    PlanExport e;
+    e.assignment = plan_->assignment.get();
+    e.metrics = &plan_->metrics;
+    e.plan = plan_->plan.get();
+    e.solver = info_->solver;
+    e.solver_params = info_->solver_params;
+    e.solve_ms = solve_ms ? *solve_ms : plan_->solve_ms;
+    return plan_json(e, indent);
+  }
+
+  void write_svg(const std::string& path, std::vector<int> groups, const std::string& title, int max_groups) const {
+    SvgOptions o;
+    o.groups = std::move(groups);
+    o.title = title;
+    if (max_groups > 0) o.max_groups = max_groups;
+    o.solver = info_->solver;
+    o.stages = plan_->plan->num_stages;
+    write_plan_svg(path, *plan_->assignment, plan_->metrics, o);
+  }
+
+  std::vector<std::string> validate() const { return validate_plan(*plan_->assignment, *plan_->plan); }
+
+  nb::object task_ranks() const { return numpy_of(plan_->assignment->rank); }
+
+  const CachedPlan& plan() const { return *plan_; }
+  const SolverInfo& info() const { return *info_; }
+  bool cached() const { return cached_; }
+  double call_ms() const { return call_ms_; }
+
+ private:
+  std::shared_ptr<const CachedPlan> plan_;
+  std::shared_ptr<const SolverInfo> info_;
+  bool cached_;
+  double call_ms_;
+};
+
+// A Session behind a mutex: the C++ Session is not thread safe, and with the
+// GIL released two Python threads could otherwise enter the same one.
+class PySession {
+ public:
+  explicit PySession(SessionOptions o) : session_(std::make_unique<Session>(std::move(o))) { init_info(); }
+  explicit PySession(Config cfg) : cfg_(std::move(cfg)) {
+    session_ = std::make_unique<Session>(*cfg_);
+    init_info();
+  }
+
+  Result solve(const Int64Rows& q, const Int64Rows& k, const Int32Vec& t) {
+    // Copied while the GIL is held (the arrays belong to Python objects).
+    std::vector<Range> qr = ranges_from(q), kr = ranges_from(k);
+    std::vector<MaskType> types = types_from(t);
+    nb::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    session_->solve(qr, kr, types);
+    return last();
+  }
+
+  // The config's own mask, built as the CLI builds it (errors located in the file).
+  Result solve_config() {
+    if (!cfg_) throw Error("session: solve_config needs a Session made by Session.from_config");
+    nb::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    const Problem problem = make_problem(*cfg_);
+    session_->solve(problem.mask);
+    return last();
+  }
+
+  nb::dict options() const {
+    const SessionOptions& o = session_->options();
+    nb::dict d;
+    d["cp_size"] = o.cp_size;
+    d["seqlen"] = o.seqlen;
+    d["heads"] = nb::make_tuple(o.heads.q, o.heads.kv, o.heads.dim, o.heads.dtype_bytes);
+    d["flatten_head_groups"] = o.grid.flatten_head_groups;
+    d["blocks_per_rank"] = o.grid.blocks_per_rank;
+    d["solver"] = o.solver;
+    d["solver_params"] = params_to_py(session_->solver_params());
+    d["cost_model"] = o.cost_model;
+    d["stages"] = o.stages;
+    d["cache_size"] = o.cache_size;
+    return d;
+  }
+
+  nb::dict cache_stats() const {
+    const PlanCache& c = session_->cache();
+    nb::dict d;
+    d["hits"] = c.hits();
+    d["misses"] = c.misses();
+    d["size"] = c.size();
+    d["capacity"] = c.capacity();
+    return d;
+  }
+
+ private:
+  void init_info() {
+    auto info = std::make_shared<SolverInfo>();
+    info->solver = session_->options().solver;
+    info->solver_params = session_->solver_params();
+    info_ = std::move(info);
+  }
+  Result last() const {
+    // CachedPlan is a few shared pointers and P-sized vectors: copying it
+    // gives the result its own shared ownership without a core change.
+    return Result(std::make_shared<const CachedPlan>(session_->result()), info_, session_->last_was_cached(),
+                  session_->last_call_ms());
+  }
+
+  std::optional<Config> cfg_;
+  std::unique_ptr<Session> session_;
+  std::shared_ptr<const SolverInfo> info_;
+  std::mutex mu_;
+};
+
+namespace {
+
+nb::list plugins_list(const std::vector<std::string>& extra) {
+  auto reg = scanned_registry(extra);
+  nb::list out;
+  for (const PluginInfo& p : reg->plugins()) {
+    nb::dict d;
+    d["name"] = p.name;
+    d["kind"] = std::string(to_string(p.kind));
+    d["doc"] = p.doc;
+    d["file"] = p.file.string();
+    nb::list params;
+    for (const ParamSpec& s : p.params) {
+      nb::dict ps;
+      ps["name"] = s.name;
+      ps["type"] = std::string(to_string(s.type));
+      ps["default"] = param_to_py(s.default_value);
+      ps["doc"] = s.doc;
+      params.append(ps);
+    }
+    d["params"] = params;
+    out.append(d);
+  }
+  return out;
+}
+
+std::vector<std::string> plugin_problems(const std::vector<std::string>& extra) {
+  auto reg = scanned_registry(extra);
+  std::vector<std::string> out;
+  for (const PluginProblem& p : reg->problems()) out.push_back(p.message);
+  return out;
+}
+
+nb::tuple mask_from_config(const std::string& path, const std::vector<std::string>& overrides) {
+  const Config cfg = load_config(path, overrides);
+  const Problem p = make_problem(cfg);
+  std::vector<Range> q, k;
+  std::vector<int> t;
+  for (const Slice& s : p.mask.slices()) {
+    q.push_back(s.q);
+    k.push_back(s.k);
+    t.push_back(static_cast<int>(s.type));
+  }
+  return nb::make_tuple(ranges_array(q), ranges_array(k), numpy_of(t), p.seqlen());
+}
+
+nb::object sharding_ranges(Token seqlen, int cp_size) {
+  if (cp_size < 1) throw Error("cp_size must be at least 1, got " + std::to_string(cp_size));
+  if (seqlen < 1) throw Error("seqlen must be positive, got " + std::to_string(seqlen));
+  const Sharding sh = Sharding::sequential(seqlen, cp_size);
+  std::vector<Range> per_rank(static_cast<std::size_t>(cp_size));
+  for (std::size_t b = 0; b < sh.blocks.size(); ++b) per_rank[static_cast<std::size_t>(sh.host[b])] = sh.blocks[b];
+  return ranges_array(per_rank);
+}
+
+// `cpsched run`: solve the config, execute the plan with its executor, report.
+nb::dict run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  const Config cfg = load_config(path, overrides);
+  if (cfg.executor.name.empty()) throw Error(path + ": no executor selected (executor.name)");
+  ExecutionReport rep;
+  std::shared_ptr<const CachedPlan> plan;
+  std::shared_ptr<SolverInfo> info = std::make_shared<SolverInfo>();
+  double call_ms = 0;
+  {
+    nb::gil_scoped_release release;
+    if (const auto mode = cfg.executor.given.find("mode");
+        cfg.executor.name == "sim" && mode != cfg.executor.given.end() &&
+        std::holds_alternative<std::string>(mode->second.first) &&
+        std::get<std::string>(mode->second.first) == "numeric")
+      check_resources(make_problem(cfg), /*sim_numeric=*/true);
+    auto reg = std::make_shared<Registry>();
+    reg->scan(Registry::default_plugin_dir());
+    for (const auto& d : Registry::env_plugin_dirs()) reg->scan(d);
+    for (const auto& d : cfg.plugin_paths) reg->scan(d);
+    const Problem problem = make_problem(cfg);
+    Session session(cfg, reg);
+    const auto t0 = std::chrono::steady_clock::now();
+    session.solve(problem.mask);
+    call_ms = ms_since(t0);
+    plan = std::make_shared<const CachedPlan>(session.result());
+    info->solver = session.options().solver;
+    info->solver_params = session.solver_params();
+    const Params exec_params = resolve_selection(*reg, static_cast<int>(PluginKind::executor), cfg.executor);
+    auto executor = reg->make_executor(cfg.executor.name, exec_params);
+    ExecuteInput in;
+    in.grid = plan->assignment->grid;
+    in.problem = in.grid->problem_ptr();
+    in.assignment = plan->assignment.get();
+    in.plan = plan->plan.get();
+    rep = executor->execute(in);
+  }
+  nb::dict d;
+  d["passed"] = rep.passed;
+  nb::dict figures;  // insertion-ordered, as the executor listed them
+  for (const auto& [name, value] : rep.figures) figures[name.c_str()] = value;
+  d["figures"] = figures;
+  d["text"] = rep.text;
+  d["svg"] = rep.svg;
+  d["executor"] = cfg.executor.name;
+  d["result"] = Result(std::move(plan), std::move(info), false, call_ms);
+  return d;
+}
+
+}  // namespace
+
+}  // namespace cpsched::py
+
+NB_MODULE(_cpsched, m) {
+  using namespace cpsched;
+  using namespace cpsched::py;
+  m.attr("__version__") = CPSCHED_VERSION_STRING;
+
+  // Bad input -> ValueError, a plugin's own failure -> RuntimeError; the
+  // message is the one the CLI prints after "cpsched <command>: error: ".
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const PluginError& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    } catch (const Error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  nb::class_<Result>(m, "Result")
+      .def("calc_meta", &Result::calc_meta, "rank"_a, "pass_"_a = "fwd")
+      .def("comm_meta", &Result::comm_meta, "rank"_a, "pass_"_a = "fwd")
+      .def("metrics", &Result::metrics)
+      .def("to_json", &Result::to_json, "indent"_a = -1, "solve_ms"_a = nb::none())
+      .def("write_svg", &Result::write_svg, "path"_a, "groups"_a = std::vector<int>{}, "title"_a = "",
+           "max_groups"_a = 0)
+      .def("validate", &Result::validate)
+      .def("task_ranks", &Result::task_ranks)
+      .def_prop_ro("cached", &Result::cached)
+      .def_prop_ro("call_ms", &Result::call_ms)
+      .def_prop_ro("solve_ms", [](const Result& r) { return r.plan().solve_ms; })
+      .def_prop_ro("plan_ms", [](const Result& r) { return r.plan().plan_ms; })
+      .def_prop_ro("num_stages", [](const Result& r) { return r.plan().plan->num_stages; })
+      .def_prop_ro("cp_size", [](const Result& r) { return r.plan().plan->ranks.size(); })
+      .def_prop_ro("seqlen", [](const Result& r) { return r.plan().assignment->grid->problem().seqlen(); })
+      .def_prop_ro("num_tasks", [](const Result& r) { return r.plan().assignment->grid->num_tasks(); })
+      .def_prop_ro("feasible", [](const Result& r) { return r.plan().assignment->feasible; })
+      .def_prop_ro("note", [](const Result& r) { return r.plan().assignment->note; })
+      .def_prop_ro("solver", [](const Result& r) { return r.info().solver; });
+
+  nb::class_<PySession>(m, "_Session")
+      .def(
+          "__init__",
+          [](PySession* self, int cp_size, Token seqlen, int hq, int hkv, int dim, int dtype_bytes, bool flatten,
+             int blocks_per_rank, const std::string& solver, nb::handle solver_params, const std::string& cost_model,
+             nb::handle cost_params, int stages, std::int64_t cache_size, std::vector<std::string> plugin_paths,
+             bool validate) {
+            if (cache_size < 0) throw Error("session: cache_size must not be negative, got " + std::to_string(cache_size));
+            SessionOptions o;
+            o.cp_size = cp_size;
+            o.seqlen = seqlen;
+            o.heads = Heads{hq, hkv, dim, dtype_bytes};
+            o.grid.flatten_head_groups = flatten;
+            o.grid.blocks_per_rank = blocks_per_rank;
+            o.solver = solver;
+            o.solver_params = params_from_py("solver_params", solver_params);
+            o.cost_model = cost_model;
+            o.cost_params = params_from_py("cost_params", cost_params);
+            o.stages = stages;
+            o.cache_size = static_cast<std::size_t>(cache_size);
+            for (auto& p : plugin_paths) o.plugin_paths.emplace_back(p);
+            o.validate = validate;
+            nb::gil_scoped_release release;  // loading plugins reads files
+            new (self) PySession(std::move(o));
+          },
+          "cp_size"_a, "seqlen"_a, "hq"_a, "hkv"_a, "dim"_a, "dtype_bytes"_a, "flatten_head_groups"_a,
+          "blocks_per_rank"_a, "solver"_a, "solver_params"_a.none(), "cost_model"_a, "cost_params"_a.none(), "stages"_a,
+          "cache_size"_a, "plugin_paths"_a, "validate"_a)
+      .def_static(
+          "from_config",
+          [](const std::string& path, const std::vector<std::string>& overrides) {
+            Config cfg = load_config(path, overrides);
+            nb::gil_scoped_release release;
+            return new PySession(std::move(cfg));
+          },
+          "path"_a, "overrides"_a)
+      .def("solve", &PySession::solve, "q_ranges"_a, "k_ranges"_a, "types"_a)
+      .def("solve_config", &PySession::solve_config)
+      .def("options", &PySession::options)
+      .def("cache_stats", &PySession::cache_stats);
+
+  m.def("plugins", &plugins_list, "plugin_paths"_a = std::vector<std::string>{});
+  m.def("plugin_problems", &plugin_problems, "plugin_paths"_a = std::vector<std::string>{});
+  m.def("mask_from_config", &mask_from_config, "path"_a, "overrides"_a = std::vector<std::string>{});
+  m.def("sharding_ranges", &sharding_ranges, "seqlen"_a, "cp_size"_a);
+  m.def("run", &run_config, "path"_a, "overrides"_a = std::vector<std::string>{});
+  m.def("default_plugin_dir", [] { return Registry::default_plugin_dir().string(); });
+}
