@@ -104,6 +104,8 @@ void stage_fields(F&& f) {
   f("kv_reduce_after", &StageComm::kv_reduce_after);
   f("qo", &StageComm::qo);
   f("kv", &StageComm::kv);
+  f("qo_fwd", &StageComm::qo_fwd);  // relays' forwarding phase (empty without relays)
+  f("kv_fwd", &StageComm::kv_fwd);
 }
 
 nb::object to_py(const StageComm& s) {
