@@ -87,6 +87,10 @@ class PassSim {
                                 "declares {} stages",
                                 r, to_string(pass), pp.calc.remote_attn_args.size(), pp.comm.stages.size(), N_));
     }
+    has_fwd_ = false;
+    for (int r = 0; r < P_ && !has_fwd_; ++r)
+      for (const StageComm& sc : pass_plan(plan.ranks[static_cast<std::size_t>(r)], pass).comm.stages)
+        has_fwd_ = has_fwd_ || sc.has_forwarding();
     for (int c = 0; c < 2; ++c) {
       const Link& l = c == kIntra ? hw.intra_node : hw.inter_node;
       lat_[c] = l.latency_us * 1e-6;
@@ -126,12 +130,19 @@ class PassSim {
     }
     bucket_reduces();
 
-    if (N_ >= 1) run_comm(OpKind::cast, 1);
+    // Relays: a cast's forwarding phase follows its first phase; a reduce's
+    // forwarding phase (partials back to the relays) precedes it.
+    auto cast = [&](int s) {
+      run_comm(OpKind::cast, s, false);
+      if (has_fwd_) run_comm(OpKind::cast, s, true);
+    };
+    if (N_ >= 1) cast(1);
     run_compute(0);
     for (int s = 1; s <= N_; ++s) {
-      if (s < N_) run_comm(OpKind::cast, s + 1);
+      if (s < N_) cast(s + 1);
       run_compute(s);
-      run_comm(OpKind::reduce, s);
+      if (has_fwd_) run_comm(OpKind::reduce, s, true);
+      run_comm(OpKind::reduce, s, false);
     }
     double makespan = 0;
     for (std::size_t r = 0; r < P; ++r) {
@@ -189,15 +200,16 @@ class PassSim {
     }
   }
 
-  // Calls f(arg, kind) for every part of collective (kind, stage) on rank r.
+  // Calls f(arg, kind) for every part of collective (kind, stage) on rank r
+  // (fwd: its forwarding phase).
   template <class F>
-  void for_each_part(int r, OpKind op, int stage, F&& f) const {
+  void for_each_part(int r, OpKind op, int stage, bool fwd, F&& f) const {
     const auto& stages = pp(r).comm.stages;
     if (op == OpKind::cast) {
       w_.parts_visited += 2;
       const StageComm& sc = stages[static_cast<std::size_t>(stage - 1)];
-      f(sc.qo, CommKind::qo);
-      f(sc.kv, CommKind::kv);
+      f(fwd ? sc.qo_fwd : sc.qo, CommKind::qo);
+      f(fwd ? sc.kv_fwd : sc.kv, CommKind::kv);
       return;
     }
     const std::size_t B = static_cast<std::size_t>(N_) + 2;
@@ -206,8 +218,8 @@ class PassSim {
     w_.parts_visited += off[stage + 1] - off[stage];
     for (std::int32_t i = off[stage]; i < off[stage + 1]; ++i) {
       const StageComm& sc = stages[static_cast<std::size_t>(items[i] / 2)];
-      if (items[i] % 2 == 0) f(sc.qo, CommKind::qo);
-      else f(sc.kv, CommKind::kv);
+      if (items[i] % 2 == 0) f(fwd ? sc.qo_fwd : sc.qo, CommKind::qo);
+      else f(fwd ? sc.kv_fwd : sc.kv, CommKind::kv);
     }
   }
 
@@ -222,9 +234,9 @@ class PassSim {
   // splits go back to their srcs, input splits come back from their dsts.
   // part_begin(kind) is called before each part with bytes.
   template <class Begin, class F>
-  void for_each_transfer(int r, OpKind op, int stage, Begin&& part_begin, F&& f) const {
+  void for_each_transfer(int r, OpKind op, int stage, bool fwd, Begin&& part_begin, F&& f) const {
     const bool back = op == OpKind::reduce;
-    for_each_part(r, op, stage, [&](const GroupCollectiveArg& a, CommKind kind) {
+    for_each_part(r, op, stage, fwd, [&](const GroupCollectiveArg& a, CommKind kind) {
       const double b = token_bytes(kind, back);
       if (b <= 0) return;
       part_begin(kind);
@@ -264,8 +276,9 @@ class PassSim {
   }
 
   // One collective on every rank: port loads, readiness (after the pack),
-  // start (rank and peers ready), transfer ends, unpack or merge.
-  void run_comm(OpKind op, int stage) {
+  // start (rank and peers ready), transfer ends, unpack or merge. fwd: the
+  // forwarding phase of relays (a collective of its own).
+  void run_comm(OpKind op, int stage, bool fwd) {
     const bool reduce = op == OpKind::reduce;
     // 1. Port loads. Messages: one per (peer, tensor) in each part, per direction.
     for (int r = 0; r < P_; ++r) {
@@ -278,7 +291,7 @@ class PassSim {
       std::uint32_t e = 0;
       int tensors = 0;
       for_each_transfer(
-          r, op, stage,
+          r, op, stage, fwd,
           [&](CommKind kind) {
             e = next_epoch();
             tensors = tensors_of(pass_, kind, reduce);
@@ -304,7 +317,7 @@ class PassSim {
       if (reduce) t = std::max(t, f[static_cast<std::size_t>(compute_stream())]);
       const double pack = kPackFactor * (ob[0] + ob[1]) * hbm_;
       if (out_ && pack > 0)
-        out_->ranks[static_cast<std::size_t>(r)].comm.push_back({OpKind::pack, stage, t, t + pack, ob[0] + ob[1], 0});
+        out_->ranks[static_cast<std::size_t>(r)].comm.push_back({OpKind::pack, stage, t, t + pack, ob[0] + ob[1], 0, fwd});
       ready = t + pack;
     }
     // 2. Start: the rank and every peer it exchanges data with are ready.
@@ -314,7 +327,7 @@ class PassSim {
       start = ready;
       if (ready < 0) continue;
       for_each_transfer(
-          r, op, stage, [](CommKind) {},
+          r, op, stage, fwd, [](CommKind) {},
           [&](Rank p, double, bool) { start = std::max(start, w_.ready[static_cast<std::size_t>(p)]); });
     }
     // 3. Ends: each transfer ends at max(start of both ends) + the slower of
@@ -325,7 +338,7 @@ class PassSim {
       if (start < 0) continue;
       double end = start;
       for_each_transfer(
-          r, op, stage, [](CommKind) {},
+          r, op, stage, fwd, [](CommKind) {},
           [&](Rank p, double, bool sends) {
             const int c = link_class(r, p);
             const double ps = w_.t_out[port(sends ? r : p, c)], pr = w_.t_in[port(sends ? p : r, c)];
@@ -333,7 +346,12 @@ class PassSim {
           });
       const double sent = w_.out_bytes[port(r, 0)] + w_.out_bytes[port(r, 1)];
       const double recv = w_.in_bytes[port(r, 0)] + w_.in_bytes[port(r, 1)];
-      if (reduce) {
+      if (reduce && fwd) {
+        // The relay merges the forwarded partials into its own rows before
+        // they go on to the source: on the comm stream, right away.
+        end += kMergeFactor * recv * hbm_;
+        w_.reduce_end[R] = std::max(w_.reduce_end[R], end);
+      } else if (reduce) {
         w_.reduce_end[R] = std::max(w_.reduce_end[R], end);
         w_.merge[R] += kMergeFactor * recv * hbm_;
         w_.merge_bytes[R] += recv;
@@ -345,12 +363,13 @@ class PassSim {
       if (out_) {
         const std::int64_t msgs = w_.out_msgs[port(r, 0)] + w_.out_msgs[port(r, 1)] + w_.in_msgs[port(r, 0)] +
                                   w_.in_msgs[port(r, 1)];
-        out_->ranks[R].comm.push_back({op, stage, start, end, sent + recv, msgs});
+        out_->ranks[R].comm.push_back({op, stage, start, end, sent + recv, msgs, fwd});
       }
     }
     // A rank that skips cast(s) has its data at once: compute(s) must not
-    // wait for an older cast's end kept in the same slot.
-    if (!reduce)
+    // wait for an older cast's end kept in the same slot (a rank skipping the
+    // forwarding phase keeps its first phase's end).
+    if (!reduce && !fwd)
       for (int r = 0; r < P_; ++r)
         if (w_.start[static_cast<std::size_t>(r)] < 0)
           w_.cast_end[2 * static_cast<std::size_t>(r) + static_cast<std::size_t>(stage & 1)] = 0.0;
@@ -376,6 +395,7 @@ class PassSim {
   double tflops_;
   double hbm_;  // seconds per HBM byte (0: not charged)
   double lat_[2] = {0, 0}, inv_bw_[2] = {0, 0};
+  bool has_fwd_ = false;  // some rank has a forwarding phase in this pass (relays)
   PassTimeline* out_ = nullptr;
 };
 

@@ -22,7 +22,7 @@ namespace {
 
 // False (with a fault) when the arg's arrays disagree in length or content.
 bool arg_consistent(const GroupCollectiveArg& a, const StageComm& sc, CommKind kind, const HeadLayout& heads,
-                    Token local_rows, int P, const std::string& where, Faults& faults) {
+                    Token local_rows, int P, const std::string& where, bool fwd, Faults& faults) {
   const std::size_t ni = a.input_split_sizes.size(), no = a.output_split_sizes.size();
   if (a.input_ranges.size() != ni || a.input_groups.size() != ni || a.dst_indices.size() != ni) {
     faults.add(fmt::format("{}: input arrays differ in length (sizes {}, ranges {}, groups {}, dst {})", where, ni,
@@ -38,8 +38,9 @@ bool arg_consistent(const GroupCollectiveArg& a, const StageComm& sc, CommKind k
   for (std::size_t i = 0; i < ni; ++i) {
     const Range r = a.input_ranges[i];
     if (r.size() != a.input_split_sizes[i] || r.begin < 0 || r.end > local_rows || r.end < r.begin) {
-      faults.add(fmt::format("{}: input split {} range [{}, {}) does not fit size {} in a local buffer of {} rows",
-                             where, i, r.begin, r.end, a.input_split_sizes[i], local_rows));
+      faults.add(fmt::format("{}: input split {} range [{}, {}) does not fit size {} in a {} of {} rows", where, i,
+                             r.begin, r.end, a.input_split_sizes[i],
+                             fwd ? "first-phase receive buffer" : "local buffer", local_rows));
       ok = false;
     }
     if (!heads.valid_group(a.input_groups[i])) {
@@ -62,6 +63,8 @@ bool arg_consistent(const GroupCollectiveArg& a, const StageComm& sc, CommKind k
     }
     total += a.output_split_sizes[j];
   }
+  if (fwd) return ok;  // the first phase checks the declared count of both
+  total += first_phase_tokens(forwarding(sc, kind));
   const Token declared = kind == CommKind::qo ? sc.num_remote_qo_tokens : sc.num_remote_kv_tokens;
   if (declared != total) {
     faults.add(fmt::format("{}: num_remote_{}_tokens is {} but the output splits hold {}", where,
@@ -74,19 +77,21 @@ bool arg_consistent(const GroupCollectiveArg& a, const StageComm& sc, CommKind k
 }  // namespace
 
 std::vector<Route> match_routes(const Plan& plan, Pass pass, int stage, CommKind kind, const HeadLayout& heads,
-                                const std::vector<Token>& local_rows, Faults& faults) {
+                                const std::vector<Token>& local_rows, Faults& faults, bool fwd) {
   const int P = static_cast<int>(plan.ranks.size());
   std::vector<const GroupCollectiveArg*> args(static_cast<std::size_t>(P), nullptr);
   for (int r = 0; r < P; ++r) {
     const auto& stages = pass_plan(plan.ranks[static_cast<std::size_t>(r)], pass).comm.stages;
-    const std::string where = fmt::format("{} stage {} {} of rank {}", to_string(pass), stage, to_string(kind), r);
+    const std::string where = fmt::format("{} stage {} {}{} of rank {}", to_string(pass), stage, to_string(kind),
+                                          fwd ? " forwarding" : "", r);
     if (static_cast<int>(stages.size()) < stage) {
       faults.add(where + ": the rank's CommMeta has only " + std::to_string(stages.size()) + " stages");
       continue;
     }
     const StageComm& sc = stages[static_cast<std::size_t>(stage - 1)];
-    const GroupCollectiveArg& a = collective(sc, kind);
-    if (arg_consistent(a, sc, kind, heads, local_rows[static_cast<std::size_t>(r)], P, where, faults))
+    const GroupCollectiveArg& a = fwd ? forwarding(sc, kind) : collective(sc, kind);
+    const Token rows = fwd ? first_phase_tokens(collective(sc, kind)) : local_rows[static_cast<std::size_t>(r)];
+    if (arg_consistent(a, sc, kind, heads, rows, P, where, fwd, faults))
       args[static_cast<std::size_t>(r)] = &a;
   }
 
@@ -98,8 +103,8 @@ std::vector<Route> match_routes(const Plan& plan, Pass pass, int stage, CommKind
     for (std::size_t i = 0; i < a->dst_indices.size(); ++i)
       for (Rank d : a->dst_indices[i]) {
         if (d == r)
-          faults.add(fmt::format("{} stage {} {}: rank {} input split {} names itself as a destination",
-                                 to_string(pass), stage, to_string(kind), r, i));
+          faults.add(fmt::format("{} stage {} {}{}: rank {} input split {} names itself as a destination",
+                                 to_string(pass), stage, to_string(kind), fwd ? " forwarding" : "", r, i));
         else
           sends[static_cast<std::size_t>(r)].emplace_back(d, static_cast<int>(i));
       }
@@ -125,8 +130,8 @@ std::vector<Route> match_routes(const Plan& plan, Pass pass, int stage, CommKind
       auto end = std::find_if(it, s.end(), [d](const auto& x) { return x.first != d; });
       const auto [rlo, rhi] = peer_slice(recvs[static_cast<std::size_t>(d)], p);
       const auto n_send = end - it, n_recv = rhi - rlo;
-      const std::string pair = fmt::format("{} stage {} {} from rank {} to rank {}", to_string(pass), stage,
-                                           to_string(kind), p, d);
+      const std::string pair = fmt::format("{} stage {} {}{} from rank {} to rank {}", to_string(pass), stage,
+                                           to_string(kind), fwd ? " forwarding" : "", p, d);
       if (args[static_cast<std::size_t>(d)] != nullptr && n_send != n_recv)
         faults.add(fmt::format("{}: sender has {} splits for it, receiver expects {}", pair, n_send, n_recv));
       auto r = rlo;

@@ -39,8 +39,11 @@ std::vector<Token> output_offsets(const GroupCollectiveArg& a);
 // Routes of one stage (1-based) and kind, sorted by (src, in, dst). Also checks
 // each rank's arg for internal consistency (array lengths, split sizes vs
 // ranges, ranges inside the local buffer of `local_rows[r]` rows, groups,
-// ranks, the declared receive token count).
+// ranks, the declared receive token count, which counts both phases).
+// forwarding: the stage's forwarding phase (relays, plan.hpp) instead, whose
+// input ranges must lie inside the rank's first-phase rows of the stage
+// (`local_rows` is not used then).
 std::vector<Route> match_routes(const Plan& plan, Pass pass, int stage, CommKind kind, const HeadLayout& heads,
-                                const std::vector<Token>& local_rows, Faults& faults);
+                                const std::vector<Token>& local_rows, Faults& faults, bool forwarding = false);
 
 }  // namespace cpsched::sim

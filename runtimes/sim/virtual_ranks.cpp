@@ -185,24 +185,34 @@ class Cluster {
     if (!shape_ok(pass)) return;
     check_offsets(pass);
     alloc_remote(pass);
-    // routes[s - 1][kind]
-    std::vector<std::array<std::vector<Route>, 2>> routes(static_cast<std::size_t>(N_));
+    // routes[s - 1][kind], and those of the forwarding phase (relays)
+    std::vector<std::array<std::vector<Route>, 2>> routes(static_cast<std::size_t>(N_)), fwd_routes(routes.size());
     for (int s = 1; s <= N_; ++s)
-      for (CommKind k : {CommKind::qo, CommKind::kv})
-        routes[static_cast<std::size_t>(s - 1)][static_cast<std::size_t>(k)] =
-            match_routes(plan_, pass, s, k, h_, local_rows_, faults_);
+      for (CommKind k : {CommKind::qo, CommKind::kv}) {
+        const auto si = static_cast<std::size_t>(s - 1), ki = static_cast<std::size_t>(k);
+        routes[si][ki] = match_routes(plan_, pass, s, k, h_, local_rows_, faults_);
+        fwd_routes[si][ki] = match_routes(plan_, pass, s, k, h_, local_rows_, faults_, true);
+      }
     const std::vector<int> qo_after = reduce_points(pass, CommKind::qo, routes);
     const std::vector<int> kv_after = reduce_points(pass, CommKind::kv, routes);
 
     compute_stage(pass, 0);
     for (int s = 1; s <= N_; ++s) {
-      for (CommKind k : {CommKind::qo, CommKind::kv})
-        cast(pass, s, k, routes[static_cast<std::size_t>(s - 1)][static_cast<std::size_t>(k)]);
+      // First phase, then the relays forward what they received.
+      for (bool fwd : {false, true})
+        for (CommKind k : {CommKind::qo, CommKind::kv})
+          cast(pass, s, k, (fwd ? fwd_routes : routes)[static_cast<std::size_t>(s - 1)][static_cast<std::size_t>(k)],
+               fwd);
       compute_stage(pass, s);
       for (int s2 = 1; s2 <= s; ++s2) {
-        const auto& rt = routes[static_cast<std::size_t>(s2 - 1)];
-        if (qo_after[static_cast<std::size_t>(s2)] == s) reduce(pass, s2, CommKind::qo, rt[0]);
-        if (pass == Pass::bwd && kv_after[static_cast<std::size_t>(s2)] == s) reduce(pass, s2, CommKind::kv, rt[1]);
+        // Forwarded partials go back to their relays first (merged there), then
+        // the relays' rows to the sources.
+        for (bool fwd : {true, false}) {
+          const auto& rt = (fwd ? fwd_routes : routes)[static_cast<std::size_t>(s2 - 1)];
+          if (qo_after[static_cast<std::size_t>(s2)] == s) reduce(pass, s2, CommKind::qo, rt[0], fwd);
+          if (pass == Pass::bwd && kv_after[static_cast<std::size_t>(s2)] == s)
+            reduce(pass, s2, CommKind::kv, rt[1], fwd);
+        }
       }
     }
     report_unread(pass);
@@ -245,27 +255,37 @@ class Cluster {
     return k == CommKind::qo ? sc.qo_recv_offset : sc.kv_recv_offset;
   }
 
-  // Calls f(src rank mem, src local row, dst mem, dst remote row, group) for each row of each route.
+  // Calls f(src rank mem, src row, dst mem, dst remote row, group) for each
+  // row of each route. First phase: the src row is local; forwarding phase:
+  // it is a remote row of the src's (the relay's) stage-s receive, and the
+  // dst rows follow the dst's first-phase rows of the stage.
   template <class F>
-  void for_each_row(Pass pass, int s, CommKind k, const std::vector<Route>& routes, F&& f) {
+  void for_each_row(Pass pass, int s, CommKind k, const std::vector<Route>& routes, bool fwd, F&& f) {
     std::vector<std::vector<Token>> offsets(static_cast<std::size_t>(P_));  // per receiver, computed once
+    auto arg_of = [&](int r) -> const GroupCollectiveArg& {
+      const StageComm& sc = pp(r, pass).comm.stages[static_cast<std::size_t>(s - 1)];
+      return fwd ? forwarding(sc, k) : collective(sc, k);
+    };
     for (const Route& rt : routes) {
-      const GroupCollectiveArg& a = collective(pp(rt.src, pass).comm.stages[static_cast<std::size_t>(s - 1)], k);
+      const GroupCollectiveArg& a = arg_of(rt.src);
       std::vector<Token>& off = offsets[static_cast<std::size_t>(rt.dst)];
-      if (off.empty())
-        off = output_offsets(collective(pp(rt.dst, pass).comm.stages[static_cast<std::size_t>(s - 1)], k));
-      const Range src = a.input_ranges[static_cast<std::size_t>(rt.in)];
-      const Token dst0 = seg_offset(rt.dst, pass, s, k) + off[static_cast<std::size_t>(rt.out)];
+      if (off.empty()) off = output_offsets(arg_of(rt.dst));
+      const Range in = a.input_ranges[static_cast<std::size_t>(rt.in)];
+      const Token src0 = in.begin + (fwd ? seg_offset(rt.src, pass, s, k) : 0);
+      const Token first =
+          fwd ? first_phase_tokens(collective(pp(rt.dst, pass).comm.stages[static_cast<std::size_t>(s - 1)], k)) : 0;
+      const Token dst0 = seg_offset(rt.dst, pass, s, k) + first + off[static_cast<std::size_t>(rt.out)];
       RankMem& ms = mem_[static_cast<std::size_t>(rt.src)];
       RankMem& md = mem_[static_cast<std::size_t>(rt.dst)];
       const Token limit = k == CommKind::qo ? md.qo_rows : md.kv_rows;
-      if (dst0 < 0 || dst0 + src.size() > limit) {
-        faults_.add(fmt::format("{} stage {} {} rank {} -> {}: output split {} lies outside the receive buffer",
-                                to_string(pass), s, to_string(k), rt.src, rt.dst, rt.out));
+      const Token src_limit = fwd ? (k == CommKind::qo ? ms.qo_rows : ms.kv_rows) : ms.rows();
+      if (dst0 < 0 || dst0 + in.size() > limit || src0 < 0 || src0 + in.size() > src_limit) {
+        faults_.add(fmt::format("{} stage {} {}{} rank {} -> {}: output split {} lies outside the receive buffer",
+                                to_string(pass), s, to_string(k), fwd ? " forwarding" : "", rt.src, rt.dst, rt.out));
         continue;
       }
       const int g = a.input_groups[static_cast<std::size_t>(rt.in)];
-      for (Token i = 0; i < src.size(); ++i) f(ms, src.begin + i, md, dst0 + i, g);
+      for (Token i = 0; i < in.size(); ++i) f(ms, src0 + i, md, dst0 + i, g);
     }
   }
 
@@ -274,10 +294,24 @@ class Cluster {
     std::copy_n(src.begin() + srow * sw + soff, dw, dst.begin() + drow * dw);
   }
 
-  void cast(Pass pass, int s, CommKind k, const std::vector<Route>& routes) {
+  void cast(Pass pass, int s, CommKind k, const std::vector<Route>& routes, bool fwd) {
     const std::int64_t D = h_.dim;
-    for_each_row(pass, s, k, routes, [&](RankMem& ms, Token sr, RankMem& md, Token dr, int g) {
+    for_each_row(pass, s, k, routes, fwd, [&](RankMem& ms, Token sr, RankMem& md, Token dr, int g) {
       ++rows_moved_;
+      if (fwd) {  // remote rows to remote rows: the group's heads only
+        if (k == CommKind::kv) {
+          copy_row(ms.rk, sr, rkw_, 0, md.rk, dr, rkw_);
+          copy_row(ms.rv, sr, rkw_, 0, md.rv, dr, rkw_);
+          return;
+        }
+        copy_row(ms.rq, sr, rqw_, 0, md.rq, dr, rqw_);
+        if (pass == Pass::bwd) {
+          copy_row(ms.ro, sr, rqw_, 0, md.ro, dr, rqw_);
+          copy_row(ms.rdo, sr, rqw_, 0, md.rdo, dr, rqw_);
+          copy_row(ms.rlse, sr, h_.q_per_group, 0, md.rlse, dr, h_.q_per_group);
+        }
+        return;
+      }
       if (k == CommKind::kv) {
         const std::int64_t off = static_cast<std::int64_t>(h_.kv_head0(g)) * D;
         copy_row(ms.k, sr, kw_, off, md.rk, dr, rkw_);
@@ -294,15 +328,28 @@ class Cluster {
     });
   }
 
-  // The transpose of the cast: the receiver's rows go back to the sender.
-  void reduce(Pass pass, int s, CommKind k, const std::vector<Route>& routes) {
+  // The transpose of the cast: the receiver's rows go back to the sender
+  // (forwarding phase: into the relay's remote rows).
+  void reduce(Pass pass, int s, CommKind k, const std::vector<Route>& routes, bool fwd) {
     const std::int64_t D = h_.dim;
-    for_each_row(pass, s, k, routes, [&](RankMem& host, Token hr, RankMem& comp, Token cr, int g) {
+    for_each_row(pass, s, k, routes, fwd, [&](RankMem& host, Token hr, RankMem& comp, Token cr, int g) {
+      const int qg = h_.q_per_group;
+      if (fwd) {
+        if (k == CommKind::qo && pass == Pass::fwd) {
+          merge_rows(MView{host.ro.data() + hr * rqw_, rqw_}, MView{host.rlse.data() + hr * qg, qg},
+                     CView{comp.ro.data() + cr * rqw_, rqw_}, CView{comp.rlse.data() + cr * qg, qg}, 1, qg, h_.dim);
+        } else if (k == CommKind::qo) {
+          add_rows(MView{host.rdq.data() + hr * rqw_, rqw_}, CView{comp.rdq.data() + cr * rqw_, rqw_}, 1, rqw_);
+        } else {
+          add_rows(MView{host.rdk.data() + hr * rkw_, rkw_}, CView{comp.rdk.data() + cr * rkw_, rkw_}, 1, rkw_);
+          add_rows(MView{host.rdv.data() + hr * rkw_, rkw_}, CView{comp.rdv.data() + cr * rkw_, rkw_}, 1, rkw_);
+        }
+        return;
+      }
       if (k == CommKind::qo && pass == Pass::fwd) {
         const std::int64_t off = static_cast<std::int64_t>(h_.q_head0(g)) * D;
         merge_rows(MView{host.o.data() + hr * qw_ + off, qw_}, MView{host.lse.data() + hr * h_.hq + h_.q_head0(g), h_.hq},
-                   CView{comp.ro.data() + cr * rqw_, rqw_}, CView{comp.rlse.data() + cr * h_.q_per_group, h_.q_per_group},
-                   1, h_.q_per_group, h_.dim);
+                   CView{comp.ro.data() + cr * rqw_, rqw_}, CView{comp.rlse.data() + cr * qg, qg}, 1, qg, h_.dim);
       } else if (k == CommKind::qo) {
         const std::int64_t off = static_cast<std::int64_t>(h_.q_head0(g)) * D;
         add_rows(MView{host.dq.data() + hr * qw_ + off, qw_}, CView{comp.rdq.data() + cr * rqw_, rqw_}, 1, rqw_);

@@ -50,6 +50,15 @@
 //    compute in stream order);
 //  * overlap on: the two streams run concurrently; off: one stream in
 //    program order.
+// Relays (plan.hpp): cast(s) is then two collectives, the first phase and,
+// once it has ended, the forwarding phase (each with its own pack, ports,
+// start rule and unpack; the relay packs from its receive buffer), and
+// compute(s) waits for both. reduce(t) is two as well, in reverse order: the
+// forwarding phase sends the forwarded partials back to the relays, each
+// relay merges what it receives into its rows on the comm stream
+// (kMergeFactor x received bytes / HBM) and only then takes part in the
+// first phase's reduce, which sends its merged rows to the source. A pass
+// without forwarding runs exactly the collectives above.
 // A rank with nothing to move in a collective skips it. Messages are counted
 // as cuda_nccl issues them: one per (peer, tensor) with bytes, the tensors
 // being forward QO cast: Q; forward QO reduce: O, lse; backward QO cast: Q,
@@ -92,6 +101,7 @@ struct TimedOp {
   double end = 0;
   double bytes = 0;     // cast / reduce: bytes this rank sends plus receives; pack: sent; merge: received
   std::int64_t messages = 0;  // cast / reduce: messages this rank sends plus receives, one per (peer, tensor)
+  bool forwarding = false;    // cast / reduce / pack: the forwarding phase of relays
 };
 
 struct RankTimeline {
