@@ -76,13 +76,21 @@ void read_selection(const Section& top, const std::string& key, const std::strin
 }
 
 void read_plan(const Section& top, Config& cfg) {
-  const Section plan(top.diag(), top.get("plan"), top.path("plan"), {"stages", "cache_size"});
+  const Section plan(top.diag(), top.get("plan"), top.path("plan"), {"stages", "relay", "cache_size"});
   // `auto` (or 0): the solver chooses the stage count (Assignment::stages).
   if (plan.has("stages") && plan.get("stages").IsScalar() && plan.get("stages").Scalar() == "auto")
     cfg.stages = 0;
   else
     plan.read_int("stages", cfg.stages, 0, 64);
   plan.read_int("cache_size", cfg.cache_size, 0);
+  // `off` / `on` (YAML 1.1 reads them as booleans, so both spellings are taken).
+  if (plan.has("relay")) {
+    const YAML::Node v = plan.get("relay");
+    const std::string s = v.IsScalar() ? v.Scalar() : std::string();
+    if (s == "on" || s == "true") cfg.relay = true;
+    else if (s == "off" || s == "false") cfg.relay = false;
+    else plan.error("relay", "expected off or on, got " + (v.IsScalar() ? "'" + s + "'" : config_detail::describe(v)));
+  }
 }
 
 void read_plugin_paths(const Section& top, Config& cfg, const std::filesystem::path& base_dir) {

@@ -63,14 +63,14 @@ std::uint64_t hash_words(const std::vector<std::uint64_t>& w) {
 }  // namespace
 
 PlanKey make_plan_key(const Problem& p, const std::string& solver, const Params& solver_params,
-                      const std::string& cost_model, const Params& cost_params, int stages) {
+                      const std::string& cost_model, const Params& cost_params, int stages, int relay_node_size) {
   return make_plan_key(p.seqlen(), p.mask.slices(), p.heads, p.grid, p.sharding, solver, solver_params, cost_model,
-                       cost_params, stages);
+                       cost_params, stages, relay_node_size);
 }
 
 PlanKey make_plan_key(Token seqlen, const std::vector<Slice>& slices, const Heads& heads, const GridOptions& grid,
                       const Sharding& sharding, const std::string& solver, const Params& solver_params,
-                      const std::string& cost_model, const Params& cost_params, int stages) {
+                      const std::string& cost_model, const Params& cost_params, int stages, int relay_node_size) {
   Encoder e;
   e.reserve(32 + 3 * sharding.blocks.size() + 5 * slices.size() + 4 * (solver_params.values().size() + cost_params.values().size()));
   e.word(0x63707363686564ULL);  // format tag, bumped if the encoding changes
@@ -101,6 +101,7 @@ PlanKey make_plan_key(Token seqlen, const std::vector<Slice>& slices, const Head
   e.str(cost_model);
   e.params(cost_params);
   e.i64(stages);
+  e.i64(relay_node_size);
   PlanKey k;
   k.words = e.take();
   k.hash = hash_words(k.words);

@@ -8,6 +8,7 @@
 
 #include "cpsched/cpsched.hpp"
 #include "cpsched/error.hpp"
+#include "cpsched/hardware.hpp"
 #include "cpsched/mask_generators.hpp"
 
 namespace cpsched {
@@ -32,6 +33,9 @@ void check_options(const SessionOptions& o) {
     throw Error(fmt::format("session: stages must be in [1, 64], or 0 for auto (the solver chooses), got {}",
                             o.stages));
   if (o.seqlen < 0) throw Error(fmt::format("session: seqlen must not be negative, got {}", o.seqlen));
+  if (o.relay_node_size < 0)
+    throw Error(fmt::format("session: relay_node_size must be 0 (no relays) or the ranks per node, got {}",
+                            o.relay_node_size));
 }
 
 }  // namespace
@@ -70,7 +74,7 @@ struct Session::Impl {
     if (mask.seqlen() <= 0) throw Error(fmt::format("session: sequence length must be positive, got {}", mask.seqlen()));
     const Sharding sh = Sharding::sequential(mask.seqlen(), opt.cp_size, opt.grid.blocks_per_rank);
     const PlanKey key = make_plan_key(mask.seqlen(), mask.slices(), opt.heads, opt.grid, sh, opt.solver,
-                                      solver_params, opt.cost_model, cost_params, opt.stages);
+                                      solver_params, opt.cost_model, cost_params, opt.stages, opt.relay_node_size);
     if (auto hit = cache.find(key)) {
       last = std::move(hit);
       last_cached = true;
@@ -87,7 +91,7 @@ struct Session::Impl {
     ts = std::chrono::steady_clock::now();
     // stages auto: the solver's choice, else one remote stage.
     const int stages = opt.stages > 0 ? opt.stages : std::max(1, a->stages);
-    auto plan = std::make_shared<const Plan>(build_plan(*a, stages));
+    auto plan = std::make_shared<const Plan>(build_plan(*a, PlanOptions{stages, opt.relay_node_size}));
     out->plan_ms = ms_since(ts);
     out->metrics = compute_metrics(*a);
     out->assignment = std::move(a);
@@ -140,6 +144,8 @@ SessionOptions Session::options_from(const Config& c) {
   o.cost_model = c.cost_model.name;
   o.cost_params = c.cost_model.given_params();
   o.stages = c.stages;
+  // Relays need the node size: the config's hardware profile (the plugins' default when none is named).
+  if (c.relay) o.relay_node_size = resolve_hardware_profile(c.hardware.empty() ? "h100_8x_nvlink" : c.hardware).gpus_per_node;
   o.cache_size = static_cast<std::size_t>(std::max(0, c.cache_size));
   o.plugin_paths = c.plugin_paths;
   return o;

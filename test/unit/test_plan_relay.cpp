@@ -6,6 +6,10 @@
 #include <random>
 
 #include "brute_force.hpp"
+#include "cpsched/config.hpp"
+#include "cpsched/cpsched.hpp"
+#include "cpsched/error.hpp"
+#include "cpsched/hardware.hpp"
 #include "cpsched/metrics.hpp"
 #include "cpsched/plan_builder.hpp"
 #include "cpsched/plan_validator.hpp"
@@ -166,4 +170,42 @@ TEST_CASE("relays: the validator rejects a forwarding that moves other rows") {
 TEST_CASE("relays: a negative node size is an error") {
   auto g = test::make_grid(RangeMask(8, {{{0, 8}, {0, 8}, MaskType::full}}), 4, Heads{2, 1, 8, 2});
   CHECK_THROWS_WITH(build_plan(test::owner_assignment(g), PlanOptions{1, -1}), doctest::Contains("relay_node_size"));
+}
+
+TEST_CASE("plan.relay: off | on, the node size from the hardware profile, a precise error otherwise") {
+  const std::string yaml = "problem: {cp_size: 16, seqlen_per_rank: 64}\n";
+  CHECK_FALSE(parse_config(yaml, "t.yaml").relay);
+  CHECK_FALSE(parse_config(yaml + "plan: {relay: off}\n", "t.yaml").relay);
+  const Config on = parse_config(yaml + "plan: {relay: on}\n", "t.yaml");
+  CHECK(on.relay);
+  CHECK(Session::options_from(on).relay_node_size == 8);  // h100_8x_nvlink, the default profile
+  CHECK(Session::options_from(parse_config(yaml + "hardware: cluster_8gpu_ib\n", "t.yaml", {"plan.relay=on"}))
+            .relay_node_size == resolve_hardware_profile("cluster_8gpu_ib").gpus_per_node);
+  CHECK(Session::options_from(parse_config(yaml, "t.yaml", {"plan.relay=off"})).relay_node_size == 0);
+  try {
+    parse_config(yaml + "plan: {relay: sometimes}\n", "t.yaml");
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("t.yaml:2:15: plan.relay: expected off or on, got 'sometimes'") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("Session: relay_node_size builds relayed plans, and keys the cache apart") {
+  SessionOptions o;
+  o.cp_size = 8;
+  o.heads = Heads{4, 2, 8, 2};
+  o.solver = "owner";
+  o.cache_size = 4;
+  Session plain(o);
+  o.relay_node_size = 4;
+  Session relayed(o);
+  const RangeMask mask(256, {{{0, 256}, {0, 256}, MaskType::causal}});
+  CHECK_FALSE(plain.solve(mask).plan->has_forwarding());
+  CHECK(relayed.solve(mask).plan->has_forwarding());
+  CHECK(relayed.validate().empty());
+  CHECK(make_plan_key(relayed.problem(), "owner", {}, "area", {}, 1, 4) !=
+        make_plan_key(relayed.problem(), "owner", {}, "area", {}, 1, 0));
+  o.relay_node_size = -1;
+  CHECK_THROWS_WITH(Session{o}, doctest::Contains("relay_node_size"));
 }

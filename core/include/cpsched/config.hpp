@@ -48,6 +48,7 @@ struct Config {
   PluginSelection cost_model;
   PluginSelection executor;
   int stages = 1;
+  bool relay = false;  // plan.relay: on = relays (two-level collectives) on the hardware profile's nodes
   int cache_size = 64;
   std::vector<std::filesystem::path> plugin_paths;
   // Top-level `hardware:` (empty when absent): a bundled profile name or a

@@ -48,6 +48,9 @@ struct SessionOptions {
   std::string cost_model = "area";
   Params cost_params;
   int stages = 1;                  // remote stages (plan.stages); 0: auto, the solver chooses
+  // Relays (plan.relay, PlanOptions::relay_node_size): ranks per node, 0 = off.
+  // From a Config with plan.relay: on, the GPUs per node of its hardware profile.
+  int relay_node_size = 0;
   std::size_t cache_size = 64;     // plan cache entries; 0 disables the cache
   // Plugin folders scanned besides the build's / installation's and CPSCHED_PLUGIN_PATH
   // (only when the Session makes its own Registry).

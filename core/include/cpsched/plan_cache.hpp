@@ -32,11 +32,13 @@ struct PlanKey {
 };
 
 PlanKey make_plan_key(const Problem& problem, const std::string& solver, const Params& solver_params,
-                      const std::string& cost_model, const Params& cost_params, int stages);
+                      const std::string& cost_model, const Params& cost_params, int stages,
+                      int relay_node_size = 0);
 // The same key from the parts of a problem (no Problem needed for a look-up).
 PlanKey make_plan_key(Token seqlen, const std::vector<Slice>& slices, const Heads& heads, const GridOptions& grid,
                       const Sharding& sharding, const std::string& solver, const Params& solver_params,
-                      const std::string& cost_model, const Params& cost_params, int stages);
+                      const std::string& cost_model, const Params& cost_params, int stages,
+                      int relay_node_size = 0);
 
 // What a solve produced; shared, immutable.
 struct CachedPlan {
