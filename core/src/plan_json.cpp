@@ -289,14 +289,23 @@ void pass_json(JsonOut& j, const PassPlan& p) {
   j.begin_array();
   for (const StageComm& s : p.comm.stages) {
     j.begin_object();
+    // The forwarding phases (relays) only when present: plans without relays
+    // keep their JSON byte for byte.
+    auto forwarding_json = [&](const char* key, const GroupCollectiveArg& g) {
+      if (g.input_split_sizes.empty() && g.output_split_sizes.empty()) return;
+      j.key(key);
+      collective_json(j, g);
+    };
     j.key("kv");
     collective_json(j, s.kv);
+    forwarding_json("kv_fwd", s.kv_fwd);
     j.field("kv_recv_offset", s.kv_recv_offset);
     j.field("kv_reduce_after", s.kv_reduce_after);
     j.field("num_remote_kv_tokens", s.num_remote_kv_tokens);
     j.field("num_remote_qo_tokens", s.num_remote_qo_tokens);
     j.key("qo");
     collective_json(j, s.qo);
+    forwarding_json("qo_fwd", s.qo_fwd);
     j.field("qo_recv_offset", s.qo_recv_offset);
     j.field("qo_reduce_after", s.qo_reduce_after);
     j.end_object();

@@ -12,6 +12,7 @@
 #include "cpsched/hardware.hpp"
 #include "cpsched/metrics.hpp"
 #include "cpsched/plan_builder.hpp"
+#include "cpsched/plan_json.hpp"
 #include "cpsched/plan_validator.hpp"
 #include "cpsched/mask_generators.hpp"
 #include "plan_fixtures.hpp"
@@ -208,4 +209,22 @@ TEST_CASE("Session: relay_node_size builds relayed plans, and keys the cache apa
         make_plan_key(relayed.problem(), "owner", {}, "area", {}, 1, 0));
   o.relay_node_size = -1;
   CHECK_THROWS_WITH(Session{o}, doctest::Contains("relay_node_size"));
+}
+
+TEST_CASE("plan JSON: forwarding phases only when present") {
+  auto g = test::make_grid(RangeMask(8, {{{0, 8}, {0, 8}, MaskType::full}}), 4, Heads{2, 1, 8, 2});
+  const Assignment a = test::owner_assignment(g);
+  const Metrics m = compute_metrics(a);
+  const Plan plain = build_plan(a, 1), relay = build_plan(a, PlanOptions{1, 2});
+  PlanExport e;
+  e.assignment = &a;
+  e.metrics = &m;
+  e.plan = &plain;
+  const std::string pj = plan_json(e);
+  CHECK(pj.find("_fwd") == std::string::npos);
+  e.plan = &relay;
+  const std::string rj = plan_json(e);
+  // Rank 0 forwards rank 2's rows to rank 1: one split of 2 rows in its first-phase rows.
+  CHECK(rj.find("\"kv_fwd\":{\"dst_indices\":[[1]],\"input_groups\":[0],\"input_ranges\":[[") != std::string::npos);
+  CHECK(rj.find("\"qo_fwd\"") == std::string::npos);  // owner moves no QO
 }
