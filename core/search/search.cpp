@@ -10,17 +10,26 @@ namespace {
 
 constexpr double kEps = 1e-6;  // bytes: objective changes below this are ties
 
+// Holders tried per task: every one up to P = 32; at larger P a cyclic
+// window of this many, starting at a rank that varies with the task, so that
+// one evaluation costs O(1) however many ranks share a block (at P = 1024 a
+// kv block of a sparse mask has hundreds of holders).
+constexpr int kMaxHolderCandidates = 32;
+
 // The ranks worth trying for task t: its hosts, the ranks that already hold
-// its q- or kv-block data of its group, and (for repair) the least loaded.
+// its q- or kv-block data of its group (at most kMaxHolderCandidates), and
+// (for repair) the least loaded.
 template <class F>
 void for_each_candidate(const State& st, TaskId t, bool with_least_loaded, F&& f) {
   const TaskGrid& g = st.model().grid();
   const Rank qh = g.q_host(t), kh = g.k_host(t);
   f(qh);
   if (kh != qh) f(kh);
-  st.for_each_holder(t, [&](Rank r) {
+  auto other = [&](Rank r) {
     if (r != qh && r != kh) f(r);
-  });
+  };
+  if (st.ranks() <= kMaxHolderCandidates) st.for_each_holder(t, other);
+  else st.for_each_holder_from(t, static_cast<Rank>((t * 37 + st.rank(t)) % st.ranks()), kMaxHolderCandidates, other);
   if (with_least_loaded) {
     const Rank r = st.least_loaded();
     if (r != qh && r != kh && !st.holds_q(t, r) && !st.holds_kv(t, r)) f(r);
@@ -46,20 +55,28 @@ Best best_ratio(const State& st, TaskId t, Budget& budget) {
   return best;
 }
 
-// Tasks on rank a that share t's q block (QO) or kv block (KV) and group.
+// Tasks on rank a that share t's q block (QO) or kv block (KV) and group, at
+// most `limit` of them (in cell order): a block of a large grid has thousands
+// of cells, and re-pricing them all after every move made repair quadratic.
 template <class F>
-void for_each_sibling(const State& st, TaskId t, Rank a, bool qo, bool kv, F&& f) {
+void for_each_sibling(const State& st, TaskId t, Rank a, bool qo, bool kv, int limit, F&& f) {
   const ByteModel& m = st.model();
   const int G = m.groups(), g = m.group_of(t);
   const Cell& c = m.grid().cell_of(t);
+  int n = 0;
   for (Dir d : {Dir::qo, Dir::kv}) {
     if (!(d == Dir::qo ? qo : kv)) continue;
     for (std::int32_t cell : m.cells_of(d, d == Dir::qo ? c.qblock : c.kblock)) {
       const TaskId s = static_cast<TaskId>(cell) * G + g;
-      if (s != t && st.rank(s) == a) f(s);
+      if (s == t || st.rank(s) != a) continue;
+      if (n++ == limit) return;
+      f(s);
     }
   }
 }
+
+// Siblings re-priced after a repair move.
+constexpr int kMaxSiblings = 64;
 
 // Per-task keys of the repair's priority queue, reused across ranks: a
 // version stamp tells a live heap entry from a stale one.
@@ -109,7 +126,7 @@ bool repair_rank(State& st, Rank a, Budget& budget, RepairScratch& scratch, std:
     const bool new_q = b.rank != g.q_host(it.t) && !st.holds_q(it.t, b.rank);
     const bool new_kv = b.rank != g.k_host(it.t) && !st.holds_kv(it.t, b.rank);
     st.move(it.t, b.rank);
-    for_each_sibling(st, it.t, a, new_q, new_kv, [&](TaskId s) {
+    for_each_sibling(st, it.t, a, new_q, new_kv, kMaxSiblings, [&](TaskId s) {
       const std::int64_t L = st.model().load(s);
       if (st.load(b.rank) + L > st.cap()) return;
       --budget.left;
@@ -122,14 +139,49 @@ bool repair_rank(State& st, Rank a, Budget& budget, RepairScratch& scratch, std:
 
 }  // namespace
 
+namespace {
+
+// Moves tasks off ranks above the cap to the least loaded rank with room,
+// without pricing: what is left of a repair once its priced evaluations are
+// spent. O(moves x P).
+bool repair_unpriced(State& st) {
+  std::vector<TaskId> tasks;
+  for (;;) {
+    Rank worst = -1;
+    for (Rank r = 0; r < st.ranks(); ++r)
+      if (st.load(r) > st.cap() && (worst < 0 || st.load(r) > st.load(worst))) worst = r;
+    if (worst < 0) return true;
+    // Largest tasks first: fewest moves.
+    tasks = st.tasks_on(worst);
+    std::sort(tasks.begin(), tasks.end(), [&](TaskId x, TaskId y) {
+      const std::int64_t lx = st.model().load(x), ly = st.model().load(y);
+      return lx != ly ? lx > ly : x < y;
+    });
+    bool moved = false;
+    for (TaskId t : tasks) {
+      if (st.load(worst) <= st.cap()) break;
+      const Rank b = st.least_loaded();
+      if (b == worst || st.load(b) + st.model().load(t) > st.cap()) continue;
+      st.move(t, b);
+      moved = true;
+    }
+    if (st.load(worst) > st.cap() && !moved) return false;
+  }
+}
+
+}  // namespace
+
 bool repair(State& st, Budget& budget) {
-  // Time mode prices every move with the per-rank times, and the cap is only
-  // the search's guide (plans are judged by their step time): there repair
-  // stops after a fixed number of evaluations, so that large grids stay fast.
-  const std::int64_t floor =
-      st.time_mode() ? budget.left - kTimeRepairEvaluations : std::numeric_limits<std::int64_t>::min();
-  RepairScratch scratch;
+  // Priced evaluations are bounded: in time mode by a fixed number (the cap
+  // is only the search's guide; plans are judged by their step time), in bytes
+  // mode by max(that, 4 per task), after which the rest is moved unpriced, so
+  // that a large grid (P = 1024, 700k tasks) repairs in bounded time.
   const auto T = static_cast<std::size_t>(st.model().tasks());
+  const std::int64_t limit =
+      st.time_mode() ? kTimeRepairEvaluations
+                     : std::max<std::int64_t>(kTimeRepairEvaluations, 4 * static_cast<std::int64_t>(T));
+  const std::int64_t floor = budget.left - limit;
+  RepairScratch scratch;
   scratch.version.assign(T, 0);
   scratch.key.assign(T, std::numeric_limits<double>::infinity());
   for (;;) {
@@ -137,7 +189,9 @@ bool repair(State& st, Budget& budget) {
     for (Rank r = 0; r < st.ranks(); ++r)
       if (st.load(r) > st.cap() && (worst < 0 || st.load(r) > st.load(worst))) worst = r;
     if (worst < 0) return true;
-    if (budget.left < floor || !repair_rank(st, worst, budget, scratch, floor)) return false;
+    if (budget.left < floor) return st.time_mode() ? false : repair_unpriced(st);
+    if (!repair_rank(st, worst, budget, scratch, floor))
+      return budget.left < floor && !st.time_mode() ? repair_unpriced(st) : false;
   }
 }
 

@@ -37,7 +37,12 @@ State::State(const ByteModel& model, const std::vector<Rank>& start, std::int64_
   const auto P = static_cast<std::size_t>(P_);
   rank_.assign(static_cast<std::size_t>(T), -1);
   load_.assign(P, 0);
-  cnt_.assign(static_cast<std::size_t>(model.num_segments()) * static_cast<std::size_t>(G_) * P, 0);
+  std::size_t expected = 0;
+  for (TaskId t = 0; t < T; ++t) {
+    const std::int32_t cell = info_[static_cast<std::size_t>(t)].cell;
+    expected += model.qo_segments(cell).size() + model.kv_segments(cell).size();
+  }
+  cnt_.reset(static_cast<std::size_t>(model.num_segments()), G_, P_, expected);
   const auto nb = static_cast<std::size_t>(g.sharding().num_blocks());
   blk_cnt_.assign(nb * 2 * static_cast<std::size_t>(G_) * P, 0);
   holders_.assign(nb * 2 * static_cast<std::size_t>(G_) * static_cast<std::size_t>(words_), 0);
@@ -95,9 +100,8 @@ void State::add(TaskId t, Rank r, int sign) {
     const Price& pr = m_->price(d);
     const auto segs = d == Dir::qo ? m_->qo_segments(in.cell) : m_->kv_segments(in.cell);
     for (std::int32_t s : segs) {
-      std::uint16_t& c = cnt_[cnt_index(s, in.group, r)];
+      const std::uint16_t c = cnt_.bump(s, in.group, r, sign);
       const bool flips = sign > 0 ? c == 0 : c == 1;
-      c = static_cast<std::uint16_t>(c + sign);
       if (!flips || r == h) continue;
       double len = static_cast<double>(m_->segment(s).tokens.size()) * sign;
       if (time_) {
@@ -200,8 +204,8 @@ double State::delta(TaskId t, Rank b) const {
       const Rank h = dir == Dir::qo ? in.qhost : in.khost;
       const auto segs = dir == Dir::qo ? m_->qo_segments(in.cell) : m_->kv_segments(in.cell);
       for (std::int32_t s : segs) {
-        if (a != h && cnt_[cnt_index(s, in.group, a)] == 1) d -= m_->segment_cost(s);
-        if (b != h && cnt_[cnt_index(s, in.group, b)] == 0) d += m_->segment_cost(s);
+        if (a != h && cnt_.get(s, in.group, a) == 1) d -= m_->segment_cost(s);
+        if (b != h && cnt_.get(s, in.group, b) == 0) d += m_->segment_cost(s);
       }
     }
     return d;
@@ -255,8 +259,8 @@ std::pair<double, double> State::closed_opened(const TaskInfo& in, Dir dir, Rank
   double closed = 0, opened = 0;
   for (std::int32_t s : segs) {
     const auto len = static_cast<double>(m_->segment(s).tokens.size());
-    if (a != h && cnt_[cnt_index(s, in.group, a)] == 1) closed += len;
-    if (b != h && cnt_[cnt_index(s, in.group, b)] == 0) opened += len;
+    if (a != h && cnt_.get(s, in.group, a) == 1) closed += len;
+    if (b != h && cnt_.get(s, in.group, b) == 0) opened += len;
   }
   return {closed, opened};
 }

@@ -9,7 +9,12 @@
 //   full_stripes    N one-token column stripes over all rows (S = N): the
 //                   validation's worst case; planned only up to N x P = 2^22 pieces
 //
+//   causal          one causal sequence (the P = 1024 and 4096 latency cases)
+//
 //   bench_scale [--slices N] [--cp P] [--solver owner|binary_greedy] [--repeats R] [--mask a,b]
+//               [--cost area|time] [--hardware PROFILE]
+// --cost time gives the solver the `time` cost model on the profile (default
+// h100_8x_nvlink), as the default config does; area is the seed's model.
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -24,6 +29,8 @@
 #include "cpsched/cpsched.hpp"
 #include "cpsched/error.hpp"
 #include "cpsched/resources.hpp"
+#include "cpsched/hardware.hpp"
+#include "cpsched/cost_model.hpp"
 
 using namespace cpsched;
 
@@ -96,10 +103,17 @@ int main(int argc, char** argv) {
     for (const PluginInfo& p : reg->plugins()) found |= p.kind == PluginKind::solver && p.name == solver_name;
     if (!found) throw Error(fmt::format("bench_scale: solver plugin '{}' not found (build the plugins)", solver_name));
     auto solver = reg->make_solver(solver_name, reg->resolve_params(reg->find(PluginKind::solver, solver_name), {}));
-    AreaCostModel cost;
+    const std::string cost_name = arg(argc, argv, "--cost", "area");
+    if (cost_name != "area" && cost_name != "time") throw Error("bench_scale: --cost must be area or time");
+    std::unique_ptr<CostModel> cost_model;
+    if (cost_name == "time")
+      cost_model = std::make_unique<TimeCostModel>(resolve_hardware_profile(arg(argc, argv, "--hardware", "h100_8x_nvlink")));
+    else
+      cost_model = std::make_unique<AreaCostModel>();
+    const CostModel& cost = *cost_model;
 
-    fmt::print("bench_scale: P = {}, GQA 64:8 flattened, solver {}, {} slices, median of {} repeats (ms; solve may run threads)\n", P,
-               solver_name, n, repeats);
+    fmt::print("bench_scale: P = {}, GQA 64:8 flattened, solver {} ({} cost model), {} slices, median of {} repeats (ms; solve may run threads)\n", P,
+               solver_name, cost_name, n, repeats);
     fmt::print("{:<15} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10}\n", "mask", "S", "validate",
                "estimate", "grid", "solve", "plan", "metrics", "total", "total cpu", "tasks");
     for (const std::string& kind : masks) {
@@ -111,6 +125,7 @@ int main(int argc, char** argv) {
         RangeMask mask = kind == "block_sparse"     ? block_sparse(S, n, 42)
                          : kind == "column_stripes" ? column_stripes(S, P, n)
                          : kind == "full_stripes"   ? full_stripes(n)
+                         : kind == "causal"         ? RangeMask(S, {Slice{{0, S}, {0, S}, MaskType::causal}})
                                                     : throw Error("bench_scale: unknown mask " + kind);
         seqlen = mask.seqlen();
         // Process CPU time beside the wall clock: the reference machine's two
@@ -137,7 +152,7 @@ int main(int argc, char** argv) {
         const Assignment a = solver->solve(SolveInput{grid, &cost});
         ts.push_back(ms_since(t0));
         t0 = std::chrono::steady_clock::now();
-        const Plan plan = build_plan(a, 1);
+        const Plan plan = build_plan(a, a.stages > 0 ? a.stages : 1);
         tp.push_back(ms_since(t0));
         t0 = std::chrono::steady_clock::now();
         const Metrics m = compute_metrics(a);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cpsched/search/byte_model.hpp"
+#include "cpsched/search/segment_counts.hpp"
 
 namespace cpsched::search {
 
@@ -84,6 +85,24 @@ class State {
       for (std::uint64_t bits = q[w] | k[w]; bits != 0; bits &= bits - 1)
         f(static_cast<Rank>(w * 64 + __builtin_ctzll(bits)));
   }
+  // The same for at most `limit` holders, scanning ranks cyclically from
+  // `from` (a bounded candidate list at large P; deterministic).
+  template <class F>
+  void for_each_holder_from(TaskId t, Rank from, int limit, F&& f) const {
+    const std::uint64_t* q = words(Dir::qo, t);
+    const std::uint64_t* k = words(Dir::kv, t);
+    const int w0 = from / 64;
+    int n = 0;
+    for (int i = 0; i <= words_ && n < limit; ++i) {
+      const int w = (w0 + i) % words_;
+      std::uint64_t bits = q[w] | k[w];
+      // The first word is visited twice: its bits at or above `from`, then (at
+      // the end of the cycle) those below.
+      if (i == 0) bits &= ~std::uint64_t{0} << (from % 64);
+      else if (i == words_) bits &= (std::uint64_t{1} << (from % 64)) - 1;
+      for (; bits != 0 && n < limit; bits &= bits - 1, ++n) f(static_cast<Rank>(w * 64 + __builtin_ctzll(bits)));
+    }
+  }
   // Tasks currently on rank r (unordered).
   const std::vector<TaskId>& tasks_on(Rank r) const { return on_[static_cast<std::size_t>(r)]; }
 
@@ -94,13 +113,6 @@ class State {
     Rank qhost, khost;
     std::int32_t qblock, kblock;
   };
-  // Layout (segment, rank, group): the groups of one cell, placed together,
-  // share cache lines.
-  std::size_t cnt_index(int s, int g, Rank r) const {
-    return (static_cast<std::size_t>(s) * static_cast<std::size_t>(P_) + static_cast<std::size_t>(r)) *
-               static_cast<std::size_t>(G_) +
-           static_cast<std::size_t>(g);
-  }
   std::size_t block_slot(Dir d, std::int32_t block, int g) const {
     return (static_cast<std::size_t>(block) * 2 + static_cast<std::size_t>(d)) * static_cast<std::size_t>(G_) +
            static_cast<std::size_t>(g);
@@ -126,7 +138,7 @@ class State {
   std::vector<TaskInfo> info_;
   std::vector<Rank> rank_;
   std::vector<std::int64_t> load_;
-  std::vector<std::uint16_t> cnt_;        // (segment, rank, group): tasks needing it
+  SegmentCounts cnt_;                     // (segment, rank, group): tasks needing it
   std::vector<std::uint32_t> blk_cnt_;    // (block, dir, group, rank): tasks of that block
   std::vector<std::uint64_t> holders_;    // (block, dir, group): rank bitset
   std::vector<double> send_, recv_;

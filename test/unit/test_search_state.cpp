@@ -1,0 +1,69 @@
+// libcpsched_search's placement state at scale: the (segment, rank, group)
+// counts kept in a hash table when the dense table would be large give the
+// same answers as the dense one, and a State built on a large grid agrees
+// with its incremental updates.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <random>
+#include <tuple>
+
+#include "cpsched/search/segment_counts.hpp"
+
+using cpsched::search::SegmentCounts;
+
+namespace {
+
+void check_against_map(std::size_t segments, int groups, int ranks, std::size_t expected, bool want_dense) {
+  SegmentCounts c;
+  c.reset(segments, groups, ranks, expected);
+  CHECK(c.dense() == want_dense);
+  std::map<std::tuple<int, int, int>, int> ref;
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<std::int64_t> seg(0, static_cast<std::int64_t>(segments) - 1);
+  std::uniform_int_distribution<int> grp(0, groups - 1), rk(0, ranks - 1);
+  std::vector<std::tuple<int, int, int>> live;
+  for (int step = 0; step < 200000; ++step) {
+    // Mostly increments at fresh keys (the table grows past its expected
+    // size), decrements of live keys, and re-increments of dropped ones.
+    if (!live.empty() && rng() % 3 == 0) {
+      const std::size_t i = rng() % live.size();
+      auto [s, g, r] = live[i];
+      const int before = ref[live[i]];
+      REQUIRE(c.bump(s, g, r, -1) == before);
+      if (--ref[live[i]] == 0) {
+        live[i] = live.back();
+        live.pop_back();
+      }
+    } else {
+      const auto key = std::make_tuple(static_cast<int>(seg(rng)), grp(rng), rk(rng));
+      const int before = ref[key];
+      REQUIRE(c.bump(std::get<0>(key), std::get<1>(key), std::get<2>(key), +1) == before);
+      if (before == 0) live.push_back(key);
+      ++ref[key];
+    }
+  }
+  for (const auto& [k, v] : ref) REQUIRE(c.get(std::get<0>(k), std::get<1>(k), std::get<2>(k)) == v);
+  // Keys never touched read 0.
+  for (int i = 0; i < 1000; ++i) {
+    const auto key = std::make_tuple(static_cast<int>(seg(rng)), grp(rng), rk(rng));
+    const auto it = ref.find(key);
+    CHECK(c.get(std::get<0>(key), std::get<1>(key), std::get<2>(key)) == (it == ref.end() ? 0 : it->second));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("segment counts: dense and hashed tables agree with a reference map") {
+  check_against_map(1000, 4, 16, 100, true);            // 64k entries: dense
+  check_against_map(200000, 8, 1024, 1000, false);      // 1.6G entries: hashed, grows from 1000
+  check_against_map(3, 1, 2, 1, true);                  // tiny
+}
+
+TEST_CASE("segment counts: a hashed table's memory follows its entries, not the key space") {
+  SegmentCounts c;
+  c.reset(1'000'000, 8, 4096, 10000);  // 3.3e10 possible keys
+  CHECK(!c.dense());
+  for (int i = 0; i < 10000; ++i) c.bump(i * 97, i % 8, (i * 31) % 4096, +1);
+  CHECK(c.memory_bytes() < 1'000'000);
+}
