@@ -30,13 +30,12 @@ fi
 venv="$root/build/python-venv"
 rm -rf "$venv"
 "$py" -m venv "$venv"
-"$venv/bin/python" -m pip install -q --upgrade pip
 "$venv/bin/python" -m pip install -q scikit-build-core nanobind numpy pytest
 # The package's build folder is kept between runs (rebuilds only what changed).
 if command -v ccache >/dev/null; then
   export CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=true
 fi
-"$venv/bin/python" -m pip install -q --no-build-isolation -Cbuild-dir=build/python .
+"$venv/bin/python" -m pip install -q --no-build-isolation --config-settings=build-dir=build/python-test .
 # Run from outside the tree: the installed package is what is imported.
 cd "$root/build"
 CPSCHED_CLI="$root/build/$preset/bin/cpsched" "$venv/bin/python" -m pytest -q -p no:cacheprovider \

@@ -387,22 +387,28 @@ def test_one_session_shared_by_threads_is_serialised():
 
 
 def test_the_gil_is_released_while_solving(quickstart):
-    # A solve of >= tens of ms: while it runs, this thread keeps running (with the GIL held the
-    # longest gap between two of its iterations would be the whole solve).
-    s = cpsched.Session.from_config(quickstart, {"problem.cp_size": 32, "plan.cache_size": 0})
-    m = cpsched.mask_from_config(quickstart, {"problem.cp_size": 32})
-    box = {}
-    t = threading.Thread(target=lambda: box.setdefault("r", s.solve(m.q_ranges, m.k_ranges, m.types)))
-    gaps, last = [], time.perf_counter()
-    t.start()
-    while t.is_alive():
-        now = time.perf_counter()
-        gaps.append(now - last)
-        last = now
-    t.join()
-    call_s = box["r"].call_ms / 1000
-    assert call_s > 0.01
-    assert max(gaps) < 0.6 * call_s, (max(gaps), call_s)
+    # A solve of ~0.1 s (P = 64): while it runs this thread keeps running. With the GIL held, the
+    # longest gap between two of its iterations would be the whole solve; released, only the OS's
+    # scheduling (the solver's own threads share the cores) separates them. Three tries absorb a
+    # busy machine; a held GIL fails all three.
+    s = cpsched.Session.from_config(quickstart, {"problem.cp_size": 64, "plan.cache_size": 0})
+    m = cpsched.mask_from_config(quickstart, {"problem.cp_size": 64})
+    seen = []
+    for _ in range(3):
+        box = {}
+        t = threading.Thread(target=lambda: box.setdefault("r", s.solve(m.q_ranges, m.k_ranges, m.types)))
+        gap, last = 0.0, time.perf_counter()
+        t.start()
+        while t.is_alive():
+            now = time.perf_counter()
+            gap, last = max(gap, now - last), now
+        t.join()
+        call_s = box["r"].call_ms / 1000
+        assert call_s > 0.02
+        seen.append((gap, call_s))
+        if gap < 0.5 * call_s:
+            return
+    pytest.fail(f"the longest pause of the main thread (s) against the solve (s): {seen}")
 
 
 def test_repeated_masks_hit_the_cache():
