@@ -183,6 +183,8 @@ def test_result_fields_are_numpy_arrays():
                     assert len(kind.dst_indices) == len(kind.input_split_sizes)
                     assert all(rank not in d.tolist() for d in kind.dst_indices)
                     assert kind.output_split_sizes.sum() >= 0
+                # Relays' forwarding phase: present and empty unless the plan asks for relays.
+                assert st.qo_fwd.input_split_sizes.size == 0 and len(st.kv_fwd.dst_indices) == 0
                 assert st.num_remote_qo_tokens == int(st.qo.output_split_sizes.sum())
                 assert st.num_remote_kv_tokens == int(st.kv.output_split_sizes.sum())
             assert comm.num_remote_kv_tokens_per_stage == [st.num_remote_kv_tokens for st in comm.stages]
@@ -245,6 +247,21 @@ def test_bad_masks_are_value_errors(q, k, t, msg):
     with pytest.raises(ValueError) as e:
         s.solve(q, k, t)
     assert msg in str(e.value)
+
+
+class DeviceTensor:
+    """A tensor on an accelerator: its DLPack export refuses a host copy, as torch's does."""
+
+    def __dlpack__(self, **kw):
+        raise BufferError("the tensor is on device cuda:0")
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+
+def test_device_tensors_are_refused_with_advice():
+    with pytest.raises(ValueError, match=r"q_ranges: cannot read it as a host array .*cuda:0.*\.cpu\(\)"):
+        small_session().solve(DeviceTensor(), K, T)
 
 
 def test_bad_result_queries_are_value_errors(tmp_path):
