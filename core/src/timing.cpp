@@ -347,9 +347,6 @@ class PassSim {
       const double sent = w_.out_bytes[port(r, 0)] + w_.out_bytes[port(r, 1)];
       const double recv = w_.in_bytes[port(r, 0)] + w_.in_bytes[port(r, 1)];
       if (reduce && fwd) {
-        // The relay merges the forwarded partials into its own rows before
-        // they go on to the source: on the comm stream, right away.
-        end += kMergeFactor * recv * hbm_;
         w_.reduce_end[R] = std::max(w_.reduce_end[R], end);
       } else if (reduce) {
         w_.reduce_end[R] = std::max(w_.reduce_end[R], end);
@@ -360,6 +357,15 @@ class PassSim {
         w_.cast_end[2 * R + static_cast<std::size_t>(stage & 1)] = end;
       }
       w_.free[R][static_cast<std::size_t>(comm_stream())] = end;
+      if (reduce && fwd && recv > 0) {
+        // A relay merges the forwarded partials into its rows before they go
+        // on to the source: on its compute stream once they are in, as
+        // cuda_nccl issues it; its part of the first phase's reduce waits.
+        double& cs = w_.free[R][static_cast<std::size_t>(compute_stream())];
+        const double m0 = std::max(cs, end);
+        cs = m0 + kMergeFactor * recv * hbm_;
+        if (out_) out_->ranks[R].compute.push_back({OpKind::merge, stage, m0, cs, recv, 0, true});
+      }
       if (out_) {
         const std::int64_t msgs = w_.out_msgs[port(r, 0)] + w_.out_msgs[port(r, 1)] + w_.in_msgs[port(r, 0)] +
                                   w_.in_msgs[port(r, 1)];

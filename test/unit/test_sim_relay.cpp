@@ -200,17 +200,24 @@ TEST_CASE("relay timing, backward: partials go back to the relay first, merged t
   CHECK(t.ranks[0].end == doctest::Approx(red0).epsilon(1e-12));
 
   // With HBM charges the relay merges what rank 3 returns (3 x bytes / HBM)
-  // on the comm stream before its own reduce.
+  // on its compute stream before its own reduce.
   hw.hbm_gb_s = 1000;
   t = simulate_pass(c.p, c.plan, hw, Pass::bwd);
   const TimedOp* fwd_reduce = nullptr;
   const TimedOp* reduce = nullptr;
+  const TimedOp* merge = nullptr;
   for (const TimedOp& op : t.ranks[2].comm)
     if (op.kind == OpKind::reduce) (op.forwarding ? fwd_reduce : reduce) = &op;
+  for (const TimedOp& op : t.ranks[2].compute)
+    if (op.kind == OpKind::merge && op.forwarding) merge = &op;
   REQUIRE(fwd_reduce != nullptr);
   REQUIRE(reduce != nullptr);
+  REQUIRE(merge != nullptr);
   const double port = 5e-6 + seconds_of(back, 200);
-  CHECK(fwd_reduce->end - fwd_reduce->start == doctest::Approx(port + kMergeFactor * seconds_of(back, 1000)).epsilon(1e-9));
+  CHECK(fwd_reduce->end - fwd_reduce->start == doctest::Approx(port).epsilon(1e-9));
+  CHECK(merge->start == doctest::Approx(fwd_reduce->end).epsilon(1e-12));
+  CHECK(merge->end - merge->start == doctest::Approx(kMergeFactor * seconds_of(back, 1000)).epsilon(1e-9));
+  CHECK(merge->bytes == doctest::Approx(back));
   // Rank 2 packs its merged rows (2 x bytes / HBM) once the merge is done.
-  CHECK(reduce->start >= fwd_reduce->end + kPackFactor * seconds_of(back, 1000) - 1e-15);
+  CHECK(reduce->start == doctest::Approx(merge->end + kPackFactor * seconds_of(back, 1000)).epsilon(1e-9));
 }

@@ -55,10 +55,12 @@
 // start rule and unpack; the relay packs from its receive buffer), and
 // compute(s) waits for both. reduce(t) is two as well, in reverse order: the
 // forwarding phase sends the forwarded partials back to the relays, each
-// relay merges what it receives into its rows on the comm stream
-// (kMergeFactor x received bytes / HBM) and only then takes part in the
-// first phase's reduce, which sends its merged rows to the source. A pass
-// without forwarding runs exactly the collectives above.
+// relay merges what it receives into its rows on its COMPUTE stream once
+// they are in (kMergeFactor x received bytes / HBM, a merge op with
+// forwarding = true; cuda_nccl issues it there) and only then takes part in
+// the first phase's reduce (which waits for the compute stream anyway), which
+// sends its merged rows to the source. A pass without forwarding runs exactly
+// the collectives above.
 // A rank with nothing to move in a collective skips it. Messages are counted
 // as cuda_nccl issues them: one per (peer, tensor) with bytes, the tensors
 // being forward QO cast: Q; forward QO reduce: O, lse; backward QO cast: Q,
@@ -91,7 +93,8 @@ enum class OpKind {
   cast = 1,     // comm stream: a group-cast (transfers and unpack)
   reduce = 2,   // comm stream: a group-reduce (transfers)
   pack = 3,     // comm stream: packing the sends of the collective that follows (same stage)
-  merge = 4,    // compute stream: merging the partial outputs received by the reduces (pass end)
+  merge = 4,    // compute stream: merging the partial outputs received by the reduces (pass end;
+                // forwarding = true: a relay's merge of forwarded partials at the reduce point)
 };
 
 struct TimedOp {
