@@ -25,7 +25,11 @@ std::vector<StageStaging> staging_layout(const PassLists& lists) {
     s.kv_cast = s.qo_cast + st.qo.cast_send.bytes;
     s.qo_reduce = s.kv_cast + st.kv.cast_send.bytes;
     s.kv_reduce = s.qo_reduce + st.qo.reduce_recv.bytes;
-    s.bytes = s.kv_reduce + st.kv.reduce_recv.bytes;
+    s.qo_fwd_cast = s.kv_reduce + st.kv.reduce_recv.bytes;
+    s.kv_fwd_cast = s.qo_fwd_cast + st.qo_fwd.cast_send.bytes;
+    s.qo_fwd_reduce = s.kv_fwd_cast + st.kv_fwd.cast_send.bytes;
+    s.kv_fwd_reduce = s.qo_fwd_reduce + st.qo_fwd.reduce_recv.bytes;
+    s.bytes = s.kv_fwd_reduce + st.kv_fwd.reduce_recv.bytes;
     at += s.bytes;
     out.push_back(s);
   }

@@ -49,6 +49,8 @@ RemoteShape remote_shape(const PassPlan& plan, const HeadLayout& h);
 struct StageStaging {
   Bytes offset = 0;
   Bytes qo_cast = 0, kv_cast = 0, qo_reduce = 0, kv_reduce = 0;  // offsets inside the stage
+  // Forwarding phase (relays): the relay's packed forwards and the partials it gets back.
+  Bytes qo_fwd_cast = 0, kv_fwd_cast = 0, qo_fwd_reduce = 0, kv_fwd_reduce = 0;
   Bytes bytes = 0;
 };
 std::vector<StageStaging> staging_layout(const PassLists& lists);

@@ -133,8 +133,8 @@ void RankPipeline::prepare(Pass pass, const PassPlan& plan) {
 
   MetaArena arena;
   struct Pending {
-    std::size_t pack = 0;
-    std::vector<std::size_t> qo_unpack, kv_unpack;
+    std::size_t pack = 0, fwd_pack = 0;
+    std::vector<std::size_t> qo_unpack, kv_unpack, qo_fwd_unpack, kv_fwd_unpack;
   };
   std::vector<Pending> pending(static_cast<std::size_t>(N));
   pp.stages.assign(static_cast<std::size_t>(N), Stage{});
@@ -232,6 +232,92 @@ void RankPipeline::prepare(Pass pass, const PassPlan& plan) {
     }
   }
 
+  // Forwarding phase (relays).
+  for (int s = 1; s <= N; ++s) {
+    const StageComm& sc = plan.comm.stages[static_cast<std::size_t>(s - 1)];
+    const StageLists& sl = lists.stages[static_cast<std::size_t>(s - 1)];
+    const StageStaging& ss = stg[static_cast<std::size_t>(s - 1)];
+    Stage& st = pp.stages[static_cast<std::size_t>(s - 1)];
+    Pending& pd = pending[static_cast<std::size_t>(s - 1)];
+    std::uint8_t* stage_base = rb.staging + ss.offset;
+    std::vector<CopySeg> pack;
+    for (Kind kind : {Kind::qo, Kind::kv}) {
+      const KindLists& kl = sl.fwd_of(kind);
+      const Token off = kind == Kind::qo ? sc.qo_recv_offset : sc.kv_recv_offset;
+      std::uint8_t* base = stage_base + (kind == Kind::qo ? ss.qo_fwd_cast : ss.kv_fwd_cast);
+      for (const Message& m : kl.cast_send.messages) {
+        for (const Segment& g : m.segments) {
+          if (g.rows == 0) continue;
+          // Remote rows hold the group's heads only: whole rows are forwarded.
+          const Bytes rowb = h_.row_bytes(g.tensor, rg);
+          pack.push_back(CopySeg{remote_buf(g.tensor) + (off + g.row) * rowb, base + m.offset + g.offset, g.rows, rowb,
+                                 rowb, rowb});
+        }
+        for (const Chunk& c : m.chunks)
+          if (c.bytes > 0) st.fwd_cast_ops.push_back({true, m.peer, base + m.offset + c.offset, c.bytes});
+      }
+      for (const Message& m : kl.cast_recv.messages)
+        for (const Chunk& c : m.chunks)
+          if (c.bytes > 0)
+            st.fwd_cast_ops.push_back({false, m.peer, remote_buf(c.tensor) + c.row * h_.row_bytes(c.tensor, rg), c.bytes});
+    }
+    st.n_fwd_pack = static_cast<int>(pack.size());
+    if (!pack.empty()) pd.fwd_pack = arena.add(pack);
+
+    for (Kind kind : {Kind::qo, Kind::kv}) {
+      const KindLists& kl = sl.fwd_of(kind);
+      const Token off = kind == Kind::qo ? sc.qo_recv_offset : sc.kv_recv_offset;
+      std::vector<P2POp>& ops = kind == Kind::qo ? st.qo_fwd_reduce_ops : st.kv_fwd_reduce_ops;
+      std::uint8_t* base = stage_base + (kind == Kind::qo ? ss.qo_fwd_reduce : ss.kv_fwd_reduce);
+      for (const Message& m : kl.reduce_send.messages)
+        for (const Chunk& c : m.chunks)
+          if (c.bytes > 0) ops.push_back({true, m.peer, remote_buf(c.tensor) + c.row * h_.row_bytes(c.tensor, rg), c.bytes});
+      for (const Message& m : kl.reduce_recv.messages) {
+        for (const Chunk& c : m.chunks)
+          if (c.bytes > 0) ops.push_back({false, m.peer, base + m.offset + c.offset, c.bytes});
+        std::uint8_t* mb = base + m.offset;
+        std::vector<std::size_t>& un = kind == Kind::qo ? pd.qo_fwd_unpack : pd.kv_fwd_unpack;
+        std::vector<Unpack>& uu = kind == Kind::qo ? st.qo_fwd_unpack : st.kv_fwd_unpack;
+        if (pass == Pass::fwd && kind == Kind::qo) {
+          // Into the relay's remote O / lse accumulators (rows of q_heads heads).
+          const std::size_t n = m.segments.size() / 2;
+          const i64 qh = pp.shape.q_heads;
+          std::vector<MergeSeg> segs;
+          for (std::size_t i = 0; i < n; ++i) {
+            const Segment& o = m.segments[i];
+            const Segment& l = m.segments[n + i];
+            if (o.tensor != Tensor::o || l.tensor != Tensor::lse || o.split != l.split)
+              throw Error("cuda_nccl (internal): forwarding reduce message is not (O..., lse...) per split");
+            if (o.rows == 0) continue;
+            const i64 row = off + o.row;
+            segs.push_back(MergeSeg{rb.o_acc + row * qh * h_.dim, rb.lse_acc + row * qh,
+                                    reinterpret_cast<const bf16*>(mb + o.offset),
+                                    reinterpret_cast<const float*>(mb + l.offset), o.rows, qh * h_.dim, qh,
+                                    static_cast<int>(qh), h_.dim});
+          }
+          if (!segs.empty()) {
+            un.push_back(arena.add(segs));
+            uu.push_back({nullptr, static_cast<int>(segs.size())});
+          }
+        } else if (pass == Pass::bwd) {
+          std::vector<SumSeg> segs;
+          for (const Segment& g : m.segments) {
+            if (g.rows == 0) continue;
+            const bool q_side = g.tensor == Tensor::dq;
+            float* acc = q_side ? rb.dq_acc : g.tensor == Tensor::dk ? rb.dk_acc : rb.dv_acc;
+            const i64 width = static_cast<i64>(q_side ? pp.shape.q_heads : pp.shape.kv_heads) * h_.dim;
+            segs.push_back(SumSeg{acc + (off + g.row) * width, reinterpret_cast<const bf16*>(mb + g.offset), g.rows,
+                                  width, width});
+          }
+          if (!segs.empty()) {
+            un.push_back(arena.add(segs));
+            uu.push_back({nullptr, static_cast<int>(segs.size())});
+          }
+        }
+      }
+    }
+  }
+
   // Attention launches of every stage.
   const QSide q_local = pass == Pass::fwd
                             ? QSide{lb.q, nullptr, nullptr, nullptr, nullptr, lb.o_acc, lb.lse_acc, nullptr, rows_, h_.hq, 0}
@@ -283,6 +369,11 @@ void RankPipeline::prepare(Pass pass, const PassPlan& plan) {
     if (st.n_pack > 0) st.pack = arena.at<CopySeg>(pd.pack);
     for (std::size_t i = 0; i < st.qo_unpack.size(); ++i) st.qo_unpack[i].segs = arena.at<void>(pd.qo_unpack[i]);
     for (std::size_t i = 0; i < st.kv_unpack.size(); ++i) st.kv_unpack[i].segs = arena.at<void>(pd.kv_unpack[i]);
+    if (st.n_fwd_pack > 0) st.fwd_pack = arena.at<CopySeg>(pd.fwd_pack);
+    for (std::size_t i = 0; i < st.qo_fwd_unpack.size(); ++i)
+      st.qo_fwd_unpack[i].segs = arena.at<void>(pd.qo_fwd_unpack[i]);
+    for (std::size_t i = 0; i < st.kv_fwd_unpack.size(); ++i)
+      st.kv_fwd_unpack[i].segs = arena.at<void>(pd.kv_fwd_unpack[i]);
   }
   for (const PendingLaunch& x : pl) {
     AttnLaunch& p = pp.launches[x.s][x.i].p;
@@ -307,6 +398,9 @@ void RankPipeline::issue_cast(PassPrep& pp, int s, std::vector<Event>& done) {
   Stage& st = pp.stages[static_cast<std::size_t>(s - 1)];
   if (st.n_pack > 0) be_.copy(StreamId::comm, st.pack, st.n_pack);
   if (!st.cast_ops.empty()) be_.exchange(st.cast_ops);
+  // Relays: forward rows of this stage's receive once it is in (comm stream order).
+  if (st.n_fwd_pack > 0) be_.copy(StreamId::comm, st.fwd_pack, st.n_fwd_pack);
+  if (!st.fwd_cast_ops.empty()) be_.exchange(st.fwd_cast_ops);
   done[static_cast<std::size_t>(s)] = be_.record(StreamId::comm);
 }
 
@@ -316,14 +410,33 @@ void RankPipeline::issue_reduce(Pass pass, PassPrep& pp, int t, Kind kind, std::
   const i64 qn = st.qo_rows * pp.shape.q_heads * h_.dim, qo = st.qo_off * pp.shape.q_heads * h_.dim;
   const i64 kn = st.kv_rows * pp.shape.kv_heads * h_.dim, ko = st.kv_off * pp.shape.kv_heads * h_.dim;
   // Partial results of stage t's rows to the wire dtype (lse travels as fp32).
-  if (kind == Kind::qo) {
-    if (pass == Pass::fwd) be_.convert(rb.o_acc + qo, rb.o_wire + qo, qn);
-    else be_.convert(rb.dq_acc + qo, rb.dq_wire + qo, qn);
-  } else {
-    be_.convert(rb.dk_acc + ko, rb.dk_wire + ko, kn);
-    be_.convert(rb.dv_acc + ko, rb.dv_wire + ko, kn);
-  }
+  auto to_wire = [&] {
+    if (kind == Kind::qo) {
+      if (pass == Pass::fwd) be_.convert(rb.o_acc + qo, rb.o_wire + qo, qn);
+      else be_.convert(rb.dq_acc + qo, rb.dq_wire + qo, qn);
+    } else {
+      be_.convert(rb.dk_acc + ko, rb.dk_wire + ko, kn);
+      be_.convert(rb.dv_acc + ko, rb.dv_wire + ko, kn);
+    }
+  };
+  to_wire();
   be_.wait(StreamId::comm, be_.record(StreamId::compute));
+  // Relays: forwarded partials come back first; a relay folds them into its
+  // rows (one launch per peer: peers return the same rows) before they go on.
+  const auto& fwd_ops = kind == Kind::qo ? st.qo_fwd_reduce_ops : st.kv_fwd_reduce_ops;
+  if (!fwd_ops.empty()) {
+    be_.exchange(fwd_ops);
+    const auto& back = kind == Kind::qo ? st.qo_fwd_unpack : st.kv_fwd_unpack;
+    if (!back.empty()) {
+      be_.wait(StreamId::compute, be_.record(StreamId::comm));
+      for (const Unpack& u : back) {
+        if (pass == Pass::fwd && kind == Kind::qo) be_.merge(static_cast<const MergeSeg*>(u.segs), u.n);
+        else be_.sum(static_cast<const SumSeg*>(u.segs), u.n);
+      }
+      to_wire();
+      be_.wait(StreamId::comm, be_.record(StreamId::compute));
+    }
+  }
   const auto& ops = kind == Kind::qo ? st.qo_reduce_ops : st.kv_reduce_ops;
   if (!ops.empty()) be_.exchange(ops);
   done.push_back(be_.record(StreamId::comm));

@@ -9,6 +9,15 @@
 //   compute waits for every reduce and merges (O, lse) or sums (dQ, dK, dV)
 //   what came back into the local accumulators, one peer at a time.
 //
+// Relays (plan.hpp's forwarding phase): after a stage's group-cast the comm
+// stream packs the rows the rank relays from its remote tensors and runs the
+// forwarding group-cast (receivers take them straight into their remote
+// tensors after the first phase's rows). At a reduce point the forwarded
+// partials go back first (forwarding group-reduce into staging); a relay's
+// compute stream then merges / sums them into its remote accumulators, one
+// peer at a time, converts the stage's rows to the wire dtype again, and only
+// then does the comm stream send the relay's rows on to their source.
+//
 // Every rank issues its NCCL groups in this same order (the reduce points are
 // the same on every rank), so point-to-point calls always match. All
 // metadata (pack/merge segments, attention work lists) is built and uploaded
@@ -74,6 +83,12 @@ class RankPipeline {
     int n_pack = 0;
     std::vector<P2POp> cast_ops, qo_reduce_ops, kv_reduce_ops;
     std::vector<Unpack> qo_unpack, kv_unpack;
+    // Forwarding phase (relays): pack from the remote tensors, the forwarding
+    // cast, and the forwarding reduce with its merges into remote accumulators.
+    const CopySeg* fwd_pack = nullptr;
+    int n_fwd_pack = 0;
+    std::vector<P2POp> fwd_cast_ops, qo_fwd_reduce_ops, kv_fwd_reduce_ops;
+    std::vector<Unpack> qo_fwd_unpack, kv_fwd_unpack;
   };
   struct PassPrep {
     RemoteBuffers rb;

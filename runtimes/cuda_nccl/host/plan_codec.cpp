@@ -11,7 +11,7 @@ namespace cpsched::gpu {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x43505250;  // "CPRP"
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;  // 2: forwarding phases (relays)
 
 class Writer {
  public:
@@ -60,6 +60,8 @@ class Writer {
     pod(static_cast<std::int32_t>(s.kv_reduce_after));
     item(s.qo);
     item(s.kv);
+    item(s.qo_fwd);
+    item(s.kv_fwd);
   }
   void item(const PassPlan& p) {
     vec(p.calc.local_attn_args);
@@ -133,6 +135,8 @@ class Reader {
     s.kv_reduce_after = pod<std::int32_t>();
     s.qo = collective();
     s.kv = collective();
+    s.qo_fwd = collective();
+    s.kv_fwd = collective();
     return s;
   }
   PassPlan pass() {

@@ -149,10 +149,11 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
   figs[kDeviceBytes] = static_cast<double>(pipe.sizes().total());
   for (Pass ps : {Pass::fwd, Pass::bwd})
     for (const StageLists& st : pipe.lists(ps).stages)
-      for (Kind k : {Kind::qo, Kind::kv}) {
-        figs[kSendBytes] += static_cast<double>(st.of(k).cast_send.bytes + st.of(k).reduce_send.bytes);
-        figs[kRecvBytes] += static_cast<double>(st.of(k).cast_recv.bytes + st.of(k).reduce_recv.bytes);
-      }
+      for (Kind k : {Kind::qo, Kind::kv})
+        for (const KindLists* kl : {&st.of(k), &st.fwd_of(k)}) {  // forwarding phase (relays) included
+          figs[kSendBytes] += static_cast<double>(kl->cast_send.bytes + kl->reduce_send.bytes);
+          figs[kRecvBytes] += static_cast<double>(kl->cast_recv.bytes + kl->reduce_recv.bytes);
+        }
   const std::vector<Blob> all_figs = gather_to_root(staging, to_blob(figs));
 
   // Self-check at rank 0, verdict back to every rank.

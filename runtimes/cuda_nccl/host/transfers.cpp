@@ -1,6 +1,7 @@
 #include "transfers.hpp"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <tuple>
 #include <fmt/format.h>
@@ -122,9 +123,24 @@ PassLists translate(const PassPlan& plan, Pass pass, const HeadLayout& h, Rank s
     };
     fill(st.qo, sc.qo, sc.qo_recv_offset, Kind::qo);
     fill(st.kv, sc.kv, sc.kv_recv_offset, Kind::kv);
-    Token qo = 0, kv = 0;
-    for (Token n : sc.qo.output_split_sizes) qo += n;
-    for (Token n : sc.kv.output_split_sizes) kv += n;
+    Token qo = first_phase_tokens(sc.qo), kv = first_phase_tokens(sc.kv);
+    // Forwarding phase: sends rows of the stage's first-phase receive, receives after it.
+    auto fill_fwd = [&](KindLists& k, const GroupCollectiveArg& arg, Token recv_offset, Token first, Kind kind) {
+      for (std::size_t i = 0; i < arg.input_ranges.size(); ++i)
+        if (arg.input_ranges[i].end > first || arg.input_ranges[i].begin < 0)
+          throw Error(fmt::format("cuda_nccl: rank {} {} stage {}: forwarding input split {} [{}, {}) is outside the "
+                                  "stage's {} first-phase {} rows",
+                                  self, to_string(pass), s + 1, i, arg.input_ranges[i].begin, arg.input_ranges[i].end,
+                                  first, to_string(kind)));
+      k.cast_send = packed_side(arg, cast_tensors(pass, kind), h, self);
+      k.cast_recv = buffer_side(arg, recv_offset + first, cast_tensors(pass, kind), h, self);
+      k.reduce_send = buffer_side(arg, recv_offset + first, reduce_tensors(pass, kind), h, self);
+      k.reduce_recv = packed_side(arg, reduce_tensors(pass, kind), h, self);
+    };
+    fill_fwd(st.qo_fwd, sc.qo_fwd, sc.qo_recv_offset, qo, Kind::qo);
+    fill_fwd(st.kv_fwd, sc.kv_fwd, sc.kv_recv_offset, kv, Kind::kv);
+    qo += first_phase_tokens(sc.qo_fwd);
+    kv += first_phase_tokens(sc.kv_fwd);
     if (qo != sc.num_remote_qo_tokens || kv != sc.num_remote_kv_tokens)
       throw Error(fmt::format("cuda_nccl: rank {} {} stage {}: receives {} QO and {} KV rows but the stage says {} and {}",
                               self, to_string(pass), s + 1, qo, kv, sc.num_remote_qo_tokens,
@@ -138,10 +154,12 @@ std::vector<WireOp> wire_ops(const PassLists& fwd, const PassLists& bwd, Rank se
   std::vector<WireOp> out;
   for (const PassLists* pl : {&fwd, &bwd})
     for (const StageLists& st : pl->stages)
-      for (int phase = 0; phase < 2; ++phase)
+      // Issue order: cast, forwarding cast, forwarding reduce, reduce.
+      for (int phase : {0, 2, 3, 1})
         for (Kind kind : {Kind::qo, Kind::kv}) {
-          const KindLists& k = st.of(kind);
-          const Side* sides[2] = {phase == 0 ? &k.cast_send : &k.reduce_send, phase == 0 ? &k.cast_recv : &k.reduce_recv};
+          const KindLists& k = phase >= 2 ? st.fwd_of(kind) : st.of(kind);
+          const bool cast = phase == 0 || phase == 2;
+          const Side* sides[2] = {cast ? &k.cast_send : &k.reduce_send, cast ? &k.cast_recv : &k.reduce_recv};
           for (int dir = 0; dir < 2; ++dir)
             for (const Message& m : sides[dir]->messages)
               for (const Chunk& c : m.chunks)
@@ -165,7 +183,9 @@ std::vector<std::string> cross_check(const std::vector<std::vector<WireOp>>& per
   auto describe = [](const Key& k) {
     return fmt::format("{} stage {} {} {} from rank {} to rank {}", to_string(static_cast<Pass>(std::get<0>(k))),
                        std::get<1>(k), to_string(static_cast<Kind>(std::get<2>(k))),
-                       std::get<3>(k) == 0 ? "group-cast" : "group-reduce", std::get<4>(k), std::get<5>(k));
+                       std::array<const char*, 4>{"group-cast", "group-reduce", "forwarding group-cast",
+                                                  "forwarding group-reduce"}[static_cast<std::size_t>(std::get<3>(k) & 3)],
+                       std::get<4>(k), std::get<5>(k));
   };
   auto calls = [](const std::vector<std::pair<int, Bytes>>& v) {
     std::string s;

@@ -76,7 +76,13 @@ struct StageLists {
   int stage = 1;
   KindLists qo;
   KindLists kv;
+  // The forwarding phase (relays, plan.hpp): the packed side indexes rows of
+  // this stage's receive buffer (counted from its start), the buffer side
+  // follows the first phase's rows. Empty without relays.
+  KindLists qo_fwd;
+  KindLists kv_fwd;
   const KindLists& of(Kind k) const { return k == Kind::qo ? qo : kv; }
+  const KindLists& fwd_of(Kind k) const { return k == Kind::qo ? qo_fwd : kv_fwd; }
 };
 
 struct PassLists {
@@ -90,7 +96,7 @@ PassLists translate(const PassPlan& plan, Pass pass, const HeadLayout& h, Rank s
 struct WireOp {
   std::int8_t pass = 0;   // Pass
   std::int8_t kind = 0;   // Kind
-  std::int8_t phase = 0;  // 0 group-cast, 1 group-reduce
+  std::int8_t phase = 0;  // 0 group-cast, 1 group-reduce, 2 forwarding cast, 3 forwarding reduce (relays)
   std::int8_t send = 0;
   std::int32_t stage = 0;
   Rank self = 0;
