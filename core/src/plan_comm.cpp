@@ -17,6 +17,7 @@ struct Forward {
   Rank relay;
   int group;
   Range global;          // the piece's global tokens
+  std::size_t relay_pos; // the relay's index in the first phase's destinations
   Token relay_off;       // where the piece sits in the relay's stage receive buffer
   std::vector<Rank> dsts;
   std::vector<std::int32_t> xs;
@@ -32,6 +33,7 @@ struct Emitter {
   std::vector<Bytes> nic_in;  // per rank: bytes received from other nodes so far (relay choice)
   std::vector<Rank> direct;
   std::vector<std::int32_t> direct_x;
+  std::vector<Token> direct_off;
 
   StageComm& stage_of(Rank r, int stage) {
     return pass[static_cast<std::size_t>(r)]->comm.stages[static_cast<std::size_t>(stage - 1)];
@@ -71,13 +73,14 @@ struct Emitter {
     in.input_ranges.push_back({lb, lb + r.size()});
     in.input_groups.push_back(group);
     in.dst_indices.push_back(*to);
+    direct_off.clear();
     for (std::size_t i = 0; i < to->size(); ++i) {
-      const Rank d = (*to)[i];
-      const Token o = receive(kind, stage, d, host, group, r.size(), false);
+      const Token o = receive(kind, stage, (*to)[i], host, group, r.size(), false);
       runs.push_back({(*to_x)[i], XferRun{r, o}});
-      for (std::size_t f = first_forward; f < forwards.size(); ++f)
-        if (forwards[f].relay == d) forwards[f].relay_off = o;
+      direct_off.push_back(o);
     }
+    for (std::size_t f = first_forward; f < forwards.size(); ++f)
+      forwards[f].relay_off = direct_off[forwards[f].relay_pos];
   }
 
   // Cuts dsts into the direct receivers (`direct`) and one forwarding per
@@ -102,8 +105,8 @@ struct Emitter {
         for (std::size_t i = i0 + 1; i < i1; ++i)
           if (nic_in[static_cast<std::size_t>(dsts[i])] < nic_in[static_cast<std::size_t>(dsts[t])]) t = i;
         nic_in[static_cast<std::size_t>(dsts[t])] += bytes;
+        Forward f{kind, stage, dsts[t], group, r, direct.size(), 0, {}, {}};
         direct.push_back(dsts[t]), direct_x.push_back(xs[t]);
-        Forward f{kind, stage, dsts[t], group, r, 0, {}, {}};
         for (std::size_t i = i0; i < i1; ++i)
           if (i != t) f.dsts.push_back(dsts[i]), f.xs.push_back(xs[i]);
         forwards.push_back(std::move(f));
@@ -231,7 +234,7 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
   std::vector<std::pair<std::int32_t, XferRun>> runs;
   std::vector<Forward> forwards;
   runs.reserve(tr.xfers.size());
-  Emitter em{sh, block_off, pass, relay, runs, forwards, std::vector<Bytes>(pass.size(), 0), {}, {}};
+  Emitter em{sh, block_off, pass, relay, runs, forwards, std::vector<Bytes>(pass.size(), 0), {}, {}, {}};
 
   // Senders emit in (kind, stage, host, block, group) order and receivers
   // append as they go, so every receiver's splits come ordered by source.
