@@ -221,3 +221,29 @@ TEST_CASE("relay timing, backward: partials go back to the relay first, merged t
   // Rank 2 packs its merged rows (2 x bytes / HBM) once the merge is done.
   CHECK(reduce->start == doctest::Approx(merge->end + kPackFactor * seconds_of(back, 1000)).epsilon(1e-9));
 }
+
+TEST_CASE("relay timing: estimate_step equals the timeline's makespans, visits each part a bounded number of times") {
+  std::mt19937_64 rng(12);
+  for (int stages : {1, 3}) {
+    const int P = 16;
+    auto grid = test::random_grid(MaskKind::causal_document, P, Heads{4, 2, 8, 2}, rng);
+    const Plan plan = build_plan(test::random_assignment(grid, rng), PlanOptions{stages, 4});
+    REQUIRE(plan.has_forwarding());
+    HardwareProfile hw = two_node_profile();
+    hw.gpus_per_node = 4;
+    hw.hbm_gb_s = 2000;
+    for (bool overlap : {true, false}) {
+      hw.overlap = overlap;
+      TimingWorkspace ws;
+      const StepEstimate e = estimate_step(grid->problem(), plan, hw, ws);
+      const Timeline t = simulate_timeline(grid->problem(), plan, hw);
+      CHECK(e.fwd == t.fwd.makespan());
+      CHECK(e.bwd == t.bwd.makespan());
+      // Parts: 2 passes x (cast, reduce) x 2 phases x 2 kinds x N stages x P
+      // ranks, at most 3 visits each: linear in the plan, twice a plan without relays.
+      CHECK(ws.parts_visited() <= 3 * 2 * 2 * 2 * 2 * std::int64_t{stages} * P);
+      // Relays make the step no faster than the compute bound.
+      CHECK(e.step() >= e.compute_bound);
+    }
+  }
+}
