@@ -174,8 +174,8 @@ bool repair_unpriced(State& st) {
 bool repair(State& st, Budget& budget) {
   // Priced evaluations are bounded: in time mode by a fixed number (the cap
   // is only the search's guide; plans are judged by their step time), in bytes
-  // mode by max(that, 4 per task), after which the rest is moved unpriced, so
-  // that a large grid (P = 1024, 700k tasks) repairs in bounded time.
+  // mode by max(that, 4 per task); then the rest is moved unpriced, so that a
+  // large grid (P = 1024: 700k-4M tasks; P = 4096) repairs in bounded time.
   const auto T = static_cast<std::size_t>(st.model().tasks());
   const std::int64_t limit =
       st.time_mode() ? kTimeRepairEvaluations
@@ -189,9 +189,8 @@ bool repair(State& st, Budget& budget) {
     for (Rank r = 0; r < st.ranks(); ++r)
       if (st.load(r) > st.cap() && (worst < 0 || st.load(r) > st.load(worst))) worst = r;
     if (worst < 0) return true;
-    if (budget.left < floor) return st.time_mode() ? false : repair_unpriced(st);
-    if (!repair_rank(st, worst, budget, scratch, floor))
-      return budget.left < floor && !st.time_mode() ? repair_unpriced(st) : false;
+    if (budget.left < floor) return repair_unpriced(st);
+    if (!repair_rank(st, worst, budget, scratch, floor)) return budget.left < floor ? repair_unpriced(st) : false;
   }
 }
 

@@ -74,7 +74,8 @@ std::int64_t State::excess() const {
 }
 
 void State::refresh_least() {
-  least_ = static_cast<Rank>(std::min_element(load_.begin(), load_.end()) - load_.begin());
+  least_tree_.reset(load_);
+  least_ = least_tree_.best();
 }
 
 double State::bottleneck() const {
@@ -159,17 +160,24 @@ double State::objective() const {
   return 1e9 * (max_rank_time() + to_.spread * time_sum_ / P_);
 }
 
+double State::top_value(Rank r) const {
+  return time_ ? rank_time(r) : std::max(send_[static_cast<std::size_t>(r)], recv_[static_cast<std::size_t>(r)]);
+}
+
 void State::refresh_top() {
   if (bw_ == 0.0 && !time_) return;
-  const std::size_t k = std::min<std::size_t>(kTop, static_cast<std::size_t>(P_));
-  std::vector<Rank> all(static_cast<std::size_t>(P_));
-  for (Rank r = 0; r < P_; ++r) all[static_cast<std::size_t>(r)] = r;
-  auto value = [&](Rank r) {
-    return time_ ? rank_time(r) : std::max(send_[static_cast<std::size_t>(r)], recv_[static_cast<std::size_t>(r)]);
-  };
-  std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k), all.end(),
-                    [&](Rank a, Rank b) { return value(a) != value(b) ? value(a) > value(b) : a < b; });
-  top_.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k));
+  std::vector<double> v(static_cast<std::size_t>(P_));
+  for (Rank r = 0; r < P_; ++r) v[static_cast<std::size_t>(r)] = top_value(r);
+  top_tree_.reset(v);
+  top_tree_.top(std::min<std::size_t>(kTop, static_cast<std::size_t>(P_)), top_);
+}
+
+void State::update_ranks(const Rank* ranks, int n) {
+  for (int i = 0; i < n; ++i) least_tree_.set(ranks[i], load_[static_cast<std::size_t>(ranks[i])]);
+  least_ = least_tree_.best();
+  if (bw_ == 0.0 && !time_) return;
+  for (int i = 0; i < n; ++i) top_tree_.set(ranks[i], top_value(ranks[i]));
+  top_tree_.top(std::min<std::size_t>(kTop, static_cast<std::size_t>(P_)), top_);
 }
 
 void State::move(TaskId t, Rank b) {
@@ -177,13 +185,6 @@ void State::move(TaskId t, Rank b) {
   if (a == b) return;
   journal_.emplace_back(t, a);
   touch_move(t, a, b);
-  // Only a and b changed: the least loaded is b's old holder or one of them.
-  if (b == least_) {
-    refresh_least();
-  } else if (load_[static_cast<std::size_t>(a)] < load_[static_cast<std::size_t>(least_)] ||
-             (load_[static_cast<std::size_t>(a)] == load_[static_cast<std::size_t>(least_)] && a < least_)) {
-    least_ = a;
-  }
 }
 
 void State::rollback() {
@@ -267,12 +268,7 @@ std::pair<double, double> State::closed_opened(const TaskInfo& in, Dir dir, Rank
 
 // Moves t from a to b keeping the sum of rank times (time mode) and the top list.
 void State::touch_move(TaskId t, Rank a, Rank b) {
-  if (!time_) {
-    add(t, a, -1);
-    add(t, b, +1);
-    refresh_top();
-    return;
-  }
+  // A move changes the loads of a and b, and the bytes of a, b and t's hosts.
   const TaskInfo& in = info_[static_cast<std::size_t>(t)];
   Rank touched[4] = {a, b, in.qhost, in.khost};
   int n = 0;
@@ -281,11 +277,13 @@ void State::touch_move(TaskId t, Rank a, Rank b) {
     for (int i = 0; i < n; ++i) seen = seen || touched[i] == r;
     if (!seen) touched[n++] = r;
   }
-  for (int i = 0; i < n; ++i) time_sum_ -= rank_time(touched[i]);
+  if (time_)
+    for (int i = 0; i < n; ++i) time_sum_ -= rank_time(touched[i]);
   add(t, a, -1);
   add(t, b, +1);
-  for (int i = 0; i < n; ++i) time_sum_ += rank_time(touched[i]);
-  refresh_top();
+  if (time_)
+    for (int i = 0; i < n; ++i) time_sum_ += rank_time(touched[i]);
+  update_ranks(touched, n);
 }
 
 // Objective change of moving t from a to b in time mode: the per-rank seconds

@@ -126,6 +126,9 @@ Options parse_options(const Params& p) {
   const std::int64_t degree = p.get_int("usp_max_degree");
   o.member_max_tasks = p.get_int("member_max_tasks");
   o.seed = static_cast<std::uint64_t>(p.get_int("seed"));
+  const std::int64_t priced = p.get_int("priced_plans");
+  if (priced < 1 || priced > 1000) bad("priced_plans", std::to_string(priced), "must be in [1, 1000]");
+  o.priced_plans = static_cast<int>(priced);
   if (!(o.mu >= 1.0)) bad("mu", num(o.mu), "must be >= 1 (balance target: max load <= mu x mean)");
   if (!(o.fwd_weight >= 0.0)) bad("fwd_weight", num(o.fwd_weight), "must be >= 0");
   if (!(o.bwd_weight >= 0.0)) bad("bwd_weight", num(o.bwd_weight), "must be >= 0");
@@ -225,6 +228,7 @@ Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>
   run_jobs(n, opt_.threads, [&](std::size_t i) {
     auto st = std::make_unique<State>(model, starts[i].rank, cap, bw, to ? &*to : nullptr);
     raw[i] = {starts[i].origin, std::move(starts[i].rank), st->excess(), st->objective(), in.grid};
+    if (time) raw[i].predicted_s = st->max_rank_time();
     Budget budget{total / static_cast<std::int64_t>(2 * n)};
     repair(*st, budget);
     descend(*st, budget);
@@ -233,8 +237,10 @@ Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>
   });
   // (Incremental sums: exact for integer weights, else off by rounding only.)
   auto searched_of = [&](std::size_t i) {
-    return Candidate{raw[i].origin + "+search", states[i]->placement(), states[i]->excess(), states[i]->objective(),
-                     in.grid, true};
+    Candidate c{raw[i].origin + "+search", states[i]->placement(), states[i]->excess(), states[i]->objective(),
+                in.grid, true};
+    if (time) c.predicted_s = states[i]->max_rank_time();
+    return c;
   };
   std::vector<Candidate> searched(n);
   for (std::size_t i = 0; i < n; ++i) searched[i] = searched_of(i);
@@ -326,39 +332,65 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
   }
   for (const MemberResult& m : members) {
     if (m.assignment.grid.get() == in.grid.get()) continue;  // searched above
+    // The same dispatch as an earlier member (static's two-level dispatch on
+    // one node is its one-level one): nothing new to search or price.
+    bool repeat = false;
+    for (const MemberResult& e : members) {
+      if (&e == &m) break;
+      repeat = repeat || (e.assignment.grid->sharding().blocks == m.assignment.grid->sharding().blocks &&
+                          e.assignment.grid->sharding().host == m.assignment.grid->sharding().host &&
+                          e.assignment.rank == m.assignment.rank);
+    }
+    if (repeat) continue;
     // A member on its own sharding (static): its plan as it is, and searched
-    // on its grid while that grid stays small enough to search quickly.
-    seen.push_back({m.name, m.assignment.rank, 0, 0.0, m.assignment.grid});
-    if (m.assignment.grid->num_tasks() > kMemberGridSearchTasks) continue;
-    std::vector<Candidate> own;
-    Candidate c = solve_grid(SolveInput{m.assignment.grid, in.cost, in.stages}, own,
-                             {MemberResult{m.name, m.assignment, in.grid.get()}});
-    c.origin = m.name + "-grid:" + c.origin;
-    seen.push_back(std::move(c));
-  }
-
-  // Which candidates to price as plans (building and timing a plan costs
-  // more than a search step): every start as it is (the members, owner, usp:
-  // the plan never loses to one of them) and the best searched placement of
-  // each grid by the search's own estimate.
-  std::vector<const Candidate*> finals;
-  auto add_final = [&](const Candidate& c) {
-    for (const Candidate* f : finals)
-      if (f->grid.get() == c.grid.get() && f->rank == c.rank) return;
-    finals.push_back(&c);
-  };
-  std::map<const TaskGrid*, const Candidate*> best_searched;
-  for (const Candidate& c : seen) {
-    if (!c.searched) {
-      add_final(c);
+    // on its grid while that grid stays small enough to search quickly (the
+    // search's candidates there carry their predicted step).
+    if (m.assignment.grid->num_tasks() > kMemberGridSearchTasks) {
+      seen.push_back({m.name, m.assignment.rank, 0, 0.0, m.assignment.grid});
       continue;
     }
-    const Candidate*& b = best_searched[c.grid.get()];
-    if (b == nullptr || better(c, *b)) b = &c;
+    std::vector<Candidate> own;
+    solve_grid(SolveInput{m.assignment.grid, in.cost, in.stages}, own,
+               {MemberResult{m.name, m.assignment, in.grid.get()}});
+    for (Candidate& c : own) {
+      // Only the member's own placement is a start priced as it is; owner
+      // and usp on its grid compete by prediction with the searched ones.
+      if (!c.searched && c.origin != m.name) c.searched = true;
+      c.origin = m.name + "-grid:" + c.origin;
+      seen.push_back(std::move(c));
+    }
   }
-  for (const auto& [g, c] : best_searched) add_final(*c);
-  // (Its objective is in bytes, not comparable with the time estimates above.)
-  if (bytes_candidate) add_final(*bytes_candidate);
+  // The bytes candidate's predicted step, by the same model as the others.
+  if (bytes_candidate) {
+    const ByteModel model(*in.grid, 1.0, 1.0);
+    const TimeObjective to = time_objective(*in.cost->time_prices(), *in.grid, opt_.spread);
+    bytes_candidate->predicted_s =
+        State(model, bytes_candidate->rank, balance_cap(*in.grid, opt_.mu), 0.0, &to).max_rank_time();
+  }
+
+  // Which candidates to price as plans (building and timing a plan costs more
+  // than a search step): every start as it is (owner, usp, the members: the
+  // plan never loses to one of them) and the bytes objective's result; of the
+  // searched placements, the `priced_plans` best by predicted step (the
+  // search's model ignores latencies and HBM kernels: the timing model judges).
+  std::vector<const Candidate*> finals;
+  auto add_final = [&](const Candidate* c) {
+    for (const Candidate* f : finals)
+      if (f->grid.get() == c->grid.get() && f->rank == c->rank) return false;
+    finals.push_back(c);
+    return true;
+  };
+  std::vector<const Candidate*> searched;
+  for (const Candidate& c : seen) {
+    if (!c.searched) add_final(&c);
+    else searched.push_back(&c);
+  }
+  if (bytes_candidate) add_final(&*bytes_candidate);
+  std::stable_sort(searched.begin(), searched.end(),
+                   [](const Candidate* x, const Candidate* y) { return x->predicted_s < y->predicted_s; });
+  int priced_searched = 0;
+  for (const Candidate* c : searched)
+    if (priced_searched < opt_.priced_plans && add_final(c)) ++priced_searched;
   const std::vector<int> stage_options = in.stages > 0 ? std::vector<int>{in.stages} : std::vector<int>{1, 2, 3};
   double best_step = std::numeric_limits<double>::infinity();
   const Candidate* best = nullptr;

@@ -5,6 +5,7 @@
 // placement on the given grid meets the cap (a cell alone is too big), the
 // shards are cut into more blocks and the search runs again on the finer grid.
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +34,7 @@ struct Options {
   int max_blocks_per_rank = 8;
   int usp_max_degree = 8;
   std::int64_t member_max_tasks = 131072;  // members run on grids of at most this many tasks
+  int priced_plans = 3;           // time: candidates priced as plans by the timing model (best predicted first)
   std::uint64_t seed = 1;
 };
 
@@ -46,6 +48,10 @@ struct Candidate {
   double objective = 0;
   std::shared_ptr<const TaskGrid> grid;  // the grid `rank` refers to
   bool searched = false;                 // improved by the local search (else a start as it is)
+  // Time mode: the search's prediction of the step (seconds, the slowest
+  // rank's time); it ranks the candidates before the timing model prices the
+  // most promising ones as plans. Infinity where not predicted.
+  double predicted_s = std::numeric_limits<double>::infinity();
 };
 
 class MemberSolvers;

@@ -19,9 +19,10 @@ struct Budget {
 // Moves tasks off ranks above the cap, cheapest bytes per unit of load first
 // (lazy greedy: a task's price is refreshed when it comes up; when a move
 // brings block data to a rank for the first time, the siblings that share it
-// are re-priced for that rank). In bytes mode it always finishes, whatever
-// the budget; in time mode it stops after a fixed number of evaluations.
-// Returns true when every rank ends at or below the cap.
+// are re-priced for that rank). Priced evaluations are bounded (time mode:
+// 2M; bytes mode: max(2M, 4 per task)), whatever the budget; what is left
+// above the cap then moves, largest tasks first, to the least loaded rank
+// with room. Returns true when every rank ends at or below the cap.
 bool repair(State& st, Budget& budget);
 
 // Improving relocations and swaps that put no rank above the cap, until none

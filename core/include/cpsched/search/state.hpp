@@ -20,10 +20,12 @@
 // (in nanoseconds): the slowest rank makes the step; the mean term steers the
 // search off plateaus of the max.
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
 #include "cpsched/search/byte_model.hpp"
+#include "cpsched/search/rank_tree.hpp"
 #include "cpsched/search/segment_counts.hpp"
 
 namespace cpsched::search {
@@ -120,8 +122,12 @@ class State {
   const std::uint64_t* words(Dir d, TaskId t) const;
   bool holder(Dir d, TaskId t, Rank r) const;
   void add(TaskId t, Rank r, int sign);
+  // Full rebuilds (construction, rollback) and the O(log P) update of the
+  // ranks a move touched.
   void refresh_top();
   void refresh_least();
+  void update_ranks(const Rank* ranks, int n);
+  double top_value(Rank r) const;
   double time_delta(TaskId t, Rank a, Rank b) const;
   std::pair<double, double> closed_opened(const TaskInfo& in, Dir dir, Rank h, Rank a, Rank b) const;
   void touch_move(TaskId t, Rank a, Rank b);
@@ -144,6 +150,8 @@ class State {
   std::vector<double> send_, recv_;
   std::vector<Rank> top_;                 // ranks of the largest max(send, recv), descending
   Rank least_ = 0;                        // least loaded rank
+  RankTree<std::int64_t, std::less<>> least_tree_;  // over load_
+  RankTree<double, std::greater<>> top_tree_;       // over top_value (when the top list is kept)
   double total_ = 0;
   bool time_ = false;
   TimeObjective to_;

@@ -1,0 +1,66 @@
+#pragma once
+// A tournament tree over the P ranks: one value per rank, the best ranks in
+// O(log P) after a change (State keeps the least loaded rank and the ranks of
+// the largest times with it; a full scan per move made P = 4096 quadratic).
+// `Better(a, b)`: a's value ranks before b's; ties go to the lower rank.
+#include <cstddef>
+#include <queue>
+#include <vector>
+
+namespace cpsched::search {
+
+template <class T, class Better>
+class RankTree {
+ public:
+  void reset(const std::vector<T>& values) {
+    n_ = values.size();
+    size_ = 1;
+    while (size_ < n_) size_ *= 2;
+    val_ = values;
+    win_.assign(2 * size_, -1);
+    for (std::size_t i = 0; i < n_; ++i) win_[size_ + i] = static_cast<int>(i);
+    for (std::size_t i = size_ - 1; i >= 1; --i) win_[i] = pick(win_[2 * i], win_[2 * i + 1]);
+  }
+  void set(int r, T v) {
+    val_[static_cast<std::size_t>(r)] = v;
+    for (std::size_t i = (size_ + static_cast<std::size_t>(r)) / 2; i >= 1; i /= 2) win_[i] = pick(win_[2 * i], win_[2 * i + 1]);
+  }
+  // The best rank (-1 when empty).
+  int best() const { return n_ == 0 ? -1 : win_[1]; }
+  // The k best ranks, best first (best-first walk of the tree: O(k log P)).
+  void top(std::size_t k, std::vector<int>& out) const {
+    out.clear();
+    if (n_ == 0) return;
+    auto worse = [&](std::size_t x, std::size_t y) { return pick(win_[x], win_[y]) == win_[y] && win_[x] != win_[y]; };
+    std::priority_queue<std::size_t, std::vector<std::size_t>, decltype(worse)> open(worse);
+    open.push(1);
+    while (!open.empty() && out.size() < k) {
+      const std::size_t node = open.top();
+      open.pop();
+      if (node >= size_) {
+        out.push_back(win_[node]);
+        continue;
+      }
+      // The node's winner comes from one child; both children's subtrees
+      // hold the next candidates.
+      for (std::size_t c : {2 * node, 2 * node + 1})
+        if (win_[c] >= 0) open.push(c);
+    }
+  }
+
+ private:
+  int pick(int a, int b) const {
+    if (a < 0) return b;
+    if (b < 0) return a;
+    const T& va = val_[static_cast<std::size_t>(a)];
+    const T& vb = val_[static_cast<std::size_t>(b)];
+    if (Better{}(va, vb)) return a;
+    if (Better{}(vb, va)) return b;
+    return a < b ? a : b;
+  }
+  std::size_t n_ = 0, size_ = 1;
+  std::vector<T> val_;
+  std::vector<int> win_;  // [1, 2 size): winner rank of each node; leaves at size_ + r
+};
+
+}  // namespace cpsched::search
