@@ -67,3 +67,36 @@ TEST_CASE("segment counts: a hashed table's memory follows its entries, not the 
   for (int i = 0; i < 10000; ++i) c.bump(i * 97, i % 8, (i * 31) % 4096, +1);
   CHECK(c.memory_bytes() < 1'000'000);
 }
+
+#include <algorithm>
+#include <functional>
+
+#include "cpsched/search/rank_tree.hpp"
+
+TEST_CASE("rank tree: best and top-k agree with a sort after random updates, ties to the lower rank") {
+  using cpsched::search::RankTree;
+  for (int P : {1, 2, 3, 7, 64, 1000}) {
+    std::mt19937_64 rng(static_cast<std::uint64_t>(P));
+    std::vector<std::int64_t> v(static_cast<std::size_t>(P));
+    for (auto& x : v) x = static_cast<std::int64_t>(rng() % 16);  // many ties
+    RankTree<std::int64_t, std::greater<>> hi;
+    RankTree<std::int64_t, std::less<>> lo;
+    hi.reset(v);
+    lo.reset(v);
+    std::vector<int> got;
+    for (int step = 0; step < 300; ++step) {
+      const int r = static_cast<int>(rng() % static_cast<std::uint64_t>(P));
+      v[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(rng() % 16);
+      hi.set(r, v[static_cast<std::size_t>(r)]);
+      lo.set(r, v[static_cast<std::size_t>(r)]);
+      std::vector<int> order(static_cast<std::size_t>(P));
+      for (int i = 0; i < P; ++i) order[static_cast<std::size_t>(i)] = i;
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return v[static_cast<std::size_t>(a)] > v[static_cast<std::size_t>(b)]; });
+      const std::size_t k = std::min<std::size_t>(5, static_cast<std::size_t>(P));
+      hi.top(k, got);
+      REQUIRE(got == std::vector<int>(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k)));
+      const auto mn = std::min_element(v.begin(), v.end()) - v.begin();  // first minimum: lowest rank
+      REQUIRE(lo.best() == static_cast<int>(mn));
+    }
+  }
+}
