@@ -141,9 +141,10 @@ bool repair_rank(State& st, Rank a, Budget& budget, RepairScratch& scratch, std:
 
 namespace {
 
-// Moves tasks off ranks above the cap to the least loaded rank with room,
-// without pricing: what is left of a repair once its priced evaluations are
-// spent. O(moves x P).
+// Moves tasks off ranks above the cap, without pricing: what is left of a
+// repair once its priced evaluations are spent. Each goes to the first of its
+// hosts and holders with room, else to the least loaded rank with room.
+// O(tasks moved x (holders + log P)) plus O(P) per rank repaired.
 bool repair_unpriced(State& st) {
   std::vector<TaskId> tasks;
   for (;;) {
@@ -160,8 +161,16 @@ bool repair_unpriced(State& st) {
     bool moved = false;
     for (TaskId t : tasks) {
       if (st.load(worst) <= st.cap()) break;
-      const Rank b = st.least_loaded();
-      if (b == worst || st.load(b) + st.model().load(t) > st.cap()) continue;
+      // Where its data already is (a host or a holder of its blocks) if one
+      // has room, else the least loaded: the tasks of a heavy row then
+      // follow each other instead of scattering their data over many ranks.
+      const std::int64_t L = st.model().load(t);
+      Rank b = -1;
+      for_each_candidate(st, t, false, [&](Rank r) {
+        if (b < 0 && r != worst && st.load(r) + L <= st.cap()) b = r;
+      });
+      if (b < 0) b = st.least_loaded();
+      if (b == worst || st.load(b) + L > st.cap()) continue;
       st.move(t, b);
       moved = true;
     }

@@ -392,11 +392,30 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
   for (const Candidate* c : searched)
     if (priced_searched < opt_.priced_plans && add_final(c)) ++priced_searched;
   const std::vector<int> stage_options = in.stages > 0 ? std::vector<int>{in.stages} : std::vector<int>{1, 2, 3};
+  // On grids beyond member_max_tasks (P = 1024 causal: 4M tasks) one plan
+  // build costs seconds and latencies are a rounding error of the step: the
+  // best predicted candidate is taken without pricing it (when the stage
+  // count is given).
+  const bool unpriced = in.grid->num_tasks() > opt_.member_max_tasks && stage_options.size() == 1;
+  if (unpriced) {
+    std::vector<const Candidate*> all;
+    for (const Candidate& c : seen) all.push_back(&c);
+    if (bytes_candidate) all.push_back(&*bytes_candidate);
+    finals = {*std::min_element(all.begin(), all.end(), [](const Candidate* x, const Candidate* y) {
+      return x->predicted_s < y->predicted_s;
+    })};
+  }
   double best_step = std::numeric_limits<double>::infinity();
   const Candidate* best = nullptr;
   int best_stages = stage_options.front();
   bool best_ok = false;
   for (const Candidate* c : finals) {
+    if (unpriced) {
+      best = c;
+      best_step = c->predicted_s;
+      best_ok = balance_cap(*c->grid, opt_.mu) >= max_load(*c->grid, c->rank);
+      break;
+    }
     Assignment a;
     a.grid = c->grid;
     a.rank = c->rank;
@@ -421,7 +440,9 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
   a.stages = in.stages > 0 ? in.stages : best_stages;
   a.note = "balanced_bytes (time): " + best->origin + " on " + std::to_string(a.grid->problem().grid.blocks_per_rank) +
            " block(s) per rank, " + std::to_string(a.stages) + " stage(s), predicted step " +
-           num(best_step * 1e3, "%.4f") + " ms of " + std::to_string(finals.size()) + " priced plans";
+           num(best_step * 1e3, "%.4f") + " ms " +
+           (unpriced ? std::string("by the search's model (grid above member_max_tasks: no plan priced)")
+                     : "of " + std::to_string(finals.size()) + " priced plans");
   for (const std::string& s : skipped) a.note += "; member " + s + " skipped";
   if (!best_ok) a.note += "; the fastest plan is above mu = " + num(opt_.mu);
   return a;

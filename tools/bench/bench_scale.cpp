@@ -12,7 +12,7 @@
 //   causal          one causal sequence (the P = 1024 and 4096 latency cases)
 //
 //   bench_scale [--slices N] [--cp P] [--solver owner|binary_greedy] [--repeats R] [--mask a,b]
-//               [--cost area|time] [--hardware PROFILE]
+//               [--cost area|time] [--hardware PROFILE] [--flatten 1|0]
 // --cost time gives the solver the `time` cost model on the profile (default
 // h100_8x_nvlink), as the default config does; area is the seed's model.
 #include <algorithm>
@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
     for (const PluginInfo& p : reg->plugins()) found |= p.kind == PluginKind::solver && p.name == solver_name;
     if (!found) throw Error(fmt::format("bench_scale: solver plugin '{}' not found (build the plugins)", solver_name));
     auto solver = reg->make_solver(solver_name, reg->resolve_params(reg->find(PluginKind::solver, solver_name), {}));
+    const bool flatten = arg(argc, argv, "--flatten", "1") != "0";
     const std::string cost_name = arg(argc, argv, "--cost", "area");
     if (cost_name != "area" && cost_name != "time") throw Error("bench_scale: --cost must be area or time");
     std::unique_ptr<CostModel> cost_model;
@@ -112,8 +113,8 @@ int main(int argc, char** argv) {
       cost_model = std::make_unique<AreaCostModel>();
     const CostModel& cost = *cost_model;
 
-    fmt::print("bench_scale: P = {}, GQA 64:8 flattened, solver {} ({} cost model), {} slices, median of {} repeats (ms; solve may run threads)\n", P,
-               solver_name, cost_name, n, repeats);
+    fmt::print("bench_scale: P = {}, GQA 64:8 {}, solver {} ({} cost model), {} slices, median of {} repeats (ms; solve may run threads)\n", P,
+               flatten ? "flattened" : "not flattened", solver_name, cost_name, n, repeats);
     fmt::print("{:<15} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10}\n", "mask", "S", "validate",
                "estimate", "grid", "solve", "plan", "metrics", "total", "total cpu", "tasks");
     for (const std::string& kind : masks) {
@@ -132,7 +133,7 @@ int main(int argc, char** argv) {
         // cores are shared, and CPU time shows the work without the waiting.
         const std::clock_t c0 = std::clock();
         auto t0 = std::chrono::steady_clock::now();
-        auto problem = std::make_shared<const Problem>(Problem::make(std::move(mask), P, heads, {true, 1}));
+        auto problem = std::make_shared<const Problem>(Problem::make(std::move(mask), P, heads, {flatten, 1}));
         tv.push_back(ms_since(t0));
         // Full-height stripes put every stripe in every q block: planned only
         // while that stays small (the 10k-20k stripes at P = 8).
