@@ -376,11 +376,13 @@ class Session:
 
     def __init__(self, cp_size=8, seqlen=0, heads=(64, 8, 128, "bf16"), solver="balanced_bytes",
                  solver_params=None, cost_model="area", cost_params=None, stages=1, *,
-                 flatten_head_groups=True, blocks_per_rank=1, cache_size=64, plugin_paths=(), validate=False):
+                 flatten_head_groups=True, blocks_per_rank=1, relay_node_size=0, cache_size=64, plugin_paths=(),
+                 validate=False):
         hq, hkv, dim, dtype_bytes = _heads(heads)
         self._s = _cpsched._Session(int(cp_size), int(seqlen), hq, hkv, dim, dtype_bytes, bool(flatten_head_groups),
                                     int(blocks_per_rank), str(solver), solver_params, str(cost_model), cost_params,
-                                    _stages(stages), int(cache_size), [os.fspath(p) for p in plugin_paths],
+                                    _stages(stages), int(relay_node_size), int(cache_size),
+                                    [os.fspath(p) for p in plugin_paths],
                                     bool(validate))
 
     @classmethod

@@ -98,7 +98,7 @@ class DynamicAttnSolver:
                  dispatch_meta_k=None, total_seqlen_q=None, total_seqlen_k=None, host_ranges_q=None,
                  host_ranges_k=None, cp_rank=None, cp_size=None, cp_mesh=None, calc_local_range=True, *,
                  dtype="bf16", stages=1, cost_model="area", solver_params=None, cost_params=None,
-                 flatten_head_groups=None, cache_size=64, plugin_paths=()):
+                 flatten_head_groups=None, relay_node_size=0, cache_size=64, plugin_paths=()):
         if num_heads_kv <= 0 or num_heads_q % num_heads_kv != 0:
             raise ValueError(f"num_heads_q ({num_heads_q}) must be a multiple of num_heads_kv ({num_heads_kv})")
         if dispatch_meta_q is not None:
@@ -142,7 +142,8 @@ class DynamicAttnSolver:
                                solver=algorithm_name(algorithm), solver_params=solver_params,
                                cost_model=cost_model, cost_params=cost_params, stages=stages,
                                flatten_head_groups=_flatten_default() if flatten_head_groups is None
-                               else flatten_head_groups, cache_size=cache_size, plugin_paths=plugin_paths)
+                               else flatten_head_groups, relay_node_size=relay_node_size, cache_size=cache_size,
+                               plugin_paths=plugin_paths)
         self.result = None
 
     @staticmethod

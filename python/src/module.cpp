@@ -360,6 +360,7 @@ class PySession {
     d["solver_params"] = params_to_py(session_->solver_params());
     d["cost_model"] = o.cost_model;
     d["stages"] = o.stages;
+    d["relay_node_size"] = o.relay_node_size;
     d["cache_size"] = o.cache_size;
     return d;
   }
@@ -544,8 +545,8 @@ NB_MODULE(_cpsched, m) {
           "__init__",
           [](PySession* self, int cp_size, Token seqlen, int hq, int hkv, int dim, int dtype_bytes, bool flatten,
              int blocks_per_rank, const std::string& solver, nb::handle solver_params, const std::string& cost_model,
-             nb::handle cost_params, int stages, std::int64_t cache_size, std::vector<std::string> plugin_paths,
-             bool validate) {
+             nb::handle cost_params, int stages, int relay_node_size, std::int64_t cache_size,
+             std::vector<std::string> plugin_paths, bool validate) {
             if (cache_size < 0) throw Error("session: cache_size must not be negative, got " + std::to_string(cache_size));
             SessionOptions o;
             o.cp_size = cp_size;
@@ -558,6 +559,7 @@ NB_MODULE(_cpsched, m) {
             o.cost_model = cost_model;
             o.cost_params = params_from_py("cost_params", cost_params);
             o.stages = stages;
+            o.relay_node_size = relay_node_size;
             o.cache_size = static_cast<std::size_t>(cache_size);
             for (auto& p : plugin_paths) o.plugin_paths.emplace_back(p);
             o.validate = validate;
@@ -566,7 +568,7 @@ NB_MODULE(_cpsched, m) {
           },
           "cp_size"_a, "seqlen"_a, "hq"_a, "hkv"_a, "dim"_a, "dtype_bytes"_a, "flatten_head_groups"_a,
           "blocks_per_rank"_a, "solver"_a, "solver_params"_a.none(), "cost_model"_a, "cost_params"_a.none(), "stages"_a,
-          "cache_size"_a, "plugin_paths"_a, "validate"_a)
+          "relay_node_size"_a, "cache_size"_a, "plugin_paths"_a, "validate"_a)
       .def_static(
           "from_config",
           [](const std::string& path, const std::vector<std::string>& overrides) {

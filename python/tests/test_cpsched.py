@@ -66,6 +66,7 @@ CONFIGS = [
     {"solver.name": "usp", "problem.cp_size": 16, "problem.seqlen_per_rank": 2048, "cost_model.name": "area"},
     {"solver.name": "static", "problem.mask": "{kind: sliding_window, window: [512, 0], lengths: [40000, 25536]}",
      "cost_model.name": "area"},
+    {"problem.cp_size": 16, "problem.seqlen_per_rank": 2048, "plan.relay": "on"},  # relays: two nodes of 8
 ]
 
 
@@ -202,6 +203,18 @@ def test_result_fields_are_numpy_arrays():
 
 
 # ---- errors ------------------------------------------------------------------------------------
+
+def test_relays_fill_the_forwarding_phase():
+    kw = dict(cp_size=16, heads=(8, 2, 64, "bf16"), solver="owner", cost_model="area")
+    masks = ([[0, 32768]], [[0, 32768]], ["full"])
+    plain = cpsched.Session(**kw).solve(*masks)
+    relayed = cpsched.Session(relay_node_size=8, **kw).solve(*masks)
+    fwd = [st.kv_fwd for rank in range(16) for st in relayed.comm_meta(rank).stages]
+    assert any(len(a.input_split_sizes) for a in fwd) and any(len(a.output_split_sizes) for a in fwd)
+    assert not any(len(st.kv_fwd.input_split_sizes) for rank in range(16) for st in plain.comm_meta(rank).stages)
+    assert relayed.validate() == []
+    assert relayed.metrics["fwd"]["total_send"] == plain.metrics["fwd"]["total_send"]  # same placement
+
 
 BAD_SESSIONS = [
     (dict(cp_size=0), "session: cp_size must be at least 1, got 0"),
