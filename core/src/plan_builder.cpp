@@ -35,14 +35,14 @@ Plan build_plan(const Assignment& a, const PlanOptions& options) {
 
   const plan_detail::Transfers tr = plan_detail::collect_transfers(a);
   const TransferBytes fb = fwd_bytes_per_token(p), bb = bwd_bytes_per_token(p);
-  const std::vector<int> fwd_stage = plan_detail::assign_stages(tr, fb.qo_out, fb.kv_out, stages);
+  const std::vector<int> fwd_stage = plan_detail::assign_stages(a, tr, fb.qo_out, fb.kv_out, stages);
   // The stage cut depends on the bytes per token only through the QO : KV
   // ratio, and not at all when nothing but KV moves.
   bool has_qo = false;
   for (const plan_detail::Xfer& x : tr.xfers) has_qo |= x.kind == plan_detail::kQO;
   const bool same_cut = stages == 1 || !has_qo || fb.qo_out * bb.kv_out == bb.qo_out * fb.kv_out;
   const std::vector<int> bwd_stage =
-      same_cut ? fwd_stage : plan_detail::assign_stages(tr, bb.qo_out, bb.kv_out, stages);
+      same_cut ? fwd_stage : plan_detail::assign_stages(a, tr, bb.qo_out, bb.kv_out, stages);
 
   std::vector<PassPlan*> pass(P);
   for (std::size_t r = 0; r < P; ++r) pass[r] = &plan.ranks[r].fwd;

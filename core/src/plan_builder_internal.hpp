@@ -39,7 +39,7 @@ Transfers collect_transfers(const Assignment& a);
 
 // Stage (1..N) of each xfer for a pass whose out bytes per token are
 // (qo_out, kv_out); the rule is documented in plan_builder.hpp.
-std::vector<int> assign_stages(const Transfers& tr, Bytes qo_out, Bytes kv_out, int stages);
+std::vector<int> assign_stages(const Assignment& a, const Transfers& tr, Bytes qo_out, Bytes kv_out, int stages);
 
 // Where an xfer's rows land in its dst's remote buffer: maximal runs of
 // global tokens [global) at remote rows [off, off + global.size()), sorted by

@@ -1,6 +1,7 @@
 // Which rows travel where (token-granular transfers), and in which stage.
 #include <algorithm>
 #include <numeric>
+#include <span>
 #include <tuple>
 
 #include "plan_builder_internal.hpp"
@@ -85,33 +86,90 @@ Transfers collect_transfers(const Assignment& a) {
   return tr;
 }
 
-std::vector<int> assign_stages(const Transfers& tr, Bytes qo_out, Bytes kv_out, int stages) {
+std::vector<int> assign_stages(const Assignment& a, const Transfers& tr, Bytes qo_out, Bytes kv_out, int stages) {
   std::vector<int> stage(tr.xfers.size(), 1);
   if (stages <= 1) return stage;
-  struct Key {
-    Bytes bytes;
-    Rank host;
-    std::uint8_t kind;
-    std::int32_t block, group;
-    std::size_t id;
-    auto tie() const { return std::tie(bytes, host, kind, block, group); }
+  const TaskGrid& g = *a.grid;
+  auto bytes_of = [&](std::size_t i) {
+    const Xfer& x = tr.xfers[i];
+    return x.tokens * (x.kind == kQO ? qo_out : kv_out);
   };
-  std::vector<Key> keys;
+  // Stage s ends at the fraction (2^s - 1) / (2^N - 1) of the bytes: each
+  // stage moves twice the bytes of the one before, so the first (exposed: only
+  // stage 0's local work hides it) is small and each later one arrives while
+  // the previous, larger stage computes. cum[s] = 2^s - 1.
+  std::vector<__int128> cum(static_cast<std::size_t>(stages) + 1, 0);
+  for (int s = 1; s <= stages; ++s) cum[static_cast<std::size_t>(s)] = (static_cast<__int128>(1) << s) - 1;
+  const __int128 denom = cum[static_cast<std::size_t>(stages)];
+  std::vector<double> enabled(tr.xfers.size(), 0.0);  // load of the tasks that need each xfer
+  std::vector<std::size_t> order, pos(tr.xfers.size(), 0);
+  std::vector<std::pair<std::size_t, std::int32_t>> walk;  // (key, task)
   for (std::size_t d = 0; d + 1 < tr.dst_begin.size(); ++d) {
-    keys.clear();
-    Bytes total = 0;
-    for (std::size_t i = tr.dst_begin[d]; i < tr.dst_begin[d + 1]; ++i) {
-      const Xfer& x = tr.xfers[i];
-      keys.push_back({x.tokens * (x.kind == kQO ? qo_out : kv_out), x.host, x.kind, x.block, x.group, i});
-      total += keys.back().bytes;
+    const std::size_t x0 = tr.dst_begin[d], x1 = tr.dst_begin[d + 1];
+    if (x0 == x1) continue;
+    const std::span<const std::int32_t> tasks(tr.task_order.data() + tr.rank_begin[d],
+                                              tr.rank_begin[d + 1] - tr.rank_begin[d]);
+    for (std::int32_t t : tasks) {
+      const auto load = static_cast<double>(g.load(t));
+      for (std::int32_t x : {tr.task_q[static_cast<std::size_t>(t)], tr.task_k[static_cast<std::size_t>(t)]})
+        if (x >= 0) enabled[static_cast<std::size_t>(x)] += load;
     }
-    std::sort(keys.begin(), keys.end(), [](const Key& l, const Key& r) { return l.tie() < r.tie(); });
-    // Stage 1 + floor(N * before / total), exact in 128-bit integers.
+    // Transfers by bytes per unit of work they unlock, cheapest first (ties
+    // as before: bytes, source, kind, block, group).
+    order.clear();
+    Bytes total = 0;
+    for (std::size_t i = x0; i < x1; ++i) {
+      order.push_back(i);
+      total += bytes_of(i);
+    }
+    auto key = [&](std::size_t i) {
+      const Xfer& x = tr.xfers[i];
+      return std::make_tuple(bytes_of(i), x.host, x.kind, x.block, x.group, i);
+    };
+    std::sort(order.begin(), order.end(), [&](std::size_t l, std::size_t r) {
+      // bytes_l / enabled_l < bytes_r / enabled_r, without dividing by zero
+      const double lhs = static_cast<double>(bytes_of(l)) * enabled[r];
+      const double rhs = static_cast<double>(bytes_of(r)) * enabled[l];
+      if (lhs != rhs) return lhs < rhs;
+      return key(l) < key(r);
+    });
+    for (std::size_t k = 0; k < order.size(); ++k) pos[order[k]] = k;
+    // Tasks in the order in which their last transfer comes; walking them
+    // sends each transfer with the first task that needs it, so the two
+    // transfers of a task travel together.
+    walk.clear();
+    for (std::int32_t t : tasks) {
+      const std::int32_t q = tr.task_q[static_cast<std::size_t>(t)], k = tr.task_k[static_cast<std::size_t>(t)];
+      if (q < 0 && k < 0) continue;
+      std::size_t kk = 0;
+      if (q >= 0) kk = std::max(kk, pos[static_cast<std::size_t>(q)]);
+      if (k >= 0) kk = std::max(kk, pos[static_cast<std::size_t>(k)]);
+      walk.emplace_back(kk, t);
+    }
+    std::sort(walk.begin(), walk.end());
+    std::vector<char> sent(x1 - x0, 0);
     Bytes before = 0;
-    for (const Key& k : keys) {
-      const __int128 s = total > 0 ? static_cast<__int128>(before) * stages / total : 0;
-      stage[k.id] = 1 + static_cast<int>(std::min<__int128>(stages - 1, s));
-      before += k.bytes;
+    auto send = [&](std::int32_t x) {
+      if (x < 0 || sent[static_cast<std::size_t>(x) - x0]) return;
+      sent[static_cast<std::size_t>(x) - x0] = 1;
+      // Smallest s with before < total x (2^s - 1) / (2^N - 1), exact in 128-bit integers.
+      int s = 1;
+      while (s < stages && static_cast<__int128>(before) * denom >= static_cast<__int128>(total) * cum[static_cast<std::size_t>(s)])
+        ++s;
+      stage[static_cast<std::size_t>(x)] = s;
+      before += bytes_of(static_cast<std::size_t>(x));
+    };
+    for (const auto& [kk, t] : walk) {
+      (void)kk;
+      const std::int32_t q = tr.task_q[static_cast<std::size_t>(t)], k = tr.task_k[static_cast<std::size_t>(t)];
+      // The cheaper-per-work transfer first (the one the order puts first).
+      if (q >= 0 && k >= 0 && pos[static_cast<std::size_t>(k)] < pos[static_cast<std::size_t>(q)]) {
+        send(k);
+        send(q);
+      } else {
+        send(q);
+        send(k);
+      }
     }
   }
   return stage;

@@ -11,15 +11,22 @@
 // Stages. Stage 0 runs the local tasks (q and kv blocks both hosted by the
 // computing rank). The remote work is split into `stages` = N stages, each
 // with its own group-cast. The rule, per receiving rank and pass:
-//  1. its incoming transfers are sorted by bytes to move before compute (the
-//     pass's "out" bytes of DESIGN §5), smallest first, ties by (source rank,
-//     kind QO before KV, block, group): small transfers arrive first;
-//  2. the sorted list is cut into N parts of about equal bytes: a transfer
-//     goes to stage 1 + floor(N x bytes_before_it / total_bytes);
-//  3. each remote task runs in the first stage where all its data has
+//  1. its incoming transfers are ordered by bytes to move before compute (the
+//     pass's "out" bytes of DESIGN §5) per unit of load of the tasks that
+//     need them, cheapest first, ties by (bytes, source rank, kind QO before
+//     KV, block, group);
+//  2. its remote tasks are walked in the order of their later transfer in
+//     that list, and each transfer is sent with the first task that needs it
+//     (a task's two transfers travel together);
+//  3. in that sending order the transfers are cut by bytes into stages that
+//     double: a transfer goes to the first stage s with bytes_before_it <
+//     total_bytes x (2^s - 1) / (2^N - 1);
+//  4. each remote task runs in the first stage where all its data has
 //     arrived: the largest stage of its (one or two) transfers.
-// So stage 1 carries the smallest transfers and the tasks they unlock, and the
-// tasks of stage s never wait for data of a later stage. With N = 1 this is
+// So stage 1 is small (only stage 0's local work hides its cast) and carries
+// the transfers that unlock the most work per byte, each later stage arrives
+// while the previous one computes, and the tasks of stage s never wait for
+// data of a later stage. With N = 1 this is
 // the seed's two-stage model (stage 0 local, stage 1 remote). Forward and
 // backward use the same rows; their stage cuts may differ because the bytes
 // per token differ (backward moves Q, O, dO and lse out).
