@@ -83,13 +83,16 @@ void read_plan(const Section& top, Config& cfg) {
   else
     plan.read_int("stages", cfg.stages, 0, 64);
   plan.read_int("cache_size", cfg.cache_size, 0);
-  // `off` / `on` (YAML 1.1 reads them as booleans, so both spellings are taken).
+  // `off` / `on` (YAML 1.1 reads them as booleans, so both spellings are taken) / `auto`.
   if (plan.has("relay")) {
     const YAML::Node v = plan.get("relay");
     const std::string s = v.IsScalar() ? v.Scalar() : std::string();
-    if (s == "on" || s == "true") cfg.relay = true;
-    else if (s == "off" || s == "false") cfg.relay = false;
-    else plan.error("relay", "expected off or on, got " + (v.IsScalar() ? "'" + s + "'" : config_detail::describe(v)));
+    if (s == "on" || s == "true") cfg.relay = 1;
+    else if (s == "off" || s == "false") cfg.relay = 0;
+    else if (s == "auto") cfg.relay = -1;
+    else
+      plan.error("relay",
+                 "expected off, on or auto, got " + (v.IsScalar() ? "'" + s + "'" : config_detail::describe(v)));
   }
 }
 

@@ -33,8 +33,8 @@ void check_options(const SessionOptions& o) {
     throw Error(fmt::format("session: stages must be in [1, 64], or 0 for auto (the solver chooses), got {}",
                             o.stages));
   if (o.seqlen < 0) throw Error(fmt::format("session: seqlen must not be negative, got {}", o.seqlen));
-  if (o.relay_node_size < 0)
-    throw Error(fmt::format("session: relay_node_size must be 0 (no relays) or the ranks per node, got {}",
+  if (o.relay_node_size < -1)
+    throw Error(fmt::format("session: relay_node_size must be -1 (auto), 0 (no relays) or the ranks per node, got {}",
                             o.relay_node_size));
 }
 
@@ -85,13 +85,15 @@ struct Session::Impl {
     auto grid = std::make_shared<const TaskGrid>(problem);
     auto out = std::make_shared<CachedPlan>();
     auto ts = std::chrono::steady_clock::now();
-    auto a = std::make_shared<Assignment>(solver->solve(SolveInput{grid, cost.get(), opt.stages}));
+    auto a = std::make_shared<Assignment>(solver->solve(SolveInput{grid, cost.get(), opt.stages, opt.relay_node_size}));
     out->solve_ms = ms_since(ts);
     a->validate();
     ts = std::chrono::steady_clock::now();
     // stages auto: the solver's choice, else one remote stage.
     const int stages = opt.stages > 0 ? opt.stages : std::max(1, a->stages);
-    auto plan = std::make_shared<const Plan>(build_plan(*a, PlanOptions{stages, opt.relay_node_size}));
+    // relay auto: the solver's choice, else none.
+    const int relay = opt.relay_node_size >= 0 ? opt.relay_node_size : std::max(0, a->relay_node_size);
+    auto plan = std::make_shared<const Plan>(build_plan(*a, PlanOptions{stages, relay}));
     out->plan_ms = ms_since(ts);
     out->metrics = compute_metrics(*a);
     out->assignment = std::move(a);
@@ -145,7 +147,8 @@ SessionOptions Session::options_from(const Config& c) {
   o.cost_params = c.cost_model.given_params();
   o.stages = c.stages;
   // Relays need the node size: the config's hardware profile (the plugins' default when none is named).
-  if (c.relay) o.relay_node_size = resolve_hardware_profile(c.hardware.empty() ? "h100_8x_nvlink" : c.hardware).gpus_per_node;
+  if (c.relay > 0) o.relay_node_size = resolve_hardware_profile(c.hardware.empty() ? "h100_8x_nvlink" : c.hardware).gpus_per_node;
+  if (c.relay < 0) o.relay_node_size = -1;
   o.cache_size = static_cast<std::size_t>(std::max(0, c.cache_size));
   o.plugin_paths = c.plugin_paths;
   return o;

@@ -36,6 +36,12 @@ std::string num(double v, const char* fmt = "%.6g") {
 // its task count; beyond this only the member's plan as it is is priced.
 constexpr TaskId kMemberGridSearchTasks = 400000;
 
+// plan.stages auto: candidates are priced at kAutoStages, the fastest then at
+// each of kStageChoices (doubling stages hide more with more of them, up to
+// the per-stage latencies and synchronisation).
+constexpr int kAutoStages = 3;
+constexpr int kStageChoices[] = {1, 2, 3, 4, 5};
+
 std::int64_t max_load(const TaskGrid& g, const std::vector<Rank>& rank) {
   std::vector<std::int64_t> load(static_cast<std::size_t>(g.cp_size()), 0);
   for (TaskId t = 0; t < g.num_tasks(); ++t) load[static_cast<std::size_t>(rank[static_cast<std::size_t>(t)])] += g.load(t);
@@ -391,7 +397,9 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
   int priced_searched = 0;
   for (const Candidate* c : searched)
     if (priced_searched < opt_.priced_plans && add_final(c)) ++priced_searched;
-  const std::vector<int> stage_options = in.stages > 0 ? std::vector<int>{in.stages} : std::vector<int>{1, 2, 3};
+  // Stages: the host's count, or (auto) every candidate at kAutoStages and
+  // then the winner at the other counts of kStageChoices.
+  const std::vector<int> stage_options = in.stages > 0 ? std::vector<int>{in.stages} : std::vector<int>{kAutoStages};
   // On grids beyond member_max_tasks (P = 1024 causal: 4M tasks) one plan
   // build costs seconds and latencies are a rounding error of the step: the
   // best predicted candidate is taken without pricing it (when the stage
@@ -405,10 +413,26 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
       return x->predicted_s < y->predicted_s;
     })};
   }
+  // Relays: the host's setting, or (auto) each candidate priced without and
+  // with them when the ranks span several nodes.
+  const int node = in.cost->time_prices()->gpus_per_node;
+  std::vector<int> relay_options{std::max(0, in.relay)};
+  if (in.relay < 0 && node >= 2 && in.grid->cp_size() > node) relay_options.push_back(node);
   double best_step = std::numeric_limits<double>::infinity();
   const Candidate* best = nullptr;
   int best_stages = stage_options.front();
+  int best_relay = relay_options.front();
   bool best_ok = false;
+  // Builds and prices c's plan; a relayed build without any forwarding is the
+  // plain plan again and is not priced twice.
+  auto price = [&](const Candidate& c, int st, int relay) {
+    Assignment w;
+    w.grid = c.grid;
+    w.rank = c.rank;
+    const Plan plan = build_plan(w, PlanOptions{st, relay});
+    if (relay > 0 && !plan.has_forwarding()) return std::numeric_limits<double>::infinity();
+    return in.cost->plan_time(c.grid->problem(), plan)->step();
+  };
   for (const Candidate* c : finals) {
     if (unpriced) {
       best = c;
@@ -416,20 +440,28 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
       best_ok = balance_cap(*c->grid, opt_.mu) >= max_load(*c->grid, c->rank);
       break;
     }
-    Assignment a;
-    a.grid = c->grid;
-    a.rank = c->rank;
     // mu caps the search; the plans are judged by their step time alone (a
     // rank above the cap is priced in it), and the result says whether it meets mu.
     const bool ok = balance_cap(*c->grid, opt_.mu) >= max_load(*c->grid, c->rank);
-    for (int st : stage_options) {
-      const Plan plan = build_plan(a, st);
-      const double step = in.cost->plan_time(c->grid->problem(), plan)->step();
+    for (int st : stage_options)
+      for (int relay : relay_options) {
+        const double step = price(*c, st, relay);
+        if (step < best_step * (1 - 1e-12)) {
+          best_step = step;
+          best = c;
+          best_stages = st;
+          best_relay = relay;
+          best_ok = ok;
+        }
+      }
+  }
+  if (in.stages <= 0 && !unpriced) {
+    for (int st : kStageChoices) {
+      if (st == kAutoStages) continue;
+      const double step = price(*best, st, best_relay);
       if (step < best_step * (1 - 1e-12)) {
         best_step = step;
-        best = c;
         best_stages = st;
-        best_ok = ok;
       }
     }
   }
@@ -438,8 +470,10 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
   a.rank = best->rank;
   a.feasible = best_ok;
   a.stages = in.stages > 0 ? in.stages : best_stages;
+  if (in.relay < 0) a.relay_node_size = best_relay;
   a.note = "balanced_bytes (time): " + best->origin + " on " + std::to_string(a.grid->problem().grid.blocks_per_rank) +
-           " block(s) per rank, " + std::to_string(a.stages) + " stage(s), predicted step " +
+           " block(s) per rank, " + std::to_string(a.stages) + " stage(s)" +
+           (best_relay > 0 ? ", relays on nodes of " + std::to_string(best_relay) : std::string()) + ", predicted step " +
            num(best_step * 1e3, "%.4f") + " ms " +
            (unpriced ? std::string("by the search's model (grid above member_max_tasks: no plan priced)")
                      : "of " + std::to_string(finals.size()) + " priced plans");

@@ -173,7 +173,7 @@ TEST_CASE("relays: a negative node size is an error") {
   CHECK_THROWS_WITH(build_plan(test::owner_assignment(g), PlanOptions{1, -1}), doctest::Contains("relay_node_size"));
 }
 
-TEST_CASE("plan.relay: off | on, the node size from the hardware profile, a precise error otherwise") {
+TEST_CASE("plan.relay: off | on | auto, the node size from the hardware profile, a precise error otherwise") {
   const std::string yaml = "problem: {cp_size: 16, seqlen_per_rank: 64}\n";
   CHECK_FALSE(parse_config(yaml, "t.yaml").relay);
   CHECK_FALSE(parse_config(yaml + "plan: {relay: off}\n", "t.yaml").relay);
@@ -183,11 +183,13 @@ TEST_CASE("plan.relay: off | on, the node size from the hardware profile, a prec
   CHECK(Session::options_from(parse_config(yaml + "hardware: cluster_8gpu_ib\n", "t.yaml", {"plan.relay=on"}))
             .relay_node_size == resolve_hardware_profile("cluster_8gpu_ib").gpus_per_node);
   CHECK(Session::options_from(parse_config(yaml, "t.yaml", {"plan.relay=off"})).relay_node_size == 0);
+  CHECK(parse_config(yaml + "plan: {relay: auto}\n", "t.yaml").relay == -1);
+  CHECK(Session::options_from(parse_config(yaml, "t.yaml", {"plan.relay=auto"})).relay_node_size == -1);
   try {
     parse_config(yaml + "plan: {relay: sometimes}\n", "t.yaml");
     FAIL("no error");
   } catch (const Error& e) {
-    CHECK(std::string(e.what()).find("t.yaml:2:15: plan.relay: expected off or on, got 'sometimes'") !=
+    CHECK(std::string(e.what()).find("t.yaml:2:15: plan.relay: expected off, on or auto, got 'sometimes'") !=
           std::string::npos);
   }
 }
@@ -207,8 +209,32 @@ TEST_CASE("Session: relay_node_size builds relayed plans, and keys the cache apa
   CHECK(relayed.validate().empty());
   CHECK(make_plan_key(relayed.problem(), "owner", {}, "area", {}, 1, 4) !=
         make_plan_key(relayed.problem(), "owner", {}, "area", {}, 1, 0));
-  o.relay_node_size = -1;
+  o.relay_node_size = -2;
   CHECK_THROWS_WITH(Session{o}, doctest::Contains("relay_node_size"));
+}
+
+TEST_CASE("relay auto: balanced_bytes chooses under the time model, and the Session builds what it chose") {
+  SessionOptions o;
+  o.cp_size = 16;
+  o.heads = Heads{8, 2, 16, 2};
+  o.solver = "balanced_bytes";
+  o.solver_params.set("members", std::string("static"));
+  o.cost_model = "time";
+  o.cost_params.set("hardware", std::string("cluster_8gpu_ib"));
+  o.relay_node_size = -1;
+  o.validate = true;
+  Session s(o);
+  const RangeMask mask(1024, {{{0, 1024}, {0, 1024}, MaskType::causal}});
+  const CachedPlan& r = s.solve(mask);
+  // A choice was made (none or the profile's 8 per node), and the plan is the one chosen.
+  CHECK((r.assignment->relay_node_size == 0 || r.assignment->relay_node_size == 8));
+  CHECK(r.plan->has_forwarding() == (r.assignment->relay_node_size == 8));
+  CHECK(s.validate().empty());
+  // With relays off the solver is not asked to choose.
+  o.relay_node_size = 0;
+  Session off(o);
+  CHECK(off.solve(mask).assignment->relay_node_size == -1);
+  CHECK_FALSE(off.result().plan->has_forwarding());
 }
 
 TEST_CASE("plan JSON: forwarding phases only when present") {

@@ -9,7 +9,9 @@
 //   bench_step_time [--hardware h100_8x_nvlink,cluster_8gpu_ib] [--cp 8,16,32,64,128]
 //                   [--masks full,causal,full_document,causal_document] [--packs 20]
 //                   [--solvers balanced_bytes,binary_greedy,usp,static,owner]
-//                   [--stages N|auto] [--data-dir DIR]
+//                   [--stages N|auto] [--relay off|on|auto] [--data-dir DIR]
+// Stages and relays as plan.stages / plan.relay: `auto` lets a solver choose
+// (balanced_bytes does; the others plan 1 stage without relays).
 // The first solver gets the `time` cost model, the others the seed's `area`
 // (a suffix @time or @area overrides). A solver may carry parameters, typed by
 // its schema: `balanced_bytes:objective=bytes+mu=1.05`.
@@ -73,6 +75,9 @@ int main(int argc, char** argv) {
         bench::split(bench::arg(argc, argv, "--solvers", "balanced_bytes,binary_greedy,usp,static,owner"));
     const std::string stages_arg = bench::arg(argc, argv, "--stages", "1");
     const int stages = stages_arg == "auto" ? 0 : std::stoi(stages_arg);
+    const std::string relay_arg = bench::arg(argc, argv, "--relay", "off");
+    if (relay_arg != "off" && relay_arg != "on" && relay_arg != "auto")
+      throw Error("bench_step_time: --relay must be off, on or auto, got '" + relay_arg + "'");
 
     Registry reg;
     reg.scan(Registry::default_plugin_dir());
@@ -80,8 +85,8 @@ int main(int argc, char** argv) {
     for (const auto& s : solver_args) specs.push_back(parse_solver(s, specs.empty()));
 
     const DocHistogram hist = DocHistogram::load_csv(bench::data_file(argc, argv, "doc_length_distribution.csv"));
-    fmt::print("step / compute bound (mean over packs), 8192 tokens/rank, GQA 64:8, D 128, bf16, stages {}\n",
-               stages_arg);
+    fmt::print("step / compute bound (mean over packs), 8192 tokens/rank, GQA 64:8, D 128, bf16, stages {}, relays {}\n",
+               stages_arg, relay_arg);
     fmt::print("{:<16} {:<16} {:>4}", "hardware", "mask", "P");
     for (const auto& s : specs) fmt::print(" {:>22}", s.label.substr(0, 22));
     fmt::print("  {:>9} {:>12}\n", "bound ms", "behind>1%");
@@ -120,9 +125,10 @@ int main(int argc, char** argv) {
               const auto t0 = std::chrono::steady_clock::now();
               auto grid = std::make_shared<const TaskGrid>(problem);
               const CostModel* c = specs[i].time_cost ? cost.get() : &area;
-              const Assignment a = solvers[i]->solve(SolveInput{grid, c, stages});
+              const int relay = relay_arg == "auto" ? -1 : relay_arg == "on" ? hw.gpus_per_node : 0;
+              const Assignment a = solvers[i]->solve(SolveInput{grid, c, stages, relay});
               const int st = stages > 0 ? stages : std::max(1, a.stages);
-              const Plan plan = build_plan(a, st);
+              const Plan plan = build_plan(a, PlanOptions{st, relay >= 0 ? relay : std::max(0, a.relay_node_size)});
               latency[i].push_back(ms_since(t0));
               const StepEstimate e = estimate_step(a.grid->problem(), plan, hw);
               steps[i] = e.step();

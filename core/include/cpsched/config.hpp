@@ -48,7 +48,9 @@ struct Config {
   PluginSelection cost_model;
   PluginSelection executor;
   int stages = 1;
-  bool relay = false;  // plan.relay: on = relays (two-level collectives) on the hardware profile's nodes
+  // plan.relay: off (0), on (1: relays, two-level collectives, on the
+  // hardware profile's nodes) or auto (-1: the solver chooses).
+  int relay = 0;
   int cache_size = 64;
   std::vector<std::filesystem::path> plugin_paths;
   // Top-level `hardware:` (empty when absent): a bundled profile name or a

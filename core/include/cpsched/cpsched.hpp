@@ -48,7 +48,8 @@ struct SessionOptions {
   std::string cost_model = "area";
   Params cost_params;
   int stages = 1;                  // remote stages (plan.stages); 0: auto, the solver chooses
-  // Relays (plan.relay, PlanOptions::relay_node_size): ranks per node, 0 = off.
+  // Relays (plan.relay, PlanOptions::relay_node_size): ranks per node, 0 = off,
+  // -1 = auto (the solver chooses; balanced_bytes prices plans both ways).
   // From a Config with plan.relay: on, the GPUs per node of its hardware profile.
   int relay_node_size = 0;
   std::size_t cache_size = 64;     // plan cache entries; 0 disables the cache

@@ -13,6 +13,10 @@ struct SolveInput {
   // Remote stages of the plan the host will build: N >= 1, or 0 for `auto`
   // (the solver may choose, and says so in Assignment::stages).
   int stages = 1;
+  // Relays (two-level collectives, PlanOptions::relay_node_size) of that plan:
+  // 0 none, n >= 2 on nodes of n ranks, or -1 for `auto` (the solver may
+  // choose, and says so in Assignment::relay_node_size).
+  int relay = 0;
 };
 
 class Solver {
