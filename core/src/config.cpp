@@ -10,6 +10,7 @@
 #include "config_reader.hpp"
 #include "cpsched/error.hpp"
 #include "cpsched/hardware.hpp"
+#include "cpsched/resources.hpp"
 #include "cpsched/registry.hpp"
 
 namespace cpsched {
@@ -96,6 +97,21 @@ void read_plan(const Section& top, Config& cfg) {
   }
 }
 
+// `memory_budget: 16G` (a size with K/M/G/T, or bytes).
+void read_memory_budget(const Section& top, Config& cfg) {
+  if (!top.has("memory_budget")) return;
+  const YAML::Node v = top.get("memory_budget");
+  if (!v.IsScalar()) {
+    top.error("memory_budget", "expected a size such as 16G, 512M or a number of bytes, got " + config_detail::describe(v));
+    return;
+  }
+  try {
+    cfg.memory_budget = parse_memory_size(v.Scalar(), "memory_budget");
+  } catch (const Error& e) {
+    top.error("memory_budget", e.what());
+  }
+}
+
 void read_plugin_paths(const Section& top, Config& cfg, const std::filesystem::path& base_dir) {
   if (!top.has("plugin_paths")) return;
   const YAML::Node list = top.get("plugin_paths");
@@ -179,7 +195,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
 
   const Section top(diag, root, "",
                     {"problem", "solver", "cost_model", "plan", "executor", "plugin_paths", "compare",
-                     "hardware"});
+                     "hardware", "memory_budget"});
   if (top.valid() && (!top.has("problem") || top.get("problem").IsNull())) {
     // Running the built-in defaults for an empty or truncated file would hide the mistake.
     const bool empty = !root.IsDefined() || root.IsNull() || root.size() == 0;
@@ -187,6 +203,8 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
              ": give the problem (cp_size, seqlen_per_rank, heads, mask) in the file or with --set problem...=");
   }
   if (top.valid()) {
+    // First: the problem's own checks (generating the mask) use it.
+    read_memory_budget(top, cfg);
     const Section problem(diag, top.get("problem"), "problem",
                           {"cp_size", "seqlen_per_rank", "heads", "grid", "mask"});
     if (problem.valid()) config_detail::read_problem(problem, cfg, base_dir);

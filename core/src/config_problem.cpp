@@ -226,7 +226,7 @@ MaskSize estimate_mask_size(const MaskSpec& spec, Token S) {
 
 // Refuses a mask whose generation alone would pass the slice limit or the
 // memory budget (a slice with its validation costs about 200 bytes).
-void check_mask_size(const MaskSpec& spec, Token S) {
+void check_mask_size(const MaskSpec& spec, Token S, std::int64_t configured_budget) {
   const MaskSize m = estimate_mask_size(spec, S);
   const bool by_pack = spec.pack > 0 && !spec.histogram.bins.empty() && spec.lengths.empty();
   if (m.slices > static_cast<double>(limits::kMaxSlices))
@@ -239,12 +239,12 @@ void check_mask_size(const MaskSpec& spec, Token S) {
                      fmt::format("problem.mask{}: reaching pack {} samples about {:.3g} documents, over the limit "
                                  "2^32; a lower pack or fewer tokens fit",
                                  by_pack ? ".pack" : "", spec.pack, m.sampled_docs));
-  const MemoryBudget budget = default_memory_budget();
+  const MemoryBudget budget = memory_budget_or_default(configured_budget, "memory_budget in the config");
   const double bytes = m.slices * 200 + m.sampled_docs * sizeof(Token);
   if (budget.bytes > 0 && bytes > static_cast<double>(budget.bytes))
     throw LimitError("mask", fmt::format("problem.mask: generating this mask needs about {} ({:.3g} slices), over "
                                          "the memory budget {} ({}); fewer tokens or longer documents/blocks fit, "
-                                         "or raise the budget with CPSCHED_MEMORY_BUDGET",
+                                         "or raise the budget (memory_budget in the config or CPSCHED_MEMORY_BUDGET)",
                                          format_bytes(bytes), m.slices, format_bytes(static_cast<double>(budget.bytes)),
                                          budget.source));
 }
@@ -300,7 +300,7 @@ void read_problem(const Section& problem, Config& cfg, const std::filesystem::pa
   try {
     // Sizes first: the mask generators allocate in proportion to S.
     check_size_limits(cfg.seqlen(), cfg.cp_size, cfg.grid.blocks_per_rank);
-    check_mask_size(cfg.mask, cfg.seqlen());
+    check_mask_size(cfg.mask, cfg.seqlen(), cfg.memory_budget);
     built = make_mask(cfg.mask, cfg.seqlen());
   } catch (const LimitError& e) {
     report_limit(e);
@@ -313,7 +313,7 @@ void read_problem(const Section& problem, Config& cfg, const std::filesystem::pa
     const Problem p = Problem::make(std::move(built), cfg.cp_size, cfg.heads, cfg.grid);
     // Grid and plan against the memory budget (the executor's own needs are
     // checked where it is known).
-    check_resources(p);
+    check_resources(p, estimate_resources(p), memory_budget_or_default(cfg.memory_budget, "memory_budget in the config"));
   } catch (const LimitError& e) {
     report_limit(e);
   } catch (const Error& e) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <fmt/format.h>
 
 #include "cpsched/plan.hpp"
@@ -131,7 +132,25 @@ std::int64_t parse_memory_size(std::string_view text, std::string_view what) {
   return static_cast<std::int64_t>(bytes);
 }
 
+namespace {
+std::mutex g_budget_mutex;
+MemoryBudget g_budget;  // bytes 0: not set
+}  // namespace
+
+void set_memory_budget(std::int64_t bytes, std::string source) {
+  const std::lock_guard<std::mutex> lock(g_budget_mutex);
+  g_budget = bytes > 0 ? MemoryBudget{bytes, std::move(source)} : MemoryBudget{};
+}
+
+MemoryBudget memory_budget_or_default(std::int64_t configured, std::string source) {
+  return configured > 0 ? MemoryBudget{configured, std::move(source)} : default_memory_budget();
+}
+
 MemoryBudget default_memory_budget() {
+  {
+    const std::lock_guard<std::mutex> lock(g_budget_mutex);
+    if (g_budget.bytes > 0) return g_budget;
+  }
   if (const char* env = std::getenv("CPSCHED_MEMORY_BUDGET"); env != nullptr && *env != '\0')
     return {parse_memory_size(env, "CPSCHED_MEMORY_BUDGET"), "CPSCHED_MEMORY_BUDGET"};
   std::ifstream in("/proc/meminfo");
@@ -160,7 +179,8 @@ void check_resources(const Problem& p, const ResourceEstimate& e, const MemoryBu
                               p.cp_size())
                 : fmt::format("lower problem.cp_size ({}) or problem.seqlen_per_rank", p.cp_size());
   throw LimitError(key, fmt::format("problem.{}: the estimated memory {} ({}) exceeds the memory budget {} ({}); {}, "
-                                    "use a sparser mask{}, or raise the budget with CPSCHED_MEMORY_BUDGET=<size, e.g. 64G>",
+                                    "use a sparser mask{}, or raise the budget (memory_budget: <size, e.g. 64G> in the config, or "
+                                    "CPSCHED_MEMORY_BUDGET=<size>)",
                                     key, format_bytes(static_cast<double>(need)), parts,
                                     format_bytes(static_cast<double>(budget.bytes)), budget.source, change,
                                     sim_numeric ? ", use the sim's mode: timing" : ""));

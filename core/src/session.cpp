@@ -36,6 +36,10 @@ void check_options(const SessionOptions& o) {
   if (o.relay_node_size < -1)
     throw Error(fmt::format("session: relay_node_size must be -1 (auto), 0 (no relays) or the ranks per node, got {}",
                             o.relay_node_size));
+  if (o.memory_budget < 0)
+    throw Error(fmt::format("session: memory_budget must be 0 (the default) or a number of bytes, got {}",
+                            o.memory_budget));
+  if (o.memory_budget > 0) set_memory_budget(o.memory_budget, "SessionOptions::memory_budget");
 }
 
 }  // namespace
@@ -150,6 +154,7 @@ SessionOptions Session::options_from(const Config& c) {
   if (c.relay > 0) o.relay_node_size = resolve_hardware_profile(c.hardware.empty() ? "h100_8x_nvlink" : c.hardware).gpus_per_node;
   if (c.relay < 0) o.relay_node_size = -1;
   o.cache_size = static_cast<std::size_t>(std::max(0, c.cache_size));
+  o.memory_budget = c.memory_budget;
   o.plugin_paths = c.plugin_paths;
   return o;
 }

@@ -187,7 +187,7 @@ TEST_CASE("an unknown key lists the known keys of its level") {
         "t.yaml:2:3: problem.cp_sise: unknown key 'cp_sise'; known keys: cp_size, seqlen_per_rank, heads, grid, mask");
   CHECK(parse_error("problem: {}\nsolvers: {name: usp}\n") ==
         "t.yaml:2:1: solvers: unknown key 'solvers'; known keys: problem, solver, cost_model, plan, executor, "
-        "plugin_paths, compare, hardware");
+        "plugin_paths, compare, hardware, memory_budget");
   CHECK(contains(parse_error("problem: {mask: {kind: causal, sead: 1}}\n"),
                  "t.yaml:1:32: problem.mask.sead: unknown key 'sead'; known keys: kind, lengths, histogram, seed,"));
 }

@@ -156,6 +156,21 @@ TEST_CASE("memory estimates stop a grid that would not fit, naming what to chang
         Problem::make(RangeMask(S, {Slice{{0, S}, {0, S}, MaskType::causal}}), 8, Heads{}, GridOptions{true, 2048}));
     CHECK_THROWS_AS(TaskGrid{p}, LimitError);
   }
+  SUBCASE("the config's memory_budget key comes before the variable") {
+    Env budget("64G");
+    const std::string e = error_of(
+        [] { parse_config(std::string(kQuick) + "memory_budget: 2G\n", "q.yaml", {"problem.grid.blocks_per_rank=8192"}); });
+    CHECK(e.find("exceeds the memory budget 2.0 GiB (memory_budget in the config)") != std::string::npos);
+    CHECK(parse_config(std::string(kQuick) + "memory_budget: 512M\n", "q.yaml").memory_budget == std::int64_t{512} << 20);
+  }
+  SUBCASE("the process's budget (set_memory_budget) comes before the variable") {
+    Env budget("64G");
+    set_memory_budget(std::int64_t{1} << 30, "test");
+    CHECK(default_memory_budget().bytes == std::int64_t{1} << 30);
+    CHECK(default_memory_budget().source == "test");
+    set_memory_budget(0, "");
+    CHECK(default_memory_budget().bytes == std::int64_t{64} << 30);
+  }
   SUBCASE("a malformed budget is an error naming the variable") {
     Env budget("lots");
     CHECK(error_of([] { default_memory_budget(); }).find("CPSCHED_MEMORY_BUDGET: 'lots' is not a memory size") !=

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "cpsched/resources.hpp"
 
 namespace po = boost::program_options;
 
@@ -35,6 +36,8 @@ bool ConfigOptions::parse(const Args& args, const char* command, const char* sum
 
 Config ConfigOptions::load() const {
   Config cfg = load_config(config, sets);
+  // Every later check (grids, plans, the sim) of this process uses it.
+  if (cfg.memory_budget > 0) set_memory_budget(cfg.memory_budget, "memory_budget in " + config);
   if (print_config) fmt::print("# effective config of {}\n{}\n", config, cfg.effective_yaml);
   return cfg;
 }

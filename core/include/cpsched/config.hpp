@@ -52,6 +52,10 @@ struct Config {
   // hardware profile's nodes) or auto (-1: the solver chooses).
   int relay = 0;
   int cache_size = 64;
+  // Top-level `memory_budget:` ("16G", "512M", bytes; 0 when absent): the
+  // budget of the up-front resource checks (resources.hpp), before
+  // CPSCHED_MEMORY_BUDGET and MemAvailable.
+  std::int64_t memory_budget = 0;
   std::vector<std::filesystem::path> plugin_paths;
   // Top-level `hardware:` (empty when absent): a bundled profile name or a
   // profile YAML path (made relative to the config's folder). It becomes the

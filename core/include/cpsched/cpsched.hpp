@@ -35,6 +35,7 @@
 #include "cpsched/plan_svg.hpp"
 #include "cpsched/plan_validator.hpp"
 #include "cpsched/registry.hpp"
+#include "cpsched/resources.hpp"
 
 namespace cpsched {
 
@@ -56,6 +57,10 @@ struct SessionOptions {
   // Plugin folders scanned besides the build's / installation's and CPSCHED_PLUGIN_PATH
   // (only when the Session makes its own Registry).
   std::vector<std::filesystem::path> plugin_paths;
+  // The process's memory budget for the resource checks (resources.hpp;
+  // bytes, 0: CPSCHED_MEMORY_BUDGET or MemAvailable). From a Config: its
+  // `memory_budget:`. Setting it sets the process's budget (set_memory_budget).
+  std::int64_t memory_budget = 0;
   bool validate = false;           // run validate_plan on every new plan (builds without NDEBUG always do)
 };
 

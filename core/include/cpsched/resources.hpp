@@ -3,9 +3,11 @@
 // will need, computed before any of them is built, and a check against a
 // memory budget that stops with an error saying what to change.
 //
-// The budget: CPSCHED_MEMORY_BUDGET (bytes, or with a K/M/G/T suffix:
-// "16G"), else MemAvailable of /proc/meminfo, else unlimited. A front end with
-// its own setting passes it to check_resources.
+// The budget: the process's setting (set_memory_budget: the config's
+// `memory_budget:` key in the command-line tool, SessionOptions::memory_budget
+// in the library), else CPSCHED_MEMORY_BUDGET (bytes, or with a K/M/G/T
+// suffix: "16G"), else MemAvailable of /proc/meminfo, else unlimited. It is
+// one setting per process, as the memory it guards.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -37,9 +39,14 @@ struct MemoryBudget {
   std::int64_t bytes = 0;  // <= 0: unlimited
   std::string source;      // where it came from, for the error message
 };
-// CPSCHED_MEMORY_BUDGET, else MemAvailable, else unlimited. Throws Error on a
-// malformed CPSCHED_MEMORY_BUDGET.
+// The process's setting, else CPSCHED_MEMORY_BUDGET, else MemAvailable, else
+// unlimited. Throws Error on a malformed CPSCHED_MEMORY_BUDGET.
 MemoryBudget default_memory_budget();
+// Sets the process's budget (bytes > 0; `source` names where it came from in
+// error messages); 0 clears it. Thread safe.
+void set_memory_budget(std::int64_t bytes, std::string source);
+// `configured` > 0: that budget (from `source`); else default_memory_budget().
+MemoryBudget memory_budget_or_default(std::int64_t configured, std::string source);
 // "1073741824", "512M", "16G", "1.5T" (powers of 1024) -> bytes; throws Error
 // naming `what` and the text on anything else.
 std::int64_t parse_memory_size(std::string_view text, std::string_view what = "memory size");
