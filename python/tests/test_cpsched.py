@@ -553,3 +553,15 @@ def test_example_plan_layer_runs():
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "rank 0" in p.stdout and "stage 1" in p.stdout
+
+
+def test_package_version_is_the_libraries():
+    # pyproject.toml's version is written by hand: it must follow CMake's
+    # project version, which the plugins' build signature carries.
+    import re
+    from conftest import ROOT
+    text = (ROOT / "pyproject.toml").read_text()
+    m = re.search(r'^version = "([^"]+)"', text, re.M)
+    assert m, "no version in pyproject.toml"
+    cm = re.search(r"project\(cpsched VERSION ([0-9.]+)", (ROOT / "CMakeLists.txt").read_text())
+    assert m.group(1) == cm.group(1) == cpsched.__version__

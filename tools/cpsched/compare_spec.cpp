@@ -281,7 +281,12 @@ CompareSpec read_compare_spec(const Config& cfg, const Registry& reg, const std:
   }
 
   if (const auto n = get("stages"); n.IsDefined() && !n.IsNull()) {
-    for (const auto& e : r.list(n, "stages")) spec.stages.push_back(r.to_int(e, "stages", 1));
+    // `auto` (0): the solver chooses (plan.stages: auto); only as the one entry,
+    // since one solve then serves the row.
+    for (const auto& e : r.list(n, "stages"))
+      spec.stages.push_back(e.IsScalar() && e.Scalar() == "auto" ? 0 : r.to_int(e, "stages", 1));
+    if (spec.stages.size() > 1 && std::find(spec.stages.begin(), spec.stages.end(), 0) != spec.stages.end())
+      r.fail("stages", "auto must be the only entry (the solver's choice serves the whole row)");
   } else {
     spec.stages = {cfg.stages};
   }
