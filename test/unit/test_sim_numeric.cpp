@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <memory>
 #include <random>
-#include <sstream>
 
 #include "cpsched/cost_model.hpp"
 #include "cpsched/error.hpp"
@@ -16,6 +15,7 @@
 #include "cpsched/registry.hpp"
 #include "numeric_check.hpp"
 #include "reference.hpp"
+#include "sim_outcome.hpp"
 #include "sim_runner.hpp"
 #include "virtual_ranks.hpp"
 
@@ -24,25 +24,9 @@ using namespace cpsched::sim;
 
 namespace {
 
-constexpr double kTol = 1e-4;
-
-struct Outcome {
-  NumericErrors err;
-  Faults faults;
-  bool passed() const { return faults.empty() && err.max() <= kTol; }
-  std::string str() const {
-    std::ostringstream s;
-    s << "O " << err.o << ", lse " << err.lse << ", dQ " << err.dq << ", dK " << err.dk << ", dV " << err.dv;
-    for (const std::string& f : faults.shown()) s << "\n  " << f;
-    return s.str();
-  }
-};
-
-Outcome run_numeric(const Problem& p, const Plan& plan, int threads = 2) {
-  const GlobalInputs in = GlobalInputs::generate(p, 11);
-  VirtualRun run = run_virtual_ranks(p, plan, in, threads);
-  return {compare_outputs(run.outputs, dense_reference(p, in, threads)), std::move(run.faults)};
-}
+using test::kTol;
+using test::Outcome;
+using test::run_numeric;
 
 // A hand-written plan (no plan builder involved): full mask over S = 15
 // tokens, P = 2 (shards of 8 and 7), GQA 4:2 flattened into 2 head groups.

@@ -4,7 +4,6 @@
 #include <doctest/doctest.h>
 
 #include <random>
-#include <sstream>
 
 #include "cpsched/hardware.hpp"
 #include "cpsched/mask_generators.hpp"
@@ -15,34 +14,14 @@
 #include "plan_fixtures.hpp"
 #include "random_specs.hpp"
 #include "reference.hpp"
+#include "sim_outcome.hpp"
 #include "virtual_ranks.hpp"
 
 using namespace cpsched;
 using namespace cpsched::sim;
 
-namespace {
-
-constexpr double kTol = 1e-4;
-
-struct Outcome {
-  NumericErrors err;
-  Faults faults;
-  bool passed() const { return faults.empty() && err.max() <= kTol; }
-  std::string str() const {
-    std::ostringstream s;
-    s << "O " << err.o << ", lse " << err.lse << ", dQ " << err.dq << ", dK " << err.dk << ", dV " << err.dv;
-    for (const std::string& f : faults.shown()) s << "\n  " << f;
-    return s.str();
-  }
-};
-
-Outcome run_numeric(const Problem& p, const Plan& plan) {
-  const GlobalInputs in = GlobalInputs::generate(p, 11);
-  VirtualRun run = run_virtual_ranks(p, plan, in, 2);
-  return {compare_outputs(run.outputs, dense_reference(p, in, 2)), std::move(run.faults)};
-}
-
-}  // namespace
+using test::Outcome;
+using test::run_numeric;
 
 TEST_CASE("relays: every mask generator x P in {2, 3, 4, 8, 16} x stages {1, 2} equals the reference") {
   std::mt19937_64 rng(31);
