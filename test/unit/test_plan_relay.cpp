@@ -15,18 +15,13 @@
 #include "cpsched/plan_json.hpp"
 #include "cpsched/plan_validator.hpp"
 #include "cpsched/mask_generators.hpp"
+#include "plan_checks.hpp"
 #include "plan_fixtures.hpp"
 #include "random_specs.hpp"
 
 using namespace cpsched;
 
 namespace {
-
-std::string joined(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += x + "\n";
-  return s;
-}
 
 // Rows (x receivers) of one pass that cross node boundaries, per phase.
 struct Crossing {
@@ -85,12 +80,7 @@ TEST_CASE("relays: valid plans, same coverage, fewer NIC rows, off is the plain 
         CHECK(same_plan(build_plan(a, PlanOptions{stages, 1}), plain));
         CHECK_FALSE(plain.has_forwarding());
         const Plan relay = build_plan(a, PlanOptions{stages, node});
-        const auto problems = validate_plan(a, relay);
-        CHECK_MESSAGE(problems.empty(), joined(problems));
-        if (grid->problem().seqlen() <= 200) {
-          const auto brute = brute_force_plan_coverage(a, relay);
-          CHECK_MESSAGE(brute.empty(), joined(brute));
-        }
+        test::check_valid_plan(a, relay, grid->problem().seqlen() <= 200);
         // Same rows to the same ranks: receive sizes and loads are the plain plan's.
         for (std::size_t r = 0; r < relay.ranks.size(); ++r)
           for (std::size_t s = 0; s < relay.ranks[r].fwd.comm.stages.size(); ++s) {

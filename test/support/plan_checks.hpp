@@ -1,0 +1,33 @@
+#pragma once
+// The plan tests' validity check: the validator's problems and, on problems
+// small enough, the brute-force coverage count, each listed in the failure.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "cpsched/assignment.hpp"
+#include "cpsched/plan.hpp"
+#include "cpsched/plan_validator.hpp"
+
+namespace cpsched::test {
+
+// One problem a line, for CHECK_MESSAGE.
+inline std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += x + "\n";
+  return s;
+}
+
+// validate_plan finds nothing; with `brute`, neither does the brute-force
+// coverage (it is O(G x S^2): callers pass it for small problems only).
+inline void check_valid_plan(const Assignment& a, const Plan& plan, bool brute) {
+  const auto problems = validate_plan(a, plan);
+  CHECK_MESSAGE(problems.empty(), joined(problems));
+  if (brute) {
+    const auto found = brute_force_plan_coverage(a, plan);
+    CHECK_MESSAGE(found.empty(), joined(found));
+  }
+}
+
+}  // namespace cpsched::test
