@@ -131,12 +131,104 @@ void RankPipeline::prepare(Pass pass, const PassPlan& plan) {
     return nullptr;
   };
 
+  // Where a buffer-side chunk starts: its row of the remote tensor.
+  auto remote_row = [&](const Chunk& c) { return remote_buf(c.tensor) + c.row * h_.row_bytes(c.tensor, rg); };
+
   MetaArena arena;
   struct Pending {
     std::size_t pack = 0, fwd_pack = 0;
     std::vector<std::size_t> qo_unpack, kv_unpack, qo_fwd_unpack, kv_fwd_unpack;
   };
   std::vector<Pending> pending(static_cast<std::size_t>(N));
+  // One unpack launch per received message (peers may return the same rows).
+  auto add_unpack = [&](const auto& segs, std::vector<std::size_t>& un, std::vector<Unpack>& uu) {
+    if (segs.empty()) return;
+    un.push_back(arena.add(segs));
+    uu.push_back({nullptr, static_cast<int>(segs.size())});
+  };
+  // A group-cast: pack what `kl` sends into its messages at `base` (pack_from
+  // gives a segment's source, strides and row bytes), send their chunks, and
+  // receive straight into the remote tensors.
+  auto add_cast = [&](const KindLists& kl, std::uint8_t* base, std::vector<CopySeg>& pack, std::vector<P2POp>& ops,
+                      auto&& pack_from) {
+    for (const Message& m : kl.cast_send.messages) {
+      for (const Segment& g : m.segments) {
+        if (g.rows == 0) continue;
+        CopySeg cs = pack_from(g);
+        cs.dst = base + m.offset + g.offset;
+        pack.push_back(cs);
+      }
+      for (const Chunk& c : m.chunks)
+        if (c.bytes > 0) ops.push_back({true, m.peer, base + m.offset + c.offset, c.bytes});
+    }
+    for (const Message& m : kl.cast_recv.messages)
+      for (const Chunk& c : m.chunks)
+        if (c.bytes > 0) ops.push_back({false, m.peer, remote_row(c), c.bytes});
+  };
+  // A group-reduce: send straight from the remote wire tensors, receive each
+  // peer's message into staging at `base`, then merge (forward O, lse) into
+  // the accumulators merge_into names or sum (backward) into sum_into's.
+  auto add_reduce = [&](const KindLists& kl, Kind kind, std::uint8_t* base, std::vector<P2POp>& ops,
+                        std::vector<std::size_t>& un, std::vector<Unpack>& uu, const char* phase, auto&& merge_into,
+                        auto&& sum_into) {
+    for (const Message& m : kl.reduce_send.messages)
+      for (const Chunk& c : m.chunks)
+        if (c.bytes > 0) ops.push_back({true, m.peer, remote_row(c), c.bytes});
+    for (const Message& m : kl.reduce_recv.messages) {
+      for (const Chunk& c : m.chunks)
+        if (c.bytes > 0) ops.push_back({false, m.peer, base + m.offset + c.offset, c.bytes});
+      const std::uint8_t* mb = base + m.offset;
+      if (pass == Pass::fwd && kind == Kind::qo) {
+        // Segments are tensor-major: every split's O, then every split's lse.
+        const std::size_t n = m.segments.size() / 2;
+        std::vector<MergeSeg> segs;
+        for (std::size_t i = 0; i < n; ++i) {
+          const Segment& o = m.segments[i];
+          const Segment& l = m.segments[n + i];
+          if (o.tensor != Tensor::o || l.tensor != Tensor::lse || o.split != l.split)
+            throw Error(fmt::format("cuda_nccl (internal): {} reduce message is not (O..., lse...) per split", phase));
+          if (o.rows == 0) continue;
+          MergeSeg ms = merge_into(o);
+          ms.o = reinterpret_cast<const bf16*>(mb + o.offset);
+          ms.lse = reinterpret_cast<const float*>(mb + l.offset);
+          segs.push_back(ms);
+        }
+        add_unpack(segs, un, uu);
+      } else if (pass == Pass::bwd) {
+        std::vector<SumSeg> segs;
+        for (const Segment& g : m.segments) {
+          if (g.rows == 0) continue;
+          SumSeg ss = sum_into(g);
+          ss.src = reinterpret_cast<const bf16*>(mb + g.offset);
+          segs.push_back(ss);
+        }
+        add_unpack(segs, un, uu);
+      }
+    }
+  };
+
+  // First phase: pack local rows (one head group of all heads), reduce into
+  // the local accumulators at the rows' head offset.
+  auto local_pack = [&](const Segment& g) {
+    const Bytes rowb = h_.row_bytes(g.tensor, g.group);
+    const Bytes head_off =
+        static_cast<Bytes>(h_.head_offset(g.tensor, g.group)) * h_.elems_per_head(g.tensor) * h_.elem_bytes(g.tensor);
+    return CopySeg{local_src(g.tensor) + g.row * h_.local_row_bytes(g.tensor) + head_off, nullptr, g.rows,
+                   h_.local_row_bytes(g.tensor), rowb, rowb};
+  };
+  auto local_merge = [&](const Segment& o) {
+    const int off = h_.head_offset(Tensor::o, o.group);
+    return MergeSeg{lb.o_acc + (o.row * h_.hq + off) * h_.dim, lb.lse_acc + o.row * h_.hq + off, nullptr, nullptr,
+                    o.rows, static_cast<i64>(h_.hq) * h_.dim, h_.hq, h_.heads(Tensor::o, o.group), h_.dim};
+  };
+  auto local_sum = [&](const Segment& g) {
+    float* acc = g.tensor == Tensor::dq ? lb.dq_acc : g.tensor == Tensor::dk ? lb.dk_acc : lb.dv_acc;
+    const int heads = h_.local_heads(g.tensor);
+    const int off = h_.head_offset(g.tensor, g.group);
+    return SumSeg{acc + (g.row * heads + off) * h_.dim, nullptr, g.rows, static_cast<i64>(heads) * h_.dim,
+                  static_cast<i64>(h_.heads(g.tensor, g.group)) * h_.dim};
+  };
+
   pp.stages.assign(static_cast<std::size_t>(N), Stage{});
   for (int s = 1; s <= N; ++s) {
     const StageComm& sc = plan.comm.stages[static_cast<std::size_t>(s - 1)];
@@ -151,171 +243,43 @@ void RankPipeline::prepare(Pass pass, const PassPlan& plan) {
     st.qo_after = sc.qo_reduce_after;
     st.kv_after = sc.kv_reduce_after;
     std::uint8_t* stage_base = rb.staging + ss.offset;
-
-    // Group-cast: pack, send the messages, receive straight into the remote tensors.
-    std::vector<CopySeg> pack;
+    std::vector<CopySeg> pack, fwd_pack;
     for (Kind kind : {Kind::qo, Kind::kv}) {
-      const KindLists& kl = sl.of(kind);
-      std::uint8_t* base = stage_base + (kind == Kind::qo ? ss.qo_cast : ss.kv_cast);
-      for (const Message& m : kl.cast_send.messages) {
-        for (const Segment& g : m.segments) {
-          if (g.rows == 0) continue;
-          const Bytes rowb = h_.row_bytes(g.tensor, g.group);
-          const Bytes head_off =
-              static_cast<Bytes>(h_.head_offset(g.tensor, g.group)) * h_.elems_per_head(g.tensor) * h_.elem_bytes(g.tensor);
-          pack.push_back(CopySeg{local_src(g.tensor) + g.row * h_.local_row_bytes(g.tensor) + head_off,
-                                 base + m.offset + g.offset, g.rows, h_.local_row_bytes(g.tensor), rowb, rowb});
-        }
-        for (const Chunk& c : m.chunks)
-          if (c.bytes > 0) st.cast_ops.push_back({true, m.peer, base + m.offset + c.offset, c.bytes});
-      }
-      for (const Message& m : kl.cast_recv.messages)
-        for (const Chunk& c : m.chunks)
-          if (c.bytes > 0)
-            st.cast_ops.push_back({false, m.peer, remote_buf(c.tensor) + c.row * h_.row_bytes(c.tensor, rg), c.bytes});
+      const bool q = kind == Kind::qo;
+      add_cast(sl.of(kind), stage_base + (q ? ss.qo_cast : ss.kv_cast), pack, st.cast_ops, local_pack);
+      add_reduce(sl.of(kind), kind, stage_base + (q ? ss.qo_reduce : ss.kv_reduce),
+                 q ? st.qo_reduce_ops : st.kv_reduce_ops, q ? pd.qo_unpack : pd.kv_unpack,
+                 q ? st.qo_unpack : st.kv_unpack, "forward", local_merge, local_sum);
+
+      // Forwarding phase (relays): remote rows hold the group's heads only, so
+      // whole rows are forwarded, and what comes back goes into the relay's
+      // remote accumulators (rows of q_heads / kv_heads heads).
+      const Token off = q ? sc.qo_recv_offset : sc.kv_recv_offset;
+      auto relay_pack = [&](const Segment& g) {
+        const Bytes rowb = h_.row_bytes(g.tensor, rg);
+        return CopySeg{remote_buf(g.tensor) + (off + g.row) * rowb, nullptr, g.rows, rowb, rowb, rowb};
+      };
+      auto relay_merge = [&](const Segment& o) {
+        const i64 qh = pp.shape.q_heads, row = off + o.row;
+        return MergeSeg{rb.o_acc + row * qh * h_.dim, rb.lse_acc + row * qh, nullptr, nullptr, o.rows, qh * h_.dim, qh,
+                        static_cast<int>(qh), h_.dim};
+      };
+      auto relay_sum = [&](const Segment& g) {
+        const bool q_side = g.tensor == Tensor::dq;
+        float* acc = q_side ? rb.dq_acc : g.tensor == Tensor::dk ? rb.dk_acc : rb.dv_acc;
+        const i64 width = static_cast<i64>(q_side ? pp.shape.q_heads : pp.shape.kv_heads) * h_.dim;
+        return SumSeg{acc + (off + g.row) * width, nullptr, g.rows, width, width};
+      };
+      add_cast(sl.fwd_of(kind), stage_base + (q ? ss.qo_fwd_cast : ss.kv_fwd_cast), fwd_pack, st.fwd_cast_ops,
+               relay_pack);
+      add_reduce(sl.fwd_of(kind), kind, stage_base + (q ? ss.qo_fwd_reduce : ss.kv_fwd_reduce),
+                 q ? st.qo_fwd_reduce_ops : st.kv_fwd_reduce_ops, q ? pd.qo_fwd_unpack : pd.kv_fwd_unpack,
+                 q ? st.qo_fwd_unpack : st.kv_fwd_unpack, "forwarding", relay_merge, relay_sum);
     }
     st.n_pack = static_cast<int>(pack.size());
     if (!pack.empty()) pd.pack = arena.add(pack);
-
-    // Group-reduce: send straight from the remote wire tensors, receive into
-    // staging, then merge or sum per peer.
-    for (Kind kind : {Kind::qo, Kind::kv}) {
-      const KindLists& kl = sl.of(kind);
-      std::vector<P2POp>& ops = kind == Kind::qo ? st.qo_reduce_ops : st.kv_reduce_ops;
-      std::uint8_t* base = stage_base + (kind == Kind::qo ? ss.qo_reduce : ss.kv_reduce);
-      for (const Message& m : kl.reduce_send.messages)
-        for (const Chunk& c : m.chunks)
-          if (c.bytes > 0) ops.push_back({true, m.peer, remote_buf(c.tensor) + c.row * h_.row_bytes(c.tensor, rg), c.bytes});
-      for (const Message& m : kl.reduce_recv.messages) {
-        for (const Chunk& c : m.chunks)
-          if (c.bytes > 0) ops.push_back({false, m.peer, base + m.offset + c.offset, c.bytes});
-        std::uint8_t* mb = base + m.offset;
-        std::vector<std::size_t>& un = kind == Kind::qo ? pd.qo_unpack : pd.kv_unpack;
-        std::vector<Unpack>& uu = kind == Kind::qo ? st.qo_unpack : st.kv_unpack;
-        if (pass == Pass::fwd && kind == Kind::qo) {
-          // Segments are tensor-major: every split's O, then every split's lse.
-          const std::size_t n = m.segments.size() / 2;
-          std::vector<MergeSeg> segs;
-          for (std::size_t i = 0; i < n; ++i) {
-            const Segment& o = m.segments[i];
-            const Segment& l = m.segments[n + i];
-            if (o.tensor != Tensor::o || l.tensor != Tensor::lse || o.split != l.split)
-              throw Error("cuda_nccl (internal): forward reduce message is not (O..., lse...) per split");
-            if (o.rows == 0) continue;
-            const int off = h_.head_offset(Tensor::o, o.group);
-            segs.push_back(MergeSeg{lb.o_acc + (o.row * h_.hq + off) * h_.dim, lb.lse_acc + o.row * h_.hq + off,
-                                    reinterpret_cast<const bf16*>(mb + o.offset),
-                                    reinterpret_cast<const float*>(mb + l.offset), o.rows,
-                                    static_cast<i64>(h_.hq) * h_.dim, h_.hq, h_.heads(Tensor::o, o.group), h_.dim});
-          }
-          if (!segs.empty()) {
-            un.push_back(arena.add(segs));
-            uu.push_back({nullptr, static_cast<int>(segs.size())});
-          }
-        } else if (pass == Pass::bwd) {
-          std::vector<SumSeg> segs;
-          for (const Segment& g : m.segments) {
-            if (g.rows == 0) continue;
-            float* acc = g.tensor == Tensor::dq ? lb.dq_acc : g.tensor == Tensor::dk ? lb.dk_acc : lb.dv_acc;
-            const int heads = h_.local_heads(g.tensor);
-            const int off = h_.head_offset(g.tensor, g.group);
-            segs.push_back(SumSeg{acc + (g.row * heads + off) * h_.dim, reinterpret_cast<const bf16*>(mb + g.offset),
-                                  g.rows, static_cast<i64>(heads) * h_.dim,
-                                  static_cast<i64>(h_.heads(g.tensor, g.group)) * h_.dim});
-          }
-          if (!segs.empty()) {
-            un.push_back(arena.add(segs));
-            uu.push_back({nullptr, static_cast<int>(segs.size())});
-          }
-        }
-      }
-    }
-  }
-
-  // Forwarding phase (relays).
-  for (int s = 1; s <= N; ++s) {
-    const StageComm& sc = plan.comm.stages[static_cast<std::size_t>(s - 1)];
-    const StageLists& sl = lists.stages[static_cast<std::size_t>(s - 1)];
-    const StageStaging& ss = stg[static_cast<std::size_t>(s - 1)];
-    Stage& st = pp.stages[static_cast<std::size_t>(s - 1)];
-    Pending& pd = pending[static_cast<std::size_t>(s - 1)];
-    std::uint8_t* stage_base = rb.staging + ss.offset;
-    std::vector<CopySeg> pack;
-    for (Kind kind : {Kind::qo, Kind::kv}) {
-      const KindLists& kl = sl.fwd_of(kind);
-      const Token off = kind == Kind::qo ? sc.qo_recv_offset : sc.kv_recv_offset;
-      std::uint8_t* base = stage_base + (kind == Kind::qo ? ss.qo_fwd_cast : ss.kv_fwd_cast);
-      for (const Message& m : kl.cast_send.messages) {
-        for (const Segment& g : m.segments) {
-          if (g.rows == 0) continue;
-          // Remote rows hold the group's heads only: whole rows are forwarded.
-          const Bytes rowb = h_.row_bytes(g.tensor, rg);
-          pack.push_back(CopySeg{remote_buf(g.tensor) + (off + g.row) * rowb, base + m.offset + g.offset, g.rows, rowb,
-                                 rowb, rowb});
-        }
-        for (const Chunk& c : m.chunks)
-          if (c.bytes > 0) st.fwd_cast_ops.push_back({true, m.peer, base + m.offset + c.offset, c.bytes});
-      }
-      for (const Message& m : kl.cast_recv.messages)
-        for (const Chunk& c : m.chunks)
-          if (c.bytes > 0)
-            st.fwd_cast_ops.push_back({false, m.peer, remote_buf(c.tensor) + c.row * h_.row_bytes(c.tensor, rg), c.bytes});
-    }
-    st.n_fwd_pack = static_cast<int>(pack.size());
-    if (!pack.empty()) pd.fwd_pack = arena.add(pack);
-
-    for (Kind kind : {Kind::qo, Kind::kv}) {
-      const KindLists& kl = sl.fwd_of(kind);
-      const Token off = kind == Kind::qo ? sc.qo_recv_offset : sc.kv_recv_offset;
-      std::vector<P2POp>& ops = kind == Kind::qo ? st.qo_fwd_reduce_ops : st.kv_fwd_reduce_ops;
-      std::uint8_t* base = stage_base + (kind == Kind::qo ? ss.qo_fwd_reduce : ss.kv_fwd_reduce);
-      for (const Message& m : kl.reduce_send.messages)
-        for (const Chunk& c : m.chunks)
-          if (c.bytes > 0) ops.push_back({true, m.peer, remote_buf(c.tensor) + c.row * h_.row_bytes(c.tensor, rg), c.bytes});
-      for (const Message& m : kl.reduce_recv.messages) {
-        for (const Chunk& c : m.chunks)
-          if (c.bytes > 0) ops.push_back({false, m.peer, base + m.offset + c.offset, c.bytes});
-        std::uint8_t* mb = base + m.offset;
-        std::vector<std::size_t>& un = kind == Kind::qo ? pd.qo_fwd_unpack : pd.kv_fwd_unpack;
-        std::vector<Unpack>& uu = kind == Kind::qo ? st.qo_fwd_unpack : st.kv_fwd_unpack;
-        if (pass == Pass::fwd && kind == Kind::qo) {
-          // Into the relay's remote O / lse accumulators (rows of q_heads heads).
-          const std::size_t n = m.segments.size() / 2;
-          const i64 qh = pp.shape.q_heads;
-          std::vector<MergeSeg> segs;
-          for (std::size_t i = 0; i < n; ++i) {
-            const Segment& o = m.segments[i];
-            const Segment& l = m.segments[n + i];
-            if (o.tensor != Tensor::o || l.tensor != Tensor::lse || o.split != l.split)
-              throw Error("cuda_nccl (internal): forwarding reduce message is not (O..., lse...) per split");
-            if (o.rows == 0) continue;
-            const i64 row = off + o.row;
-            segs.push_back(MergeSeg{rb.o_acc + row * qh * h_.dim, rb.lse_acc + row * qh,
-                                    reinterpret_cast<const bf16*>(mb + o.offset),
-                                    reinterpret_cast<const float*>(mb + l.offset), o.rows, qh * h_.dim, qh,
-                                    static_cast<int>(qh), h_.dim});
-          }
-          if (!segs.empty()) {
-            un.push_back(arena.add(segs));
-            uu.push_back({nullptr, static_cast<int>(segs.size())});
-          }
-        } else if (pass == Pass::bwd) {
-          std::vector<SumSeg> segs;
-          for (const Segment& g : m.segments) {
-            if (g.rows == 0) continue;
-            const bool q_side = g.tensor == Tensor::dq;
-            float* acc = q_side ? rb.dq_acc : g.tensor == Tensor::dk ? rb.dk_acc : rb.dv_acc;
-            const i64 width = static_cast<i64>(q_side ? pp.shape.q_heads : pp.shape.kv_heads) * h_.dim;
-            segs.push_back(SumSeg{acc + (off + g.row) * width, reinterpret_cast<const bf16*>(mb + g.offset), g.rows,
-                                  width, width});
-          }
-          if (!segs.empty()) {
-            un.push_back(arena.add(segs));
-            uu.push_back({nullptr, static_cast<int>(segs.size())});
-          }
-        }
-      }
-    }
+    st.n_fwd_pack = static_cast<int>(fwd_pack.size());
+    if (!fwd_pack.empty()) pd.fwd_pack = arena.add(fwd_pack);
   }
 
   // Attention launches of every stage.
@@ -363,17 +327,18 @@ void RankPipeline::prepare(Pass pass, const PassPlan& plan) {
   }
 
   arena.commit(be_);
+  auto resolve = [&](std::vector<Unpack>& uu, const std::vector<std::size_t>& un) {
+    for (std::size_t i = 0; i < uu.size(); ++i) uu[i].segs = arena.at<void>(un[i]);
+  };
   for (int s = 0; s < N; ++s) {
     Stage& st = pp.stages[static_cast<std::size_t>(s)];
     const Pending& pd = pending[static_cast<std::size_t>(s)];
     if (st.n_pack > 0) st.pack = arena.at<CopySeg>(pd.pack);
-    for (std::size_t i = 0; i < st.qo_unpack.size(); ++i) st.qo_unpack[i].segs = arena.at<void>(pd.qo_unpack[i]);
-    for (std::size_t i = 0; i < st.kv_unpack.size(); ++i) st.kv_unpack[i].segs = arena.at<void>(pd.kv_unpack[i]);
     if (st.n_fwd_pack > 0) st.fwd_pack = arena.at<CopySeg>(pd.fwd_pack);
-    for (std::size_t i = 0; i < st.qo_fwd_unpack.size(); ++i)
-      st.qo_fwd_unpack[i].segs = arena.at<void>(pd.qo_fwd_unpack[i]);
-    for (std::size_t i = 0; i < st.kv_fwd_unpack.size(); ++i)
-      st.kv_fwd_unpack[i].segs = arena.at<void>(pd.kv_fwd_unpack[i]);
+    resolve(st.qo_unpack, pd.qo_unpack);
+    resolve(st.kv_unpack, pd.kv_unpack);
+    resolve(st.qo_fwd_unpack, pd.qo_fwd_unpack);
+    resolve(st.kv_fwd_unpack, pd.kv_fwd_unpack);
   }
   for (const PendingLaunch& x : pl) {
     AttnLaunch& p = pp.launches[x.s][x.i].p;
