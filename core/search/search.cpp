@@ -10,11 +10,11 @@ namespace {
 
 constexpr double kEps = 1e-6;  // bytes: objective changes below this are ties
 
-// Holders tried per task: every one up to P = 32; at larger P a cyclic
+// Holders tried per task: every one up to P = 64; at larger P a cyclic
 // window of this many, starting at a rank that varies with the task, so that
 // one evaluation costs O(1) however many ranks share a block (at P = 1024 a
 // kv block of a sparse mask has hundreds of holders).
-constexpr int kMaxHolderCandidates = 32;
+constexpr int kMaxHolderCandidates = 64;
 
 // The ranks worth trying for task t: its hosts, the ranks that already hold
 // its q- or kv-block data of its group (at most kMaxHolderCandidates), and
