@@ -39,7 +39,6 @@ void check_options(const SessionOptions& o) {
   if (o.memory_budget < 0)
     throw Error(fmt::format("session: memory_budget must be 0 (the default) or a number of bytes, got {}",
                             o.memory_budget));
-  if (o.memory_budget > 0) set_memory_budget(o.memory_budget, "SessionOptions::memory_budget");
 }
 
 }  // namespace
@@ -59,6 +58,8 @@ struct Session::Impl {
   Impl(SessionOptions o, std::shared_ptr<Registry> r, const Config* cfg)
       : opt(std::move(o)), reg(std::move(r)), cache(opt.cache_size) {
     check_options(opt);
+    // The process's budget for every later check (grids built by solvers too).
+    if (opt.memory_budget > 0) set_memory_budget(opt.memory_budget, "SessionOptions::memory_budget");
     if (!reg) reg = default_registry(opt.plugin_paths);
     if (cfg != nullptr) {
       // Config selections: errors carry the config's file:line:column.

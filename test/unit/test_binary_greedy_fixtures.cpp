@@ -9,19 +9,13 @@
 #include <string>
 
 #include "../fixtures/binary_greedy/fixture.hpp"
+#include "test_helpers.hpp"
 
 using namespace cpsched;
 
 namespace {
 
-Registry& registry() {
-  static Registry* reg = [] {
-    auto* r = new Registry;  // lives to the end: solvers keep their libraries loaded
-    r->scan(CPSCHED_PLUGIN_BUILD_DIR);
-    return r;
-  }();
-  return *reg;
-}
+Registry& registry() { return test::build_registry(); }
 
 const std::filesystem::path kDir = std::filesystem::path(CPSCHED_SOURCE_DIR) / "test/fixtures/binary_greedy";
 

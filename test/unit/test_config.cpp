@@ -13,19 +13,13 @@
 #include "cpsched/config.hpp"
 #include "cpsched/error.hpp"
 #include "cpsched/registry.hpp"
+#include "test_helpers.hpp"
 
 using namespace cpsched;
+using test::error_of;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 std::string parse_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
   return error_of([&] { parse_config(yaml, "t.yaml", overrides); });

@@ -12,8 +12,10 @@
 
 #include "cpsched/error.hpp"
 #include "cpsched/mask_generators.hpp"
+#include "test_helpers.hpp"
 
 using namespace cpsched;
+using test::error_of;
 
 namespace {
 
@@ -81,14 +83,6 @@ std::filesystem::path write_temp(const std::string& name, const std::string& tex
   return file;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 }  // namespace
 

@@ -20,8 +20,10 @@
 #include "cpsched/plan_validator.hpp"
 #include "cpsched/resources.hpp"
 #include "cpsched/task_grid.hpp"
+#include "test_helpers.hpp"
 
 using namespace cpsched;
+using test::error_of;
 
 namespace {
 
@@ -41,14 +43,6 @@ __int128 rows_area(const Slice& s, Range qr, Range kr) {
   return a;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 struct Env {
   explicit Env(const char* value) { setenv("CPSCHED_MEMORY_BUDGET", value, 1); }

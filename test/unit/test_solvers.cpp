@@ -18,19 +18,13 @@
 #include "cpsched/mask_generators.hpp"
 #include "cpsched/metrics.hpp"
 #include "cpsched/registry.hpp"
+#include "test_helpers.hpp"
 
 using namespace cpsched;
 
 namespace {
 
-Registry& registry() {
-  static Registry* reg = [] {
-    auto* r = new Registry;  // lives to the end: solvers keep their libraries loaded
-    r->scan(CPSCHED_PLUGIN_BUILD_DIR);
-    return r;
-  }();
-  return *reg;
-}
+Registry& registry() { return test::build_registry(); }
 
 std::unique_ptr<Solver> make_solver(const std::string& name, Params given = {}) {
   Registry& reg = registry();

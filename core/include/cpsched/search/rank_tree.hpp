@@ -4,7 +4,7 @@
 // the largest times with it; a full scan per move made P = 4096 quadratic).
 // `Better(a, b)`: a's value ranks before b's; ties go to the lower rank.
 #include <cstddef>
-#include <queue>
+#include <algorithm>
 #include <vector>
 
 namespace cpsched::search {
@@ -27,24 +27,30 @@ class RankTree {
   }
   // The best rank (-1 when empty).
   int best() const { return n_ == 0 ? -1 : win_[1]; }
-  // The k best ranks, best first (best-first walk of the tree: O(k log P)).
+  // The k best ranks, best first (best-first walk of the tree: O(k log P);
+  // the walk's heap is kept between calls, so a move allocates nothing).
   void top(std::size_t k, std::vector<int>& out) const {
     out.clear();
     if (n_ == 0) return;
+    // Heap order: the node whose winner ranks first on top.
     auto worse = [&](std::size_t x, std::size_t y) { return pick(win_[x], win_[y]) == win_[y] && win_[x] != win_[y]; };
-    std::priority_queue<std::size_t, std::vector<std::size_t>, decltype(worse)> open(worse);
-    open.push(1);
-    while (!open.empty() && out.size() < k) {
-      const std::size_t node = open.top();
-      open.pop();
+    open_.clear();
+    open_.push_back(1);
+    while (!open_.empty() && out.size() < k) {
+      std::pop_heap(open_.begin(), open_.end(), worse);
+      const std::size_t node = open_.back();
+      open_.pop_back();
       if (node >= size_) {
         out.push_back(win_[node]);
         continue;
       }
       // The node's winner comes from one child; both children's subtrees
       // hold the next candidates.
-      for (std::size_t c : {2 * node, 2 * node + 1})
-        if (win_[c] >= 0) open.push(c);
+      for (std::size_t c : {2 * node, 2 * node + 1}) {
+        if (win_[c] < 0) continue;
+        open_.push_back(c);
+        std::push_heap(open_.begin(), open_.end(), worse);
+      }
     }
   }
 
@@ -61,6 +67,7 @@ class RankTree {
   std::size_t n_ = 0, size_ = 1;
   std::vector<T> val_;
   std::vector<int> win_;  // [1, 2 size): winner rank of each node; leaves at size_ + r
+  mutable std::vector<std::size_t> open_;  // top()'s scratch heap
 };
 
 }  // namespace cpsched::search
