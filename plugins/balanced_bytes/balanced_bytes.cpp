@@ -410,91 +410,67 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
   // other solvers plan: never slower than one of them), the kAutoFinalists
   // fastest also at kAutoStages, and the winner at every count of
   // kStageChoices.
-  const std::vector<int> stage_options = in.stages > 0 ? std::vector<int>{in.stages} : std::vector<int>{1};
-  // On grids beyond member_max_tasks (P = 1024 causal: 4M tasks) one plan
-  // build costs seconds and latencies are a rounding error of the step: the
-  // best predicted candidate is taken without pricing it (when the stage
-  // count is given).
-  const bool unpriced = in.grid->num_tasks() > opt_.member_max_tasks && stage_options.size() == 1;
-  if (unpriced) {
-    std::vector<const Candidate*> all;
-    for (const Candidate& c : seen) all.push_back(&c);
-    if (bytes_candidate) all.push_back(&*bytes_candidate);
-    finals = {*std::min_element(all.begin(), all.end(), [](const Candidate* x, const Candidate* y) {
-      return x->predicted_s < y->predicted_s;
-    })};
-  }
+  const bool auto_stages = in.stages <= 0;
+  const int first_stages = auto_stages ? 1 : in.stages;
   // Relays: the host's setting, or (auto) each candidate priced without and
   // with them when the ranks span several nodes.
   const int node = in.cost->time_prices()->gpus_per_node;
   std::vector<int> relay_options{std::max(0, in.relay)};
   if (in.relay < 0 && node >= 2 && in.grid->cp_size() > node) relay_options.push_back(node);
+  // mu caps the search; plans are judged by their step time alone (a rank
+  // above the cap is priced in it), and the result says whether it meets mu.
+  auto meets_mu = [&](const Candidate& c) { return balance_cap(*c.grid, opt_.mu) >= max_load(*c.grid, c.rank); };
   double best_step = std::numeric_limits<double>::infinity();
   const Candidate* best = nullptr;
-  int best_stages = stage_options.front();
+  int best_stages = first_stages;
   int best_relay = relay_options.front();
-  bool best_ok = false;
-  // Builds and prices c's plan; a relayed build without any forwarding is the
-  // plain plan again and is not priced twice.
+  // Builds and prices c's plan, keeping the fastest; a relayed build without
+  // any forwarding is the plain plan again and is not priced twice.
   auto price = [&](const Candidate& c, int st, int relay) {
     Assignment w;
     w.grid = c.grid;
     w.rank = c.rank;
     const Plan plan = build_plan(w, PlanOptions{st, relay});
     if (relay > 0 && !plan.has_forwarding()) return std::numeric_limits<double>::infinity();
-    return in.cost->plan_time(c.grid->problem(), plan)->step();
+    const double step = in.cost->plan_time(c.grid->problem(), plan)->step();
+    if (step < best_step * (1 - 1e-12)) {
+      best_step = step;
+      best = &c;
+      best_stages = st;
+      best_relay = relay;
+    }
+    return step;
   };
-  std::vector<std::pair<double, const Candidate*>> at_one;  // (step at 1 stage, candidate), stages auto
-  for (const Candidate* c : finals) {
-    if (unpriced) {
-      best = c;
-      best_step = c->predicted_s;
-      best_ok = balance_cap(*c->grid, opt_.mu) >= max_load(*c->grid, c->rank);
-      break;
-    }
-    // mu caps the search; the plans are judged by their step time alone (a
-    // rank above the cap is priced in it), and the result says whether it meets mu.
-    const bool ok = balance_cap(*c->grid, opt_.mu) >= max_load(*c->grid, c->rank);
-    for (int st : stage_options)
+  // On grids beyond member_max_tasks (P = 1024 causal: 4M tasks) one plan
+  // build costs seconds and latencies are a rounding error of the step: the
+  // best predicted candidate is taken without pricing it.
+  const bool unpriced = in.grid->num_tasks() > opt_.member_max_tasks;
+  if (unpriced) {
+    best = &seen.front();  // (no bytes candidate on such grids)
+    for (const Candidate& c : seen)
+      if (c.predicted_s < best->predicted_s) best = &c;
+    best_step = best->predicted_s;
+  } else {
+    std::vector<std::pair<double, const Candidate*>> at_first;  // (step at first_stages, candidate)
+    for (const Candidate* c : finals)
       for (int relay : relay_options) {
-        const double step = price(*c, st, relay);
-        if (in.stages <= 0 && relay == relay_options.front()) at_one.emplace_back(step, c);
-        if (step < best_step * (1 - 1e-12)) {
-          best_step = step;
-          best = c;
-          best_stages = st;
-          best_relay = relay;
-          best_ok = ok;
-        }
+        const double step = price(*c, first_stages, relay);
+        if (relay == relay_options.front()) at_first.emplace_back(step, c);
       }
-  }
-  if (in.stages <= 0 && !unpriced) {
-    // The finalists at kAutoStages (more stages change which plan is fastest:
-    // a plan with a small local stage gains most from pipelining).
-    std::stable_sort(at_one.begin(), at_one.end(),
-                     [](const auto& x, const auto& y) { return x.first < y.first; });
-    for (std::size_t i = 0; i < at_one.size() && i < kAutoFinalists; ++i) {
-      const Candidate* c = at_one[i].second;
-      for (int relay : relay_options) {
-        const double step = price(*c, kAutoStages, relay);
-        if (step < best_step * (1 - 1e-12)) {
-          best_step = step;
-          best = c;
-          best_stages = kAutoStages;
-          best_relay = relay;
-          best_ok = balance_cap(*c->grid, opt_.mu) >= max_load(*c->grid, c->rank);
-        }
-      }
-    }
-    for (int st : kStageChoices) {
-      if (st == 1 || st == kAutoStages) continue;
-      const double step = price(*best, st, best_relay);
-      if (step < best_step * (1 - 1e-12)) {
-        best_step = step;
-        best_stages = st;
-      }
+    if (auto_stages) {
+      // The finalists at kAutoStages (more stages change which plan is
+      // fastest: a plan with a small local stage gains most from pipelining).
+      std::stable_sort(at_first.begin(), at_first.end(),
+                       [](const auto& x, const auto& y) { return x.first < y.first; });
+      for (std::size_t i = 0; i < at_first.size() && i < kAutoFinalists; ++i)
+        for (int relay : relay_options) price(*at_first[i].second, kAutoStages, relay);
+      const Candidate& winner = *best;
+      const int relay = best_relay;
+      for (int st : kStageChoices)
+        if (st != 1 && st != kAutoStages) price(winner, st, relay);
     }
   }
+  const bool best_ok = meets_mu(*best);
   Assignment a;
   a.grid = best->grid;
   a.rank = best->rank;
