@@ -68,6 +68,14 @@ struct AttnArg {
   BufferId q_buf = BufferId::local; // buffer `q` indexes
   BufferId k_buf = BufferId::local; // buffer `k` indexes
   int group = -1;                   // head group computed (-1: all heads, not flattened)
+  // Index args (token top-k masks, index_mask.hpp), when index_width > 0:
+  // query row r of `q` (0 <= r < q.size()) attends to the k-buffer rows
+  // CalcMeta::indices[index_offset + r * index_width + j], j < index_width,
+  // skipping -1 (FlashMLA's sparse prefill layout [s_q, topk], in buffer
+  // coordinates). `k` is then the hull of those rows and `type` is full.
+  std::int32_t index_width = 0;
+  std::int64_t index_offset = 0;
+  bool is_index() const { return index_width > 0; }
   friend bool operator==(const AttnArg&, const AttnArg&) = default;
 };
 
@@ -104,6 +112,7 @@ struct GroupCollectiveArg {
 struct CalcMeta {
   std::vector<AttnArg> local_attn_args;                  // stage 0: local buffers only
   std::vector<std::vector<AttnArg>> remote_attn_args;    // [s-1]: args of remote stage s = 1..N
+  std::vector<std::int32_t> indices;                     // the index args' rows (empty for range masks)
 };
 
 // Communication of one remote stage on one rank.

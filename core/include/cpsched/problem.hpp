@@ -4,6 +4,9 @@
 #include <cstdint>
 #include <vector>
 
+#include <memory>
+
+#include "cpsched/index_mask.hpp"
 #include "cpsched/mask.hpp"
 #include "cpsched/range.hpp"
 
@@ -46,7 +49,16 @@ struct Sharding {
 };
 
 struct Problem {
+  // The mask: range slices, or (index masks, index_mask.hpp) `mask` holds
+  // only S and one of the two below says which pairs are selected.
   RangeMask mask;
+  // Token top-k selections (kind topk): cells from count_index_cells, plan
+  // args as index args (plan.hpp).
+  std::shared_ptr<const IndexMask> index_mask;
+  // Per KV head range masks (block selections of several heads, converted by
+  // block_selection_masks): head group g of a flattened grid uses
+  // head_masks[g]; empty: `mask` for every head.
+  std::vector<RangeMask> head_masks;
   Heads heads;
   GridOptions grid;
   Sharding sharding;

@@ -1,0 +1,36 @@
+#pragma once
+// The grid's view of an index mask: per (query block, key block, head) the
+// selected pairs, the query rows with any selection, and the union of the
+// selected keys. Built in one multi-threaded pass over the indices, which
+// also validates them (IndexMask::validate's checks and errors).
+#include <cstdint>
+#include <vector>
+
+#include "cpsched/index_mask.hpp"
+#include "cpsched/range.hpp"
+
+namespace cpsched {
+
+struct IndexCell {
+  std::int32_t qblock = 0;
+  std::int32_t kblock = 0;
+  int head = 0;        // selection head; 0 when heads are merged
+  Token area = 0;      // selected (query, key) pairs
+  RangeSet rows;       // query tokens with any selected key in the cell (global)
+  RangeSet cols;       // distinct selected keys in the cell (global)
+};
+
+struct IndexCountOptions {
+  // Per head (mask.kv_heads cells per block pair), or merged: areas summed
+  // over heads, rows and cols united (a task computes all heads).
+  bool per_head = true;
+  int threads = 0;  // <= 0: the hardware's
+};
+
+// `blocks` tile [0, S) in order (Sharding::blocks). The non-empty cells,
+// sorted by (head, qblock, kblock). The result does not depend on the
+// thread count. Throws cpsched::Error as IndexMask::validate.
+std::vector<IndexCell> count_index_cells(const IndexMask& mask, const std::vector<Range>& blocks,
+                                         IndexCountOptions options = {});
+
+}  // namespace cpsched
