@@ -1,0 +1,204 @@
+// count_index_cells (index_cells.hpp): one multi-threaded pass over a topk
+// mask's indices that validates every entry and counts, per (head, query
+// block, key block), the selected pairs, the query rows with any selection
+// and the distinct selected keys.
+//
+// Query blocks are split over threads in contiguous runs (each query block's
+// rows belong to one thread, so nothing is shared while counting). Per row:
+// one loop checks and counts each entry (range, causality, a per-thread
+// S-bit bitmap for duplicates), a second clears that bitmap. Per query block:
+// a bitmap of the selected keys per head gives the cols of each key block;
+// rows grow as runs (a row touches a cell once). Extra memory is O(S) bits
+// per thread plus the cells themselves, never O(indices).
+#include "cpsched/index_cells.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <limits>
+
+#include "cpsched/error.hpp"
+#include "index_internal.hpp"
+
+namespace cpsched {
+
+using namespace index_detail;
+
+namespace {
+
+// Next position in [p, end) whose bit equals `want`; `end` when none.
+Token next_bit(const std::vector<std::uint64_t>& w, std::size_t word0, Token p, Token end, bool want) {
+  while (p < end) {
+    std::uint64_t x = w[word0 + static_cast<std::size_t>(p >> 6)];
+    if (!want) x = ~x;
+    x &= ~std::uint64_t{0} << (p & 63);
+    if (x) return std::min<Token>(end, (p & ~Token{63}) + std::countr_zero(x));
+    p = (p & ~Token{63}) + 64;
+  }
+  return end;
+}
+
+struct Counter {
+  const IndexMask& m;
+  const std::vector<Range>& blocks;
+  int cell_heads;  // kv_heads per head, 1 merged
+  std::int64_t nb, words;
+
+  // Per thread.
+  struct State {
+    Bits seen;                          // this row's keys (duplicates)
+    std::vector<std::uint64_t> cols;    // cell_heads x S bits: keys selected in this query block
+    std::vector<Token> area;            // cell_heads x nb
+    std::vector<Token> last;            // last row that touched the cell
+    std::vector<RangeSet> rows;
+    std::vector<std::int32_t> touched;  // cells touched in this query block
+  };
+
+  template <class Lut>
+  void count_block(State& st, const Lut* lut, std::int64_t qb, FirstError& fe, int t, std::vector<IndexCell>& out) const {
+    const std::int64_t S = m.seqlen, H = m.kv_heads, k = m.indices.shape[2];
+    const Range q = blocks[static_cast<std::size_t>(qb)];
+    for (std::int64_t i = q.begin; i < q.end; ++i) {
+      if (fe.before(i * H * k)) return;
+      const std::int64_t hi = m.causal ? i + 1 : S;
+      for (std::int64_t h = 0; h < H; ++h) {
+        const std::int32_t* row = m.indices.data + (i * H + h) * k;
+        const std::int64_t ch = cell_heads == 1 ? 0 : h;
+        Token* area = st.area.data() + ch * nb;
+        Token* last = st.last.data() + ch * nb;
+        std::uint64_t* cols = st.cols.data() + ch * words;
+        for (std::int64_t j = 0; j < k; ++j) {
+          const std::int64_t v = row[j];
+          if (v == -1) continue;
+          if (static_cast<std::uint64_t>(v) >= static_cast<std::uint64_t>(hi) || st.seen.test_set(v)) {
+            fe.report(t, (i * H + h) * k + j, topk_entry_error(m, i, h, j));
+            return;
+          }
+          const std::int64_t b = lut[v];
+          if (area[b]++ == 0) {
+            st.touched.push_back(static_cast<std::int32_t>(ch * nb + b));
+            st.rows[static_cast<std::size_t>(ch * nb + b)] = RangeSet();
+            last[b] = -2;
+          }
+          if (last[b] != i) {
+            st.rows[static_cast<std::size_t>(ch * nb + b)].add({i, i + 1});  // O(1): appends or extends the last run
+            last[b] = i;
+          }
+          cols[v >> 6] |= std::uint64_t{1} << (v & 63);
+        }
+        clear_topk_row(row, k, st.seen, k);
+      }
+    }
+    // The block's cells, sorted by (head, key block).
+    std::sort(st.touched.begin(), st.touched.end());
+    for (std::int32_t c : st.touched) {
+      const std::int64_t ch = c / nb, b = c % nb;
+      IndexCell cell;
+      cell.qblock = static_cast<std::int32_t>(qb);
+      cell.kblock = static_cast<std::int32_t>(b);
+      cell.head = static_cast<int>(ch);
+      cell.area = st.area[static_cast<std::size_t>(c)];
+      cell.rows = std::move(st.rows[static_cast<std::size_t>(c)]);
+      const Range kr = blocks[static_cast<std::size_t>(b)];
+      const std::size_t w0 = static_cast<std::size_t>(ch * words);
+      for (Token p = next_bit(st.cols, w0, kr.begin, kr.end, true); p < kr.end;) {
+        const Token e = next_bit(st.cols, w0, p, kr.end, false);
+        cell.cols.add({p, e});
+        p = next_bit(st.cols, w0, e, kr.end, true);
+      }
+      out.push_back(std::move(cell));
+    }
+    // Reset what this block touched (after every cell read its cols: key
+    // blocks may share a bitmap word).
+    for (std::int32_t c : st.touched) {
+      const std::int64_t ch = c / nb, b = c % nb;
+      const Range kr = blocks[static_cast<std::size_t>(b)];
+      std::fill(st.cols.begin() + ch * words + (kr.begin >> 6), st.cols.begin() + ch * words + ((kr.end + 63) >> 6), 0);
+      st.area[static_cast<std::size_t>(c)] = 0;
+    }
+    st.touched.clear();
+  }
+};
+
+void check_blocks(const std::vector<Range>& blocks, Token S) {
+  if (blocks.empty()) throw Error("count_index_cells: no blocks (they must tile [0, S))");
+  Token at = 0;
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    if (blocks[b].begin != at || blocks[b].end <= blocks[b].begin)
+      throw Error(fmt::format("count_index_cells: block {} = [{}, {}) does not continue the tiling of [0, {}) at {}", b,
+                              blocks[b].begin, blocks[b].end, S, at));
+    at = blocks[b].end;
+  }
+  if (at != S) throw Error(fmt::format("count_index_cells: the blocks end at {}, not at S = {}", at, S));
+  if (blocks.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
+    throw Error("count_index_cells: too many blocks");
+}
+
+}  // namespace
+
+std::vector<IndexCell> count_index_cells(const IndexMask& mask, const std::vector<Range>& blocks,
+                                         IndexCountOptions options) {
+  if (mask.kind != IndexMaskKind::topk)
+    throw Error(fmt::format("count_index_cells: a {} mask is a range mask per head; use block_selection_masks",
+                            to_string(mask.kind)));
+  check_structure(mask);
+  const Token S = mask.seqlen;
+  check_blocks(blocks, S);
+  const std::int64_t nb = static_cast<std::int64_t>(blocks.size());
+  Counter counter{mask, blocks, options.per_head ? mask.kv_heads : 1, nb, (S + 63) / 64};
+
+  // Token -> block: 16-bit entries while they fit (half the cache footprint).
+  std::vector<std::uint16_t> lut16;
+  std::vector<std::int32_t> lut32;
+  auto fill = [&](auto& lut) {
+    lut.resize(static_cast<std::size_t>(S));
+    for (std::int64_t b = 0; b < nb; ++b)
+      std::fill(lut.begin() + blocks[static_cast<std::size_t>(b)].begin, lut.begin() + blocks[static_cast<std::size_t>(b)].end,
+                static_cast<typename std::decay_t<decltype(lut)>::value_type>(b));
+  };
+  if (nb <= 65536) fill(lut16); else fill(lut32);
+
+  // Contiguous runs of query blocks of about S / T rows each.
+  const int T = static_cast<int>(std::min<std::int64_t>(resolve_threads(options.threads), nb));
+  std::vector<std::int64_t> first(static_cast<std::size_t>(T) + 1, nb);
+  for (int t = 0; t < T; ++t) {
+    const Token target = S * t / T;
+    first[static_cast<std::size_t>(t)] =
+        std::lower_bound(blocks.begin(), blocks.end(), target, [](Range r, Token x) { return r.begin < x; }) - blocks.begin();
+  }
+  std::vector<std::vector<IndexCell>> per_block(static_cast<std::size_t>(nb));
+  FirstError fe(T);
+  run_threads(T, [&](int t) {
+    Counter::State st;
+    st.seen.resize(S);
+    const std::size_t cells = static_cast<std::size_t>(counter.cell_heads * nb);
+    st.cols.assign(static_cast<std::size_t>(counter.cell_heads * counter.words), 0);
+    st.area.assign(cells, 0);
+    st.last.assign(cells, -2);
+    st.rows.resize(cells);
+    for (std::int64_t qb = first[static_cast<std::size_t>(t)]; qb < first[static_cast<std::size_t>(t) + 1]; ++qb) {
+      if (lut16.empty())
+        counter.count_block(st, lut32.data(), qb, fe, t, per_block[static_cast<std::size_t>(qb)]);
+      else
+        counter.count_block(st, lut16.data(), qb, fe, t, per_block[static_cast<std::size_t>(qb)]);
+    }
+  });
+  fe.rethrow();
+
+  // (head, qblock, kblock): each block's list is sorted by (head, kblock).
+  std::vector<IndexCell> out;
+  std::size_t total = 0;
+  for (const auto& v : per_block) total += v.size();
+  out.reserve(total);
+  std::vector<std::size_t> cursor(static_cast<std::size_t>(nb), 0);
+  for (int h = 0; h < counter.cell_heads; ++h)
+    for (std::int64_t qb = 0; qb < nb; ++qb) {
+      auto& v = per_block[static_cast<std::size_t>(qb)];
+      std::size_t& c = cursor[static_cast<std::size_t>(qb)];
+      while (c < v.size() && v[c].head == h) out.push_back(std::move(v[c++]));
+    }
+  return out;
+}
+
+}  // namespace cpsched
