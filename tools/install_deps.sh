@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config
       libboost-dev libboost-program-options-dev libboost-filesystem-dev
-      libyaml-cpp-dev libfmt-dev doctest-dev nlohmann-json3-dev
+      libyaml-cpp-dev libfmt-dev doctest-dev nlohmann-json3-dev xtensor-dev
       libglpk-dev openmpi-bin libopenmpi-dev librsvg2-bin)
 missing=()
 for p in "${pkgs[@]}"; do

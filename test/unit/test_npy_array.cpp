@@ -1,0 +1,123 @@
+// load_index_npy: int32 / int64 round trips and every error (the file named,
+// what is wrong said). Files are written by hand into a temporary folder.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "cpsched/error.hpp"
+#include "cpsched/npy_array.hpp"
+#include "test_helpers.hpp"
+
+using namespace cpsched;
+using test::error_of;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path temp_dir() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("cpsched_npy_test_" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+// A version-1.0 .npy file: header dict padded to 64 bytes, then `data`.
+fs::path write_npy(const std::string& name, const std::string& descr, bool fortran, const std::string& shape,
+                   const void* data, std::size_t bytes, int version = 1) {
+  std::string dict = "{'descr': '" + descr + "', 'fortran_order': " + (fortran ? "True" : "False") +
+                     ", 'shape': " + shape + ", }";
+  const std::size_t pre = version == 1 ? 10 : 12;
+  while ((pre + dict.size() + 1) % 64 != 0) dict += ' ';
+  dict += '\n';
+  const fs::path p = temp_dir() / name;
+  std::ofstream out(p, std::ios::binary);
+  out.write("\x93NUMPY", 6);
+  const char ver[2] = {static_cast<char>(version), 0};
+  out.write(ver, 2);
+  const std::uint32_t len = static_cast<std::uint32_t>(dict.size());
+  const char len_le[4] = {static_cast<char>(len & 0xff), static_cast<char>((len >> 8) & 0xff),
+                          static_cast<char>((len >> 16) & 0xff), static_cast<char>((len >> 24) & 0xff)};
+  out.write(len_le, version == 1 ? 2 : 4);
+  out << dict;
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("load_index_npy: int32 and int64 round trips") {
+  if (!npy_supported()) return;  // built without xtensor-dev: load_index_npy says so (checked below)
+  std::vector<std::int32_t> a(2 * 3 * 4);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<std::int32_t>(i) - 1;
+  const fs::path p32 = write_npy("a32.npy", "<i4", false, "(2, 3, 4)", a.data(), a.size() * 4);
+  const IndexArray x = load_index_npy(p32);
+  CHECK(x.shape == std::vector<std::int64_t>{2, 3, 4});
+  CHECK(std::vector<std::int32_t>(x.span().begin(), x.span().end()) == a);
+  CHECK(x.source == p32.string());
+  CHECK(x.owner != nullptr);
+
+  std::vector<std::int64_t> b{0, -1, 5, 2147483647, -7};
+  const fs::path p64 = write_npy("a64.npy", "<i8", false, "(5,)", b.data(), b.size() * 8, 2);
+  const IndexArray y = load_index_npy(p64);
+  CHECK(y.shape == std::vector<std::int64_t>{5});
+  CHECK(std::vector<std::int32_t>(y.span().begin(), y.span().end()) == std::vector<std::int32_t>{0, -1, 5, 2147483647, -7});
+  // 1-D arrays are the same in either order.
+  CHECK(load_index_npy(write_npy("f1.npy", "<i8", true, "(5,)", b.data(), b.size() * 8)).size() == 5);
+  b[3] = std::int64_t{1} << 33;
+  const fs::path big = write_npy("big.npy", "<i8", false, "(1, 5)", b.data(), b.size() * 8);
+  CHECK(error_of([&] { load_index_npy(big); }) == big.string() + ": entry [0, 3] = 8589934592 does not fit int32");
+}
+
+TEST_CASE("load_index_npy: errors name the file and the fault") {
+  if (!npy_supported()) {
+    CHECK(error_of([] { load_index_npy("x.npy"); }).find("built without xtensor-dev") != std::string::npos);
+    return;
+  }
+  std::vector<std::int32_t> a(12, 1);
+  const fs::path missing = temp_dir() / "missing.npy";
+  CHECK(error_of([&] { load_index_npy(missing); }) == missing.string() + ": no such file");
+
+  const fs::path text = temp_dir() / "text.npy";
+  std::ofstream(text) << "hello, not numpy";
+  CHECK(error_of([&] { load_index_npy(text); }) == text.string() + ": not an .npy file (it does not start with \\x93NUMPY)");
+
+  const fs::path f4 = write_npy("f4.npy", "<f4", false, "(12,)", a.data(), 48);
+  CHECK(error_of([&] { load_index_npy(f4); }) ==
+        f4.string() + ": dtype '<f4' (float32) is not accepted; index arrays are int32 or int64, little-endian ('<i4' or '<i8')");
+  const fs::path be = write_npy("be.npy", ">i4", false, "(12,)", a.data(), 48);
+  CHECK(error_of([&] { load_index_npy(be); }) ==
+        be.string() + ": dtype '>i4' (big-endian int32) is not accepted; index arrays are int32 or int64, little-endian ('<i4' or '<i8')");
+  const fs::path u2 = write_npy("u2.npy", "<u2", false, "(12,)", a.data(), 24);
+  CHECK(error_of([&] { load_index_npy(u2); }).find("dtype '<u2' (uint16) is not accepted") != std::string::npos);
+
+  const fs::path fo = write_npy("fortran.npy", "<i4", true, "(3, 4)", a.data(), 48);
+  CHECK(error_of([&] { load_index_npy(fo); }) ==
+        fo.string() + ": Fortran order is not accepted; save the array in C order (numpy.ascontiguousarray)");
+
+  const fs::path tr = write_npy("trunc.npy", "<i4", false, "(4, 4)", a.data(), 48);
+  CHECK(error_of([&] { load_index_npy(tr); }) ==
+        tr.string() + ": truncated: shape [4, 4] of int32 needs 64 bytes of data, the file has 48");
+
+  const fs::path r0 = write_npy("scalar.npy", "<i4", false, "()", a.data(), 4);
+  CHECK(error_of([&] { load_index_npy(r0); }) == r0.string() + ": shape [] has 0 dimensions; index arrays have 1 to 3");
+  const fs::path r4 = write_npy("rank4.npy", "<i4", false, "(1, 2, 2, 3)", a.data(), 48);
+  CHECK(error_of([&] { load_index_npy(r4); }) == r4.string() + ": shape [1, 2, 2, 3] has 4 dimensions; index arrays have 1 to 3");
+
+  // A header cut short: the announced length runs past the end of the file.
+  const fs::path hdr = temp_dir() / "hdr.npy";
+  {
+    std::ofstream out(hdr, std::ios::binary);
+    out.write("\x93NUMPY\x01\x00\x76\x00{'descr'", 17);
+  }
+  CHECK(error_of([&] { load_index_npy(hdr); }) ==
+        hdr.string() + ": truncated .npy header (118 bytes announced, the file has 17 bytes)");
+}
