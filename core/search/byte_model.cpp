@@ -17,12 +17,12 @@ Price kv_price(const Problem& p, double fwd_weight, double bwd_weight) {
 }
 
 ByteModel::ByteModel(const TaskGrid& grid, double fwd_weight, double bwd_weight)
-    : grid_(&grid), ranks_(grid.cp_size()), groups_(grid.num_groups()) {
+    : grid_(&grid), ranks_(grid.cp_size()), groups_(grid.num_groups()), per_group_(grid.per_group_cells()) {
   price_[0] = qo_price(grid.problem(), fwd_weight, bwd_weight);
   price_[1] = kv_price(grid.problem(), fwd_weight, bwd_weight);
-  const std::size_t nc = grid.cells().size();
-  qo_off_.assign(nc + 1, 0);
-  kv_off_.assign(nc + 1, 0);
+  const std::size_t nu = grid.cells().size() * (per_group_ ? static_cast<std::size_t>(groups_) : 1);
+  qo_off_.assign(nu + 1, 0);
+  kv_off_.assign(nu + 1, 0);
   build_direction(Dir::qo);
   build_direction(Dir::kv);
   seg_cost_.reserve(segments_.size());
@@ -31,13 +31,19 @@ ByteModel::ByteModel(const TaskGrid& grid, double fwd_weight, double bwd_weight)
 }
 
 // Cuts each block's needed token sets (rows for QO, cols for KV) into
-// elementary intervals and lists, per cell, the segments it needs.
+// elementary intervals and lists, per unit (a cell, or a task when the
+// grid's groups have their own cells), the segments it needs.
 void ByteModel::build_direction(Dir dir) {
   const auto& cells = grid_->cells();
   const std::size_t nc = cells.size();
+  const std::size_t per = per_group_ ? static_cast<std::size_t>(groups_) : 1;  // units per cell
+  const std::size_t nu = nc * per;
   const auto nb = static_cast<std::size_t>(grid_->sharding().num_blocks());
   auto block_of = [&](const Cell& c) { return static_cast<std::size_t>(dir == Dir::qo ? c.qblock : c.kblock); };
-  auto needed = [&](const Cell& c) -> const RangeSet& { return dir == Dir::qo ? c.rows : c.cols; };
+  auto needed = [&](std::size_t unit) -> const RangeSet& {
+    const Cell& c = per_group_ ? grid_->cell_of(static_cast<TaskId>(unit)) : cells[unit];
+    return dir == Dir::qo ? c.rows : c.cols;
+  };
 
   // Cells of each block (counting sort keeps cell order inside a block).
   std::vector<std::size_t> start(nb + 1, 0);
@@ -49,7 +55,7 @@ void ByteModel::build_direction(Dir dir) {
     for (std::size_t c = 0; c < nc; ++c) by_block[fill[block_of(cells[c])]++] = c;
   }
 
-  std::vector<std::vector<std::int32_t>> lists(nc);
+  std::vector<std::vector<std::int32_t>> lists(nu);
   std::vector<Token> cuts;
   std::vector<int> cover;
   std::vector<std::int32_t> seg_of_interval;
@@ -57,22 +63,24 @@ void ByteModel::build_direction(Dir dir) {
     if (start[b] == start[b + 1]) continue;
     cuts.clear();
     for (std::size_t i = start[b]; i < start[b + 1]; ++i)
-      for (Range r : needed(cells[by_block[i]]).ranges()) {
-        cuts.push_back(r.begin);
-        cuts.push_back(r.end);
-      }
+      for (std::size_t u = by_block[i] * per; u < (by_block[i] + 1) * per; ++u)
+        for (Range r : needed(u).ranges()) {
+          cuts.push_back(r.begin);
+          cuts.push_back(r.end);
+        }
     std::sort(cuts.begin(), cuts.end());
     cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
     auto index = [&](Token t) {
       return static_cast<std::size_t>(std::lower_bound(cuts.begin(), cuts.end(), t) - cuts.begin());
     };
-    // Which elementary intervals some cell needs: the others are gaps.
+    // Which elementary intervals some unit needs: the others are gaps.
     cover.assign(cuts.size(), 0);
     for (std::size_t i = start[b]; i < start[b + 1]; ++i)
-      for (Range r : needed(cells[by_block[i]]).ranges()) {
-        ++cover[index(r.begin)];
-        --cover[index(r.end)];
-      }
+      for (std::size_t u = by_block[i] * per; u < (by_block[i] + 1) * per; ++u)
+        for (Range r : needed(u).ranges()) {
+          ++cover[index(r.begin)];
+          --cover[index(r.end)];
+        }
     seg_of_interval.assign(cuts.size(), -1);
     int running = 0;
     const Rank host = grid_->sharding().host[b];
@@ -82,11 +90,12 @@ void ByteModel::build_direction(Dir dir) {
       seg_of_interval[k] = static_cast<std::int32_t>(segments_.size());
       segments_.push_back(Segment{{cuts[k], cuts[k + 1]}, host, static_cast<std::int32_t>(b), dir});
     }
-    for (std::size_t i = start[b]; i < start[b + 1]; ++i) {
-      auto& list = lists[by_block[i]];
-      for (Range r : needed(cells[by_block[i]]).ranges())
-        for (std::size_t k = index(r.begin), e = index(r.end); k < e; ++k) list.push_back(seg_of_interval[k]);
-    }
+    for (std::size_t i = start[b]; i < start[b + 1]; ++i)
+      for (std::size_t u = by_block[i] * per; u < (by_block[i] + 1) * per; ++u) {
+        auto& list = lists[u];
+        for (Range r : needed(u).ranges())
+          for (std::size_t k = index(r.begin), e = index(r.end); k < e; ++k) list.push_back(seg_of_interval[k]);
+      }
   }
 
   auto& bc = block_cells_[static_cast<int>(dir)];
@@ -96,11 +105,11 @@ void ByteModel::build_direction(Dir dir) {
   for (std::size_t i = 0; i < nc; ++i) bc[i] = static_cast<std::int32_t>(by_block[i]);
 
   auto& off = dir == Dir::qo ? qo_off_ : kv_off_;
-  for (std::size_t c = 0; c < nc; ++c) {
-    off[c] = static_cast<std::int32_t>(seg_ids_.size());
-    seg_ids_.insert(seg_ids_.end(), lists[c].begin(), lists[c].end());
+  for (std::size_t u = 0; u < nu; ++u) {
+    off[u] = static_cast<std::int32_t>(seg_ids_.size());
+    seg_ids_.insert(seg_ids_.end(), lists[u].begin(), lists[u].end());
   }
-  off[nc] = static_cast<std::int32_t>(seg_ids_.size());
+  off[nu] = static_cast<std::int32_t>(seg_ids_.size());
 }
 
 }  // namespace cpsched::search

@@ -31,7 +31,7 @@ State::State(const ByteModel& model, const std::vector<Rank>& start, std::int64_
   info_.resize(static_cast<std::size_t>(T));
   for (TaskId t = 0; t < T; ++t) {
     const Cell& c = g.cell_of(t);
-    info_[static_cast<std::size_t>(t)] = {model.cell_of(t), model.group_of(t), g.q_host(t), g.k_host(t), c.qblock,
+    info_[static_cast<std::size_t>(t)] = {model.unit_of(t), model.group_of(t), g.q_host(t), g.k_host(t), c.qblock,
                                           c.kblock};
   }
   const auto P = static_cast<std::size_t>(P_);

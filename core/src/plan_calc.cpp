@@ -1,5 +1,6 @@
 // The attention args (CalcMeta) of every rank and stage.
 #include <algorithm>
+#include <limits>
 #include <fmt/format.h>
 
 #include "cpsched/error.hpp"
@@ -43,7 +44,49 @@ struct Map {
     }
     return covered == r.size();
   }
+  // Buffer row of global token t (which must be there).
+  Token row_of(Token t) const {
+    if (first == nullptr) return t + shift;
+    auto it = std::upper_bound(first, last, t, [](Token v, const XferRun& x) { return v < x.global.end; });
+    if (it == last || !it->global.contains(t))
+      throw Error(fmt::format("plan builder (internal): key {} is not in the kv buffer", t));
+    return t - it->global.begin + it->off;
+  }
 };
+
+// Index args of one task (token top-k masks): per run of its query rows that
+// is contiguous in the q buffer, one arg whose rows list their selected keys
+// inside the task's kv block as kv-buffer rows, -1 padded to the run's widest
+// row.
+void emit_index_args(const SelectionRows& sel, int head, const Cell& c, Range kblock, const Map& qm,
+                     const Map& km, int group, std::vector<Map::Run>& runs, std::vector<AttnArg>& out,
+                     std::vector<std::int32_t>& pool) {
+  for (Range rows : c.rows.ranges()) {
+    if (!qm.runs(rows, runs))
+      throw Error(fmt::format("plan builder (internal): rows [{}, {}) are not all in the q buffer", rows.begin,
+                              rows.end));
+    for (const Map::Run& run : runs) {
+      std::size_t width = 0;
+      for (Token q = run.global.begin; q < run.global.end; ++q) width = std::max(width, sel.row(head, q, kblock).size());
+      if (width == 0) continue;
+      AttnArg a{{run.global.begin + run.shift, run.global.end + run.shift}, {0, 0}, MaskType::full, qm.buf, km.buf,
+                group, static_cast<std::int32_t>(width), static_cast<std::int64_t>(pool.size())};
+      Token lo = std::numeric_limits<Token>::max(), hi = std::numeric_limits<Token>::min();
+      for (Token q = run.global.begin; q < run.global.end; ++q) {
+        const auto keys = sel.row(head, q, kblock);
+        for (std::int32_t key : keys) {
+          const Token b = km.row_of(key);
+          lo = std::min(lo, b);
+          hi = std::max(hi, b + 1);
+          pool.push_back(static_cast<std::int32_t>(b));
+        }
+        pool.insert(pool.end(), width - keys.size(), -1);
+      }
+      a.k = {lo, hi};
+      out.push_back(a);
+    }
+  }
+}
 
 struct ArgSink {
   std::vector<Map::Run> qr, kr;
@@ -86,11 +129,14 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
   const bool flat = g.flattened();
   for (PassPlan* p : pass) {
     p->calc.local_attn_args.clear();
+    p->calc.indices.clear();
     p->calc.remote_attn_args.assign(static_cast<std::size_t>(stages), {});
   }
   std::vector<int> last_q(static_cast<std::size_t>(stages) + 1, 0), last_k = last_q;
   ArgSink sink;
   std::vector<Slice> tight;
+  std::vector<Map::Run> runs;
+  const bool index = g.index_cells();
 
   auto map_of = [&](std::int32_t x, std::int32_t block) {
     if (x < 0) {
@@ -119,6 +165,10 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
       const Map qm = map_of(xq, c.qblock), km = map_of(xk, c.kblock);
       const Range qb = sh.blocks[static_cast<std::size_t>(c.qblock)];
       const Range kb = sh.blocks[static_cast<std::size_t>(c.kblock)];
+      if (index) {
+        emit_index_args(g.selection(), g.per_group_cells() ? grp : 0, c, kb, qm, km, grp, runs, out, calc.indices);
+        continue;
+      }
       for (const Slice& s : c.pieces) {
         tight.clear();
         band_to_slices(clip(band_of(s), qb, kb), tight);

@@ -123,12 +123,17 @@ std::string plan_svg(const Assignment& a, const Metrics& m, const SvgOptions& op
     std::map<Rank, std::string> paths;
     std::vector<std::pair<double, double>> dots;
     for (std::size_t c = 0; c < cells.size(); ++c) {
-      const Cell& cell = cells[c];
       const auto t = static_cast<TaskId>(c * static_cast<std::size_t>(G) + static_cast<std::size_t>(grp));
+      const Cell& cell = g.cell_of(t);  // the task's own (groups may see different masks)
+      if (cell.area == 0) continue;
       const Rank r = a.rank[static_cast<std::size_t>(t)];
       const Range qb = sh.blocks[static_cast<std::size_t>(cell.qblock)];
       const Range kb = sh.blocks[static_cast<std::size_t>(cell.kblock)];
       std::string& d = paths[r];
+      if (cell.pieces.empty())  // index masks: the block pair as a whole
+        d += fmt::format("M{:.1f} {:.1f}H{:.1f}V{:.1f}H{:.1f}Z", X(static_cast<double>(kb.begin)),
+                         Y(static_cast<double>(qb.begin)), X(static_cast<double>(kb.end)),
+                         Y(static_cast<double>(qb.end)), X(static_cast<double>(kb.begin)));
       for (const Slice& s : cell.pieces) {
         tight.clear();
         band_to_slices(clip(band_of(s), qb, kb), tight);

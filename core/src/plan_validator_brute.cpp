@@ -41,6 +41,21 @@ std::vector<std::string> brute_force_plan_coverage(const Assignment& a, const Pl
             for (Token j = b.begin; j < b.end; ++j) kg[static_cast<std::size_t>(j - x.k.begin)] = g0 + (j - b.begin);
           });
           const std::size_t gi = x.group < 0 ? 0 : static_cast<std::size_t>(x.group) % G;
+          if (x.is_index()) {
+            const auto w = static_cast<Token>(x.index_width);
+            for (Token i = x.q.begin; i < x.q.end; ++i)
+              for (Token j = 0; j < w; ++j) {
+                const std::size_t at = static_cast<std::size_t>(x.index_offset + (i - x.q.begin) * w + j);
+                if (at >= pp.calc.indices.size()) continue;
+                const Token e = pp.calc.indices[at];
+                if (e < x.k.begin || e >= x.k.end) continue;
+                const Token q = qg[static_cast<std::size_t>(i - x.q.begin)], k = kg[static_cast<std::size_t>(e - x.k.begin)];
+                if (q < 0 || k < 0) continue;
+                std::uint8_t& c = count[(gi * SS + static_cast<std::size_t>(q)) * SS + static_cast<std::size_t>(k)];
+                if (c < 255) ++c;
+              }
+            continue;
+          }
           for (Token i = x.q.begin; i < x.q.end; ++i)
             for (Token j = x.k.begin; j < x.k.end; ++j) {
               if (!slice_contains(as, i, j)) continue;
@@ -52,12 +67,8 @@ std::vector<std::string> brute_force_plan_coverage(const Assignment& a, const Pl
         }
       }
     }
-    std::vector<std::uint8_t> mask(SS * SS, 0);
-    for (const Slice& s : grid.problem().mask.slices())
-      for (Token q = s.q.begin; q < s.q.end; ++q)
-        for (Token k = s.k.begin; k < s.k.end; ++k)
-          if (slice_contains(s, q, k)) mask[static_cast<std::size_t>(q) * SS + static_cast<std::size_t>(k)] = 1;
-    for (std::size_t g = 0; g < G; ++g)
+    for (std::size_t g = 0; g < G; ++g) {
+      const std::vector<std::uint8_t> mask = dense_mask(grid.problem(), grid.flattened() ? static_cast<int>(g) : 0);
       for (std::size_t q = 0; q < SS; ++q)
         for (std::size_t k = 0; k < SS; ++k) {
           const int c = count[(g * SS + q) * SS + k], want = mask[q * SS + k];
@@ -65,6 +76,7 @@ std::vector<std::string> brute_force_plan_coverage(const Assignment& a, const Pl
             pr.add("{}: entry (q {}, k {}) of group {} is computed {} times, the mask wants {}", pass_name(fwd), q, k,
                    g, c, want);
         }
+    }
   }
   pr.finish();
   return out;

@@ -87,6 +87,20 @@ struct Session::Impl {
       return *last;
     }
     auto problem = std::make_shared<const Problem>(Problem::make(mask, opt.cp_size, opt.heads, opt.grid));
+    return solve_problem(std::move(problem), &key, t0);
+  }
+
+  // Index masks are not cached: an indexer's selection changes every step,
+  // and a key would hash the whole index tensor.
+  const CachedPlan& solve(const IndexMask& mask) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto problem = std::make_shared<const Problem>(
+        Problem::make(std::make_shared<const IndexMask>(mask), opt.cp_size, opt.heads, opt.grid));
+    return solve_problem(std::move(problem), nullptr, t0);
+  }
+
+  const CachedPlan& solve_problem(std::shared_ptr<const Problem> problem, const PlanKey* key,
+                                  std::chrono::steady_clock::time_point t0) {
     auto grid = std::make_shared<const TaskGrid>(problem);
     auto out = std::make_shared<CachedPlan>();
     auto ts = std::chrono::steady_clock::now();
@@ -111,7 +125,7 @@ struct Session::Impl {
         throw Error(msg);
       }
     }
-    cache.insert(key, out);
+    if (key != nullptr) cache.insert(*key, out);
     last = std::move(out);
     last_cached = false;
     last_ms = ms_since(t0);
@@ -175,6 +189,21 @@ const CachedPlan& Session::solve(const std::vector<Range>& q_ranges, const std::
 }
 
 const CachedPlan& Session::solve(const RangeMask& mask) { return impl_->solve(mask); }
+const CachedPlan& Session::solve(const IndexMask& mask) { return impl_->solve(mask); }
+
+const CachedPlan& Session::solve_topk(std::span<const std::int32_t> indices, Token seqlen, int kv_heads, bool causal) {
+  if (seqlen <= 0 || kv_heads <= 0 || indices.size() % static_cast<std::size_t>(seqlen * kv_heads) != 0)
+    throw Error(fmt::format("session: {} top-k indices are not a whole [S = {}, kv_heads = {}, k] array", indices.size(),
+                            seqlen, kv_heads));
+  IndexMask m;
+  m.kind = IndexMaskKind::topk;
+  m.seqlen = seqlen;
+  m.kv_heads = kv_heads;
+  m.causal = causal;
+  const auto k = static_cast<std::int64_t>(indices.size()) / (seqlen * kv_heads);
+  m.indices = IndexArray::view(indices, {seqlen, kv_heads, k}, "<indices>");
+  return impl_->solve(m);
+}
 
 const CachedPlan& Session::solve_config_mask() {
   if (!impl_->config_mask) throw Error("session: solve_config_mask needs a Session built from a Config");

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "cpsched/error.hpp"
+#include "cpsched/index_cells.hpp"
 #include "cpsched/limits.hpp"
 #include "cpsched/resources.hpp"
 
@@ -21,15 +23,28 @@ TaskGrid::TaskGrid(std::shared_ptr<const Problem> problem, Sharding sharding)
   build();
 }
 
-void TaskGrid::build() {
-  groups_ = problem_->num_groups();
+namespace {
+
+[[noreturn]] void too_many_tasks(std::size_t cells, int groups) {
+  throw LimitError("grid.blocks_per_rank",
+                   fmt::format("task grid: more than {} tasks ({} cells x {} head groups so far); fewer blocks "
+                               "(problem.grid.blocks_per_rank, problem.cp_size) or a sparser mask fit",
+                               limits::kMaxTasks, cells, groups));
+}
+
+bool by_blocks(const Cell& a, const Cell& b) { return std::pair{a.qblock, a.kblock} < std::pair{b.qblock, b.kblock}; }
+
+}  // namespace
+
+void TaskGrid::add_cell_count(std::size_t cells) {
+  // Cells x groups must index as TaskId (limits.hpp).
+  if (static_cast<std::int64_t>(cells) * groups_ > limits::kMaxTasks) too_many_tasks(cells, groups_);
+}
+
+// The cells of one range mask over the sharding, sorted by blocks; adds its
+// area to `total`.
+std::vector<Cell> TaskGrid::cells_of(const std::vector<Slice>& slices, Token& total) const {
   const auto nb = static_cast<std::int64_t>(sharding_.num_blocks());
-  // Grids that could be large are estimated against the memory budget before
-  // they are built (small ones skip the estimate's pass over the slices).
-  if (nb * nb * problem_->num_groups() > (std::int64_t{1} << 20)) {
-    const ResourceEstimate est = estimate_resources(*problem_, sharding_);
-    check_resources(*problem_, est, default_memory_budget());
-  }
   // Cell index by (qblock, kblock): dense table for grids up to 4M cells.
   const bool dense = nb * nb <= (std::int64_t{1} << 22);
   std::vector<std::int32_t> table(dense ? static_cast<std::size_t>(nb * nb) : 0, -1);
@@ -40,11 +55,11 @@ void TaskGrid::build() {
   };
 
   const auto& blocks = sharding_.blocks;
-  total_area_ = 0;
+  std::vector<Cell> cells;
   // Needed rows and cols come from many slices in no particular order:
   // collected per cell and merged once.
   std::vector<RangeSet::Builder> rows, cols;
-  for (const Slice& s : problem_->mask.slices()) {
+  for (const Slice& s : slices) {
     const int qb0 = sharding_.block_of(s.q.begin);
     for (int qb = qb0; qb < nb && blocks[qb].begin < s.q.end; ++qb) {
       const Range qr = blocks[qb];
@@ -58,22 +73,17 @@ void TaskGrid::build() {
         if (a == 0) continue;
         std::int32_t& idx = slot(std::int64_t{qb} * nb + kb);
         if (idx < 0) {
-          // Cells x groups must index as TaskId (limits.hpp).
-          if (static_cast<std::int64_t>(cells_.size() + 1) * groups_ > limits::kMaxTasks)
-            throw LimitError("grid.blocks_per_rank",
-                             fmt::format("task grid: more than {} tasks ({} cells x {} head groups so far); "
-                                         "fewer blocks (problem.grid.blocks_per_rank, problem.cp_size) or a "
-                                         "sparser mask fit",
-                                         limits::kMaxTasks, cells_.size() + 1, groups_));
-          idx = static_cast<std::int32_t>(cells_.size());
-          cells_.push_back(Cell{qb, kb, 0, {}, {}, {}});
+          if (static_cast<std::int64_t>(cells.size() + 1) * groups_ > limits::kMaxTasks)
+            too_many_tasks(cells.size() + 1, groups_);
+          idx = static_cast<std::int32_t>(cells.size());
+          cells.push_back(Cell{qb, kb, 0, {}, {}, {}});
           rows.emplace_back();
           cols.emplace_back();
         }
         const auto i = static_cast<std::size_t>(idx);
-        Cell& c = cells_[i];
+        Cell& c = cells[i];
         // Checked: a problem built without Problem::validate() may be outside the limits.
-        if (__builtin_add_overflow(c.area, a, &c.area) || __builtin_add_overflow(total_area_, a, &total_area_))
+        if (__builtin_add_overflow(c.area, a, &c.area) || __builtin_add_overflow(total, a, &total))
           throw LimitError("mask", "task grid: the mask area does not fit 64 bits (limits.hpp: mask area x "
                                    "query heads <= 2^62); call Problem::validate()");
         rows[i].add(slice_needed_rows(s, qr, kr));
@@ -82,13 +92,96 @@ void TaskGrid::build() {
       }
     }
   }
-  for (std::size_t i = 0; i < cells_.size(); ++i) {
-    cells_[i].rows = rows[i].build();
-    cells_[i].cols = cols[i].build();
+  for (std::size_t i = 0; i < cells.size(); ++i) {
+    cells[i].rows = rows[i].build();
+    cells[i].cols = cols[i].build();
   }
-  std::sort(cells_.begin(), cells_.end(), [](const Cell& a, const Cell& b) {
-    return std::pair{a.qblock, a.kblock} < std::pair{b.qblock, b.kblock};
-  });
+  std::sort(cells.begin(), cells.end(), by_blocks);
+  return cells;
+}
+
+void TaskGrid::build() {
+  groups_ = problem_->num_groups();
+  const Problem& p = *problem_;
+  const auto nb = static_cast<std::int64_t>(sharding_.num_blocks());
+  // Grids that could be large are estimated against the memory budget before
+  // they are built (small ones skip the estimate's pass over the slices).
+  if (nb * nb * problem_->num_groups() > (std::int64_t{1} << 20)) {
+    const ResourceEstimate est = estimate_resources(*problem_, sharding_);
+    check_resources(*problem_, est, default_memory_budget());
+  }
+  total_task_area_ = 0;
+  const int selection_heads = p.index_mask ? p.index_mask->kv_heads : static_cast<int>(p.head_masks.size());
+  per_group_ = selection_heads > 1;
+  if (per_group_ && !flattened())
+    throw Error(fmt::format("task grid: the mask selects per KV head ({} heads), which needs flattened head groups "
+                            "(problem.grid.flatten_head_groups: true)",
+                            selection_heads));
+  if (per_group_ && selection_heads != groups_)
+    throw Error(fmt::format("task grid: the mask selects for {} KV heads but the problem has {} (heads.kv); a "
+                            "selection is per KV head or shared (1)",
+                            selection_heads, groups_));
+
+  // One cell list per head group (or one shared by all).
+  std::vector<std::vector<Cell>> per(per_group_ ? static_cast<std::size_t>(groups_) : 1);
+  Token area = 0;
+  if (p.index_mask) {
+    IndexCountOptions o;
+    o.per_head = per_group_;
+    for (IndexCell& c : count_index_cells(*p.index_mask, sharding_.blocks, o)) {
+      if (__builtin_add_overflow(area, c.area, &area))
+        throw LimitError("mask", "task grid: the mask area does not fit 64 bits");
+      per[static_cast<std::size_t>(c.head)].push_back(
+          Cell{c.qblock, c.kblock, c.area, std::move(c.rows), std::move(c.cols), {}});
+    }
+  } else if (per_group_) {
+    for (int g = 0; g < groups_; ++g) per[static_cast<std::size_t>(g)] = cells_of(p.head_masks[static_cast<std::size_t>(g)].slices(), area);
+  } else {
+    per[0] = cells_of(p.mask.slices(), area);
+  }
+
+  if (!per_group_) {
+    cells_ = std::move(per[0]);
+    add_cell_count(cells_.size());
+    if (__builtin_mul_overflow(area, groups_, &total_task_area_))
+      throw LimitError("mask", "task grid: the mask area does not fit 64 bits");
+    return;
+  }
+  // Per-group cells: the union of the groups' block pairs, each task its own cell.
+  total_task_area_ = area;
+  std::vector<Cell> all;
+  for (const auto& v : per)
+    for (const Cell& c : v) all.push_back(Cell{c.qblock, c.kblock, 0, {}, {}, {}});
+  std::sort(all.begin(), all.end(), by_blocks);
+  all.erase(std::unique(all.begin(), all.end(), [](const Cell& a, const Cell& b) {
+              return a.qblock == b.qblock && a.kblock == b.kblock;
+            }), all.end());
+  add_cell_count(all.size());
+  cells_ = std::move(all);
+  group_cells_.assign(cells_.size() * static_cast<std::size_t>(groups_), Cell{});
+  for (std::size_t c = 0; c < cells_.size(); ++c)
+    for (int g = 0; g < groups_; ++g) {
+      Cell& x = group_cells_[c * static_cast<std::size_t>(groups_) + static_cast<std::size_t>(g)];
+      x.qblock = cells_[c].qblock;
+      x.kblock = cells_[c].kblock;
+    }
+  for (int g = 0; g < groups_; ++g) {
+    std::size_t c = 0;
+    for (Cell& x : per[static_cast<std::size_t>(g)]) {
+      while (by_blocks(cells_[c], x)) ++c;
+      Cell& u = cells_[c];
+      u.area += x.area;
+      u.rows = u.rows.unite(x.rows);
+      u.cols = u.cols.unite(x.cols);
+      group_cells_[c * static_cast<std::size_t>(groups_) + static_cast<std::size_t>(g)] = std::move(x);
+    }
+  }
+}
+
+const SelectionRows& TaskGrid::selection() const {
+  if (!problem_->index_mask) throw Error("task grid: selection() of a grid without an index mask");
+  std::call_once(selection_once_, [&] { selection_ = std::make_unique<const SelectionRows>(*problem_->index_mask); });
+  return *selection_;
 }
 
 }  // namespace cpsched

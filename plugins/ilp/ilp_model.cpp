@@ -127,7 +127,7 @@ IlpModel::IlpModel(const search::ByteModel& m, std::int64_t cap, Objective obj, 
   const int assign_rows = row;
   // Item on r => its segments reach r.
   for (int i = 0; i < I; ++i) {
-    const int c = per_group ? m.cell_of(i) : i;
+    const int c = per_group ? m.unit_of(i) : i;
     const int g = per_group ? m.group_of(i) : 0;
     for (auto segs : {m.qo_segments(c), m.kv_segments(c)})
       for (std::int32_t s : segs)
@@ -153,7 +153,8 @@ IlpModel::IlpModel(const search::ByteModel& m, std::int64_t cap, Objective obj, 
   const int balance_rows = row;
   // Head groups in lexicographic order of the ranks of a few cells:
   // sum_k P^(K-1-k) (rank of cell c_k in group g - in group g+1) <= 0.
-  if (per_group && grid.flattened() && G > 1 && !grid.cells().empty()) {
+  // (Only when the groups are interchangeable: not with per-group cells.)
+  if (per_group && grid.flattened() && G > 1 && !grid.cells().empty() && !grid.per_group_cells()) {
     sym_cells_ = pick_symmetry_cells(grid);
     for (int g = 0; g + 1 < G; ++g) {
       ++row;
@@ -219,7 +220,7 @@ std::vector<double> IlpModel::columns_of(const std::vector<Rank>& placement) con
   }
   // Keys: the largest item count that needs them (the least the rows allow).
   for (int i = 0; i < items(); ++i) {
-    const int c = per_group ? m_.cell_of(i) : i;
+    const int c = per_group ? m_.unit_of(i) : i;
     const int g = per_group ? m_.group_of(i) : 0;
     for (auto segs : {m_.qo_segments(c), m_.kv_segments(c)})
       for (std::int32_t s : segs)

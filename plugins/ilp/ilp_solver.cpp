@@ -134,7 +134,8 @@ class IlpSolver final : public Solver {
     bool proven_infeasible = false;
     std::string notes;
 
-    if (aggregate_ && grid.flattened() && model.groups() > 1 && left_s() > 0) {
+    // (The aggregated model counts interchangeable groups: not per-group cells.)
+    if (aggregate_ && grid.flattened() && model.groups() > 1 && !grid.per_group_cells() && left_s() > 0) {
       IlpModel agg(model, cap, objective_, Form::aggregated);
       RunOptions ro;
       ro.deadline = deadline;

@@ -21,6 +21,7 @@
 // is not thread safe (use one Session per thread; they may share a Registry).
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,14 @@ class Session {
   const CachedPlan& solve(const std::vector<Range>& q_ranges, const std::vector<Range>& k_ranges,
                           const std::vector<MaskType>& types);
   const CachedPlan& solve(const RangeMask& mask);
+  // An index mask (index_mask.hpp: token top-k, block top-k, BSR). Its arrays
+  // may borrow the caller's memory (IndexArray::view) for the call. Not
+  // cached: an indexer's selection changes every step, and a key would hash
+  // the whole index tensor. Throws cpsched::Error naming the array and the
+  // first bad entry.
+  const CachedPlan& solve(const IndexMask& mask);
+  // Token top-k indices [S, kv_heads, k] (row-major, -1 padded), borrowed.
+  const CachedPlan& solve_topk(std::span<const std::int32_t> indices, Token seqlen, int kv_heads, bool causal = true);
   // The config's mask (Session built from a Config; else an error).
   const CachedPlan& solve_config_mask();
 

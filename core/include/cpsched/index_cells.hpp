@@ -4,6 +4,7 @@
 // selected keys. Built in one multi-threaded pass over the indices, which
 // also validates them (IndexMask::validate's checks and errors).
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "cpsched/index_mask.hpp"
@@ -32,5 +33,28 @@ struct IndexCountOptions {
 // thread count. Throws cpsched::Error as IndexMask::validate.
 std::vector<IndexCell> count_index_cells(const IndexMask& mask, const std::vector<Range>& blocks,
                                          IndexCountOptions options = {});
+
+// A token top-k selection as sorted rows: the valid keys of (head h, query
+// q), ascending, for the plan builder, the validator and the simulator
+// (which look up a query's keys inside a block). Built once per grid, on
+// first use; the mask must be valid (validate() / count_index_cells first).
+class SelectionRows {
+ public:
+  explicit SelectionRows(const IndexMask& mask, int threads = 0);
+  int heads() const { return heads_; }
+  Token seqlen() const { return seqlen_; }
+  std::span<const std::int32_t> row(int head, Token q) const {
+    const auto i = static_cast<std::size_t>(head) * static_cast<std::size_t>(seqlen_) + static_cast<std::size_t>(q);
+    return {keys_.data() + offset_[i], static_cast<std::size_t>(offset_[i + 1] - offset_[i])};
+  }
+  // The keys of row (head, q) inside [k.begin, k.end).
+  std::span<const std::int32_t> row(int head, Token q, Range k) const;
+
+ private:
+  int heads_ = 1;
+  Token seqlen_ = 0;
+  std::vector<std::int64_t> offset_;  // [heads * S + 1]
+  std::vector<std::int32_t> keys_;
+};
 
 }  // namespace cpsched

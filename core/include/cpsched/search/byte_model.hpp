@@ -55,9 +55,10 @@ class ByteModel {
   // Weighted bytes of moving segment s to one non-host rank (out + back).
   double segment_cost(int s) const { return seg_cost_[static_cast<std::size_t>(s)]; }
 
-  // Segments a cell needs: its q block's (QO) then its kv block's (KV).
-  std::span<const std::int32_t> qo_segments(int cell) const { return span(qo_off_, cell); }
-  std::span<const std::int32_t> kv_segments(int cell) const { return span(kv_off_, cell); }
+  // Segments a unit needs (a cell, or a task when groups have their own
+  // cells, see unit_of): its q block's (QO) then its kv block's (KV).
+  std::span<const std::int32_t> qo_segments(int unit) const { return span(qo_off_, unit); }
+  std::span<const std::int32_t> kv_segments(int unit) const { return span(kv_off_, unit); }
   // Cells whose q block (QO) or kv block (KV) is `block`, ascending.
   std::span<const std::int32_t> cells_of(Dir d, int block) const {
     const auto& off = block_cells_off_[static_cast<int>(d)];
@@ -65,6 +66,10 @@ class ByteModel {
     return {block_cells_[static_cast<int>(d)].data() + off[b], static_cast<std::size_t>(off[b + 1] - off[b])};
   }
   int cell_of(TaskId t) const { return static_cast<int>(t / groups_); }
+  // Whose segment lists task t reads: its cell's, or its own when the grid's
+  // head groups have their own cells (TaskGrid::per_group_cells).
+  int unit_of(TaskId t) const { return per_group_ ? static_cast<int>(t) : cell_of(t); }
+  bool per_group() const { return per_group_; }
   int group_of(TaskId t) const { return static_cast<int>(t % groups_); }
   std::int64_t load(TaskId t) const { return grid_->load(t); }
 
@@ -83,6 +88,7 @@ class ByteModel {
   const TaskGrid* grid_;
   int ranks_ = 0;
   int groups_ = 1;
+  bool per_group_ = false;
   Price price_[2];
   std::vector<Segment> segments_;
   std::vector<double> seg_cost_;
