@@ -13,7 +13,8 @@ namespace cpsched {
 
 namespace {
 
-constexpr std::array<std::pair<MaskKind, std::string_view>, 9> kKindNames{{
+// Range kinds first, then index kinds (is_index_kind).
+constexpr std::array<std::pair<MaskKind, std::string_view>, 14> kKindNames{{
     {MaskKind::full, "full"},
     {MaskKind::causal, "causal"},
     {MaskKind::full_document, "full_document"},
@@ -23,6 +24,11 @@ constexpr std::array<std::pair<MaskKind, std::string_view>, 9> kKindNames{{
     {MaskKind::share_question, "share_question"},
     {MaskKind::block_causal_document, "block_causal_document"},
     {MaskKind::slices, "slices"},
+    {MaskKind::topk, "topk"},
+    {MaskKind::block_topk, "block_topk"},
+    {MaskKind::bsr, "bsr"},
+    {MaskKind::dsa, "dsa"},
+    {MaskKind::nsa, "nsa"},
 }};
 
 class SliceList {
@@ -135,9 +141,22 @@ bool parse_mask_kind(std::string_view s, MaskKind& out) {
   return false;
 }
 
+bool is_index_kind(MaskKind k) {
+  return k == MaskKind::topk || k == MaskKind::block_topk || k == MaskKind::bsr || k == MaskKind::dsa ||
+         k == MaskKind::nsa;
+}
+
 std::vector<std::string> mask_kind_names() {
   std::vector<std::string> names;
-  for (const auto& kv : kKindNames) names.emplace_back(kv.second);
+  for (const auto& kv : kKindNames)
+    if (!is_index_kind(kv.first)) names.emplace_back(kv.second);
+  return names;
+}
+
+std::vector<std::string> index_mask_kind_names() {
+  std::vector<std::string> names;
+  for (const auto& kv : kKindNames)
+    if (is_index_kind(kv.first)) names.emplace_back(kv.second);
   return names;
 }
 
@@ -164,6 +183,8 @@ std::vector<Token> document_lengths(const MaskSpec& spec, Token seqlen) {
 
 RangeMask make_mask(const MaskSpec& spec, Token seqlen) {
   if (seqlen < 1) throw Error("a mask needs a sequence of at least 1 token, got " + std::to_string(seqlen));
+  if (is_index_kind(spec.kind))
+    throw Error("make_mask: kind " + std::string(to_string(spec.kind)) + " is an index mask; use make_index_mask");
   check_spec(spec);
   SliceList out;
   auto per_document = [&](auto&& emit) {
@@ -207,6 +228,12 @@ RangeMask make_mask(const MaskSpec& spec, Token seqlen) {
       mask.validate();
       return mask;
     }
+    case MaskKind::topk:
+    case MaskKind::block_topk:
+    case MaskKind::bsr:
+    case MaskKind::dsa:
+    case MaskKind::nsa:
+      break;  // refused above
   }
   RangeMask mask(seqlen, out.take());
   mask.validate();
