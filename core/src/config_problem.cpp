@@ -27,13 +27,30 @@ struct DType {
 constexpr DType kDTypes[] = {{"bf16", 2}, {"fp16", 2}, {"fp32", 4}, {"fp8", 1}};
 
 bool uses_documents(MaskKind k) {
-  return k != MaskKind::full && k != MaskKind::causal && k != MaskKind::slices;
+  return k != MaskKind::full && k != MaskKind::causal && k != MaskKind::slices && k != MaskKind::topk &&
+         k != MaskKind::block_topk && k != MaskKind::bsr;
 }
 
 void read_heads(const Section& s, Heads& heads) {
   const bool q_ok = s.read_int("q", heads.q, 1);
   const bool kv_ok = s.read_int("kv", heads.kv, 1);
-  s.read_int("dim", heads.dim, 1);
+  // d_qk: `dim` (GQA's D) or `dim_qk` (MLA's name); both only when they agree.
+  int dim = heads.dim, dim_qk = heads.dim;
+  const bool dim_ok = s.read_int("dim", dim, 1);
+  const bool dim_qk_ok = s.read_int("dim_qk", dim_qk, 1);
+  if (dim_ok && dim_qk_ok && dim != dim_qk)
+    s.error("dim_qk", "dim_qk = " + std::to_string(dim_qk) + " differs from dim = " + std::to_string(dim) +
+                          "; both name d_qk (Q and K head dim): give one of them");
+  else if (dim_qk_ok) heads.dim = dim_qk;
+  else if (dim_ok) heads.dim = dim;
+  const bool dim_v_ok = s.read_int("dim_v", heads.dim_v, 0);
+  const bool shared_ok = s.read_bool("kv_shared", heads.kv_shared);
+  // A shared latent row holds K (d_qk dims) and V is its first d_v dims.
+  const bool dims_ok = (dim_ok || !s.has("dim")) && (dim_qk_ok || !s.has("dim_qk")) && (dim_v_ok || !s.has("dim_v"));
+  if (dims_ok && (shared_ok || !s.has("kv_shared")) && heads.kv_shared && heads.dv() > heads.dim)
+    s.error(s.has("dim_v") ? "dim_v" : "kv_shared",
+            "kv_shared: V is the first dim_v dims of the latent K row, so dim_v = " + std::to_string(heads.dv()) +
+                " must be at most dim = " + std::to_string(heads.dim));
   std::string dtype;
   if (s.read_string("dtype", dtype)) {
     const auto it = std::find_if(std::begin(kDTypes), std::end(kDTypes), [&](const DType& d) { return dtype == d.name; });
@@ -138,12 +155,67 @@ void read_histogram(const Section& mask, MaskSpec& spec, const std::filesystem::
   }
 }
 
+// block_topk / bsr: `block_size: [block_q, block_k]`, or one number for square blocks.
+void read_index_block_size(const Section& mask, MaskSpec& spec) {
+  const YAML::Node b = mask.get("block_size");
+  const std::string path = mask.path("block_size");
+  std::int64_t q = 0, k = 0;
+  if (b.IsScalar()) {
+    if (mask.read_int("block_size", q, 1, std::numeric_limits<std::int32_t>::max())) spec.block_q = spec.block_k = static_cast<int>(q);
+  } else if (!b.IsSequence() || b.size() != 2) {
+    mask.error("block_size", "expected [block_q, block_k] (query and key block sizes in tokens), got " + describe(b));
+  } else if (node_int(mask.diag(), b[0], path + "[0]", q, 1, std::numeric_limits<std::int32_t>::max()) &&
+             node_int(mask.diag(), b[1], path + "[1]", k, 1, std::numeric_limits<std::int32_t>::max())) {
+    spec.block_q = static_cast<int>(q);
+    spec.block_k = static_cast<int>(k);
+  }
+}
+
+// Index kinds (docs/masks.md): the .npy files (relative to the config's
+// folder) and the generators' settings.
+void read_index_keys(const Section& mask, Config& cfg, const std::filesystem::path& base_dir) {
+  MaskSpec& spec = cfg.mask;
+  auto file = [&](const char* key, std::filesystem::path& out) {
+    std::string f;
+    if (!mask.has(key) || !mask.read_string(key, f)) return;
+    if (f.empty()) return mask.error(key, "expected a .npy file name, got an empty string");
+    out = f;
+    if (out.is_relative()) out = base_dir / out;
+  };
+  file("indices", spec.indices_file);
+  file("indptr", spec.indptr_file);
+  file("full_indptr", spec.full_indptr_file);
+  file("full_indices", spec.full_indices_file);
+  mask.read_bool("causal", spec.causal);
+  if (mask.read_int("kv_heads", spec.kv_heads, 1) && spec.kv_heads != 1 && spec.kv_heads != cfg.heads.kv)
+    mask.error("kv_heads", fmt::format("kv_heads = {}: a selection is shared by every head (1) or per KV head "
+                                       "(heads.kv = {})",
+                                       spec.kv_heads, cfg.heads.kv));
+  mask.read_int("topk", spec.topk, 1);
+  mask.read_int("sink", spec.sink, 0);
+  mask.read_int("local", spec.local, 0);
+  mask.read_int("nsa_block", spec.nsa_block, 1, std::numeric_limits<std::int32_t>::max());
+  mask.read_int("nsa_top", spec.nsa_top, 1);
+  mask.read_int("nsa_initial", spec.nsa_initial, 0);
+  mask.read_int("nsa_local", spec.nsa_local, 0);
+  const MaskKind k = spec.kind;
+  const char* name = k == MaskKind::topk ? "topk" : k == MaskKind::block_topk ? "block_topk" : "bsr";
+  if ((k == MaskKind::topk || k == MaskKind::block_topk || k == MaskKind::bsr) && !mask.has("indices"))
+    mask.diag().error(mask.node(), mask.path(), fmt::format("kind '{}' needs the key 'indices' (a .npy file)", name));
+  if (k == MaskKind::bsr && !mask.has("indptr"))
+    mask.diag().error(mask.node(), mask.path(), "kind 'bsr' needs the key 'indptr' (a .npy file)");
+  if (k == MaskKind::bsr && mask.has("full_indptr") != mask.has("full_indices"))
+    mask.error(mask.has("full_indptr") ? "full_indptr" : "full_indices",
+               "full_indptr and full_indices come together (the full blocks' BSR pair)");
+}
+
 void read_mask(const Section& mask, Config& cfg, const std::filesystem::path& base_dir, bool sizes_ok) {
   MaskSpec& spec = cfg.mask;
   std::string kind;
   if (mask.require("kind") && mask.read_string("kind", kind) && !parse_mask_kind(kind, spec.kind)) {
     std::string known;
     for (const std::string& k : mask_kind_names()) known += (known.empty() ? "" : ", ") + k;
+    for (const std::string& k : index_mask_kind_names()) known += ", " + k;
     mask.error("kind", "unknown mask kind '" + kind + "'; known: " + known);
   }
   if (mask.has("lengths")) read_lengths(mask, spec);
@@ -165,8 +237,13 @@ void read_mask(const Section& mask, Config& cfg, const std::filesystem::path& ba
   mask.read_real("prefix_fraction", spec.prefix_fraction, 0.0, 1.0);
   mask.read_real("question_fraction", spec.question_fraction, 0.0, 1.0);
   mask.read_int("num_answers", spec.num_answers, 1);
-  mask.read_int("block_size", spec.block_size, 1);
+  if (spec.kind == MaskKind::block_topk || spec.kind == MaskKind::bsr) {
+    if (mask.has("block_size")) read_index_block_size(mask, spec);
+  } else {
+    mask.read_int("block_size", spec.block_size, 1);
+  }
   if (mask.has("slices")) read_slices(mask, spec);
+  read_index_keys(mask, cfg, base_dir);
   if (spec.kind == MaskKind::slices && !mask.has("slices"))
     mask.diag().error(mask.node(), mask.path(), "kind 'slices' needs the key 'slices'");
 
@@ -263,7 +340,8 @@ void read_problem(const Section& problem, Config& cfg, const std::filesystem::pa
   cfg.seqlen_per_rank = per_rank;
   sizes_ok = sizes_ok && per_rank_ok;
 
-  const Section heads(diag, problem.get("heads"), problem.path("heads"), {"q", "kv", "dim", "dtype"});
+  const Section heads(diag, problem.get("heads"), problem.path("heads"),
+                      {"q", "kv", "dim", "dim_qk", "dim_v", "kv_shared", "dtype"});
   read_heads(heads, cfg.heads);
 
   const Section grid(diag, problem.get("grid"), problem.path("grid"), {"flatten_head_groups", "blocks_per_rank"});
@@ -276,7 +354,10 @@ void read_problem(const Section& problem, Config& cfg, const std::filesystem::pa
 
   const Section mask(diag, problem.get("mask"), problem.path("mask"),
                      {"kind", "lengths", "histogram", "seed", "pack", "window", "prefix_fraction",
-                      "question_fraction", "num_answers", "block_size", "slices"});
+                      "question_fraction", "num_answers", "block_size", "slices",
+                      // index kinds
+                      "indices", "indptr", "full_indptr", "full_indices", "causal", "kv_heads", "topk", "sink",
+                      "local", "nsa_block", "nsa_top", "nsa_initial", "nsa_local"});
   cfg.mask_loc = diag.where(problem.has("mask") ? problem.get("mask") : problem.node(), mask.path());
   if (mask.valid() && problem.has("mask")) read_mask(mask, cfg, base_dir, sizes_ok);
 

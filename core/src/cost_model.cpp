@@ -16,9 +16,11 @@ TimeCostModel::TimeCostModel(HardwareProfile hw) : hw_(std::move(hw)) {
 }
 
 double TimeCostModel::compute(const TaskGrid& g, TaskId t) const {
-  // FLOPs = 4 x area x q heads x D forward, 2.5 x that backward (timing.hpp).
-  const double fwd = 4.0 * static_cast<double>(g.load(t)) * g.problem().heads.dim;
-  return fwd * prices_.flop_s[0] + 2.5 * fwd * prices_.flop_s[1];
+  // FLOPs = area x q heads x FLOPs per pair forward (4 D under GQA), and the
+  // head geometry's backward ratio (2.5 under GQA) backward (timing.hpp).
+  const Heads& h = g.problem().heads;
+  const double fwd = static_cast<double>(g.load(t)) * h.fwd_flops_per_pair();
+  return fwd * prices_.flop_s[0] + h.bwd_flops_ratio() * fwd * prices_.flop_s[1];
 }
 
 double TimeCostModel::transfer(TransferKind, Token, int, Rank, Rank) const {

@@ -39,9 +39,10 @@ std::int64_t checked_int64(__int128 v, const char* what) {
 __int128 traffic_bound_bytes(const Problem& p) {
   // Both passes, both directions, all head groups: a rank can at most receive
   // every token of every group once per direction.
-  const __int128 db = __int128{p.heads.dim} * p.heads.dtype_bytes;
-  const __int128 hq = p.heads.q, hkv = p.heads.kv;
-  const __int128 per_token = hq * (db + (db + 4) + (3 * db + 4) + db) + hkv * 2 * db * 3;
+  const Heads& h = p.heads;
+  const __int128 q = h.q_row_bytes(), o = h.o_row_bytes(), kv = h.kv_row_bytes();
+  const __int128 hq = h.q, hkv = h.kv;
+  const __int128 per_token = hq * (q + (o + 4) + (q + 2 * o + 4) + q) + hkv * kv * 3;
   return __int128{p.sharding.cp_size} * p.seqlen() * per_token;
 }
 
@@ -61,6 +62,7 @@ void check_shape_limits(const Problem& p) {
   at_most("heads.q", "query heads", p.heads.q, kMaxHeads);
   at_most("heads.kv", "key/value heads", p.heads.kv, kMaxHeads);
   at_most("heads.dim", "head dim D", p.heads.dim, kMaxHeadDim);
+  at_most("heads.dim_v", "value head dim d_v", p.heads.dim_v, kMaxHeadDim);
   at_most("heads.dtype", "bytes per element", p.heads.dtype_bytes, kMaxDtypeBytes);
   at_most("mask", "slices", static_cast<__int128>(p.mask.slices().size()), kMaxSlices);
 }

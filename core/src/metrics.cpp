@@ -77,9 +77,10 @@ std::vector<Transfer> transfers(const Assignment& a) {
     const Rank host = g.sharding().host[static_cast<std::size_t>(qb)];
     for (; c1 < cells.size() && cells[c1].qblock == qb; ++c1)
       for (int grp = 0; grp < G; ++grp) {
-        const Rank r = a.rank[c1 * static_cast<std::size_t>(G) + static_cast<std::size_t>(grp)];
+        const std::size_t t = c1 * static_cast<std::size_t>(G) + static_cast<std::size_t>(grp);
+        const Rank r = a.rank[t];
         if (r == host) continue;
-        for (Range x : cells[c1].rows.ranges()) needs.add(grp, r, x);
+        for (Range x : g.cell_of(static_cast<TaskId>(t)).rows.ranges()) needs.add(grp, r, x);
       }
     needs.emit(Transfer::Kind::qo, qb, host, flat, out);
     c0 = c1;
@@ -101,9 +102,10 @@ std::vector<Transfer> transfers(const Assignment& a) {
     for (std::size_t i = start[kb]; i < start[kb + 1]; ++i) {
       const std::size_t c = by_k[i];
       for (int grp = 0; grp < G; ++grp) {
-        const Rank r = a.rank[c * static_cast<std::size_t>(G) + static_cast<std::size_t>(grp)];
+        const std::size_t t = c * static_cast<std::size_t>(G) + static_cast<std::size_t>(grp);
+        const Rank r = a.rank[t];
         if (r == host) continue;
-        for (Range x : cells[c].cols.ranges()) needs.add(grp, r, x);
+        for (Range x : g.cell_of(static_cast<TaskId>(t)).cols.ranges()) needs.add(grp, r, x);
       }
     }
     needs.emit(Transfer::Kind::kv, static_cast<std::int32_t>(kb), host, flat, out);
@@ -111,16 +113,19 @@ std::vector<Transfer> transfers(const Assignment& a) {
   return out;
 }
 
+// DESIGN §5 with the head geometry's row sizes (docs/heads.md): Q and dQ
+// carry d_qk, O and dO d_v, K and V d_qk + d_v (one d_qk latent when shared).
 TransferBytes fwd_bytes_per_token(const Problem& p) {
   const Bytes h = p.q_heads_per_task(), hk = p.kv_heads_per_task();
-  const Bytes db = Bytes{p.heads.dim} * p.heads.dtype_bytes;
-  return {h * db, h * (db + 4), hk * 2 * db, 0};
+  const Heads& x = p.heads;
+  return {h * x.q_row_bytes(), h * (x.o_row_bytes() + Heads::lse_bytes()), hk * x.kv_row_bytes(), 0};
 }
 
 TransferBytes bwd_bytes_per_token(const Problem& p) {
   const Bytes h = p.q_heads_per_task(), hk = p.kv_heads_per_task();
-  const Bytes db = Bytes{p.heads.dim} * p.heads.dtype_bytes;
-  return {h * (3 * db + 4), h * db, hk * 2 * db, hk * 2 * db};
+  const Heads& x = p.heads;
+  return {h * (x.q_row_bytes() + 2 * x.o_row_bytes() + Heads::lse_bytes()), h * x.q_row_bytes(),
+          hk * x.kv_row_bytes(), hk * x.kv_row_bytes()};
 }
 
 namespace {
@@ -174,8 +179,11 @@ double usp_closed_form_fwd_bytes_per_rank(const Problem& p, int u) {
   const double P = p.cp_size(), U = u;
   const double per_rank = static_cast<double>(p.seqlen()) / P;
   const double hq = p.heads.q, hkv = p.heads.kv;
-  return per_rank * p.heads.dim * p.heads.dtype_bytes *
-         (2 * hq * (U - 1) / U + 2 * hkv * (U - 1) / U + 2 * hkv * (P / U - 1));
+  // Rows relative to d_qk: Q + O (all-to-all), K + V (all-to-all and ring);
+  // both 2 under GQA, so the formula stays DESIGN §5's bit for bit.
+  const double dqk = p.heads.dqk(), r = static_cast<double>(p.heads.dv()) / dqk;
+  const double qo = 1.0 + r, kv = p.heads.kv_shared ? 1.0 : 1.0 + r;
+  return per_rank * dqk * p.heads.dtype_bytes * (qo * hq * (U - 1) / U + kv * hkv * (U - 1) / U + kv * hkv * (P / U - 1));
 }
 
 int usp_ulysses_degree(int cp_size, int heads_kv, int max_degree) {

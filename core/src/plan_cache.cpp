@@ -79,6 +79,12 @@ PlanKey make_plan_key(Token seqlen, const std::vector<Slice>& slices, const Head
   e.i64(heads.kv);
   e.i64(heads.dim);
   e.i64(heads.dtype_bytes);
+  // MLA geometry only when it differs from GQA, so GQA keys stay as they were.
+  if (!heads.is_gqa()) {
+    e.word(0x6d6c61ULL);  // "mla"
+    e.i64(heads.dv());
+    e.i64(heads.kv_shared ? 1 : 0);
+  }
   e.i64(grid.flatten_head_groups ? 1 : 0);
   e.i64(grid.blocks_per_rank);
   e.i64(sharding.cp_size);

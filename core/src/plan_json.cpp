@@ -153,7 +153,9 @@ void problem_json(JsonOut& j, const Problem& p, const Sharding& sh) {
   j.field("cp_size", p.cp_size());
   j.field("dtype_bytes", p.heads.dtype_bytes);
   j.field("flatten_head_groups", p.grid.flatten_head_groups);
-  j.field("head_dim", p.heads.dim);
+  j.field("head_dim", p.heads.dim);  // d_qk
+  // MLA keys only when the geometry is not GQA: existing JSON stays as it was.
+  if (!p.heads.is_gqa()) j.field("head_dim_v", p.heads.dv());
   j.field("head_groups", p.num_groups());
   j.field("heads_kv", p.heads.kv);
   j.field("heads_q", p.heads.q);
@@ -161,6 +163,7 @@ void problem_json(JsonOut& j, const Problem& p, const Sharding& sh) {
   j.begin_array();
   for (const RangeSet& rs : sh.all_rank_tokens()) j.ranges(rs.ranges());
   j.end_array();
+  if (!p.heads.is_gqa()) j.field("kv_shared", p.heads.kv_shared);
   j.key("mask");
   j.begin_array();
   for (const Slice& s : p.mask.slices()) {

@@ -91,6 +91,12 @@ void Problem::validate() const {
   if (heads.dim < 1) throw Error(fmt::format("heads: dim must be at least 1, got {}", heads.dim));
   if (heads.dtype_bytes < 1)
     throw Error(fmt::format("heads: dtype bytes must be at least 1, got {}", heads.dtype_bytes));
+  if (heads.dim_v < 0)
+    throw Error(fmt::format("heads: dim_v must be at least 0 (0: same as dim), got {}", heads.dim_v));
+  if (heads.kv_shared && heads.dv() > heads.dim)
+    throw Error(fmt::format("heads: kv_shared needs dim_v <= dim (V is the first dim_v dims of the latent K row), "
+                            "got dim_v {} > dim {}",
+                            heads.dv(), heads.dim));
   if (grid.blocks_per_rank < 1)
     throw Error(fmt::format("grid: blocks_per_rank must be at least 1, got {}", grid.blocks_per_rank));
   check_shape_limits(*this);

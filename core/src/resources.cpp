@@ -90,8 +90,10 @@ ResourceEstimate estimate_resources(const Problem& p, const Sharding& sh) {
       sat(tasks * (kTaskBytes + 2 * kTaskCommBytes) + args * G * kArgBytes * 2 + touches * G * 2 * kRangeBytes * 2);
   // sim numeric: fp32 Q, O, dO, dQ and their reference (hq), K, V, dK, dV,
   // their reference and the ranks' copies (hkv), and lse (3 x hq).
-  const __int128 S = p.seqlen(), D = p.heads.dim, hq = p.heads.q, hkv = p.heads.kv;
-  e.sim_numeric_bytes = sat(4 * S * (D * (6 * hq + 8 * hkv) + 3 * hq));
+  // d_qk rows (Q, dQ, K, dK) and d_v rows (O, dO, V, dV; none for V when shared).
+  const __int128 S = p.seqlen(), dqk = p.heads.dqk(), dv = p.heads.dv(), hq = p.heads.q, hkv = p.heads.kv;
+  const __int128 dkv = dqk + (p.heads.kv_shared ? 0 : dv);
+  e.sim_numeric_bytes = sat(4 * S * (hq * (3 * dqk + 3 * dv) + 4 * hkv * dkv + 3 * hq));
   return e;
 }
 

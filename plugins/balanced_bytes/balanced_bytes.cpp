@@ -187,8 +187,10 @@ TimeObjective time_objective(const TimePrices& tp, const TaskGrid& grid, double 
   to.gpus_per_node = tp.gpus_per_node;
   to.byte_s[0] = tp.byte_s[0];
   to.byte_s[1] = tp.byte_s[1];
-  // Load = area x q heads; FLOPs = 4 x load x D forward, 2.5 x that backward.
-  to.load_s = 4.0 * grid.problem().heads.dim * (tp.flop_s[0] + 2.5 * tp.flop_s[1]);
+  // Load = area x q heads; FLOPs = load x FLOPs per pair forward (4 D under
+  // GQA), the head geometry's backward ratio (2.5 under GQA) x that backward.
+  const Heads& h = grid.problem().heads;
+  to.load_s = h.fwd_flops_per_pair() * (tp.flop_s[0] + h.bwd_flops_ratio() * tp.flop_s[1]);
   to.spread = spread;
   return to;
 }

@@ -47,9 +47,11 @@ Geometry geometry_of(const Slice& arg) {
 }
 
 void check_shape(const KernelShape& s) {
-  if (s.q_heads <= 0 || s.kv_heads <= 0 || s.dim <= 0 || s.q_heads % s.kv_heads != 0)
+  if (s.q_heads <= 0 || s.kv_heads <= 0 || s.dim <= 0 || s.dim_v < 0 || s.q_heads % s.kv_heads != 0 ||
+      (s.kv_shared && s.dv() > s.dim))
     throw Error("attention kernel: bad shape (q_heads " + std::to_string(s.q_heads) + ", kv_heads " +
-                std::to_string(s.kv_heads) + ", dim " + std::to_string(s.dim) + ")");
+                std::to_string(s.kv_heads) + ", dim " + std::to_string(s.dim) + ", dim_v " + std::to_string(s.dim_v) +
+                (s.kv_shared ? ", kv shared" : "") + ")");
 }
 
 // out[d * kTileK + j] = rows[c0 + j][d] for j < n (head already applied).
@@ -79,20 +81,21 @@ Token num_tiles(Token n, Token tile) { return (n + tile - 1) / tile; }
 
 double attention_work(const KernelShape& shape, const Slice& arg) {
   const Slice rel{{0, arg.q.size()}, {0, arg.k.size()}, arg.type};
-  return static_cast<double>(slice_area(rel)) * shape.q_heads * shape.dim;
+  return static_cast<double>(slice_area(rel)) * shape.q_heads * (0.5 * (shape.dim + shape.dv()));
 }
 
 Partial attention_forward(const KernelShape& shape, CView q, CView k, CView v, const Slice& arg,
                           int threads) {
   check_shape(shape);
   const Geometry g = geometry_of(arg);
-  const int H = shape.q_heads, D = shape.dim, ratio = shape.q_heads / shape.kv_heads;
+  const int H = shape.q_heads, D = shape.dim, DV = shape.dv(), VS = shape.v_head_stride();
+  const int ratio = shape.q_heads / shape.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   Partial out;
   out.rows = g.lq;
   out.heads = H;
-  out.dim = D;
-  out.o.assign(static_cast<std::size_t>(g.lq * H * D), 0.0f);
+  out.dim = DV;
+  out.o.assign(static_cast<std::size_t>(g.lq * H * DV), 0.0f);
   out.lse.assign(static_cast<std::size_t>(g.lq * H), kNegInf);
   const Token qtiles = num_tiles(g.lq, kTileQ);
   const int nthreads = threads_for_work(attention_work(shape, arg), threads);
@@ -103,9 +106,9 @@ Partial attention_forward(const KernelShape& shape, CView q, CView k, CView v, c
     const int kh = h / ratio;
     const CView qh = q.from(arg.q.begin).at(static_cast<std::int64_t>(h) * D);
     const CView kh_rows = k.from(arg.k.begin).at(static_cast<std::int64_t>(kh) * D);
-    const CView vh_rows = v.from(arg.k.begin).at(static_cast<std::int64_t>(kh) * D);
+    const CView vh_rows = v.from(arg.k.begin).at(static_cast<std::int64_t>(kh) * VS);
     std::vector<float> m(static_cast<std::size_t>(kTileQ), kNegInf), l(static_cast<std::size_t>(kTileQ), 0.0f);
-    std::vector<float> acc(static_cast<std::size_t>(kTileQ * D), 0.0f);
+    std::vector<float> acc(static_cast<std::size_t>(kTileQ * DV), 0.0f);
     std::vector<float> kt(static_cast<std::size_t>(kTileK * D)), s(static_cast<std::size_t>(kTileK));
     const ColSpan hull = g.hull(r0, r1);
     for (Token c0 = hull.lo; c0 < hull.hi; c0 += kTileK) {
@@ -119,14 +122,14 @@ Partial attention_forward(const KernelShape& shape, CView q, CView k, CView v, c
         float mx = m[ri];
         for (Token j = sp.lo; j < sp.hi; ++j) mx = std::max(mx, s[static_cast<std::size_t>(j)]);
         const float alpha = std::exp(m[ri] - mx);  // exp(-inf) = 0 on the first tile
-        float* a = acc.data() + ri * static_cast<std::size_t>(D);
+        float* a = acc.data() + ri * static_cast<std::size_t>(DV);
         l[ri] *= alpha;
-        for (int d = 0; d < D; ++d) a[d] *= alpha;
+        for (int d = 0; d < DV; ++d) a[d] *= alpha;
         for (Token j = sp.lo; j < sp.hi; ++j) {
           const float p = std::exp(s[static_cast<std::size_t>(j)] - mx);
           l[ri] += p;
           const float* vj = vh_rows.row(c0 + j);
-          for (int d = 0; d < D; ++d) a[d] += p * vj[d];
+          for (int d = 0; d < DV; ++d) a[d] += p * vj[d];
         }
         m[ri] = mx;
       }
@@ -137,9 +140,9 @@ Partial attention_forward(const KernelShape& shape, CView q, CView k, CView v, c
       const std::size_t at = static_cast<std::size_t>(i * H + h);
       out.lse[at] = m[ri] + std::log(l[ri]);
       const float inv = 1.0f / l[ri];
-      const float* a = acc.data() + ri * static_cast<std::size_t>(D);
-      float* o = out.o.data() + at * static_cast<std::size_t>(D);
-      for (int d = 0; d < D; ++d) o[d] = a[d] * inv;
+      const float* a = acc.data() + ri * static_cast<std::size_t>(DV);
+      float* o = out.o.data() + at * static_cast<std::size_t>(DV);
+      for (int d = 0; d < DV; ++d) o[d] = a[d] * inv;
     }
   });
   return out;
@@ -150,6 +153,7 @@ void attention_backward(const KernelShape& shape, const BackwardInputs& in, cons
   check_shape(shape);
   const Geometry g = geometry_of(arg);
   const int H = shape.q_heads, HK = shape.kv_heads, D = shape.dim, ratio = H / HK;
+  const int DV = shape.dv(), VS = shape.v_head_stride();
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const int nthreads = threads_for_work(2.5 * attention_work(shape, arg), threads);
   const CView q = in.q.from(arg.q.begin), o = in.o.from(arg.q.begin), d_o = in.d_o.from(arg.q.begin),
@@ -161,10 +165,10 @@ void attention_backward(const KernelShape& shape, const BackwardInputs& in, cons
   std::vector<float> delta(static_cast<std::size_t>(g.lq * H), 0.0f);
   for (Token i = 0; i < g.lq; ++i)
     for (int h = 0; h < H; ++h) {
-      const float* a = o.row(i) + static_cast<std::ptrdiff_t>(h) * D;
-      const float* b = d_o.row(i) + static_cast<std::ptrdiff_t>(h) * D;
+      const float* a = o.row(i) + static_cast<std::ptrdiff_t>(h) * DV;
+      const float* b = d_o.row(i) + static_cast<std::ptrdiff_t>(h) * DV;
       float sum = 0.0f;
-      for (int d = 0; d < D; ++d) sum += a[d] * b[d];
+      for (int d = 0; d < DV; ++d) sum += a[d] * b[d];
       delta[static_cast<std::size_t>(i * H + h)] = sum;
     }
 
@@ -174,7 +178,7 @@ void attention_backward(const KernelShape& shape, const BackwardInputs& in, cons
     const float row_lse = lse.row(i)[h];
     dot_tile(q.row(i) + static_cast<std::ptrdiff_t>(h) * D, kt, D, sp.lo, sp.hi, scale, p);
     for (Token j = sp.lo; j < sp.hi; ++j) p[j] = std::exp(p[j] - row_lse);
-    dot_tile(d_o.row(i) + static_cast<std::ptrdiff_t>(h) * D, vt, D, sp.lo, sp.hi, 1.0f, ds);
+    dot_tile(d_o.row(i) + static_cast<std::ptrdiff_t>(h) * DV, vt, DV, sp.lo, sp.hi, 1.0f, ds);
     const float di = delta[static_cast<std::size_t>(i * H + h)];
     for (Token j = sp.lo; j < sp.hi; ++j) ds[j] = p[j] * (ds[j] - di);
   };
@@ -185,15 +189,15 @@ void attention_backward(const KernelShape& shape, const BackwardInputs& in, cons
   parallel_for(qtiles * H, nthreads, [&](std::int64_t item) {
     const int h = static_cast<int>(item % H);
     const Token r0 = (item / H) * kTileQ, r1 = std::min(g.lq, r0 + kTileQ);
-    const std::int64_t koff = static_cast<std::int64_t>(h / ratio) * D;
-    std::vector<float> kt(static_cast<std::size_t>(kTileK * D)), vt(kt.size());
+    const std::int64_t koff = static_cast<std::int64_t>(h / ratio) * D, voff = static_cast<std::int64_t>(h / ratio) * VS;
+    std::vector<float> kt(static_cast<std::size_t>(kTileK * D)), vt(static_cast<std::size_t>(kTileK * DV));
     std::vector<float> p(static_cast<std::size_t>(kTileK)), ds(p.size());
     std::vector<float> acc(static_cast<std::size_t>(kTileQ * D), 0.0f);
     const ColSpan hull = g.hull(r0, r1);
     for (Token c0 = hull.lo; c0 < hull.hi; c0 += kTileK) {
       const Token c1 = std::min(hull.hi, c0 + kTileK);
       transpose_tile(k.at(koff), c0, c1 - c0, D, kt);
-      transpose_tile(v.at(koff), c0, c1 - c0, D, vt);
+      transpose_tile(v.at(voff), c0, c1 - c0, DV, vt);
       for (Token i = r0; i < r1; ++i) {
         const ColSpan sp = g.in_tile(i, c0, c1);
         if (sp.empty() || !row_alive(h, i)) continue;
@@ -219,39 +223,37 @@ void attention_backward(const KernelShape& shape, const BackwardInputs& in, cons
   parallel_for(ktiles * HK, nthreads, [&](std::int64_t item) {
     const int kh = static_cast<int>(item % HK);
     const Token c0 = (item / HK) * kTileK, c1 = std::min(g.lk, c0 + kTileK);
-    const std::int64_t koff = static_cast<std::int64_t>(kh) * D;
-    std::vector<float> kt(static_cast<std::size_t>(kTileK * D)), vt(kt.size());
+    const std::int64_t koff = static_cast<std::int64_t>(kh) * D, voff = static_cast<std::int64_t>(kh) * VS;
+    std::vector<float> kt(static_cast<std::size_t>(kTileK * D)), vt(static_cast<std::size_t>(kTileK * DV));
     std::vector<float> p(static_cast<std::size_t>(kTileK)), ds(p.size());
-    std::vector<float> dk_acc(kt.size(), 0.0f), dv_acc(kt.size(), 0.0f);
+    std::vector<float> dk_acc(kt.size(), 0.0f), dv_acc(vt.size(), 0.0f);
     transpose_tile(k.at(koff), c0, c1 - c0, D, kt);
-    transpose_tile(v.at(koff), c0, c1 - c0, D, vt);
+    transpose_tile(v.at(voff), c0, c1 - c0, DV, vt);
     for (int h = kh * ratio; h < (kh + 1) * ratio; ++h) {
       for (Token i = 0; i < g.lq; ++i) {
         const ColSpan sp = g.in_tile(i, c0, c1);
         if (sp.empty() || !row_alive(h, i)) continue;
         row_grads(h, i, sp, kt, vt, p.data(), ds.data());
         const float* qi = q.row(i) + static_cast<std::ptrdiff_t>(h) * D;
-        const float* doi = d_o.row(i) + static_cast<std::ptrdiff_t>(h) * D;
+        const float* doi = d_o.row(i) + static_cast<std::ptrdiff_t>(h) * DV;
         for (Token j = sp.lo; j < sp.hi; ++j) {
           const float pj = p[static_cast<std::size_t>(j)], wj = scale * ds[static_cast<std::size_t>(j)];
-          float* dvj = dv_acc.data() + static_cast<std::size_t>(j * D);
+          float* dvj = dv_acc.data() + static_cast<std::size_t>(j * DV);
           float* dkj = dk_acc.data() + static_cast<std::size_t>(j * D);
-          for (int d = 0; d < D; ++d) {
-            dvj[d] += pj * doi[d];
-            dkj[d] += wj * qi[d];
-          }
+          for (int d = 0; d < DV; ++d) dvj[d] += pj * doi[d];
+          for (int d = 0; d < D; ++d) dkj[d] += wj * qi[d];
         }
       }
     }
+    // Shared latent: dv aliases dk, so both sums land in one gradient row
+    // (this item owns the tile's rows, the two loops run in order).
     for (Token j = c0; j < c1; ++j) {
       float* a = dk.row(j) + koff;
-      float* b = dv.row(j) + koff;
       const float* x = dk_acc.data() + static_cast<std::size_t>((j - c0) * D);
-      const float* y = dv_acc.data() + static_cast<std::size_t>((j - c0) * D);
-      for (int d = 0; d < D; ++d) {
-        a[d] += x[d];
-        b[d] += y[d];
-      }
+      for (int d = 0; d < D; ++d) a[d] += x[d];
+      float* b = dv.row(j) + voff;
+      const float* y = dv_acc.data() + static_cast<std::size_t>((j - c0) * DV);
+      for (int d = 0; d < DV; ++d) b[d] += y[d];
     }
   });
 }

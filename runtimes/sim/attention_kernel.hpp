@@ -11,14 +11,22 @@
 
 namespace cpsched::sim {
 
+// dim is d_qk (Q, K, dQ, dK rows per head); dim_v is d_v (V, O, dO, dV; 0 =
+// dim). kv_shared (MLA's latent): V is the first d_v dims of K's rows, so the
+// v view is the k view (head stride dim) and a dv view aliasing dk makes dK
+// and dV accumulate into one latent gradient.
 struct KernelShape {
   int q_heads = 1;   // heads of the call; a multiple of kv_heads
   int kv_heads = 1;
   int dim = 1;
+  int dim_v = 0;
+  bool kv_shared = false;
+  int dv() const { return dim_v > 0 ? dim_v : dim; }
+  int v_head_stride() const { return kv_shared ? dim : dv(); }  // elements between kv heads in v / dv
 };
 
-// One call's output for the arg's q rows: o[(r * q_heads + h) * dim + d],
-// lse[r * q_heads + h], r relative to arg.q.begin.
+// One call's output for the arg's q rows: o[(r * q_heads + h) * dim + d]
+// (dim = d_v), lse[r * q_heads + h], r relative to arg.q.begin.
 struct Partial {
   Token rows = 0;
   int heads = 0;
@@ -53,7 +61,8 @@ struct BackwardOutputs {
 void attention_backward(const KernelShape& shape, const BackwardInputs& in, const BackwardOutputs& out,
                         const Slice& arg, int threads = 1);
 
-// Multiply-adds of a call (for thread sizing and tests): area x q_heads x dim.
+// Multiply-adds of a call (for thread sizing and tests): area x q_heads x
+// (d_qk + d_v) / 2 (area x q_heads x dim under GQA).
 double attention_work(const KernelShape& shape, const Slice& arg);
 
 }  // namespace cpsched::sim

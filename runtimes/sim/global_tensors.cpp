@@ -28,32 +28,35 @@ GlobalInputs GlobalInputs::generate(const Problem& p, std::uint64_t seed) {
   g.seqlen = p.seqlen();
   g.hq = p.heads.q;
   g.hkv = p.heads.kv;
-  g.dim = p.heads.dim;
-  const std::size_t nq = static_cast<std::size_t>(g.seqlen) * static_cast<std::size_t>(g.hq * g.dim);
-  const std::size_t nk = static_cast<std::size_t>(g.seqlen) * static_cast<std::size_t>(g.hkv * g.dim);
-  g.q = uniform(nq, seed, 1);
-  g.k = uniform(nk, seed, 2);
-  g.v = uniform(nk, seed, 3);
-  g.d_o = uniform(nq, seed, 4);
+  g.dim = p.heads.dqk();
+  g.dim_v = p.heads.dv();
+  g.kv_shared = p.heads.kv_shared;
+  const auto S = static_cast<std::size_t>(g.seqlen);
+  g.q = uniform(S * static_cast<std::size_t>(g.q_width()), seed, 1);
+  g.k = uniform(S * static_cast<std::size_t>(g.k_width()), seed, 2);
+  g.v = uniform(S * static_cast<std::size_t>(g.v_width()), seed, 3);
+  g.d_o = uniform(S * static_cast<std::size_t>(g.o_width()), seed, 4);
   return g;
 }
 
 GlobalOutputs GlobalOutputs::like(const GlobalInputs& in, float fill, float lse_fill) {
   GlobalOutputs o;
-  o.o.assign(in.q.size(), fill);
-  o.dq.assign(in.q.size(), fill);
-  o.dk.assign(in.k.size(), fill);
-  o.dv.assign(in.k.size(), fill);
+  const auto S = static_cast<std::size_t>(in.seqlen);
+  o.o.assign(S * static_cast<std::size_t>(in.o_width()), fill);
+  o.dq.assign(S * static_cast<std::size_t>(in.q_width()), fill);
+  o.dk.assign(S * static_cast<std::size_t>(in.k_width()), fill);
+  o.dv.assign(S * static_cast<std::size_t>(in.v_width()), fill);
   o.lse.assign(static_cast<std::size_t>(in.seqlen) * static_cast<std::size_t>(in.hq), lse_fill);
   return o;
 }
 
 double numeric_bytes_estimate(const Problem& p) {
   const double S = static_cast<double>(p.seqlen());
-  const double q = S * p.heads.q * p.heads.dim, kv = S * p.heads.kv * p.heads.dim;
+  const double q = S * p.heads.q * p.heads.dqk(), o = S * p.heads.q * p.heads.dv();
+  const double kv = S * p.heads.kv * (p.heads.dqk() + (p.heads.kv_shared ? 0 : p.heads.dv()));
   // inputs (Q, dO, K, V), reference and gathered outputs, rank copies of
   // inputs and outputs, remote buffers (at most a few times the local ones).
-  const double per_copy = 2 * q + 2 * kv + q + 2 * kv + S * p.heads.q;
+  const double per_copy = (q + o) + kv + o + kv + S * p.heads.q;  // = 3q + 4 S hkv D under GQA, as before
   return 4.0 * per_copy * 6.0;
 }
 

@@ -1,8 +1,10 @@
 #pragma once
 // The tensors of a numeric run in global token order: inputs drawn from a
 // seeded generator, and the outputs (of the reference, or gathered from the
-// virtual ranks for comparison). Layout: row-major [S x heads x dim];
-// lse [S x hq].
+// virtual ranks for comparison). Layout: row-major [S x heads x dim] with
+// dim = d_qk for Q, K, dQ, dK and d_v for V, O, dO, dV; lse [S x hq]. With a
+// shared latent (MLA) V and dV are empty: V is K's first d_v dims and dK
+// holds the latent's whole gradient.
 #include <cstdint>
 #include <vector>
 
@@ -12,8 +14,14 @@ namespace cpsched::sim {
 
 struct GlobalInputs {
   Token seqlen = 0;
-  int hq = 0, hkv = 0, dim = 0;
+  int hq = 0, hkv = 0, dim = 0, dim_v = 0;  // dim = d_qk, dim_v = d_v (resolved, never 0)
+  bool kv_shared = false;
   std::vector<float> q, k, v, d_o;
+
+  std::int64_t q_width() const { return std::int64_t{hq} * dim; }    // Q, dQ
+  std::int64_t o_width() const { return std::int64_t{hq} * dim_v; }  // O, dO
+  std::int64_t k_width() const { return std::int64_t{hkv} * dim; }   // K, dK
+  std::int64_t v_width() const { return kv_shared ? 0 : std::int64_t{hkv} * dim_v; }
 
   // Uniform in [-1, 1), a pure function of (seed, tensor, index): the same
   // values for any thread count or sharding.

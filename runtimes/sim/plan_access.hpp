@@ -17,7 +17,9 @@ using ::cpsched::to_string;
 // Local buffers hold every head; a remote row holds the heads of one group
 // (every group has the same count, so remote rows have a fixed width).
 struct HeadLayout {
-  int hq = 1, hkv = 1, dim = 1;
+  int hq = 1, hkv = 1, dim = 1;  // dim = d_qk
+  int dim_v = 1;                 // d_v (resolved)
+  bool kv_shared = false;        // V is K's first d_v dims: no V / dV rows of its own
   int groups = 1;        // head groups of the plan (hkv when flattened, else 1)
   int q_per_group = 1;   // query heads of a group
   int kv_per_group = 1;  // kv heads of a group
@@ -27,7 +29,9 @@ struct HeadLayout {
     HeadLayout h;
     h.hq = p.heads.q;
     h.hkv = p.heads.kv;
-    h.dim = p.heads.dim;
+    h.dim = p.heads.dqk();
+    h.dim_v = p.heads.dv();
+    h.kv_shared = p.heads.kv_shared;
     h.groups = p.num_groups();
     h.q_per_group = p.q_heads_per_task();
     h.kv_per_group = p.kv_heads_per_task();

@@ -47,9 +47,13 @@ class Cluster {
     plan.sharding.validate(problem.seqlen());
     if (N_ < 0) throw Error("sim numeric: negative stage count");
     qw_ = static_cast<std::int64_t>(h_.hq) * h_.dim;
+    ow_ = static_cast<std::int64_t>(h_.hq) * h_.dim_v;
     kw_ = static_cast<std::int64_t>(h_.hkv) * h_.dim;
+    vw_ = h_.kv_shared ? 0 : static_cast<std::int64_t>(h_.hkv) * h_.dim_v;
     rqw_ = static_cast<std::int64_t>(h_.q_per_group) * h_.dim;
+    row_ = static_cast<std::int64_t>(h_.q_per_group) * h_.dim_v;
     rkw_ = static_cast<std::int64_t>(h_.kv_per_group) * h_.dim;
+    rvw_ = h_.kv_shared ? 0 : static_cast<std::int64_t>(h_.kv_per_group) * h_.dim_v;
     mem_.resize(static_cast<std::size_t>(P_));
     for (int r = 0; r < P_; ++r) {
       RankMem& m = mem_[static_cast<std::size_t>(r)];
@@ -57,23 +61,23 @@ class Cluster {
       for (const Range& rg : tokens.ranges())
         for (Token t = rg.begin; t < rg.end; ++t) m.global.push_back(t);
       m.q = gather(in.q, m.global, qw_);
-      m.d_o = gather(in.d_o, m.global, qw_);
+      m.d_o = gather(in.d_o, m.global, ow_);
       m.k = gather(in.k, m.global, kw_);
-      m.v = gather(in.v, m.global, kw_);
+      m.v = gather(in.v, m.global, vw_);
       local_rows_.push_back(m.rows());
     }
   }
 
   VirtualRun run() {
     for (RankMem& m : mem_) {
-      m.o.assign(m.q.size(), 0.0f);
+      m.o.assign(m.d_o.size(), 0.0f);
       m.lse.assign(static_cast<std::size_t>(m.rows() * h_.hq), kNegInf);
     }
     run_pass(Pass::fwd);
     for (RankMem& m : mem_) {
       m.dq.assign(m.q.size(), 0.0f);
       m.dk.assign(m.k.size(), 0.0f);
-      m.dv.assign(m.k.size(), 0.0f);
+      m.dv.assign(m.v.size(), 0.0f);
     }
     run_pass(Pass::bwd);
     VirtualRun out;
@@ -87,6 +91,7 @@ class Cluster {
  private:
   static std::vector<float> gather(const std::vector<float>& g, const std::vector<Token>& rows, std::int64_t w) {
     std::vector<float> out(rows.size() * static_cast<std::size_t>(w));
+    if (w == 0) return out;  // V of a shared latent
     for (std::size_t i = 0; i < rows.size(); ++i)
       std::copy_n(g.begin() + rows[i] * w, w, out.begin() + static_cast<std::ptrdiff_t>(i) * w);
     return out;
@@ -95,21 +100,22 @@ class Cluster {
   GlobalOutputs gather_outputs() const {
     GlobalOutputs g;
     const std::size_t S = static_cast<std::size_t>(plan_.sharding.blocks.empty() ? 0 : plan_.sharding.blocks.back().end);
-    g.o.assign(S * static_cast<std::size_t>(qw_), kNaN);
-    g.dq.assign(g.o.size(), kNaN);
+    g.o.assign(S * static_cast<std::size_t>(ow_), kNaN);
+    g.dq.assign(S * static_cast<std::size_t>(qw_), kNaN);
     g.dk.assign(S * static_cast<std::size_t>(kw_), kNaN);
-    g.dv.assign(g.dk.size(), kNaN);
+    g.dv.assign(S * static_cast<std::size_t>(vw_), kNaN);
     g.lse.assign(S * static_cast<std::size_t>(h_.hq), kNaN);
     for (const RankMem& m : mem_)
       for (std::size_t i = 0; i < m.global.size(); ++i) {
         const std::size_t t = static_cast<std::size_t>(m.global[i]);
         auto put = [&](const std::vector<float>& src, std::vector<float>& dst, std::int64_t w) {
+          if (w == 0) return;
           std::copy_n(src.begin() + static_cast<std::ptrdiff_t>(i) * w, w, dst.begin() + static_cast<std::ptrdiff_t>(t) * w);
         };
-        put(m.o, g.o, qw_);
+        put(m.o, g.o, ow_);
         put(m.dq, g.dq, qw_);
         put(m.dk, g.dk, kw_);
-        put(m.dv, g.dv, kw_);
+        put(m.dv, g.dv, vw_);
         put(m.lse, g.lse, h_.hq);
       }
     return g;
@@ -160,21 +166,22 @@ class Cluster {
       const std::size_t qg = static_cast<std::size_t>(h_.q_per_group);
       m.rq.assign(nq * static_cast<std::size_t>(rqw_), kNaN);
       m.rk.assign(nk * static_cast<std::size_t>(rkw_), kNaN);
-      m.rv.assign(m.rk.size(), kNaN);
+      m.rv.assign(nk * static_cast<std::size_t>(rvw_), kNaN);
+      const std::size_t no = nq * static_cast<std::size_t>(row_);
       if (pass == Pass::fwd) {
-        m.ro.assign(m.rq.size(), 0.0f);
+        m.ro.assign(no, 0.0f);
         m.rlse.assign(nq * qg, kNegInf);
         m.rdo.clear();
         m.rdq.clear();
         m.rdk.clear();
         m.rdv.clear();
       } else {
-        m.ro.assign(m.rq.size(), kNaN);
-        m.rdo.assign(m.rq.size(), kNaN);
+        m.ro.assign(no, kNaN);
+        m.rdo.assign(no, kNaN);
         m.rlse.assign(nq * qg, kNaN);
         m.rdq.assign(m.rq.size(), 0.0f);
         m.rdk.assign(m.rk.size(), 0.0f);
-        m.rdv.assign(m.rk.size(), 0.0f);
+        m.rdv.assign(m.rv.size(), 0.0f);
       }
       m.qo_read.assign(nq, 0);
       m.kv_read.assign(nk, 0);
@@ -291,38 +298,38 @@ class Cluster {
 
   void copy_row(const std::vector<float>& src, Token srow, std::int64_t sw, std::int64_t soff, std::vector<float>& dst,
                 Token drow, std::int64_t dw) {
+    if (dw == 0) return;  // V of a shared latent: it travels inside K's rows
     std::copy_n(src.begin() + srow * sw + soff, dw, dst.begin() + drow * dw);
   }
 
   void cast(Pass pass, int s, CommKind k, const std::vector<Route>& routes, bool fwd) {
-    const std::int64_t D = h_.dim;
+    const std::int64_t D = h_.dim, DV = h_.dim_v;
     for_each_row(pass, s, k, routes, fwd, [&](RankMem& ms, Token sr, RankMem& md, Token dr, int g) {
       ++rows_moved_;
       if (fwd) {  // remote rows to remote rows: the group's heads only
         if (k == CommKind::kv) {
           copy_row(ms.rk, sr, rkw_, 0, md.rk, dr, rkw_);
-          copy_row(ms.rv, sr, rkw_, 0, md.rv, dr, rkw_);
+          copy_row(ms.rv, sr, rvw_, 0, md.rv, dr, rvw_);
           return;
         }
         copy_row(ms.rq, sr, rqw_, 0, md.rq, dr, rqw_);
         if (pass == Pass::bwd) {
-          copy_row(ms.ro, sr, rqw_, 0, md.ro, dr, rqw_);
-          copy_row(ms.rdo, sr, rqw_, 0, md.rdo, dr, rqw_);
+          copy_row(ms.ro, sr, row_, 0, md.ro, dr, row_);
+          copy_row(ms.rdo, sr, row_, 0, md.rdo, dr, row_);
           copy_row(ms.rlse, sr, h_.q_per_group, 0, md.rlse, dr, h_.q_per_group);
         }
         return;
       }
       if (k == CommKind::kv) {
-        const std::int64_t off = static_cast<std::int64_t>(h_.kv_head0(g)) * D;
-        copy_row(ms.k, sr, kw_, off, md.rk, dr, rkw_);
-        copy_row(ms.v, sr, kw_, off, md.rv, dr, rkw_);
+        copy_row(ms.k, sr, kw_, h_.kv_head0(g) * D, md.rk, dr, rkw_);
+        copy_row(ms.v, sr, vw_, h_.kv_head0(g) * DV, md.rv, dr, rvw_);
         return;
       }
-      const std::int64_t off = static_cast<std::int64_t>(h_.q_head0(g)) * D;
-      copy_row(ms.q, sr, qw_, off, md.rq, dr, rqw_);
+      copy_row(ms.q, sr, qw_, h_.q_head0(g) * D, md.rq, dr, rqw_);
       if (pass == Pass::bwd) {
-        copy_row(ms.o, sr, qw_, off, md.ro, dr, rqw_);
-        copy_row(ms.d_o, sr, qw_, off, md.rdo, dr, rqw_);
+        const std::int64_t off = h_.q_head0(g) * DV;
+        copy_row(ms.o, sr, ow_, off, md.ro, dr, row_);
+        copy_row(ms.d_o, sr, ow_, off, md.rdo, dr, row_);
         copy_row(ms.lse, sr, h_.hq, h_.q_head0(g), md.rlse, dr, h_.q_per_group);
       }
     });
@@ -331,32 +338,35 @@ class Cluster {
   // The transpose of the cast: the receiver's rows go back to the sender
   // (forwarding phase: into the relay's remote rows).
   void reduce(Pass pass, int s, CommKind k, const std::vector<Route>& routes, bool fwd) {
-    const std::int64_t D = h_.dim;
+    const std::int64_t D = h_.dim, DV = h_.dim_v;
     for_each_row(pass, s, k, routes, fwd, [&](RankMem& host, Token hr, RankMem& comp, Token cr, int g) {
       const int qg = h_.q_per_group;
       if (fwd) {
         if (k == CommKind::qo && pass == Pass::fwd) {
-          merge_rows(MView{host.ro.data() + hr * rqw_, rqw_}, MView{host.rlse.data() + hr * qg, qg},
-                     CView{comp.ro.data() + cr * rqw_, rqw_}, CView{comp.rlse.data() + cr * qg, qg}, 1, qg, h_.dim);
+          merge_rows(MView{host.ro.data() + hr * row_, row_}, MView{host.rlse.data() + hr * qg, qg},
+                     CView{comp.ro.data() + cr * row_, row_}, CView{comp.rlse.data() + cr * qg, qg}, 1, qg, h_.dim_v);
         } else if (k == CommKind::qo) {
           add_rows(MView{host.rdq.data() + hr * rqw_, rqw_}, CView{comp.rdq.data() + cr * rqw_, rqw_}, 1, rqw_);
         } else {
           add_rows(MView{host.rdk.data() + hr * rkw_, rkw_}, CView{comp.rdk.data() + cr * rkw_, rkw_}, 1, rkw_);
-          add_rows(MView{host.rdv.data() + hr * rkw_, rkw_}, CView{comp.rdv.data() + cr * rkw_, rkw_}, 1, rkw_);
+          if (rvw_ > 0)
+            add_rows(MView{host.rdv.data() + hr * rvw_, rvw_}, CView{comp.rdv.data() + cr * rvw_, rvw_}, 1, rvw_);
         }
         return;
       }
       if (k == CommKind::qo && pass == Pass::fwd) {
-        const std::int64_t off = static_cast<std::int64_t>(h_.q_head0(g)) * D;
-        merge_rows(MView{host.o.data() + hr * qw_ + off, qw_}, MView{host.lse.data() + hr * h_.hq + h_.q_head0(g), h_.hq},
-                   CView{comp.ro.data() + cr * rqw_, rqw_}, CView{comp.rlse.data() + cr * qg, qg}, 1, qg, h_.dim);
+        const std::int64_t off = h_.q_head0(g) * DV;
+        merge_rows(MView{host.o.data() + hr * ow_ + off, ow_}, MView{host.lse.data() + hr * h_.hq + h_.q_head0(g), h_.hq},
+                   CView{comp.ro.data() + cr * row_, row_}, CView{comp.rlse.data() + cr * qg, qg}, 1, qg, h_.dim_v);
       } else if (k == CommKind::qo) {
         const std::int64_t off = static_cast<std::int64_t>(h_.q_head0(g)) * D;
         add_rows(MView{host.dq.data() + hr * qw_ + off, qw_}, CView{comp.rdq.data() + cr * rqw_, rqw_}, 1, rqw_);
       } else {
-        const std::int64_t off = static_cast<std::int64_t>(h_.kv_head0(g)) * D;
-        add_rows(MView{host.dk.data() + hr * kw_ + off, kw_}, CView{comp.rdk.data() + cr * rkw_, rkw_}, 1, rkw_);
-        add_rows(MView{host.dv.data() + hr * kw_ + off, kw_}, CView{comp.rdv.data() + cr * rkw_, rkw_}, 1, rkw_);
+        add_rows(MView{host.dk.data() + hr * kw_ + h_.kv_head0(g) * D, kw_}, CView{comp.rdk.data() + cr * rkw_, rkw_}, 1,
+                 rkw_);
+        if (rvw_ > 0)
+          add_rows(MView{host.dv.data() + hr * vw_ + h_.kv_head0(g) * DV, vw_}, CView{comp.rdv.data() + cr * rvw_, rvw_},
+                   1, rvw_);
       }
     });
   }
@@ -403,13 +413,18 @@ class Cluster {
     if (qr) std::fill(m.qo_read.begin() + a.q.begin, m.qo_read.begin() + a.q.end, 1);
     if (kr) std::fill(m.kv_read.begin() + a.k.begin, m.kv_read.begin() + a.k.end, 1);
 
-    const KernelShape shape{h_.q_per_group, h_.kv_per_group, h_.dim};
+    const KernelShape shape{h_.q_per_group, h_.kv_per_group, h_.dim, h_.dim_v, h_.kv_shared};
     const std::int64_t qoff = static_cast<std::int64_t>(h_.q_head0(a.group)) * h_.dim;
+    const std::int64_t ooff = static_cast<std::int64_t>(h_.q_head0(a.group)) * h_.dim_v;
     const std::int64_t koff = static_cast<std::int64_t>(h_.kv_head0(a.group)) * h_.dim;
+    const std::int64_t voff = static_cast<std::int64_t>(h_.kv_head0(a.group)) * h_.dim_v;
     const int l0 = h_.q_head0(a.group);
     // Views of the heads of the arg's group in the buffers it names.
     auto qv = [&](std::vector<float>& local, std::vector<float>& remote) {
       return qr ? MView{remote.data(), rqw_} : MView{local.data() + qoff, qw_};
+    };
+    auto ov = [&](std::vector<float>& local, std::vector<float>& remote) {  // O, dO: d_v per head
+      return qr ? MView{remote.data(), row_} : MView{local.data() + ooff, ow_};
     };
     auto lv = [&](std::vector<float>& local, std::vector<float>& remote) {
       return qr ? MView{remote.data(), h_.q_per_group} : MView{local.data() + l0, h_.hq};
@@ -417,17 +432,23 @@ class Cluster {
     auto kv = [&](std::vector<float>& local, std::vector<float>& remote) {
       return kr ? MView{remote.data(), rkw_} : MView{local.data() + koff, kw_};
     };
+    // V and dV; a shared latent reads K's rows and sums dV into dK.
+    auto vv = [&](std::vector<float>& k_local, std::vector<float>& k_remote, std::vector<float>& local,
+                  std::vector<float>& remote) {
+      if (h_.kv_shared) return kv(k_local, k_remote);
+      return kr ? MView{remote.data(), rvw_} : MView{local.data() + voff, vw_};
+    };
     const Slice slice{a.q, a.k, a.type};
     if (pass == Pass::fwd) {
       const Partial part = attention_forward(shape, as_const(qv(m.q, m.rq)), as_const(kv(m.k, m.rk)),
-                                             as_const(kv(m.v, m.rv)), slice, threads);
-      merge_rows(qv(m.o, m.ro).from(a.q.begin), lv(m.lse, m.rlse).from(a.q.begin), part.o_view(), part.lse_view(),
-                 part.rows, shape.q_heads, shape.dim);
+                                             as_const(vv(m.k, m.rk, m.v, m.rv)), slice, threads);
+      merge_rows(ov(m.o, m.ro).from(a.q.begin), lv(m.lse, m.rlse).from(a.q.begin), part.o_view(), part.lse_view(),
+                 part.rows, shape.q_heads, shape.dv());
       return;
     }
-    const BackwardInputs in{as_const(qv(m.q, m.rq)), as_const(kv(m.k, m.rk)), as_const(kv(m.v, m.rv)),
-                            as_const(qv(m.o, m.ro)), as_const(qv(m.d_o, m.rdo)), as_const(lv(m.lse, m.rlse))};
-    const BackwardOutputs out{qv(m.dq, m.rdq), kv(m.dk, m.rdk), kv(m.dv, m.rdv)};
+    const BackwardInputs in{as_const(qv(m.q, m.rq)), as_const(kv(m.k, m.rk)), as_const(vv(m.k, m.rk, m.v, m.rv)),
+                            as_const(ov(m.o, m.ro)), as_const(ov(m.d_o, m.rdo)), as_const(lv(m.lse, m.rlse))};
+    const BackwardOutputs out{qv(m.dq, m.rdq), kv(m.dk, m.rdk), vv(m.dk, m.rdk, m.dv, m.rdv)};
     attention_backward(shape, in, out, slice, threads);
   }
 
@@ -446,7 +467,8 @@ class Cluster {
   const Plan& plan_;
   HeadLayout h_;
   int P_, N_, threads_;
-  std::int64_t qw_ = 0, kw_ = 0, rqw_ = 0, rkw_ = 0;  // row widths: local Q, local KV, remote Q, remote KV
+  // Row widths, local and remote (r*): Q/dQ, O/dO, K/dK, V/dV (0: shared latent).
+  std::int64_t qw_ = 0, ow_ = 0, kw_ = 0, vw_ = 0, rqw_ = 0, row_ = 0, rkw_ = 0, rvw_ = 0;
   std::vector<RankMem> mem_;
   std::vector<Token> local_rows_;
   Faults faults_;

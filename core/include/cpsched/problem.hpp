@@ -14,11 +14,36 @@ namespace cpsched {
 
 using Rank = std::int32_t;
 
+// Head geometry: GQA (hq : hkv : D) or MLA. MLA in MQA mode (DeepSeek's DSA)
+// has one latent KV row per token shared by K and V: K is the latent (dim
+// = d_qk), V its first d_v dims. Every byte and FLOP count goes through the
+// helpers below so that Q, O, K and V rows carry their true sizes.
 struct Heads {
-  int q = 64;          // hq
-  int kv = 8;          // hkv
-  int dim = 128;       // D
-  int dtype_bytes = 2; // b (bf16)
+  int q = 64;              // hq
+  int kv = 8;              // hkv
+  int dim = 128;           // d_qk: Q and K (D under GQA)
+  int dtype_bytes = 2;     // b (bf16)
+  int dim_v = 0;           // d_v: V, O, dO; 0 = same as dim
+  bool kv_shared = false;  // K and V are one latent row of dim (d_v <= d_qk)
+
+  int dqk() const { return dim; }
+  int dv() const { return dim_v > 0 ? dim_v : dim; }
+  // True when the geometry is plain GQA (d_v = d_qk, K and V apart).
+  bool is_gqa() const { return dv() == dim && !kv_shared; }
+  // Bytes of one token row of one head.
+  std::int64_t q_row_bytes() const { return std::int64_t{dim} * dtype_bytes; }
+  std::int64_t o_row_bytes() const { return std::int64_t{dv()} * dtype_bytes; }  // also dO
+  std::int64_t k_row_bytes() const { return std::int64_t{dim} * dtype_bytes; }   // the latent when shared
+  std::int64_t v_row_bytes() const { return kv_shared ? 0 : std::int64_t{dv()} * dtype_bytes; }
+  std::int64_t kv_row_bytes() const { return k_row_bytes() + v_row_bytes(); }
+  static constexpr std::int64_t lse_bytes() { return 4; }  // fp32, per q head
+  // FLOPs per (query, key) pair per q head: QK^T (2 d_qk) and PV (2 d_v)
+  // forward (4 D under GQA); backward recomputes QK^T and adds dP = dO V^T,
+  // dV, dQ, dK: 6 d_qk + 4 d_v (2.5x the forward under GQA).
+  double fwd_flops_per_pair() const { return 2.0 * dim + 2.0 * dv(); }
+  double bwd_flops_per_pair() const { return 6.0 * dim + 4.0 * dv(); }
+  // bwd / fwd: exactly 2.5 under GQA, so GQA prices stay bit-identical.
+  double bwd_flops_ratio() const { return bwd_flops_per_pair() / fwd_flops_per_pair(); }
 };
 
 struct GridOptions {
@@ -70,7 +95,8 @@ struct Problem {
   int q_heads_per_task() const { return heads.q / num_groups(); }
   int kv_heads_per_task() const { return heads.kv / num_groups(); }
 
-  // Checks P >= 1, heads divide, D, b > 0, the mask and the sharding.
+  // Checks P >= 1, heads divide, D, b > 0, d_v >= 0 (<= D when KV is shared),
+  // the mask and the sharding.
   // Throws cpsched::Error naming the offending value.
   void validate() const;
 
