@@ -27,8 +27,7 @@ struct DType {
 constexpr DType kDTypes[] = {{"bf16", 2}, {"fp16", 2}, {"fp32", 4}, {"fp8", 1}};
 
 bool uses_documents(MaskKind k) {
-  return k != MaskKind::full && k != MaskKind::causal && k != MaskKind::slices && k != MaskKind::topk &&
-         k != MaskKind::block_topk && k != MaskKind::bsr;
+  return k != MaskKind::full && k != MaskKind::causal && k != MaskKind::slices;
 }
 
 void read_heads(const Section& s, Heads& heads) {
@@ -155,67 +154,12 @@ void read_histogram(const Section& mask, MaskSpec& spec, const std::filesystem::
   }
 }
 
-// block_topk / bsr: `block_size: [block_q, block_k]`, or one number for square blocks.
-void read_index_block_size(const Section& mask, MaskSpec& spec) {
-  const YAML::Node b = mask.get("block_size");
-  const std::string path = mask.path("block_size");
-  std::int64_t q = 0, k = 0;
-  if (b.IsScalar()) {
-    if (mask.read_int("block_size", q, 1, std::numeric_limits<std::int32_t>::max())) spec.block_q = spec.block_k = static_cast<int>(q);
-  } else if (!b.IsSequence() || b.size() != 2) {
-    mask.error("block_size", "expected [block_q, block_k] (query and key block sizes in tokens), got " + describe(b));
-  } else if (node_int(mask.diag(), b[0], path + "[0]", q, 1, std::numeric_limits<std::int32_t>::max()) &&
-             node_int(mask.diag(), b[1], path + "[1]", k, 1, std::numeric_limits<std::int32_t>::max())) {
-    spec.block_q = static_cast<int>(q);
-    spec.block_k = static_cast<int>(k);
-  }
-}
-
-// Index kinds (docs/masks.md): the .npy files (relative to the config's
-// folder) and the generators' settings.
-void read_index_keys(const Section& mask, Config& cfg, const std::filesystem::path& base_dir) {
-  MaskSpec& spec = cfg.mask;
-  auto file = [&](const char* key, std::filesystem::path& out) {
-    std::string f;
-    if (!mask.has(key) || !mask.read_string(key, f)) return;
-    if (f.empty()) return mask.error(key, "expected a .npy file name, got an empty string");
-    out = f;
-    if (out.is_relative()) out = base_dir / out;
-  };
-  file("indices", spec.indices_file);
-  file("indptr", spec.indptr_file);
-  file("full_indptr", spec.full_indptr_file);
-  file("full_indices", spec.full_indices_file);
-  mask.read_bool("causal", spec.causal);
-  if (mask.read_int("kv_heads", spec.kv_heads, 1) && spec.kv_heads != 1 && spec.kv_heads != cfg.heads.kv)
-    mask.error("kv_heads", fmt::format("kv_heads = {}: a selection is shared by every head (1) or per KV head "
-                                       "(heads.kv = {})",
-                                       spec.kv_heads, cfg.heads.kv));
-  mask.read_int("topk", spec.topk, 1);
-  mask.read_int("sink", spec.sink, 0);
-  mask.read_int("local", spec.local, 0);
-  mask.read_int("nsa_block", spec.nsa_block, 1, std::numeric_limits<std::int32_t>::max());
-  mask.read_int("nsa_top", spec.nsa_top, 1);
-  mask.read_int("nsa_initial", spec.nsa_initial, 0);
-  mask.read_int("nsa_local", spec.nsa_local, 0);
-  const MaskKind k = spec.kind;
-  const char* name = k == MaskKind::topk ? "topk" : k == MaskKind::block_topk ? "block_topk" : "bsr";
-  if ((k == MaskKind::topk || k == MaskKind::block_topk || k == MaskKind::bsr) && !mask.has("indices"))
-    mask.diag().error(mask.node(), mask.path(), fmt::format("kind '{}' needs the key 'indices' (a .npy file)", name));
-  if (k == MaskKind::bsr && !mask.has("indptr"))
-    mask.diag().error(mask.node(), mask.path(), "kind 'bsr' needs the key 'indptr' (a .npy file)");
-  if (k == MaskKind::bsr && mask.has("full_indptr") != mask.has("full_indices"))
-    mask.error(mask.has("full_indptr") ? "full_indptr" : "full_indices",
-               "full_indptr and full_indices come together (the full blocks' BSR pair)");
-}
-
 void read_mask(const Section& mask, Config& cfg, const std::filesystem::path& base_dir, bool sizes_ok) {
   MaskSpec& spec = cfg.mask;
   std::string kind;
   if (mask.require("kind") && mask.read_string("kind", kind) && !parse_mask_kind(kind, spec.kind)) {
     std::string known;
     for (const std::string& k : mask_kind_names()) known += (known.empty() ? "" : ", ") + k;
-    for (const std::string& k : index_mask_kind_names()) known += ", " + k;
     mask.error("kind", "unknown mask kind '" + kind + "'; known: " + known);
   }
   if (mask.has("lengths")) read_lengths(mask, spec);
@@ -237,13 +181,8 @@ void read_mask(const Section& mask, Config& cfg, const std::filesystem::path& ba
   mask.read_real("prefix_fraction", spec.prefix_fraction, 0.0, 1.0);
   mask.read_real("question_fraction", spec.question_fraction, 0.0, 1.0);
   mask.read_int("num_answers", spec.num_answers, 1);
-  if (spec.kind == MaskKind::block_topk || spec.kind == MaskKind::bsr) {
-    if (mask.has("block_size")) read_index_block_size(mask, spec);
-  } else {
-    mask.read_int("block_size", spec.block_size, 1);
-  }
+  mask.read_int("block_size", spec.block_size, 1);
   if (mask.has("slices")) read_slices(mask, spec);
-  read_index_keys(mask, cfg, base_dir);
   if (spec.kind == MaskKind::slices && !mask.has("slices"))
     mask.diag().error(mask.node(), mask.path(), "kind 'slices' needs the key 'slices'");
 
@@ -354,10 +293,7 @@ void read_problem(const Section& problem, Config& cfg, const std::filesystem::pa
 
   const Section mask(diag, problem.get("mask"), problem.path("mask"),
                      {"kind", "lengths", "histogram", "seed", "pack", "window", "prefix_fraction",
-                      "question_fraction", "num_answers", "block_size", "slices",
-                      // index kinds
-                      "indices", "indptr", "full_indptr", "full_indices", "causal", "kv_heads", "topk", "sink",
-                      "local", "nsa_block", "nsa_top", "nsa_initial", "nsa_local"});
+                      "question_fraction", "num_answers", "block_size", "slices"});
   cfg.mask_loc = diag.where(problem.has("mask") ? problem.get("mask") : problem.node(), mask.path());
   if (mask.valid() && problem.has("mask")) read_mask(mask, cfg, base_dir, sizes_ok);
 
