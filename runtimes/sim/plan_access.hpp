@@ -1,6 +1,7 @@
 #pragma once
 // Small helpers both execution modes share: which pass of a rank's plan, and
 // where the heads of a head group sit in local and remote buffers.
+#include <string>
 #include <string_view>
 
 #include "cpsched/plan.hpp"
@@ -16,6 +17,13 @@ using ::cpsched::to_string;
 
 // Local buffers hold every head; a remote row holds the heads of one group
 // (every group has the same count, so remote rows have a fixed width).
+// "D = 128" under GQA; "d_qk = 576, d_v = 512, shared KV latent" otherwise.
+inline std::string head_dims_text(const Heads& h) {
+  if (h.is_gqa()) return "D = " + std::to_string(h.dim);
+  return "d_qk = " + std::to_string(h.dqk()) + ", d_v = " + std::to_string(h.dv()) +
+         (h.kv_shared ? ", shared KV latent" : "");
+}
+
 struct HeadLayout {
   int hq = 1, hkv = 1, dim = 1;  // dim = d_qk
   int dim_v = 1;                 // d_v (resolved)

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "plan_access.hpp"
+
 namespace cpsched::sim {
 
 namespace {
@@ -74,8 +76,8 @@ void timing_section(std::string& t, const ReportInputs& in) {
 std::string report_text(const ReportInputs& in) {
   const Problem& p = *in.problem;
   std::string t = fmt::format("sim executor: mode {}, hardware {}\n", in.mode, in.hardware->name);
-  t += fmt::format("problem: S = {}, P = {}, heads {}:{} (D = {}, {} bytes), {} head groups, {} remote stage(s)\n",
-                   p.seqlen(), p.cp_size(), p.heads.q, p.heads.kv, p.heads.dim, p.heads.dtype_bytes, p.num_groups(),
+  t += fmt::format("problem: S = {}, P = {}, heads {}:{} ({}, {} bytes), {} head groups, {} remote stage(s)\n",
+                   p.seqlen(), p.cp_size(), p.heads.q, p.heads.kv, head_dims_text(p.heads), p.heads.dtype_bytes, p.num_groups(),
                    in.stages);
   if (in.numeric) numeric_section(t, in);
   timing_section(t, in);

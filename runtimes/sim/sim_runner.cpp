@@ -7,6 +7,7 @@
 #include "cpsched/error.hpp"
 #include "gantt_svg.hpp"
 #include "parallel.hpp"
+#include "plan_access.hpp"
 #include "reference.hpp"
 #include "report_text.hpp"
 #include "cpsched/timing.hpp"
@@ -52,9 +53,9 @@ namespace {
 NumericSummary numeric_check(const Problem& problem, const Plan& plan, const SimOptions& opt, std::uint64_t seed) {
   const double gib = numeric_bytes_estimate(problem) / (1024.0 * 1024 * 1024);
   if (gib > opt.max_numeric_gib)
-    throw Error(fmt::format("sim: numeric mode would hold about {:.1f} GiB of tensors (S = {}, heads {}:{}, D = {}); "
+    throw Error(fmt::format("sim: numeric mode would hold about {:.1f} GiB of tensors (S = {}, heads {}:{}, {}); "
                             "the limit max_numeric_gib is {} GiB: use mode timing or a smaller problem",
-                            gib, problem.seqlen(), problem.heads.q, problem.heads.kv, problem.heads.dim,
+                            gib, problem.seqlen(), problem.heads.q, problem.heads.kv, head_dims_text(problem.heads),
                             opt.max_numeric_gib));
   const auto t0 = std::chrono::steady_clock::now();
   const GlobalInputs inputs = GlobalInputs::generate(problem, seed);
@@ -98,8 +99,8 @@ ExecutionReport run_sim(const ExecuteInput& in, const SimOptions& opt) {
   rep.text = report_text(r);
   rep.figures = report_figures(r);
   GanttOptions g;
-  g.title = fmt::format("cpsched sim timeline: P = {}, S = {}, heads {}:{} D = {}, {} stage(s), hardware {}",
-                        problem.cp_size(), problem.seqlen(), problem.heads.q, problem.heads.kv, problem.heads.dim,
+  g.title = fmt::format("cpsched sim timeline: P = {}, S = {}, heads {}:{} {}, {} stage(s), hardware {}",
+                        problem.cp_size(), problem.seqlen(), problem.heads.q, problem.heads.kv, head_dims_text(problem.heads),
                         plan.num_stages, opt.hardware.name);
   g.notes.push_back(fmt::format(
       "step {:.4g} ms = fwd {:.4g} + bwd {:.4g} (compute bound {:.4g} ms, step / bound {:.2f}); exposed comm (max over ranks) fwd {:.4g} ms, bwd {:.4g} ms; "
