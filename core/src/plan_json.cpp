@@ -242,6 +242,10 @@ void args_json(JsonOut& j, const std::vector<AttnArg>& args) {
   for (const AttnArg& x : args) {
     j.begin_object();
     j.field("group", x.group);
+    if (x.is_index()) {  // index args only: range masks' JSON stays byte for byte
+      j.field("index_offset", x.index_offset);
+      j.field("index_width", x.index_width);
+    }
     j.key("k");
     j.range(x.k);
     j.field("k_buf", buf_name(x.k_buf));
@@ -279,6 +283,10 @@ void pass_json(JsonOut& j, const PassPlan& p) {
   j.begin_object();
   j.key("calc");
   j.begin_object();
+  if (!p.calc.indices.empty()) {  // index masks only
+    j.key("indices");
+    j.list(p.calc.indices);
+  }
   j.key("local_attn_args");
   args_json(j, p.calc.local_attn_args);
   j.key("remote_attn_args");

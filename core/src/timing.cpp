@@ -17,8 +17,8 @@ double PassTimeline::makespan() const {
   return t;
 }
 
-double arg_flops(const AttnArg& arg, const Problem& problem, Pass pass) {
-  const double area = static_cast<double>(slice_area(Slice{arg.q, arg.k, arg.type}));
+double arg_flops(const AttnArg& arg, const CalcMeta& calc, const Problem& problem, Pass pass) {
+  const double area = static_cast<double>(arg_area(arg, calc));
   const double qh = arg.group < 0 ? problem.heads.q : problem.q_heads_per_task();
   const double fwd = area * qh * problem.heads.fwd_flops_per_pair();  // 4 x area x qh x D under GQA
   return pass == Pass::fwd ? fwd : problem.heads.bwd_flops_ratio() * fwd;
@@ -263,7 +263,7 @@ class PassSim {
       double flops = 0;
       double& total = w_.flops[static_cast<std::size_t>(r)];
       for (const AttnArg& a : args) {
-        const double f = arg_flops(a, problem_, pass_);
+        const double f = arg_flops(a, c, problem_, pass_);
         flops += f;
         total += f;  // same order as compute_seconds: equal to it bit for bit
       }
@@ -432,9 +432,9 @@ Timeline simulate_timeline(const Problem& problem, const Plan& plan, const Hardw
 
 double compute_seconds(const Problem& problem, const PassPlan& plan, const HardwareProfile& hw, Pass pass) {
   double flops = 0;
-  for (const AttnArg& a : plan.calc.local_attn_args) flops += arg_flops(a, problem, pass);
+  for (const AttnArg& a : plan.calc.local_attn_args) flops += arg_flops(a, plan.calc, problem, pass);
   for (const auto& stage : plan.calc.remote_attn_args)
-    for (const AttnArg& a : stage) flops += arg_flops(a, problem, pass);
+    for (const AttnArg& a : stage) flops += arg_flops(a, plan.calc, problem, pass);
   return flops / ((pass == Pass::fwd ? hw.fwd_tflops : hw.bwd_tflops) * 1e12);
 }
 

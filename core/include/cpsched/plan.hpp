@@ -115,6 +115,10 @@ struct CalcMeta {
   std::vector<std::int32_t> indices;                     // the index args' rows (empty for range masks)
 };
 
+// Pairs an arg computes (per head): its slice's area, or an index arg's
+// entries other than -1 (read from calc.indices).
+Token arg_area(const AttnArg& arg, const CalcMeta& calc);
+
 // Communication of one remote stage on one rank.
 struct StageComm {
   Token num_remote_qo_tokens = 0;  // rows received into the QO buffer (sum of qo.output_split_sizes)

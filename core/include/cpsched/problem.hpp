@@ -102,6 +102,16 @@ struct Problem {
 
   // Sequential sharding of `mask` with the given heads and grid options.
   static Problem make(RangeMask mask, int cp_size, Heads heads, GridOptions grid = {});
+  // The same for an index mask: token top-k as `index_mask`; block
+  // selections converted to range masks (block_selection_masks): `mask` when
+  // one is shared by all heads, else `head_masks`. Validates the mask (its
+  // errors name the array and entry) and checks kv_heads is 1 or heads.kv.
+  static Problem make(std::shared_ptr<const IndexMask> mask, int cp_size, Heads heads, GridOptions grid = {});
 };
+
+// The mask of head group `group` (KV head; 0 when all heads share one) as
+// an S x S table, row-major, 1 = the pair is computed: the reference of
+// brute-force checks and of the simulator's numeric mode, O(S^2).
+std::vector<std::uint8_t> dense_mask(const Problem& p, int group);
 
 }  // namespace cpsched

@@ -124,8 +124,8 @@ struct Timeline {
   PassTimeline bwd;
 };
 
-// FLOPs of one arg (area from the closed form: O(1) per arg).
-double arg_flops(const AttnArg& arg, const Problem& problem, Pass pass);
+// FLOPs of one arg (arg_area: O(1) for a range arg, O(entries) for an index arg).
+double arg_flops(const AttnArg& arg, const CalcMeta& calc, const Problem& problem, Pass pass);
 
 // The step time of a plan and its yardstick, the compute bound: the sum over
 // ranks of their compute time (fwd + bwd) / P, i.e. perfect balance with free
