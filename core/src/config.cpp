@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "config_problem.hpp"
@@ -294,13 +295,18 @@ Params resolve_selection(const Registry& reg, int kind, const PluginSelection& s
 
 Problem make_problem(const Config& cfg) {
   RangeMask mask;
+  std::shared_ptr<const IndexMask> index;  // index kinds (docs/masks.md)
   try {
-    mask = make_mask(cfg.mask, cfg.seqlen());
+    if (is_index_kind(cfg.mask.kind))
+      index = std::make_shared<const IndexMask>(make_index_mask(cfg.mask, cfg.seqlen()));
+    else
+      mask = make_mask(cfg.mask, cfg.seqlen());
   } catch (const Error& e) {
     throw Error(located(cfg.mask_loc, "problem.mask", e.what()));
   }
   try {
-    Problem p = Problem::make(std::move(mask), cfg.cp_size, cfg.heads, cfg.grid);
+    Problem p = index ? Problem::make(std::move(index), cfg.cp_size, cfg.heads, cfg.grid)
+                      : Problem::make(std::move(mask), cfg.cp_size, cfg.heads, cfg.grid);
     p.validate();
     return p;
   } catch (const Error& e) {

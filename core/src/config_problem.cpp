@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <limits>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -27,7 +30,8 @@ struct DType {
 constexpr DType kDTypes[] = {{"bf16", 2}, {"fp16", 2}, {"fp32", 4}, {"fp8", 1}};
 
 bool uses_documents(MaskKind k) {
-  return k != MaskKind::full && k != MaskKind::causal && k != MaskKind::slices;
+  return k != MaskKind::full && k != MaskKind::causal && k != MaskKind::slices && k != MaskKind::topk &&
+         k != MaskKind::block_topk && k != MaskKind::bsr;
 }
 
 void read_heads(const Section& s, Heads& heads) {
@@ -154,12 +158,67 @@ void read_histogram(const Section& mask, MaskSpec& spec, const std::filesystem::
   }
 }
 
+// block_topk / bsr: `block_size: [block_q, block_k]`, or one number for square blocks.
+void read_index_block_size(const Section& mask, MaskSpec& spec) {
+  const YAML::Node b = mask.get("block_size");
+  const std::string path = mask.path("block_size");
+  std::int64_t q = 0, k = 0;
+  if (b.IsScalar()) {
+    if (mask.read_int("block_size", q, 1, std::numeric_limits<std::int32_t>::max())) spec.block_q = spec.block_k = static_cast<int>(q);
+  } else if (!b.IsSequence() || b.size() != 2) {
+    mask.error("block_size", "expected [block_q, block_k] (query and key block sizes in tokens), got " + describe(b));
+  } else if (node_int(mask.diag(), b[0], path + "[0]", q, 1, std::numeric_limits<std::int32_t>::max()) &&
+             node_int(mask.diag(), b[1], path + "[1]", k, 1, std::numeric_limits<std::int32_t>::max())) {
+    spec.block_q = static_cast<int>(q);
+    spec.block_k = static_cast<int>(k);
+  }
+}
+
+// Index kinds (docs/masks.md): the .npy files (relative to the config's
+// folder) and the generators' settings.
+void read_index_keys(const Section& mask, Config& cfg, const std::filesystem::path& base_dir) {
+  MaskSpec& spec = cfg.mask;
+  auto file = [&](const char* key, std::filesystem::path& out) {
+    std::string f;
+    if (!mask.has(key) || !mask.read_string(key, f)) return;
+    if (f.empty()) return mask.error(key, "expected a .npy file name, got an empty string");
+    out = f;
+    if (out.is_relative()) out = base_dir / out;
+  };
+  file("indices", spec.indices_file);
+  file("indptr", spec.indptr_file);
+  file("full_indptr", spec.full_indptr_file);
+  file("full_indices", spec.full_indices_file);
+  mask.read_bool("causal", spec.causal);
+  if (mask.read_int("kv_heads", spec.kv_heads, 1) && spec.kv_heads != 1 && spec.kv_heads != cfg.heads.kv)
+    mask.error("kv_heads", fmt::format("kv_heads = {}: a selection is shared by every head (1) or per KV head "
+                                       "(heads.kv = {})",
+                                       spec.kv_heads, cfg.heads.kv));
+  mask.read_int("topk", spec.topk, 1);
+  mask.read_int("sink", spec.sink, 0);
+  mask.read_int("local", spec.local, 0);
+  mask.read_int("nsa_block", spec.nsa_block, 1, std::numeric_limits<std::int32_t>::max());
+  mask.read_int("nsa_top", spec.nsa_top, 1);
+  mask.read_int("nsa_initial", spec.nsa_initial, 0);
+  mask.read_int("nsa_local", spec.nsa_local, 0);
+  const MaskKind k = spec.kind;
+  const char* name = k == MaskKind::topk ? "topk" : k == MaskKind::block_topk ? "block_topk" : "bsr";
+  if ((k == MaskKind::topk || k == MaskKind::block_topk || k == MaskKind::bsr) && !mask.has("indices"))
+    mask.diag().error(mask.node(), mask.path(), fmt::format("kind '{}' needs the key 'indices' (a .npy file)", name));
+  if (k == MaskKind::bsr && !mask.has("indptr"))
+    mask.diag().error(mask.node(), mask.path(), "kind 'bsr' needs the key 'indptr' (a .npy file)");
+  if (k == MaskKind::bsr && mask.has("full_indptr") != mask.has("full_indices"))
+    mask.error(mask.has("full_indptr") ? "full_indptr" : "full_indices",
+               "full_indptr and full_indices come together (the full blocks' BSR pair)");
+}
+
 void read_mask(const Section& mask, Config& cfg, const std::filesystem::path& base_dir, bool sizes_ok) {
   MaskSpec& spec = cfg.mask;
   std::string kind;
   if (mask.require("kind") && mask.read_string("kind", kind) && !parse_mask_kind(kind, spec.kind)) {
     std::string known;
     for (const std::string& k : mask_kind_names()) known += (known.empty() ? "" : ", ") + k;
+    for (const std::string& k : index_mask_kind_names()) known += ", " + k;
     mask.error("kind", "unknown mask kind '" + kind + "'; known: " + known);
   }
   if (mask.has("lengths")) read_lengths(mask, spec);
@@ -181,8 +240,13 @@ void read_mask(const Section& mask, Config& cfg, const std::filesystem::path& ba
   mask.read_real("prefix_fraction", spec.prefix_fraction, 0.0, 1.0);
   mask.read_real("question_fraction", spec.question_fraction, 0.0, 1.0);
   mask.read_int("num_answers", spec.num_answers, 1);
-  mask.read_int("block_size", spec.block_size, 1);
+  if (spec.kind == MaskKind::block_topk || spec.kind == MaskKind::bsr) {
+    if (mask.has("block_size")) read_index_block_size(mask, spec);
+  } else {
+    mask.read_int("block_size", spec.block_size, 1);
+  }
   if (mask.has("slices")) read_slices(mask, spec);
+  read_index_keys(mask, cfg, base_dir);
   if (spec.kind == MaskKind::slices && !mask.has("slices"))
     mask.diag().error(mask.node(), mask.path(), "kind 'slices' needs the key 'slices'");
 
@@ -240,6 +304,23 @@ MaskSize estimate_mask_size(const MaskSpec& spec, Token S) {
   return m;
 }
 
+// The int32 arrays an index kind holds: generated (dsa, nsa) or read (the
+// files' sizes, int64 ones narrowed to half).
+double index_mask_bytes(const MaskSpec& spec, Token S) {
+  const double heads = spec.kv_heads > 0 ? spec.kv_heads : 1;
+  if (spec.kind == MaskKind::dsa) return static_cast<double>(S) * heads * static_cast<double>(spec.topk) * 4;
+  if (spec.kind == MaskKind::nsa) return static_cast<double>(S) * heads * spec.nsa_top * 4;
+  double bytes = 0;
+  for (const auto* f : {&spec.indices_file, &spec.indptr_file, &spec.full_indptr_file, &spec.full_indices_file}) {
+    std::error_code ec;
+    if (!f->empty()) {
+      const auto n = std::filesystem::file_size(*f, ec);
+      if (!ec) bytes += static_cast<double>(n);
+    }
+  }
+  return bytes;
+}
+
 // Refuses a mask whose generation alone would pass the slice limit or the
 // memory budget (a slice with its validation costs about 200 bytes).
 void check_mask_size(const MaskSpec& spec, Token S, std::int64_t configured_budget) {
@@ -256,13 +337,29 @@ void check_mask_size(const MaskSpec& spec, Token S, std::int64_t configured_budg
                                  "2^32; a lower pack or fewer tokens fit",
                                  by_pack ? ".pack" : "", spec.pack, m.sampled_docs));
   const MemoryBudget budget = memory_budget_or_default(configured_budget, "memory_budget in the config");
-  const double bytes = m.slices * 200 + m.sampled_docs * sizeof(Token);
+  const double bytes = m.slices * 200 + m.sampled_docs * sizeof(Token) + index_mask_bytes(spec, S);
   if (budget.bytes > 0 && bytes > static_cast<double>(budget.bytes))
     throw LimitError("mask", fmt::format("problem.mask: generating this mask needs about {} ({:.3g} slices), over "
                                          "the memory budget {} ({}); fewer tokens or longer documents/blocks fit, "
                                          "or raise the budget (memory_budget in the config or CPSCHED_MEMORY_BUDGET)",
                                          format_bytes(bytes), m.slices, format_bytes(static_cast<double>(budget.bytes)),
                                          budget.source));
+}
+
+// A mask error: at the key of the .npy file it names (errors from files
+// start with the file's path), else at the mask; shape errors say where S
+// comes from.
+void report_index_file_error(const Section& mask, const Config& cfg, std::string msg) {
+  if (msg.find("does not match S = ") != std::string::npos)
+    msg += fmt::format(" (S = cp_size x seqlen_per_rank = {} x {})", cfg.cp_size, cfg.seqlen_per_rank);
+  const MaskSpec& spec = cfg.mask;
+  const std::pair<const char*, const std::filesystem::path*> files[] = {{"indices", &spec.indices_file},
+                                                                          {"indptr", &spec.indptr_file},
+                                                                          {"full_indptr", &spec.full_indptr_file},
+                                                                          {"full_indices", &spec.full_indices_file}};
+  for (const auto& [key, f] : files)
+    if (!f->empty() && mask.has(key) && msg.rfind(f->string() + ":", 0) == 0) return mask.error(key, msg);
+  mask.diag().add_at(cfg.mask_loc, mask.path(), msg);
 }
 
 }  // namespace
@@ -293,7 +390,10 @@ void read_problem(const Section& problem, Config& cfg, const std::filesystem::pa
 
   const Section mask(diag, problem.get("mask"), problem.path("mask"),
                      {"kind", "lengths", "histogram", "seed", "pack", "window", "prefix_fraction",
-                      "question_fraction", "num_answers", "block_size", "slices"});
+                      "question_fraction", "num_answers", "block_size", "slices",
+                      // index kinds
+                      "indices", "indptr", "full_indptr", "full_indices", "causal", "kv_heads", "topk", "sink",
+                      "local", "nsa_block", "nsa_top", "nsa_initial", "nsa_local"});
   cfg.mask_loc = diag.where(problem.has("mask") ? problem.get("mask") : problem.node(), mask.path());
   if (mask.valid() && problem.has("mask")) read_mask(mask, cfg, base_dir, sizes_ok);
 
@@ -314,20 +414,25 @@ void read_problem(const Section& problem, Config& cfg, const std::filesystem::pa
     else problem.error(k, msg);
   };
   RangeMask built;
+  std::shared_ptr<const IndexMask> index;
   try {
     // Sizes first: the mask generators allocate in proportion to S.
     check_size_limits(cfg.seqlen(), cfg.cp_size, cfg.grid.blocks_per_rank);
     check_mask_size(cfg.mask, cfg.seqlen(), cfg.memory_budget);
-    built = make_mask(cfg.mask, cfg.seqlen());
+    if (is_index_kind(cfg.mask.kind))
+      index = std::make_shared<const IndexMask>(make_index_mask(cfg.mask, cfg.seqlen()));
+    else
+      built = make_mask(cfg.mask, cfg.seqlen());
   } catch (const LimitError& e) {
     report_limit(e);
     return;
   } catch (const Error& e) {
-    diag.add_at(cfg.mask_loc, mask.path(), e.what());
+    report_index_file_error(mask, cfg, e.what());
     return;
   }
   try {
-    const Problem p = Problem::make(std::move(built), cfg.cp_size, cfg.heads, cfg.grid);
+    const Problem p = index ? Problem::make(index, cfg.cp_size, cfg.heads, cfg.grid)
+                            : Problem::make(std::move(built), cfg.cp_size, cfg.heads, cfg.grid);
     // Grid and plan against the memory budget (the executor's own needs are
     // checked where it is known).
     check_resources(p, estimate_resources(p), memory_budget_or_default(cfg.memory_budget, "memory_budget in the config"));
