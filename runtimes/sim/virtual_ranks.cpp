@@ -9,6 +9,7 @@
 #include <set>
 
 #include "attention_kernel.hpp"
+#include "index_kernel.hpp"
 #include "cpsched/error.hpp"
 #include "lse_merge.hpp"
 #include "parallel.hpp"
@@ -380,7 +381,7 @@ class Cluster {
       const CalcMeta& c = pp(static_cast<int>(r), pass).calc;
       const auto& args = s == 0 ? c.local_attn_args : c.remote_attn_args[static_cast<std::size_t>(s - 1)];
       RankMem& m = mem_[static_cast<std::size_t>(r)];
-      for (std::size_t i = 0; i < args.size(); ++i) run_arg(pass, s, static_cast<int>(r), i, args[i], m, inner);
+      for (std::size_t i = 0; i < args.size(); ++i) run_arg(pass, s, static_cast<int>(r), i, args[i], c, m, inner);
     });
     for (int r = 0; r < P_; ++r) {
       RankMem& m = mem_[static_cast<std::size_t>(r)];
@@ -392,7 +393,8 @@ class Cluster {
     }
   }
 
-  void run_arg(Pass pass, int s, int r, std::size_t idx, const AttnArg& a, RankMem& m, int threads) {
+  void run_arg(Pass pass, int s, int r, std::size_t idx, const AttnArg& a, const CalcMeta& calc, RankMem& m,
+               int threads) {
     const std::string where = fmt::format("{} stage {} arg {} of rank {}", to_string(pass), s, idx, r);
     if (!h_.valid_group(a.group)) {
       m.faults.push_back(fmt::format("{}: invalid head group {}", where, a.group));
@@ -410,8 +412,27 @@ class Cluster {
                                      a.q.begin, a.q.end, q_limit, a.k.begin, a.k.end, k_limit));
       return;
     }
+    const std::int32_t* keys = nullptr;  // index args: their rows of the pool
+    if (a.is_index()) {
+      const auto need = static_cast<std::size_t>(a.q.size()) * static_cast<std::size_t>(a.index_width);
+      if (a.index_offset < 0 || static_cast<std::size_t>(a.index_offset) + need > calc.indices.size()) {
+        m.faults.push_back(fmt::format("{}: index rows at {} ({} x {}) are outside the pool of {}", where,
+                                       a.index_offset, a.q.size(), a.index_width, calc.indices.size()));
+        return;
+      }
+      keys = calc.indices.data() + a.index_offset;
+      for (std::size_t e = 0; e < need; ++e)
+        if (keys[e] != -1 && !a.k.contains(keys[e])) {
+          m.faults.push_back(fmt::format("{}: index entry {} = {} is outside the arg's k rows [{}, {})", where, e,
+                                         keys[e], a.k.begin, a.k.end));
+          return;
+        }
+    }
     if (qr) std::fill(m.qo_read.begin() + a.q.begin, m.qo_read.begin() + a.q.end, 1);
-    if (kr) std::fill(m.kv_read.begin() + a.k.begin, m.kv_read.begin() + a.k.end, 1);
+    if (kr && keys == nullptr) std::fill(m.kv_read.begin() + a.k.begin, m.kv_read.begin() + a.k.end, 1);
+    if (kr && keys != nullptr)
+      for (std::size_t e = 0; e < static_cast<std::size_t>(a.q.size() * a.index_width); ++e)
+        if (keys[e] >= 0) m.kv_read[static_cast<std::size_t>(keys[e])] = 1;
 
     const KernelShape shape{h_.q_per_group, h_.kv_per_group, h_.dim, h_.dim_v, h_.kv_shared};
     const std::int64_t qoff = static_cast<std::int64_t>(h_.q_head0(a.group)) * h_.dim;
@@ -439,9 +460,11 @@ class Cluster {
       return kr ? MView{remote.data(), rvw_} : MView{local.data() + voff, vw_};
     };
     const Slice slice{a.q, a.k, a.type};
+    const IndexRows rows{keys, a.index_width};
     if (pass == Pass::fwd) {
-      const Partial part = attention_forward(shape, as_const(qv(m.q, m.rq)), as_const(kv(m.k, m.rk)),
-                                             as_const(vv(m.k, m.rk, m.v, m.rv)), slice, threads);
+      const CView q = as_const(qv(m.q, m.rq)), k = as_const(kv(m.k, m.rk)), v = as_const(vv(m.k, m.rk, m.v, m.rv));
+      const Partial part = keys != nullptr ? attention_forward_index(shape, q, k, v, a.q, rows, threads)
+                                           : attention_forward(shape, q, k, v, slice, threads);
       merge_rows(ov(m.o, m.ro).from(a.q.begin), lv(m.lse, m.rlse).from(a.q.begin), part.o_view(), part.lse_view(),
                  part.rows, shape.q_heads, shape.dv());
       return;
@@ -449,7 +472,8 @@ class Cluster {
     const BackwardInputs in{as_const(qv(m.q, m.rq)), as_const(kv(m.k, m.rk)), as_const(vv(m.k, m.rk, m.v, m.rv)),
                             as_const(ov(m.o, m.ro)), as_const(ov(m.d_o, m.rdo)), as_const(lv(m.lse, m.rlse))};
     const BackwardOutputs out{qv(m.dq, m.rdq), kv(m.dk, m.rdk), vv(m.dk, m.rdk, m.dv, m.rdv)};
-    attention_backward(shape, in, out, slice, threads);
+    if (keys != nullptr) attention_backward_index(shape, in, out, a.q, rows, threads);
+    else attention_backward(shape, in, out, slice, threads);
   }
 
   // Rows received that no arg reads: data moved for nothing, a plan defect.

@@ -15,62 +15,14 @@
 #include "cpsched/problem.hpp"
 #include "cpsched/task_grid.hpp"
 #include "plan_checks.hpp"
+#include "random_index_masks.hpp"
 #include "test_helpers.hpp"
 
 using namespace cpsched;
+using test::random_block_topk;
+using test::random_topk;
 
 namespace {
-
-// Causal token top-k, -1 padded at random places: row (q, h) selects up to
-// k distinct keys <= q.
-std::shared_ptr<const IndexMask> random_topk(Token S, int heads, int k, std::mt19937_64& rng) {
-  auto data = std::make_shared<std::vector<std::int32_t>>(static_cast<std::size_t>(S * heads * k), -1);
-  std::vector<std::int32_t> keys;
-  for (Token q = 0; q < S; ++q)
-    for (int h = 0; h < heads; ++h) {
-      keys.resize(static_cast<std::size_t>(q + 1));
-      for (Token j = 0; j <= q; ++j) keys[static_cast<std::size_t>(j)] = static_cast<std::int32_t>(j);
-      std::shuffle(keys.begin(), keys.end(), rng);
-      const auto n = std::min<std::size_t>(keys.size(), std::uniform_int_distribution<std::size_t>(0, k)(rng));
-      std::vector<int> slot(static_cast<std::size_t>(k));
-      for (int j = 0; j < k; ++j) slot[static_cast<std::size_t>(j)] = j;
-      std::shuffle(slot.begin(), slot.end(), rng);
-      for (std::size_t j = 0; j < n; ++j)
-        (*data)[static_cast<std::size_t>((q * heads + h) * k + slot[j])] = keys[j];
-    }
-  auto m = std::make_shared<IndexMask>();
-  m->kind = IndexMaskKind::topk;
-  m->seqlen = S;
-  m->kv_heads = heads;
-  m->indices = IndexArray::view(*data, {S, heads, k}, "<random>");
-  m->indices.owner = data;
-  return m;
-}
-
-// Causal block top-k [heads, ceil(S / bq), n]: each query block picks up to
-// n distinct key blocks that start at or before its last row.
-std::shared_ptr<const IndexMask> random_block_topk(Token S, int heads, int bq, int bk, int n, std::mt19937_64& rng) {
-  const Token nq = (S + bq - 1) / bq;
-  auto data = std::make_shared<std::vector<std::int32_t>>(static_cast<std::size_t>(heads * nq * n), -1);
-  for (int h = 0; h < heads; ++h)
-    for (Token qb = 0; qb < nq; ++qb) {
-      const Token last = std::min(S, (qb + 1) * bq) - 1;
-      std::vector<std::int32_t> blocks;
-      for (Token kb = 0; kb * bk <= last; ++kb) blocks.push_back(static_cast<std::int32_t>(kb));
-      std::shuffle(blocks.begin(), blocks.end(), rng);
-      const auto take = std::min<std::size_t>(blocks.size(), std::uniform_int_distribution<std::size_t>(1, n)(rng));
-      for (std::size_t j = 0; j < take; ++j) (*data)[static_cast<std::size_t>((h * nq + qb) * n) + j] = blocks[j];
-    }
-  auto m = std::make_shared<IndexMask>();
-  m->kind = IndexMaskKind::block_topk;
-  m->seqlen = S;
-  m->kv_heads = heads;
-  m->block_q = bq;
-  m->block_k = bk;
-  m->indices = IndexArray::view(*data, {heads, nq, n}, "<random>");
-  m->indices.owner = data;
-  return m;
-}
 
 std::vector<std::string> solver_names() {
   std::vector<std::string> v;
