@@ -17,7 +17,16 @@
 #include <vector>
 
 #ifndef CPSCHED_NO_XTENSOR
+// GCC 12's -Wmaybe-uninitialized misfires inside <regex> (which xnpy.hpp
+// uses) under optimisation with sanitizers.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <xtensor/xnpy.hpp>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #endif
 
 #include "cpsched/error.hpp"
