@@ -59,35 +59,72 @@ struct Counter {
   void count_block(State& st, const Lut* lut, std::int64_t qb, FirstError& fe, int t, std::vector<IndexCell>& out) const {
     const std::int64_t S = m.seqlen, H = m.kv_heads, k = m.indices.shape[2];
     const Range q = blocks[static_cast<std::size_t>(qb)];
+    bool sorted_rows = true;  // the last row's layout
     for (std::int64_t i = q.begin; i < q.end; ++i) {
       if (fe.before(i * H * k)) return;
-      const std::int64_t hi = m.causal ? i + 1 : S;
-      for (std::int64_t h = 0; h < H; ++h) {
+        for (std::int64_t h = 0; h < H; ++h) {
         const std::int32_t* row = m.indices.data + (i * H + h) * k;
         const std::int64_t ch = cell_heads == 1 ? 0 : h;
         Token* area = st.area.data() + ch * nb;
         Token* last = st.last.data() + ch * nb;
         std::uint64_t* cols = st.cols.data() + ch * words;
-        for (std::int64_t j = 0; j < k; ++j) {
-          const std::int64_t v = row[j];
-          if (v == -1) continue;
-          if (static_cast<std::uint64_t>(v) >= static_cast<std::uint64_t>(hi) || st.seen.test_set(v)) {
-            fe.report(t, (i * H + h) * k + j, topk_entry_error(m, i, h, j));
-            return;
-          }
-          const std::int64_t b = lut[v];
-          if (area[b]++ == 0) {
-            st.touched.push_back(static_cast<std::int32_t>(ch * nb + b));
-            st.rows[static_cast<std::size_t>(ch * nb + b)] = RangeSet();
+        // Sorted rows: consecutive keys mostly share a key block and a bitmap
+        // word, so count runs in registers and write once per run (a
+        // read-modify-write chain on one counter per entry is slow). Rows in
+        // any order: write per entry (the block changes at random, and a
+        // branch per change would mispredict). The previous row's layout
+        // picks; both count the same.
+        std::int64_t run_b = -1, word = -1;
+        Token run_n = 0;
+        std::uint64_t bits = 0;
+        auto touch = [&](std::int64_t b) {
+          const auto c = static_cast<std::size_t>(ch * nb + b);
+          if (area[b] == 0) {
+            st.touched.push_back(static_cast<std::int32_t>(c));
+            st.rows[c] = RangeSet();
             last[b] = -2;
           }
           if (last[b] != i) {
-            st.rows[static_cast<std::size_t>(ch * nb + b)].add({i, i + 1});  // O(1): appends or extends the last run
+            st.rows[c].add({i, i + 1});  // O(1): appends or extends the last run
             last[b] = i;
           }
-          cols[v >> 6] |= std::uint64_t{1} << (v & 63);
+        };
+        auto flush_run = [&] {
+          if (run_b < 0) return;
+          touch(run_b);
+          area[run_b] += run_n;
+        };
+        std::int64_t bad;
+        if (sorted_rows) {
+          bad = scan_topk_row<false>(row, k, i, S, m.causal, st.seen, [&](std::int64_t v) {
+            const std::int64_t b = lut[v];
+            if (b != run_b) {
+              flush_run();
+              run_b = b;
+              run_n = 0;
+            }
+            ++run_n;
+            if ((v >> 6) != word) {
+              if (word >= 0) cols[word] |= bits;
+              word = v >> 6;
+              bits = 0;
+            }
+            bits |= std::uint64_t{1} << (v & 63);
+          }, sorted_rows);
+          flush_run();
+          if (word >= 0) cols[word] |= bits;
+        } else {
+          bad = scan_topk_row<true>(row, k, i, S, m.causal, st.seen, [&](std::int64_t v) {
+            const std::int64_t b = lut[v];
+            touch(b);
+            ++area[b];
+            cols[v >> 6] |= std::uint64_t{1} << (v & 63);
+          }, sorted_rows);
         }
-        clear_topk_row(row, k, st.seen, k);
+        if (bad >= 0) {
+          fe.report(t, (i * H + h) * k + bad, topk_entry_error(m, i, h, bad));
+          return;
+        }
       }
     }
     // The block's cells, sorted by (head, key block).

@@ -64,22 +64,52 @@ struct Bits {
 };
 
 // Checks row (i, h) of a topk mask: every entry -1 or in [0, S), key <= i
-// when causal, no key twice. Returns the j of the first bad entry, or -1 with
-// `seen` holding the row's keys (the caller clears them).
-inline std::int64_t check_topk_row(const std::int32_t* row, std::int64_t k, std::int64_t i, std::int64_t S,
-                                   bool causal, Bits& seen) {
-  const std::int64_t hi = causal ? std::min<std::int64_t>(i + 1, S) : S;  // keys must be < hi
-  for (std::int64_t j = 0; j < k; ++j) {
+// when causal, no key twice. Calls on_entry(v) for the valid entries before
+// the first bad one; returns the j of the first bad entry, or -1; sets
+// `increasing` to whether the row's keys were strictly increasing.
+// kBitmap = false suits sorted rows (the usual layout): an increasing row
+// has no duplicates, so it needs no bitmap (others fall back to one).
+// kBitmap = true suits rows in any order: `seen` catches duplicates in the
+// same pass. Either way `seen` is left clear.
+template <bool kBitmap, class OnEntry>
+inline std::int64_t scan_topk_row(const std::int32_t* row, std::int64_t k, std::int64_t i, std::int64_t S, bool causal,
+                                  Bits& seen, OnEntry&& on_entry, bool& increasing) {
+  const auto hi = static_cast<std::uint64_t>(causal ? std::min<std::int64_t>(i + 1, S) : S);  // keys must be < hi
+  std::int64_t bad = -1, prev = -1, j = 0;
+  increasing = true;
+  for (; j < k; ++j) {
     const std::int64_t v = row[j];
     if (v == -1) continue;
     // One unsigned compare covers both ends (negative wraps to large).
-    if (static_cast<std::uint64_t>(v) >= static_cast<std::uint64_t>(hi) || seen.test_set(v)) return j;
+    if (static_cast<std::uint64_t>(v) >= hi || (kBitmap && seen.test_set(v))) {
+      bad = j;
+      break;
+    }
+    increasing &= v > prev;
+    prev = v;
+    on_entry(v);
   }
-  return -1;
-}
-inline void clear_topk_row(const std::int32_t* row, std::int64_t k, Bits& seen, std::int64_t upto) {
-  for (std::int64_t j = 0; j < upto && j < k; ++j)
-    if (row[j] >= 0) seen.clear(row[j]);
+  if constexpr (kBitmap) {
+    for (std::int64_t x = 0; x < j; ++x)
+      if (row[x] >= 0) seen.clear(row[x]);
+    return bad;
+  } else {
+    if (increasing && bad < 0) return -1;
+    // Duplicates before the first range error (it is the first bad entry
+    // only when no duplicate comes earlier).
+    const std::int64_t end = bad >= 0 ? bad : k;
+    std::int64_t d = 0, dup = -1;
+    for (; d < end; ++d) {
+      if (row[d] == -1) continue;
+      if (seen.test_set(row[d])) {
+        dup = d;
+        break;
+      }
+    }
+    for (std::int64_t x = 0; x < d; ++x)
+      if (row[x] >= 0) seen.clear(row[x]);
+    return dup >= 0 ? dup : bad;
+  }
 }
 
 // The error for entry j of row (i, h) found bad by check_topk_row.

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -132,6 +133,15 @@ TEST_CASE("topk validate: the first offending entry, by kind, with its multi-ind
   set(5, 0, 1, 5);
   CHECK(error_of([&] { m.validate(); }) ==
         "dsa.npy: indices[5, 0, 1] = 5 selects key 5 twice in row [5, 0] (also indices[5, 0, 0])");
+  // A duplicate before an out-of-range entry in the same row is the first.
+  set(5, 0, 2, 9);
+  CHECK(error_of([&] { m.validate(); }) ==
+        "dsa.npy: indices[5, 0, 1] = 5 selects key 5 twice in row [5, 0] (also indices[5, 0, 0])");
+  CHECK(error_of([&] { count_index_cells(m, {{0, 8}}); }) ==
+        "dsa.npy: indices[5, 0, 1] = 5 selects key 5 twice in row [5, 0] (also indices[5, 0, 0])");
+  set(5, 0, 1, 3);
+  CHECK(error_of([&] { m.validate(); }) == "dsa.npy: indices[5, 0, 2] = 9 is outside [0, 8)");
+  set(5, 0, 2, -1);
   // An earlier error wins over a later one, whatever the threads.
   set(6, 1, 0, 100);
   set(2, 1, 1, 3);
@@ -172,6 +182,9 @@ TEST_CASE("count_index_cells matches a brute-force count; any thread count gives
     const int k = std::uniform_int_distribution<int>(1, 9)(rng);
     const bool causal = trial % 3 != 0;
     std::vector<std::int32_t> v = random_topk(rng, S, H, k, causal);
+    // Half the trials with sorted rows (the counting pass's fast path).
+    if (trial % 2 == 0)
+      for (std::size_t r = 0; r < v.size(); r += static_cast<std::size_t>(k)) std::sort(v.begin() + r, v.begin() + r + k);
     const IndexMask m = topk_mask(v, S, H, k, causal);
     CHECK_NOTHROW(m.validate());
     for (int P : {2, 3, 5}) {
