@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -44,32 +45,23 @@ struct RowRng {
   }
 };
 
-// Appends r distinct values of [g0, g0 + g) (r <= g), ascending. Dense
-// draws scan the range (selection sampling: sorted as drawn); sparse ones
-// use Floyd's algorithm with `seen` (bits over the value space, left clear).
-void sample_sorted(RowRng& rng, Token g0, Token g, Token r, Bits& seen, std::vector<Token>& picks,
-                   std::int32_t*& out) {
+// Appends r distinct values of [g0, g0 + g) (r <= g), ascending, each
+// r-subset equally likely: Floyd's algorithm marks them in `seen` (bits over
+// the value space), then a scan of the marked words emits them in order and
+// leaves `seen` clear.
+void sample_sorted(RowRng& rng, Token g0, Token g, Token r, Bits& seen, std::int32_t*& out) {
   if (r <= 0) return;
-  if (g <= 4 * r) {
-    Token need = r;
-    for (Token x = 0; x < g && need > 0; ++x)
-      if (static_cast<Token>(rng.below(static_cast<std::uint64_t>(g - x))) < need) {
-        *out++ = static_cast<std::int32_t>(g0 + x);
-        --need;
-      }
-    return;
-  }
-  picks.clear();
   for (Token j = g - r; j < g; ++j) {
     const Token t = static_cast<Token>(rng.below(static_cast<std::uint64_t>(j + 1)));
-    const Token v = seen.test_set(g0 + t) ? j : t;
-    if (v == j) seen.set(g0 + j);
-    picks.push_back(g0 + v);
+    if (seen.test_set(g0 + t)) seen.set(g0 + j);
   }
-  std::sort(picks.begin(), picks.end());
-  for (Token v : picks) {
-    *out++ = static_cast<std::int32_t>(v);
-    seen.clear(v);
+  for (Token w = g0 >> 6; w <= (g0 + g - 1) >> 6; ++w) {
+    std::uint64_t x = seen.w[static_cast<std::size_t>(w)];
+    seen.w[static_cast<std::size_t>(w)] = 0;
+    while (x) {
+      *out++ = static_cast<std::int32_t>(w * 64 + std::countr_zero(x));
+      x &= x - 1;
+    }
   }
 }
 
@@ -103,7 +95,6 @@ IndexMask generate_dsa(const MaskSpec& spec, Token S) {
   run_threads(T, [&](int t) {
     Bits seen;
     seen.resize(S);
-    std::vector<Token> picks;
     for (Token i = S * t / T; i < S * (t + 1) / T; ++i) {
       const Token a = doc_start_of(starts, i), m = i - a + 1;  // keys [a, i]
       for (std::int64_t h = 0; h < H; ++h) {
@@ -115,7 +106,7 @@ IndexMask generate_dsa(const MaskSpec& spec, Token S) {
           const Token s = std::min(spec.sink, k), l = std::min(spec.local, k - s), r = k - s - l;
           for (Token x = a; x < a + s; ++x) *out++ = static_cast<std::int32_t>(x);
           RowRng rng = RowRng::of(spec.seed, 0xD5A, static_cast<std::uint64_t>(h), static_cast<std::uint64_t>(i));
-          sample_sorted(rng, a + s, m - s - l, r, seen, picks, out);
+          sample_sorted(rng, a + s, m - s - l, r, seen, out);
           for (Token x = i + 1 - l; x <= i; ++x) *out++ = static_cast<std::int32_t>(x);
         }
         std::fill(out, row + k, -1);
@@ -149,7 +140,6 @@ IndexMask generate_nsa(const MaskSpec& spec, Token S) {
   run_threads(T, [&](int t) {
     Bits seen;
     seen.resize(nkb);
-    std::vector<Token> picks;
     for (Token i = S * t / T; i < S * (t + 1) / T; ++i) {
       // The global blocks from the one holding the document's start to the query's.
       const Token fb = doc_start_of(starts, i) / B, lb = i / B, m = lb - fb + 1;
@@ -162,7 +152,7 @@ IndexMask generate_nsa(const MaskSpec& spec, Token S) {
           const Token s = std::min<Token>(spec.nsa_initial, n), l = std::min<Token>(spec.nsa_local, n - s), r = n - s - l;
           for (Token b = fb; b < fb + s; ++b) *out++ = static_cast<std::int32_t>(b);
           RowRng rng = RowRng::of(spec.seed, 0x25A, static_cast<std::uint64_t>(h), static_cast<std::uint64_t>(i));
-          sample_sorted(rng, fb + s, m - s - l, r, seen, picks, out);
+          sample_sorted(rng, fb + s, m - s - l, r, seen, out);
           for (Token b = lb + 1 - l; b <= lb; ++b) *out++ = static_cast<std::int32_t>(b);
         }
         std::fill(out, row + n, -1);
