@@ -27,10 +27,26 @@ inline RangeMask generated_mask(MaskKind kind, Token seqlen, std::vector<Token> 
 }
 
 // placement_seed 0: every task on its q host (KV-only traffic).
+inline PlanCase plan_case_of(std::shared_ptr<const Problem> problem, int ranks, int stages,
+                             std::uint64_t placement_seed);
+
 inline PlanCase make_plan_case(RangeMask mask, int ranks, Heads heads, GridOptions grid, int stages,
                                std::uint64_t placement_seed) {
+  return plan_case_of(std::make_shared<const Problem>(Problem::make(std::move(mask), ranks, heads, grid)), ranks, stages,
+                      placement_seed);
+}
+
+// The same for an index mask (token top-k: index args; block selections: range args per head).
+inline PlanCase make_index_plan_case(std::shared_ptr<const IndexMask> mask, int ranks, Heads heads, GridOptions grid,
+                                     int stages, std::uint64_t placement_seed) {
+  return plan_case_of(std::make_shared<const Problem>(Problem::make(std::move(mask), ranks, heads, grid)), ranks, stages,
+                      placement_seed);
+}
+
+inline PlanCase plan_case_of(std::shared_ptr<const Problem> problem, int ranks, int stages,
+                             std::uint64_t placement_seed) {
   PlanCase c;
-  c.problem = std::make_shared<const Problem>(Problem::make(std::move(mask), ranks, heads, grid));
+  c.problem = std::move(problem);
   c.grid = std::make_shared<const TaskGrid>(c.problem);
   c.assignment.grid = c.grid;
   std::mt19937_64 rng(placement_seed);

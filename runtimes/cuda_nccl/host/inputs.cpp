@@ -62,6 +62,7 @@ sim::GlobalInputs global_inputs(const Problem& p, std::uint64_t seed) {
   g.hq = p.heads.q;
   g.hkv = p.heads.kv;
   g.dim = p.heads.dim;
+  g.dim_v = p.heads.dim;  // GQA only (HeadLayout refuses MLA); the sim's dense reference reads dim_v
   const auto nq = static_cast<std::size_t>(g.seqlen) * static_cast<std::size_t>(g.hq) * static_cast<std::size_t>(g.dim);
   const auto nk = static_cast<std::size_t>(g.seqlen) * static_cast<std::size_t>(g.hkv) * static_cast<std::size_t>(g.dim);
   g.q.resize(nq);

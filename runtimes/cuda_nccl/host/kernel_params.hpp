@@ -15,12 +15,24 @@ inline constexpr int kTile = 64;
 inline constexpr int kChunk = 32;
 
 // One attention arg as seen from one tile.
+//
+// Index args (plan.hpp's AttnArg::index_width > 0) have no band: each row
+// (q-major) or col (k-major) reads its own list of the other side's rows.
+//  q-major: row `r` of the q buffer attends to the k-buffer rows
+//           AttnLaunch::indices[index_base + r * index_width + j], j < index_width, -1 skipped
+//           (index_base = AttnArg::index_offset - q.begin * index_width);
+//  k-major: col `c` of the k buffer is read by the q-buffer rows
+//           AttnLaunch::t_rows[t_ptr[index_base + c] .. t_ptr[index_base + c + 1]), ascending
+//           (the launch's transpose of the arg, built on the host once per plan).
 struct WorkEntry {
-  Band2 band;            // the arg's entries, buffer coordinates (rows: q buffer, cols: k buffer)
+  Band2 band;            // the arg's entries, buffer coordinates (rows: q buffer, cols: k buffer); index: the hull
   i64 major_b, major_e;  // rows (q-major) or cols (k-major) of the tile that hold entries
   i64 loop_b, loop_e;    // cols (q-major) or rows (k-major) the CTA streams
   std::int32_t group;    // head group (-1: all heads)
   std::int32_t other_buf;  // buffer of the streamed side: 0 local, 1 remote
+  i64 index_base;          // index entries only (see above)
+  std::int32_t index_width;  // > 0: an index entry
+  std::int32_t pad;
 };
 
 // Tensors of one q-side buffer (local shard or remote QO buffer). A row holds
@@ -57,6 +69,9 @@ struct AttnLaunch {
   const i64* tile_start;          // first row/col of each tile
   const std::int32_t* entry_begin;  // CSR over entries, num_tiles + 1
   const WorkEntry* entries;
+  const std::int32_t* indices;    // the pass's CalcMeta::indices (q-major index entries)
+  const i64* t_ptr;               // k-major index entries: the launch's transposes (CSR)
+  const std::int32_t* t_rows;
   std::int32_t num_tiles;
   std::int32_t major_buf;         // 0 local, 1 remote
   std::int32_t hq, hkv, groups;   // problem heads (global)

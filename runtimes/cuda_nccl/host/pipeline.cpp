@@ -1,6 +1,7 @@
 #include "pipeline.hpp"
 
 #include <cmath>
+#include <span>
 #include <fmt/format.h>
 #include <type_traits>
 
@@ -13,7 +14,8 @@ double pass_flops(const CalcMeta& calc, const HeadLayout& h, Pass pass) {
   auto add = [&](const std::vector<AttnArg>& args) {
     for (const AttnArg& a : args) {
       const int heads = a.group < 0 ? h.hq : h.hq / h.groups;
-      macs += static_cast<double>(band_area(band_of(a))) * heads * h.dim;
+      const double area = a.is_index() ? static_cast<double>(arg_area(a, calc)) : static_cast<double>(band_area(band_of(a)));
+      macs += area * heads * h.dim;
     }
   };
   add(calc.local_attn_args);
@@ -296,9 +298,14 @@ void RankPipeline::prepare(Pass pass, const PassPlan& plan) {
   const KSide k_remote{rb.k, rb.v, rb.dk_acc, rb.dv_acc, pp.shape.kv_rows, pp.shape.kv_heads, 0};
   struct PendingLaunch {
     std::size_t s, i;
-    std::size_t tiles, begins, entries;
+    std::size_t tiles, begins, entries, t_ptr, t_rows;
   };
   std::vector<PendingLaunch> pl;
+  // Index args' keys: the pass's CalcMeta::indices, uploaded once with the
+  // rest of the metadata (every q-major launch of the pass reads them).
+  constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  const std::size_t indices_at = plan.calc.indices.empty() ? kNone : arena.add(plan.calc.indices);
+  const std::span<const std::int32_t> indices(plan.calc.indices);
   pp.launches.assign(static_cast<std::size_t>(N) + 1, {});
   for (int s = 0; s <= N; ++s) {
     const std::vector<AttnArg>& args =
@@ -307,22 +314,25 @@ void RankPipeline::prepare(Pass pass, const PassPlan& plan) {
       if (w.empty()) return;
       const bool q_major = k != AttnKernel::dkdv;
       const int slots = q_major ? (major == 0 ? h_.hq : pp.shape.q_heads) : (major == 0 ? h_.hkv : pp.shape.kv_heads);
-      Launch L{k, AttnLaunch{{q_local, q_remote}, {k_local, k_remote}, nullptr, nullptr, nullptr, w.num_tiles(), major,
-                             h_.hq, h_.hkv, h_.groups, slots, 1.0f / std::sqrt(static_cast<float>(h_.dim))},
+      Launch L{k,
+               AttnLaunch{{q_local, q_remote}, {k_local, k_remote}, nullptr, nullptr, nullptr, nullptr, nullptr,
+                          nullptr, w.num_tiles(), major, h_.hq, h_.hkv, h_.groups, slots,
+                          1.0f / std::sqrt(static_cast<float>(h_.dim))},
                grid_of(w, slots)};
       auto& v = pp.launches[static_cast<std::size_t>(s)];
       pl.push_back({static_cast<std::size_t>(s), v.size(), arena.add(w.tile_start), arena.add(w.entry_begin),
-                    arena.add(w.entries)});
+                    arena.add(w.entries), w.t_ptr.empty() ? kNone : arena.add(w.t_ptr),
+                    w.t_rows.empty() ? kNone : arena.add(w.t_rows)});
       v.push_back(L);
     };
     if (pass == Pass::fwd) {
-      add(AttnKernel::fwd, q_major(args, BufferId::local), 0);
-      add(AttnKernel::fwd, q_major(args, BufferId::remote), 1);
+      add(AttnKernel::fwd, q_major(args, BufferId::local, indices), 0);
+      add(AttnKernel::fwd, q_major(args, BufferId::remote, indices), 1);
     } else {
-      add(AttnKernel::dq, q_major(args, BufferId::local), 0);
-      add(AttnKernel::dq, q_major(args, BufferId::remote), 1);
-      add(AttnKernel::dkdv, k_major(args, BufferId::local), 0);
-      add(AttnKernel::dkdv, k_major(args, BufferId::remote), 1);
+      add(AttnKernel::dq, q_major(args, BufferId::local, indices), 0);
+      add(AttnKernel::dq, q_major(args, BufferId::remote, indices), 1);
+      add(AttnKernel::dkdv, k_major(args, BufferId::local, indices), 0);
+      add(AttnKernel::dkdv, k_major(args, BufferId::remote, indices), 1);
     }
   }
 
@@ -345,6 +355,9 @@ void RankPipeline::prepare(Pass pass, const PassPlan& plan) {
     p.tile_start = arena.at<i64>(x.tiles);
     p.entry_begin = arena.at<std::int32_t>(x.begins);
     p.entries = arena.at<WorkEntry>(x.entries);
+    if (indices_at != kNone) p.indices = arena.at<std::int32_t>(indices_at);
+    if (x.t_ptr != kNone) p.t_ptr = arena.at<i64>(x.t_ptr);
+    if (x.t_rows != kNone) p.t_rows = arena.at<std::int32_t>(x.t_rows);
   }
 }
 

@@ -11,7 +11,7 @@ namespace cpsched::gpu {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x43505250;  // "CPRP"
-constexpr std::uint32_t kVersion = 2;  // 2: forwarding phases (relays)
+constexpr std::uint32_t kVersion = 3;  // 2: forwarding phases (relays); 3: index args and their pool
 
 class Writer {
  public:
@@ -39,6 +39,8 @@ class Writer {
     pod(static_cast<std::uint8_t>(a.q_buf));
     pod(static_cast<std::uint8_t>(a.k_buf));
     pod(static_cast<std::int32_t>(a.group));
+    pod(a.index_width);
+    pod(a.index_offset);
   }
   void item(const std::vector<Rank>& v) { vec(v); }
   void item(const std::vector<AttnArg>& v) { vec(v); }
@@ -66,6 +68,7 @@ class Writer {
   void item(const PassPlan& p) {
     vec(p.calc.local_attn_args);
     vec(p.calc.remote_attn_args);
+    vec(p.calc.indices);
     vec(p.comm.stages);
   }
   std::vector<std::uint8_t> out;
@@ -111,6 +114,11 @@ class Reader {
     a.q_buf = static_cast<BufferId>(pod<std::uint8_t>() != 0);
     a.k_buf = static_cast<BufferId>(pod<std::uint8_t>() != 0);
     a.group = pod<std::int32_t>();
+    a.index_width = pod<std::int32_t>();
+    a.index_offset = pod<std::int64_t>();
+    if (a.index_width < 0 || a.index_offset < 0)
+      throw Error(fmt::format("cuda_nccl: plan blob holds an index arg of width {} at offset {}", a.index_width,
+                              a.index_offset));
     return a;
   }
   std::vector<AttnArg> args() { return vec<AttnArg>([&] { return arg(); }); }
@@ -143,6 +151,7 @@ class Reader {
     PassPlan p;
     p.calc.local_attn_args = args();
     p.calc.remote_attn_args = vec<std::vector<AttnArg>>([&] { return args(); });
+    p.calc.indices = vec<std::int32_t>([&] { return pod<std::int32_t>(); });
     p.comm.stages = vec<StageComm>([&] { return stage(); });
     return p;
   }

@@ -1,0 +1,260 @@
+// Index args (token top-k masks) in the GPU runtime, run by the CPU
+// emulation: the work lists (q-major rows with their own keys, k-major cols
+// over the host-built transpose), the plan codec, and whole plans of random
+// and dsa top-k masks for P in {2, 3, 4}, stages 1 and 2, checked against the
+// sim runtime on the same bf16 inputs (the check path of the range masks)
+// and against the sim's dense reference (each KV head's boolean mask, key by
+// key), which does not read the plan: a plan that loses a pair fails it.
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <random>
+
+#include "cpsched/error.hpp"
+#include "cpsched/mask_generators.hpp"
+#include "host/check.hpp"
+#include "host/emulate.hpp"
+#include "host/inputs.hpp"
+#include "host/plan_codec.hpp"
+#include "host/rank_run.hpp"
+#include "host/worklist.hpp"
+#include "numeric_check.hpp"
+#include "plans.hpp"
+#include "random_index_masks.hpp"
+#include "reference.hpp"
+
+using namespace cpsched;
+using cpsched::gpu::i64;
+namespace g = cpsched::gpu;
+
+namespace {
+
+std::shared_ptr<const IndexMask> dsa_mask(Token S, std::vector<Token> lengths, std::uint64_t seed) {
+  MaskSpec spec;
+  spec.kind = MaskKind::dsa;
+  spec.lengths = std::move(lengths);
+  spec.seed = seed;
+  spec.topk = 24;
+  spec.sink = 4;
+  spec.local = 8;
+  return std::make_shared<const IndexMask>(make_index_mask(spec, S));
+}
+
+int count_index_args(const Plan& plan, bool remote_only) {
+  int n = 0;
+  for (const RankPlan& rp : plan.ranks)
+    for (const PassPlan* pp : {&rp.fwd, &rp.bwd}) {
+      if (!remote_only)
+        for (const AttnArg& a : pp->calc.local_attn_args) n += a.is_index() ? 1 : 0;
+      for (const auto& s : pp->calc.remote_attn_args)
+        for (const AttnArg& a : s) n += a.is_index() ? 1 : 0;
+    }
+  return n;
+}
+
+// The ranks' outputs at their global tokens.
+sim::GlobalOutputs gathered(const test::PlanCase& c, const g::EmulatedRun& run, const sim::GlobalInputs& in) {
+  sim::GlobalOutputs out = sim::GlobalOutputs::like(in, 0.f, 0.f);
+  const auto wq = static_cast<std::size_t>(in.q_width()), wk = static_cast<std::size_t>(in.k_width());
+  const auto hq = static_cast<std::size_t>(in.hq);
+  for (Rank r = 0; r < c.plan.sharding.cp_size; ++r) {
+    const g::RankOutputs& o = run.outputs[static_cast<std::size_t>(r)];
+    std::size_t local = 0;
+    const RangeSet tokens = c.plan.sharding.rank_tokens(r);
+    for (const Range& x : tokens.ranges())
+      for (Token t = x.begin; t < x.end; ++t, ++local) {
+        const auto gt = static_cast<std::size_t>(t);
+        std::copy_n(o.o.begin() + static_cast<std::ptrdiff_t>(local * wq), wq, out.o.begin() + static_cast<std::ptrdiff_t>(gt * wq));
+        std::copy_n(o.dq.begin() + static_cast<std::ptrdiff_t>(local * wq), wq, out.dq.begin() + static_cast<std::ptrdiff_t>(gt * wq));
+        std::copy_n(o.dk.begin() + static_cast<std::ptrdiff_t>(local * wk), wk, out.dk.begin() + static_cast<std::ptrdiff_t>(gt * wk));
+        std::copy_n(o.dv.begin() + static_cast<std::ptrdiff_t>(local * wk), wk, out.dv.begin() + static_cast<std::ptrdiff_t>(gt * wk));
+        std::copy_n(o.lse.begin() + static_cast<std::ptrdiff_t>(local * hq), hq, out.lse.begin() + static_cast<std::ptrdiff_t>(gt * hq));
+      }
+  }
+  return out;
+}
+
+struct Checked {
+  g::CheckResult plan;      // against the sim running the same plan
+  double dense_error = 0;   // against the dense reference
+  bool passed() const { return plan.passed && dense_error <= g::kDefaultTolerance; }
+};
+
+Checked run_and_check(const test::PlanCase& c, g::Schedule s = g::Schedule::eager, g::EmulatedRun* out = nullptr) {
+  const g::HeadLayout h = g::HeadLayout::of(*c.problem);
+  std::vector<g::RankInputs> in;
+  for (Rank r = 0; r < c.plan.sharding.cp_size; ++r) in.push_back(g::shard_inputs(*c.problem, c.plan.sharding, r, 7));
+  g::EmulatedRun run = g::emulate(c.plan, h, in, s);
+  Checked res;
+  res.plan = g::check_against_sim(*c.problem, c.plan, run.outputs, 7, g::kDefaultTolerance, 2);
+  const sim::GlobalInputs gi = g::global_inputs(*c.problem, 7);
+  res.dense_error = sim::compare_outputs(gathered(c, run, gi), sim::dense_reference(*c.problem, gi, 2)).max();
+  if (out != nullptr) *out = std::move(run);
+  return res;
+}
+
+}  // namespace
+
+TEST_CASE("index args' work lists: each q row reads its own keys, each k col its selecting rows in order") {
+  // q rows [0, 3) of the local buffer, keys in the hull [2, 6): row 0 -> {2, 5},
+  // row 1 -> {3}, row 2 -> {5}; -1 skipped.
+  const std::vector<std::int32_t> indices = {9, 9, 2, 5, -1, 3, 5, -1};
+  AttnArg a;
+  a.q = {0, 3};
+  a.k = {2, 6};
+  a.index_width = 2;
+  a.index_offset = 2;
+  const std::vector<AttnArg> args = {a};
+  const g::WorkList q = g::q_major(args, BufferId::local, indices);
+  REQUIRE(q.entries.size() == 1);
+  CHECK(q.area == 4);
+  CHECK(q.entries[0].index_width == 2);
+  CHECK(q.entries[0].major_b == 0);
+  CHECK(q.entries[0].major_e == 3);
+  CHECK(q.entries[0].index_base == 2);  // index_offset - q.begin * width
+  CHECK(q.entries[0].other_buf == 0);
+
+  const g::WorkList k = g::k_major(args, BufferId::local, indices);
+  REQUIRE(k.entries.size() == 1);
+  CHECK(k.area == 4);
+  const g::WorkEntry& e = k.entries[0];
+  CHECK(e.major_b == 2);
+  CHECK(e.major_e == 6);
+  // Col c's rows: t_rows[t_ptr[base + c] .. t_ptr[base + c + 1]).
+  auto rows_of = [&](i64 c) {
+    std::vector<std::int32_t> r;
+    for (i64 i = k.t_ptr[static_cast<std::size_t>(e.index_base + c)];
+         i < k.t_ptr[static_cast<std::size_t>(e.index_base + c + 1)]; ++i)
+      r.push_back(k.t_rows[static_cast<std::size_t>(i)]);
+    return r;
+  };
+  CHECK(rows_of(2) == std::vector<std::int32_t>{0});
+  CHECK(rows_of(3) == std::vector<std::int32_t>{1});
+  CHECK(rows_of(4).empty());
+  CHECK(rows_of(5) == std::vector<std::int32_t>{0, 2});
+
+  // A tile of the k buffer whose cols nobody selects gets no entry; a row
+  // block with no valid key neither.
+  AttnArg b = a;
+  b.q = {70, 71};
+  b.k = {3, 200};
+  b.index_width = 3;
+  b.index_offset = 0;
+  const std::vector<std::int32_t> idx2 = {3, -1, 150};
+  const g::WorkList k2 = g::k_major(std::vector<AttnArg>{b}, BufferId::local, idx2);
+  REQUIRE(k2.entries.size() == 2);  // tiles [0, 64) and [128, 192)
+  CHECK(k2.tile_start == std::vector<i64>{0, 128});
+  CHECK(k2.entries[0].major_b == 3);
+  CHECK(k2.entries[0].major_e == 4);
+  CHECK(k2.entries[1].major_b == 150);
+  CHECK(k2.entries[1].major_e == 151);
+  const std::vector<std::int32_t> none = {-1, -1, -1};
+  CHECK(g::q_major(std::vector<AttnArg>{b}, BufferId::local, none).empty());
+}
+
+TEST_CASE("index args with keys outside their hull or past the pool are refused, naming the entry") {
+  AttnArg a;
+  a.q = {4, 6};
+  a.k = {10, 12};
+  a.index_width = 2;
+  a.index_offset = 0;
+  const std::vector<std::int32_t> bad = {10, 11, 12, -1};
+  CHECK_THROWS_WITH_AS(g::q_major(std::vector<AttnArg>{a}, BufferId::local, bad),
+                       "cuda_nccl: index arg 0: indices[2] (row 5, entry 0) = 12 is outside its k rows [10, 12)", Error);
+  const std::vector<std::int32_t> shorter = {10, 11, 10};
+  CHECK_THROWS_WITH_AS(g::k_major(std::vector<AttnArg>{a}, BufferId::local, shorter),
+                       "cuda_nccl: index arg 0 reads indices [0, 4) of 3 (width 2)", Error);
+  a.type = MaskType::causal;
+  const std::vector<std::int32_t> good = {10, 11, 10, -1};
+  CHECK_THROWS_WITH_AS(g::q_major(std::vector<AttnArg>{a}, BufferId::local, good),
+                       "cuda_nccl: index arg 0 has mask type causal (index args are full)", Error);
+}
+
+TEST_CASE("a rank plan with index args survives encode/decode with its index pool") {
+  std::mt19937_64 rng(5);
+  auto c = test::make_index_plan_case(test::random_topk(150, 2, 7, rng), 3, Heads{4, 2, 16, 2}, GridOptions{true, 1}, 2, 9);
+  REQUIRE(count_index_args(c.plan, true) > 0);
+  for (const RankPlan& rp : c.plan.ranks) {
+    int stages = 0;
+    const RankPlan back = g::decode_rank_plan(g::encode_rank_plan(rp, c.plan.num_stages), &stages);
+    CHECK(stages == 2);
+    for (const auto& [x, y] : {std::pair{&rp.fwd, &back.fwd}, std::pair{&rp.bwd, &back.bwd}}) {
+      CHECK(x->calc.local_attn_args == y->calc.local_attn_args);
+      CHECK(x->calc.remote_attn_args == y->calc.remote_attn_args);
+      CHECK(x->calc.indices == y->calc.indices);
+      CHECK(x->comm.stages == y->comm.stages);
+    }
+  }
+}
+
+TEST_CASE("the emulated pipeline runs top-k plans (random and dsa) and matches the sim runtime") {
+  std::mt19937_64 rng(31);
+  struct Case {
+    int P, stages, kv_heads, dim;
+    bool dsa;
+    std::uint64_t placement;
+  };
+  const Case cases[] = {{2, 1, 1, 16, false, 3}, {2, 2, 2, 16, true, 5},  {3, 1, 2, 32, false, 7},
+                        {3, 2, 1, 16, true, 0},  {4, 1, 1, 16, true, 11}, {4, 2, 2, 16, false, 13},
+                        {2, 2, 1, 16, false, 0}, {3, 1, 1, 16, true, 2},  {4, 2, 1, 32, true, 4}};
+  for (const Case& k : cases) {
+    const Token S = 80 * k.P + static_cast<Token>(rng() % 40);
+    const auto mask = k.dsa ? dsa_mask(S, {S / 3, S / 4, S - S / 3 - S / 4}, rng()) : test::random_topk(S, k.kv_heads, 6, rng);
+    // Per-head selections need flattened groups (one group per KV head); a
+    // shared one runs with groups flattened or not.
+    const bool flat = k.kv_heads == 2 || k.P % 2 == 0;
+    auto c = test::make_index_plan_case(mask, k.P, Heads{4, 2, k.dim, 2}, GridOptions{flat, 1}, k.stages, k.placement);
+    INFO("P=", k.P, " stages=", k.stages, " kv_heads=", k.kv_heads, " D=", k.dim, k.dsa ? " dsa" : " random",
+         " placement=", k.placement);
+    REQUIRE(count_index_args(c.plan, false) > 0);
+    if (k.placement != 0) CHECK(count_index_args(c.plan, true) > 0);
+    const Checked res = run_and_check(c);
+    INFO(res.plan.text, "; dense reference: ", res.dense_error);
+    CHECK(res.passed());
+    CHECK(res.plan.errors.max() < 5e-3);
+    CHECK(res.dense_error < 5e-3);
+  }
+}
+
+TEST_CASE("index args: delaying either stream changes no bit, and the executor runs them with a broadcast plan") {
+  std::mt19937_64 rng(37);
+  auto c = test::make_index_plan_case(dsa_mask(300, {120, 180}, 3), 3, Heads{4, 2, 16, 2}, GridOptions{true, 1}, 2, 21);
+  REQUIRE(count_index_args(c.plan, true) > 0);
+  g::EmulatedRun eager, lazy_comm, lazy_compute;
+  CHECK(run_and_check(c, g::Schedule::eager, &eager).passed());
+  CHECK(run_and_check(c, g::Schedule::lazy_comm, &lazy_comm).passed());
+  CHECK(run_and_check(c, g::Schedule::lazy_compute, &lazy_compute).passed());
+  for (std::size_t r = 0; r < eager.outputs.size(); ++r) {
+    CHECK(eager.outputs[r].o == lazy_comm.outputs[r].o);
+    CHECK(eager.outputs[r].dk == lazy_comm.outputs[r].dk);
+    CHECK(eager.outputs[r].dv == lazy_compute.outputs[r].dv);
+    CHECK(eager.outputs[r].dq == lazy_compute.outputs[r].dq);
+  }
+  Params p;
+  p.set("backend", std::string("emulate"));
+  p.set("check", true);
+  p.set("plan_source", std::string("broadcast"));
+  const ExecutionReport rep = g::run_emulated(*c.problem, c.plan, g::parse_run_options(p), 11);
+  INFO(rep.text);
+  CHECK(rep.passed);
+  CHECK(rep.text.find("plan from broadcast") != std::string::npos);
+}
+
+TEST_CASE("a top-k plan missing one remote index arg fails the dense comparison") {
+  std::mt19937_64 rng(41);
+  auto c = test::make_index_plan_case(test::random_topk(240, 1, 8, rng), 3, Heads{4, 2, 16, 2}, GridOptions{true, 1}, 1, 8);
+  bool dropped = false;
+  for (RankPlan& rp : c.plan.ranks) {
+    auto& args = rp.fwd.calc.remote_attn_args[0];
+    for (auto it = args.begin(); !dropped && it != args.end(); ++it)
+      if (it->is_index()) {
+        args.erase(it);
+        dropped = true;
+        break;
+      }
+  }
+  REQUIRE(dropped);
+  const Checked res = run_and_check(c);
+  CHECK(res.plan.passed);  // the sim runs the same (broken) plan
+  CHECK(res.dense_error > 0.05);
+}
