@@ -7,6 +7,9 @@
 //     self-check against the sim runtime.
 //  2. The executor itself on a one-rank plan (launch single, check on).
 //  3. Device-side mask ingestion equals the TaskGrid.
+//  4. Token top-k plans (index args, random per head and dsa) through the
+//     same pipeline check as 1.
+//  5. Device-side top-k counting equals count_index_cells and its CPU twin.
 #include <cmath>
 #include <cstdio>
 #include <cuda_runtime_api.h>
@@ -15,6 +18,7 @@
 #include <thread>
 
 #include "brute_force.hpp"
+#include "cpsched/error.hpp"
 #include "cpsched/mask_generators.hpp"
 #include "device/cuda_backend.hpp"
 #include "device/executor.hpp"
@@ -23,6 +27,7 @@
 #include "host/emulate.hpp"
 #include "host/inputs.hpp"
 #include "plans.hpp"
+#include "random_index_masks.hpp"
 
 using namespace cpsched;
 namespace g = cpsched::gpu;
@@ -53,11 +58,38 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() != b.size() ? 1e9 : num / (den > 0 ? den : 1);
 }
 
+void run_pipeline(const test::PlanCase& c, const std::string& name);
+
 void pipeline_case(int P, int stages, int dim, bool flat, std::uint64_t placement) {
   std::mt19937_64 rng(static_cast<std::uint64_t>(P * 100 + stages * 10 + dim));
   const Token S = 400 * P + static_cast<Token>(rng() % 200);
   auto c = test::make_plan_case(test::random_document_mask(S, rng), P, Heads{8, 2, dim, 2}, GridOptions{flat, 1},
                                 stages, placement);
+  run_pipeline(c, fmt::format("pipeline P={} stages={} D={} {}", P, stages, dim, flat ? "flattened" : "grouped"));
+}
+
+// Token top-k plans (index args): random per-head selections or the dsa generator.
+void index_pipeline_case(int P, int stages, int dim, bool dsa, std::uint64_t placement) {
+  std::mt19937_64 rng(static_cast<std::uint64_t>(P * 1000 + stages * 10 + dim));
+  const Token S = 400 * P + static_cast<Token>(rng() % 200);
+  std::shared_ptr<const IndexMask> mask;
+  if (dsa) {
+    MaskSpec spec;
+    spec.kind = MaskKind::dsa;
+    spec.lengths = {S / 2, S / 3, S - S / 2 - S / 3};
+    spec.topk = 96;
+    spec.sink = 8;
+    spec.local = 32;
+    mask = std::make_shared<const IndexMask>(make_index_mask(spec, S));
+  } else {
+    mask = test::random_topk(S, 2, 40, rng);
+  }
+  auto c = test::make_index_plan_case(mask, P, Heads{8, 2, dim, 2}, GridOptions{true, 1}, stages, placement);
+  run_pipeline(c, fmt::format("top-k pipeline P={} stages={} D={} {}", P, stages, dim, dsa ? "dsa" : "random per head"));
+}
+
+void run_pipeline(const test::PlanCase& c, const std::string& name) {
+  const int P = c.plan.sharding.cp_size;
   const g::HeadLayout h = g::HeadLayout::of(*c.problem);
   std::vector<g::RankInputs> in;
   for (Rank r = 0; r < P; ++r) in.push_back(g::shard_inputs(*c.problem, c.plan.sharding, r, 3));
@@ -83,7 +115,6 @@ void pipeline_case(int P, int stages, int dim, bool flat, std::uint64_t placemen
       }
     });
   for (auto& t : ts) t.join();
-  const std::string name = fmt::format("pipeline P={} stages={} D={} {}", P, stages, dim, flat ? "flattened" : "grouped");
   try {
     g::rethrow_first_cause(errors);
   } catch (const std::exception& e) {
@@ -146,6 +177,50 @@ void ingestion() {
                            res.records.size(), cells.size()));
 }
 
+// Device-side top-k counting equals count_index_cells (per head and merged),
+// and a bad entry is named.
+void topk_counting() {
+  MaskSpec spec;
+  spec.kind = MaskKind::dsa;
+  spec.lengths = {9000, 3000, 8000};
+  spec.topk = 256;
+  spec.kv_heads = 2;
+  const IndexMask m = make_index_mask(spec, 20000);
+  auto problem = std::make_shared<const Problem>(
+      Problem::make(std::make_shared<const IndexMask>(m), 8, Heads{8, 2, 64, 2}, GridOptions{true, 2}));
+  const std::vector<Range>& blocks = problem->sharding.blocks;
+  const auto idx = m.indices.span();
+  auto* d_idx = device_array<std::int32_t>(idx.size());
+  g::cuda::check(cudaMemcpy(d_idx, idx.data(), idx.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice), "copy");
+  for (bool per_head : {true, false}) {
+    const g::TopkDims d{m.seqlen, m.kv_heads, static_cast<int>(m.indices.shape[2]), m.causal, per_head};
+    const std::vector<IndexCell> got = g::cuda::count_topk(d_idx, d, blocks, "dsa", nullptr);
+    const std::vector<IndexCell> want = count_index_cells(m, blocks, IndexCountOptions{per_head, 0});
+    bool same = got.size() == want.size();
+    for (std::size_t i = 0; same && i < got.size(); ++i)
+      same = got[i].head == want[i].head && got[i].qblock == want[i].qblock && got[i].kblock == want[i].kblock &&
+             got[i].area == want[i].area && got[i].rows == want[i].rows && got[i].cols == want[i].cols;
+    const std::vector<IndexCell> twin = g::count_topk_on_host(idx, d, blocks, "dsa");
+    expect(same && twin.size() == got.size(),
+           fmt::format("device top-k counting ({}): {} cells equal count_index_cells and the CPU twin",
+                       per_head ? "per head" : "heads merged", got.size()));
+  }
+  const std::int32_t bad = 20000;
+  g::cuda::check(cudaMemcpy(d_idx + 12345, &bad, sizeof bad, cudaMemcpyHostToDevice), "copy");
+  std::string err;
+  try {
+    g::cuda::count_topk(d_idx, g::TopkDims{m.seqlen, m.kv_heads, static_cast<int>(m.indices.shape[2]), true, true},
+                        blocks, "dsa", nullptr);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  const std::int64_t k = m.indices.shape[2];
+  expect(err == fmt::format("dsa: indices[{}, {}, {}] = 20000 is outside [0, 20000)", 12345 / (2 * k), 12345 / k % 2,
+                            12345 % k),
+         "device top-k counting names a bad entry: " + err);
+  cudaFree(d_idx);
+}
+
 }  // namespace
 
 int main() {
@@ -160,6 +235,10 @@ int main() {
     pipeline_case(4, 2, 128, true, 11);
     executor_single();
     ingestion();
+    index_pipeline_case(2, 1, 64, false, 3);
+    index_pipeline_case(3, 2, 128, true, 5);
+    index_pipeline_case(4, 2, 64, true, 0);
+    topk_counting();
   } catch (const std::exception& e) {
     expect(false, std::string("exception: ") + e.what());
   }

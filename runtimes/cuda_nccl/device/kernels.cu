@@ -8,6 +8,7 @@
 #include "host/attention_programs.hpp"
 #include "host/data_programs.hpp"
 #include "host/mask_ingest.hpp"
+#include "host/topk_count.hpp"
 #include "kernels.hpp"
 
 namespace cpsched::gpu::cuda {
@@ -162,6 +163,80 @@ IngestResult ingest_mask(const DevSlice* d_slices, int n, const Sharding& sh, cu
   }
   release();
   return out;
+}
+
+std::vector<IndexCell> count_topk(const std::int32_t* d_idx, const TopkDims& dims, const std::vector<Range>& blocks,
+                                  const std::string& source, cudaStream_t s) {
+  const std::vector<i64> bounds = topk_count_bounds(dims, blocks);
+  const int nb = static_cast<int>(blocks.size()), ch = dims.per_head ? dims.heads : 1;
+  const i64 words = (dims.seqlen + 31) / 32, rows = dims.seqlen * dims.heads;
+  const i64 cells = static_cast<i64>(ch) * nb * nb;
+  const std::size_t bitmap = static_cast<std::size_t>(ch) * static_cast<std::size_t>(nb) * static_cast<std::size_t>(words);
+  TopkCountRaw raw;
+  raw.area.resize(static_cast<std::size_t>(cells));
+  raw.row_runs.resize(static_cast<std::size_t>(cells));
+  raw.offsets.resize(static_cast<std::size_t>(cells) + 1);
+  // Scratch: bounds, areas, the two bitmaps, the bad entry, counts/offsets, row runs, then the runs.
+  void *d_bounds = nullptr, *d_area = nullptr, *d_cols = nullptr, *d_rows = nullptr, *d_bad = nullptr,
+       *d_counts = nullptr, *d_row_runs = nullptr, *d_runs = nullptr;
+  auto release = [&] {
+    for (void** p : {&d_bounds, &d_area, &d_cols, &d_rows, &d_bad, &d_counts, &d_row_runs, &d_runs})
+      if (*p != nullptr) {
+        cudaFree(*p);
+        *p = nullptr;
+      }
+  };
+  try {
+    check(cudaMalloc(&d_bounds, bounds.size() * sizeof(i64)), "cudaMalloc(top-k bounds)");
+    check(cudaMalloc(&d_area, raw.area.size() * sizeof(i64)), "cudaMalloc(top-k areas)");
+    check(cudaMalloc(&d_cols, bitmap * sizeof(std::uint32_t)), "cudaMalloc(top-k key bitmap)");
+    check(cudaMalloc(&d_rows, bitmap * sizeof(std::uint32_t)), "cudaMalloc(top-k query bitmap)");
+    check(cudaMalloc(&d_bad, sizeof(i64)), "cudaMalloc(top-k bad entry)");
+    check(cudaMalloc(&d_counts, raw.offsets.size() * sizeof(i64)), "cudaMalloc(top-k counts)");
+    check(cudaMalloc(&d_row_runs, raw.row_runs.size() * sizeof(i64)), "cudaMalloc(top-k row runs)");
+    const i64 no_bad = kNoBadEntry;
+    check(cudaMemcpyAsync(d_bounds, bounds.data(), bounds.size() * sizeof(i64), cudaMemcpyHostToDevice, s),
+          "cudaMemcpy(top-k bounds)");
+    check(cudaMemcpyAsync(d_bad, &no_bad, sizeof(i64), cudaMemcpyHostToDevice, s), "cudaMemcpy(top-k bad entry)");
+    check(cudaMemsetAsync(d_area, 0, raw.area.size() * sizeof(i64), s), "cudaMemset(top-k areas)");
+    check(cudaMemsetAsync(d_cols, 0, bitmap * sizeof(std::uint32_t), s), "cudaMemset(top-k key bitmap)");
+    check(cudaMemsetAsync(d_rows, 0, bitmap * sizeof(std::uint32_t), s), "cudaMemset(top-k query bitmap)");
+    const TopkCount c{d_idx, dims.seqlen, dims.heads, dims.k, dims.causal ? 1 : 0, ch,
+                      static_cast<const i64*>(d_bounds), nb, 0, words, static_cast<i64*>(d_area),
+                      static_cast<std::uint32_t*>(d_cols), static_cast<std::uint32_t*>(d_rows), static_cast<i64*>(d_bad)};
+    launch(TopkMark{c}, (rows + kDataThreads - 1) / kDataThreads, 1, s);
+    check(cudaMemcpyAsync(&raw.bad, d_bad, sizeof(i64), cudaMemcpyDeviceToHost, s), "cudaMemcpy(top-k bad entry)");
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize(top-k mark)");
+    if (raw.bad != kNoBadEntry) {
+      check(cudaMemcpy(&raw.bad_value, d_idx + raw.bad, sizeof(std::int32_t), cudaMemcpyDeviceToHost),
+            "cudaMemcpy(top-k bad value)");
+      release();
+      return topk_cells_from_raw(raw, dims, nb, source);  // throws
+    }
+    const i64 ctas = (cells + kDataThreads - 1) / kDataThreads;
+    launch(TopkRunCount{c, static_cast<i64*>(d_counts), static_cast<i64*>(d_row_runs)}, ctas, 1, s);
+    launch(IngestScan{static_cast<i64*>(d_counts), static_cast<int>(cells)}, 1, 1, s);
+    check(cudaMemcpyAsync(raw.offsets.data(), d_counts, raw.offsets.size() * sizeof(i64), cudaMemcpyDeviceToHost, s),
+          "cudaMemcpy(top-k offsets)");
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize(top-k scan)");
+    raw.runs.resize(static_cast<std::size_t>(raw.offsets.back()));
+    if (!raw.runs.empty()) {
+      check(cudaMalloc(&d_runs, raw.runs.size() * sizeof(Iv)), "cudaMalloc(top-k runs)");
+      launch(TopkRunEmit{c, static_cast<const i64*>(d_counts), static_cast<Iv*>(d_runs)}, ctas, 1, s);
+      check(cudaMemcpyAsync(raw.runs.data(), d_runs, raw.runs.size() * sizeof(Iv), cudaMemcpyDeviceToHost, s),
+            "cudaMemcpy(top-k runs)");
+    }
+    check(cudaMemcpyAsync(raw.area.data(), d_area, raw.area.size() * sizeof(i64), cudaMemcpyDeviceToHost, s),
+          "cudaMemcpy(top-k areas)");
+    check(cudaMemcpyAsync(raw.row_runs.data(), d_row_runs, raw.row_runs.size() * sizeof(i64), cudaMemcpyDeviceToHost, s),
+          "cudaMemcpy(top-k row runs)");
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize(top-k counting)");
+  } catch (...) {
+    release();
+    throw;
+  }
+  release();
+  return topk_cells_from_raw(raw, dims, nb, source);
 }
 
 }  // namespace cpsched::gpu::cuda

@@ -7,6 +7,7 @@
 
 #include "host/backend.hpp"
 #include "host/mask_ingest.hpp"
+#include "host/topk_count.hpp"
 
 namespace cpsched::gpu::cuda {
 
@@ -36,6 +37,15 @@ struct IngestResult {
   std::vector<i64> cell_area;  // nb x nb, row-major by q block
 };
 IngestResult ingest_mask(const DevSlice* d_slices, int n, const Sharding& sh, cudaStream_t s);
+
+// Device-side counting of a token top-k selection (host/topk_count.hpp):
+// `d_idx` is the int32 [S, H, k] index tensor in device memory; the grid's
+// cells over `blocks` (tiling [0, S)) come back, equal to count_index_cells.
+// Only per-cell numbers and row/col runs cross to the host. Synchronous on
+// `s`. Throws cpsched::Error naming `source` and the first entry outside
+// [0, S) or after its query (causal); duplicates are not checked here.
+std::vector<IndexCell> count_topk(const std::int32_t* d_idx, const TopkDims& dims, const std::vector<Range>& blocks,
+                                  const std::string& source, cudaStream_t s);
 
 // Throws cpsched::Error with `what` and CUDA's message.
 void check(cudaError_t e, const char* what);
