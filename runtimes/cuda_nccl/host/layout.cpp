@@ -19,6 +19,12 @@ bool is_q_side(Tensor t) {
 }
 
 HeadLayout HeadLayout::of(const Problem& p) {
+  // The kernels and buffers hold one head dim for every tensor: MLA (d_v !=
+  // d_qk, or V sharing K's latent row) is refused before anything is sized.
+  if (!p.heads.is_gqa())
+    throw Error(fmt::format("cuda_nccl: MLA head geometry (d_qk {}, d_v {}{}) is not supported: its kernels and "
+                            "buffers are built for GQA (one head dim for Q, K, V and O); run it on the sim executor",
+                            p.heads.dqk(), p.heads.dv(), p.heads.kv_shared ? ", shared KV latent" : ""));
   HeadLayout h{p.heads.q, p.heads.kv, p.heads.dim, p.num_groups(), p.heads.dtype_bytes};
   if (h.hq <= 0 || h.hkv <= 0 || h.hq % h.hkv != 0 || h.groups <= 0 || h.hkv % h.groups != 0 || h.dim <= 0 ||
       h.dtype_bytes <= 0)
