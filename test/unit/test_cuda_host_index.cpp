@@ -14,6 +14,7 @@
 #include "cpsched/mask_generators.hpp"
 #include "host/check.hpp"
 #include "host/emulate.hpp"
+#include "host/host_backend.hpp"
 #include "host/inputs.hpp"
 #include "host/plan_codec.hpp"
 #include "host/rank_run.hpp"
@@ -257,4 +258,30 @@ TEST_CASE("a top-k plan missing one remote index arg fails the dense comparison"
   const Checked res = run_and_check(c);
   CHECK(res.plan.passed);  // the sim runs the same (broken) plan
   CHECK(res.dense_error > 0.05);
+}
+
+TEST_CASE("index args count their selected pairs in the FLOPs and their pools in the device bytes") {
+  std::mt19937_64 rng(43);
+  auto c = test::make_index_plan_case(test::random_topk(200, 1, 9, rng), 2, Heads{4, 2, 16, 2}, GridOptions{false, 1}, 1, 3);
+  const g::HeadLayout h = g::HeadLayout::of(*c.problem);
+  for (Rank r = 0; r < 2; ++r) {
+    const RankPlan& rp = c.plan.ranks[static_cast<std::size_t>(r)];
+    double pairs = 0;  // every arg's entries other than -1
+    auto add = [&](const AttnArg& a) {
+      REQUIRE(a.is_index());
+      for (i64 e = 0; e < a.q.size() * a.index_width; ++e)
+        pairs += rp.fwd.calc.indices[static_cast<std::size_t>(a.index_offset + e)] >= 0 ? 1 : 0;
+    };
+    for (const AttnArg& a : rp.fwd.calc.local_attn_args) add(a);
+    for (const auto& s : rp.fwd.calc.remote_attn_args)
+      for (const AttnArg& a : s) add(a);
+    REQUIRE(pairs > 0);
+    CHECK(g::pass_flops(rp.fwd.calc, h, g::Pass::fwd) == doctest::Approx(4.0 * pairs * 4 * 16));
+    g::HostWorld world(2);
+    g::HostBackend be(world, r);
+    const g::RankPipeline pipe(be, rp, h, c.plan.sharding.rank_tokens(r).size());
+    const auto pool_bytes = static_cast<Bytes>((rp.fwd.calc.indices.size() + rp.bwd.calc.indices.size()) * 4);
+    CHECK(pool_bytes > 0);
+    CHECK(pipe.metadata_bytes() > pool_bytes);  // the pools, the transposes and the work lists
+  }
 }

@@ -1,5 +1,6 @@
 #include "pipeline.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <span>
 #include <fmt/format.h>
@@ -14,7 +15,14 @@ double pass_flops(const CalcMeta& calc, const HeadLayout& h, Pass pass) {
   auto add = [&](const std::vector<AttnArg>& args) {
     for (const AttnArg& a : args) {
       const int heads = a.group < 0 ? h.hq : h.hq / h.groups;
-      const double area = a.is_index() ? static_cast<double>(arg_area(a, calc)) : static_cast<double>(band_area(band_of(a)));
+      double area = 0;
+      if (a.is_index()) {  // the entries other than -1, read from the pool the kernels read
+        const auto first = calc.indices.begin() + a.index_offset;
+        area = static_cast<double>(std::count_if(first, first + a.q.size() * a.index_width,
+                                                 [](std::int32_t v) { return v >= 0; }));
+      } else {
+        area = static_cast<double>(band_area(band_of(a)));
+      }
       macs += area * heads * h.dim;
     }
   };
@@ -38,6 +46,7 @@ class MetaArena {
     bytes_.insert(bytes_.end(), p, p + v.size() * sizeof(T));
     return off;
   }
+  std::size_t size() const { return bytes_.size(); }
   void commit(Backend& be) {
     if (bytes_.empty()) return;
     base_ = static_cast<std::uint8_t*>(be.alloc(static_cast<Bytes>(bytes_.size())));
@@ -336,6 +345,7 @@ void RankPipeline::prepare(Pass pass, const PassPlan& plan) {
     }
   }
 
+  meta_bytes_ += static_cast<Bytes>(arena.size());
   arena.commit(be_);
   auto resolve = [&](std::vector<Unpack>& uu, const std::vector<std::size_t>& un) {
     for (std::size_t i = 0; i < uu.size(); ++i) uu[i].segs = arena.at<void>(un[i]);

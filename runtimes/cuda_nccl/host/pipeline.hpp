@@ -44,7 +44,8 @@ struct RankOutputs {
 };
 
 // Multiply-adds x 2 of a pass's attention args (forward: 4 x area x heads x D;
-// backward counted as 2.5 x forward, the usual convention).
+// backward counted as 2.5 x forward, the usual convention; an index arg's area is
+// its entries other than -1).
 double pass_flops(const CalcMeta& calc, const HeadLayout& h, Pass pass);
 
 class RankPipeline {
@@ -64,6 +65,9 @@ class RankPipeline {
   const BufferSizes& sizes() const { return sizes_; }
   const PassLists& lists(Pass p) const { return lists_[static_cast<int>(p)]; }
   Token local_rows() const { return rows_; }
+  // Device bytes of the launch metadata of both passes (work lists, segment
+  // tables, the index pools and their transposes), beside sizes().total().
+  Bytes metadata_bytes() const { return meta_bytes_; }
   int num_launches(Pass p) const;
 
  private:
@@ -109,6 +113,7 @@ class RankPipeline {
   LocalBuffers local_;
   PassLists lists_[2];
   BufferSizes sizes_;
+  Bytes meta_bytes_ = 0;
   PassPrep pass_[2];
 };
 

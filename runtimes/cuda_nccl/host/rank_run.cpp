@@ -146,7 +146,7 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
   figs[kBwdMs] = median(bwd);
   figs[kFwdFlops] = pass_flops(mine.fwd.calc, h, Pass::fwd);
   figs[kBwdFlops] = pass_flops(mine.bwd.calc, h, Pass::bwd);
-  figs[kDeviceBytes] = static_cast<double>(pipe.sizes().total());
+  figs[kDeviceBytes] = static_cast<double>(pipe.sizes().total() + pipe.metadata_bytes());  // index pools count
   for (Pass ps : {Pass::fwd, Pass::bwd})
     for (const StageLists& st : pipe.lists(ps).stages)
       for (Kind k : {Kind::qo, Kind::kv})
