@@ -285,3 +285,18 @@ TEST_CASE("index args count their selected pairs in the FLOPs and their pools in
     CHECK(pipe.metadata_bytes() > pool_bytes);  // the pools, the transposes and the work lists
   }
 }
+
+TEST_CASE("block selections (block top-k, per KV head or shared) run as range args and match the dense reference") {
+  std::mt19937_64 rng(47);
+  for (int P : {2, 3, 4})
+    for (int heads : {1, 2}) {
+      const Token S = 70 * P + static_cast<Token>(rng() % 30);
+      auto c = test::make_index_plan_case(test::random_block_topk(S, heads, 4, 8, 3, rng), P, Heads{4, 2, 16, 2},
+                                          GridOptions{true, 1}, 1 + P % 2, 5 + static_cast<std::uint64_t>(P));
+      CHECK(count_index_args(c.plan, false) == 0);
+      const Checked res = run_and_check(c);
+      INFO("P=", P, " heads=", heads, ": ", res.plan.text, "; dense reference: ", res.dense_error);
+      CHECK(res.passed());
+      CHECK(res.dense_error < 5e-3);
+    }
+}
