@@ -56,7 +56,7 @@ struct Counter {
   };
 
   template <class Lut>
-  void count_block(State& st, const Lut* lut, std::int64_t qb, FirstError& fe, int t, std::vector<IndexCell>& out) const {
+  void count_block(State& st, const Lut& lut, std::int64_t qb, FirstError& fe, int t, std::vector<IndexCell>& out) const {
     const std::int64_t S = m.seqlen, H = m.kv_heads, k = m.indices.shape[2];
     const Range q = blocks[static_cast<std::size_t>(qb)];
     bool sorted_rows = true;  // the last row's layout
@@ -97,7 +97,7 @@ struct Counter {
         std::int64_t bad;
         if (sorted_rows) {
           bad = scan_topk_row<false>(row, k, i, S, m.causal, st.seen, [&](std::int64_t v) {
-            const std::int64_t b = lut[v];
+            const std::int64_t b = lut(v);
             if (b != run_b) {
               flush_run();
               run_b = b;
@@ -115,7 +115,7 @@ struct Counter {
           if (word >= 0) cols[word] |= bits;
         } else {
           bad = scan_topk_row<true>(row, k, i, S, m.causal, st.seen, [&](std::int64_t v) {
-            const std::int64_t b = lut[v];
+            const std::int64_t b = lut(v);
             touch(b);
             ++area[b];
             cols[v >> 6] |= std::uint64_t{1} << (v & 63);
@@ -158,6 +158,24 @@ struct Counter {
   }
 };
 
+// Token -> block lookups. Coarse: one entry per 64 tokens (S / 32 bytes, in
+// L1 at S = 128k) plus one compare, valid when every block has >= 64 tokens
+// (a 64-token bucket then holds at most one block start). Full: one entry
+// per token (2 or 4 bytes each).
+struct CoarseLut {
+  const std::uint16_t* bucket;  // block of token 64 w
+  const Token* end;             // blocks[b].end
+  std::int64_t operator()(std::int64_t v) const {
+    const std::int64_t b = bucket[v >> 6];
+    return b + (v >= end[b]);
+  }
+};
+template <class T>
+struct FullLut {
+  const T* block;
+  std::int64_t operator()(std::int64_t v) const { return block[v]; }
+};
+
 void check_blocks(const std::vector<Range>& blocks, Token S) {
   if (blocks.empty()) throw Error("count_index_cells: no blocks (they must tile [0, S))");
   Token at = 0;
@@ -185,16 +203,28 @@ std::vector<IndexCell> count_index_cells(const IndexMask& mask, const std::vecto
   const std::int64_t nb = static_cast<std::int64_t>(blocks.size());
   Counter counter{mask, blocks, options.per_head ? mask.kv_heads : 1, nb, (S + 63) / 64};
 
-  // Token -> block: 16-bit entries while they fit (half the cache footprint).
+  Token min_block = S;
+  for (Range r : blocks) min_block = std::min(min_block, r.size());
   std::vector<std::uint16_t> lut16;
   std::vector<std::int32_t> lut32;
-  auto fill = [&](auto& lut) {
-    lut.resize(static_cast<std::size_t>(S));
-    for (std::int64_t b = 0; b < nb; ++b)
-      std::fill(lut.begin() + blocks[static_cast<std::size_t>(b)].begin, lut.begin() + blocks[static_cast<std::size_t>(b)].end,
-                static_cast<typename std::decay_t<decltype(lut)>::value_type>(b));
-  };
-  if (nb <= 65536) fill(lut16); else fill(lut32);
+  std::vector<Token> ends;
+  const bool coarse = nb <= 65535 && min_block >= 64;
+  if (coarse) {
+    lut16.resize(static_cast<std::size_t>((S + 63) / 64));
+    for (std::size_t w = 0, b = 0; w < lut16.size(); ++w) {
+      while (blocks[b].end <= static_cast<Token>(w) * 64) ++b;
+      lut16[w] = static_cast<std::uint16_t>(b);
+    }
+    for (Range r : blocks) ends.push_back(r.end);
+  } else {
+    auto fill = [&](auto& lut) {
+      lut.resize(static_cast<std::size_t>(S));
+      for (std::int64_t b = 0; b < nb; ++b)
+        std::fill(lut.begin() + blocks[static_cast<std::size_t>(b)].begin, lut.begin() + blocks[static_cast<std::size_t>(b)].end,
+                  static_cast<typename std::decay_t<decltype(lut)>::value_type>(b));
+    };
+    if (nb <= 65536) fill(lut16); else fill(lut32);
+  }
 
   // Contiguous runs of query blocks of about S / T rows each.
   const int T = static_cast<int>(std::min<std::int64_t>(resolve_threads(options.threads), nb));
@@ -215,10 +245,13 @@ std::vector<IndexCell> count_index_cells(const IndexMask& mask, const std::vecto
     st.last.assign(cells, -2);
     st.rows.resize(cells);
     for (std::int64_t qb = first[static_cast<std::size_t>(t)]; qb < first[static_cast<std::size_t>(t) + 1]; ++qb) {
-      if (lut16.empty())
-        counter.count_block(st, lut32.data(), qb, fe, t, per_block[static_cast<std::size_t>(qb)]);
+      auto& out = per_block[static_cast<std::size_t>(qb)];
+      if (coarse)
+        counter.count_block(st, CoarseLut{lut16.data(), ends.data()}, qb, fe, t, out);
+      else if (lut32.empty())
+        counter.count_block(st, FullLut<std::uint16_t>{lut16.data()}, qb, fe, t, out);
       else
-        counter.count_block(st, lut16.data(), qb, fe, t, per_block[static_cast<std::size_t>(qb)]);
+        counter.count_block(st, FullLut<std::int32_t>{lut32.data()}, qb, fe, t, out);
     }
   });
   fe.rethrow();

@@ -224,6 +224,29 @@ TEST_CASE("count_index_cells matches a brute-force count; any thread count gives
   }
 }
 
+TEST_CASE("count_index_cells: blocks of >= 64 tokens (the coarse token-to-block lookup) match brute force") {
+  std::mt19937_64 rng(8);
+  const Token S = 389;
+  for (bool causal : {true, false}) {
+    std::vector<std::int32_t> v = random_topk(rng, S, 2, 24, causal);
+    const IndexMask m = topk_mask(v, S, 2, 24, causal);
+    for (auto blocks : {Sharding::sequential(S, 3).blocks, Sharding::sequential(S, 3, 2).blocks,
+                        std::vector<Range>{{0, 64}, {64, 200}, {200, 264}, {264, 389}}}) {
+      const auto want = brute_count(m, blocks, true);
+      const auto got = count_index_cells(m, blocks, {true, 2});
+      REQUIRE(got.size() == want.size());
+      std::size_t x = 0;
+      for (const auto& [key, bc] : want) {
+        const IndexCell& cell = got[x++];
+        CHECK(CellKey{cell.head, cell.qblock, cell.kblock} == key);
+        CHECK(cell.area == bc.area);
+        CHECK(tokens_of(cell.rows) == bc.rows);
+        CHECK(tokens_of(cell.cols) == bc.cols);
+      }
+    }
+  }
+}
+
 TEST_CASE("count_index_cells: blocks must tile [0, S); block kinds are refused") {
   std::vector<std::int32_t> v{0, -1, 1, 0};
   IndexMask m = topk_mask(v, 2, 1, 2, true);
