@@ -77,17 +77,17 @@ struct Counter {
         std::int64_t run_b = -1, word = -1;
         Token run_n = 0;
         std::uint64_t bits = 0;
+        // First touch of cell b by this row (a cell not yet touched in this
+        // query block has area 0 and last < the block's first row).
         auto touch = [&](std::int64_t b) {
+          if (last[b] == i) return;
           const auto c = static_cast<std::size_t>(ch * nb + b);
           if (area[b] == 0) {
             st.touched.push_back(static_cast<std::int32_t>(c));
             st.rows[c] = RangeSet();
-            last[b] = -2;
           }
-          if (last[b] != i) {
-            st.rows[c].add({i, i + 1});  // O(1): appends or extends the last run
-            last[b] = i;
-          }
+          st.rows[c].add({i, i + 1});  // O(1): appends or extends the last run
+          last[b] = i;
         };
         auto flush_run = [&] {
           if (run_b < 0) return;
