@@ -47,7 +47,8 @@ struct Counter {
 
   // Per thread.
   struct State {
-    Bits seen;                          // this row's keys (duplicates)
+    Bits seen;                          // this row's keys (duplicates), sorted rows
+    RowStamps stamps;                   // the same, rows in any order
     std::vector<std::uint64_t> cols;    // cell_heads x S bits: keys selected in this query block
     std::vector<Token> area;            // cell_heads x nb
     std::vector<Token> last;            // last row that touched the cell
@@ -114,7 +115,8 @@ struct Counter {
           flush_run();
           if (word >= 0) cols[word] |= bits;
         } else {
-          bad = scan_topk_row<true>(row, k, i, S, m.causal, st.seen, [&](std::int64_t v) {
+          st.stamps.next_row();
+          bad = scan_topk_row<true>(row, k, i, S, m.causal, st.stamps, [&](std::int64_t v) {
             const std::int64_t b = lut(v);
             touch(b);
             ++area[b];
@@ -239,6 +241,7 @@ std::vector<IndexCell> count_index_cells(const IndexMask& mask, const std::vecto
   run_threads(T, [&](int t) {
     Counter::State st;
     st.seen.resize(S);
+    st.stamps.resize(S);
     const std::size_t cells = static_cast<std::size_t>(counter.cell_heads * nb);
     st.cols.assign(static_cast<std::size_t>(counter.cell_heads * counter.words), 0);
     st.area.assign(cells, 0);

@@ -10,6 +10,7 @@
 #include <limits>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "cpsched/index_mask.hpp"
@@ -63,6 +64,26 @@ struct Bits {
   bool test(std::int64_t i) const { return (w[static_cast<std::size_t>(i >> 6)] >> (i & 63)) & 1; }
 };
 
+// The keys of one row, by row stamps: no clearing after a row (one store
+// per key instead of a set and a clear); the stamps restart every 255 rows.
+struct RowStamps {
+  std::vector<std::uint8_t> s;
+  std::uint8_t e = 0;
+  void resize(std::int64_t n) { s.assign(static_cast<std::size_t>(n), 0), e = 0; }
+  void next_row() {
+    if (++e == 0) {
+      std::fill(s.begin(), s.end(), 0);
+      e = 1;
+    }
+  }
+  bool test_set(std::int64_t v) {
+    std::uint8_t& x = s[static_cast<std::size_t>(v)];
+    const bool was = x == e;
+    x = e;
+    return was;
+  }
+};
+
 // Checks row (i, h) of a topk mask: every entry -1 or in [0, S), key <= i
 // when causal, no key twice. Calls on_entry(v) for the valid entries before
 // the first bad one; returns the j of the first bad entry, or -1; sets
@@ -71,9 +92,11 @@ struct Bits {
 // has no duplicates, so it needs no bitmap (others fall back to one).
 // kBitmap = true suits rows in any order: `seen` catches duplicates in the
 // same pass. Either way `seen` is left clear.
-template <bool kBitmap, class OnEntry>
+// (With RowStamps as `seen`, kBitmap = true, the caller starts each row with
+// next_row() and nothing needs clearing.)
+template <bool kBitmap, class Seen, class OnEntry>
 inline std::int64_t scan_topk_row(const std::int32_t* row, std::int64_t k, std::int64_t i, std::int64_t S, bool causal,
-                                  Bits& seen, OnEntry&& on_entry, bool& increasing) {
+                                  Seen& seen, OnEntry&& on_entry, bool& increasing) {
   const auto hi = static_cast<std::uint64_t>(causal ? std::min<std::int64_t>(i + 1, S) : S);  // keys must be < hi
   std::int64_t bad = -1, prev = -1, j = 0;
   increasing = true;
@@ -90,8 +113,9 @@ inline std::int64_t scan_topk_row(const std::int32_t* row, std::int64_t k, std::
     on_entry(v);
   }
   if constexpr (kBitmap) {
-    for (std::int64_t x = 0; x < j; ++x)
-      if (row[x] >= 0) seen.clear(row[x]);
+    if constexpr (std::is_same_v<Seen, Bits>)
+      for (std::int64_t x = 0; x < j; ++x)
+        if (row[x] >= 0) seen.clear(row[x]);
     return bad;
   } else {
     if (increasing && bad < 0) return -1;

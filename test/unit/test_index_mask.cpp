@@ -155,6 +155,21 @@ TEST_CASE("topk validate: the first offending entry, by kind, with its multi-ind
   }
 }
 
+TEST_CASE("count_index_cells: a duplicate in an unsorted row after many rows") {
+  // Rows [i, 0] (unsorted): the duplicate checks run for hundreds of rows first.
+  const Token S = 700;
+  std::vector<std::int32_t> v;
+  for (Token i = 0; i < S; ++i) v.push_back(static_cast<std::int32_t>(i)), v.push_back(0), v.push_back(-1);
+  v[0 * 3 + 1] = -1;
+  v[650 * 3 + 2] = 0;
+  IndexMask m = topk_mask(v, S, 1, 3, true, "u.npy");
+  for (int t : {1, 2, 3})
+    CHECK(error_of([&] { count_index_cells(m, {{0, 100}, {100, 700}}, {true, t}); }) ==
+          "u.npy: indices[650, 0, 2] = 0 selects key 0 twice in row [650, 0] (also indices[650, 0, 1])");
+  v[650 * 3 + 2] = 1;
+  CHECK(count_index_cells(m, {{0, 100}, {100, 700}}).size() == 3);
+}
+
 TEST_CASE("topk validate: shapes against S and kv_heads") {
   std::vector<std::int32_t> v(4096 * 2 * 4, -1);
   IndexMask m;
