@@ -4,12 +4,13 @@
 // and the distinct selected keys.
 //
 // Query blocks are split over threads in contiguous runs (each query block's
-// rows belong to one thread, so nothing is shared while counting). Per row:
-// one loop checks and counts each entry (range, causality, a per-thread
-// S-bit bitmap for duplicates), a second clears that bitmap. Per query block:
-// a bitmap of the selected keys per head gives the cols of each key block;
-// rows grow as runs (a row touches a cell once). Extra memory is O(S) bits
-// per thread plus the cells themselves, never O(indices).
+// rows belong to one thread, so nothing is shared while counting). Per row,
+// one loop checks and counts each entry (range, causality, duplicates:
+// strictly increasing rows have none; rows in any order use per-thread row
+// stamps, see scan_topk_row). Per query block: a bitmap of the selected keys
+// per head gives the cols of each key block; rows grow as runs (a row
+// touches a cell once). Extra memory is O(S) bytes per thread plus the
+// cells themselves, never O(indices).
 #include "cpsched/index_cells.hpp"
 
 #include <fmt/format.h>
