@@ -112,11 +112,22 @@ def _types(x, n):
 
 
 def _heads(h):
+    """(q, kv, dim, dtype_bytes, dim_v, kv_shared). A dict may give MLA's geometry (docs/heads.md):
+    dim_qk (= dim), dim_v (0: dim) and kv_shared (K and V one latent row of dim_qk dims)."""
+    dim_v, kv_shared = 0, False
     if isinstance(h, dict):
-        unknown = set(h) - {"q", "kv", "dim", "dtype"}
+        unknown = set(h) - {"q", "kv", "dim", "dim_qk", "dim_v", "kv_shared", "dtype"}
         if unknown:
-            raise ValueError(f"heads: unknown key(s) {sorted(unknown)} (expected q, kv, dim, dtype)")
-        h = (h.get("q", 64), h.get("kv", 8), h.get("dim", 128), h.get("dtype", "bf16"))
+            raise ValueError(f"heads: unknown key(s) {sorted(unknown)} "
+                             f"(expected q, kv, dim, dim_qk, dim_v, kv_shared, dtype)")
+        if "dim" in h and "dim_qk" in h and int(h["dim"]) != int(h["dim_qk"]):
+            raise ValueError(f"heads: dim_qk = {h['dim_qk']} differs from dim = {h['dim']}; both name d_qk: "
+                             f"give one of them")
+        dim_v = int(h.get("dim_v", 0))
+        kv_shared = h.get("kv_shared", False)
+        if not isinstance(kv_shared, bool):
+            raise ValueError(f"heads: kv_shared must be True or False, got {kv_shared!r}")
+        h = (h.get("q", 64), h.get("kv", 8), h.get("dim", h.get("dim_qk", 128)), h.get("dtype", "bf16"))
     h = tuple(h)
     if len(h) not in (3, 4):
         raise ValueError(f"heads: expected (q, kv, dim) or (q, kv, dim, dtype), got {h!r}")
@@ -127,7 +138,7 @@ def _heads(h):
             raise ValueError(f"heads: unknown dtype '{dtype}' (expected {', '.join(sorted(_DTYPE_BYTES))} "
                              f"or a size in bytes)")
         dtype = _DTYPE_BYTES[dtype]
-    return q, kv, dim, int(dtype)
+    return q, kv, dim, int(dtype), dim_v, kv_shared
 
 
 def _overrides(o):
@@ -378,8 +389,9 @@ class Session:
                  solver_params=None, cost_model="area", cost_params=None, stages=1, *,
                  flatten_head_groups=True, blocks_per_rank=1, relay_node_size=0, cache_size=64, plugin_paths=(),
                  validate=False):
-        hq, hkv, dim, dtype_bytes = _heads(heads)
-        self._s = _cpsched._Session(int(cp_size), int(seqlen), hq, hkv, dim, dtype_bytes, bool(flatten_head_groups),
+        hq, hkv, dim, dtype_bytes, dim_v, kv_shared = _heads(heads)
+        self._s = _cpsched._Session(int(cp_size), int(seqlen), hq, hkv, dim, dtype_bytes, dim_v, kv_shared,
+                                    bool(flatten_head_groups),
                                     int(blocks_per_rank), str(solver), solver_params, str(cost_model), cost_params,
                                     _stages(stages), int(relay_node_size), int(cache_size),
                                     [os.fspath(p) for p in plugin_paths],

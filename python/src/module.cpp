@@ -354,6 +354,8 @@ class PySession {
     d["cp_size"] = o.cp_size;
     d["seqlen"] = o.seqlen;
     d["heads"] = nb::make_tuple(o.heads.q, o.heads.kv, o.heads.dim, o.heads.dtype_bytes);
+    d["dim_v"] = o.heads.dv();  // MLA (docs/heads.md); = dim under GQA
+    d["kv_shared"] = o.heads.kv_shared;
     d["flatten_head_groups"] = o.grid.flatten_head_groups;
     d["blocks_per_rank"] = o.grid.blocks_per_rank;
     d["solver"] = o.solver;
@@ -543,7 +545,8 @@ NB_MODULE(_cpsched, m) {
   nb::class_<PySession>(m, "_Session")
       .def(
           "__init__",
-          [](PySession* self, int cp_size, Token seqlen, int hq, int hkv, int dim, int dtype_bytes, bool flatten,
+          [](PySession* self, int cp_size, Token seqlen, int hq, int hkv, int dim, int dtype_bytes, int dim_v,
+             bool kv_shared, bool flatten,
              int blocks_per_rank, const std::string& solver, nb::handle solver_params, const std::string& cost_model,
              nb::handle cost_params, int stages, int relay_node_size, std::int64_t cache_size,
              std::vector<std::string> plugin_paths, bool validate) {
@@ -551,7 +554,7 @@ NB_MODULE(_cpsched, m) {
             SessionOptions o;
             o.cp_size = cp_size;
             o.seqlen = seqlen;
-            o.heads = Heads{hq, hkv, dim, dtype_bytes};
+            o.heads = Heads{hq, hkv, dim, dtype_bytes, dim_v, kv_shared};
             o.grid.flatten_head_groups = flatten;
             o.grid.blocks_per_rank = blocks_per_rank;
             o.solver = solver;
@@ -566,7 +569,8 @@ NB_MODULE(_cpsched, m) {
             nb::gil_scoped_release release;  // loading plugins reads files
             new (self) PySession(std::move(o));
           },
-          "cp_size"_a, "seqlen"_a, "hq"_a, "hkv"_a, "dim"_a, "dtype_bytes"_a, "flatten_head_groups"_a,
+          "cp_size"_a, "seqlen"_a, "hq"_a, "hkv"_a, "dim"_a, "dtype_bytes"_a, "dim_v"_a, "kv_shared"_a,
+          "flatten_head_groups"_a,
           "blocks_per_rank"_a, "solver"_a, "solver_params"_a.none(), "cost_model"_a, "cost_params"_a.none(), "stages"_a,
           "relay_node_size"_a, "cache_size"_a, "plugin_paths"_a, "validate"_a)
       .def_static(

@@ -21,8 +21,12 @@ std::string mib(std::int64_t b) { return fmt::format("{:.1f}", static_cast<doubl
 
 void print_summary(std::FILE* out, const Config& cfg, const Solved& s) {
   const Problem& p = *s.problem;
-  fmt::print(out, "problem   S = {} tokens ({} per rank), P = {}, heads {}:{}, D = {}, {}\n", p.seqlen(),
-             cfg.seqlen_per_rank, p.cp_size(), p.heads.q, p.heads.kv, p.heads.dim, dtype_name(p.heads.dtype_bytes));
+  // MLA (docs/heads.md) names d_qk, d_v and the shared latent; GQA's line is unchanged.
+  const std::string dims = p.heads.is_gqa() ? fmt::format("D = {}", p.heads.dim)
+                                            : fmt::format("d_qk = {}, d_v = {}{}", p.heads.dqk(), p.heads.dv(),
+                                                          p.heads.kv_shared ? ", shared KV latent" : "");
+  fmt::print(out, "problem   S = {} tokens ({} per rank), P = {}, heads {}:{}, {}, {}\n", p.seqlen(),
+             cfg.seqlen_per_rank, p.cp_size(), p.heads.q, p.heads.kv, dims, dtype_name(p.heads.dtype_bytes));
   fmt::print(out, "mask      {}: {} slices, area {} ({:.2f} % of S^2)\n", to_string(cfg.mask.kind),
              p.mask.slices().size(), p.mask.area(),
              100.0 * static_cast<double>(p.mask.area()) / (static_cast<double>(p.seqlen()) * static_cast<double>(p.seqlen())));

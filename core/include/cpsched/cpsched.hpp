@@ -43,7 +43,7 @@ namespace cpsched {
 struct SessionOptions {
   int cp_size = 8;                 // P
   Token seqlen = 0;                // S; 0: each mask's largest range end
-  Heads heads;                     // hq, hkv, D, dtype bytes
+  Heads heads;                     // hq, hkv, D (d_qk), dtype bytes; MLA's dim_v, kv_shared (docs/heads.md)
   GridOptions grid;                // flatten_head_groups, blocks_per_rank
   std::string solver = "balanced_bytes";  // the default solver (issue 8); "binary_greedy" is the seed's
   Params solver_params;            // given values; the plugin's defaults fill the rest
