@@ -11,9 +11,9 @@ namespace cpsched {
 namespace {
 
 void build_pass(const Assignment& a, const plan_detail::Transfers& tr, const std::vector<int>& stage, int stages,
-                const plan_detail::RelayOptions& relay, std::vector<PassPlan*>& pass) {
+                const plan_detail::RelayOptions& relay, bool index_rows, std::vector<PassPlan*>& pass) {
   const plan_detail::XferLayout where = plan_detail::layout_comm(a, tr, stage, stages, relay, pass);
-  plan_detail::build_calc(a, tr, stage, where, stages, pass);
+  plan_detail::build_calc(a, tr, stage, where, stages, pass, index_rows);
 }
 
 }  // namespace
@@ -47,17 +47,18 @@ Plan build_plan(const Assignment& a, const PlanOptions& options) {
   std::vector<PassPlan*> pass(P);
   for (std::size_t r = 0; r < P; ++r) pass[r] = &plan.ranks[r].fwd;
   const int node = options.relay_node_size >= 2 ? options.relay_node_size : 0;
-  build_pass(a, tr, fwd_stage, stages, {node, fb.qo_out, fb.kv_out}, pass);
+  build_pass(a, tr, fwd_stage, stages, {node, fb.qo_out, fb.kv_out}, options.index_rows, pass);
   if (bwd_stage == fwd_stage) {
     // Same stage cut: the backward description is the forward one.
     for (RankPlan& rp : plan.ranks) rp.bwd = rp.fwd;
   } else {
     for (std::size_t r = 0; r < P; ++r) pass[r] = &plan.ranks[r].bwd;
-    build_pass(a, tr, bwd_stage, stages, {node, bb.qo_out, bb.kv_out}, pass);
+    build_pass(a, tr, bwd_stage, stages, {node, bb.qo_out, bb.kv_out}, options.index_rows, pass);
   }
 
 #ifndef NDEBUG
-  const std::vector<std::string> problems = validate_plan(a, plan);
+  const std::vector<std::string> problems =
+      options.index_rows || !a.grid->index_cells() ? validate_plan(a, plan) : std::vector<std::string>{};
   if (!problems.empty()) {
     std::string msg = fmt::format("plan builder produced an invalid plan ({} problems):", problems.size());
     for (std::size_t i = 0; i < problems.size() && i < 20; ++i) msg += "\n  " + problems[i];

@@ -69,7 +69,7 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
 
 // Fills calc of every rank and the reduce_after fields of comm.
 void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, const XferLayout& where,
-                int stages, std::vector<PassPlan*>& pass);
+                int stages, std::vector<PassPlan*>& pass, bool index_rows = true);
 
 // Offset of each block inside its host's local buffer.
 std::vector<Token> block_local_offsets(const Sharding& sh);

@@ -60,17 +60,27 @@ struct Map {
 // row.
 void emit_index_args(const SelectionRows& sel, int head, const Cell& c, Range kblock, const Map& qm,
                      const Map& km, int group, std::vector<Map::Run>& runs, std::vector<AttnArg>& out,
-                     std::vector<std::int32_t>& pool) {
+                     std::vector<std::int32_t>* pool) {
   for (Range rows : c.rows.ranges()) {
     if (!qm.runs(rows, runs))
       throw Error(fmt::format("plan builder (internal): rows [{}, {}) are not all in the q buffer", rows.begin,
                               rows.end));
     for (const Map::Run& run : runs) {
       std::size_t width = 0;
-      for (Token q = run.global.begin; q < run.global.end; ++q) width = std::max(width, sel.row(head, q, kblock).size());
+      Token area = 0;
+      for (Token q = run.global.begin; q < run.global.end; ++q) {
+        const std::size_t n = sel.row(head, q, kblock).size();
+        width = std::max(width, n);
+        area += static_cast<Token>(n);
+      }
       if (width == 0) continue;
       AttnArg a{{run.global.begin + run.shift, run.global.end + run.shift}, {0, 0}, MaskType::full, qm.buf, km.buf,
-                group, static_cast<std::int32_t>(width), static_cast<std::int64_t>(pool.size())};
+                group, static_cast<std::int32_t>(width), pool ? static_cast<std::int64_t>(pool->size()) : 0, area};
+      if (pool == nullptr) {  // shape and area only (PlanOptions::index_rows = false): k is the cell's cols
+        a.k = {km.row_of(c.cols.ranges().front().begin), km.row_of(c.cols.ranges().back().end - 1) + 1};
+        out.push_back(a);
+        continue;
+      }
       Token lo = std::numeric_limits<Token>::max(), hi = std::numeric_limits<Token>::min();
       for (Token q = run.global.begin; q < run.global.end; ++q) {
         const auto keys = sel.row(head, q, kblock);
@@ -78,9 +88,9 @@ void emit_index_args(const SelectionRows& sel, int head, const Cell& c, Range kb
           const Token b = km.row_of(key);
           lo = std::min(lo, b);
           hi = std::max(hi, b + 1);
-          pool.push_back(static_cast<std::int32_t>(b));
+          pool->push_back(static_cast<std::int32_t>(b));
         }
-        pool.insert(pool.end(), width - keys.size(), -1);
+        pool->insert(pool->end(), width - keys.size(), -1);
       }
       a.k = {lo, hi};
       out.push_back(a);
@@ -121,7 +131,7 @@ struct ArgSink {
 }  // namespace
 
 void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, const XferLayout& where,
-                int stages, std::vector<PassPlan*>& pass) {
+                int stages, std::vector<PassPlan*>& pass, bool index_rows) {
   const TaskGrid& g = *a.grid;
   const Sharding& sh = g.sharding();
   const std::vector<Token> block_off = block_local_offsets(sh);
@@ -166,7 +176,8 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
       const Range qb = sh.blocks[static_cast<std::size_t>(c.qblock)];
       const Range kb = sh.blocks[static_cast<std::size_t>(c.kblock)];
       if (index) {
-        emit_index_args(g.selection(), g.per_group_cells() ? grp : 0, c, kb, qm, km, grp, runs, out, calc.indices);
+        emit_index_args(g.selection(), g.per_group_cells() ? grp : 0, c, kb, qm, km, grp, runs, out,
+                        index_rows ? &calc.indices : nullptr);
         continue;
       }
       for (const Slice& s : c.pieces) {

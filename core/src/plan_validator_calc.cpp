@@ -127,6 +127,10 @@ void index_arg(const AttnArg& x, const CalcMeta& calc, const RankMaps& m, Rank r
   const BufferMap& qm = x.q_buf == BufferId::local ? m.local : m.remote[0];
   const BufferMap& km = x.k_buf == BufferId::local ? m.local : m.remote[1];
   const int group = x.group < 0 ? 0 : x.group;
+  const std::int32_t* pool = calc.indices.data() + x.index_offset;
+  const auto valid = std::count_if(pool, pool + x.q.size() * x.index_width, [](std::int32_t e) { return e >= 0; });
+  if (valid != x.index_area)
+    pr.add("{}: index_area is {} but the arg's rows hold {} entries", where(), x.index_area, valid);
   for (Token row = x.q.begin; row < x.q.end; ++row) {
     Token q = -1;
     qm.walk({row, row + 1}, [&](Range, Token g, int grp) {

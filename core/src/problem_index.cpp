@@ -20,6 +20,7 @@ Problem Problem::make(std::shared_ptr<const IndexMask> mask, int cp_size, Heads 
     mask->validate();
     Problem p = make(RangeMask(mask->seqlen, {}), cp_size, heads, grid);
     p.index_mask = std::move(mask);
+    p.selection_rows = std::make_shared<const SelectionRowsCache>();
     return p;
   }
   std::vector<RangeMask> per_head = block_selection_masks(*mask);

@@ -99,6 +99,19 @@ struct Session::Impl {
     return solve_problem(std::move(problem), nullptr, t0);
   }
 
+  const CachedPlan& solve(std::shared_ptr<const Problem> problem) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!problem) throw Error("session: no problem given");
+    const Problem& p = *problem;
+    if (p.cp_size() != opt.cp_size || p.heads.q != opt.heads.q || p.heads.kv != opt.heads.kv ||
+        p.heads.dim != opt.heads.dim || p.heads.dim_v != opt.heads.dim_v || p.heads.kv_shared != opt.heads.kv_shared ||
+        p.heads.dtype_bytes != opt.heads.dtype_bytes || p.grid.flatten_head_groups != opt.grid.flatten_head_groups ||
+        p.grid.blocks_per_rank != opt.grid.blocks_per_rank)
+      throw Error("session: the problem's P, heads or grid options differ from the session's");
+    if (!p.index_mask && p.head_masks.empty()) return solve(p.mask);
+    return solve_problem(std::move(problem), nullptr, t0);
+  }
+
   const CachedPlan& solve_problem(std::shared_ptr<const Problem> problem, const PlanKey* key,
                                   std::chrono::steady_clock::time_point t0) {
     auto grid = std::make_shared<const TaskGrid>(problem);
@@ -190,6 +203,7 @@ const CachedPlan& Session::solve(const std::vector<Range>& q_ranges, const std::
 
 const CachedPlan& Session::solve(const RangeMask& mask) { return impl_->solve(mask); }
 const CachedPlan& Session::solve(const IndexMask& mask) { return impl_->solve(mask); }
+const CachedPlan& Session::solve(std::shared_ptr<const Problem> problem) { return impl_->solve(std::move(problem)); }
 
 const CachedPlan& Session::solve_topk(std::span<const std::int32_t> indices, Token seqlen, int kv_heads, bool causal) {
   if (seqlen <= 0 || kv_heads <= 0 || indices.size() % static_cast<std::size_t>(seqlen * kv_heads) != 0)
@@ -208,6 +222,7 @@ const CachedPlan& Session::solve_topk(std::span<const std::int32_t> indices, Tok
 const CachedPlan& Session::solve_config_mask() {
   if (!impl_->config_mask) throw Error("session: solve_config_mask needs a Session built from a Config");
   const Token S = impl_->opt.seqlen;
+  if (is_index_kind(impl_->config_mask->kind)) return impl_->solve(make_index_mask(*impl_->config_mask, S));
   return impl_->solve(make_mask(*impl_->config_mask, S));
 }
 

@@ -432,7 +432,7 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
     Assignment w;
     w.grid = c.grid;
     w.rank = c.rank;
-    const Plan plan = build_plan(w, PlanOptions{st, relay});
+    const Plan plan = build_plan(w, PlanOptions{st, relay, /*index_rows=*/false});  // priced, not run
     if (relay > 0 && !plan.has_forwarding()) return std::numeric_limits<double>::infinity();
     const double step = in.cost->plan_time(c.grid->problem(), plan)->step();
     if (step < best_step * (1 - 1e-12)) {

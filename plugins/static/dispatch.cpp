@@ -5,21 +5,6 @@
 
 namespace cpsched::static_solver {
 
-std::vector<Token> chunk_areas(const RangeMask& mask, Token chunk) {
-  const Token S = mask.seqlen();
-  const auto n = static_cast<std::size_t>((S + chunk - 1) / chunk);
-  std::vector<Token> area(n, 0);
-  const Range all{0, S};
-  // Each slice only touches the chunks its q range overlaps.
-  for (const Slice& s : mask.slices()) {
-    for (Token i = s.q.begin / chunk; i < static_cast<Token>(n) && i * chunk < s.q.end; ++i) {
-      const Range q{i * chunk, std::min((i + 1) * chunk, S)};
-      area[static_cast<std::size_t>(i)] += slice_area(s, q, all);
-    }
-  }
-  return area;
-}
-
 std::vector<Rank> deal_chunks(const std::vector<Token>& areas, int P) {
   const std::size_t n = areas.size();
   std::vector<std::size_t> order(n);

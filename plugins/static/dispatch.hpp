@@ -11,8 +11,7 @@
 
 namespace cpsched::static_solver {
 
-// Area of every chunk [i*chunk, min((i+1)*chunk, S)) of the mask.
-std::vector<Token> chunk_areas(const RangeMask& mask, Token chunk);
+// (Chunk areas: query_chunk_areas of cpsched/problem.hpp.)
 
 // Rank of every chunk. Chunks in (area descending, position) order each go to
 // the least loaded rank (lowest index on ties) with room: n / P chunks per

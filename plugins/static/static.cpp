@@ -47,7 +47,7 @@ class Static final : public Solver {
       throw Error("static: " + std::to_string(n) + " chunks of " + std::to_string(chunk) + " tokens for " +
                   std::to_string(P) + " ranks; every rank needs at least one chunk (lower chunk_tokens)");
 
-    const std::vector<Token> areas = static_solver::chunk_areas(p.mask, chunk);
+    const std::vector<Token> areas = query_chunk_areas(p, chunk);
     // Two levels when asked for and the cluster has several nodes.
     int node = static_cast<int>(node_ranks_);
     if (node < 0) {

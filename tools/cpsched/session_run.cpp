@@ -7,9 +7,9 @@ SessionRun solve_with_session(const Config& cfg, const std::vector<std::string>&
   r.registry = std::make_shared<Registry>();
   scan_plugins(*r.registry, &cfg, extra_plugin_dirs);
   // make_problem reports mask errors at their place in the config.
-  const Problem problem = make_problem(cfg);
+  auto problem = std::make_shared<const Problem>(make_problem(cfg));
   r.session = std::make_unique<Session>(cfg, r.registry);
-  const CachedPlan& res = r.session->solve(problem.mask);
+  const CachedPlan& res = r.session->solve(std::move(problem));
   Solved& s = r.solved;
   s.assignment = *res.assignment;
   s.grid = res.assignment->grid;

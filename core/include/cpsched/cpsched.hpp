@@ -92,6 +92,10 @@ class Session {
   // the whole index tensor. Throws cpsched::Error naming the array and the
   // first bad entry.
   const CachedPlan& solve(const IndexMask& mask);
+  // A problem made with this session's P, heads and grid options (e.g.
+  // make_problem of its config): range masks go through the cache, index
+  // masks do not.
+  const CachedPlan& solve(std::shared_ptr<const Problem> problem);
   // Token top-k indices [S, kv_heads, k] (row-major, -1 padded), borrowed.
   const CachedPlan& solve_topk(std::span<const std::int32_t> indices, Token seqlen, int kv_heads, bool causal = true);
   // The config's mask (Session built from a Config; else an error).

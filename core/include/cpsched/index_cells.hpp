@@ -4,6 +4,8 @@
 // selected keys. Built in one multi-threaded pass over the indices, which
 // also validates them (IndexMask::validate's checks and errors).
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -55,6 +57,20 @@ class SelectionRows {
   Token seqlen_ = 0;
   std::vector<std::int64_t> offset_;  // [heads * S + 1]
   std::vector<std::int32_t> keys_;
+};
+
+// SelectionRows made once, on first use, and shared by every grid of a
+// problem (the solvers' own shardings included). Thread safe.
+class SelectionRowsCache {
+ public:
+  const SelectionRows& get(const IndexMask& mask) const {
+    std::call_once(once_, [&] { rows_ = std::make_unique<const SelectionRows>(mask); });
+    return *rows_;
+  }
+
+ private:
+  mutable std::once_flag once_;
+  mutable std::unique_ptr<const SelectionRows> rows_;
 };
 
 }  // namespace cpsched

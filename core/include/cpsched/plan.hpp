@@ -75,6 +75,7 @@ struct AttnArg {
   // coordinates). `k` is then the hull of those rows and `type` is full.
   std::int32_t index_width = 0;
   std::int64_t index_offset = 0;
+  Token index_area = 0;  // pairs it computes (entries other than -1)
   bool is_index() const { return index_width > 0; }
   friend bool operator==(const AttnArg&, const AttnArg&) = default;
 };
@@ -116,7 +117,7 @@ struct CalcMeta {
 };
 
 // Pairs an arg computes (per head): its slice's area, or an index arg's
-// entries other than -1 (read from calc.indices).
+// index_area. O(1).
 Token arg_area(const AttnArg& arg, const CalcMeta& calc);
 
 // Communication of one remote stage on one rank.

@@ -56,6 +56,11 @@ namespace cpsched {
 struct PlanOptions {
   int stages = 1;           // remote stages N >= 1
   int relay_node_size = 0;  // ranks per node for relays; 0 or 1: no relays (default)
+  // false: index args (token top-k masks) get their shape and area but not
+  // their rows (CalcMeta::indices stays empty): what the timing model needs to
+  // price a plan, at a fraction of the cost on large selections. Such a plan
+  // cannot be executed or validated. Range masks are unaffected.
+  bool index_rows = true;
 };
 
 // Throws cpsched::Error when the assignment is invalid, stages < 1 or

@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "cpsched/index_cells.hpp"
 #include "cpsched/index_mask.hpp"
 #include "cpsched/mask.hpp"
 #include "cpsched/range.hpp"
@@ -80,6 +81,8 @@ struct Problem {
   // Token top-k selections (kind topk): cells from count_index_cells, plan
   // args as index args (plan.hpp).
   std::shared_ptr<const IndexMask> index_mask;
+  // Its sorted rows, shared by the problem's grids (set by make).
+  std::shared_ptr<const SelectionRowsCache> selection_rows;
   // Per KV head range masks (block selections of several heads, converted by
   // block_selection_masks): head group g of a flattened grid uses
   // head_masks[g]; empty: `mask` for every head.
@@ -108,6 +111,12 @@ struct Problem {
   // errors name the array and entry) and checks kv_heads is 1 or heads.kv.
   static Problem make(std::shared_ptr<const IndexMask> mask, int cp_size, Heads heads, GridOptions grid = {});
 };
+
+// Computed pairs of each query chunk [i c, min(S, (i + 1) c)) over every
+// key, summed over the selection heads (one value per chunk): the load a
+// dispatch of query chunks balances. Range masks: O(slices + chunks they
+// touch); index masks: one pass over the indices.
+std::vector<Token> query_chunk_areas(const Problem& p, Token chunk);
 
 // The mask of head group `group` (KV head; 0 when all heads share one) as
 // an S x S table, row-major, 1 = the pair is computed: the reference of
