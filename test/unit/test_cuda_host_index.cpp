@@ -262,7 +262,7 @@ TEST_CASE("a top-k plan missing one remote index arg fails the dense comparison"
 
 TEST_CASE("index args count their selected pairs in the FLOPs and their pools in the device bytes") {
   std::mt19937_64 rng(43);
-  auto c = test::make_index_plan_case(test::random_topk(200, 1, 9, rng), 2, Heads{4, 2, 16, 2}, GridOptions{false, 1}, 1, 3);
+  auto c = test::make_index_plan_case(test::random_topk(200, 1, 9, rng), 2, Heads{4, 2, 16, 2}, GridOptions{false, 1}, 1, 0);
   const g::HeadLayout h = g::HeadLayout::of(*c.problem);
   for (Rank r = 0; r < 2; ++r) {
     const RankPlan& rp = c.plan.ranks[static_cast<std::size_t>(r)];
