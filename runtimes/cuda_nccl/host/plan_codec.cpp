@@ -41,6 +41,7 @@ class Writer {
     pod(static_cast<std::int32_t>(a.group));
     pod(a.index_width);
     pod(a.index_offset);
+    pod(a.index_area);
   }
   void item(const std::vector<Rank>& v) { vec(v); }
   void item(const std::vector<AttnArg>& v) { vec(v); }
@@ -116,9 +117,10 @@ class Reader {
     a.group = pod<std::int32_t>();
     a.index_width = pod<std::int32_t>();
     a.index_offset = pod<std::int64_t>();
-    if (a.index_width < 0 || a.index_offset < 0)
-      throw Error(fmt::format("cuda_nccl: plan blob holds an index arg of width {} at offset {}", a.index_width,
-                              a.index_offset));
+    a.index_area = pod<Token>();
+    if (a.index_width < 0 || a.index_offset < 0 || a.index_area < 0)
+      throw Error(fmt::format("cuda_nccl: plan blob holds an index arg of width {} at offset {} with area {}",
+                              a.index_width, a.index_offset, a.index_area));
     return a;
   }
   std::vector<AttnArg> args() { return vec<AttnArg>([&] { return arg(); }); }
