@@ -300,3 +300,21 @@ TEST_CASE("block selections (block top-k, per KV head or shared) run as range ar
       CHECK(res.dense_error < 5e-3);
     }
 }
+
+TEST_CASE("index args under relays (two-level collectives): the emulated pipeline matches both references") {
+  std::mt19937_64 rng(53);
+  int relayed = 0;
+  for (std::uint64_t placement : {3u, 8u, 15u}) {
+    auto c = test::make_index_plan_case(test::random_topk(400, 1, 10, rng), 4, Heads{4, 2, 16, 2}, GridOptions{true, 1},
+                                        2, placement);
+    PlanOptions o;
+    o.stages = 2;
+    o.relay_node_size = 2;
+    c.plan = build_plan(c.assignment, o);
+    relayed += c.plan.has_forwarding() ? 1 : 0;
+    const Checked res = run_and_check(c);
+    INFO("placement ", placement, ": ", res.plan.text, "; dense reference: ", res.dense_error);
+    CHECK(res.passed());
+  }
+  CHECK(relayed >= 1);
+}
