@@ -163,19 +163,40 @@ void problem_json(JsonOut& j, const Problem& p, const Sharding& sh) {
   j.begin_array();
   for (const RangeSet& rs : sh.all_rank_tokens()) j.ranges(rs.ranges());
   j.end_array();
-  if (!p.heads.is_gqa()) j.field("kv_shared", p.heads.kv_shared);
-  j.key("mask");
-  j.begin_array();
-  for (const Slice& s : p.mask.slices()) {
+  auto slices_json = [&](const RangeMask& m) {
+    j.begin_array();
+    for (const Slice& s : m.slices()) {
+      j.begin_object();
+      j.key("k");
+      j.range(s.k);
+      j.key("q");
+      j.range(s.q);
+      j.field("type", to_string(s.type));
+      j.end_object();
+    }
+    j.end_array();
+  };
+  // Masks per KV head and index masks only when present: range masks' JSON stays as it was.
+  if (!p.head_masks.empty()) {
+    j.key("head_masks");
+    j.begin_array();
+    for (const RangeMask& m : p.head_masks) slices_json(m);
+    j.end_array();
+  }
+  if (p.index_mask) {  // its shape (the indices themselves are the plan's index args)
+    const IndexMask& m = *p.index_mask;
+    j.key("index_mask");
     j.begin_object();
-    j.key("k");
-    j.range(s.k);
-    j.key("q");
-    j.range(s.q);
-    j.field("type", to_string(s.type));
+    j.field("causal", m.causal);
+    j.field("kind", to_string(m.kind));
+    j.field("kv_heads", m.kv_heads);
+    j.key("shape");
+    j.list(m.indices.shape);
     j.end_object();
   }
-  j.end_array();
+  if (!p.heads.is_gqa()) j.field("kv_shared", p.heads.kv_shared);
+  j.key("mask");
+  slices_json(p.mask);
   j.field("seqlen", p.seqlen());
   j.end_object();
 }

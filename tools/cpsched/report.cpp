@@ -27,9 +27,29 @@ void print_summary(std::FILE* out, const Config& cfg, const Solved& s) {
                                                           p.heads.kv_shared ? ", shared KV latent" : "");
   fmt::print(out, "problem   S = {} tokens ({} per rank), P = {}, heads {}:{}, {}, {}\n", p.seqlen(),
              cfg.seqlen_per_rank, p.cp_size(), p.heads.q, p.heads.kv, dims, dtype_name(p.heads.dtype_bytes));
-  fmt::print(out, "mask      {}: {} slices, area {} ({:.2f} % of S^2)\n", to_string(cfg.mask.kind),
-             p.mask.slices().size(), p.mask.area(),
-             100.0 * static_cast<double>(p.mask.area()) / (static_cast<double>(p.seqlen()) * static_cast<double>(p.seqlen())));
+  const double s2 = static_cast<double>(p.seqlen()) * static_cast<double>(p.seqlen());
+  if (p.index_mask) {
+    const IndexMask& m = *p.index_mask;
+    std::string shape;
+    for (std::int64_t d : m.indices.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    const double area = static_cast<double>(m.area());
+    fmt::print(out, "mask      {}: token top-k [{}], {:.0f} selected pairs per head ({:.2f} % of S^2), {}\n",
+               to_string(cfg.mask.kind), shape, area / m.kv_heads, 100.0 * area / m.kv_heads / s2,
+               m.kv_heads > 1 ? "one selection per KV head" : "shared by all heads");
+  } else if (!p.head_masks.empty()) {
+    std::size_t slices = 0;
+    double area = 0;
+    for (const RangeMask& m : p.head_masks) {
+      slices += m.slices().size();
+      area += static_cast<double>(m.area());
+    }
+    const double n = static_cast<double>(p.head_masks.size());
+    fmt::print(out, "mask      {}: block selection per KV head ({} heads), {} slices, {:.0f} pairs per head ({:.2f} % of S^2)\n",
+               to_string(cfg.mask.kind), p.head_masks.size(), slices, area / n, 100.0 * area / n / s2);
+  } else {
+    fmt::print(out, "mask      {}: {} slices, area {} ({:.2f} % of S^2)\n", to_string(cfg.mask.kind),
+               p.mask.slices().size(), p.mask.area(), 100.0 * static_cast<double>(p.mask.area()) / s2);
+  }
   fmt::print(out, "grid      {} x {} blocks, {} head group(s){}, {} non-empty cells, {} tasks\n",
              s.grid->sharding().num_blocks(), s.grid->sharding().num_blocks(), s.grid->num_groups(),
              s.grid->flattened() ? " (flattened)" : "", s.grid->cells().size(), s.grid->num_tasks());
