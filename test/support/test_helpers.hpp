@@ -1,7 +1,9 @@
 #pragma once
 // Small helpers several unit tests share.
+#include <algorithm>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "cpsched/error.hpp"
 #include "cpsched/registry.hpp"
@@ -27,6 +29,24 @@ inline Registry& build_registry() {
     return r;
   }();
   return *reg;
+}
+
+// The solver plugins of the build, by name (sorted).
+inline std::vector<std::string> solver_names() {
+  std::vector<std::string> v;
+  for (const PluginInfo& p : build_registry().plugins())
+    if (p.kind == PluginKind::solver) v.push_back(p.name);
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+// Parameters that keep a solver quick in tests: ilp proves optimality under
+// a wall-clock limit, a short one will do (its plan, proven or not, must be
+// valid all the same).
+inline Params quick_params(const std::string& solver) {
+  Params p;
+  if (solver == "ilp") p.set("time_limit_s", 0.2);
+  return p;
 }
 
 }  // namespace cpsched::test

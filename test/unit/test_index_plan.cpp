@@ -24,29 +24,14 @@ using test::random_topk;
 
 namespace {
 
-// ilp proves optimality under a wall-clock limit: a short one keeps the test
-// fast (its plan, proven or not, must be valid all the same).
-Params quick(const std::string& solver) {
-  Params p;
-  if (solver == "ilp") p.set("time_limit_s", 0.2);
-  return p;
-}
-
-std::vector<std::string> solver_names() {
-  std::vector<std::string> v;
-  for (const PluginInfo& p : test::build_registry().plugins())
-    if (p.kind == PluginKind::solver) v.push_back(p.name);
-  std::sort(v.begin(), v.end());
-  return v;
-}
-
 void check_every_solver(const std::shared_ptr<const IndexMask>& mask, int P, Heads heads) {
   auto problem = std::make_shared<const Problem>(Problem::make(mask, P, heads));
   auto grid = std::make_shared<const TaskGrid>(problem);
   AreaCostModel cost;
-  for (const std::string& name : solver_names()) {
+  for (const std::string& name : test::solver_names()) {
     Registry& reg = test::build_registry();
-    std::unique_ptr<Solver> solver = reg.make_solver(name, reg.resolve_params(reg.find(PluginKind::solver, name), quick(name)));
+    std::unique_ptr<Solver> solver =
+        reg.make_solver(name, reg.resolve_params(reg.find(PluginKind::solver, name), test::quick_params(name)));
     const Assignment a = solver->solve(SolveInput{grid, &cost});
     for (int stages : {1, 2}) {
       CAPTURE(name);

@@ -22,30 +22,15 @@ using namespace cpsched;
 
 namespace {
 
-// ilp proves optimality under a wall-clock limit: a short one keeps the test
-// fast (its plan, proven or not, must be valid all the same).
-Params quick(const std::string& solver) {
-  Params p;
-  if (solver == "ilp") p.set("time_limit_s", 0.2);
-  return p;
-}
-
-std::vector<std::string> solver_names() {
-  std::vector<std::string> v;
-  for (const PluginInfo& p : test::build_registry().plugins())
-    if (p.kind == PluginKind::solver) v.push_back(p.name);
-  std::sort(v.begin(), v.end());
-  return v;
-}
-
 // Every solver's plan at stages 1 and 2 passes the numeric check.
 void check_numeric(const std::shared_ptr<const IndexMask>& mask, int P, Heads heads, const char* what) {
   const Problem problem = Problem::make(mask, P, heads);
   auto grid = std::make_shared<const TaskGrid>(std::make_shared<const Problem>(problem));
   AreaCostModel cost;
   Registry& reg = test::build_registry();
-  for (const std::string& name : solver_names()) {
-    std::unique_ptr<Solver> solver = reg.make_solver(name, reg.resolve_params(reg.find(PluginKind::solver, name), quick(name)));
+  for (const std::string& name : test::solver_names()) {
+    std::unique_ptr<Solver> solver =
+        reg.make_solver(name, reg.resolve_params(reg.find(PluginKind::solver, name), test::quick_params(name)));
     const Assignment a = solver->solve(SolveInput{grid, &cost});
     for (int stages : {1, 2}) {
       const test::Outcome out = test::run_numeric(a.grid->problem(), build_plan(a, stages));
