@@ -1,6 +1,7 @@
 // The attention args (CalcMeta) of every rank and stage.
 #include <algorithm>
 #include <limits>
+#include <span>
 #include <fmt/format.h>
 
 #include "cpsched/error.hpp"
@@ -44,6 +45,22 @@ struct Map {
     }
     return covered == r.size();
   }
+  // Buffer rows of ascending global tokens (all there), appended to `out`:
+  // one search, then a walk along the runs.
+  void rows_of(std::span<const std::int32_t> keys, std::vector<std::int32_t>& out) const {
+    if (keys.empty()) return;
+    if (first == nullptr) {
+      for (std::int32_t t : keys) out.push_back(static_cast<std::int32_t>(t + shift));
+      return;
+    }
+    auto it = std::upper_bound(first, last, Token{keys.front()}, [](Token v, const XferRun& x) { return v < x.global.end; });
+    for (std::int32_t t : keys) {
+      while (it != last && it->global.end <= t) ++it;
+      if (it == last || !it->global.contains(t))
+        throw Error(fmt::format("plan builder (internal): key {} is not in the kv buffer", t));
+      out.push_back(static_cast<std::int32_t>(t - it->global.begin + it->off));
+    }
+  }
   // Buffer row of global token t (which must be there).
   Token row_of(Token t) const {
     if (first == nullptr) return t + shift;
@@ -61,6 +78,7 @@ struct Map {
 void emit_index_args(const SelectionRows& sel, int head, const Cell& c, Range kblock, const Map& qm,
                      const Map& km, int group, std::vector<Map::Run>& runs, std::vector<AttnArg>& out,
                      std::vector<std::int32_t>* pool) {
+  thread_local std::vector<std::span<const std::int32_t>> spans;  // the run's rows inside the kv block
   for (Range rows : c.rows.ranges()) {
     if (!qm.runs(rows, runs))
       throw Error(fmt::format("plan builder (internal): rows [{}, {}) are not all in the q buffer", rows.begin,
@@ -68,10 +86,11 @@ void emit_index_args(const SelectionRows& sel, int head, const Cell& c, Range kb
     for (const Map::Run& run : runs) {
       std::size_t width = 0;
       Token area = 0;
+      spans.clear();
       for (Token q = run.global.begin; q < run.global.end; ++q) {
-        const std::size_t n = sel.row(head, q, kblock).size();
-        width = std::max(width, n);
-        area += static_cast<Token>(n);
+        spans.push_back(sel.row(head, q, kblock));
+        width = std::max(width, spans.back().size());
+        area += static_cast<Token>(spans.back().size());
       }
       if (width == 0) continue;
       AttnArg a{{run.global.begin + run.shift, run.global.end + run.shift}, {0, 0}, MaskType::full, qm.buf, km.buf,
@@ -82,13 +101,12 @@ void emit_index_args(const SelectionRows& sel, int head, const Cell& c, Range kb
         continue;
       }
       Token lo = std::numeric_limits<Token>::max(), hi = std::numeric_limits<Token>::min();
-      for (Token q = run.global.begin; q < run.global.end; ++q) {
-        const auto keys = sel.row(head, q, kblock);
-        for (std::int32_t key : keys) {
-          const Token b = km.row_of(key);
-          lo = std::min(lo, b);
-          hi = std::max(hi, b + 1);
-          pool->push_back(static_cast<std::int32_t>(b));
+      for (const auto keys : spans) {
+        const std::size_t at = pool->size();
+        km.rows_of(keys, *pool);  // ascending keys: ascending buffer rows
+        if (!keys.empty()) {
+          lo = std::min<Token>(lo, (*pool)[at]);
+          hi = std::max<Token>(hi, pool->back() + 1);
         }
         pool->insert(pool->end(), width - keys.size(), -1);
       }
