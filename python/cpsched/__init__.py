@@ -418,6 +418,20 @@ class Session:
         """Solves the config's own mask (Session.from_config), exactly as `cpsched plan` does."""
         return Result(self._s.solve_config())
 
+    def solve_topk(self, indices, causal=True):
+        """Solves a token top-k mask (DSA's indexer output): integer indices of shape [S, H_kv, k]
+        (H_kv = 1: shared by every head, else heads.kv), -1 padded; query i of head h attends to the
+        keys indices[i, h, :]. A torch tensor on the GPU: call .cpu() first. Not cached (a selection
+        changes every step); errors name the first offending entry (docs/masks.md)."""
+        a = _host_array(indices, "indices")
+        if a.ndim != 3:
+            raise ValueError(f"indices: expected shape [S, H_kv, k], got shape {a.shape}")
+        if a.dtype.kind not in "iu":
+            raise ValueError(f"indices: expected int32 or int64 key positions, got dtype {a.dtype}")
+        if a.dtype not in (np.int32, np.int64) or not a.flags.c_contiguous:
+            a = np.ascontiguousarray(a, dtype=np.int64)
+        return Result(self._s.solve_topk(a, bool(causal)))
+
     @property
     def options(self):
         return self._s.options()

@@ -343,8 +343,32 @@ class PySession {
     if (!cfg_) throw Error("session: solve_config needs a Session made by Session.from_config");
     nb::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(mu_);
-    const Problem problem = make_problem(*cfg_);
-    session_->solve(problem.mask);
+    session_->solve(std::make_shared<const Problem>(make_problem(*cfg_)));  // index masks too
+    return last();
+  }
+
+  // Token top-k indices [S, kv_heads, k] (int32 or int64, -1 padded; DSA's
+  // indexer output, FlashMLA's layout), copied while the GIL is held: the
+  // result keeps its own copy, whatever happens to the array.
+  Result solve_topk(const nb::ndarray<nb::ndim<3>, nb::c_contig, nb::device::cpu>& indices, bool causal) {
+    const std::vector<std::int64_t> shape{static_cast<std::int64_t>(indices.shape(0)),
+                                          static_cast<std::int64_t>(indices.shape(1)),
+                                          static_cast<std::int64_t>(indices.shape(2))};
+    const std::size_t n = indices.size();
+    IndexMask m;
+    m.kind = IndexMaskKind::topk;
+    m.seqlen = shape[0];
+    m.kv_heads = static_cast<int>(shape[1]);
+    m.causal = causal;
+    if (indices.dtype() == nb::dtype<std::int32_t>())
+      m.indices = IndexArray::copy({static_cast<const std::int32_t*>(indices.data()), n}, shape, "<indices>");
+    else if (indices.dtype() == nb::dtype<std::int64_t>())
+      m.indices = IndexArray::copy({static_cast<const std::int64_t*>(indices.data()), n}, shape, "<indices>");
+    else
+      throw Error("solve_topk: indices must be int32 or int64 (got another dtype)");
+    nb::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    session_->solve(m);
     return last();
   }
 
@@ -583,6 +607,7 @@ NB_MODULE(_cpsched, m) {
           "path"_a, "overrides"_a)
       .def("solve", &PySession::solve, "q_ranges"_a, "k_ranges"_a, "types"_a)
       .def("solve_config", &PySession::solve_config)
+      .def("solve_topk", &PySession::solve_topk, "indices"_a, "causal"_a = true)
       .def("options", &PySession::options)
       .def("cache_stats", &PySession::cache_stats);
 

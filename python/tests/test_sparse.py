@@ -1,0 +1,63 @@
+"""Token top-k masks through the Python Session (DSA's indexer output as an array): valid plans with
+index args, the config's index masks, and bad input as a ValueError naming the first offending entry."""
+import json
+
+import numpy as np
+import pytest
+
+import cpsched
+
+from conftest import ROOT
+
+
+def causal_topk(S, heads, k, seed=0):
+    rng = np.random.default_rng(seed)
+    idx = np.full((S, heads, k), -1, dtype=np.int32)
+    for q in range(S):
+        for h in range(heads):
+            n = min(k, q + 1)
+            idx[q, h, :n] = np.sort(rng.choice(q + 1, size=n, replace=False))
+    return idx
+
+
+def session(**kw):
+    return cpsched.Session(cp_size=4, heads=(8, 2, 16, "bf16"), solver="balanced_bytes", cost_model="area",
+                           validate=True, **kw)
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_topk_plans_are_valid_index_args(heads):
+    r = session().solve_topk(causal_topk(96, heads, 6))
+    assert r.validate() == []
+    plan = json.loads(r.to_json())
+    assert plan["problem"]["index_mask"] == {"causal": True, "kind": "topk", "kv_heads": heads, "shape": [96, heads, 6]}
+    args = [a for rank in plan["ranks"] for st in [rank["fwd"]["calc"]["local_attn_args"]] +
+            rank["fwd"]["calc"]["remote_attn_args"] for a in st]
+    assert args and all(a["index_width"] > 0 for a in args)
+
+
+def test_int32_and_int64_indices_give_the_same_plan():
+    idx = causal_topk(64, 1, 5, seed=3)
+    a = json.loads(session().solve_topk(idx).to_json())
+    b = json.loads(session().solve_topk(idx.astype(np.int64)).to_json())
+    assert a["ranks"] == b["ranks"] and a["problem"] == b["problem"]
+
+
+def test_bad_indices_name_the_first_offending_entry():
+    idx = causal_topk(32, 1, 4)
+    idx[7, 0, 2] = 9  # a key after query 7
+    with pytest.raises(ValueError, match=r"indices\[7, 0, 2\] = 9"):
+        session().solve_topk(idx)
+    with pytest.raises(ValueError, match="expected shape"):
+        session().solve_topk(idx[:, 0, :])
+    with pytest.raises(ValueError, match="int32 or int64"):
+        session().solve_topk(idx.astype(np.float32))
+
+
+def test_the_dsa_config_solves_through_the_session():
+    s = cpsched.Session.from_config(ROOT / "configs" / "dsa.yaml",
+                                    {"problem.seqlen_per_rank": 256, "problem.mask.topk": 64,
+                                     "problem.mask.sink": 4, "problem.mask.local": 16})
+    r = s.solve_config()
+    assert r.validate() == []
+    assert json.loads(r.to_json())["problem"]["index_mask"]["kind"] == "topk"
