@@ -118,10 +118,7 @@ IndexMask generate_dsa(const MaskSpec& spec, Token S) {
   mask.seqlen = S;
   mask.kv_heads = static_cast<int>(H);
   mask.causal = true;
-  mask.indices.data = buf->data();
-  mask.indices.owner = std::shared_ptr<const void>(buf, buf.get());
-  mask.indices.shape = {S, H, k};
-  mask.indices.source = "<dsa>";
+  mask.indices = IndexArray::own(std::move(buf), {S, H, k}, "<dsa>");
   return mask;
 }
 
@@ -166,10 +163,7 @@ IndexMask generate_nsa(const MaskSpec& spec, Token S) {
   mask.causal = true;
   mask.block_q = 1;
   mask.block_k = static_cast<int>(B);
-  mask.indices.data = buf->data();
-  mask.indices.owner = std::shared_ptr<const void>(buf, buf.get());
-  mask.indices.shape = {H, S, n};
-  mask.indices.source = "<nsa>";
+  mask.indices = IndexArray::own(std::move(buf), {H, S, n}, "<nsa>");
   return mask;
 }
 

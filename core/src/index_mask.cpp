@@ -368,15 +368,21 @@ IndexArray IndexArray::view(std::span<const std::int32_t> data, std::vector<std:
   return a;
 }
 
-IndexArray IndexArray::copy(std::span<const std::int32_t> data, std::vector<std::int64_t> shape, std::string source) {
-  checked_count(shape, data.size(), source);
-  auto buf = std::make_shared<std::vector<std::int32_t>>(data.begin(), data.end());
+IndexArray IndexArray::own(std::shared_ptr<const std::vector<std::int32_t>> data, std::vector<std::int64_t> shape,
+                           std::string source) {
+  checked_count(shape, data->size(), source);
   IndexArray a;
-  a.data = buf->data();
-  a.owner = std::shared_ptr<const void>(buf, buf.get());
+  a.data = data->data();
+  a.owner = std::move(data);
   a.shape = std::move(shape);
   a.source = std::move(source);
   return a;
+}
+
+IndexArray IndexArray::copy(std::span<const std::int32_t> data, std::vector<std::int64_t> shape, std::string source) {
+  checked_count(shape, data.size(), source);
+  auto buf = std::make_shared<std::vector<std::int32_t>>(data.begin(), data.end());
+  return own(std::move(buf), std::move(shape), std::move(source));
 }
 
 IndexArray IndexArray::copy(std::span<const std::int64_t> data, std::vector<std::int64_t> shape, std::string source) {
@@ -389,12 +395,7 @@ IndexArray IndexArray::copy(std::span<const std::int64_t> data, std::vector<std:
                               index_string(static_cast<std::int64_t>(p), shape), p, v));
     (*buf)[p] = static_cast<std::int32_t>(v);
   }
-  IndexArray a;
-  a.data = buf->data();
-  a.owner = std::shared_ptr<const void>(buf, buf.get());
-  a.shape = std::move(shape);
-  a.source = std::move(source);
-  return a;
+  return own(std::move(buf), std::move(shape), std::move(source));
 }
 
 void IndexMask::validate(int threads) const {

@@ -184,12 +184,7 @@ IndexArray load_index_npy(const std::filesystem::path& path) {
       at += n;
     }
   }
-  IndexArray a;
-  a.data = buf->data();
-  a.owner = std::shared_ptr<const void>(buf, buf.get());
-  a.shape = std::move(shape);
-  a.source = src;
-  return a;
+  return IndexArray::own(std::move(buf), std::move(shape), src);
 #endif
 }
 

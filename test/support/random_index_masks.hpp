@@ -31,8 +31,7 @@ inline std::shared_ptr<const IndexMask> random_topk(Token S, int heads, int k, s
   m->kind = IndexMaskKind::topk;
   m->seqlen = S;
   m->kv_heads = heads;
-  m->indices = IndexArray::view(*data, {S, heads, k}, "<random>");
-  m->indices.owner = data;
+  m->indices = IndexArray::own(std::move(data), {S, heads, k}, "<random>");
   return m;
 }
 
@@ -56,8 +55,7 @@ inline std::shared_ptr<const IndexMask> random_block_topk(Token S, int heads, in
   m->kv_heads = heads;
   m->block_q = bq;
   m->block_k = bk;
-  m->indices = IndexArray::view(*data, {heads, nq, n}, "<random>");
-  m->indices.owner = data;
+  m->indices = IndexArray::own(std::move(data), {heads, nq, n}, "<random>");
   return m;
 }
 

@@ -69,9 +69,7 @@ std::shared_ptr<const IndexMask> bsr_of(const IndexMask& b) {
   m->block_q = b.block_q;
   m->block_k = b.block_k;
   auto view = [](std::shared_ptr<std::vector<std::int32_t>> v, std::vector<std::int64_t> shape) {
-    IndexArray a = IndexArray::view(*v, std::move(shape), "<bsr>");
-    a.owner = std::move(v);
-    return a;
+    return IndexArray::own(std::move(v), std::move(shape), "<bsr>");
   };
   const auto H = static_cast<std::int64_t>(b.kv_heads);
   m->indptr = view(indptr, {H, nq + 1});

@@ -58,6 +58,9 @@ struct IndexArray {
   bool empty() const { return data == nullptr; }
   // Borrows `data` (no copy); the caller keeps it alive.
   static IndexArray view(std::span<const std::int32_t> data, std::vector<std::int64_t> shape, std::string source);
+  // Takes shared ownership of `data` (no copy).
+  static IndexArray own(std::shared_ptr<const std::vector<std::int32_t>> data, std::vector<std::int64_t> shape,
+                        std::string source);
   // Copies (int64 input is narrowed; a value outside int32 is an error naming `source` and the flat position).
   static IndexArray copy(std::span<const std::int64_t> data, std::vector<std::int64_t> shape, std::string source);
   static IndexArray copy(std::span<const std::int32_t> data, std::vector<std::int64_t> shape, std::string source);
