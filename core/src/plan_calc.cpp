@@ -103,10 +103,10 @@ void emit_index_args(const SelectionRows& sel, int head, const Cell& c, Range kb
       Token lo = std::numeric_limits<Token>::max(), hi = std::numeric_limits<Token>::min();
       for (const auto keys : spans) {
         const std::size_t at = pool->size();
-        km.rows_of(keys, *pool);  // ascending keys: ascending buffer rows
-        if (!keys.empty()) {
-          lo = std::min<Token>(lo, (*pool)[at]);
-          hi = std::max<Token>(hi, pool->back() + 1);
+        km.rows_of(keys, *pool);  // (buffer rows need not ascend with the keys: relays append forwarded rows)
+        for (std::size_t e = at; e < pool->size(); ++e) {
+          lo = std::min<Token>(lo, (*pool)[e]);
+          hi = std::max<Token>(hi, (*pool)[e] + 1);
         }
         pool->insert(pool->end(), width - keys.size(), -1);
       }
