@@ -75,10 +75,11 @@ struct Map {
 // is contiguous in the q buffer, one arg whose rows list their selected keys
 // inside the task's kv block as kv-buffer rows, -1 padded to the run's widest
 // row.
+// `spans`: scratch for the run's rows inside the kv block.
 void emit_index_args(const SelectionRows& sel, int head, const Cell& c, Range kblock, const Map& qm,
-                     const Map& km, int group, std::vector<Map::Run>& runs, std::vector<AttnArg>& out,
+                     const Map& km, int group, std::vector<Map::Run>& runs,
+                     std::vector<std::span<const std::int32_t>>& spans, std::vector<AttnArg>& out,
                      std::vector<std::int32_t>* pool) {
-  thread_local std::vector<std::span<const std::int32_t>> spans;  // the run's rows inside the kv block
   for (Range rows : c.rows.ranges()) {
     if (!qm.runs(rows, runs))
       throw Error(fmt::format("plan builder (internal): rows [{}, {}) are not all in the q buffer", rows.begin,
@@ -164,6 +165,7 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
   ArgSink sink;
   std::vector<Slice> tight;
   std::vector<Map::Run> runs;
+  std::vector<std::span<const std::int32_t>> spans;
   const bool index = g.index_cells();
 
   auto map_of = [&](std::int32_t x, std::int32_t block) {
@@ -194,7 +196,7 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
       const Range qb = sh.blocks[static_cast<std::size_t>(c.qblock)];
       const Range kb = sh.blocks[static_cast<std::size_t>(c.kblock)];
       if (index) {
-        emit_index_args(g.selection(), g.per_group_cells() ? grp : 0, c, kb, qm, km, grp, runs, out,
+        emit_index_args(g.selection(), g.per_group_cells() ? grp : 0, c, kb, qm, km, grp, runs, spans, out,
                         index_rows ? &calc.indices : nullptr);
         continue;
       }

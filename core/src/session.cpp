@@ -103,10 +103,7 @@ struct Session::Impl {
     const auto t0 = std::chrono::steady_clock::now();
     if (!problem) throw Error("session: no problem given");
     const Problem& p = *problem;
-    if (p.cp_size() != opt.cp_size || p.heads.q != opt.heads.q || p.heads.kv != opt.heads.kv ||
-        p.heads.dim != opt.heads.dim || p.heads.dim_v != opt.heads.dim_v || p.heads.kv_shared != opt.heads.kv_shared ||
-        p.heads.dtype_bytes != opt.heads.dtype_bytes || p.grid.flatten_head_groups != opt.grid.flatten_head_groups ||
-        p.grid.blocks_per_rank != opt.grid.blocks_per_rank)
+    if (p.cp_size() != opt.cp_size || !(p.heads == opt.heads) || !(p.grid == opt.grid))
       throw Error("session: the problem's P, heads or grid options differ from the session's");
     if (!p.index_mask && p.head_masks.empty()) return solve(p.mask);
     return solve_problem(std::move(problem), nullptr, t0);

@@ -180,9 +180,7 @@ void TaskGrid::build() {
 
 const SelectionRows& TaskGrid::selection() const {
   if (!problem_->index_mask) throw Error("task grid: selection() of a grid without an index mask");
-  if (problem_->selection_rows) return problem_->selection_rows->get(*problem_->index_mask);
-  std::call_once(selection_once_, [&] { selection_ = std::make_unique<const SelectionRows>(*problem_->index_mask); });
-  return *selection_;
+  return (problem_->selection_rows ? *problem_->selection_rows : own_selection_).get(*problem_->index_mask);
 }
 
 }  // namespace cpsched

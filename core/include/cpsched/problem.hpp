@@ -43,6 +43,7 @@ struct Heads {
   // dV, dQ, dK: 6 d_qk + 4 d_v (2.5x the forward under GQA).
   double fwd_flops_per_pair() const { return 2.0 * dim + 2.0 * dv(); }
   double bwd_flops_per_pair() const { return 6.0 * dim + 4.0 * dv(); }
+  friend bool operator==(const Heads&, const Heads&) = default;
   // bwd / fwd: exactly 2.5 under GQA, so GQA prices stay bit-identical.
   double bwd_flops_ratio() const { return bwd_flops_per_pair() / fwd_flops_per_pair(); }
 };
@@ -50,6 +51,7 @@ struct Heads {
 struct GridOptions {
   bool flatten_head_groups = true;
   int blocks_per_rank = 1;
+  friend bool operator==(const GridOptions&, const GridOptions&) = default;
 };
 
 // Which tokens each rank hosts, as an ordered list of blocks. Block b covers

@@ -3,7 +3,6 @@
 // their exact area and needed rows/cols, and the tasks = cells x head groups.
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "cpsched/index_cells.hpp"
@@ -88,8 +87,7 @@ class TaskGrid {
   bool per_group_ = false;
   std::vector<Cell> cells_;
   std::vector<Cell> group_cells_;  // per-group cells: [cell * G + group]
-  mutable std::once_flag selection_once_;
-  mutable std::unique_ptr<const SelectionRows> selection_;
+  SelectionRowsCache own_selection_;  // when the problem has no shared cache (built by hand)
   Token total_task_area_ = 0;
 };
 
