@@ -1,11 +1,11 @@
 // A token top-k selection as sorted rows (index_cells.hpp).
 #include <algorithm>
-#include <thread>
 
 #include <fmt/format.h>
 
 #include "cpsched/error.hpp"
 #include "cpsched/index_cells.hpp"
+#include "index_internal.hpp"
 
 namespace cpsched {
 
@@ -29,10 +29,11 @@ SelectionRows::SelectionRows(const IndexMask& mask, int threads) : heads_(mask.k
     }
   for (std::size_t i = 0; i < rows; ++i) offset_[i + 1] += offset_[i];
   keys_.resize(static_cast<std::size_t>(offset_[rows]));
-  const int workers = std::max(1, std::min(threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()),
-                                           static_cast<int>(std::min<Token>(S / 4096 + 1, 64))));
-  auto fill = [&](Token q0, Token q1) {
-    for (Token q = q0; q < q1; ++q)
+  // At least 4096 queries per thread; each thread fills its own rows.
+  const int workers =
+      std::min(index_detail::resolve_threads(threads), static_cast<int>(std::min<Token>(S / 4096 + 1, 64)));
+  index_detail::run_threads(workers, [&](int w) {
+    for (Token q = S * w / workers; q < S * (w + 1) / workers; ++q)
       for (std::size_t h = 0; h < H; ++h) {
         const std::int32_t* r = idx + (static_cast<std::size_t>(q) * H + h) * static_cast<std::size_t>(k);
         std::int32_t* out = keys_.data() + offset_[h * static_cast<std::size_t>(S) + static_cast<std::size_t>(q)];
@@ -41,11 +42,7 @@ SelectionRows::SelectionRows(const IndexMask& mask, int threads) : heads_(mask.k
           if (r[j] >= 0) *o++ = r[j];
         if (!std::is_sorted(out, o)) std::sort(out, o);
       }
-  };
-  std::vector<std::thread> pool;
-  for (int w = 1; w < workers; ++w) pool.emplace_back(fill, S * w / workers, S * (w + 1) / workers);
-  fill(0, S / workers);
-  for (auto& t : pool) t.join();
+  });
 }
 
 std::span<const std::int32_t> SelectionRows::row(int head, Token q, Range k) const {
