@@ -1,5 +1,7 @@
 #include "cpsched/plan_builder.hpp"
 
+#include <optional>
+
 #include <fmt/format.h>
 
 #include "cpsched/error.hpp"
@@ -11,21 +13,48 @@ namespace cpsched {
 namespace {
 
 void build_pass(const Assignment& a, const plan_detail::Transfers& tr, const std::vector<int>& stage, int stages,
-                const plan_detail::RelayOptions& relay, bool index_rows, std::vector<PassPlan*>& pass) {
+                const plan_detail::RelayOptions& relay, const PlanOptions& options, std::vector<PassPlan*>& pass) {
   const plan_detail::XferLayout where = plan_detail::layout_comm(a, tr, stage, stages, relay, pass);
-  plan_detail::build_calc(a, tr, stage, where, stages, pass, index_rows);
+  plan_detail::build_calc(a, tr, stage, where, stages, pass, options.index_rows, options.area_only);
 }
 
 }  // namespace
 
-Plan build_plan(const Assignment& a, const PlanOptions& options) {
+struct PlanBuilder::State {
+  Assignment a;
+  plan_detail::Transfers tr;
+  TransferBytes fb, bb;
+  bool has_qo = false;
+  // Built on first use (a one-stage plan needs neither).
+  mutable std::optional<plan_detail::SendOrder> fwd_order, bwd_order;
+};
+
+PlanBuilder::PlanBuilder(Assignment a) : s_(std::make_unique<State>()) {
+  a.validate();
+  s_->a = std::move(a);
+  s_->tr = plan_detail::collect_transfers(s_->a);
+  const Problem& p = s_->a.grid->problem();
+  s_->fb = fwd_bytes_per_token(p);
+  s_->bb = bwd_bytes_per_token(p);
+  for (const plan_detail::Xfer& x : s_->tr.xfers) s_->has_qo |= x.kind == plan_detail::kQO;
+}
+
+PlanBuilder::~PlanBuilder() = default;
+PlanBuilder::PlanBuilder(PlanBuilder&&) noexcept = default;
+PlanBuilder& PlanBuilder::operator=(PlanBuilder&&) noexcept = default;
+
+const Assignment& PlanBuilder::assignment() const { return s_->a; }
+
+Plan PlanBuilder::build(const PlanOptions& options) const {
   const int stages = options.stages;
   if (stages < 1) throw Error(fmt::format("plan: stages must be at least 1, got {}", stages));
   if (options.relay_node_size < 0)
     throw Error(fmt::format("plan: relay_node_size must be 0 (no relays) or the ranks per node, got {}",
                             options.relay_node_size));
-  a.validate();
-  const Problem& p = a.grid->problem();
+  const Assignment& a = s_->a;
+  const plan_detail::Transfers& tr = s_->tr;
+  const TransferBytes& fb = s_->fb;
+  const TransferBytes& bb = s_->bb;
   const auto P = static_cast<std::size_t>(a.grid->cp_size());
 
   Plan plan;
@@ -33,32 +62,37 @@ Plan build_plan(const Assignment& a, const PlanOptions& options) {
   plan.sharding = a.grid->sharding();
   plan.ranks.resize(P);
 
-  const plan_detail::Transfers tr = plan_detail::collect_transfers(a);
-  const TransferBytes fb = fwd_bytes_per_token(p), bb = bwd_bytes_per_token(p);
-  const std::vector<int> fwd_stage = plan_detail::assign_stages(a, tr, fb.qo_out, fb.kv_out, stages);
   // The stage cut depends on the bytes per token only through the QO : KV
   // ratio, and not at all when nothing but KV moves.
-  bool has_qo = false;
-  for (const plan_detail::Xfer& x : tr.xfers) has_qo |= x.kind == plan_detail::kQO;
-  const bool same_cut = stages == 1 || !has_qo || fb.qo_out * bb.kv_out == bb.qo_out * fb.kv_out;
-  const std::vector<int> bwd_stage =
-      same_cut ? fwd_stage : plan_detail::assign_stages(a, tr, bb.qo_out, bb.kv_out, stages);
+  const bool same_cut = stages == 1 || !s_->has_qo || fb.qo_out * bb.kv_out == bb.qo_out * fb.kv_out;
+  std::vector<int> fwd_stage(tr.xfers.size(), 1), bwd_stage;
+  if (stages > 1) {
+    if (!s_->fwd_order) s_->fwd_order = plan_detail::send_order(a, tr, fb.qo_out, fb.kv_out);
+    fwd_stage = plan_detail::assign_stages(tr, *s_->fwd_order, stages);
+  }
+  if (same_cut) {
+    bwd_stage = fwd_stage;
+  } else {
+    if (!s_->bwd_order) s_->bwd_order = plan_detail::send_order(a, tr, bb.qo_out, bb.kv_out);
+    bwd_stage = plan_detail::assign_stages(tr, *s_->bwd_order, stages);
+  }
 
   std::vector<PassPlan*> pass(P);
   for (std::size_t r = 0; r < P; ++r) pass[r] = &plan.ranks[r].fwd;
   const int node = options.relay_node_size >= 2 ? options.relay_node_size : 0;
-  build_pass(a, tr, fwd_stage, stages, {node, fb.qo_out, fb.kv_out}, options.index_rows, pass);
+  build_pass(a, tr, fwd_stage, stages, {node, fb.qo_out, fb.kv_out}, options, pass);
   if (bwd_stage == fwd_stage) {
     // Same stage cut: the backward description is the forward one.
     for (RankPlan& rp : plan.ranks) rp.bwd = rp.fwd;
   } else {
     for (std::size_t r = 0; r < P; ++r) pass[r] = &plan.ranks[r].bwd;
-    build_pass(a, tr, bwd_stage, stages, {node, bb.qo_out, bb.kv_out}, options.index_rows, pass);
+    build_pass(a, tr, bwd_stage, stages, {node, bb.qo_out, bb.kv_out}, options, pass);
   }
 
 #ifndef NDEBUG
   const std::vector<std::string> problems =
-      options.index_rows || !a.grid->index_cells() ? validate_plan(a, plan) : std::vector<std::string>{};
+      !options.area_only && (options.index_rows || !a.grid->index_cells()) ? validate_plan(a, plan)
+                                                                            : std::vector<std::string>{};
   if (!problems.empty()) {
     std::string msg = fmt::format("plan builder produced an invalid plan ({} problems):", problems.size());
     for (std::size_t i = 0; i < problems.size() && i < 20; ++i) msg += "\n  " + problems[i];
@@ -66,6 +100,14 @@ Plan build_plan(const Assignment& a, const PlanOptions& options) {
   }
 #endif
   return plan;
+}
+
+Plan build_plan(const Assignment& a, const PlanOptions& options) {
+  if (options.stages < 1) throw Error(fmt::format("plan: stages must be at least 1, got {}", options.stages));
+  if (options.relay_node_size < 0)
+    throw Error(fmt::format("plan: relay_node_size must be 0 (no relays) or the ranks per node, got {}",
+                            options.relay_node_size));
+  return PlanBuilder(a).build(options);
 }
 
 }  // namespace cpsched

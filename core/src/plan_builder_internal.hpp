@@ -37,9 +37,18 @@ struct Transfers {
 
 Transfers collect_transfers(const Assignment& a);
 
-// Stage (1..N) of each xfer for a pass whose out bytes per token are
-// (qo_out, kv_out); the rule is documented in plan_builder.hpp.
-std::vector<int> assign_stages(const Assignment& a, const Transfers& tr, Bytes qo_out, Bytes kv_out, int stages);
+// The order in which each receiver's xfers are sent for a pass whose out
+// bytes per token are (qo_out, kv_out): steps 1-2 of the stage rule in
+// plan_builder.hpp, which do not depend on the stage count. seq holds every
+// xfer once, grouped by dst as Transfers::xfers ([dst_begin[d], dst_begin[d+1])).
+struct SendOrder {
+  Bytes qo_out = 0, kv_out = 0;
+  std::vector<std::int32_t> seq;
+};
+SendOrder send_order(const Assignment& a, const Transfers& tr, Bytes qo_out, Bytes kv_out);
+
+// Stage (1..N) of each xfer: step 3 of the rule, the send order cut by bytes.
+std::vector<int> assign_stages(const Transfers& tr, const SendOrder& order, int stages);
 
 // Where an xfer's rows land in its dst's remote buffer: maximal runs of
 // global tokens [global) at remote rows [off, off + global.size()), sorted by
@@ -69,7 +78,7 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
 
 // Fills calc of every rank and the reduce_after fields of comm.
 void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, const XferLayout& where,
-                int stages, std::vector<PassPlan*>& pass, bool index_rows = true);
+                int stages, std::vector<PassPlan*>& pass, bool index_rows = true, bool area_only = false);
 
 // Offset of each block inside its host's local buffer.
 std::vector<Token> block_local_offsets(const Sharding& sh);

@@ -150,7 +150,7 @@ struct ArgSink {
 }  // namespace
 
 void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, const XferLayout& where,
-                int stages, std::vector<PassPlan*>& pass, bool index_rows) {
+                int stages, std::vector<PassPlan*>& pass, bool index_rows, bool area_only) {
   const TaskGrid& g = *a.grid;
   const Sharding& sh = g.sharding();
   const std::vector<Token> block_off = block_local_offsets(sh);
@@ -178,8 +178,10 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
     return Map{BufferId::remote, 0, base + where.begin[xi], base + where.begin[xi + 1]};
   };
 
+  std::vector<Token> stage_area(static_cast<std::size_t>(stages) + 1);
   for (std::size_t d = 0; d + 1 < tr.rank_begin.size(); ++d) {
     CalcMeta& calc = pass[d]->calc;
+    if (area_only) std::fill(stage_area.begin(), stage_area.end(), 0);
     for (std::size_t i = tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i) {
       const auto t = static_cast<TaskId>(tr.task_order[i]);
       const Cell& c = g.cell_of(t);
@@ -191,6 +193,10 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
       const int st = std::max(sq, sk);
       if (xq >= 0) last_q[static_cast<std::size_t>(sq)] = std::max(last_q[static_cast<std::size_t>(sq)], st);
       if (xk >= 0) last_k[static_cast<std::size_t>(sk)] = std::max(last_k[static_cast<std::size_t>(sk)], st);
+      if (area_only) {
+        stage_area[static_cast<std::size_t>(st)] += g.area(t);
+        continue;
+      }
       std::vector<AttnArg>& out = st == 0 ? calc.local_attn_args : calc.remote_attn_args[static_cast<std::size_t>(st - 1)];
       const Map qm = map_of(xq, c.qblock), km = map_of(xk, c.kblock);
       const Range qb = sh.blocks[static_cast<std::size_t>(c.qblock)];
@@ -206,6 +212,14 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
         for (const Slice& x : tight) sink.emit(x, qm, km, grp, out);
       }
     }
+    if (area_only)
+      for (int st = 0; st <= stages; ++st) {
+        const Token area = stage_area[static_cast<std::size_t>(st)];
+        if (area == 0) continue;
+        const BufferId buf = st == 0 ? BufferId::local : BufferId::remote;
+        (st == 0 ? calc.local_attn_args : calc.remote_attn_args[static_cast<std::size_t>(st - 1)])
+            .push_back(AttnArg{{0, 1}, {0, 1}, MaskType::full, buf, buf, flat ? 0 : -1, 1, 0, area});
+      }
   }
   for (PassPlan* p : pass)
     for (std::size_t s = 0; s < p->comm.stages.size(); ++s) {

@@ -86,24 +86,20 @@ Transfers collect_transfers(const Assignment& a) {
   return tr;
 }
 
-std::vector<int> assign_stages(const Assignment& a, const Transfers& tr, Bytes qo_out, Bytes kv_out, int stages) {
-  std::vector<int> stage(tr.xfers.size(), 1);
-  if (stages <= 1) return stage;
+SendOrder send_order(const Assignment& a, const Transfers& tr, Bytes qo_out, Bytes kv_out) {
   const TaskGrid& g = *a.grid;
+  SendOrder out;
+  out.qo_out = qo_out;
+  out.kv_out = kv_out;
+  out.seq.reserve(tr.xfers.size());
   auto bytes_of = [&](std::size_t i) {
     const Xfer& x = tr.xfers[i];
     return x.tokens * (x.kind == kQO ? qo_out : kv_out);
   };
-  // Stage s ends at the fraction (2^s - 1) / (2^N - 1) of the bytes: each
-  // stage moves twice the bytes of the one before, so the first (exposed: only
-  // stage 0's local work hides it) is small and each later one arrives while
-  // the previous, larger stage computes. cum[s] = 2^s - 1.
-  std::vector<__int128> cum(static_cast<std::size_t>(stages) + 1, 0);
-  for (int s = 1; s <= stages; ++s) cum[static_cast<std::size_t>(s)] = (static_cast<__int128>(1) << s) - 1;
-  const __int128 denom = cum[static_cast<std::size_t>(stages)];
   std::vector<double> enabled(tr.xfers.size(), 0.0);  // load of the tasks that need each xfer
   std::vector<std::size_t> order, pos(tr.xfers.size(), 0);
   std::vector<std::pair<std::size_t, std::int32_t>> walk;  // (key, task)
+  std::vector<char> sent;
   for (std::size_t d = 0; d + 1 < tr.dst_begin.size(); ++d) {
     const std::size_t x0 = tr.dst_begin[d], x1 = tr.dst_begin[d + 1];
     if (x0 == x1) continue;
@@ -117,11 +113,7 @@ std::vector<int> assign_stages(const Assignment& a, const Transfers& tr, Bytes q
     // Transfers by bytes per unit of work they unlock, cheapest first (ties
     // as before: bytes, source, kind, block, group).
     order.clear();
-    Bytes total = 0;
-    for (std::size_t i = x0; i < x1; ++i) {
-      order.push_back(i);
-      total += bytes_of(i);
-    }
+    for (std::size_t i = x0; i < x1; ++i) order.push_back(i);
     auto key = [&](std::size_t i) {
       const Xfer& x = tr.xfers[i];
       return std::make_tuple(bytes_of(i), x.host, x.kind, x.block, x.group, i);
@@ -147,17 +139,11 @@ std::vector<int> assign_stages(const Assignment& a, const Transfers& tr, Bytes q
       walk.emplace_back(kk, t);
     }
     std::sort(walk.begin(), walk.end());
-    std::vector<char> sent(x1 - x0, 0);
-    Bytes before = 0;
+    sent.assign(x1 - x0, 0);
     auto send = [&](std::int32_t x) {
       if (x < 0 || sent[static_cast<std::size_t>(x) - x0]) return;
       sent[static_cast<std::size_t>(x) - x0] = 1;
-      // Smallest s with before < total x (2^s - 1) / (2^N - 1), exact in 128-bit integers.
-      int s = 1;
-      while (s < stages && static_cast<__int128>(before) * denom >= static_cast<__int128>(total) * cum[static_cast<std::size_t>(s)])
-        ++s;
-      stage[static_cast<std::size_t>(x)] = s;
-      before += bytes_of(static_cast<std::size_t>(x));
+      out.seq.push_back(x);
     };
     for (const auto& [kk, t] : walk) {
       (void)kk;
@@ -170,6 +156,40 @@ std::vector<int> assign_stages(const Assignment& a, const Transfers& tr, Bytes q
         send(q);
         send(k);
       }
+    }
+  }
+  return out;
+}
+
+std::vector<int> assign_stages(const Transfers& tr, const SendOrder& order, int stages) {
+  std::vector<int> stage(tr.xfers.size(), 1);
+  if (stages <= 1) return stage;
+  auto bytes_of = [&](std::size_t i) {
+    const Xfer& x = tr.xfers[i];
+    return x.tokens * (x.kind == kQO ? order.qo_out : order.kv_out);
+  };
+  // Stage s ends at the fraction (2^s - 1) / (2^N - 1) of the bytes: each
+  // stage moves twice the bytes of the one before, so the first (exposed: only
+  // stage 0's local work hides it) is small and each later one arrives while
+  // the previous, larger stage computes. cum[s] = 2^s - 1.
+  std::vector<__int128> cum(static_cast<std::size_t>(stages) + 1, 0);
+  for (int s = 1; s <= stages; ++s) cum[static_cast<std::size_t>(s)] = (static_cast<__int128>(1) << s) - 1;
+  const __int128 denom = cum[static_cast<std::size_t>(stages)];
+  // order.seq holds every xfer once, grouped by dst like tr.xfers.
+  for (std::size_t d = 0; d + 1 < tr.dst_begin.size(); ++d) {
+    const std::size_t x0 = tr.dst_begin[d], x1 = tr.dst_begin[d + 1];
+    Bytes total = 0;
+    for (std::size_t i = x0; i < x1; ++i) total += bytes_of(static_cast<std::size_t>(order.seq[i]));
+    Bytes before = 0;
+    int s = 1;
+    for (std::size_t i = x0; i < x1; ++i) {
+      const auto x = static_cast<std::size_t>(order.seq[i]);
+      // Smallest s with before < total x (2^s - 1) / (2^N - 1), exact in 128-bit
+      // integers (before only grows, so s never goes back).
+      while (s < stages && static_cast<__int128>(before) * denom >= static_cast<__int128>(total) * cum[static_cast<std::size_t>(s)])
+        ++s;
+      stage[x] = s;
+      before += bytes_of(x);
     }
   }
   return stage;

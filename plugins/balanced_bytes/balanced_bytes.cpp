@@ -17,6 +17,7 @@
 #include "cpsched/search/placements.hpp"
 #include "cpsched/search/search.hpp"
 #include "cpsched/search/state.hpp"
+#include "cpsched/search/step_bound.hpp"
 
 namespace cpsched::search {
 
@@ -35,6 +36,8 @@ std::string num(double v, const char* fmt = "%.6g") {
 // Searching a member's own grid (static's dispatch is 8 x finer) costs about
 // its task count; beyond this only the member's plan as it is is priced.
 constexpr TaskId kMemberGridSearchTasks = 400000;
+// Members whose grids are larger still are not candidates at all.
+constexpr TaskId kMemberGridTasks = 1000000;
 
 // The time objective's default effort (move evaluations per solve up to 256 tasks).
 constexpr std::int64_t kTimeEffort = 10000;
@@ -48,6 +51,9 @@ constexpr int kAutoStages = 3;
 // of the bound, with 4 it reaches 1.06 / 1.07, with 8 or all no better.)
 constexpr std::size_t kAutoFinalists = 4;
 constexpr int kStageChoices[] = {1, 2, 3, 4, 5};
+// Plans priced in parallel between two tests of their step bounds (a fixed
+// number, so that the plans built do not depend on the thread count).
+constexpr std::size_t kPriceBatch = 4;
 
 std::int64_t max_load(const TaskGrid& g, const std::vector<Rank>& rank) {
   std::vector<std::int64_t> load(static_cast<std::size_t>(g.cp_size()), 0);
@@ -203,8 +209,16 @@ std::vector<MemberResult> BalancedBytes::solve_members(const SolveInput& in, std
   for (const std::string& name : opt_.members) {
     std::string why;
     std::optional<Assignment> a = members_->solve(name, SolveInput{in.grid, in.cost, in.stages}, why);
-    if (a) out.push_back({name, std::move(*a), in.grid.get()});
-    else skipped.push_back(name + " (" + why + ")");
+    if (!a) {
+      skipped.push_back(name + " (" + why + ")");
+    } else if (a->grid->num_tasks() > kMemberGridTasks) {
+      // A dispatch onto a grid this large (static on one dense sequence: 8
+      // chunks per rank give 64 P^2 tasks) costs more to price than it gains.
+      skipped.push_back(name + " (its grid has " + std::to_string(a->grid->num_tasks()) + " tasks, above " +
+                        std::to_string(kMemberGridTasks) + ")");
+    } else {
+      out.push_back({name, std::move(*a), in.grid.get()});
+    }
   }
   return out;
 }
@@ -426,50 +440,109 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
   const Candidate* best = nullptr;
   int best_stages = first_stages;
   int best_relay = relay_options.front();
-  // Builds and prices c's plan, keeping the fastest; a relayed build without
-  // any forwarding is the plain plan again and is not priced twice.
-  auto price = [&](const Candidate& c, int st, int relay) {
-    Assignment w;
-    w.grid = c.grid;
-    w.rank = c.rank;
-    const Plan plan = build_plan(w, PlanOptions{st, relay, /*index_rows=*/false});  // priced, not run
-    if (relay > 0 && !plan.has_forwarding()) return std::numeric_limits<double>::infinity();
-    const double step = in.cost->plan_time(c.grid->problem(), plan)->step();
-    if (step < best_step * (1 - 1e-12)) {
-      best_step = step;
-      best = &c;
-      best_stages = st;
-      best_relay = relay;
-    }
-    return step;
-  };
   // On grids beyond member_max_tasks (P = 1024 causal: 4M tasks) one plan
   // build costs seconds and latencies are a rounding error of the step: the
   // best predicted candidate is taken without pricing it.
   const bool unpriced = in.grid->num_tasks() > opt_.member_max_tasks;
+  std::size_t priced = 0, skipped_by_bound = 0;
   if (unpriced) {
     best = &seen.front();  // (no bytes candidate on such grids)
     for (const Candidate& c : seen)
       if (c.predicted_s < best->predicted_s) best = &c;
     best_step = best->predicted_s;
   } else {
-    std::vector<std::pair<double, const Candidate*>> at_first;  // (step at first_stages, candidate)
-    for (const Candidate* c : finals)
-      for (int relay : relay_options) {
-        const double step = price(*c, first_stages, relay);
-        if (relay == relay_options.front()) at_first.emplace_back(step, c);
+    // Each final's lower bound on the step of its plans (step_bound.hpp); the
+    // most promising are priced first, and a plan whose bound reaches the
+    // fastest step so far is not built: it cannot win.
+    const TimePrices tp = *in.cost->time_prices();
+    const bool choose_relay = relay_options.size() > 1;  // (else a relayed plan without forwarding is the plan)
+    std::vector<StepBound> bound(finals.size());
+    std::vector<std::unique_ptr<PlanBuilder>> builders(finals.size());
+    run_jobs(finals.size(), opt_.threads, [&](std::size_t i) {
+      bound[i] = step_lower_bound(*finals[i]->grid, finals[i]->rank, tp, relay_options.back());
+    });
+    std::vector<std::size_t> order(finals.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t x, std::size_t y) { return bound[x].plain < bound[y].plain; });
+    struct Job {
+      std::size_t final_index;
+      int stages, relay;
+      double step = std::numeric_limits<double>::infinity();
+    };
+    // Prices jobs in batches of kPriceBatch, the batch's plans in parallel;
+    // the bound test runs between batches, so which plans are built does not
+    // depend on the thread count. The fastest wins, ties to the earlier job.
+    auto price_all = [&](std::vector<Job>& jobs) {
+      for (std::size_t b0 = 0; b0 < jobs.size(); b0 += kPriceBatch) {
+        const std::size_t b1 = std::min(jobs.size(), b0 + kPriceBatch);
+        std::vector<std::size_t> run;
+        for (std::size_t j = b0; j < b1; ++j) {
+          const StepBound& sb = bound[jobs[j].final_index];
+          const bool useless = jobs[j].relay > 0 && choose_relay && !sb.may_forward;  // the plain plan again
+          const double lb = jobs[j].relay > 0 ? sb.relayed : sb.plain;
+          if (useless || lb >= best_step) ++skipped_by_bound;
+          else run.push_back(j);
+        }
+        // One job list per final: a final's builder (its transfers and send
+        // orders, reused by all its plans) is used by one thread at a time.
+        std::vector<std::vector<std::size_t>> by_final;
+        for (std::size_t j : run) {
+          auto it = std::find_if(by_final.begin(), by_final.end(), [&](const std::vector<std::size_t>& v) {
+            return jobs[v.front()].final_index == jobs[j].final_index;
+          });
+          if (it == by_final.end()) by_final.push_back({j});
+          else it->push_back(j);
+        }
+        run_jobs(by_final.size(), opt_.threads, [&](std::size_t f) {
+          for (std::size_t ji : by_final[f]) {
+            Job& j = jobs[ji];
+            std::unique_ptr<PlanBuilder>& b = builders[j.final_index];
+            if (!b) {
+              Assignment w;
+              w.grid = finals[j.final_index]->grid;
+              w.rank = finals[j.final_index]->rank;
+              b = std::make_unique<PlanBuilder>(std::move(w));
+            }
+            // Priced, not run: one area-only arg per rank and stage.
+            const Plan plan = b->build(PlanOptions{j.stages, j.relay, /*index_rows=*/false, /*area_only=*/true});
+            if (j.relay > 0 && choose_relay && !plan.has_forwarding()) continue;  // the plain plan again
+            j.step = in.cost->plan_time(finals[j.final_index]->grid->problem(), plan)->step();
+          }
+        });
+        priced += run.size();
+        for (std::size_t j : run)
+          if (jobs[j].step < best_step * (1 - 1e-12)) {
+            best_step = jobs[j].step;
+            best = finals[jobs[j].final_index];
+            best_stages = jobs[j].stages;
+            best_relay = jobs[j].relay;
+          }
       }
+    };
+    std::vector<Job> first;
+    for (std::size_t i : order)
+      for (int relay : relay_options) first.push_back({i, first_stages, relay});
+    price_all(first);
     if (auto_stages) {
       // The finalists at kAutoStages (more stages change which plan is
-      // fastest: a plan with a small local stage gains most from pipelining).
-      std::stable_sort(at_first.begin(), at_first.end(),
-                       [](const auto& x, const auto& y) { return x.first < y.first; });
+      // fastest: a plan with a small local stage gains most from pipelining):
+      // the fastest at one stage without relays, of those priced.
+      std::vector<const Job*> at_first;
+      for (const Job& j : first)
+        if (j.relay == relay_options.front() && j.step < std::numeric_limits<double>::infinity())
+          at_first.push_back(&j);
+      std::stable_sort(at_first.begin(), at_first.end(), [](const Job* x, const Job* y) { return x->step < y->step; });
+      std::vector<Job> more;
       for (std::size_t i = 0; i < at_first.size() && i < kAutoFinalists; ++i)
-        for (int relay : relay_options) price(*at_first[i].second, kAutoStages, relay);
-      const Candidate& winner = *best;
-      const int relay = best_relay;
+        for (int relay : relay_options) more.push_back({at_first[i]->final_index, kAutoStages, relay});
+      price_all(more);
+      std::size_t winner = 0;
+      while (finals[winner] != best) ++winner;
+      std::vector<Job> counts;
       for (int st : kStageChoices)
-        if (st != 1 && st != kAutoStages) price(winner, st, relay);
+        if (st != 1 && st != kAutoStages) counts.push_back({winner, st, best_relay});
+      price_all(counts);
     }
   }
   const bool best_ok = meets_mu(*best);
@@ -484,7 +557,8 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
            (best_relay > 0 ? ", relays on nodes of " + std::to_string(best_relay) : std::string()) + ", predicted step " +
            num(best_step * 1e3, "%.4f") + " ms " +
            (unpriced ? std::string("by the search's model (grid above member_max_tasks: no plan priced)")
-                     : "of " + std::to_string(finals.size()) + " priced plans");
+                     : "of " + std::to_string(finals.size()) + " candidates (" + std::to_string(priced) +
+                           " plans priced, " + std::to_string(skipped_by_bound) + " skipped by their step bound)");
   for (const std::string& s : skipped) a.note += "; member " + s + " skipped";
   if (!best_ok) a.note += "; the fastest plan is above mu = " + num(opt_.mu);
   return a;

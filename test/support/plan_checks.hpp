@@ -30,4 +30,18 @@ inline void check_valid_plan(const Assignment& a, const Plan& plan, bool brute) 
   }
 }
 
+// Same args and comm on every rank and pass.
+inline bool same_plan(const Plan& x, const Plan& y) {
+  if (x.ranks.size() != y.ranks.size() || x.num_stages != y.num_stages) return false;
+  for (std::size_t r = 0; r < x.ranks.size(); ++r)
+    for (Pass p : {Pass::fwd, Pass::bwd}) {
+      const PassPlan& a = pass_plan(x.ranks[r], p);
+      const PassPlan& b = pass_plan(y.ranks[r], p);
+      if (a.calc.local_attn_args != b.calc.local_attn_args || a.calc.remote_attn_args != b.calc.remote_attn_args ||
+          a.comm.stages != b.comm.stages)
+        return false;
+    }
+  return true;
+}
+
 }  // namespace cpsched::test

@@ -46,19 +46,6 @@ Crossing crossing(const Plan& plan, int node) {
   return c;
 }
 
-bool same_plan(const Plan& x, const Plan& y) {
-  if (x.ranks.size() != y.ranks.size() || x.num_stages != y.num_stages) return false;
-  for (std::size_t r = 0; r < x.ranks.size(); ++r)
-    for (Pass p : {Pass::fwd, Pass::bwd}) {
-      const PassPlan& a = pass_plan(x.ranks[r], p);
-      const PassPlan& b = pass_plan(y.ranks[r], p);
-      if (a.calc.local_attn_args != b.calc.local_attn_args || a.calc.remote_attn_args != b.calc.remote_attn_args ||
-          a.comm.stages != b.comm.stages)
-        return false;
-    }
-  return true;
-}
-
 }  // namespace
 
 TEST_CASE("relays: valid plans, same coverage, fewer NIC rows, off is the plain plan") {
@@ -76,8 +63,8 @@ TEST_CASE("relays: valid plans, same coverage, fewer NIC rows, off is the plain 
         CAPTURE(node);
         CAPTURE(stages);
         const Plan plain = build_plan(a, stages);
-        CHECK(same_plan(build_plan(a, PlanOptions{stages, 0}), plain));
-        CHECK(same_plan(build_plan(a, PlanOptions{stages, 1}), plain));
+        CHECK(test::same_plan(build_plan(a, PlanOptions{stages, 0}), plain));
+        CHECK(test::same_plan(build_plan(a, PlanOptions{stages, 1}), plain));
         CHECK_FALSE(plain.has_forwarding());
         const Plan relay = build_plan(a, PlanOptions{stages, node});
         test::check_valid_plan(a, relay, grid->problem().seqlen() <= 200);

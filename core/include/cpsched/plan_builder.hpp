@@ -35,6 +35,8 @@
 // (cpsched/slice_clip.hpp: up to three slices of the four types) and moved to
 // buffer coordinates; a piece whose rows or cols are not contiguous in the
 // buffer is cut further.
+#include <memory>
+
 #include "cpsched/assignment.hpp"
 #include "cpsched/plan.hpp"
 
@@ -61,12 +63,37 @@ struct PlanOptions {
   // price a plan, at a fraction of the cost on large selections. Such a plan
   // cannot be executed or validated. Range masks are unaffected.
   bool index_rows = true;
+  // true: each rank's args of one stage are one arg that carries only their
+  // area (an index-shaped arg: index_width 1, index_area the pairs, no rows),
+  // which is all the timing model reads of CalcMeta: solvers price candidate
+  // plans this way at a fraction of the cost. Such a plan cannot be executed
+  // or validated; comm is the full plan's.
+  bool area_only = false;
 };
 
 // Throws cpsched::Error when the assignment is invalid, stages < 1 or
 // relay_node_size < 0. Builds without NDEBUG run validate_plan
 // (plan_validator.hpp) on the result and throw its problems.
 Plan build_plan(const Assignment& a, const PlanOptions& options);
+
+// Plans of one assignment under several options (stage counts, relays): the
+// transfers and each pass's send order (steps 1-2 of the stage rule) are
+// computed once, by the first build that needs them, and reused; every plan
+// equals build_plan's. Solvers that price a candidate at several stage counts
+// use it. Not for concurrent use by several threads.
+class PlanBuilder {
+ public:
+  explicit PlanBuilder(Assignment a);  // validates the assignment (throws cpsched::Error)
+  ~PlanBuilder();
+  PlanBuilder(PlanBuilder&&) noexcept;
+  PlanBuilder& operator=(PlanBuilder&&) noexcept;
+  const Assignment& assignment() const;
+  Plan build(const PlanOptions& options) const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
 inline Plan build_plan(const Assignment& a, int stages = 1) { return build_plan(a, PlanOptions{stages, 0}); }
 
 }  // namespace cpsched

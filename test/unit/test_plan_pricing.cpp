@@ -1,0 +1,110 @@
+// Pricing candidate plans cheaply (what balanced_bytes does before choosing):
+// PlanBuilder reuses one assignment's transfers across builds and gives
+// build_plan's plans; area-only plans time exactly like the full ones; and
+// the step lower bound never exceeds the timing model's step, so skipping a
+// plan whose bound reaches the best step so far loses nothing.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+
+#include "cpsched/cost_model.hpp"
+#include "cpsched/hardware.hpp"
+#include "cpsched/mask_generators.hpp"
+#include "cpsched/plan_builder.hpp"
+#include "cpsched/search/step_bound.hpp"
+#include "cpsched/timing.hpp"
+#include "plan_checks.hpp"
+#include "plan_fixtures.hpp"
+#include "random_specs.hpp"
+
+using namespace cpsched;
+
+namespace {
+
+// Random problems of every mask kind at a few sizes (two or four nodes of
+// eight on the bundled profiles), with random and owner placements.
+template <class F>
+void for_each_case(F&& f) {
+  std::mt19937_64 rng(77);
+  for (const std::string& kind_name : mask_kind_names()) {
+    MaskKind kind{};
+    REQUIRE(parse_mask_kind(kind_name, kind));
+    for (int P : {4, 16, 32}) {
+      auto grid = test::random_grid(kind, P, Heads{16, 8, 64, 2}, rng);
+      CAPTURE(kind_name);
+      CAPTURE(P);
+      f(test::random_assignment(grid, rng));
+      f(test::owner_assignment(grid));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("PlanBuilder: every build equals build_plan's, in any order of options") {
+  int plans = 0;
+  for_each_case([&](const Assignment& a) {
+    const PlanBuilder b(a);
+    // Stage counts out of order, relays in between: the cached send orders
+    // must not leak one build's options into the next.
+    for (PlanOptions o : {PlanOptions{3, 0}, PlanOptions{1, 0}, PlanOptions{4, 8}, PlanOptions{2, 0},
+                          PlanOptions{3, 8}, PlanOptions{1, 8}}) {
+      CAPTURE(o.stages);
+      CAPTURE(o.relay_node_size);
+      CHECK(test::same_plan(b.build(o), build_plan(a, o)));
+      ++plans;
+    }
+  });
+  CHECK(plans > 100);
+}
+
+TEST_CASE("area-only plans: same comm, one arg per rank and stage, the same step time") {
+  const HardwareProfile hw = resolve_hardware_profile("cluster_8gpu_ib");
+  for_each_case([&](const Assignment& a) {
+    for (int stages : {1, 3}) {
+      CAPTURE(stages);
+      const Plan full = build_plan(a, stages);
+      const Plan priced = build_plan(a, PlanOptions{stages, 0, true, true});
+      for (std::size_t r = 0; r < full.ranks.size(); ++r) {
+        CHECK(priced.ranks[r].fwd.comm.stages == full.ranks[r].fwd.comm.stages);
+        CHECK(priced.ranks[r].bwd.comm.stages == full.ranks[r].bwd.comm.stages);
+        CHECK(priced.ranks[r].fwd.calc.local_attn_args.size() <= 1);
+        for (const auto& st : priced.ranks[r].fwd.calc.remote_attn_args) CHECK(st.size() <= 1);
+      }
+      const Problem& p = a.grid->problem();
+      const StepEstimate x = estimate_step(p, full, hw), y = estimate_step(p, priced, hw);
+      CHECK(y.fwd == doctest::Approx(x.fwd).epsilon(1e-12));
+      CHECK(y.bwd == doctest::Approx(x.bwd).epsilon(1e-12));
+      CHECK(y.compute_bound == doctest::Approx(x.compute_bound).epsilon(1e-12));
+    }
+  });
+}
+
+TEST_CASE("step lower bound: at most the step of every plan of the placement, and not trivial") {
+  for (const std::string hw_name : {"h100_8x_nvlink", "cluster_8gpu_ib"}) {
+    const HardwareProfile hw = resolve_hardware_profile(hw_name);
+    const TimePrices tp = *TimeCostModel(hw).time_prices();
+    CAPTURE(hw_name);
+    double tightest = 0;
+    for_each_case([&](const Assignment& a) {
+      const search::StepBound b = search::step_lower_bound(*a.grid, a.rank, tp, tp.gpus_per_node);
+      CHECK(b.relayed <= b.plain);
+      CHECK(b.relayed > 0);
+      const Problem& p = a.grid->problem();
+      for (int stages : {1, 2, 3, 5}) {
+        CAPTURE(stages);
+        const Plan plain = build_plan(a, stages);
+        const double step = estimate_step(p, plain, hw).step();
+        CHECK(b.plain <= step);
+        tightest = std::max(tightest, b.plain / step);
+        const Plan relayed = build_plan(a, PlanOptions{stages, tp.gpus_per_node});
+        CHECK(b.relayed <= estimate_step(p, relayed, hw).step());
+        // No possible forwarding: the relayed plan is the plain one.
+        if (!b.may_forward) CHECK_FALSE(relayed.has_forwarding());
+      }
+    });
+    // Ports and compute make the bound reach most of the step somewhere.
+    CHECK(tightest > 0.5);
+  }
+}
