@@ -36,8 +36,6 @@ std::string num(double v, const char* fmt = "%.6g") {
 // Searching a member's own grid (static's dispatch is 8 x finer) costs about
 // its task count; beyond this only the member's plan as it is is priced.
 constexpr TaskId kMemberGridSearchTasks = 400000;
-// Members whose grids are larger still are not candidates at all.
-constexpr TaskId kMemberGridTasks = 1000000;
 
 // The time objective's default effort (move evaluations per solve up to 256 tasks).
 constexpr std::int64_t kTimeEffort = 10000;
@@ -209,16 +207,8 @@ std::vector<MemberResult> BalancedBytes::solve_members(const SolveInput& in, std
   for (const std::string& name : opt_.members) {
     std::string why;
     std::optional<Assignment> a = members_->solve(name, SolveInput{in.grid, in.cost, in.stages}, why);
-    if (!a) {
-      skipped.push_back(name + " (" + why + ")");
-    } else if (a->grid->num_tasks() > kMemberGridTasks) {
-      // A dispatch onto a grid this large (static on one dense sequence: 8
-      // chunks per rank give 64 P^2 tasks) costs more to price than it gains.
-      skipped.push_back(name + " (its grid has " + std::to_string(a->grid->num_tasks()) + " tasks, above " +
-                        std::to_string(kMemberGridTasks) + ")");
-    } else {
-      out.push_back({name, std::move(*a), in.grid.get()});
-    }
+    if (a) out.push_back({name, std::move(*a), in.grid.get()});
+    else skipped.push_back(name + " (" + why + ")");
   }
   return out;
 }
@@ -247,6 +237,7 @@ Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>
   std::vector<Start> starts;
   starts.push_back({"owner", owner_placement(grid)});
   if (grid.flattened()) starts.push_back({"usp", usp_placement(grid, opt_.usp_max_degree)});
+  if (grid.flattened() && to) starts.push_back({"hybrid", hybrid_placement(grid, opt_.usp_max_degree, to->byte_s, to->gpus_per_node)});
   for (const MemberResult& m : members)
     if (m.assignment.grid.get() == in.grid.get()) starts.push_back({m.name, m.assignment.rank});
 

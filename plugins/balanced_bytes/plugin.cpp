@@ -15,7 +15,7 @@ const cpsched_param_spec kParams[] = {
      "says)"},
     {"spread", CPSCHED_PARAM_REAL, "0.25", "time: weight of the mean rank time beside the slowest rank's"},
     {"members", CPSCHED_PARAM_STRING,
-     "binary_greedy,static,static:node_ranks=-1+node_chunks=8,static:node_ranks=-1+node_chunks=8+chunks_per_rank=16",
+     "binary_greedy,static,static:node_ranks=-1+node_chunks=8",
      "solver plugins (comma separated, loaded by name) whose results are starts of the search and, in time mode, "
      "candidate plans"},
     {"fwd_weight", CPSCHED_PARAM_REAL, "1.0", "weight of forward bytes in the objective"},

@@ -12,6 +12,7 @@
 #include "cpsched/hardware.hpp"
 #include "cpsched/mask_generators.hpp"
 #include "cpsched/plan_builder.hpp"
+#include "cpsched/search/placements.hpp"
 #include "cpsched/search/step_bound.hpp"
 #include "cpsched/timing.hpp"
 #include "plan_checks.hpp"
@@ -107,4 +108,40 @@ TEST_CASE("step lower bound: at most the step of every plan of the placement, an
     // Ports and compute make the bound reach most of the step somewhere.
     CHECK(tightest > 0.5);
   }
+}
+
+TEST_CASE("hybrid placement: short documents stay home, a long one spreads its head groups over the node") {
+  // P = 16 (two nodes of 8), 64 tokens per rank, GQA 64:8: documents inside
+  // one shard need no remote KV, so every task stays with its q block's host;
+  // one causal document over the whole sequence makes later blocks read KV
+  // from many ranks and the other node: those blocks go to usp's ranks, each
+  // head group to its own rank of the host's node.
+  const double byte_s[2] = {1 / 360e9, 1 / 45e9};
+  const Heads heads{64, 8, 128, 2};
+  std::vector<Slice> local;
+  for (Token s = 0; s < 16 * 64; s += 32) local.push_back({{s, s + 32}, {s, s + 32}, MaskType::causal});
+  auto short_docs = test::make_grid(RangeMask(16 * 64, local), 16, heads, {true, 1});
+  CHECK(search::hybrid_placement(*short_docs, 8, byte_s, 8) == search::owner_placement(*short_docs));
+
+  auto one_doc = test::make_grid(RangeMask(16 * 64, {{{0, 16 * 64}, {0, 16 * 64}, MaskType::causal}}), 16, heads,
+                                 {true, 1});
+  const std::vector<Rank> h = search::hybrid_placement(*one_doc, 8, byte_s, 8);
+  const std::vector<Rank> usp = search::usp_placement(*one_doc, 8);
+  REQUIRE(h.size() == usp.size());
+  int spread = 0, home = 0;
+  for (TaskId t = 0; t < one_doc->num_tasks(); ++t) {
+    const auto i = static_cast<std::size_t>(t);
+    const bool is_usp = h[i] == usp[i], is_owner = h[i] == one_doc->q_host(t);
+    CHECK((is_usp || is_owner));
+    CHECK(h[i] / 8 == one_doc->q_host(t) / 8);  // never leaves the host's node
+    if (one_doc->cell_of(t).qblock == 0) CHECK(is_owner);  // the first block reads only its own KV
+    spread += is_usp && !is_owner;
+    home += is_owner && !is_usp;
+  }
+  CHECK(spread > 0);
+  CHECK(home > 0);
+  // Not flattened: no per-group choice to make.
+  auto whole = test::make_grid(RangeMask(16 * 64, {{{0, 16 * 64}, {0, 16 * 64}, MaskType::causal}}), 16, heads,
+                               {false, 1});
+  CHECK(search::hybrid_placement(*whole, 8, byte_s, 8).empty());
 }

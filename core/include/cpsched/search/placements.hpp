@@ -16,6 +16,16 @@ std::vector<Rank> owner_placement(const TaskGrid& grid);
 // Empty when head groups are not flattened (Ulysses splits heads).
 std::vector<Rank> usp_placement(const TaskGrid& grid, int max_degree);
 
+// Per q block, the owner's or usp's placement of all its tasks, whichever
+// loads the busiest port less: owner brings every head group's remote KV to
+// the host (one port), usp spreads the groups over the host's Ulysses group
+// of ranks, each receiving its group's Q rows and remote KV. Seconds per byte
+// by link class from `byte_s` (inside a node, between nodes; nodes of
+// `gpus_per_node` ranks), forward + backward bytes. Long documents cut across
+// ranks (much remote KV per row) spread; short ones stay home. Empty when
+// head groups are not flattened.
+std::vector<Rank> hybrid_placement(const TaskGrid& grid, int max_degree, const double byte_s[2], int gpus_per_node);
+
 // Balance cap of DESIGN §5: a rank may carry at most mu x mean load.
 std::int64_t balance_cap(const TaskGrid& grid, double mu);
 
