@@ -43,9 +43,15 @@ Solver* MemberSolvers::get(const std::string& spec, std::string& why) {
 }
 
 std::optional<Assignment> MemberSolvers::solve(const std::string& name, const SolveInput& in, std::string& why) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Solver* s = get(name, why);
-  if (s == nullptr) return std::nullopt;
+  Solver* s = nullptr;
+  std::mutex* busy = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    s = get(name, why);
+    if (s == nullptr) return std::nullopt;
+    busy = &busy_[name];  // (map nodes stay put)
+  }
+  std::lock_guard<std::mutex> lock(*busy);
   try {
     Assignment a = s->solve(in);
     a.validate();

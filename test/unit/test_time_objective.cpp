@@ -117,6 +117,14 @@ TEST_CASE("objective time: never slower than owner, usp and its members; same pl
       INFO(a.note);
       const Assignment b = t4->solve(SolveInput{grid, &cost, 1});
       CHECK(a.rank == b.rank);
+      // Choosing stages and relays (bounds, batches, parallel members and
+      // pricing) gives the same choice for any thread count too.
+      const Assignment c1 = t1->solve(SolveInput{grid, &cost, 0, -1});
+      const Assignment c4 = t4->solve(SolveInput{grid, &cost, 0, -1});
+      CHECK(c1.rank == c4.rank);
+      CHECK(c1.stages == c4.stages);
+      CHECK(c1.relay_node_size == c4.relay_node_size);
+      CHECK(c1.grid->sharding().blocks == c4.grid->sharding().blocks);
       const double mine = step_of(cost, a, 1);
       for (const char* other : {"owner", "usp", "binary_greedy", "static", "balanced_bytes"}) {
         // balanced_bytes here: its bytes objective.

@@ -18,6 +18,8 @@ class MemberSolvers {
  public:
   // The member's result on `in`, or nullopt with `why` set when the member is
   // not installed or fails on this input (the portfolio goes on without it).
+  // Different members may solve at the same time from several threads; one
+  // member solves one input at a time.
   std::optional<Assignment> solve(const std::string& name, const SolveInput& in, std::string& why);
 
  private:
@@ -26,6 +28,7 @@ class MemberSolvers {
   std::unique_ptr<Registry> registry_;
   std::map<std::string, std::unique_ptr<Solver>> solvers_;
   std::map<std::string, std::string> missing_;
+  std::map<std::string, std::mutex> busy_;  // per member, held while it solves
 };
 
 }  // namespace cpsched::search
