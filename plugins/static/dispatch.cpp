@@ -31,15 +31,154 @@ std::vector<Rank> deal_chunks(const std::vector<Token>& areas, int P) {
   return host;
 }
 
-std::vector<Rank> deal_chunks_by_node(const std::vector<Token>& areas, Token chunk, Token node_chunk, int P,
-                                      int node_ranks) {
+std::vector<Range> chunk_key_ranges(const Problem& p, Token chunk) {
+  const Token S = p.seqlen();
+  const auto n = static_cast<std::size_t>((S + chunk - 1) / chunk);
+  std::vector<Range> keys(n, Range{});
+  if (p.index_mask || !p.head_masks.empty()) return keys;
+  for (const Slice& s : p.mask.slices()) {
+    if (s.q.empty() || s.k.empty()) continue;
+    for (auto c = static_cast<std::size_t>(s.q.begin / chunk); c < n && static_cast<Token>(c) * chunk < s.q.end; ++c) {
+      Range& k = keys[c];
+      k = k.empty() ? s.k : Range{std::min(k.begin, s.k.begin), std::max(k.end, s.k.end)};
+    }
+  }
+  return keys;
+}
+
+namespace {
+
+// Tokens of `need` (key ranges, unsorted) outside `own` (chunk ranges): what a
+// node must receive.
+Token missing_tokens(std::vector<Range>& need, std::vector<Range>& own) {
+  auto by_begin = [](const Range& x, const Range& y) { return x.begin < y.begin; };
+  std::sort(need.begin(), need.end(), by_begin);
+  std::sort(own.begin(), own.end(), by_begin);
+  Token out = 0, cur_b = 0, cur_e = 0;
+  std::size_t o = 0;
+  auto flush = [&](Token b, Token e) {  // [b, e) minus own
+    for (; o < own.size() && own[o].end <= b; ++o) {}
+    Token pos = b;
+    for (std::size_t i = o; i < own.size() && own[i].begin < e; ++i) {
+      if (own[i].begin > pos) out += own[i].begin - pos;
+      pos = std::max(pos, own[i].end);
+    }
+    if (pos < e) out += e - pos;
+  };
+  bool open = false;
+  for (const Range& r : need) {
+    if (r.empty()) continue;
+    if (open && r.begin <= cur_e) {
+      cur_e = std::max(cur_e, r.end);
+      continue;
+    }
+    if (open) flush(cur_b, cur_e);
+    cur_b = r.begin;
+    cur_e = r.end;
+    open = true;
+  }
+  if (open) flush(cur_b, cur_e);
+  return out;
+}
+
+}  // namespace
+
+namespace {
+constexpr std::int64_t kSwapPairs = 1 << 20;
+}  // namespace
+
+std::vector<Rank> deal_chunks_local(const std::vector<Token>& area, const std::vector<Range>& keys, Token size,
+                                    int bins) {
+  const std::size_t m = area.size();
+  // Start: the plain deal (largest first to the least loaded bin with room).
+  std::vector<Rank> bin = deal_chunks(area, bins);
+  std::vector<Token> load(static_cast<std::size_t>(bins), 0);
+  for (std::size_t c = 0; c < m; ++c) load[static_cast<std::size_t>(bin[c])] += area[c];
+  Token total = 0;
+  for (Token x : area) total += x;
+  // Swaps keep every load within the slack, or within the start's largest.
+  const double bound = std::max(static_cast<double>(total) / bins * (1 + kNodeSlack),
+                                static_cast<double>(*std::max_element(load.begin(), load.end())));
+  auto fits = [&](Rank r, Token extra) { return static_cast<double>(load[static_cast<std::size_t>(r)] + extra) <= bound; };
+
+  // Swap passes. cost(r): the keys bin r must receive, or its cut neighbours.
+  const bool by_keys = std::any_of(keys.begin(), keys.end(), [](const Range& k) { return !k.empty(); });
+  std::vector<std::vector<std::size_t>> in(static_cast<std::size_t>(bins));
+  for (std::size_t c = 0; c < m; ++c) in[static_cast<std::size_t>(bin[c])].push_back(c);
+  std::vector<Range> need, own;
+  auto cost = [&](Rank r) -> double {
+    const std::vector<std::size_t>& mine = in[static_cast<std::size_t>(r)];
+    if (!by_keys) {
+      Token cuts = 0;
+      for (std::size_t c : mine)
+        for (std::size_t d : {c - 1, c + 1})  // (c - 1 wraps past m at c = 0)
+          if (d < m && bin[d] != r && area[c] > 0 && area[d] > 0) ++cuts;
+      return static_cast<double>(cuts);
+    }
+    need.clear();
+    own.clear();
+    for (std::size_t c : mine) {
+      need.push_back(keys[c]);
+      own.push_back({static_cast<Token>(c) * size, static_cast<Token>(c + 1) * size});
+    }
+    return static_cast<double>(missing_tokens(need, own));
+  };
+  auto swap_in = [&](Rank r, std::size_t from, std::size_t to) {
+    auto& v = in[static_cast<std::size_t>(r)];
+    *std::find(v.begin(), v.end(), from) = to;
+  };
+  std::vector<double> cost_of(static_cast<std::size_t>(bins));
+  for (Rank r = 0; r < bins; ++r) cost_of[static_cast<std::size_t>(r)] = cost(r);
+  // Work bound (pairs tried), so that P = 1024 stays fast; a count, so the
+  // result does not depend on the machine.
+  std::int64_t budget = kSwapPairs;
+  for (int pass = 0; pass < 8 && budget > 0; ++pass) {
+    bool improved = false;
+    for (std::size_t x = 0; x < m && budget > 0; ++x)
+      for (std::size_t y = x + 1; y < m; ++y) {
+        const Rank a = bin[x], b = bin[y];
+        if (a == b) continue;
+        if (!fits(a, area[y] - area[x]) || !fits(b, area[x] - area[y])) continue;
+        --budget;
+        const double before = cost_of[static_cast<std::size_t>(a)] + cost_of[static_cast<std::size_t>(b)];
+        bin[x] = b;
+        bin[y] = a;
+        swap_in(a, x, y);
+        swap_in(b, y, x);
+        const double ca = cost(a), cb = cost(b);
+        if (ca + cb < before) {
+          cost_of[static_cast<std::size_t>(a)] = ca;
+          cost_of[static_cast<std::size_t>(b)] = cb;
+          load[static_cast<std::size_t>(a)] += area[y] - area[x];
+          load[static_cast<std::size_t>(b)] += area[x] - area[y];
+          improved = true;
+        } else {
+          bin[x] = a;
+          bin[y] = b;
+          swap_in(a, y, x);
+          swap_in(b, x, y);
+        }
+      }
+    if (!improved) break;
+  }
+  return bin;
+}
+
+std::vector<Rank> deal_chunks_by_node(const std::vector<Token>& areas, const std::vector<Range>& keys, Token chunk,
+                                      Token node_chunk, int P, int node_ranks) {
   const int nodes = P / node_ranks;
   const auto per = static_cast<std::size_t>(node_chunk / chunk);  // chunks per node chunk
   const std::size_t n = areas.size();
   const std::size_t m = (n + per - 1) / per;
   std::vector<Token> node_area(m, 0);
-  for (std::size_t i = 0; i < n; ++i) node_area[i / per] += areas[i];
-  const std::vector<Rank> node_of = deal_chunks(node_area, nodes);
+  std::vector<Range> node_keys(m, Range{});
+  for (std::size_t i = 0; i < n; ++i) {
+    node_area[i / per] += areas[i];
+    const Range k = i < keys.size() ? keys[i] : Range{};
+    Range& nk = node_keys[i / per];
+    if (!k.empty()) nk = nk.empty() ? k : Range{std::min(nk.begin, k.begin), std::max(nk.end, k.end)};
+  }
+  const std::vector<Rank> node_of = deal_chunks_local(node_area, node_keys, node_chunk, nodes);
   std::vector<Rank> host(n, 0);
   for (int node = 0; node < nodes; ++node) {
     std::vector<std::size_t> mine;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <cpsched/mask.hpp>
+#include <cpsched/range.hpp>
 #include <cpsched/problem.hpp>
 
 namespace cpsched::static_solver {
@@ -18,14 +19,33 @@ namespace cpsched::static_solver {
 // rank, and n % P ranks (whichever fill first) one more.
 std::vector<Rank> deal_chunks(const std::vector<Token>& areas, int cp_size);
 
+// Node chunks to nodes, balanced and local: deal_chunks' result, then passes
+// of pairwise swaps between nodes (equal counts stay equal) that keep both
+// loads within (1 + kNodeSlack) x the mean (or the deal's largest load, if
+// larger) and lower the keys the nodes must receive: node n receives the
+// union over its chunks of `keys` (the key range each chunk's queries read)
+// minus its own tokens. Without keys (all empty: index masks) a swap must
+// lower the count of neighbouring chunks with area on different nodes
+// instead. Chunk i is tokens [i x size, (i + 1) x size). Deterministic; at
+// most 2^20 swaps are tried.
+inline constexpr double kNodeSlack = 0.04;
+std::vector<Rank> deal_chunks_local(const std::vector<Token>& areas, const std::vector<Range>& keys, Token size,
+                                    int bins);
+
 // Two-level dispatch for clusters of nodes of `node_ranks` ranks (P a
 // multiple of it): the sequence is first cut into node chunks of
-// `node_chunk` tokens (a multiple of `chunk`), dealt to nodes as deal_chunks
-// deals to ranks (balanced area, equal counts), so that a document stays
-// inside few nodes; then each node deals its chunks of `chunk` tokens to its
-// own ranks. Node n holds ranks [n * node_ranks, (n + 1) * node_ranks).
-std::vector<Rank> deal_chunks_by_node(const std::vector<Token>& areas, Token chunk, Token node_chunk, int cp_size,
-                                      int node_ranks);
+// `node_chunk` tokens (a multiple of `chunk`), dealt to nodes by
+// deal_chunks_local (balanced area, equal counts, documents kept inside few
+// nodes); then each node deals its chunks of `chunk` tokens to its own ranks
+// as deal_chunks does (spreading a node's documents over its ranks is cheap
+// on NVLink). Node n holds ranks [n * node_ranks, (n + 1) * node_ranks).
+// `keys`: per chunk, the key range its queries read (empty: unknown).
+std::vector<Rank> deal_chunks_by_node(const std::vector<Token>& areas, const std::vector<Range>& keys, Token chunk,
+                                      Token node_chunk, int cp_size, int node_ranks);
+
+// Per chunk of `chunk` tokens, the hull of the keys its queries read under the
+// problem's range mask; all empty for index masks and masks per KV head.
+std::vector<Range> chunk_key_ranges(const Problem& p, Token chunk);
 
 // The sharding of the dispatch: chunks in position order, adjacent chunks of
 // one rank merged into one block (the same tokens on the same rank).

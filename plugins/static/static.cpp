@@ -58,7 +58,8 @@ class Static final : public Solver {
     // Node chunks of S / (node_chunks x nodes) tokens.
     const Token node_chunk =
         two_level ? std::max<Token>(chunk, (S / (Token{node_chunks_} * (P / node))) / chunk * chunk) : 0;
-    const std::vector<Rank> host = two_level ? static_solver::deal_chunks_by_node(areas, chunk, node_chunk, P, node)
+    const std::vector<Rank> host = two_level ? static_solver::deal_chunks_by_node(areas, static_solver::chunk_key_ranges(p, chunk), chunk,
+                                                                            node_chunk, P, node)
                                              : static_solver::deal_chunks(areas, P);
     auto dispatched =
         std::make_shared<const TaskGrid>(grid.problem_ptr(), static_solver::dispatched_sharding(S, chunk, host, P));
@@ -87,8 +88,9 @@ const cpsched_param_spec kParams[] = {
     {"chunk_tokens", CPSCHED_PARAM_INT, "0", "dispatch chunk length in tokens (0: S / (chunks_per_rank x P))"},
     {"chunks_per_rank", CPSCHED_PARAM_INT, "8", "chunks per rank when chunk_tokens is 0 (8: as published)"},
     {"node_ranks", CPSCHED_PARAM_INT, "0",
-     "0: one-level dispatch (as published); N > 0: two levels, node chunks dealt to nodes of N ranks, then chunks "
-     "to the node's ranks; -1: N from the time cost model's GPUs per node"},
+     "0: one-level dispatch (as published); N > 0: two levels, node chunks dealt to nodes of N ranks (balanced, "
+     "then swapped to keep documents inside few nodes), then chunks to the node's ranks; -1: N from the time cost "
+     "model's GPUs per node"},
     {"node_chunks", CPSCHED_PARAM_INT, "4", "two levels: node chunks per node (node chunk = S / (node_chunks x nodes))"},
 };
 

@@ -1,0 +1,92 @@
+// The static solver's dispatch (plugins/static/dispatch.cpp, compiled in):
+// dealing node chunks keeps counts equal and loads within the slack, and
+// keeps documents together, so nodes receive fewer keys than with the plain
+// largest-first deal.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include "dispatch.hpp"
+
+using namespace cpsched;
+using namespace cpsched::static_solver;
+
+namespace {
+
+// Keys the bins must receive: the union of their chunks' key ranges minus
+// their own tokens, summed over bins (brute force, token by token).
+Token missing(const std::vector<Rank>& bin, const std::vector<Range>& keys, Token size, int bins) {
+  Token out = 0;
+  for (Rank r = 0; r < bins; ++r) {
+    std::set<Token> need, own;
+    for (std::size_t c = 0; c < bin.size(); ++c)
+      if (bin[c] == r) {
+        for (Token t = keys[c].begin; t < keys[c].end; ++t) need.insert(t);
+        for (Token t = static_cast<Token>(c) * size; t < static_cast<Token>(c + 1) * size; ++t) own.insert(t);
+      }
+    for (Token t : need) out += own.count(t) ? 0 : 1;
+  }
+  return out;
+}
+
+int adjacent_cuts(const std::vector<Rank>& bin, const std::vector<Token>& area) {
+  int cuts = 0;
+  for (std::size_t c = 0; c + 1 < bin.size(); ++c) cuts += bin[c] != bin[c + 1] && area[c] > 0 && area[c + 1] > 0;
+  return cuts;
+}
+
+}  // namespace
+
+TEST_CASE("deal_chunks_local: equal counts, loads within the slack, documents kept together") {
+  // 32 chunks of 16 tokens on 4 bins: causal documents of 1 to 8 chunks.
+  const Token size = 16;
+  std::vector<Token> area;
+  std::vector<Range> keys;
+  Token start = 0;
+  for (int len : {8, 1, 1, 3, 5, 1, 2, 6, 1, 4}) {
+    for (int i = 0; i < len; ++i) {
+      const Token c0 = start + i * size;
+      area.push_back(size * (c0 - start) + size * (size + 1) / 2);  // causal rows of the chunk
+      keys.push_back({start, c0 + size});
+    }
+    start += len * size;
+  }
+  REQUIRE(area.size() == 32);
+  const int bins = 4;
+  const std::vector<Rank> plain = deal_chunks(area, bins);
+  const std::vector<Rank> local = deal_chunks_local(area, keys, size, bins);
+  CHECK(local == deal_chunks_local(area, keys, size, bins));  // deterministic
+  std::vector<int> count(bins, 0);
+  std::vector<Token> load(bins, 0), plain_load(bins, 0);
+  for (std::size_t c = 0; c < area.size(); ++c) {
+    ++count[static_cast<std::size_t>(local[c])];
+    load[static_cast<std::size_t>(local[c])] += area[c];
+    plain_load[static_cast<std::size_t>(plain[c])] += area[c];
+  }
+  for (int n : count) CHECK(n == 8);
+  const Token total = std::accumulate(area.begin(), area.end(), Token{0});
+  const double bound = std::max(static_cast<double>(total) / bins * (1 + kNodeSlack),
+                                static_cast<double>(*std::max_element(plain_load.begin(), plain_load.end())));
+  for (Token l : load) CHECK(static_cast<double>(l) <= bound);
+  const Token m_local = missing(local, keys, size, bins), m_plain = missing(plain, keys, size, bins);
+  MESSAGE("keys to receive: ", m_local, " dealt locally, ", m_plain, " largest first");
+  CHECK(m_local < m_plain);
+
+  // Without keys (index masks): fewer neighbours on different bins.
+  const std::vector<Rank> blind = deal_chunks_local(area, std::vector<Range>(area.size()), size, bins);
+  CHECK(adjacent_cuts(blind, area) < adjacent_cuts(plain, area));
+}
+
+TEST_CASE("chunk_key_ranges: the hull of the keys each chunk's queries read") {
+  // Two causal documents [0, 40) and [40, 64), chunks of 16 tokens.
+  const RangeMask mask(64, {{{0, 40}, {0, 40}, MaskType::causal}, {{40, 64}, {40, 64}, MaskType::causal}});
+  const Problem p = Problem::make(mask, 4, Heads{4, 2, 8, 2});
+  const std::vector<Range> k = chunk_key_ranges(p, 16);
+  REQUIRE(k.size() == 4);
+  CHECK(k[0] == Range{0, 40});
+  CHECK(k[1] == Range{0, 40});
+  CHECK(k[2] == Range{0, 64});  // rows 32..47 read both documents' keys
+  CHECK(k[3] == Range{40, 64});
+}
