@@ -245,7 +245,10 @@ Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>
   std::vector<Start> starts;
   starts.push_back({"owner", owner_placement(grid)});
   if (grid.flattened()) starts.push_back({"usp", usp_placement(grid, opt_.usp_max_degree)});
-  if (grid.flattened() && to) starts.push_back({"hybrid", hybrid_placement(grid, opt_.usp_max_degree, to->byte_s, to->gpus_per_node)});
+  // (Like the members, only on grids small enough to price plans: beyond,
+  // one more start is one more search of millions of tasks.)
+  if (grid.flattened() && to && grid.num_tasks() <= std::max<TaskId>(opt_.member_max_tasks, kMemberGridSearchTasks))
+    starts.push_back({"hybrid", hybrid_placement(grid, opt_.usp_max_degree, to->byte_s, to->gpus_per_node)});
   for (const MemberResult& m : members)
     if (m.assignment.grid.get() == in.grid.get()) starts.push_back({m.name, m.assignment.rank});
 
