@@ -8,7 +8,8 @@
 // so compiler, standard library ABI and core version must match exactly (the
 // core version is raised whenever a class that crosses the boundary changes:
 // 0.2.0 added the CostModel's time pricing, 0.3.0 relays in StageComm and the
-// solver's relay choice in SolveInput / Assignment, so an older plugin is
+// solver's relay choice in SolveInput / Assignment, 0.4.0 PlanOptions::area_only
+// (solvers pass PlanOptions to the plan builder), so an older plugin is
 // refused instead of being called through a stale vtable or layout).
 // Objects are made by `create` and destroyed by `destroy` in the plugin; their
 // methods are noexcept and report errors as a Status, so no exception ever
