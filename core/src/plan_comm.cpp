@@ -326,4 +326,34 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
   return out;
 }
 
+void summary_comm(const Transfers& tr, const std::vector<int>& stage, int stages, std::vector<PassPlan*>& pass) {
+  for (PassPlan* p : pass) p->comm.stages.assign(static_cast<std::size_t>(stages), StageComm{});
+  for (std::size_t i = 0; i < tr.xfers.size(); ++i) {
+    const Xfer& x = tr.xfers[i];
+    if (x.tokens <= 0) continue;
+    const auto s = static_cast<std::size_t>(stage[i] - 1);
+    StageComm& h = pass[static_cast<std::size_t>(x.host)]->comm.stages[s];
+    StageComm& d = pass[static_cast<std::size_t>(x.dst)]->comm.stages[s];
+    GroupCollectiveArg& in = x.kind == kQO ? h.qo : h.kv;
+    GroupCollectiveArg& out = x.kind == kQO ? d.qo : d.kv;
+    in.input_split_sizes.push_back(x.tokens);
+    in.input_ranges.push_back({0, x.tokens});
+    in.input_groups.push_back(x.group);
+    in.dst_indices.push_back({x.dst});
+    out.output_split_sizes.push_back(x.tokens);
+    out.src_index.push_back(x.host);
+    out.output_groups.push_back(x.group);
+    (x.kind == kQO ? d.num_remote_qo_tokens : d.num_remote_kv_tokens) += x.tokens;
+  }
+  for (PassPlan* p : pass) {
+    Token qo = 0, kv = 0;
+    for (StageComm& sc : p->comm.stages) {
+      sc.qo_recv_offset = qo;
+      sc.kv_recv_offset = kv;
+      qo += sc.num_remote_qo_tokens;
+      kv += sc.num_remote_kv_tokens;
+    }
+  }
+}
+
 }  // namespace cpsched::plan_detail

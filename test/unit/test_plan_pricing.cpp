@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <random>
 
 #include "cpsched/cost_model.hpp"
@@ -60,26 +62,61 @@ TEST_CASE("PlanBuilder: every build equals build_plan's, in any order of options
   CHECK(plans > 100);
 }
 
-TEST_CASE("area-only plans: same comm, one arg per rank and stage, the same step time") {
-  const HardwareProfile hw = resolve_hardware_profile("cluster_8gpu_ib");
-  for_each_case([&](const Assignment& a) {
-    for (int stages : {1, 3}) {
-      CAPTURE(stages);
-      const Plan full = build_plan(a, stages);
-      const Plan priced = build_plan(a, PlanOptions{stages, 0, true, true});
-      for (std::size_t r = 0; r < full.ranks.size(); ++r) {
-        CHECK(priced.ranks[r].fwd.comm.stages == full.ranks[r].fwd.comm.stages);
-        CHECK(priced.ranks[r].bwd.comm.stages == full.ranks[r].bwd.comm.stages);
-        CHECK(priced.ranks[r].fwd.calc.local_attn_args.size() <= 1);
-        for (const auto& st : priced.ranks[r].fwd.calc.remote_attn_args) CHECK(st.size() <= 1);
-      }
-      const Problem& p = a.grid->problem();
-      const StepEstimate x = estimate_step(p, full, hw), y = estimate_step(p, priced, hw);
-      CHECK(y.fwd == doctest::Approx(x.fwd).epsilon(1e-12));
-      CHECK(y.bwd == doctest::Approx(x.bwd).epsilon(1e-12));
-      CHECK(y.compute_bound == doctest::Approx(x.compute_bound).epsilon(1e-12));
+namespace {
+
+// Tokens each rank sends to each peer per (pass, stage, kind): all the timing
+// model reads of comm besides the stage structure.
+std::map<std::tuple<int, Rank, std::size_t, int, Rank>, Token> sent(const Plan& plan) {
+  std::map<std::tuple<int, Rank, std::size_t, int, Rank>, Token> out;
+  for (std::size_t r = 0; r < plan.ranks.size(); ++r)
+    for (int pass = 0; pass < 2; ++pass) {
+      const PassPlan& pp = pass == 0 ? plan.ranks[r].fwd : plan.ranks[r].bwd;
+      for (std::size_t s = 0; s < pp.comm.stages.size(); ++s)
+        for (int k = 0; k < 2; ++k) {
+          const GroupCollectiveArg& g = k == 0 ? pp.comm.stages[s].qo : pp.comm.stages[s].kv;
+          for (std::size_t i = 0; i < g.dst_indices.size(); ++i)
+            for (Rank d : g.dst_indices[i]) out[{pass, static_cast<Rank>(r), s, k, d}] += g.input_split_sizes[i];
+        }
     }
-  });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("area-only plans: the same bytes per peer, one arg per rank and stage, the same step time") {
+  for (const char* hw_name : {"cluster_8gpu_ib", "h100_8x_nvlink"}) {
+    const HardwareProfile hw = resolve_hardware_profile(hw_name);
+    for_each_case([&](const Assignment& a) {
+      for (PlanOptions o : {PlanOptions{1, 0}, PlanOptions{3, 0}, PlanOptions{2, 8}}) {
+        CAPTURE(o.stages);
+        CAPTURE(o.relay_node_size);
+        const Plan full = build_plan(a, o);
+        PlanOptions po = o;
+        po.area_only = true;
+        const Plan priced = build_plan(a, po);
+        CHECK(sent(priced) == sent(full));
+        for (std::size_t r = 0; r < full.ranks.size(); ++r)
+          for (std::size_t s = 0; s < full.ranks[r].fwd.comm.stages.size(); ++s) {
+            const StageComm& x = priced.ranks[r].fwd.comm.stages[s];
+            const StageComm& y = full.ranks[r].fwd.comm.stages[s];
+            CHECK(x.num_remote_qo_tokens == y.num_remote_qo_tokens);
+            CHECK(x.num_remote_kv_tokens == y.num_remote_kv_tokens);
+            CHECK(x.qo_reduce_after == y.qo_reduce_after);
+            CHECK(x.kv_reduce_after == y.kv_reduce_after);
+            CHECK(x.has_forwarding() == y.has_forwarding());
+          }
+        for (const RankPlan& rp : priced.ranks) {
+          CHECK(rp.fwd.calc.local_attn_args.size() <= 1);
+          for (const auto& st : rp.fwd.calc.remote_attn_args) CHECK(st.size() <= 1);
+        }
+        const Problem& p = a.grid->problem();
+        const StepEstimate x = estimate_step(p, full, hw), y = estimate_step(p, priced, hw);
+        CHECK(y.fwd == doctest::Approx(x.fwd).epsilon(1e-12));
+        CHECK(y.bwd == doctest::Approx(x.bwd).epsilon(1e-12));
+        CHECK(y.compute_bound == doctest::Approx(x.compute_bound).epsilon(1e-12));
+      }
+    });
+  }
 }
 
 TEST_CASE("step lower bound: at most the step of every plan of the placement, and not trivial") {
