@@ -223,6 +223,19 @@ std::vector<std::int32_t> emit_order(const Transfers& tr, const std::vector<int>
   return ids;
 }
 
+// Stage receive buffers are concatenated in stage order.
+void set_recv_offsets(std::vector<PassPlan*>& pass) {
+  for (PassPlan* p : pass) {
+    Token qo = 0, kv = 0;
+    for (StageComm& sc : p->comm.stages) {
+      sc.qo_recv_offset = qo;
+      sc.kv_recv_offset = kv;
+      qo += sc.num_remote_qo_tokens;
+      kv += sc.num_remote_kv_tokens;
+    }
+  }
+}
+
 }  // namespace
 
 XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, int stages,
@@ -275,16 +288,7 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
   }
   em.emit_forwards();
 
-  // Stage receive buffers are concatenated in stage order.
-  for (PassPlan* p : pass) {
-    Token qo = 0, kv = 0;
-    for (StageComm& sc : p->comm.stages) {
-      sc.qo_recv_offset = qo;
-      sc.kv_recv_offset = kv;
-      qo += sc.num_remote_qo_tokens;
-      kv += sc.num_remote_kv_tokens;
-    }
-  }
+  set_recv_offsets(pass);
 
   // Runs grouped by xfer (counting sort), in token order, adjacent ones merged.
   XferLayout out;
@@ -345,15 +349,7 @@ void summary_comm(const Transfers& tr, const std::vector<int>& stage, int stages
     out.output_groups.push_back(x.group);
     (x.kind == kQO ? d.num_remote_qo_tokens : d.num_remote_kv_tokens) += x.tokens;
   }
-  for (PassPlan* p : pass) {
-    Token qo = 0, kv = 0;
-    for (StageComm& sc : p->comm.stages) {
-      sc.qo_recv_offset = qo;
-      sc.kv_recv_offset = kv;
-      qo += sc.num_remote_qo_tokens;
-      kv += sc.num_remote_kv_tokens;
-    }
-  }
+  set_recv_offsets(pass);
 }
 
 }  // namespace cpsched::plan_detail

@@ -30,6 +30,20 @@ inline void check_valid_plan(const Assignment& a, const Plan& plan, bool brute) 
   }
 }
 
+// Forward stage descriptions x and y receive the same rows per stage and
+// reduce at the same points (relayed against plain, area-only against full).
+inline void check_same_receives(const Plan& x, const Plan& y) {
+  for (std::size_t r = 0; r < x.ranks.size() && r < y.ranks.size(); ++r)
+    for (std::size_t s = 0; s < x.ranks[r].fwd.comm.stages.size(); ++s) {
+      const StageComm& a = x.ranks[r].fwd.comm.stages[s];
+      const StageComm& b = y.ranks[r].fwd.comm.stages.at(s);
+      CHECK(a.num_remote_qo_tokens == b.num_remote_qo_tokens);
+      CHECK(a.num_remote_kv_tokens == b.num_remote_kv_tokens);
+      CHECK(a.qo_reduce_after == b.qo_reduce_after);
+      CHECK(a.kv_reduce_after == b.kv_reduce_after);
+    }
+}
+
 // Same args and comm on every rank and pass.
 inline bool same_plan(const Plan& x, const Plan& y) {
   if (x.ranks.size() != y.ranks.size() || x.num_stages != y.num_stages) return false;

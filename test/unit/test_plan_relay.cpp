@@ -69,15 +69,7 @@ TEST_CASE("relays: valid plans, same coverage, fewer NIC rows, off is the plain 
         const Plan relay = build_plan(a, PlanOptions{stages, node});
         test::check_valid_plan(a, relay, grid->problem().seqlen() <= 200);
         // Same rows to the same ranks: receive sizes and loads are the plain plan's.
-        for (std::size_t r = 0; r < relay.ranks.size(); ++r)
-          for (std::size_t s = 0; s < relay.ranks[r].fwd.comm.stages.size(); ++s) {
-            const StageComm& x = relay.ranks[r].fwd.comm.stages[s];
-            const StageComm& y = plain.ranks[r].fwd.comm.stages[s];
-            CHECK(x.num_remote_qo_tokens == y.num_remote_qo_tokens);
-            CHECK(x.num_remote_kv_tokens == y.num_remote_kv_tokens);
-            CHECK(x.qo_reduce_after == y.qo_reduce_after);
-            CHECK(x.kv_reduce_after == y.kv_reduce_after);
-          }
+        test::check_same_receives(relay, plain);
         const Crossing cp = crossing(plain, node), cr = crossing(relay, node);
         CHECK(cp.forwarded == 0);
         CHECK(cr.inter + cr.forwarded == cp.inter);  // every relayed copy moved from the NIC to NVLink
