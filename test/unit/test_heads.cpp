@@ -32,6 +32,14 @@ Problem full_problem(Token S, int P, Heads h) {
   return Problem::make(RangeMask(S, {{{0, S}, {0, S}, MaskType::full}}), P, h, {true, 1});
 }
 
+// Every task of the problem's grid on rank 0.
+Assignment all_on_rank0(Problem p) {
+  Assignment a;
+  a.grid = std::make_shared<const TaskGrid>(std::make_shared<const Problem>(std::move(p)));
+  a.rank.assign(static_cast<std::size_t>(a.grid->num_tasks()), 0);
+  return a;
+}
+
 std::string parse_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
   return error_of([&] { parse_config(yaml, "t.yaml", overrides); });
 }
@@ -99,11 +107,7 @@ TEST_CASE("metrics of a placement with MLA rows, to the byte") {
   // Full mask, S = 4, P = 2: rank 0 computes every cell, so rank 1 sends its
   // two Q rows and its two latent rows, and gets O + lse back (forward);
   // backward adds O, dO, lse out and dQ, dKV back.
-  auto problem = std::make_shared<const Problem>(full_problem(4, 2, kMla));
-  auto grid = std::make_shared<const TaskGrid>(problem);
-  Assignment a;
-  a.grid = grid;
-  a.rank.assign(static_cast<std::size_t>(grid->num_tasks()), 0);
+  const Assignment a = all_on_rank0(full_problem(4, 2, kMla));
   const Metrics m = compute_metrics(a);
   CHECK(m.fwd.send[1] == 2 * 147456 + 2 * 1152);
   CHECK(m.fwd.recv[0] == 2 * 147456 + 2 * 1152);
@@ -165,11 +169,7 @@ TEST_CASE("Problem::validate: precise errors for d_v and the shared latent") {
 
 TEST_CASE("plan JSON: head_dim_v and kv_shared only for non-GQA geometry") {
   for (const Heads& h : {kGqa, kMla}) {
-    auto problem = std::make_shared<const Problem>(full_problem(16, 2, h));
-    auto grid = std::make_shared<const TaskGrid>(problem);
-    Assignment a;
-  a.grid = grid;
-  a.rank.assign(static_cast<std::size_t>(grid->num_tasks()), 0);
+    const Assignment a = all_on_rank0(full_problem(16, 2, h));
     const Metrics m = compute_metrics(a);
     PlanExport e;
     e.assignment = &a;

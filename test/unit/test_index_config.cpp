@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
 
 #include "cpsched/config.hpp"
 #include "cpsched/error.hpp"
 #include "cpsched/npy_array.hpp"
 #include "cpsched/problem.hpp"
+#include "npy_files.hpp"
 #include "test_helpers.hpp"
 
 using namespace cpsched;
@@ -24,7 +24,7 @@ namespace {
 
 fs::path dir() {
   static const fs::path d = [] {
-    fs::path p = fs::temp_directory_path() / ("cpsched_index_config_" + std::to_string(::getpid()));
+    fs::path p = test::process_temp_dir("cpsched_index_config");
     fs::create_directories(p / "data");
     return p;
   }();
@@ -32,15 +32,7 @@ fs::path dir() {
 }
 
 void write_i4(const fs::path& p, const std::vector<std::int32_t>& v, const std::string& shape) {
-  std::string dict = "{'descr': '<i4', 'fortran_order': False, 'shape': " + shape + ", }";
-  while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
-  dict += '\n';
-  std::ofstream out(p, std::ios::binary);
-  out.write("\x93NUMPY\x01\x00", 8);
-  const char len[2] = {static_cast<char>(dict.size() & 0xff), static_cast<char>(dict.size() >> 8)};
-  out.write(len, 2);
-  out << dict;
-  out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+  test::write_npy_i4(p, v, shape);
 }
 
 fs::path write_config(const std::string& name, const std::string& mask) {

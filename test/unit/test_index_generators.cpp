@@ -5,16 +5,15 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <numeric>
 #include <string>
 #include <vector>
 
-#include <unistd.h>
 
 #include "cpsched/error.hpp"
 #include "cpsched/mask_generators.hpp"
 #include "cpsched/npy_array.hpp"
+#include "npy_files.hpp"
 #include "test_helpers.hpp"
 
 using namespace cpsched;
@@ -34,23 +33,11 @@ Token doc_start(const std::vector<Token>& lengths, Token i) {
 
 std::vector<std::int32_t> values(const IndexMask& m) { return {m.indices.span().begin(), m.indices.span().end()}; }
 
-// An int32 .npy (version 1.0) in a temporary folder.
+// An int32 .npy in a temporary folder.
 fs::path write_i4(const std::string& name, const std::vector<std::int32_t>& v, const std::string& shape) {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("cpsched_gen_test_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  std::string dict = "{'descr': '<i4', 'fortran_order': False, 'shape': " + shape + ", }";
-  while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
-  dict += '\n';
+  static const fs::path dir = test::process_temp_dir("cpsched_gen_test");
   const fs::path p = dir / name;
-  std::ofstream out(p, std::ios::binary);
-  out.write("\x93NUMPY\x01\x00", 8);
-  const char len[2] = {static_cast<char>(dict.size() & 0xff), static_cast<char>(dict.size() >> 8)};
-  out.write(len, 2);
-  out << dict;
-  out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+  test::write_npy_i4(p, v, shape);
   return p;
 }
 

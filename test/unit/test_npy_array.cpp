@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
 
 #include "cpsched/error.hpp"
 #include "cpsched/npy_array.hpp"
+#include "npy_files.hpp"
 #include "test_helpers.hpp"
 
 using namespace cpsched;
@@ -22,33 +22,15 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path temp_dir() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("cpsched_npy_test_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
+  static const fs::path dir = test::process_temp_dir("cpsched_npy_test");
   return dir;
 }
 
-// A version-1.0 .npy file: header dict padded to 64 bytes, then `data`.
+// A .npy file in the test's folder.
 fs::path write_npy(const std::string& name, const std::string& descr, bool fortran, const std::string& shape,
                    const void* data, std::size_t bytes, int version = 1) {
-  std::string dict = "{'descr': '" + descr + "', 'fortran_order': " + (fortran ? "True" : "False") +
-                     ", 'shape': " + shape + ", }";
-  const std::size_t pre = version == 1 ? 10 : 12;
-  while ((pre + dict.size() + 1) % 64 != 0) dict += ' ';
-  dict += '\n';
   const fs::path p = temp_dir() / name;
-  std::ofstream out(p, std::ios::binary);
-  out.write("\x93NUMPY", 6);
-  const char ver[2] = {static_cast<char>(version), 0};
-  out.write(ver, 2);
-  const std::uint32_t len = static_cast<std::uint32_t>(dict.size());
-  const char len_le[4] = {static_cast<char>(len & 0xff), static_cast<char>((len >> 8) & 0xff),
-                          static_cast<char>((len >> 16) & 0xff), static_cast<char>((len >> 24) & 0xff)};
-  out.write(len_le, version == 1 ? 2 : 4);
-  out << dict;
-  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+  test::write_npy(p, descr, fortran, shape, data, bytes, version);
   return p;
 }
 
