@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <tuple>
 
 #include <cpsched/metrics.hpp>
 
@@ -14,8 +15,8 @@ using Ports = std::array<std::array<double, 2>, 2>;
 
 }  // namespace
 
-StepBound step_lower_bound(const TaskGrid& grid, const std::vector<Rank>& rank, const TimePrices& tp,
-                           int relay_node_size) {
+StepBound step_lower_bound(const TaskGrid& grid, const std::vector<Rank>& rank, const std::vector<Transfer>& xs,
+                           const TimePrices& tp, int relay_node_size) {
   const Problem& p = grid.problem();
   const auto P = static_cast<std::size_t>(grid.cp_size());
   // Compute seconds per unit of load (area x q heads), as timing.cpp counts
@@ -26,16 +27,14 @@ StepBound step_lower_bound(const TaskGrid& grid, const std::vector<Rank>& rank, 
   for (TaskId t = 0; t < grid.num_tasks(); ++t)
     load[static_cast<std::size_t>(rank[static_cast<std::size_t>(t)])] += static_cast<double>(grid.load(t));
 
-  Assignment a;
-  a.grid = std::shared_ptr<const TaskGrid>(&grid, [](const TaskGrid*) {});  // borrowed for the call
-  a.rank = rank;
-  const std::vector<Transfer> xs = transfers(a);
   const TransferBytes per_token[2] = {fwd_bytes_per_token(p), bwd_bytes_per_token(p)};
   std::vector<Ports> ports[2] = {std::vector<Ports>(P, Ports{}), std::vector<Ports>(P, Ports{})};
   StepBound out;
   const int node = relay_node_size >= 2 ? relay_node_size : 0;
-  for (std::size_t i = 0; i < xs.size(); ++i) {
-    const Transfer& x = xs[i];
+  // (kind, block, group, node) of every transfer into another node than its
+  // host's: a forwarding needs one of them twice.
+  std::vector<std::tuple<int, std::int32_t, int, int>> into_nodes;
+  for (const Transfer& x : xs) {
     const int c = tp.link_class(x.host, x.dst);
     const auto h = static_cast<std::size_t>(x.host), d = static_cast<std::size_t>(x.dst);
     const double tok = static_cast<double>(x.tokens);
@@ -49,14 +48,11 @@ StepBound step_lower_bound(const TaskGrid& grid, const std::vector<Rank>& rank, 
       ports[pass][d][c][0] += back;
       ports[pass][h][c][1] += back;
     }
-    // Sorted by (kind, block, group, dst): a forwarding needs two receivers
-    // of one node, not the host's, among the transfers of one key.
-    if (node > 0 && !out.may_forward && i > 0) {
-      const Transfer& y = xs[i - 1];
-      out.may_forward = y.kind == x.kind && y.block == x.block && y.group == x.group && y.dst / node == x.dst / node &&
-                        x.dst / node != x.host / node;
-    }
+    if (node > 0 && x.dst / node != x.host / node)
+      into_nodes.emplace_back(static_cast<int>(x.kind), x.block, x.group, x.dst / node);
   }
+  std::sort(into_nodes.begin(), into_nodes.end());
+  out.may_forward = std::adjacent_find(into_nodes.begin(), into_nodes.end()) != into_nodes.end();
   for (int pass = 0; pass < 2; ++pass) {
     double plain = 0, compute = 0;
     for (std::size_t r = 0; r < P; ++r) {

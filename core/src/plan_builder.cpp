@@ -24,6 +24,13 @@ void build_pass(const Assignment& a, const plan_detail::Transfers& tr, const std
   plan_detail::build_calc(a, tr, stage, where, stages, pass, options.index_rows, options.area_only);
 }
 
+void check_options(const PlanOptions& o) {
+  if (o.stages < 1) throw Error(fmt::format("plan: stages must be at least 1, got {}", o.stages));
+  if (o.relay_node_size < 0)
+    throw Error(fmt::format("plan: relay_node_size must be 0 (no relays) or the ranks per node, got {}",
+                            o.relay_node_size));
+}
+
 }  // namespace
 
 struct PlanBuilder::State {
@@ -51,12 +58,18 @@ PlanBuilder& PlanBuilder::operator=(PlanBuilder&&) noexcept = default;
 
 const Assignment& PlanBuilder::assignment() const { return s_->a; }
 
+std::vector<Transfer> PlanBuilder::transfers() const {
+  std::vector<Transfer> out;
+  out.reserve(s_->tr.xfers.size());
+  for (const plan_detail::Xfer& x : s_->tr.xfers)
+    out.push_back({x.kind == plan_detail::kQO ? Transfer::Kind::qo : Transfer::Kind::kv, x.block, x.group, x.host,
+                   x.dst, x.tokens});
+  return out;
+}
+
 Plan PlanBuilder::build(const PlanOptions& options) const {
   const int stages = options.stages;
-  if (stages < 1) throw Error(fmt::format("plan: stages must be at least 1, got {}", stages));
-  if (options.relay_node_size < 0)
-    throw Error(fmt::format("plan: relay_node_size must be 0 (no relays) or the ranks per node, got {}",
-                            options.relay_node_size));
+  check_options(options);
   const Assignment& a = s_->a;
   const plan_detail::Transfers& tr = s_->tr;
   const TransferBytes& fb = s_->fb;
@@ -109,10 +122,7 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
 }
 
 Plan build_plan(const Assignment& a, const PlanOptions& options) {
-  if (options.stages < 1) throw Error(fmt::format("plan: stages must be at least 1, got {}", options.stages));
-  if (options.relay_node_size < 0)
-    throw Error(fmt::format("plan: relay_node_size must be 0 (no relays) or the ranks per node, got {}",
-                            options.relay_node_size));
+  check_options(options);  // before the assignment's checks, as the builder's own errors come first
   return PlanBuilder(a).build(options);
 }
 

@@ -460,8 +460,14 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
     const bool choose_relay = relay_options.size() > 1;  // (else a relayed plan without forwarding is the plan)
     std::vector<StepBound> bound(finals.size());
     std::vector<std::unique_ptr<PlanBuilder>> builders(finals.size());
+    // Each final's builder (its transfers and send orders, reused by all its
+    // plans) gives the transfers of its bound too.
     run_jobs(finals.size(), opt_.threads, [&](std::size_t i) {
-      bound[i] = step_lower_bound(*finals[i]->grid, finals[i]->rank, tp, relay_options.back());
+      Assignment w;
+      w.grid = finals[i]->grid;
+      w.rank = finals[i]->rank;
+      builders[i] = std::make_unique<PlanBuilder>(std::move(w));
+      bound[i] = step_lower_bound(*finals[i]->grid, finals[i]->rank, builders[i]->transfers(), tp, relay_options.back());
     });
     std::vector<std::size_t> order(finals.size());
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -499,15 +505,9 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
         run_jobs(by_final.size(), opt_.threads, [&](std::size_t f) {
           for (std::size_t ji : by_final[f]) {
             Job& j = jobs[ji];
-            std::unique_ptr<PlanBuilder>& b = builders[j.final_index];
-            if (!b) {
-              Assignment w;
-              w.grid = finals[j.final_index]->grid;
-              w.rank = finals[j.final_index]->rank;
-              b = std::make_unique<PlanBuilder>(std::move(w));
-            }
+            const PlanBuilder& b = *builders[j.final_index];
             // Priced, not run: one area-only arg per rank and stage.
-            const Plan plan = b->build(PlanOptions{j.stages, j.relay, /*index_rows=*/false, /*area_only=*/true});
+            const Plan plan = b.build(PlanOptions{j.stages, j.relay, /*index_rows=*/false, /*area_only=*/true});
             if (j.relay > 0 && choose_relay && !plan.has_forwarding()) continue;  // the plain plan again
             j.step = in.cost->plan_time(finals[j.final_index]->grid->problem(), plan)->step();
           }

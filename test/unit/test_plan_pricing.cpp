@@ -118,7 +118,12 @@ TEST_CASE("step lower bound: at most the step of every plan of the placement, an
     CAPTURE(hw_name);
     double tightest = 0;
     for_each_case([&](const Assignment& a) {
-      const search::StepBound b = search::step_lower_bound(*a.grid, a.rank, tp, tp.gpus_per_node);
+      const search::StepBound b = search::step_lower_bound(*a.grid, a.rank, PlanBuilder(a).transfers(), tp, tp.gpus_per_node);
+      // The metrics' transfers (another order) give the same bound.
+      const search::StepBound m = search::step_lower_bound(*a.grid, a.rank, transfers(a), tp, tp.gpus_per_node);
+      CHECK(m.plain == doctest::Approx(b.plain).epsilon(1e-12));
+      CHECK(m.relayed == doctest::Approx(b.relayed).epsilon(1e-12));
+      CHECK(m.may_forward == b.may_forward);
       CHECK(b.relayed <= b.plain);
       CHECK(b.relayed > 0);
       const Problem& p = a.grid->problem();

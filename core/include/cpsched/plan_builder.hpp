@@ -38,6 +38,7 @@
 #include <memory>
 
 #include "cpsched/assignment.hpp"
+#include "cpsched/metrics.hpp"
 #include "cpsched/plan.hpp"
 
 namespace cpsched {
@@ -90,6 +91,9 @@ class PlanBuilder {
   PlanBuilder(PlanBuilder&&) noexcept;
   PlanBuilder& operator=(PlanBuilder&&) noexcept;
   const Assignment& assignment() const;
+  // What its plans move (metrics.hpp's Transfer, one per block, head group
+  // and computing rank; grouped by computing rank), from the transfers kept.
+  std::vector<Transfer> transfers() const;
   Plan build(const PlanOptions& options) const;
 
  private:

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <cpsched/cost_model.hpp>
+#include <cpsched/metrics.hpp>
 #include <cpsched/task_grid.hpp>
 
 namespace cpsched::search {
@@ -33,7 +34,8 @@ struct StepBound {
   bool may_forward = false;
 };
 
-StepBound step_lower_bound(const TaskGrid& grid, const std::vector<Rank>& rank, const TimePrices& prices,
-                           int relay_node_size);
+// `transfers`: the placement's (PlanBuilder::transfers or metrics' transfers()).
+StepBound step_lower_bound(const TaskGrid& grid, const std::vector<Rank>& rank, const std::vector<Transfer>& transfers,
+                           const TimePrices& prices, int relay_node_size);
 
 }  // namespace cpsched::search
