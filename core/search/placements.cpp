@@ -7,6 +7,14 @@
 
 namespace cpsched::search {
 
+namespace {
+
+// usp's rank of head group g of a q block hosted by h (Ulysses groups of u
+// ranks, G head groups).
+Rank usp_rank(Rank h, int g, int u, int G) { return (h / u) * u + g * u / G; }
+
+}  // namespace
+
 std::vector<Rank> owner_placement(const TaskGrid& grid) {
   std::vector<Rank> r(static_cast<std::size_t>(grid.num_tasks()));
   for (TaskId t = 0; t < grid.num_tasks(); ++t) r[static_cast<std::size_t>(t)] = grid.q_host(t);
@@ -19,7 +27,7 @@ std::vector<Rank> usp_placement(const TaskGrid& grid, int max_degree) {
   const int u = usp_ulysses_degree(P, grid.problem().heads.kv, max_degree);
   std::vector<Rank> r(static_cast<std::size_t>(grid.num_tasks()));
   for (TaskId t = 0; t < grid.num_tasks(); ++t)
-    r[static_cast<std::size_t>(t)] = (grid.q_host(t) / u) * u + grid.group_of(t) * u / G;
+    r[static_cast<std::size_t>(t)] = usp_rank(grid.q_host(t), grid.group_of(t), u, G);
   return r;
 }
 
@@ -45,7 +53,7 @@ std::vector<Rank> hybrid_placement(const TaskGrid& grid, int max_degree, const d
     const auto rows = static_cast<double>(sh.blocks[static_cast<std::size_t>(qb)].size());
     double owner = 0;
     for (int g = 0; g < G; ++g) {
-      const Rank to = (h / u) * u + g * u / G;
+      const Rank to = usp_rank(h, g, u, G);
       spread[static_cast<std::size_t>(g)] = to == h ? 0.0 : rows * qo * secs(h, to);
     }
     for (std::size_t c = c0; c < c1; ++c) {
@@ -53,14 +61,14 @@ std::vector<Rank> hybrid_placement(const TaskGrid& grid, int max_degree, const d
       const auto cols = static_cast<double>(cells[c].cols.size());
       if (kh != h) owner += G * cols * kv * secs(kh, h);
       for (int g = 0; g < G; ++g) {
-        const Rank to = (h / u) * u + g * u / G;
+        const Rank to = usp_rank(h, g, u, G);
         if (kh != to) spread[static_cast<std::size_t>(g)] += cols * kv * secs(kh, to);
       }
     }
     if (*std::max_element(spread.begin(), spread.end()) < owner)
       for (std::size_t c = c0; c < c1; ++c)
         for (int g = 0; g < G; ++g)
-          r[c * static_cast<std::size_t>(G) + static_cast<std::size_t>(g)] = (h / u) * u + g * u / G;
+          r[c * static_cast<std::size_t>(G) + static_cast<std::size_t>(g)] = usp_rank(h, g, u, G);
     c0 = c1;
   }
   return r;

@@ -112,10 +112,7 @@ Range band_rows(const Band& b) {
   const int n = pieces(b, ps);
   Range rows{};
   for (int i = 0; i < n; ++i) {
-    Range r = positive_rows(ps[static_cast<std::size_t>(i)]);
-    if (r.empty()) continue;
-    if (rows.empty()) rows = r;
-    else rows = {std::min(rows.begin, r.begin), std::max(rows.end, r.end)};
+    rows = rows.hull(positive_rows(ps[static_cast<std::size_t>(i)]));
   }
   return rows;
 }

@@ -38,10 +38,8 @@ std::vector<Range> chunk_key_ranges(const Problem& p, Token chunk) {
   if (p.index_mask || !p.head_masks.empty()) return keys;
   for (const Slice& s : p.mask.slices()) {
     if (s.q.empty() || s.k.empty()) continue;
-    for (auto c = static_cast<std::size_t>(s.q.begin / chunk); c < n && static_cast<Token>(c) * chunk < s.q.end; ++c) {
-      Range& k = keys[c];
-      k = k.empty() ? s.k : Range{std::min(k.begin, s.k.begin), std::max(k.end, s.k.end)};
-    }
+    for (auto c = static_cast<std::size_t>(s.q.begin / chunk); c < n && static_cast<Token>(c) * chunk < s.q.end; ++c)
+      keys[c] = keys[c].hull(s.k);
   }
   return keys;
 }
@@ -81,10 +79,8 @@ Token missing_tokens(std::vector<Range>& need, std::vector<Range>& own) {
   return out;
 }
 
-}  // namespace
+constexpr std::int64_t kSwapPairs = 1 << 20;  // swap pairs tried at most (a count: machine-independent)
 
-namespace {
-constexpr std::int64_t kSwapPairs = 1 << 20;
 }  // namespace
 
 std::vector<Rank> deal_chunks_local(const std::vector<Token>& area, const std::vector<Range>& keys, Token size,
@@ -129,8 +125,6 @@ std::vector<Rank> deal_chunks_local(const std::vector<Token>& area, const std::v
   };
   std::vector<double> cost_of(static_cast<std::size_t>(bins));
   for (Rank r = 0; r < bins; ++r) cost_of[static_cast<std::size_t>(r)] = cost(r);
-  // Work bound (pairs tried), so that P = 1024 stays fast; a count, so the
-  // result does not depend on the machine.
   std::int64_t budget = kSwapPairs;
   for (int pass = 0; pass < 8 && budget > 0; ++pass) {
     bool improved = false;
@@ -174,9 +168,7 @@ std::vector<Rank> deal_chunks_by_node(const std::vector<Token>& areas, const std
   std::vector<Range> node_keys(m, Range{});
   for (std::size_t i = 0; i < n; ++i) {
     node_area[i / per] += areas[i];
-    const Range k = i < keys.size() ? keys[i] : Range{};
-    Range& nk = node_keys[i / per];
-    if (!k.empty()) nk = nk.empty() ? k : Range{std::min(nk.begin, k.begin), std::max(nk.end, k.end)};
+    if (i < keys.size()) node_keys[i / per] = node_keys[i / per].hull(keys[i]);
   }
   const std::vector<Rank> node_of = deal_chunks_local(node_area, node_keys, node_chunk, nodes);
   std::vector<Rank> host(n, 0);

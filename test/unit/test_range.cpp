@@ -59,3 +59,12 @@ TEST_CASE("to_local maps a global range to buffer pieces") {
   CHECK(s.to_local({50, 60}) == std::vector<Range>{{20, 30}});
   CHECK(s.to_local({11, 19}).empty());
 }
+
+TEST_CASE("Range::hull covers both; an empty range adds nothing") {
+  CHECK(Range{2, 5}.hull(Range{7, 9}) == Range{2, 9});
+  CHECK(Range{7, 9}.hull(Range{2, 5}) == Range{2, 9});
+  CHECK(Range{2, 5}.hull(Range{}) == Range{2, 5});
+  CHECK(Range{}.hull(Range{3, 4}) == Range{3, 4});
+  CHECK(Range{3, 3}.hull(Range{8, 9}) == Range{8, 9});  // empty, whatever its position
+  CHECK(Range{}.hull(Range{}).empty());
+}

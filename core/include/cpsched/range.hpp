@@ -19,6 +19,12 @@ struct Range {
     Range r{begin > o.begin ? begin : o.begin, end < o.end ? end : o.end};
     return r.empty() ? Range{} : r;
   }
+  // The smallest range covering both; an empty range adds nothing.
+  constexpr Range hull(Range o) const {
+    if (o.empty()) return *this;
+    if (empty()) return o;
+    return {begin < o.begin ? begin : o.begin, end > o.end ? end : o.end};
+  }
   friend constexpr bool operator==(Range, Range) = default;
   friend constexpr auto operator<=>(Range, Range) = default;
 };
