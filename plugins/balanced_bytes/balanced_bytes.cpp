@@ -460,6 +460,7 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
     const bool choose_relay = relay_options.size() > 1;  // (else a relayed plan without forwarding is the plan)
     std::vector<StepBound> bound(finals.size());
     std::vector<std::unique_ptr<PlanBuilder>> builders(finals.size());
+    std::size_t best_final = 0;  // finals[best_final] == best once a plan is priced
     // Each final's builder (its transfers and send orders, reused by all its
     // plans) gives the transfers of its bound too.
     run_jobs(finals.size(), opt_.threads, [&](std::size_t i) {
@@ -492,8 +493,7 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
           if (useless || lb >= best_step) ++skipped_by_bound;
           else run.push_back(j);
         }
-        // One job list per final: a final's builder (its transfers and send
-        // orders, reused by all its plans) is used by one thread at a time.
+        // One job list per final: a builder is used by one thread at a time.
         std::vector<std::vector<std::size_t>> by_final;
         for (std::size_t j : run) {
           auto it = std::find_if(by_final.begin(), by_final.end(), [&](const std::vector<std::size_t>& v) {
@@ -516,7 +516,8 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
         for (std::size_t j : run)
           if (jobs[j].step < best_step * (1 - 1e-12)) {
             best_step = jobs[j].step;
-            best = finals[jobs[j].final_index];
+            best_final = jobs[j].final_index;
+            best = finals[best_final];
             best_stages = jobs[j].stages;
             best_relay = jobs[j].relay;
           }
@@ -539,11 +540,9 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
       for (std::size_t i = 0; i < at_first.size() && i < kAutoFinalists; ++i)
         for (int relay : relay_options) more.push_back({at_first[i]->final_index, kAutoStages, relay});
       price_all(more);
-      std::size_t winner = 0;
-      while (finals[winner] != best) ++winner;
       std::vector<Job> counts;
       for (int st : kStageChoices)
-        if (st != 1 && st != kAutoStages) counts.push_back({winner, st, best_relay});
+        if (st != 1 && st != kAutoStages) counts.push_back({best_final, st, best_relay});
       price_all(counts);
     }
   }
