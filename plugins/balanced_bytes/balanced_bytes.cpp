@@ -1,23 +1,21 @@
 #include "balanced_bytes.hpp"
+#include "plan_pricing.hpp"
+#include "run_jobs.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <mutex>
 #include <cstdio>
 #include <limits>
-#include <map>
+#include <optional>
 #include <thread>
 
 #include <cpsched/error.hpp>
-#include <cpsched/plan_builder.hpp>
 
 #include "cpsched/search/byte_model.hpp"
 #include "cpsched/search/members.hpp"
 #include "cpsched/search/placements.hpp"
 #include "cpsched/search/search.hpp"
 #include "cpsched/search/state.hpp"
-#include "cpsched/search/step_bound.hpp"
 
 namespace cpsched::search {
 
@@ -51,9 +49,6 @@ constexpr int kAutoStages = 3;
 // its one-stage step ranks 5th or later, its five-stage step is the best.)
 constexpr std::size_t kAutoFinalists = 6;
 constexpr int kStageChoices[] = {1, 2, 3, 4, 5};
-// Plans priced in parallel between two tests of their step bounds (a fixed
-// number, so that the plans built do not depend on the thread count).
-constexpr std::size_t kPriceBatch = 4;
 
 std::int64_t max_load(const TaskGrid& g, const std::vector<Rank>& rank) {
   std::vector<std::int64_t> load(static_cast<std::size_t>(g.cp_size()), 0);
@@ -81,35 +76,6 @@ std::shared_ptr<const TaskGrid> finer_grid(const TaskGrid& g, int blocks_per_ran
   p->grid.blocks_per_rank = blocks_per_rank;
   p->sharding = Sharding::sequential(p->seqlen(), p->cp_size(), blocks_per_rank);
   return std::make_shared<const TaskGrid>(std::move(p));
-}
-
-// Runs jobs 0..n-1 on up to `threads` threads; each writes its own slot, so
-// the results do not depend on the thread count.
-template <class F>
-void run_jobs(std::size_t n, int threads, F&& job) {
-  const auto workers = static_cast<std::size_t>(std::max(1, std::min<int>(threads, static_cast<int>(n))));
-  if (workers <= 1) {
-    for (std::size_t i = 0; i < n; ++i) job(i);
-    return;
-  }
-  std::atomic<std::size_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  auto work = [&] {
-    for (std::size_t i; (i = next.fetch_add(1)) < n;) {
-      try {
-        job(i);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (std::size_t w = 1; w < workers; ++w) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace
@@ -148,6 +114,8 @@ Options parse_options(const Params& p) {
   const std::int64_t priced = p.get_int("priced_plans");
   if (priced < 1 || priced > 1000) bad("priced_plans", std::to_string(priced), "must be in [1, 1000]");
   o.priced_plans = static_cast<int>(priced);
+  o.settle = p.get_real("settle");
+  if (!(o.settle >= 0.0 && o.settle < 1.0)) bad("settle", num(o.settle), "must be in [0, 1)");
   if (!(o.mu >= 1.0)) bad("mu", num(o.mu), "must be >= 1 (balance target: max load <= mu x mean)");
   if (!(o.fwd_weight >= 0.0)) bad("fwd_weight", num(o.fwd_weight), "must be >= 0");
   if (!(o.bwd_weight >= 0.0)) bad("bwd_weight", num(o.bwd_weight), "must be >= 0");
@@ -341,8 +309,8 @@ Assignment BalancedBytes::solve_bytes(const SolveInput& in) const {
 
 // Time mode: searched placements of every start (and of the members that
 // dispatch tokens, on their own grids) are priced as plans by the cost model's
-// timing model; the fastest plan wins, with its stage count when the host lets
-// the solver choose (stages 0 = auto).
+// timing model (plan_pricing.hpp); the fastest plan wins, with its stage count
+// when the host lets the solver choose (stages 0 = auto).
 Assignment BalancedBytes::solve_time(const SolveInput& in) const {
   std::vector<Candidate> seen;
   std::vector<std::string> skipped;
@@ -361,9 +329,51 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
     std::vector<Candidate> own;
     Candidate c = bytes_mode.solve_grid(in, own, members);
     c.origin = "bytes:" + c.origin;
+    // Its predicted step, by the same model as the others.
+    const ByteModel model(*in.grid, 1.0, 1.0);
+    const TimeObjective to = time_objective(*in.cost->time_prices(), *in.grid, opt_.spread);
+    c.predicted_s = State(model, c.rank, balance_cap(*in.grid, opt_.mu), 0.0, &to).max_rank_time();
     bytes_candidate = std::move(c);
   }
+
+  // Stages: the host's count, or (auto) every candidate at 1 stage (as the
+  // other solvers plan: never slower than one of them), the kAutoFinalists
+  // fastest also at kAutoStages, and the winner at every count of
+  // kStageChoices.
+  const bool auto_stages = in.stages <= 0;
+  const int first_stages = auto_stages ? 1 : in.stages;
+  // Relays: the host's setting, or (auto) each candidate priced without and
+  // with them when the ranks span several nodes.
+  const int node = in.cost->time_prices()->gpus_per_node;
+  std::vector<int> relay_options{std::max(0, in.relay)};
+  if (in.relay < 0 && node >= 2 && in.grid->cp_size() > node) relay_options.push_back(node);
+  // On grids beyond member_max_tasks (P = 1024 causal: 4M tasks) one plan
+  // build costs seconds and latencies are a rounding error of the step: the
+  // best predicted candidate is taken without pricing it.
+  const bool unpriced = in.grid->num_tasks() > opt_.member_max_tasks;
+  std::optional<PlanPricer> pricer;
+  if (!unpriced) pricer.emplace(*in.cost, relay_options, opt_.threads, opt_.settle);
+
+  // The probe (stages auto): the input grid's starts as they are and the
+  // bytes objective's result, the PlanPricer::batch of lowest bound priced at
+  // kAutoStages. Where one comes within `settle` of the compute bound (one
+  // full or causal sequence: their plans balance well), nothing more is
+  // searched or priced.
+  if (pricer && auto_stages && opt_.settle > 0) {
+    std::vector<const Candidate*> probe;
+    for (const Candidate& c : seen)
+      if (!c.searched) probe.push_back(&c);
+    if (bytes_candidate) probe.push_back(&*bytes_candidate);
+    pricer->add(probe);
+    std::vector<PlanPricer::Job> jobs;
+    for (std::size_t i : pricer->by_bound())
+      if (jobs.size() < PlanPricer::batch) jobs.push_back({i, kAutoStages, relay_options.front()});
+    pricer->price(std::move(jobs));
+  }
+  const bool settled_early = pricer && pricer->settled();
+
   for (const MemberResult& m : members) {
+    if (settled_early) break;
     if (m.assignment.grid.get() == in.grid.get()) continue;  // searched above
     // The same dispatch as an earlier member (static's two-level dispatch on
     // one node is its one-level one): nothing new to search or price.
@@ -393,158 +403,74 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
       seen.push_back(std::move(c));
     }
   }
-  // The bytes candidate's predicted step, by the same model as the others.
-  if (bytes_candidate) {
-    const ByteModel model(*in.grid, 1.0, 1.0);
-    const TimeObjective to = time_objective(*in.cost->time_prices(), *in.grid, opt_.spread);
-    bytes_candidate->predicted_s =
-        State(model, bytes_candidate->rank, balance_cap(*in.grid, opt_.mu), 0.0, &to).max_rank_time();
-  }
 
-  // Which candidates to price as plans (building and timing a plan costs more
-  // than a search step): every start as it is (owner, usp, the members: the
-  // plan never loses to one of them) and the bytes objective's result; of the
-  // searched placements, the `priced_plans` best by predicted step (the
-  // search's model ignores latencies and HBM kernels: the timing model judges).
-  std::vector<const Candidate*> finals;
-  auto add_final = [&](const Candidate* c) {
-    for (const Candidate* f : finals)
-      if (f->grid.get() == c->grid.get() && f->rank == c->rank) return false;
-    finals.push_back(c);
-    return true;
-  };
-  std::vector<const Candidate*> searched;
-  for (const Candidate& c : seen) {
-    if (!c.searched) add_final(&c);
-    else searched.push_back(&c);
-  }
-  if (bytes_candidate) add_final(&*bytes_candidate);
-  std::stable_sort(searched.begin(), searched.end(),
-                   [](const Candidate* x, const Candidate* y) { return x->predicted_s < y->predicted_s; });
-  int priced_searched = 0;
-  for (const Candidate* c : searched)
-    if (priced_searched < opt_.priced_plans && add_final(c)) ++priced_searched;
-  // Stages: the host's count, or (auto) every candidate at 1 stage (as the
-  // other solvers plan: never slower than one of them), the kAutoFinalists
-  // fastest also at kAutoStages, and the winner at every count of
-  // kStageChoices.
-  const bool auto_stages = in.stages <= 0;
-  const int first_stages = auto_stages ? 1 : in.stages;
-  // Relays: the host's setting, or (auto) each candidate priced without and
-  // with them when the ranks span several nodes.
-  const int node = in.cost->time_prices()->gpus_per_node;
-  std::vector<int> relay_options{std::max(0, in.relay)};
-  if (in.relay < 0 && node >= 2 && in.grid->cp_size() > node) relay_options.push_back(node);
   // mu caps the search; plans are judged by their step time alone (a rank
   // above the cap is priced in it), and the result says whether it meets mu.
   auto meets_mu = [&](const Candidate& c) { return balance_cap(*c.grid, opt_.mu) >= max_load(*c.grid, c.rank); };
-  double best_step = std::numeric_limits<double>::infinity();
   const Candidate* best = nullptr;
+  double best_step = std::numeric_limits<double>::infinity();
   int best_stages = first_stages;
   int best_relay = relay_options.front();
-  // On grids beyond member_max_tasks (P = 1024 causal: 4M tasks) one plan
-  // build costs seconds and latencies are a rounding error of the step: the
-  // best predicted candidate is taken without pricing it.
-  const bool unpriced = in.grid->num_tasks() > opt_.member_max_tasks;
-  std::size_t priced = 0, skipped_by_bound = 0;
   if (unpriced) {
     best = &seen.front();  // (no bytes candidate on such grids)
     for (const Candidate& c : seen)
       if (c.predicted_s < best->predicted_s) best = &c;
     best_step = best->predicted_s;
   } else {
-    // Each final's lower bound on the step of its plans (step_bound.hpp); the
-    // most promising are priced first, and a plan whose bound reaches the
-    // fastest step so far is not built: it cannot win.
-    const TimePrices tp = *in.cost->time_prices();
-    const bool choose_relay = relay_options.size() > 1;  // (else a relayed plan without forwarding is the plan)
-    std::vector<StepBound> bound(finals.size());
-    std::vector<std::unique_ptr<PlanBuilder>> builders(finals.size());
-    std::size_t best_final = 0;  // finals[best_final] == best once a plan is priced
-    // Each final's builder (its transfers and send orders, reused by all its
-    // plans) gives the transfers of its bound too.
-    run_jobs(finals.size(), opt_.threads, [&](std::size_t i) {
-      Assignment w;
-      w.grid = finals[i]->grid;
-      w.rank = finals[i]->rank;
-      builders[i] = std::make_unique<PlanBuilder>(std::move(w));
-      bound[i] = step_lower_bound(*finals[i]->grid, finals[i]->rank, builders[i]->transfers(), tp, relay_options.back());
-    });
-    std::vector<std::size_t> order(finals.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t x, std::size_t y) { return bound[x].plain < bound[y].plain; });
-    struct Job {
-      std::size_t final_index;
-      int stages, relay;
-      double step = std::numeric_limits<double>::infinity();
-    };
-    // Prices jobs in batches of kPriceBatch, the batch's plans in parallel;
-    // the bound test runs between batches, so which plans are built does not
-    // depend on the thread count. The fastest wins, ties to the earlier job.
-    auto price_all = [&](std::vector<Job>& jobs) {
-      for (std::size_t b0 = 0; b0 < jobs.size(); b0 += kPriceBatch) {
-        const std::size_t b1 = std::min(jobs.size(), b0 + kPriceBatch);
-        std::vector<std::size_t> run;
-        for (std::size_t j = b0; j < b1; ++j) {
-          const StepBound& sb = bound[jobs[j].final_index];
-          const bool useless = jobs[j].relay > 0 && choose_relay && !sb.may_forward;  // the plain plan again
-          const double lb = jobs[j].relay > 0 ? sb.relayed : sb.plain;
-          if (useless || lb >= best_step) ++skipped_by_bound;
-          else run.push_back(j);
-        }
-        // One job list per final: a builder is used by one thread at a time.
-        std::vector<std::vector<std::size_t>> by_final;
-        for (std::size_t j : run) {
-          auto it = std::find_if(by_final.begin(), by_final.end(), [&](const std::vector<std::size_t>& v) {
-            return jobs[v.front()].final_index == jobs[j].final_index;
-          });
-          if (it == by_final.end()) by_final.push_back({j});
-          else it->push_back(j);
-        }
-        run_jobs(by_final.size(), opt_.threads, [&](std::size_t f) {
-          for (std::size_t ji : by_final[f]) {
-            Job& j = jobs[ji];
-            const PlanBuilder& b = *builders[j.final_index];
-            // Priced, not run: one area-only arg per rank and stage.
-            const Plan plan = b.build(PlanOptions{j.stages, j.relay, /*index_rows=*/false, /*area_only=*/true});
-            if (j.relay > 0 && choose_relay && !plan.has_forwarding()) continue;  // the plain plan again
-            j.step = in.cost->plan_time(finals[j.final_index]->grid->problem(), plan)->step();
-          }
-        });
-        priced += run.size();
-        for (std::size_t j : run)
-          if (jobs[j].step < best_step * (1 - 1e-12)) {
-            best_step = jobs[j].step;
-            best_final = jobs[j].final_index;
-            best = finals[best_final];
-            best_stages = jobs[j].stages;
-            best_relay = jobs[j].relay;
-          }
+    if (!settled_early) {
+      // Which candidates to price as plans: every start as it is (owner,
+      // usp, the members: the plan never loses to one of them) and the bytes
+      // objective's result; of the searched placements, the `priced_plans`
+      // best by predicted step (the search's model ignores latencies and HBM
+      // kernels: the timing model judges).
+      std::vector<const Candidate*> finals, searched;
+      for (const Candidate& c : seen) {
+        if (!c.searched) finals.push_back(&c);
+        else searched.push_back(&c);
       }
-    };
-    std::vector<Job> first;
+      if (bytes_candidate) finals.push_back(&*bytes_candidate);
+      std::stable_sort(searched.begin(), searched.end(),
+                       [](const Candidate* x, const Candidate* y) { return x->predicted_s < y->predicted_s; });
+      int priced_searched = 0;
+      for (const Candidate* c : searched) {
+        if (priced_searched == opt_.priced_plans) break;
+        const bool repeat = std::any_of(finals.begin(), finals.end(), [&](const Candidate* f) {
+          return f->grid.get() == c->grid.get() && f->rank == c->rank;
+        });
+        if (!repeat) finals.push_back(c), ++priced_searched;
+      }
+      pricer->add(finals);
+    }
+    // Every final at the first stage count, the most promising (lowest bound)
+    // first, so that the bound rules out more of the rest.
+    const std::vector<std::size_t> order = pricer->by_bound();
+    std::vector<PlanPricer::Job> first;
     for (std::size_t i : order)
       for (int relay : relay_options) first.push_back({i, first_stages, relay});
-    price_all(first);
+    first = pricer->price(std::move(first));
     if (auto_stages) {
       // The finalists at kAutoStages (more stages change which plan is
       // fastest: a plan with a small local stage gains most from pipelining):
       // the fastest at one stage without relays, of those priced.
-      std::vector<const Job*> at_first;
-      for (const Job& j : first)
+      std::vector<const PlanPricer::Job*> at_first;
+      for (const PlanPricer::Job& j : first)
         if (j.relay == relay_options.front() && j.step < std::numeric_limits<double>::infinity())
           at_first.push_back(&j);
-      std::stable_sort(at_first.begin(), at_first.end(), [](const Job* x, const Job* y) { return x->step < y->step; });
-      std::vector<Job> more;
+      std::stable_sort(at_first.begin(), at_first.end(),
+                       [](const PlanPricer::Job* x, const PlanPricer::Job* y) { return x->step < y->step; });
+      std::vector<PlanPricer::Job> more;
       for (std::size_t i = 0; i < at_first.size() && i < kAutoFinalists; ++i)
         for (int relay : relay_options) more.push_back({at_first[i]->final_index, kAutoStages, relay});
-      price_all(more);
-      std::vector<Job> counts;
+      pricer->price(std::move(more));
+      std::vector<PlanPricer::Job> counts;
       for (int st : kStageChoices)
-        if (st != 1 && st != kAutoStages) counts.push_back({best_final, st, best_relay});
-      price_all(counts);
+        if (st != 1 && st != kAutoStages) counts.push_back({pricer->best().final_index, st, pricer->best().relay});
+      pricer->price(std::move(counts));
     }
+    best = &pricer->final_at(pricer->best().final_index);
+    best_step = pricer->best().step;
+    best_stages = pricer->best().stages;
+    best_relay = pricer->best().relay;
   }
   const bool best_ok = meets_mu(*best);
   Assignment a;
@@ -556,11 +482,15 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
   a.note = "balanced_bytes (time): " + best->origin + " on " + std::to_string(a.grid->problem().grid.blocks_per_rank) +
            " block(s) per rank, " + std::to_string(a.stages) + " stage(s)" +
            (best_relay > 0 ? ", relays on nodes of " + std::to_string(best_relay) : std::string()) + ", predicted step " +
-           num(best_step * 1e3, "%.4f") + " ms " +
-           (unpriced ? std::string("by the search's model (grid above member_max_tasks: no plan priced)")
-                     : "of " + std::to_string(finals.size()) + " candidates (" + std::to_string(priced) +
-                           " plans priced, " + std::to_string(skipped_by_bound) + " skipped by their step bound)");
-  for (const std::string& s : skipped) a.note += "; member " + s + " skipped";
+           num(best_step * 1e3, "%.4f") + " ms ";
+  if (unpriced)
+    a.note += "by the search's model (grid above member_max_tasks: no plan priced)";
+  else
+    a.note += "of " + std::to_string(pricer->size()) + " candidates (" + std::to_string(pricer->priced()) +
+              " plans priced, " + std::to_string(pricer->skipped_by_bound()) + " skipped by their step bound" +
+              (pricer->settled() ? "; within " + num(100 * opt_.settle) + " % of the compute bound" : "") +
+              (settled_early ? ", so no member grid was searched" : "") + ")";
+  for (const std::string& m : skipped) a.note += "; member " + m + " skipped";
   if (!best_ok) a.note += "; the fastest plan is above mu = " + num(opt_.mu);
   return a;
 }

@@ -34,6 +34,7 @@ struct Options {
   int max_blocks_per_rank = 8;
   int usp_max_degree = 8;
   std::int64_t member_max_tasks = 131072;  // members run on grids of at most this many tasks
+  double settle = 0.01;           // time: stop pricing within this fraction of the compute bound
   int priced_plans = 4;           // time: candidates priced as plans by the timing model (best predicted first)
   std::uint64_t seed = 1;
 };

@@ -36,6 +36,9 @@ const cpsched_param_spec kParams[] = {
     {"priced_plans", CPSCHED_PARAM_INT, "4",
      "time: how many candidates (best predicted step first) are built as plans and priced by the timing model; "
      "each costs a plan build unless its step bound rules it out (4: with the hybrid start, 3 left the best plan out on 3 of 40 packs at P = 16)"},
+    {"settle", CPSCHED_PARAM_REAL, "0.01",
+     "time: stop pricing plans once the fastest is within this fraction of the compute bound (all compute / P, "
+     "which no plan's step is below: nothing left could be faster by more); 0: price every candidate"},
     {"seed", CPSCHED_PARAM_INT, "1", "seed of the iterated local search's kicks"},
 };
 

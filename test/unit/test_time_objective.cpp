@@ -142,6 +142,32 @@ TEST_CASE("objective time: never slower than owner, usp and its members; same pl
   MESSAGE(cases, " problems");
 }
 
+TEST_CASE("settle: pricing stops once a plan is within settle of the compute bound, which no plan beats") {
+  Plugins pl;
+  if (!pl.has(PluginKind::solver, "balanced_bytes")) return;
+  // One full sequence over 8 ranks, 8 per node (NVLink only): owner's plan
+  // hides all communication, so the probe settles it.
+  const TimeCostModel cost(resolve_hardware_profile("h100_8x_nvlink"));
+  auto problem = std::make_shared<const Problem>(
+      Problem::make(RangeMask(8 * 8192, {{{0, 8 * 8192}, {0, 8 * 8192}, MaskType::full}}), 8, Heads{64, 8, 128, 2}));
+  auto grid = std::make_shared<const TaskGrid>(problem);
+  const Assignment a = pl.solver("balanced_bytes")->solve(SolveInput{grid, &cost, 0, -1});
+  INFO(a.note);
+  CHECK(a.note.find("within 1 % of the compute bound, so no member grid was searched") != std::string::npos);
+  const StepEstimate e = *cost.plan_time(a.grid->problem(), build_plan(a, PlanOptions{a.stages, a.relay_node_size}));
+  CHECK(e.step() <= 1.01 * e.compute_bound);
+  // settle 0 prices every candidate: at most 1 % faster, never slower than the bound.
+  const Assignment b = pl.solver("balanced_bytes", Params({{"settle", 0.0}}))->solve(SolveInput{grid, &cost, 0, -1});
+  INFO(b.note);
+  CHECK(b.note.find("compute bound") == std::string::npos);
+  const StepEstimate f = *cost.plan_time(b.grid->problem(), build_plan(b, PlanOptions{b.stages, b.relay_node_size}));
+  CHECK(f.step() >= f.compute_bound);
+  CHECK(e.step() <= 1.01 * f.step());
+  CHECK(f.compute_bound == doctest::Approx(e.compute_bound).epsilon(1e-12));
+  CHECK_THROWS_WITH_AS(pl.solver("balanced_bytes", Params({{"settle", 1.0}})),
+                       doctest::Contains("balanced_bytes: settle = 1 must be in [0, 1)"), Error);
+}
+
 TEST_CASE("objective auto: time under a time model, exactly bytes under area; time needs a time model") {
   Plugins pl;
   if (!pl.has(PluginKind::solver, "balanced_bytes")) return;
