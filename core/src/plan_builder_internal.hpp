@@ -77,9 +77,10 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
                        const RelayOptions& relay, std::vector<PassPlan*>& pass);
 
 // Comm for pricing only (PlanOptions::area_only without relays): one split
-// per xfer, so every rank sends and receives the same bytes per peer, kind
-// and stage as with layout_comm, and the timing model counts the same
-// messages (one per peer and tensor); the rows and their order are not kept.
+// per (peer, kind, stage), so every rank sends and receives the same bytes per
+// peer, kind and stage as with layout_comm, and the timing model counts the
+// same messages (one per peer and tensor); the rows, their groups and their
+// order are not kept.
 void summary_comm(const Transfers& tr, const std::vector<int>& stage, int stages, std::vector<PassPlan*>& pass);
 
 // Fills calc of every rank and the reduce_after fields of comm.

@@ -332,6 +332,12 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
 
 void summary_comm(const Transfers& tr, const std::vector<int>& stage, int stages, std::vector<PassPlan*>& pass) {
   for (PassPlan* p : pass) p->comm.stages.assign(static_cast<std::size_t>(stages), StageComm{});
+  // One split per (host, dst, stage, kind): xfers come grouped by dst, so a
+  // host's open split to dst is its last one, and dst's split from a host is
+  // found through `from` (per stage, kind and host: the dst it was opened for
+  // and its index).
+  const std::size_t P = pass.size();
+  std::vector<std::pair<Rank, std::size_t>> from(static_cast<std::size_t>(stages) * 2 * P, {-1, 0});
   for (std::size_t i = 0; i < tr.xfers.size(); ++i) {
     const Xfer& x = tr.xfers[i];
     if (x.tokens <= 0) continue;
@@ -340,13 +346,22 @@ void summary_comm(const Transfers& tr, const std::vector<int>& stage, int stages
     StageComm& d = pass[static_cast<std::size_t>(x.dst)]->comm.stages[s];
     GroupCollectiveArg& in = x.kind == kQO ? h.qo : h.kv;
     GroupCollectiveArg& out = x.kind == kQO ? d.qo : d.kv;
-    in.input_split_sizes.push_back(x.tokens);
-    in.input_ranges.push_back({0, x.tokens});
-    in.input_groups.push_back(x.group);
-    in.dst_indices.push_back({x.dst});
-    out.output_split_sizes.push_back(x.tokens);
-    out.src_index.push_back(x.host);
-    out.output_groups.push_back(x.group);
+    auto& [opened_for, index] = from[(s * 2 + x.kind) * P + static_cast<std::size_t>(x.host)];
+    if (opened_for != x.dst) {
+      in.input_split_sizes.push_back(x.tokens);
+      in.input_ranges.push_back({0, x.tokens});
+      in.input_groups.push_back(x.group);
+      in.dst_indices.push_back({x.dst});
+      out.output_split_sizes.push_back(x.tokens);
+      out.src_index.push_back(x.host);
+      out.output_groups.push_back(x.group);
+      opened_for = x.dst;
+      index = out.output_split_sizes.size() - 1;
+    } else {
+      in.input_split_sizes.back() += x.tokens;
+      in.input_ranges.back().end += x.tokens;
+      out.output_split_sizes[index] += x.tokens;
+    }
     (x.kind == kQO ? d.num_remote_qo_tokens : d.num_remote_kv_tokens) += x.tokens;
   }
   set_recv_offsets(pass);
