@@ -97,8 +97,19 @@ SendOrder send_order(const Assignment& a, const Transfers& tr, Bytes qo_out, Byt
     return x.tokens * (x.kind == kQO ? qo_out : kv_out);
   };
   std::vector<double> enabled(tr.xfers.size(), 0.0);  // load of the tasks that need each xfer
-  std::vector<std::size_t> order, pos(tr.xfers.size(), 0);
-  std::vector<std::pair<std::size_t, std::int32_t>> walk;  // (key, task)
+  // The sort's keys side by side (the comparator reads no other memory).
+  struct Key {
+    Bytes bytes;
+    double enabled;
+    Rank host;
+    std::uint8_t kind;
+    std::int32_t block, group;
+    std::size_t i;
+  };
+  std::vector<Key> order;
+  std::vector<std::size_t> pos(tr.xfers.size(), 0);
+  std::vector<std::size_t> bucket;        // walk's counting sort: tasks per last-transfer position
+  std::vector<std::int32_t> walk;         // tasks in the order of their last transfer
   std::vector<char> sent;
   for (std::size_t d = 0; d + 1 < tr.dst_begin.size(); ++d) {
     const std::size_t x0 = tr.dst_begin[d], x1 = tr.dst_begin[d + 1];
@@ -113,40 +124,47 @@ SendOrder send_order(const Assignment& a, const Transfers& tr, Bytes qo_out, Byt
     // Transfers by bytes per unit of work they unlock, cheapest first (ties
     // as before: bytes, source, kind, block, group).
     order.clear();
-    for (std::size_t i = x0; i < x1; ++i) order.push_back(i);
-    auto key = [&](std::size_t i) {
+    for (std::size_t i = x0; i < x1; ++i) {
       const Xfer& x = tr.xfers[i];
-      return std::make_tuple(bytes_of(i), x.host, x.kind, x.block, x.group, i);
-    };
-    std::sort(order.begin(), order.end(), [&](std::size_t l, std::size_t r) {
+      order.push_back({bytes_of(i), enabled[i], x.host, x.kind, x.block, x.group, i});
+    }
+    std::sort(order.begin(), order.end(), [](const Key& l, const Key& r) {
       // bytes_l / enabled_l < bytes_r / enabled_r, without dividing by zero
-      const double lhs = static_cast<double>(bytes_of(l)) * enabled[r];
-      const double rhs = static_cast<double>(bytes_of(r)) * enabled[l];
+      const double lhs = static_cast<double>(l.bytes) * r.enabled;
+      const double rhs = static_cast<double>(r.bytes) * l.enabled;
       if (lhs != rhs) return lhs < rhs;
-      return key(l) < key(r);
+      return std::tie(l.bytes, l.host, l.kind, l.block, l.group, l.i) <
+             std::tie(r.bytes, r.host, r.kind, r.block, r.group, r.i);
     });
-    for (std::size_t k = 0; k < order.size(); ++k) pos[order[k]] = k;
-    // Tasks in the order in which their last transfer comes; walking them
-    // sends each transfer with the first task that needs it, so the two
-    // transfers of a task travel together.
-    walk.clear();
-    for (std::int32_t t : tasks) {
+    for (std::size_t k = 0; k < order.size(); ++k) pos[order[k].i] = k;
+    // Tasks in the order in which their last transfer comes (ties in task
+    // order: a stable counting sort); walking them sends each transfer with
+    // the first task that needs it, so the two transfers of a task travel
+    // together.
+    auto last_of = [&](std::int32_t t) {
       const std::int32_t q = tr.task_q[static_cast<std::size_t>(t)], k = tr.task_k[static_cast<std::size_t>(t)];
-      if (q < 0 && k < 0) continue;
       std::size_t kk = 0;
       if (q >= 0) kk = std::max(kk, pos[static_cast<std::size_t>(q)]);
       if (k >= 0) kk = std::max(kk, pos[static_cast<std::size_t>(k)]);
-      walk.emplace_back(kk, t);
-    }
-    std::sort(walk.begin(), walk.end());
+      return kk;
+    };
+    bucket.assign(order.size() + 1, 0);
+    std::size_t remote = 0;
+    for (std::int32_t t : tasks)
+      if (tr.task_q[static_cast<std::size_t>(t)] >= 0 || tr.task_k[static_cast<std::size_t>(t)] >= 0)
+        ++bucket[last_of(t) + 1], ++remote;
+    for (std::size_t k = 1; k < bucket.size(); ++k) bucket[k] += bucket[k - 1];
+    walk.resize(remote);
+    for (std::int32_t t : tasks)
+      if (tr.task_q[static_cast<std::size_t>(t)] >= 0 || tr.task_k[static_cast<std::size_t>(t)] >= 0)
+        walk[bucket[last_of(t)]++] = t;
     sent.assign(x1 - x0, 0);
     auto send = [&](std::int32_t x) {
       if (x < 0 || sent[static_cast<std::size_t>(x) - x0]) return;
       sent[static_cast<std::size_t>(x) - x0] = 1;
       out.seq.push_back(x);
     };
-    for (const auto& [kk, t] : walk) {
-      (void)kk;
+    for (std::int32_t t : walk) {
       const std::int32_t q = tr.task_q[static_cast<std::size_t>(t)], k = tr.task_k[static_cast<std::size_t>(t)];
       // The cheaper-per-work transfer first (the one the order puts first).
       if (q >= 0 && k >= 0 && pos[static_cast<std::size_t>(k)] < pos[static_cast<std::size_t>(q)]) {
