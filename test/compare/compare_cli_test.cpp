@@ -8,7 +8,9 @@
 #include <csignal>
 #include <fcntl.h>
 #include <filesystem>
+#include <algorithm>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <sys/file.h>
@@ -243,5 +245,53 @@ TEST_CASE("hardware axis keys: one of compare.hardware and compare.timing.hardwa
     const std::string csv = read_text(dir / "results.csv");
     CHECK(csv.find(",cluster_8gpu_ib,") != std::string::npos);
     CHECK(csv.find(",h100_8x_nvlink,") == std::string::npos);
+  }
+}
+
+namespace {
+
+// step_ms of every row of a report's results.csv, keyed by its first 10
+// columns (row kind, mask, P, heads, stages, hardware, solver, pack).
+std::map<std::string, std::string> steps(const fs::path& dir) {
+  std::istringstream in(read_text(dir / "results.csv"));
+  std::string line;
+  std::getline(in, line);
+  std::vector<std::string> head;
+  for (std::istringstream h(line); std::getline(h, line, ',');) head.push_back(line);
+  const auto col = static_cast<std::size_t>(std::find(head.begin(), head.end(), "step_ms") - head.begin());
+  REQUIRE(col < head.size());
+  std::map<std::string, std::string> out;
+  while (std::getline(in, line)) {
+    std::vector<std::string> f;
+    for (std::istringstream l(line); std::getline(l, line, ',');) f.push_back(line);
+    if (f.size() <= col) continue;
+    std::string key;
+    for (std::size_t i = 0; i < 10; ++i) key += f[i] + ",";
+    out[key] = f[col];
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("plan.relay reaches the compared plans: relays on change the step of a placement spanning two nodes") {
+  // P = 16 on 8-GPU nodes: owner's plan sends blocks to several ranks of the
+  // other node, which relays turn into one NIC crossing each.
+  const std::vector<std::string> sets = {"--set", "compare.solvers=[owner]",        "--set", "compare.masks=[causal]",
+                                         "--set", "compare.cp_sizes=[16]",          "--set", "compare.heads=[{q: 16, kv: 4}]",
+                                         "--set", "compare.stages=[1]",             "--set", "compare.repeats=1",
+                                         "--set", "compare.hardware=[cluster_8gpu_ib]"};
+  const fs::path off = fresh_dir("relay_off"), on = fresh_dir("relay_on");
+  std::vector<std::string> with = sets;
+  with.insert(with.end(), {"--set", "plan.relay=on"});
+  const Result a = run(compare_args(off, sets)), b = run(compare_args(on, with));
+  REQUIRE_MESSAGE(a.rc == 0, a.err);
+  REQUIRE_MESSAGE(b.rc == 0, b.err);
+  const auto x = steps(off), y = steps(on);
+  REQUIRE(x.size() == 2);  // the pack's row and the mean's
+  for (const auto& [key, step] : x) {
+    CAPTURE(key);
+    REQUIRE(y.count(key) == 1);
+    CHECK(std::stod(y.at(key)) < 0.9 * std::stod(step));
   }
 }

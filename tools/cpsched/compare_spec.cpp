@@ -291,6 +291,7 @@ CompareSpec read_compare_spec(const Config& cfg, const Registry& reg, const std:
     spec.stages = {cfg.stages};
   }
   check_unique(r, spec.stages, "stages");
+  spec.relay = cfg.relay;
 
   if (const auto n = get("repeats"); n.IsDefined() && !n.IsNull()) spec.repeats = r.to_int(n, "repeats", 1);
   // An explicit baseline must exist; the default one may be missing (its

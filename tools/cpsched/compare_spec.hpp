@@ -49,6 +49,9 @@ struct CompareSpec {
   std::vector<int> packs;
   std::vector<HeadConfig> heads;
   std::vector<int> stages;
+  // plan.relay for every row: 0 off, 1 on (nodes of the profile's size), -1
+  // auto (a solver that prices plans chooses; the others plan without).
+  int relay = 0;
   int repeats = 3;
   std::map<std::string, int> repeats_per_solver;  // per solver; absent: see solver_repeats()
   std::string reference = "usp";   // empty: no baseline plugin was found

@@ -137,6 +137,12 @@ std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<
   }
 
   const std::size_t ns = spec.stages.size();
+  // Relays need the node size: the cost model's profile, else the first of the
+  // group's (the profiles of one group plan alike).
+  int node = 0;
+  if (const auto tp = cost.time_prices()) node = tp->gpus_per_node;
+  else if (!slots.empty() && slots.front()->profile != nullptr) node = slots.front()->profile->gpus_per_node;
+  const int relay_in = spec.relay < 0 ? -1 : spec.relay > 0 ? node : 0;
   std::vector<double> grid_ms, solve_ms;
   std::vector<std::vector<double>> plan_ms(ns), total_ms(ns);
   Assignment a;
@@ -149,12 +155,13 @@ std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<
       t0 = Clock::now();
       // One solve serves every stage count; a solver that prices plans is
       // told the count when there is one (0: auto, the solver chooses).
-      a = h.solver->solve(SolveInput{grid, &cost, ns == 1 ? spec.stages[0] : 1});
+      a = h.solver->solve(SolveInput{grid, &cost, ns == 1 ? spec.stages[0] : 1, relay_in});
       solve_ms.push_back(ms_since(t0));
       a.validate();
       for (std::size_t s = 0; s < ns; ++s) {
         t0 = Clock::now();
-        plans[s] = build_plan(a, spec.stages[s] > 0 ? spec.stages[s] : std::max(1, a.stages));
+        plans[s] = build_plan(a, PlanOptions{spec.stages[s] > 0 ? spec.stages[s] : std::max(1, a.stages),
+                                             relay_in >= 0 ? relay_in : std::max(0, a.relay_node_size)});
         plan_ms[s].push_back(ms_since(t0));
         total_ms[s].push_back(grid_ms.back() + solve_ms.back() + plan_ms[s].back());
       }
