@@ -434,38 +434,37 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
       int priced_searched = 0;
       for (const Candidate* c : searched) {
         if (priced_searched == opt_.priced_plans) break;
-        const bool repeat = std::any_of(finals.begin(), finals.end(), [&](const Candidate* f) {
-          return f->grid.get() == c->grid.get() && f->rank == c->rank;
-        });
+        const bool repeat =
+            std::any_of(finals.begin(), finals.end(), [&](const Candidate* f) { return same_placement(*f, *c); });
         if (!repeat) finals.push_back(c), ++priced_searched;
       }
       pricer->add(finals);
-    }
-    // Every final at the first stage count, the most promising (lowest bound)
-    // first, so that the bound rules out more of the rest.
-    const std::vector<std::size_t> order = pricer->by_bound();
-    std::vector<PlanPricer::Job> first;
-    for (std::size_t i : order)
-      for (int relay : relay_options) first.push_back({i, first_stages, relay});
-    first = pricer->price(std::move(first));
-    if (auto_stages) {
-      // The finalists at kAutoStages (more stages change which plan is
-      // fastest: a plan with a small local stage gains most from pipelining):
-      // the fastest at one stage without relays, of those priced.
-      std::vector<const PlanPricer::Job*> at_first;
-      for (const PlanPricer::Job& j : first)
-        if (j.relay == relay_options.front() && j.step < std::numeric_limits<double>::infinity())
-          at_first.push_back(&j);
-      std::stable_sort(at_first.begin(), at_first.end(),
-                       [](const PlanPricer::Job* x, const PlanPricer::Job* y) { return x->step < y->step; });
-      std::vector<PlanPricer::Job> more;
-      for (std::size_t i = 0; i < at_first.size() && i < kAutoFinalists; ++i)
-        for (int relay : relay_options) more.push_back({at_first[i]->final_index, kAutoStages, relay});
-      pricer->price(std::move(more));
-      std::vector<PlanPricer::Job> counts;
-      for (int st : kStageChoices)
-        if (st != 1 && st != kAutoStages) counts.push_back({pricer->best().final_index, st, pricer->best().relay});
-      pricer->price(std::move(counts));
+      // Every final at the first stage count, the most promising (lowest bound)
+      // first, so that the bound rules out more of the rest.
+      const std::vector<std::size_t> order = pricer->by_bound();
+      std::vector<PlanPricer::Job> first;
+      for (std::size_t i : order)
+        for (int relay : relay_options) first.push_back({i, first_stages, relay});
+      first = pricer->price(std::move(first));
+      if (auto_stages) {
+        // The finalists at kAutoStages (more stages change which plan is
+        // fastest: a plan with a small local stage gains most from pipelining):
+        // the fastest at one stage without relays, of those priced.
+        std::vector<const PlanPricer::Job*> at_first;
+        for (const PlanPricer::Job& j : first)
+          if (j.relay == relay_options.front() && j.step < std::numeric_limits<double>::infinity())
+            at_first.push_back(&j);
+        std::stable_sort(at_first.begin(), at_first.end(),
+                         [](const PlanPricer::Job* x, const PlanPricer::Job* y) { return x->step < y->step; });
+        std::vector<PlanPricer::Job> more;
+        for (std::size_t i = 0; i < at_first.size() && i < kAutoFinalists; ++i)
+          for (int relay : relay_options) more.push_back({at_first[i]->final_index, kAutoStages, relay});
+        pricer->price(std::move(more));
+        std::vector<PlanPricer::Job> counts;
+        for (int st : kStageChoices)
+          if (st != 1 && st != kAutoStages) counts.push_back({pricer->best().final_index, st, pricer->best().relay});
+        pricer->price(std::move(counts));
+      }
     }
     best = &pricer->final_at(pricer->best().final_index);
     best_step = pricer->best().step;

@@ -55,6 +55,11 @@ struct Candidate {
   double predicted_s = std::numeric_limits<double>::infinity();
 };
 
+// The same placement: the same grid and the same rank of every task.
+inline bool same_placement(const Candidate& a, const Candidate& b) {
+  return a.grid.get() == b.grid.get() && a.rank == b.rank;
+}
+
 class MemberSolvers;
 
 struct MemberResult {

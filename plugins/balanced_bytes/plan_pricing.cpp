@@ -22,9 +22,8 @@ PlanPricer::~PlanPricer() = default;
 void PlanPricer::add(const std::vector<const Candidate*>& candidates) {
   const std::size_t first = finals_.size();
   for (const Candidate* c : candidates) {
-    const bool in = std::any_of(finals_.begin(), finals_.end(), [&](const std::unique_ptr<const Candidate>& f) {
-      return f->grid.get() == c->grid.get() && f->rank == c->rank;
-    });
+    const bool in = std::any_of(finals_.begin(), finals_.end(),
+                                [&](const std::unique_ptr<const Candidate>& f) { return same_placement(*f, *c); });
     if (!in) finals_.push_back(std::make_unique<const Candidate>(*c));
   }
   builders_.resize(finals_.size());

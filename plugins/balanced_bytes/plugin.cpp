@@ -14,8 +14,7 @@ const cpsched_param_spec kParams[] = {
      "fastest plan is returned, balanced further where that pays, or above mu where that is faster, as the note "
      "says)"},
     {"spread", CPSCHED_PARAM_REAL, "0.25", "time: weight of the mean rank time beside the slowest rank's"},
-    {"members", CPSCHED_PARAM_STRING,
-     "binary_greedy,static,static:node_ranks=-1+node_chunks=8",
+    {"members", CPSCHED_PARAM_STRING, "binary_greedy,static,static:node_ranks=-1+node_chunks=8",
      "solver plugins (comma separated, loaded by name) whose results are starts of the search and, in time mode, "
      "candidate plans"},
     {"fwd_weight", CPSCHED_PARAM_REAL, "1.0", "weight of forward bytes in the objective"},
@@ -35,7 +34,8 @@ const cpsched_param_spec kParams[] = {
      "run the members only on grids of at most this many tasks (their solve time dominates beyond)"},
     {"priced_plans", CPSCHED_PARAM_INT, "4",
      "time: how many candidates (best predicted step first) are built as plans and priced by the timing model; "
-     "each costs a plan build unless its step bound rules it out (4: with the hybrid start, 3 left the best plan out on 3 of 40 packs at P = 16)"},
+     "each costs a plan build unless its step bound rules it out (4: with the hybrid start, 3 left the best plan "
+     "out on 3 of 40 packs at P = 16)"},
     {"settle", CPSCHED_PARAM_REAL, "0.01",
      "time: stop pricing plans once the fastest is within this fraction of the compute bound (all compute / P, "
      "which no plan's step is below: nothing left could be faster by more); 0: price every candidate"},

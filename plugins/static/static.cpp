@@ -58,9 +58,10 @@ class Static final : public Solver {
     // Node chunks of S / (node_chunks x nodes) tokens.
     const Token node_chunk =
         two_level ? std::max<Token>(chunk, (S / (Token{node_chunks_} * (P / node))) / chunk * chunk) : 0;
-    const std::vector<Rank> host = two_level ? static_solver::deal_chunks_by_node(areas, static_solver::chunk_key_ranges(p, chunk), chunk,
-                                                                            node_chunk, P, node)
-                                             : static_solver::deal_chunks(areas, P);
+    const std::vector<Rank> host =
+        two_level ? static_solver::deal_chunks_by_node(areas, static_solver::chunk_key_ranges(p, chunk), chunk,
+                                                       node_chunk, P, node)
+                  : static_solver::deal_chunks(areas, P);
     auto dispatched =
         std::make_shared<const TaskGrid>(grid.problem_ptr(), static_solver::dispatched_sharding(S, chunk, host, P));
 
