@@ -14,9 +14,11 @@ namespace {
 
 void build_pass(const Assignment& a, const plan_detail::Transfers& tr, const std::vector<int>& stage, int stages,
                 const plan_detail::RelayOptions& relay, const PlanOptions& options, std::vector<PassPlan*>& pass) {
-  if (options.area_only && relay.node_size < 2) {
-    // Priced, not run: bytes per peer are all the timing model reads of comm.
-    plan_detail::summary_comm(tr, stage, stages, pass);
+  if (options.area_only) {
+    // Priced, not run: bytes per peer are all the timing model reads of comm
+    // (with relays, which relay forwards what is worked out as for a run).
+    if (relay.node_size < 2) plan_detail::summary_comm(tr, stage, stages, pass);
+    else plan_detail::layout_comm(a, tr, stage, stages, relay, pass, /*summary=*/true);
     plan_detail::build_calc(a, tr, stage, plan_detail::XferLayout{}, stages, pass, options.index_rows, true);
     return;
   }

@@ -72,9 +72,11 @@ struct RelayOptions {
 };
 
 // Fills comm of every rank (plan.ranks[r].<pass>.comm via `pass`) and returns
-// where every xfer's rows land on its dst.
+// where every xfer's rows land on its dst. summary (pricing, as summary_comm
+// but with relays): the same relays and the same bytes per (phase, peer, kind,
+// stage), one split each, and no layout returned.
 XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, int stages,
-                       const RelayOptions& relay, std::vector<PassPlan*>& pass);
+                       const RelayOptions& relay, std::vector<PassPlan*>& pass, bool summary = false);
 
 // Comm for pricing only (PlanOptions::area_only without relays): one split
 // per (peer, kind, stage), so every rank sends and receives the same bytes per

@@ -3,6 +3,7 @@
 #include <numeric>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 #include "plan_builder_internal.hpp"
 
@@ -34,6 +35,37 @@ struct Emitter {
   std::vector<Rank> direct;
   std::vector<std::int32_t> direct_x;
   std::vector<Token> direct_off;
+  // Summary (pricing): one split per (phase, kind, stage, src, dst), found
+  // through its key; no runs are kept.
+  bool summary = false;
+  std::unordered_map<std::uint64_t, std::pair<std::size_t, std::size_t>> split_of;  // (input, output) index
+
+  // Adds `size` rows from src to dst to their merged split (summary mode).
+  void add_summary(std::uint8_t kind, int stage, Rank src, Rank dst, int group, Token size, bool fwd) {
+    const auto P = static_cast<std::uint64_t>(pass.size());
+    const std::uint64_t key =
+        ((((fwd ? 2u : 0u) + kind) * static_cast<std::uint64_t>(pass.front()->comm.stages.size()) +
+          static_cast<std::uint64_t>(stage - 1)) * P + static_cast<std::uint64_t>(src)) * P + static_cast<std::uint64_t>(dst);
+    StageComm& sc = stage_of(src, stage);
+    GroupCollectiveArg& in = fwd ? (kind == kQO ? sc.qo_fwd : sc.kv_fwd) : (kind == kQO ? sc.qo : sc.kv);
+    StageComm& rc = stage_of(dst, stage);
+    GroupCollectiveArg& out = fwd ? (kind == kQO ? rc.qo_fwd : rc.kv_fwd) : (kind == kQO ? rc.qo : rc.kv);
+    (kind == kQO ? rc.num_remote_qo_tokens : rc.num_remote_kv_tokens) += size;
+    auto [it, fresh] = split_of.try_emplace(key, in.input_split_sizes.size(), out.output_split_sizes.size());
+    if (fresh) {
+      in.input_split_sizes.push_back(size);
+      in.input_ranges.push_back({0, size});
+      in.input_groups.push_back(group);
+      in.dst_indices.push_back({dst});
+      out.output_split_sizes.push_back(size);
+      out.src_index.push_back(src);
+      out.output_groups.push_back(group);
+      return;
+    }
+    in.input_split_sizes[it->second.first] += size;
+    in.input_ranges[it->second.first].end += size;
+    out.output_split_sizes[it->second.second] += size;
+  }
 
   StageComm& stage_of(Rank r, int stage) {
     return pass[static_cast<std::size_t>(r)]->comm.stages[static_cast<std::size_t>(stage - 1)];
@@ -64,6 +96,10 @@ struct Emitter {
       pick_relays(kind, stage, host, group, r, dsts, xs);
       to = &direct;
       to_x = &direct_x;
+    }
+    if (summary) {
+      for (Rank d : *to) add_summary(kind, stage, host, d, group, r.size(), false);
+      return;
     }
     StageComm& sc = stage_of(host, stage);
     GroupCollectiveArg& in = kind == kQO ? sc.qo : sc.kv;
@@ -123,6 +159,10 @@ struct Emitter {
       return std::tie(x.stage, x.kind, x.relay) < std::tie(y.stage, y.kind, y.relay);
     });
     for (const Forward& f : forwards) {
+      if (summary) {
+        for (Rank d : f.dsts) add_summary(f.kind, f.stage, f.relay, d, f.group, f.global.size(), true);
+        continue;
+      }
       StageComm& sc = stage_of(f.relay, f.stage);
       GroupCollectiveArg& in = f.kind == kQO ? sc.qo_fwd : sc.kv_fwd;
       in.input_split_sizes.push_back(f.global.size());
@@ -239,15 +279,15 @@ void set_recv_offsets(std::vector<PassPlan*>& pass) {
 }  // namespace
 
 XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, int stages,
-                       const RelayOptions& relay, std::vector<PassPlan*>& pass) {
+                       const RelayOptions& relay, std::vector<PassPlan*>& pass, bool summary) {
   const Sharding& sh = a.grid->sharding();
   const bool flat = a.grid->flattened();
   for (PassPlan* p : pass) p->comm.stages.assign(static_cast<std::size_t>(stages), StageComm{});
   const std::vector<Token> block_off = block_local_offsets(sh);
   std::vector<std::pair<std::int32_t, XferRun>> runs;
   std::vector<Forward> forwards;
-  runs.reserve(tr.xfers.size());
-  Emitter em{sh, block_off, pass, relay, runs, forwards, std::vector<Bytes>(pass.size(), 0), {}, {}, {}};
+  if (!summary) runs.reserve(tr.xfers.size());
+  Emitter em{sh, block_off, pass, relay, runs, forwards, std::vector<Bytes>(pass.size(), 0), {}, {}, {}, summary, {}};
 
   // Senders emit in (kind, stage, host, block, group) order and receivers
   // append as they go, so every receiver's splits come ordered by source.
@@ -289,6 +329,7 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
   em.emit_forwards();
 
   set_recv_offsets(pass);
+  if (summary) return {};
 
   // Runs grouped by xfer (counting sort), in token order, adjacent ones merged.
   XferLayout out;

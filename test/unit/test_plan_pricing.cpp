@@ -64,16 +64,18 @@ TEST_CASE("PlanBuilder: every build equals build_plan's, in any order of options
 
 namespace {
 
-// Tokens each rank sends to each peer per (pass, stage, kind): all the timing
-// model reads of comm besides the stage structure.
+// Tokens each rank sends to each peer per (pass, stage, kind, phase; kinds 2
+// and 3 are the relays' forwarding phase): all the timing model reads of comm
+// besides the stage structure.
 std::map<std::tuple<int, Rank, std::size_t, int, Rank>, Token> sent(const Plan& plan) {
   std::map<std::tuple<int, Rank, std::size_t, int, Rank>, Token> out;
   for (std::size_t r = 0; r < plan.ranks.size(); ++r)
     for (int pass = 0; pass < 2; ++pass) {
       const PassPlan& pp = pass == 0 ? plan.ranks[r].fwd : plan.ranks[r].bwd;
       for (std::size_t s = 0; s < pp.comm.stages.size(); ++s)
-        for (int k = 0; k < 2; ++k) {
-          const GroupCollectiveArg& g = k == 0 ? pp.comm.stages[s].qo : pp.comm.stages[s].kv;
+        for (int k = 0; k < 4; ++k) {
+          const StageComm& sc = pp.comm.stages[s];
+          const GroupCollectiveArg& g = k == 0 ? sc.qo : k == 1 ? sc.kv : k == 2 ? sc.qo_fwd : sc.kv_fwd;
           for (std::size_t i = 0; i < g.dst_indices.size(); ++i)
             for (Rank d : g.dst_indices[i]) out[{pass, static_cast<Rank>(r), s, k, d}] += g.input_split_sizes[i];
         }
@@ -84,10 +86,11 @@ std::map<std::tuple<int, Rank, std::size_t, int, Rank>, Token> sent(const Plan& 
 }  // namespace
 
 TEST_CASE("area-only plans: the same bytes per peer, one arg per rank and stage, the same step time") {
+  int forwarded = 0;  // plans that relay something
   for (const char* hw_name : {"cluster_8gpu_ib", "h100_8x_nvlink"}) {
     const HardwareProfile hw = resolve_hardware_profile(hw_name);
     for_each_case([&](const Assignment& a) {
-      for (PlanOptions o : {PlanOptions{1, 0}, PlanOptions{3, 0}, PlanOptions{2, 8}}) {
+      for (PlanOptions o : {PlanOptions{1, 0}, PlanOptions{3, 0}, PlanOptions{2, 8}, PlanOptions{1, 8}}) {
         CAPTURE(o.stages);
         CAPTURE(o.relay_node_size);
         const Plan full = build_plan(a, o);
@@ -97,6 +100,7 @@ TEST_CASE("area-only plans: the same bytes per peer, one arg per rank and stage,
         CHECK(sent(priced) == sent(full));
         test::check_same_receives(priced, full);
         CHECK(priced.has_forwarding() == full.has_forwarding());
+        forwarded += full.has_forwarding();
         for (const RankPlan& rp : priced.ranks) {
           CHECK(rp.fwd.calc.local_attn_args.size() <= 1);
           for (const auto& st : rp.fwd.calc.remote_attn_args) CHECK(st.size() <= 1);
@@ -109,6 +113,7 @@ TEST_CASE("area-only plans: the same bytes per peer, one arg per rank and stage,
       }
     });
   }
+  CHECK(forwarded > 20);
 }
 
 TEST_CASE("step lower bound: at most the step of every plan of the placement, and not trivial") {
