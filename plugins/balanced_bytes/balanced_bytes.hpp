@@ -78,7 +78,9 @@ class BalancedBytes final : public Solver {
 
  private:
   // The best candidate on one grid, and every candidate it looked at.
-  Candidate solve_grid(const SolveInput& in, std::vector<Candidate>& seen, const std::vector<MemberResult>& members) const;
+  // member_grid: the grid of a member that dispatches tokens (time mode).
+  Candidate solve_grid(const SolveInput& in, std::vector<Candidate>& seen, const std::vector<MemberResult>& members,
+                       bool member_grid = false) const;
   std::vector<MemberResult> solve_members(const SolveInput& in, std::vector<std::string>& skipped) const;
   Assignment solve_bytes(const SolveInput& in) const;
   Assignment solve_time(const SolveInput& in) const;
