@@ -295,7 +295,7 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
 
   std::vector<const Xfer*> run;
   std::vector<std::int32_t> run_ids;
-  std::vector<Rank> one_d(1);
+  std::vector<Rank> one_d(1), all_d;
   std::vector<std::int32_t> one_x(1);
   for (std::size_t i0 = 0; i0 < ids.size();) {
     const Xfer& x0 = tr.xfers[static_cast<std::size_t>(ids[i0])];
@@ -309,10 +309,24 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
       ++i1;
     }
     const int grp = flat ? x0.group : -1;
+    // Every dst needs the same rows (whole blocks, full masks): each range is
+    // one piece for all of them, as refine would cut it, without its sweep.
+    bool same_rows = true;
+    for (std::size_t i = i0 + 1; i < i1 && same_rows; ++i)
+      same_rows = tr.xfers[static_cast<std::size_t>(ids[i])].rows == x0.rows;
     if (i1 == i0 + 1) {
       one_d[0] = x0.dst;
       one_x[0] = ids[i0];
       for (Range r : x0.rows.ranges()) em.emit(x0.kind, st, x0.host, x0.block, grp, r, one_d, one_x);
+    } else if (same_rows) {
+      run.clear();
+      run_ids.clear();
+      all_d.clear();
+      for (std::size_t i = i0; i < i1; ++i) {
+        run_ids.push_back(ids[i]);
+        all_d.push_back(tr.xfers[static_cast<std::size_t>(ids[i])].dst);
+      }
+      for (Range r : x0.rows.ranges()) em.emit(x0.kind, st, x0.host, x0.block, grp, r, all_d, run_ids);
     } else {
       run.clear();
       run_ids.clear();
