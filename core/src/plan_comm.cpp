@@ -1,7 +1,9 @@
 // The group-collective args (CommMeta) of every rank and stage.
 #include <algorithm>
 #include <numeric>
-#include <set>
+#include <bit>
+#include <cstdlib>
+#include <span>
 #include <tuple>
 #include <unordered_map>
 
@@ -11,7 +13,8 @@ namespace cpsched::plan_detail {
 
 namespace {
 
-// A forwarding the relay sends once its first phase has arrived.
+// A forwarding the relay sends once its first phase has arrived. Its dsts
+// and their xfers sit in the Emitter's pools (no allocation per forward).
 struct Forward {
   std::uint8_t kind;
   int stage;
@@ -20,8 +23,8 @@ struct Forward {
   Range global;          // the piece's global tokens
   std::size_t relay_pos; // the relay's index in the first phase's destinations
   Token relay_off;       // where the piece sits in the relay's stage receive buffer
-  std::vector<Rank> dsts;
-  std::vector<std::int32_t> xs;
+  std::size_t first;     // its dsts: fwd_dsts[first, first + count), xfers likewise in fwd_xs
+  std::size_t count;
 };
 
 struct Emitter {
@@ -31,6 +34,8 @@ struct Emitter {
   const RelayOptions& relay;
   std::vector<std::pair<std::int32_t, XferRun>>& runs;  // (xfer, run), offsets stage-relative
   std::vector<Forward>& forwards;
+  std::vector<Rank>& fwd_dsts;
+  std::vector<std::int32_t>& fwd_xs;
   std::vector<Bytes> nic_in;  // per rank: bytes received from other nodes so far (relay choice)
   std::vector<Rank> direct;
   std::vector<std::int32_t> direct_x;
@@ -141,11 +146,11 @@ struct Emitter {
         for (std::size_t i = i0 + 1; i < i1; ++i)
           if (nic_in[static_cast<std::size_t>(dsts[i])] < nic_in[static_cast<std::size_t>(dsts[t])]) t = i;
         nic_in[static_cast<std::size_t>(dsts[t])] += bytes;
-        Forward f{kind, stage, dsts[t], group, r, direct.size(), 0, {}, {}};
+        Forward f{kind, stage, dsts[t], group, r, direct.size(), 0, fwd_dsts.size(), i1 - i0 - 1};
         direct.push_back(dsts[t]), direct_x.push_back(xs[t]);
         for (std::size_t i = i0; i < i1; ++i)
-          if (i != t) f.dsts.push_back(dsts[i]), f.xs.push_back(xs[i]);
-        forwards.push_back(std::move(f));
+          if (i != t) fwd_dsts.push_back(dsts[i]), fwd_xs.push_back(xs[i]);
+        forwards.push_back(f);
       }
       i0 = i1;
     }
@@ -159,8 +164,9 @@ struct Emitter {
       return std::tie(x.stage, x.kind, x.relay) < std::tie(y.stage, y.kind, y.relay);
     });
     for (const Forward& f : forwards) {
+      const auto dsts = std::span<const Rank>(fwd_dsts).subspan(f.first, f.count);
       if (summary) {
-        for (Rank d : f.dsts) add_summary(f.kind, f.stage, f.relay, d, f.group, f.global.size(), true);
+        for (Rank d : dsts) add_summary(f.kind, f.stage, f.relay, d, f.group, f.global.size(), true);
         continue;
       }
       StageComm& sc = stage_of(f.relay, f.stage);
@@ -168,10 +174,10 @@ struct Emitter {
       in.input_split_sizes.push_back(f.global.size());
       in.input_ranges.push_back({f.relay_off, f.relay_off + f.global.size()});
       in.input_groups.push_back(f.group);
-      in.dst_indices.push_back(f.dsts);
-      for (std::size_t i = 0; i < f.dsts.size(); ++i) {
-        const Token o = receive(f.kind, f.stage, f.dsts[i], f.relay, f.group, f.global.size(), true);
-        runs.push_back({f.xs[i], XferRun{f.global, o}});
+      in.dst_indices.emplace_back(dsts.begin(), dsts.end());
+      for (std::size_t i = 0; i < f.count; ++i) {
+        const Token o = receive(f.kind, f.stage, dsts[i], f.relay, f.group, f.global.size(), true);
+        runs.push_back({fwd_xs[f.first + i], XferRun{f.global, o}});
       }
     }
   }
@@ -179,51 +185,65 @@ struct Emitter {
 
 // Cuts the rows several dsts need from one (block, group) into maximal pieces
 // with the same set of dsts, in token order. A sweep over the ranges' ends
-// keeps the dsts whose ranges cover the current piece: O(E log E + output)
-// for E ranges (scanning every dst for every piece was O(pieces x dsts), which
-// one-token column stripes sent to every rank make quadratic).
-template <class Emit>
-void refine(const std::vector<const Xfer*>& run, const std::vector<std::int32_t>& run_ids, Emit&& emit) {
+// keeps the dsts whose ranges cover the current piece (a bitmap over the run,
+// listed per piece): O(E log E + output + pieces x run / 64) for E ranges
+// (scanning every dst for every piece was O(pieces x dsts), which one-token
+// column stripes sent to every rank make quadratic). Its buffers are reused
+// from run to run.
+class Refiner {
+ public:
+  template <class Emit>
+  void operator()(const std::vector<const Xfer*>& run, const std::vector<std::int32_t>& run_ids, Emit&& emit) {
+    ev_.clear();
+    for (std::size_t i = 0; i < run.size(); ++i)
+      for (Range r : run[i]->rows.ranges()) {
+        ev_.push_back({r.begin, static_cast<std::int32_t>(i) + 1});
+        ev_.push_back({r.end, -(static_cast<std::int32_t>(i) + 1)});
+      }
+    std::sort(ev_.begin(), ev_.end(), [](const Event& a, const Event& b) { return a.pos < b.pos; });
+    active_.assign((run.size() + 63) / 64, 0);  // run indices: ascending dst
+    cur_d_.clear();
+    cur_x_.clear();
+    Range cur{};
+    for (std::size_t e = 0; e < ev_.size();) {
+      const Token pos = ev_[e].pos;
+      for (; e < ev_.size() && ev_[e].pos == pos; ++e) {
+        const auto i = static_cast<std::size_t>(std::abs(ev_[e].who) - 1);
+        if (ev_[e].who > 0) active_[i / 64] |= std::uint64_t{1} << (i % 64);
+        else active_[i / 64] &= ~(std::uint64_t{1} << (i % 64));
+      }
+      if (e == ev_.size()) break;
+      const Range piece{pos, ev_[e].pos};
+      d_.clear();
+      xs_.clear();
+      for (std::size_t w = 0; w < active_.size(); ++w)
+        for (std::uint64_t bits = active_[w]; bits != 0; bits &= bits - 1) {
+          const std::size_t i = w * 64 + static_cast<std::size_t>(std::countr_zero(bits));
+          d_.push_back(run[i]->dst);
+          xs_.push_back(run_ids[i]);
+        }
+      if (!cur.empty() && cur.end == piece.begin && d_ == cur_d_) {
+        cur.end = piece.end;
+        continue;
+      }
+      if (!cur.empty()) emit(cur, cur_d_, cur_x_);
+      cur = d_.empty() ? Range{} : piece;
+      cur_d_.swap(d_);
+      cur_x_.swap(xs_);
+    }
+    if (!cur.empty()) emit(cur, cur_d_, cur_x_);
+  }
+
+ private:
   struct Event {
     Token pos;
     std::int32_t who;  // run index + 1 at a range's begin, -(run index + 1) at its end
   };
-  std::vector<Event> ev;
-  for (std::size_t i = 0; i < run.size(); ++i)
-    for (Range r : run[i]->rows.ranges()) {
-      ev.push_back({r.begin, static_cast<std::int32_t>(i) + 1});
-      ev.push_back({r.end, -(static_cast<std::int32_t>(i) + 1)});
-    }
-  std::sort(ev.begin(), ev.end(), [](const Event& a, const Event& b) { return a.pos < b.pos; });
-  std::set<std::size_t> active;  // run indices: ascending dst
-  std::vector<Rank> cur_d, d;
-  std::vector<std::int32_t> cur_x, xs;
-  Range cur{};
-  for (std::size_t e = 0; e < ev.size();) {
-    const Token pos = ev[e].pos;
-    for (; e < ev.size() && ev[e].pos == pos; ++e) {
-      if (ev[e].who > 0) active.insert(static_cast<std::size_t>(ev[e].who - 1));
-      else active.erase(static_cast<std::size_t>(-ev[e].who - 1));
-    }
-    if (e == ev.size()) break;
-    const Range piece{pos, ev[e].pos};
-    d.clear();
-    xs.clear();
-    for (std::size_t i : active) {
-      d.push_back(run[i]->dst);
-      xs.push_back(run_ids[i]);
-    }
-    if (!cur.empty() && cur.end == piece.begin && d == cur_d) {
-      cur.end = piece.end;
-      continue;
-    }
-    if (!cur.empty()) emit(cur, cur_d, cur_x);
-    cur = d.empty() ? Range{} : piece;
-    cur_d.swap(d);
-    cur_x.swap(xs);
-  }
-  if (!cur.empty()) emit(cur, cur_d, cur_x);
-}
+  std::vector<Event> ev_;
+  std::vector<std::uint64_t> active_;
+  std::vector<Rank> cur_d_, d_;
+  std::vector<std::int32_t> cur_x_, xs_;
+};
 
 // Xfer ids sorted by (kind, stage, host, block, group, dst). Xfers are stored
 // by dst, so a stable counting sort over the other fields gives the order in
@@ -286,8 +306,11 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
   const std::vector<Token> block_off = block_local_offsets(sh);
   std::vector<std::pair<std::int32_t, XferRun>> runs;
   std::vector<Forward> forwards;
+  std::vector<Rank> fwd_dsts;
+  std::vector<std::int32_t> fwd_xs;
   if (!summary) runs.reserve(tr.xfers.size());
-  Emitter em{sh, block_off, pass, relay, runs, forwards, std::vector<Bytes>(pass.size(), 0), {}, {}, {}, summary, {}};
+  Emitter em{sh, block_off, pass, relay, runs, forwards, fwd_dsts, fwd_xs, std::vector<Bytes>(pass.size(), 0), {}, {}, {},
+             summary, {}};
 
   // Senders emit in (kind, stage, host, block, group) order and receivers
   // append as they go, so every receiver's splits come ordered by source.
@@ -296,6 +319,7 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
   std::vector<const Xfer*> run;
   std::vector<std::int32_t> run_ids;
   std::vector<Rank> one_d(1), all_d;
+  Refiner refine;
   std::vector<std::int32_t> one_x(1);
   for (std::size_t i0 = 0; i0 < ids.size();) {
     const Xfer& x0 = tr.xfers[static_cast<std::size_t>(ids[i0])];
