@@ -4,8 +4,6 @@
 
 namespace cpsched::bg {
 
-thread_local int ThreadPool::depth_ = 0;
-
 ThreadPool::ThreadPool(int threads) {
   const int workers = std::max(threads, 1) - 1;
   workers_.reserve(static_cast<std::size_t>(workers));
@@ -28,14 +26,12 @@ int ThreadPool::parts_for(std::size_t n, std::size_t grain) const {
 }
 
 void ThreadPool::run_part(int part) {
-  ++depth_;
   try {
     (*body_)(part, part_begin(n_, parts_, part), part_begin(n_, parts_, part + 1));
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!error_) error_ = std::current_exception();
   }
-  --depth_;
 }
 
 void ThreadPool::drain() {
@@ -45,15 +41,15 @@ void ThreadPool::drain() {
 void ThreadPool::parallel_for(std::size_t n, std::size_t grain, const Body& body) {
   if (n == 0) return;
   const int parts = parts_for(n, grain);
+  struct Depth {
+    std::atomic<int>& d;
+    explicit Depth(std::atomic<int>& x) : d(x) { ++d; }
+    ~Depth() { --d; }
+    Depth(const Depth&) = delete;
+    Depth& operator=(const Depth&) = delete;
+  } inside(depth_);
   if (parts == 1) {
-    ++depth_;
-    try {
-      body(0, 0, n);
-    } catch (...) {
-      --depth_;
-      throw;
-    }
-    --depth_;
+    body(0, 0, n);
     return;
   }
   {

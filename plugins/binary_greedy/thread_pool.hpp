@@ -32,8 +32,9 @@ class ThreadPool {
   int size() const { return static_cast<int>(workers_.size()) + 1; }
 
   // Number of parts parallel_for will use for n items when each part should
-  // hold at least `grain` items (>= 1). Inside a part of another
-  // parallel_for (nested) it is 1: the nested loop runs inline.
+  // hold at least `grain` items (>= 1). Inside a part of another of this
+  // pool's parallel_for (nested) it is 1: the nested loop runs inline. One
+  // caller at a time: the pool runs one job.
   int parts_for(std::size_t n, std::size_t grain) const;
 
   // Runs body(part, begin, end) over parts_for(n, grain) contiguous parts of
@@ -67,7 +68,11 @@ class ThreadPool {
   int inside_ = 0;                  // workers inside the job
   std::atomic<int> next_part_{0};
   std::exception_ptr error_;
-  static thread_local int depth_;
+  // parallel_for calls in progress on this pool: above 0, a call comes from
+  // inside a part (one caller at a time uses a pool), so it runs inline. A
+  // member, not thread_local: a plugin's TLS outlives its unloading in the
+  // threads that touched it, which LeakSanitizer then scans and crashes on.
+  std::atomic<int> depth_{0};
 };
 
 }  // namespace cpsched::bg
