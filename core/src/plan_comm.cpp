@@ -343,7 +343,6 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
       one_x[0] = ids[i0];
       for (Range r : x0.rows.ranges()) em.emit(x0.kind, st, x0.host, x0.block, grp, r, one_d, one_x);
     } else if (same_rows) {
-      run.clear();
       run_ids.clear();
       all_d.clear();
       for (std::size_t i = i0; i < i1; ++i) {
