@@ -146,21 +146,34 @@ namespace {
 // hosts and holders with room, else to the least loaded rank with room.
 // O(tasks moved x (holders + log P)) plus O(P) per rank repaired.
 bool repair_unpriced(State& st) {
+  // Nothing here reads the slowest ranks: their list is rebuilt once at the end.
+  struct Deferred {
+    State& s;
+    explicit Deferred(State& x) : s(x) { s.defer_top(true); }
+    ~Deferred() { s.defer_top(false); }
+    Deferred(const Deferred&) = delete;
+    Deferred& operator=(const Deferred&) = delete;
+  } deferred(st);
   std::vector<TaskId> tasks;
+  // Largest tasks first (ties by task): fewest moves. A heap, since only the
+  // tasks moved until the rank is under the cap are ever taken from it.
+  auto after = [&](TaskId x, TaskId y) {
+    const std::int64_t lx = st.model().load(x), ly = st.model().load(y);
+    return lx != ly ? lx < ly : x > y;
+  };
   for (;;) {
     Rank worst = -1;
     for (Rank r = 0; r < st.ranks(); ++r)
       if (st.load(r) > st.cap() && (worst < 0 || st.load(r) > st.load(worst))) worst = r;
     if (worst < 0) return true;
-    // Largest tasks first: fewest moves.
     tasks = st.tasks_on(worst);
-    std::sort(tasks.begin(), tasks.end(), [&](TaskId x, TaskId y) {
-      const std::int64_t lx = st.model().load(x), ly = st.model().load(y);
-      return lx != ly ? lx > ly : x < y;
-    });
+    std::make_heap(tasks.begin(), tasks.end(), after);
     bool moved = false;
-    for (TaskId t : tasks) {
+    while (!tasks.empty()) {
       if (st.load(worst) <= st.cap()) break;
+      std::pop_heap(tasks.begin(), tasks.end(), after);
+      const TaskId t = tasks.back();
+      tasks.pop_back();
       // Where its data already is (a host or a holder of its blocks) if one
       // has room, else the least loaded: the tasks of a heavy row then
       // follow each other instead of scattering their data over many ranks.

@@ -172,10 +172,18 @@ void State::refresh_top() {
   top_tree_.top(std::min<std::size_t>(kTop, static_cast<std::size_t>(P_)), top_);
 }
 
+void State::defer_top(bool deferred) {
+  if (top_deferred_ && !deferred) {
+    top_deferred_ = false;
+    refresh_top();
+  }
+  top_deferred_ = deferred;
+}
+
 void State::update_ranks(const Rank* ranks, int n) {
   for (int i = 0; i < n; ++i) least_tree_.set(ranks[i], load_[static_cast<std::size_t>(ranks[i])]);
   least_ = least_tree_.best();
-  if (bw_ == 0.0 && !time_) return;
+  if (top_deferred_ || (bw_ == 0.0 && !time_)) return;
   for (int i = 0; i < n; ++i) top_tree_.set(ranks[i], top_value(ranks[i]));
   top_tree_.top(std::min<std::size_t>(kTop, static_cast<std::size_t>(P_)), top_);
 }

@@ -54,6 +54,11 @@ class State {
   std::int64_t cap() const { return cap_; }
   std::int64_t excess() const;  // sum over ranks of the load above cap
   Rank least_loaded() const { return least_; }  // lowest index on ties
+  // For bulk moves that read neither the objective nor the slowest ranks
+  // (the unpriced repair): while deferred, moves keep the loads and the least
+  // loaded rank but not the slowest-rank list; ending it rebuilds the list
+  // once (O(P)), as it would stand after the same moves one by one.
+  void defer_top(bool deferred);
 
   double total() const { return total_; }
   double bottleneck() const;
@@ -154,6 +159,7 @@ class State {
   RankTree<double, std::greater<>> top_tree_;       // over top_value (when the top list is kept)
   double total_ = 0;
   bool time_ = false;
+  bool top_deferred_ = false;
   TimeObjective to_;
   std::vector<RankSeconds> sec_;
   double time_sum_ = 0;                   // sum over ranks of rank_time
