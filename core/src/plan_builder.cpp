@@ -23,7 +23,7 @@ void build_pass(const Assignment& a, const plan_detail::Transfers& tr, const std
     return;
   }
   const plan_detail::XferLayout where = plan_detail::layout_comm(a, tr, stage, stages, relay, pass);
-  plan_detail::build_calc(a, tr, stage, where, stages, pass, options.index_rows, options.area_only);
+  plan_detail::build_calc(a, tr, stage, where, stages, pass, options.index_rows, /*area_only=*/false);
 }
 
 void check_options(const PlanOptions& o) {

@@ -13,6 +13,28 @@ namespace cpsched::plan_detail {
 
 namespace {
 
+// Summary splits (pricing: one per sender, receiver, kind, stage and phase).
+// open_split appends one of `size` rows from src to dst to the sender's input
+// and the receiver's output and returns their indices; grow_split adds rows
+// to the split at those indices.
+std::pair<std::size_t, std::size_t> open_split(GroupCollectiveArg& in, GroupCollectiveArg& out, Rank src, Rank dst,
+                                               int group, Token size) {
+  in.input_split_sizes.push_back(size);
+  in.input_ranges.push_back({0, size});
+  in.input_groups.push_back(group);
+  in.dst_indices.push_back({dst});
+  out.output_split_sizes.push_back(size);
+  out.src_index.push_back(src);
+  out.output_groups.push_back(group);
+  return {in.input_split_sizes.size() - 1, out.output_split_sizes.size() - 1};
+}
+
+void grow_split(GroupCollectiveArg& in, GroupCollectiveArg& out, std::pair<std::size_t, std::size_t> at, Token size) {
+  in.input_split_sizes[at.first] += size;
+  in.input_ranges[at.first].end += size;
+  out.output_split_sizes[at.second] += size;
+}
+
 // A forwarding the relay sends once its first phase has arrived. Its dsts
 // and their xfers sit in the Emitter's pools (no allocation per forward).
 struct Forward {
@@ -56,20 +78,9 @@ struct Emitter {
     StageComm& rc = stage_of(dst, stage);
     GroupCollectiveArg& out = fwd ? (kind == kQO ? rc.qo_fwd : rc.kv_fwd) : (kind == kQO ? rc.qo : rc.kv);
     (kind == kQO ? rc.num_remote_qo_tokens : rc.num_remote_kv_tokens) += size;
-    auto [it, fresh] = split_of.try_emplace(key, in.input_split_sizes.size(), out.output_split_sizes.size());
-    if (fresh) {
-      in.input_split_sizes.push_back(size);
-      in.input_ranges.push_back({0, size});
-      in.input_groups.push_back(group);
-      in.dst_indices.push_back({dst});
-      out.output_split_sizes.push_back(size);
-      out.src_index.push_back(src);
-      out.output_groups.push_back(group);
-      return;
-    }
-    in.input_split_sizes[it->second.first] += size;
-    in.input_ranges[it->second.first].end += size;
-    out.output_split_sizes[it->second.second] += size;
+    const auto it = split_of.find(key);
+    if (it == split_of.end()) split_of.emplace(key, open_split(in, out, src, dst, group, size));
+    else grow_split(in, out, it->second, size);
   }
 
   StageComm& stage_of(Rank r, int stage) {
@@ -411,11 +422,14 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
 void summary_comm(const Transfers& tr, const std::vector<int>& stage, int stages, std::vector<PassPlan*>& pass) {
   for (PassPlan* p : pass) p->comm.stages.assign(static_cast<std::size_t>(stages), StageComm{});
   // One split per (host, dst, stage, kind): xfers come grouped by dst, so a
-  // host's open split to dst is its last one, and dst's split from a host is
-  // found through `from` (per stage, kind and host: the dst it was opened for
-  // and its index).
+  // host's open split to dst is its last one; `from` (per stage, kind and
+  // host) holds the dst it was opened for and its indices.
   const std::size_t P = pass.size();
-  std::vector<std::pair<Rank, std::size_t>> from(static_cast<std::size_t>(stages) * 2 * P, {-1, 0});
+  struct Open {
+    Rank dst = -1;
+    std::pair<std::size_t, std::size_t> at{};
+  };
+  std::vector<Open> from(static_cast<std::size_t>(stages) * 2 * P);
   for (std::size_t i = 0; i < tr.xfers.size(); ++i) {
     const Xfer& x = tr.xfers[i];
     if (x.tokens <= 0) continue;
@@ -424,22 +438,9 @@ void summary_comm(const Transfers& tr, const std::vector<int>& stage, int stages
     StageComm& d = pass[static_cast<std::size_t>(x.dst)]->comm.stages[s];
     GroupCollectiveArg& in = x.kind == kQO ? h.qo : h.kv;
     GroupCollectiveArg& out = x.kind == kQO ? d.qo : d.kv;
-    auto& [opened_for, index] = from[(s * 2 + x.kind) * P + static_cast<std::size_t>(x.host)];
-    if (opened_for != x.dst) {
-      in.input_split_sizes.push_back(x.tokens);
-      in.input_ranges.push_back({0, x.tokens});
-      in.input_groups.push_back(x.group);
-      in.dst_indices.push_back({x.dst});
-      out.output_split_sizes.push_back(x.tokens);
-      out.src_index.push_back(x.host);
-      out.output_groups.push_back(x.group);
-      opened_for = x.dst;
-      index = out.output_split_sizes.size() - 1;
-    } else {
-      in.input_split_sizes.back() += x.tokens;
-      in.input_ranges.back().end += x.tokens;
-      out.output_split_sizes[index] += x.tokens;
-    }
+    Open& o = from[(s * 2 + x.kind) * P + static_cast<std::size_t>(x.host)];
+    if (o.dst != x.dst) o = {x.dst, open_split(in, out, x.host, x.dst, x.group, x.tokens)};
+    else grow_split(in, out, o.at, x.tokens);
     (x.kind == kQO ? d.num_remote_qo_tokens : d.num_remote_kv_tokens) += x.tokens;
   }
   set_recv_offsets(pass);

@@ -50,9 +50,14 @@ constexpr int kAutoStages = 3;
 constexpr std::size_t kAutoFinalists = 6;
 constexpr int kStageChoices[] = {1, 2, 3, 4, 5};
 
-std::int64_t max_load(const TaskGrid& g, const std::vector<Rank>& rank) {
+std::vector<std::int64_t> rank_loads(const TaskGrid& g, const std::vector<Rank>& rank) {
   std::vector<std::int64_t> load(static_cast<std::size_t>(g.cp_size()), 0);
   for (TaskId t = 0; t < g.num_tasks(); ++t) load[static_cast<std::size_t>(rank[static_cast<std::size_t>(t)])] += g.load(t);
+  return load;
+}
+
+std::int64_t max_load(const TaskGrid& g, const std::vector<Rank>& rank) {
+  const std::vector<std::int64_t> load = rank_loads(g, rank);
   return load.empty() ? 0 : *std::max_element(load.begin(), load.end());
 }
 
@@ -239,11 +244,8 @@ Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>
   run_jobs(n, opt_.threads, [&](std::size_t i) {
     if (!starts[i].search) {
       // Priced as it is: no state, no prediction.
-      std::vector<std::int64_t> load(static_cast<std::size_t>(grid.cp_size()), 0);
-      for (TaskId t = 0; t < grid.num_tasks(); ++t)
-        load[static_cast<std::size_t>(starts[i].rank[static_cast<std::size_t>(t)])] += grid.load(t);
       std::int64_t excess = 0;
-      for (std::int64_t l : load) excess += std::max<std::int64_t>(0, l - cap);
+      for (std::int64_t l : rank_loads(grid, starts[i].rank)) excess += std::max<std::int64_t>(0, l - cap);
       raw[i] = {starts[i].origin, std::move(starts[i].rank), excess, 0.0, in.grid};
       return;
     }

@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-
 #include "cpsched/error.hpp"
 #include "cpsched/npy_array.hpp"
 #include "npy_files.hpp"

@@ -68,9 +68,9 @@ struct PlanOptions {
   // area (an index-shaped arg: index_width 1, index_area the pairs, no rows),
   // and comm has one split per (phase, peer, kind, stage) with the bytes of
   // all its transfers (relays pick the same relays as for a run): all the
-  // timing model reads, so its step is
-  // the full plan's up to rounding. Solvers price candidate plans this way at a
-  // fraction of the cost. Such a plan cannot be executed or validated.
+  // timing model reads, so its step is the full plan's up to rounding. Solvers
+  // price candidate plans this way at a fraction of the cost. Such a plan
+  // cannot be executed or validated.
   bool area_only = false;
 };
 
