@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include <cpsched/cpsched.hpp>
-#include <cpsched/error.hpp>
+#include <cpsched/session/session.hpp>
+#include <cpsched/base/error.hpp>
 
 int main(int argc, char** argv) {
   using namespace cpsched;

@@ -1,7 +1,14 @@
 // Solver plugin `round_robin`: task t runs on rank (t + offset) mod P. Not a
 // good schedule; an example of the plugin contract built out of tree.
+#ifdef ROUND_ROBIN_OLD_INCLUDES
+// The paths of cpsched 0.4, forwarding headers until 0.6 (the install test
+// builds this file both ways).
 #include <cpsched/plugin.hpp>
 #include <cpsched/solver.hpp>
+#else
+#include <cpsched/plugin/plugin.hpp>
+#include <cpsched/plugin/solver.hpp>
+#endif
 
 namespace {
 

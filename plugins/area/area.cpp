@@ -1,7 +1,7 @@
 // Cost model plugin `area`: the seed's model (compute = area, transfer =
 // tokens x heads), i.e. cpsched::AreaCostModel behind the plugin contract.
-#include <cpsched/cost_model.hpp>
-#include <cpsched/plugin.hpp>
+#include <cpsched/plugin/cost_model.hpp>
+#include <cpsched/plugin/plugin.hpp>
 
 namespace {
 

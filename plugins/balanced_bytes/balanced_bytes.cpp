@@ -9,7 +9,7 @@
 #include <optional>
 #include <thread>
 
-#include <cpsched/error.hpp>
+#include <cpsched/base/error.hpp>
 
 #include "cpsched/search/byte_model.hpp"
 #include "cpsched/search/members.hpp"

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include <cpsched/params.hpp>
-#include <cpsched/solver.hpp>
+#include <cpsched/plugin/params.hpp>
+#include <cpsched/plugin/solver.hpp>
 
 namespace cpsched::search {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include <cpsched/error.hpp>
+#include <cpsched/base/error.hpp>
 
 #include "run_jobs.hpp"
 

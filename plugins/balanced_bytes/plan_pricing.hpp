@@ -19,8 +19,8 @@
 #include <tuple>
 #include <vector>
 
-#include <cpsched/cost_model.hpp>
-#include <cpsched/plan_builder.hpp>
+#include <cpsched/plugin/cost_model.hpp>
+#include <cpsched/plan/builder.hpp>
 
 #include "balanced_bytes.hpp"
 #include "cpsched/search/step_bound.hpp"

@@ -1,5 +1,5 @@
 // Solver plugin `balanced_bytes`: the descriptor and its parameter schema.
-#include <cpsched/plugin.hpp>
+#include <cpsched/plugin/plugin.hpp>
 
 #include "balanced_bytes.hpp"
 

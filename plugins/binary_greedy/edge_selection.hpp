@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <vector>
 
-#include <cpsched/problem.hpp>
+#include <cpsched/problem/problem.hpp>
 
 #include "rank_mask.hpp"
 #include "sort_keys.hpp"

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
-#include <cpsched/cost_model.hpp>
-#include <cpsched/task_grid.hpp>
+#include <cpsched/plugin/cost_model.hpp>
+#include <cpsched/problem/task_grid.hpp>
 
 namespace cpsched::bg {
 

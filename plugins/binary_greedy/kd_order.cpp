@@ -4,7 +4,7 @@
 #include <bit>
 #include <string>
 
-#include <cpsched/error.hpp>
+#include <cpsched/base/error.hpp>
 
 #include "sort_keys.hpp"
 #include "thread_pool.hpp"

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include <cpsched/task_grid.hpp>
+#include <cpsched/problem/task_grid.hpp>
 
 namespace cpsched::bg {
 

@@ -1,5 +1,5 @@
 // Solver plugin `binary_greedy`: the descriptor and its parameter schema.
-#include <cpsched/plugin.hpp>
+#include <cpsched/plugin/plugin.hpp>
 
 #include "solver.hpp"
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include <cpsched/problem.hpp>
+#include <cpsched/problem/problem.hpp>
 
 #include "rank_mask.hpp"
 

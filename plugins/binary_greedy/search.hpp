@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-#include <cpsched/problem.hpp>
+#include <cpsched/problem/problem.hpp>
 
 #include "edge_selection.hpp"
 #include "instance.hpp"

@@ -5,7 +5,7 @@
 #include <string>
 #include <thread>
 
-#include <cpsched/error.hpp>
+#include <cpsched/base/error.hpp>
 
 namespace cpsched::bg {
 

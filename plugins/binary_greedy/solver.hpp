@@ -4,8 +4,8 @@
 #include <memory>
 #include <mutex>
 
-#include <cpsched/params.hpp>
-#include <cpsched/solver.hpp>
+#include <cpsched/plugin/params.hpp>
+#include <cpsched/plugin/solver.hpp>
 
 #include "instance.hpp"
 #include "search.hpp"

@@ -25,9 +25,9 @@
 #include <mutex>
 #include <string>
 
-#include <cpsched/error.hpp>
-#include <cpsched/plugin.hpp>
-#include <cpsched/solver.hpp>
+#include <cpsched/base/error.hpp>
+#include <cpsched/plugin/plugin.hpp>
+#include <cpsched/plugin/solver.hpp>
 
 #include "cpsched/search/byte_model.hpp"
 #include <glpk.h>

@@ -1,7 +1,7 @@
 // Solver plugin `owner`: every task runs on the host of its q block, so only
 // KV moves. No balance target: the simplest reference placement.
-#include <cpsched/plugin.hpp>
-#include <cpsched/solver.hpp>
+#include <cpsched/plugin/plugin.hpp>
+#include <cpsched/plugin/solver.hpp>
 
 namespace {
 

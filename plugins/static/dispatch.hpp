@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <vector>
 
-#include <cpsched/mask.hpp>
-#include <cpsched/range.hpp>
-#include <cpsched/problem.hpp>
+#include <cpsched/mask/mask.hpp>
+#include <cpsched/base/range.hpp>
+#include <cpsched/problem/problem.hpp>
 
 namespace cpsched::static_solver {
 

@@ -6,9 +6,9 @@
 #include <memory>
 #include <string>
 
-#include <cpsched/error.hpp>
-#include <cpsched/plugin.hpp>
-#include <cpsched/solver.hpp>
+#include <cpsched/base/error.hpp>
+#include <cpsched/plugin/plugin.hpp>
+#include <cpsched/plugin/solver.hpp>
 
 #include "dispatch.hpp"
 

@@ -1,9 +1,9 @@
 // Cost model plugin `time`: prices in seconds on a hardware profile (the same
 // profiles as the sim executor; a top-level `hardware:` key sets both), i.e.
 // cpsched::TimeCostModel behind the plugin contract.
-#include <cpsched/cost_model.hpp>
-#include <cpsched/hardware.hpp>
-#include <cpsched/plugin.hpp>
+#include <cpsched/plugin/cost_model.hpp>
+#include <cpsched/timing/hardware.hpp>
+#include <cpsched/plugin/plugin.hpp>
 
 namespace {
 

@@ -10,10 +10,10 @@
 #include <algorithm>
 #include <string>
 
-#include <cpsched/error.hpp>
-#include <cpsched/metrics.hpp>
-#include <cpsched/plugin.hpp>
-#include <cpsched/solver.hpp>
+#include <cpsched/base/error.hpp>
+#include <cpsched/problem/metrics.hpp>
+#include <cpsched/plugin/plugin.hpp>
+#include <cpsched/plugin/solver.hpp>
 
 namespace {
 

@@ -17,16 +17,16 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/config.hpp"
-#include "cpsched/cpsched.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/executor.hpp"
-#include "cpsched/mask.hpp"
-#include "cpsched/plan_json.hpp"
-#include "cpsched/plan_svg.hpp"
-#include "cpsched/plan_validator.hpp"
-#include "cpsched/registry.hpp"
-#include "cpsched/resources.hpp"
+#include "cpsched/config/config.hpp"
+#include "cpsched/session/session.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/plugin/executor.hpp"
+#include "cpsched/mask/mask.hpp"
+#include "cpsched/io/plan_json.hpp"
+#include "cpsched/io/plan_svg.hpp"
+#include "cpsched/plan/validator.hpp"
+#include "cpsched/plugin/registry.hpp"
+#include "cpsched/base/resources.hpp"
 #include "cpsched/version.hpp"
 
 namespace nb = nanobind;

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 #include "parallel.hpp"
 #include "row_span.hpp"
 

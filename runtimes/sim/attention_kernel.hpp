@@ -6,7 +6,7 @@
 // A row without unmasked entries has lse = -inf and O = 0.
 #include <vector>
 
-#include "cpsched/mask.hpp"
+#include "cpsched/mask/mask.hpp"
 #include "tensor_view.hpp"
 
 namespace cpsched::sim {

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/timing.hpp"
+#include "cpsched/timing/model.hpp"
 
 namespace cpsched::sim {
 

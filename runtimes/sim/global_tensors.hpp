@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cpsched/problem.hpp"
+#include "cpsched/problem/problem.hpp"
 
 namespace cpsched::sim {
 

@@ -3,7 +3,7 @@
 //   lse = log(sum_i exp(lse_i)),  O = sum_i exp(lse_i - lse) O_i.
 // A partial with lse = -inf (no unmasked entry) contributes nothing; merging
 // two such rows keeps lse = -inf and O = 0.
-#include "cpsched/range.hpp"
+#include "cpsched/base/range.hpp"
 #include "tensor_view.hpp"
 
 namespace cpsched::sim {

@@ -4,8 +4,8 @@
 #include <string>
 #include <string_view>
 
-#include "cpsched/plan.hpp"
-#include "cpsched/problem.hpp"
+#include "cpsched/plan/plan.hpp"
+#include "cpsched/problem/problem.hpp"
 
 namespace cpsched::sim {
 

@@ -5,11 +5,11 @@
 #include <utility>
 #include <vector>
 
-#include "cpsched/problem.hpp"
-#include "cpsched/hardware.hpp"
+#include "cpsched/problem/problem.hpp"
+#include "cpsched/timing/hardware.hpp"
 #include "numeric_check.hpp"
 #include "routing.hpp"
-#include "cpsched/timing_stats.hpp"
+#include "cpsched/timing/stats.hpp"
 
 namespace cpsched::sim {
 

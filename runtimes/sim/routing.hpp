@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/plan.hpp"
+#include "cpsched/plan/plan.hpp"
 #include "plan_access.hpp"
 
 namespace cpsched::sim {

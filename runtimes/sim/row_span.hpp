@@ -4,7 +4,7 @@
 // decrease with the row, which is what lets the kernel skip whole tiles.
 #include <algorithm>
 
-#include "cpsched/mask.hpp"
+#include "cpsched/mask/mask.hpp"
 
 namespace cpsched::sim {
 

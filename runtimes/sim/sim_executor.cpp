@@ -2,8 +2,8 @@
 // P virtual ranks with real float32 tensors and checks the result against a
 // dense reference; timing mode (the default) prices the plan on a hardware
 // profile without tensors. Both report the timeline as an SVG Gantt chart.
-#include <cpsched/executor.hpp>
-#include <cpsched/plugin.hpp>
+#include <cpsched/plugin/executor.hpp>
+#include <cpsched/plugin/plugin.hpp>
 
 #include "sim_runner.hpp"
 

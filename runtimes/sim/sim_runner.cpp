@@ -4,14 +4,14 @@
 
 #include <chrono>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 #include "gantt_svg.hpp"
 #include "parallel.hpp"
 #include "plan_access.hpp"
 #include "reference.hpp"
 #include "report_text.hpp"
-#include "cpsched/timing.hpp"
-#include "cpsched/timing_stats.hpp"
+#include "cpsched/timing/model.hpp"
+#include "cpsched/timing/stats.hpp"
 #include "virtual_ranks.hpp"
 
 namespace cpsched::sim {

@@ -4,9 +4,9 @@
 // (always), and assemble the report.
 #include <cstdint>
 
-#include "cpsched/executor.hpp"
-#include "cpsched/params.hpp"
-#include "cpsched/hardware.hpp"
+#include "cpsched/plugin/executor.hpp"
+#include "cpsched/plugin/params.hpp"
+#include "cpsched/timing/hardware.hpp"
 
 namespace cpsched::sim {
 

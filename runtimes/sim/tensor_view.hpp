@@ -5,7 +5,7 @@
 // and the buffer's row stride.
 #include <cstdint>
 
-#include "cpsched/range.hpp"
+#include "cpsched/base/range.hpp"
 
 namespace cpsched::sim {
 

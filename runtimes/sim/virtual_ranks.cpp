@@ -10,7 +10,7 @@
 
 #include "attention_kernel.hpp"
 #include "index_kernel.hpp"
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 #include "lse_merge.hpp"
 #include "parallel.hpp"
 #include "plan_access.hpp"

@@ -7,8 +7,8 @@
 // that no transfer delivered poisons the outputs.
 #include <cstdint>
 
-#include "cpsched/plan.hpp"
-#include "cpsched/problem.hpp"
+#include "cpsched/plan/plan.hpp"
+#include "cpsched/problem/problem.hpp"
 #include "global_tensors.hpp"
 #include "routing.hpp"
 

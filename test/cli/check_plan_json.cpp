@@ -7,7 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "cpsched/mask.hpp"
+#include "cpsched/mask/mask.hpp"
 
 using nlohmann::json;
 

@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "brute_force.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/mask_generators.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/generators.hpp"
 #include "device/cuda_backend.hpp"
 #include "device/executor.hpp"
 #include "device/kernels.hpp"

@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cpsched/mask_generators.hpp"
+#include "cpsched/mask/generators.hpp"
 #include "device/cuda_backend.hpp"
 #include "device/executor.hpp"
 #include "plans.hpp"

@@ -16,7 +16,7 @@
 #include <random>
 #include <unistd.h>
 
-#include "cpsched/mask_generators.hpp"
+#include "cpsched/mask/generators.hpp"
 #include "host/bootstrap.hpp"
 #include "host/plan_codec.hpp"
 #include "host/transfers.hpp"

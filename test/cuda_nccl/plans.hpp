@@ -5,9 +5,9 @@
 #include <memory>
 #include <random>
 
-#include "cpsched/mask_generators.hpp"
-#include "cpsched/plan_builder.hpp"
-#include "cpsched/task_grid.hpp"
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/problem/task_grid.hpp"
 
 namespace cpsched::test {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/config.hpp"
-#include "cpsched/error.hpp"
+#include "cpsched/config/config.hpp"
+#include "cpsched/base/error.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -12,9 +12,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "cpsched/error.hpp"
-#include "cpsched/mask.hpp"
-#include "cpsched/mask_generators.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/mask.hpp"
+#include "cpsched/mask/generators.hpp"
 #include "fuzz_input.hpp"
 
 using namespace cpsched;

@@ -10,12 +10,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cpsched/cost_model.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/metrics.hpp"
-#include "cpsched/plan_builder.hpp"
-#include "cpsched/plan_json.hpp"
-#include "cpsched/registry.hpp"
+#include "cpsched/plugin/cost_model.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/io/plan_json.hpp"
+#include "cpsched/plugin/registry.hpp"
 #include "fuzz_input.hpp"
 
 using namespace cpsched;

@@ -5,8 +5,8 @@
 #include <exception>
 #include <memory>
 
-#include "cpsched/error.hpp"
-#include "cpsched/registry.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/plugin/registry.hpp"
 
 using namespace cpsched;
 

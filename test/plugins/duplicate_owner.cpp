@@ -1,6 +1,6 @@
 // A second solver named `owner`: the registry must refuse the name twice.
-#include <cpsched/plugin.hpp>
-#include <cpsched/solver.hpp>
+#include <cpsched/plugin/plugin.hpp>
+#include <cpsched/plugin/solver.hpp>
 
 namespace {
 

@@ -6,7 +6,7 @@
 
 #include <boost/dll/alias.hpp>
 
-#include "cpsched/plugin_abi.hpp"
+#include "cpsched/plugin/abi.hpp"
 
 namespace {
 

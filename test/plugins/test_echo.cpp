@@ -1,8 +1,8 @@
 // A well-formed executor: reports the number of tasks, or fails on request.
 #include <stdexcept>
 
-#include <cpsched/executor.hpp>
-#include <cpsched/plugin.hpp>
+#include <cpsched/plugin/executor.hpp>
+#include <cpsched/plugin/plugin.hpp>
 
 namespace {
 

@@ -3,8 +3,8 @@
 #include <stdexcept>
 #include <string>
 
-#include <cpsched/plugin.hpp>
-#include <cpsched/solver.hpp>
+#include <cpsched/plugin/plugin.hpp>
+#include <cpsched/plugin/solver.hpp>
 
 namespace {
 

@@ -2,8 +2,8 @@
 // boundary and reach the host as a cpsched::Error.
 #include <stdexcept>
 
-#include <cpsched/plugin.hpp>
-#include <cpsched/solver.hpp>
+#include <cpsched/plugin/plugin.hpp>
+#include <cpsched/plugin/solver.hpp>
 
 namespace {
 

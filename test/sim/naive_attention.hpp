@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "cpsched/mask.hpp"
+#include "cpsched/mask/mask.hpp"
 
 namespace cpsched::sim::test {
 

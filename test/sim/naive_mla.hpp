@@ -9,7 +9,7 @@
 #include <limits>
 #include <vector>
 
-#include "cpsched/mask.hpp"
+#include "cpsched/mask/mask.hpp"
 
 namespace cpsched::sim::test {
 

@@ -4,7 +4,7 @@
 #include <random>
 #include <vector>
 
-#include "cpsched/mask.hpp"
+#include "cpsched/mask/mask.hpp"
 
 namespace cpsched::test {
 

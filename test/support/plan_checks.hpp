@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/assignment.hpp"
-#include "cpsched/plan.hpp"
-#include "cpsched/plan_validator.hpp"
+#include "cpsched/problem/assignment.hpp"
+#include "cpsched/plan/plan.hpp"
+#include "cpsched/plan/validator.hpp"
 
 namespace cpsched::test {
 

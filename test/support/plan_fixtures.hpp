@@ -4,8 +4,8 @@
 #include <random>
 #include <vector>
 
-#include "cpsched/assignment.hpp"
-#include "cpsched/problem.hpp"
+#include "cpsched/problem/assignment.hpp"
+#include "cpsched/problem/problem.hpp"
 
 namespace cpsched::test {
 

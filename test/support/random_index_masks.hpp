@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "cpsched/index_mask.hpp"
+#include "cpsched/mask/index/index_mask.hpp"
 
 namespace cpsched::test {
 

@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "cpsched/mask_generators.hpp"
-#include "cpsched/task_grid.hpp"
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/problem/task_grid.hpp"
 
 namespace cpsched::test {
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <utility>
 
-#include "cpsched/plan.hpp"
-#include "cpsched/problem.hpp"
+#include "cpsched/plan/plan.hpp"
+#include "cpsched/problem/problem.hpp"
 #include "numeric_check.hpp"
 #include "reference.hpp"
 #include "virtual_ranks.hpp"

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/error.hpp"
-#include "cpsched/registry.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/plugin/registry.hpp"
 
 namespace cpsched::test {
 

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "bench_common.hpp"
-#include "cpsched/mask_generators.hpp"
-#include "cpsched/metrics.hpp"
-#include "cpsched/registry.hpp"
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/plugin/registry.hpp"
 
 using namespace cpsched;
 

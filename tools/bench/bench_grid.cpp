@@ -5,8 +5,8 @@
 #include <memory>
 
 #include "bench_common.hpp"
-#include "cpsched/mask_generators.hpp"
-#include "cpsched/task_grid.hpp"
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/problem/task_grid.hpp"
 
 using namespace cpsched;
 

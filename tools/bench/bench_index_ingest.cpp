@@ -23,9 +23,9 @@
 #include <sys/resource.h>
 
 #include "bench_common.hpp"
-#include "cpsched/index_cells.hpp"
-#include "cpsched/mask_generators.hpp"
-#include "cpsched/problem.hpp"
+#include "cpsched/mask/index/cells.hpp"
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/problem/problem.hpp"
 
 using namespace cpsched;
 

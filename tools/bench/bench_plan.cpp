@@ -11,9 +11,9 @@
 
 #include <fmt/format.h>
 
-#include "cpsched/cpsched.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/mask_generators.hpp"
+#include "cpsched/session/session.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/generators.hpp"
 
 using namespace cpsched;
 namespace fs = std::filesystem;

@@ -26,11 +26,11 @@
 #include <fmt/format.h>
 
 #include "bench_common.hpp"
-#include "cpsched/cpsched.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/resources.hpp"
-#include "cpsched/hardware.hpp"
-#include "cpsched/cost_model.hpp"
+#include "cpsched/session/session.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/base/resources.hpp"
+#include "cpsched/timing/hardware.hpp"
+#include "cpsched/plugin/cost_model.hpp"
 
 using namespace cpsched;
 

@@ -18,12 +18,12 @@
 #include <fmt/format.h>
 
 #include "bench_common.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/hardware.hpp"
-#include "cpsched/mask_generators.hpp"
-#include "cpsched/plan_builder.hpp"
-#include "cpsched/registry.hpp"
-#include "cpsched/timing.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/timing/hardware.hpp"
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/plugin/registry.hpp"
+#include "cpsched/timing/model.hpp"
 
 using namespace cpsched;
 

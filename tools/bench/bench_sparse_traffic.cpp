@@ -21,12 +21,12 @@
 #include <string>
 
 #include "bench_common.hpp"
-#include "cpsched/cost_model.hpp"
-#include "cpsched/mask_generators.hpp"
-#include "cpsched/metrics.hpp"
-#include "cpsched/plan_builder.hpp"
-#include "cpsched/registry.hpp"
-#include "cpsched/timing.hpp"
+#include "cpsched/plugin/cost_model.hpp"
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/plugin/registry.hpp"
+#include "cpsched/timing/model.hpp"
 
 using namespace cpsched;
 

@@ -26,11 +26,11 @@
 #include <vector>
 
 #include "bench_common.hpp"
-#include "cpsched/cost_model.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/mask_generators.hpp"
-#include "cpsched/metrics.hpp"
-#include "cpsched/registry.hpp"
+#include "cpsched/plugin/cost_model.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/plugin/registry.hpp"
 
 using namespace cpsched;
 

@@ -6,9 +6,9 @@
 #include <map>
 #include <new>
 
-#include "commands.hpp"
-#include "cpsched/atomic_file.hpp"
-#include "cpsched/error.hpp"
+#include "commands/commands.hpp"
+#include "cpsched/io/atomic_file.hpp"
+#include "cpsched/base/error.hpp"
 #include "cpsched/version.hpp"
 
 namespace {

@@ -1,9 +1,9 @@
-#include "cpsched/limits.hpp"
+#include "cpsched/base/limits.hpp"
 
 #include <fmt/format.h>
 
-#include "cpsched/metrics.hpp"
-#include "cpsched/problem.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/problem/problem.hpp"
 
 namespace cpsched {
 

@@ -1,4 +1,4 @@
-#include "cpsched/range.hpp"
+#include "cpsched/base/range.hpp"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "cpsched/resources.hpp"
+#include "cpsched/base/resources.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -8,8 +8,8 @@
 #include <mutex>
 #include <fmt/format.h>
 
-#include "cpsched/plan.hpp"
-#include "cpsched/task_grid.hpp"
+#include "cpsched/plan/plan.hpp"
+#include "cpsched/problem/task_grid.hpp"
 
 namespace cpsched {
 

@@ -1,18 +1,18 @@
 // Configuration (DESIGN §9): YAML + `--set` overrides -> validated Config,
 // every error located and all of them reported at once.
-#include "cpsched/config.hpp"
+#include "cpsched/config/config.hpp"
 
 #include <algorithm>
 #include <fstream>
 #include <memory>
 #include <sstream>
 
-#include "config_problem.hpp"
-#include "config_reader.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/hardware.hpp"
-#include "cpsched/resources.hpp"
-#include "cpsched/registry.hpp"
+#include "config/problem.hpp"
+#include "config/reader.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/timing/hardware.hpp"
+#include "cpsched/base/resources.hpp"
+#include "cpsched/plugin/registry.hpp"
 
 namespace cpsched {
 

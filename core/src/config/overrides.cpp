@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "config_reader.hpp"
+#include "config/reader.hpp"
 
 namespace cpsched::config_detail {
 

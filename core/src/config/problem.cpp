@@ -1,7 +1,7 @@
 // The `problem:` section (DESIGN §9): cp_size, seqlen_per_rank, heads, grid
 // and mask. Each value is checked where it is read, so that its error points
 // at it; checks that tie values together run once the values are known.
-#include "config_problem.hpp"
+#include "config/problem.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -11,9 +11,9 @@
 
 #include <fmt/format.h>
 
-#include "cpsched/error.hpp"
-#include "cpsched/limits.hpp"
-#include "cpsched/resources.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/base/limits.hpp"
+#include "cpsched/base/resources.hpp"
 
 namespace cpsched::config_detail {
 

@@ -3,7 +3,7 @@
 // and the mask), read into Config with located errors.
 #include <filesystem>
 
-#include "config_reader.hpp"
+#include "config/reader.hpp"
 
 namespace cpsched::config_detail {
 

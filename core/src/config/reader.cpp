@@ -1,9 +1,9 @@
 // Located reading of a YAML tree for the configuration (see config_reader.hpp).
-#include "config_reader.hpp"
+#include "config/reader.hpp"
 
 #include <algorithm>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched::config_detail {
 

@@ -10,8 +10,8 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "cpsched/config.hpp"
-#include "cpsched/params.hpp"
+#include "cpsched/config/config.hpp"
+#include "cpsched/plugin/params.hpp"
 
 namespace cpsched::config_detail {
 

@@ -1,4 +1,4 @@
-#include "cpsched/atomic_file.hpp"
+#include "cpsched/io/atomic_file.hpp"
 
 #include <array>
 #include <atomic>
@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched {
 

@@ -3,7 +3,7 @@
 // checked and read here, so that every failure names the file and what is
 // wrong (xtensor would read a truncated file's missing bytes as garbage and
 // allocate whatever size a header claims before reading).
-#include "cpsched/npy_array.hpp"
+#include "cpsched/io/npy_array.hpp"
 
 #include <fmt/format.h>
 
@@ -29,7 +29,7 @@
 #endif
 #endif
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched {
 

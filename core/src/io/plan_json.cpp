@@ -4,7 +4,7 @@
 // byte-for-byte what nlohmann::json's dump() printed before: object keys in
 // sorted order, the same indentation, and nlohmann's own formatting of reals
 // and strings (test_plan_export checks parse(out).dump(indent) == out).
-#include "cpsched/plan_json.hpp"
+#include "cpsched/io/plan_json.hpp"
 
 #include <charconv>
 #include <concepts>
@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched {
 

@@ -1,7 +1,7 @@
 // Pictures of an assignment: the Q x KV plane per head group, coloured by the
 // computing rank (hand-written SVG).
-#include "cpsched/xml_escape.hpp"
-#include "cpsched/plan_svg.hpp"
+#include "cpsched/io/xml_escape.hpp"
+#include "cpsched/io/plan_svg.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -9,9 +9,9 @@
 
 #include <fmt/format.h>
 
-#include "cpsched/atomic_file.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/slice_clip.hpp"
+#include "cpsched/io/atomic_file.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/slice_clip.hpp"
 
 namespace cpsched {
 

@@ -1,4 +1,4 @@
-#include "cpsched/xml_escape.hpp"
+#include "cpsched/io/xml_escape.hpp"
 
 namespace cpsched {
 

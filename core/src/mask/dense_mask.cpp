@@ -1,8 +1,8 @@
 // A problem's mask as a dense S x S table (problem.hpp), for references.
 #include <fmt/format.h>
 
-#include "cpsched/error.hpp"
-#include "cpsched/problem.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/problem/problem.hpp"
 
 namespace cpsched {
 

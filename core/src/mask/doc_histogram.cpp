@@ -6,8 +6,8 @@
 #include <string>
 #include <string_view>
 
-#include "cpsched/error.hpp"
-#include "cpsched/mask_generators.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/generators.hpp"
 
 namespace cpsched {
 

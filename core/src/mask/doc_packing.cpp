@@ -15,12 +15,12 @@
 //
 // Rounds hold many packs so that the pieces of one long document are scattered
 // over several packs instead of staying neighbours.
-#include "doc_packing.hpp"
+#include "mask/doc_packing.hpp"
 
 #include <algorithm>
 #include <string>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched::detail {
 

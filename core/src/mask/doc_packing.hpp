@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-#include "cpsched/mask_generators.hpp"
+#include "cpsched/mask/generators.hpp"
 
 namespace cpsched::detail {
 

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <string>
 
-#include "cpsched/error.hpp"
-#include "cpsched/mask_generators.hpp"
-#include "doc_packing.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/generators.hpp"
+#include "mask/doc_packing.hpp"
 
 namespace cpsched {
 

@@ -1,4 +1,4 @@
-#include "cpsched/mask.hpp"
+#include "cpsched/mask/mask.hpp"
 
 #include <algorithm>
 #include <array>
@@ -6,8 +6,8 @@
 #include <set>
 #include <fmt/format.h>
 
-#include "cpsched/error.hpp"
-#include "cpsched/limits.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/base/limits.hpp"
 
 namespace cpsched {
 

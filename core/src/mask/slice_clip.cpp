@@ -1,4 +1,4 @@
-#include "cpsched/slice_clip.hpp"
+#include "cpsched/mask/slice_clip.hpp"
 
 #include <algorithm>
 #include <array>

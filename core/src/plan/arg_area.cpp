@@ -1,5 +1,5 @@
 // Pairs an attention arg computes (plan.hpp).
-#include "cpsched/plan.hpp"
+#include "cpsched/plan/plan.hpp"
 
 namespace cpsched {
 

@@ -1,12 +1,12 @@
-#include "cpsched/plan_builder.hpp"
+#include "cpsched/plan/builder.hpp"
 
 #include <optional>
 
 #include <fmt/format.h>
 
-#include "cpsched/error.hpp"
-#include "cpsched/plan_validator.hpp"
-#include "plan_builder_internal.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/plan/validator.hpp"
+#include "plan/builder_internal.hpp"
 
 namespace cpsched {
 

@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "cpsched/assignment.hpp"
-#include "cpsched/metrics.hpp"
-#include "cpsched/plan.hpp"
+#include "cpsched/problem/assignment.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/plan/plan.hpp"
 
 namespace cpsched::plan_detail {
 

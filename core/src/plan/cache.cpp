@@ -1,4 +1,4 @@
-#include "cpsched/plan_cache.hpp"
+#include "cpsched/plan/cache.hpp"
 
 #include <algorithm>
 #include <cstring>

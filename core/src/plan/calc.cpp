@@ -4,9 +4,9 @@
 #include <span>
 #include <fmt/format.h>
 
-#include "cpsched/error.hpp"
-#include "cpsched/slice_clip.hpp"
-#include "plan_builder_internal.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/slice_clip.hpp"
+#include "plan/builder_internal.hpp"
 
 namespace cpsched::plan_detail {
 

@@ -7,7 +7,7 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "plan_builder_internal.hpp"
+#include "plan/builder_internal.hpp"
 
 namespace cpsched::plan_detail {
 

@@ -4,7 +4,7 @@
 #include <span>
 #include <tuple>
 
-#include "plan_builder_internal.hpp"
+#include "plan/builder_internal.hpp"
 
 namespace cpsched::plan_detail {
 

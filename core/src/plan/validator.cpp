@@ -1,9 +1,9 @@
 // Plan validator: entry point, CommMeta shape and send/receive agreement,
 // metrics recomputed from the plan.
-#include "cpsched/plan_validator.hpp"
+#include "cpsched/plan/validator.hpp"
 
-#include "cpsched/metrics.hpp"
-#include "plan_validator_internal.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "plan/validator_internal.hpp"
 
 namespace cpsched {
 

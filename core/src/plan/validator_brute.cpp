@@ -1,9 +1,9 @@
 // Plan validator: entry-by-entry reference for small problems.
 #include <fmt/format.h>
 
-#include "cpsched/error.hpp"
-#include "cpsched/plan_validator.hpp"
-#include "plan_validator_internal.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/plan/validator.hpp"
+#include "plan/validator_internal.hpp"
 
 namespace cpsched {
 

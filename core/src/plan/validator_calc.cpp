@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <tuple>
 
-#include "plan_validator_internal.hpp"
+#include "plan/validator_internal.hpp"
 
 namespace cpsched::validate_detail {
 

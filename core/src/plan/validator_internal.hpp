@@ -9,9 +9,9 @@
 
 #include <fmt/format.h>
 
-#include "cpsched/assignment.hpp"
-#include "cpsched/plan.hpp"
-#include "cpsched/slice_clip.hpp"
+#include "cpsched/problem/assignment.hpp"
+#include "cpsched/plan/plan.hpp"
+#include "cpsched/mask/slice_clip.hpp"
 
 namespace cpsched::validate_detail {
 

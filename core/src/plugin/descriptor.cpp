@@ -1,12 +1,12 @@
 // Load-time checks of a plugin descriptor (DESIGN §8).
-#include "plugin_descriptor.hpp"
+#include "plugin/descriptor.hpp"
 
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <set>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched::detail {
 

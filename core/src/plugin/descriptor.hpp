@@ -3,9 +3,9 @@
 #include <filesystem>
 #include <string>
 
-#include "cpsched/plugin_abi.hpp"
-#include "cpsched/registry.hpp"
-#include "elf_inspect.hpp"
+#include "cpsched/plugin/abi.hpp"
+#include "cpsched/plugin/registry.hpp"
+#include "plugin/elf_inspect.hpp"
 
 namespace cpsched::detail {
 

@@ -1,6 +1,6 @@
 // Plugin file checks before dlopen and the loaded image's address ranges
 // (issue 12: a truncated plugin killed every command with SIGBUS).
-#include "elf_inspect.hpp"
+#include "plugin/elf_inspect.hpp"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -14,7 +14,7 @@
 #include <cstring>
 #include <limits>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched::detail {
 

@@ -1,13 +1,13 @@
 // Host-side wrappers around plugin objects: the exception fence's far side.
-#include "plugin_objects.hpp"
+#include "plugin/objects.hpp"
 
 #include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
 
-#include "cpsched/error.hpp"
-#include "cpsched/task_grid.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/problem/task_grid.hpp"
 
 namespace cpsched::detail {
 

@@ -6,8 +6,8 @@
 
 #include <boost/dll/shared_library.hpp>
 
-#include "cpsched/plugin_abi.hpp"
-#include "cpsched/registry.hpp"
+#include "cpsched/plugin/abi.hpp"
+#include "cpsched/plugin/registry.hpp"
 
 namespace cpsched::detail {
 

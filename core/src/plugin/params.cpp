@@ -1,12 +1,12 @@
 // Typed plugin parameters: scalar parsing, formatting and checked access.
-#include "cpsched/params.hpp"
+#include "cpsched/plugin/params.hpp"
 
 #include <fmt/format.h>
 
 #include <charconv>
 #include <cmath>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched {
 

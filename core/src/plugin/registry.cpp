@@ -1,5 +1,5 @@
 // Plugin discovery and loading (DESIGN §8).
-#include "cpsched/registry.hpp"
+#include "cpsched/plugin/registry.hpp"
 
 #include <dlfcn.h>
 
@@ -13,10 +13,10 @@
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
 
-#include "cpsched/error.hpp"
-#include "elf_inspect.hpp"
-#include "plugin_descriptor.hpp"
-#include "plugin_objects.hpp"
+#include "cpsched/base/error.hpp"
+#include "plugin/elf_inspect.hpp"
+#include "plugin/descriptor.hpp"
+#include "plugin/objects.hpp"
 
 namespace cpsched {
 

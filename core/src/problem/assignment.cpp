@@ -1,8 +1,8 @@
-#include "cpsched/assignment.hpp"
+#include "cpsched/problem/assignment.hpp"
 
 #include <fmt/format.h>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched {
 

@@ -1,4 +1,4 @@
-#include "cpsched/metrics.hpp"
+#include "cpsched/problem/metrics.hpp"
 
 #include <algorithm>
 #include <numeric>

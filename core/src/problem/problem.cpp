@@ -1,10 +1,10 @@
-#include "cpsched/problem.hpp"
+#include "cpsched/problem/problem.hpp"
 
 #include <algorithm>
 #include <fmt/format.h>
 
-#include "cpsched/error.hpp"
-#include "cpsched/limits.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/base/limits.hpp"
 
 namespace cpsched {
 

@@ -1,8 +1,8 @@
 // Problems of index masks (problem.hpp).
 #include <fmt/format.h>
 
-#include "cpsched/error.hpp"
-#include "cpsched/problem.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/problem/problem.hpp"
 
 namespace cpsched {
 

@@ -3,8 +3,8 @@
 
 #include <fmt/format.h>
 
-#include "cpsched/error.hpp"
-#include "cpsched/problem.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/problem/problem.hpp"
 
 namespace cpsched {
 

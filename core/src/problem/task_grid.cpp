@@ -1,14 +1,14 @@
-#include "cpsched/task_grid.hpp"
+#include "cpsched/problem/task_grid.hpp"
 
 #include <algorithm>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
-#include "cpsched/error.hpp"
-#include "cpsched/index_cells.hpp"
-#include "cpsched/limits.hpp"
-#include "cpsched/resources.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/index/cells.hpp"
+#include "cpsched/base/limits.hpp"
+#include "cpsched/base/resources.hpp"
 
 namespace cpsched {
 

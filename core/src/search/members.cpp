@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include <cpsched/error.hpp>
+#include <cpsched/base/error.hpp>
 
 namespace cpsched::search {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include <cpsched/metrics.hpp>
+#include <cpsched/problem/metrics.hpp>
 
 namespace cpsched::search {
 

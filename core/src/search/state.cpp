@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <limits>
 
-#include <cpsched/error.hpp>
+#include <cpsched/base/error.hpp>
 
 namespace cpsched::search {
 

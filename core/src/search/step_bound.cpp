@@ -4,7 +4,7 @@
 #include <array>
 #include <tuple>
 
-#include <cpsched/metrics.hpp>
+#include <cpsched/problem/metrics.hpp>
 
 namespace cpsched::search {
 

@@ -6,10 +6,10 @@
 
 #include <fmt/format.h>
 
-#include "cpsched/cpsched.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/hardware.hpp"
-#include "cpsched/mask_generators.hpp"
+#include "cpsched/session/session.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/timing/hardware.hpp"
+#include "cpsched/mask/generators.hpp"
 
 namespace cpsched {
 

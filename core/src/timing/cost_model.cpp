@@ -1,7 +1,7 @@
-#include "cpsched/cost_model.hpp"
+#include "cpsched/plugin/cost_model.hpp"
 
-#include "cpsched/error.hpp"
-#include "cpsched/metrics.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/problem/metrics.hpp"
 
 namespace cpsched {
 

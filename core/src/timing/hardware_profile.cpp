@@ -1,4 +1,4 @@
-#include "cpsched/hardware.hpp"
+#include "cpsched/timing/hardware.hpp"
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -8,8 +8,8 @@
 #include <set>
 #include <sstream>
 
-#include "bundled_profiles.hpp"
-#include "cpsched/error.hpp"
+#include "timing/bundled_profiles.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched {
 

@@ -1,4 +1,4 @@
-#include "cpsched/timing.hpp"
+#include "cpsched/timing/model.hpp"
 
 #include <fmt/format.h>
 
@@ -6,8 +6,8 @@
 #include <array>
 #include <cstdint>
 
-#include "cpsched/error.hpp"
-#include "cpsched/metrics.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/problem/metrics.hpp"
 
 namespace cpsched {
 

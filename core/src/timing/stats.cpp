@@ -1,4 +1,4 @@
-#include "cpsched/timing_stats.hpp"
+#include "cpsched/timing/stats.hpp"
 
 #include <algorithm>
 

@@ -7,7 +7,7 @@
 #include <nccl.h>
 #include <vector>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 #include "kernels.hpp"
 
 namespace cpsched::gpu {

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 #include "cuda_backend.hpp"
 #include "host/bootstrap.hpp"
 #include "kernels.hpp"

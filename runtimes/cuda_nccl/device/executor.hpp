@@ -3,8 +3,8 @@
 // or all ranks emulated on the CPU (backend: emulate).
 #include <memory>
 
-#include "cpsched/executor.hpp"
-#include "cpsched/params.hpp"
+#include "cpsched/plugin/executor.hpp"
+#include "cpsched/plugin/params.hpp"
 #include "host/bootstrap.hpp"
 #include "host/rank_run.hpp"
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <type_traits>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 #include "host/attention_programs.hpp"
 #include "host/data_programs.hpp"
 #include "host/mask_ingest.hpp"

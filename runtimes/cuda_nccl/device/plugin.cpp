@@ -1,5 +1,5 @@
 // Executor plugin `cuda_nccl`: runs plans on GPUs with NCCL (DESIGN §7).
-#include <cpsched/plugin.hpp>
+#include <cpsched/plugin/plugin.hpp>
 
 #include "executor.hpp"
 

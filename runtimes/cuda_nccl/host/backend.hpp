@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/metrics.hpp"
+#include "cpsched/problem/metrics.hpp"
 #include "kernel_params.hpp"
 #include "worklist.hpp"
 

@@ -8,7 +8,7 @@
 #include <thread>
 #include <unistd.h>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched::gpu {
 

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/problem.hpp"
+#include "cpsched/problem/problem.hpp"
 
 namespace cpsched::gpu {
 

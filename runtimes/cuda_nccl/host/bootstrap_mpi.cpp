@@ -4,7 +4,7 @@
 #include <mpi.h>
 
 #include "bootstrap.hpp"
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched::gpu {
 

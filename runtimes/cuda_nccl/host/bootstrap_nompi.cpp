@@ -1,6 +1,6 @@
 // The MPI launch in a build without MPI: only the env and single launches exist.
 #include "bootstrap.hpp"
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched::gpu {
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/plan.hpp"
+#include "cpsched/plan/plan.hpp"
 #include "hd.hpp"
 #include "layout.hpp"
 #include "transfers.hpp"

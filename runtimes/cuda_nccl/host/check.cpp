@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 #include <limits>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 #include "inputs.hpp"
 #include "virtual_ranks.hpp"
 

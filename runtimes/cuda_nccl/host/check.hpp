@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/plan.hpp"
-#include "cpsched/problem.hpp"
+#include "cpsched/plan/plan.hpp"
+#include "cpsched/problem/problem.hpp"
 #include "layout.hpp"
 #include "numeric_check.hpp"
 #include "pipeline.hpp"

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 #include <thread>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched::gpu {
 

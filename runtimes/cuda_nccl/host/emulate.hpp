@@ -4,7 +4,7 @@
 #include <exception>
 #include <vector>
 
-#include "cpsched/plan.hpp"
+#include "cpsched/plan/plan.hpp"
 #include "host_backend.hpp"
 #include "pipeline.hpp"
 

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "attention_programs.hpp"
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 #include "data_programs.hpp"
 #include "host_exec.hpp"
 

@@ -5,7 +5,7 @@
 // the whole sequence for the sim runtime) sees exactly the same numbers.
 #include <cstdint>
 
-#include "cpsched/problem.hpp"
+#include "cpsched/problem/problem.hpp"
 #include "global_tensors.hpp"
 #include "pipeline.hpp"
 

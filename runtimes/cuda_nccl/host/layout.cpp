@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched::gpu {
 

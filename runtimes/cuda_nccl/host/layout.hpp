@@ -8,8 +8,8 @@
 #include <span>
 #include <string_view>
 
-#include "cpsched/metrics.hpp"
-#include "cpsched/problem.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/problem/problem.hpp"
 
 namespace cpsched::gpu {
 

@@ -13,8 +13,8 @@
 // `cells_from_records` (host) folds them into per-cell row/col sets.
 #include <vector>
 
-#include "cpsched/mask.hpp"
-#include "cpsched/problem.hpp"
+#include "cpsched/mask/mask.hpp"
+#include "cpsched/problem/problem.hpp"
 #include "data_programs.hpp"
 
 namespace cpsched::gpu {

@@ -26,7 +26,7 @@
 
 #include "backend.hpp"
 #include "buffers.hpp"
-#include "cpsched/plan.hpp"
+#include "cpsched/plan/plan.hpp"
 #include "layout.hpp"
 #include "transfers.hpp"
 

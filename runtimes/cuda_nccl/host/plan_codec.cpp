@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 #include <type_traits>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched::gpu {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cpsched/plan.hpp"
+#include "cpsched/plan/plan.hpp"
 
 namespace cpsched::gpu {
 

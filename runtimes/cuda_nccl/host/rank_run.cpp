@@ -9,7 +9,7 @@
 #include "check.hpp"
 #include "collectives.hpp"
 #include "emulate.hpp"
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 #include "inputs.hpp"
 #include "pipeline.hpp"
 #include "plan_codec.hpp"

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "backend.hpp"
-#include "cpsched/executor.hpp"
-#include "cpsched/params.hpp"
+#include "cpsched/plugin/executor.hpp"
+#include "cpsched/plugin/params.hpp"
 #include "host_backend.hpp"
 
 namespace cpsched::gpu {

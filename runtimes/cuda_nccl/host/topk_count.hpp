@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/index_cells.hpp"
+#include "cpsched/mask/index/cells.hpp"
 #include "mask_ingest.hpp"
 
 namespace cpsched::gpu {

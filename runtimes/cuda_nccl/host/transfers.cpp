@@ -6,7 +6,7 @@
 #include <tuple>
 #include <fmt/format.h>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched::gpu {
 

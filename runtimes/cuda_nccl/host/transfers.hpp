@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/plan.hpp"
+#include "cpsched/plan/plan.hpp"
 #include "layout.hpp"
 
 namespace cpsched::gpu {

@@ -18,7 +18,7 @@
 #include <span>
 #include <vector>
 
-#include "cpsched/plan.hpp"
+#include "cpsched/plan/plan.hpp"
 #include "kernel_params.hpp"
 
 namespace cpsched::gpu {

@@ -3,7 +3,7 @@
 #include <random>
 #include <set>
 
-#include "cpsched/range.hpp"
+#include "cpsched/base/range.hpp"
 
 using namespace cpsched;
 

@@ -11,15 +11,15 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/config.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/limits.hpp"
-#include "cpsched/mask_generators.hpp"
-#include "cpsched/metrics.hpp"
-#include "cpsched/plan_builder.hpp"
-#include "cpsched/plan_validator.hpp"
-#include "cpsched/resources.hpp"
-#include "cpsched/task_grid.hpp"
+#include "cpsched/config/config.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/base/limits.hpp"
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/plan/validator.hpp"
+#include "cpsched/base/resources.hpp"
+#include "cpsched/problem/task_grid.hpp"
 #include "test_helpers.hpp"
 
 using namespace cpsched;

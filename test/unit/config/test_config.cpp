@@ -10,9 +10,9 @@
 #include <unistd.h>
 #include <vector>
 
-#include "cpsched/config.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/registry.hpp"
+#include "cpsched/config/config.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/plugin/registry.hpp"
 #include "test_helpers.hpp"
 
 using namespace cpsched;

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "brute_force.hpp"
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 #include "host/bootstrap.hpp"
 #include "host/collectives.hpp"
 #include "host/host_backend.hpp"

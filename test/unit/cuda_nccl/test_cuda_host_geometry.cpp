@@ -6,8 +6,8 @@
 #include <random>
 
 #include "brute_force.hpp"
-#include "cpsched/mask_generators.hpp"
-#include "cpsched/task_grid.hpp"
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/problem/task_grid.hpp"
 #include "host/host_exec.hpp"
 #include "host/mask_geometry.hpp"
 #include "host/mask_ingest.hpp"

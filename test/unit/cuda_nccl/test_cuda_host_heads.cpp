@@ -7,7 +7,7 @@
 #include <random>
 
 #include "brute_force.hpp"
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 #include "host/layout.hpp"
 #include "host/rank_run.hpp"
 #include "plans.hpp"

@@ -5,7 +5,7 @@
 #include <map>
 #include <random>
 
-#include "cpsched/mask.hpp"
+#include "cpsched/mask/mask.hpp"
 #include "host/attention_programs.hpp"
 #include "host/pipeline.hpp"
 #include "host/worklist.hpp"

@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "brute_force.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/mask_generators.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/generators.hpp"
 #include "host/check.hpp"
 #include "host/emulate.hpp"
 #include "host/host_backend.hpp"

@@ -6,7 +6,7 @@
 #include <random>
 
 #include "brute_force.hpp"
-#include "cpsched/plan_builder.hpp"
+#include "cpsched/plan/builder.hpp"
 #include "host/check.hpp"
 #include "host/emulate.hpp"
 #include "host/inputs.hpp"

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <random>
 
-#include "cpsched/error.hpp"
-#include "cpsched/mask_generators.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/generators.hpp"
 #include "host/topk_count.hpp"
 #include "random_index_masks.hpp"
 #include "test_helpers.hpp"

@@ -4,8 +4,8 @@
 #include <random>
 
 #include "brute_force.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/metrics.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/problem/metrics.hpp"
 #include "host/buffers.hpp"
 #include "host/transfers.hpp"
 #include "plans.hpp"

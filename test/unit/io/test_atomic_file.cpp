@@ -7,8 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cpsched/atomic_file.hpp"
-#include "cpsched/error.hpp"
+#include "cpsched/io/atomic_file.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace fs = std::filesystem;
 using namespace cpsched;

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/error.hpp"
-#include "cpsched/npy_array.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/io/npy_array.hpp"
 #include "npy_files.hpp"
 #include "test_helpers.hpp"
 

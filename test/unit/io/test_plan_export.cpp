@@ -12,11 +12,11 @@
 #include <nlohmann/json.hpp>
 
 #include "brute_force.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/metrics.hpp"
-#include "cpsched/plan_builder.hpp"
-#include "cpsched/plan_json.hpp"
-#include "cpsched/plan_svg.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/io/plan_json.hpp"
+#include "cpsched/io/plan_svg.hpp"
 #include "plan_fixtures.hpp"
 
 using namespace cpsched;

@@ -3,8 +3,8 @@
 #include <random>
 
 #include "brute_force.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/mask.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/mask.hpp"
 
 using namespace cpsched;
 using cpsched::test::brute_slice;

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/error.hpp"
-#include "cpsched/mask_generators.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/generators.hpp"
 #include "test_helpers.hpp"
 
 using namespace cpsched;

@@ -3,7 +3,7 @@
 
 #include <random>
 
-#include "cpsched/slice_clip.hpp"
+#include "cpsched/mask/slice_clip.hpp"
 
 using namespace cpsched;
 

@@ -10,10 +10,10 @@
 #include <memory>
 #include <random>
 
-#include "cpsched/cost_model.hpp"
-#include "cpsched/plan_builder.hpp"
-#include "cpsched/problem.hpp"
-#include "cpsched/task_grid.hpp"
+#include "cpsched/plugin/cost_model.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/problem/problem.hpp"
+#include "cpsched/problem/task_grid.hpp"
 #include "plan_checks.hpp"
 #include "random_index_masks.hpp"
 #include "test_helpers.hpp"

@@ -5,10 +5,10 @@
 #include <random>
 
 #include "brute_force.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/metrics.hpp"
-#include "cpsched/plan_builder.hpp"
-#include "cpsched/plan_validator.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/plan/validator.hpp"
 #include "plan_fixtures.hpp"
 
 using namespace cpsched;

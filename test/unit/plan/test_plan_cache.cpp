@@ -2,7 +2,7 @@
 // collisions never return a wrong entry.
 #include <doctest/doctest.h>
 
-#include "cpsched/plan_cache.hpp"
+#include "cpsched/plan/cache.hpp"
 
 using namespace cpsched;
 

@@ -10,13 +10,13 @@
 #include <tuple>
 #include <random>
 
-#include "cpsched/cost_model.hpp"
-#include "cpsched/hardware.hpp"
-#include "cpsched/mask_generators.hpp"
-#include "cpsched/plan_builder.hpp"
+#include "cpsched/plugin/cost_model.hpp"
+#include "cpsched/timing/hardware.hpp"
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/plan/builder.hpp"
 #include "cpsched/search/placements.hpp"
 #include "cpsched/search/step_bound.hpp"
-#include "cpsched/timing.hpp"
+#include "cpsched/timing/model.hpp"
 #include "plan_checks.hpp"
 #include "plan_fixtures.hpp"
 #include "random_specs.hpp"

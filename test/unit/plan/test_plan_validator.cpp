@@ -7,8 +7,8 @@
 #include <random>
 
 #include "brute_force.hpp"
-#include "cpsched/plan_builder.hpp"
-#include "cpsched/plan_validator.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/plan/validator.hpp"
 #include "plan_fixtures.hpp"
 
 using namespace cpsched;

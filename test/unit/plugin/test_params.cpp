@@ -4,8 +4,8 @@
 
 #include <doctest/doctest.h>
 
-#include "cpsched/error.hpp"
-#include "cpsched/params.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/plugin/params.hpp"
 
 using namespace cpsched;
 

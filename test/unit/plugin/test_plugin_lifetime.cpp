@@ -13,8 +13,8 @@
 
 #include <doctest/doctest.h>
 
-#include "cpsched/cpsched.hpp"
-#include "cpsched/error.hpp"
+#include "cpsched/session/session.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace fs = std::filesystem;
 using namespace cpsched;

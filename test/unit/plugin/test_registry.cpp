@@ -17,10 +17,10 @@
 
 #include <doctest/doctest.h>
 
-#include "cpsched/cpsched.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/plugin_abi.hpp"
-#include "cpsched/registry.hpp"
+#include "cpsched/session/session.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/plugin/abi.hpp"
+#include "cpsched/plugin/registry.hpp"
 
 namespace fs = std::filesystem;
 using namespace cpsched;

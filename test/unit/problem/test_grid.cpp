@@ -3,7 +3,7 @@
 #include <random>
 
 #include "brute_force.hpp"
-#include "cpsched/task_grid.hpp"
+#include "cpsched/problem/task_grid.hpp"
 
 using namespace cpsched;
 

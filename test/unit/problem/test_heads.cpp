@@ -9,13 +9,13 @@
 #include <memory>
 #include <string>
 
-#include "cpsched/config.hpp"
-#include "cpsched/cost_model.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/metrics.hpp"
-#include "cpsched/plan_cache.hpp"
-#include "cpsched/plan_json.hpp"
-#include "cpsched/timing.hpp"
+#include "cpsched/config/config.hpp"
+#include "cpsched/plugin/cost_model.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/plan/cache.hpp"
+#include "cpsched/io/plan_json.hpp"
+#include "cpsched/timing/model.hpp"
 #include "test_helpers.hpp"
 
 using namespace cpsched;

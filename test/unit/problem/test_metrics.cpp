@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "cpsched/metrics.hpp"
+#include "cpsched/problem/metrics.hpp"
 
 using namespace cpsched;
 

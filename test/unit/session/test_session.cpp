@@ -4,8 +4,8 @@
 
 #include <filesystem>
 
-#include "cpsched/cpsched.hpp"
-#include "cpsched/error.hpp"
+#include "cpsched/session/session.hpp"
+#include "cpsched/base/error.hpp"
 
 using namespace cpsched;
 

@@ -9,11 +9,11 @@
 #include <memory>
 #include <random>
 
-#include "cpsched/cost_model.hpp"
-#include "cpsched/mask_generators.hpp"
-#include "cpsched/plan_builder.hpp"
-#include "cpsched/problem.hpp"
-#include "cpsched/task_grid.hpp"
+#include "cpsched/plugin/cost_model.hpp"
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/problem/problem.hpp"
+#include "cpsched/problem/task_grid.hpp"
 #include "random_index_masks.hpp"
 #include "sim_outcome.hpp"
 #include "test_helpers.hpp"

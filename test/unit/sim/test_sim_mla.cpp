@@ -8,11 +8,11 @@
 #include <random>
 
 #include "attention_kernel.hpp"
-#include "cpsched/cost_model.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/mask_generators.hpp"
-#include "cpsched/plan_builder.hpp"
-#include "cpsched/registry.hpp"
+#include "cpsched/plugin/cost_model.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/plugin/registry.hpp"
 #include "global_tensors.hpp"
 #include "naive_attention.hpp"
 #include "naive_mla.hpp"

@@ -7,12 +7,12 @@
 #include <memory>
 #include <random>
 
-#include "cpsched/cost_model.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/mask_generators.hpp"
+#include "cpsched/plugin/cost_model.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/generators.hpp"
 #include "random_specs.hpp"
-#include "cpsched/plan_builder.hpp"
-#include "cpsched/registry.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/plugin/registry.hpp"
 #include "numeric_check.hpp"
 #include "reference.hpp"
 #include "sim_outcome.hpp"

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "cpsched/error.hpp"
-#include "cpsched/hardware.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/timing/hardware.hpp"
 #include "sim_runner.hpp"
 
 using namespace cpsched;

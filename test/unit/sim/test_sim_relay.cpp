@@ -5,11 +5,11 @@
 
 #include <random>
 
-#include "cpsched/hardware.hpp"
-#include "cpsched/mask_generators.hpp"
-#include "cpsched/metrics.hpp"
-#include "cpsched/plan_builder.hpp"
-#include "cpsched/timing.hpp"
+#include "cpsched/timing/hardware.hpp"
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/timing/model.hpp"
 #include "numeric_check.hpp"
 #include "plan_fixtures.hpp"
 #include "random_specs.hpp"

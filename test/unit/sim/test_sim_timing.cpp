@@ -7,16 +7,16 @@
 #include <cmath>
 #include <random>
 
-#include "cpsched/error.hpp"
-#include "cpsched/metrics.hpp"
-#include "cpsched/plan_builder.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/plan/builder.hpp"
 #include "plan_fixtures.hpp"
 #include "random_specs.hpp"
 #include "gantt_svg.hpp"
 #include "report_text.hpp"
-#include "cpsched/hardware.hpp"
-#include "cpsched/timing.hpp"
-#include "cpsched/timing_stats.hpp"
+#include "cpsched/timing/hardware.hpp"
+#include "cpsched/timing/model.hpp"
+#include "cpsched/timing/stats.hpp"
 
 using namespace cpsched;
 using namespace cpsched::sim;

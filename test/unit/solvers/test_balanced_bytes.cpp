@@ -8,12 +8,12 @@
 #include <random>
 
 #include "brute_force.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/mask_generators.hpp"
-#include "cpsched/metrics.hpp"
-#include "cpsched/plan_builder.hpp"
-#include "cpsched/plan_validator.hpp"
-#include "cpsched/registry.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/plan/validator.hpp"
+#include "cpsched/plugin/registry.hpp"
 
 using namespace cpsched;
 

@@ -12,9 +12,9 @@
 #include <random>
 
 #include "brute_force.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/metrics.hpp"
-#include "cpsched/registry.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/plugin/registry.hpp"
 
 using namespace cpsched;
 

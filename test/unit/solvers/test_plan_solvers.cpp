@@ -6,12 +6,12 @@
 #include <filesystem>
 #include <random>
 
-#include "cpsched/mask_generators.hpp"
+#include "cpsched/mask/generators.hpp"
 #include "plan_checks.hpp"
 #include "random_specs.hpp"
-#include "cpsched/plan_builder.hpp"
-#include "cpsched/plan_validator.hpp"
-#include "cpsched/registry.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/plan/validator.hpp"
+#include "cpsched/plugin/registry.hpp"
 
 using namespace cpsched;
 

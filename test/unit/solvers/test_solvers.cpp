@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "brute_force.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/mask_generators.hpp"
-#include "cpsched/metrics.hpp"
-#include "cpsched/registry.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/plugin/registry.hpp"
 #include "test_helpers.hpp"
 
 using namespace cpsched;

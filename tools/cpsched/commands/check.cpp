@@ -1,8 +1,8 @@
 #include <fmt/format.h>
 
-#include "commands.hpp"
-#include "cpsched/registry.hpp"
-#include "pipeline.hpp"
+#include "commands/commands.hpp"
+#include "cpsched/plugin/registry.hpp"
+#include "commands/plugin_folders.hpp"
 
 namespace po = boost::program_options;
 

@@ -6,7 +6,7 @@
 
 #include <boost/program_options.hpp>
 
-#include "cpsched/config.hpp"
+#include "cpsched/config/config.hpp"
 
 namespace cpsched::cli {
 

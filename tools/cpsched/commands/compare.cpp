@@ -7,15 +7,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "commands.hpp"
-#include "compare_files.hpp"
-#include "compare_ilp.hpp"
-#include "compare_progress.hpp"
-#include "compare_report.hpp"
-#include "compare_spec.hpp"
-#include "compare_sweep.hpp"
-#include "cpsched/error.hpp"
-#include "pipeline.hpp"
+#include "commands/commands.hpp"
+#include "compare/files.hpp"
+#include "compare/ilp.hpp"
+#include "compare/progress.hpp"
+#include "compare/report.hpp"
+#include "compare/spec.hpp"
+#include "compare/sweep.hpp"
+#include "cpsched/base/error.hpp"
+#include "commands/plugin_folders.hpp"
 
 namespace po = boost::program_options;
 

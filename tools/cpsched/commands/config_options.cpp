@@ -1,7 +1,7 @@
 #include <fmt/format.h>
 
-#include "commands.hpp"
-#include "cpsched/resources.hpp"
+#include "commands/commands.hpp"
+#include "cpsched/base/resources.hpp"
 
 namespace po = boost::program_options;
 

@@ -1,11 +1,11 @@
 #include <fmt/format.h>
 
-#include "commands.hpp"
-#include "cpsched/atomic_file.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/plan_json.hpp"
-#include "report.hpp"
-#include "session_run.hpp"
+#include "commands/commands.hpp"
+#include "cpsched/io/atomic_file.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/io/plan_json.hpp"
+#include "commands/report.hpp"
+#include "commands/session_run.hpp"
 
 namespace po = boost::program_options;
 

@@ -1,9 +1,9 @@
-#include "pipeline.hpp"
+#include "commands/plugin_folders.hpp"
 
 #include <filesystem>
 #include <fmt/format.h>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched::cli {
 

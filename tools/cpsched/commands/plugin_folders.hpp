@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/config.hpp"
-#include "cpsched/metrics.hpp"
-#include "cpsched/registry.hpp"
+#include "cpsched/config/config.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/plugin/registry.hpp"
 
 namespace cpsched::cli {
 

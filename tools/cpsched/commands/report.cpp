@@ -1,4 +1,4 @@
-#include "report.hpp"
+#include "commands/report.hpp"
 
 #include <algorithm>
 #include <fmt/format.h>

@@ -2,7 +2,7 @@
 // Terminal tables of a solved problem.
 #include <cstdio>
 
-#include "pipeline.hpp"
+#include "commands/plugin_folders.hpp"
 
 namespace cpsched::cli {
 

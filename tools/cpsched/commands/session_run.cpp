@@ -1,4 +1,4 @@
-#include "session_run.hpp"
+#include "commands/session_run.hpp"
 
 namespace cpsched::cli {
 

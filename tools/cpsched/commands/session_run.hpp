@@ -4,8 +4,8 @@
 // then solved, planned and measured.
 #include <memory>
 
-#include "cpsched/cpsched.hpp"
-#include "pipeline.hpp"
+#include "cpsched/session/session.hpp"
+#include "commands/plugin_folders.hpp"
 
 namespace cpsched::cli {
 

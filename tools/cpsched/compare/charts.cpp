@@ -12,11 +12,11 @@
 #include <set>
 #include <tuple>
 
-#include "compare_report.hpp"
-#include "compare_svg.hpp"
-#include "cpsched/atomic_file.hpp"
-#include "cpsched/error.hpp"
-#include "report.hpp"
+#include "compare/report.hpp"
+#include "compare/svg.hpp"
+#include "cpsched/io/atomic_file.hpp"
+#include "cpsched/base/error.hpp"
+#include "commands/report.hpp"
 
 namespace cpsched::cli {
 

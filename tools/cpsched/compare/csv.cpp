@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 #include <sstream>
 
-#include "compare_ilp.hpp"
-#include "compare_report.hpp"
-#include "cpsched/atomic_file.hpp"
-#include "cpsched/error.hpp"
-#include "report.hpp"
+#include "compare/ilp.hpp"
+#include "compare/report.hpp"
+#include "cpsched/io/atomic_file.hpp"
+#include "cpsched/base/error.hpp"
+#include "commands/report.hpp"
 
 namespace cpsched::cli {
 

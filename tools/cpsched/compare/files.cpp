@@ -1,4 +1,4 @@
-#include "compare_files.hpp"
+#include "compare/files.hpp"
 
 #include <cerrno>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched::cli {
 

@@ -1,12 +1,12 @@
 // index.html of a compare report: the tables and every chart, with relative
 // links only, so the folder opens in a browser from disk (no server, no scripts).
-#include "cpsched/xml_escape.hpp"
+#include "cpsched/io/xml_escape.hpp"
 #include <fmt/format.h>
 #include <sstream>
 
-#include "compare_report.hpp"
-#include "cpsched/atomic_file.hpp"
-#include "cpsched/error.hpp"
+#include "compare/report.hpp"
+#include "cpsched/io/atomic_file.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched::cli {
 

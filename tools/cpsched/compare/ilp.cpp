@@ -1,4 +1,4 @@
-#include "compare_ilp.hpp"
+#include "compare/ilp.hpp"
 
 #include <cstdlib>
 #include <string_view>

@@ -1,4 +1,4 @@
-#include "compare_progress.hpp"
+#include "compare/progress.hpp"
 
 #include <cstdio>
 #include <fmt/format.h>

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "compare_sweep.hpp"
+#include "compare/sweep.hpp"
 
 namespace cpsched::cli {
 

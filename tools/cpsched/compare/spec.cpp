@@ -1,11 +1,11 @@
-#include "compare_spec.hpp"
+#include "compare/spec.hpp"
 
 #include <algorithm>
 #include <fmt/format.h>
 #include <set>
 #include <yaml-cpp/yaml.h>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched::cli {
 

@@ -30,9 +30,9 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/config.hpp"
-#include "cpsched/hardware.hpp"
-#include "cpsched/registry.hpp"
+#include "cpsched/config/config.hpp"
+#include "cpsched/timing/hardware.hpp"
+#include "cpsched/plugin/registry.hpp"
 
 namespace cpsched::cli {
 

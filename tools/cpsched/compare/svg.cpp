@@ -1,5 +1,5 @@
-#include "cpsched/xml_escape.hpp"
-#include "compare_svg.hpp"
+#include "cpsched/io/xml_escape.hpp"
+#include "compare/svg.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "compare_sweep.hpp"
+#include "compare/sweep.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -8,14 +8,14 @@
 #include <set>
 #include <tuple>
 
-#include "compare_ilp.hpp"
-#include "compare_progress.hpp"
-#include "compare_timing.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/metrics.hpp"
-#include "cpsched/plan_builder.hpp"
-#include "cpsched/timing.hpp"
-#include "report.hpp"
+#include "compare/ilp.hpp"
+#include "compare/progress.hpp"
+#include "compare/timing.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/timing/model.hpp"
+#include "commands/report.hpp"
 
 namespace cpsched::cli {
 

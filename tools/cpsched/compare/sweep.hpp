@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "compare_spec.hpp"
-#include "cpsched/config.hpp"
-#include "cpsched/registry.hpp"
+#include "compare/spec.hpp"
+#include "cpsched/config/config.hpp"
+#include "cpsched/plugin/registry.hpp"
 
 namespace cpsched::cli {
 

@@ -1,8 +1,8 @@
-#include "compare_timing.hpp"
+#include "compare/timing.hpp"
 
 #include <fmt/format.h>
 
-#include "cpsched/error.hpp"
+#include "cpsched/base/error.hpp"
 
 namespace cpsched::cli {
 

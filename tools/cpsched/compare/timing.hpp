@@ -5,8 +5,8 @@
 #include <memory>
 #include <string>
 
-#include "compare_sweep.hpp"
-#include "cpsched/executor.hpp"
+#include "compare/sweep.hpp"
+#include "cpsched/plugin/executor.hpp"
 
 namespace cpsched::cli {
 

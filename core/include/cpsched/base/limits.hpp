@@ -18,8 +18,8 @@
 #include <limits>
 #include <string>
 
-#include "cpsched/error.hpp"
-#include "cpsched/range.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/base/range.hpp"
 
 namespace cpsched {
 

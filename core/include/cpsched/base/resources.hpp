@@ -12,8 +12,8 @@
 #include <string>
 #include <string_view>
 
-#include "cpsched/limits.hpp"
-#include "cpsched/problem.hpp"
+#include "cpsched/base/limits.hpp"
+#include "cpsched/problem/problem.hpp"
 
 namespace cpsched {
 

@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "cpsched/mask_generators.hpp"
-#include "cpsched/params.hpp"
-#include "cpsched/problem.hpp"
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/plugin/params.hpp"
+#include "cpsched/problem/problem.hpp"
 
 namespace cpsched {
 

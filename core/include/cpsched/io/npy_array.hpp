@@ -2,7 +2,7 @@
 // Index arrays from NumPy .npy files (index masks, index_mask.hpp).
 #include <filesystem>
 
-#include "cpsched/index_mask.hpp"
+#include "cpsched/mask/index/index_mask.hpp"
 
 namespace cpsched {
 

@@ -5,10 +5,10 @@
 #include <ostream>
 #include <string>
 
-#include "cpsched/assignment.hpp"
-#include "cpsched/metrics.hpp"
-#include "cpsched/params.hpp"
-#include "cpsched/plan.hpp"
+#include "cpsched/problem/assignment.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/plugin/params.hpp"
+#include "cpsched/plan/plan.hpp"
 
 namespace cpsched {
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/assignment.hpp"
-#include "cpsched/metrics.hpp"
+#include "cpsched/problem/assignment.hpp"
+#include "cpsched/problem/metrics.hpp"
 
 namespace cpsched {
 

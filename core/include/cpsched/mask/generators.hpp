@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/index_mask.hpp"
-#include "cpsched/mask.hpp"
+#include "cpsched/mask/index/index_mask.hpp"
+#include "cpsched/mask/mask.hpp"
 
 namespace cpsched {
 

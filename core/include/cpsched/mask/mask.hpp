@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "cpsched/range.hpp"
+#include "cpsched/base/range.hpp"
 
 namespace cpsched {
 

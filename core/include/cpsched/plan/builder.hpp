@@ -37,9 +37,9 @@
 // buffer is cut further.
 #include <memory>
 
-#include "cpsched/assignment.hpp"
-#include "cpsched/metrics.hpp"
-#include "cpsched/plan.hpp"
+#include "cpsched/problem/assignment.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/plan/plan.hpp"
 
 namespace cpsched {
 

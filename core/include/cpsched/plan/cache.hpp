@@ -18,10 +18,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cpsched/assignment.hpp"
-#include "cpsched/metrics.hpp"
-#include "cpsched/params.hpp"
-#include "cpsched/plan.hpp"
+#include "cpsched/problem/assignment.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/plugin/params.hpp"
+#include "cpsched/plan/plan.hpp"
 
 namespace cpsched {
 

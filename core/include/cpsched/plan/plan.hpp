@@ -49,8 +49,8 @@
 #include <string_view>
 #include <vector>
 
-#include "cpsched/mask.hpp"
-#include "cpsched/problem.hpp"
+#include "cpsched/mask/mask.hpp"
+#include "cpsched/problem/problem.hpp"
 
 namespace cpsched {
 

@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/assignment.hpp"
-#include "cpsched/plan.hpp"
+#include "cpsched/problem/assignment.hpp"
+#include "cpsched/plan/plan.hpp"
 
 namespace cpsched {
 

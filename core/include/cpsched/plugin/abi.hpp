@@ -18,8 +18,8 @@
 #include <cstdint>
 #include <string>
 
-#include "cpsched/executor.hpp"
-#include "cpsched/solver.hpp"
+#include "cpsched/plugin/executor.hpp"
+#include "cpsched/plugin/solver.hpp"
 #include "cpsched/version.hpp"
 
 #define CPSCHED_PLUGIN_ABI_VERSION 1u

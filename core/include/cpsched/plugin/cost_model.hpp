@@ -14,10 +14,10 @@
 //    time.
 #include <optional>
 
-#include "cpsched/hardware.hpp"
-#include "cpsched/plan.hpp"
-#include "cpsched/task_grid.hpp"
-#include "cpsched/timing.hpp"
+#include "cpsched/timing/hardware.hpp"
+#include "cpsched/plan/plan.hpp"
+#include "cpsched/problem/task_grid.hpp"
+#include "cpsched/timing/model.hpp"
 
 namespace cpsched {
 

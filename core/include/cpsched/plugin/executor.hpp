@@ -5,8 +5,8 @@
 #include <utility>
 #include <vector>
 
-#include "cpsched/assignment.hpp"
-#include "cpsched/plan.hpp"
+#include "cpsched/problem/assignment.hpp"
+#include "cpsched/plan/plan.hpp"
 
 namespace cpsched {
 

@@ -15,8 +15,8 @@
 
 #include <boost/dll/alias.hpp>
 
-#include "cpsched/params.hpp"
-#include "cpsched/plugin_abi.hpp"
+#include "cpsched/plugin/params.hpp"
+#include "cpsched/plugin/abi.hpp"
 
 namespace cpsched::abi::detail {
 

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/cost_model.hpp"
-#include "cpsched/executor.hpp"
-#include "cpsched/params.hpp"
-#include "cpsched/solver.hpp"
+#include "cpsched/plugin/cost_model.hpp"
+#include "cpsched/plugin/executor.hpp"
+#include "cpsched/plugin/params.hpp"
+#include "cpsched/plugin/solver.hpp"
 
 namespace cpsched {
 

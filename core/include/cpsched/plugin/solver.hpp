@@ -2,8 +2,8 @@
 // Solver: maps the tasks of a grid to ranks.
 #include <memory>
 
-#include "cpsched/assignment.hpp"
-#include "cpsched/cost_model.hpp"
+#include "cpsched/problem/assignment.hpp"
+#include "cpsched/plugin/cost_model.hpp"
 
 namespace cpsched {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/task_grid.hpp"
+#include "cpsched/problem/task_grid.hpp"
 
 namespace cpsched {
 

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cpsched/assignment.hpp"
+#include "cpsched/problem/assignment.hpp"
 
 namespace cpsched {
 

@@ -6,10 +6,10 @@
 
 #include <memory>
 
-#include "cpsched/index_cells.hpp"
-#include "cpsched/index_mask.hpp"
-#include "cpsched/mask.hpp"
-#include "cpsched/range.hpp"
+#include "cpsched/mask/index/cells.hpp"
+#include "cpsched/mask/index/index_mask.hpp"
+#include "cpsched/mask/mask.hpp"
+#include "cpsched/base/range.hpp"
 
 namespace cpsched {
 

@@ -5,8 +5,8 @@
 #include <memory>
 #include <vector>
 
-#include "cpsched/index_cells.hpp"
-#include "cpsched/problem.hpp"
+#include "cpsched/mask/index/cells.hpp"
+#include "cpsched/problem/problem.hpp"
 
 namespace cpsched {
 

@@ -16,8 +16,8 @@
 #include <span>
 #include <vector>
 
-#include <cpsched/metrics.hpp>
-#include <cpsched/task_grid.hpp>
+#include <cpsched/problem/metrics.hpp>
+#include <cpsched/problem/task_grid.hpp>
 
 namespace cpsched::search {
 

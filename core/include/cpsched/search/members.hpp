@@ -9,8 +9,8 @@
 #include <mutex>
 #include <string>
 
-#include <cpsched/registry.hpp>
-#include <cpsched/solver.hpp>
+#include <cpsched/plugin/registry.hpp>
+#include <cpsched/plugin/solver.hpp>
 
 namespace cpsched::search {
 

@@ -4,7 +4,7 @@
 // plugins, reimplemented because a plugin does not load plugins.
 #include <vector>
 
-#include <cpsched/task_grid.hpp>
+#include <cpsched/problem/task_grid.hpp>
 
 namespace cpsched::search {
 

@@ -19,9 +19,9 @@
 // compute term is a bound there (`relayed`).
 #include <vector>
 
-#include <cpsched/cost_model.hpp>
-#include <cpsched/metrics.hpp>
-#include <cpsched/task_grid.hpp>
+#include <cpsched/plugin/cost_model.hpp>
+#include <cpsched/problem/metrics.hpp>
+#include <cpsched/problem/task_grid.hpp>
 
 namespace cpsched::search {
 

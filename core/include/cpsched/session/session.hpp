@@ -25,18 +25,18 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/assignment.hpp"
-#include "cpsched/config.hpp"
-#include "cpsched/metrics.hpp"
-#include "cpsched/params.hpp"
-#include "cpsched/plan.hpp"
-#include "cpsched/plan_builder.hpp"
-#include "cpsched/plan_cache.hpp"
-#include "cpsched/plan_json.hpp"
-#include "cpsched/plan_svg.hpp"
-#include "cpsched/plan_validator.hpp"
-#include "cpsched/registry.hpp"
-#include "cpsched/resources.hpp"
+#include "cpsched/problem/assignment.hpp"
+#include "cpsched/config/config.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/plugin/params.hpp"
+#include "cpsched/plan/plan.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/plan/cache.hpp"
+#include "cpsched/io/plan_json.hpp"
+#include "cpsched/io/plan_svg.hpp"
+#include "cpsched/plan/validator.hpp"
+#include "cpsched/plugin/registry.hpp"
+#include "cpsched/base/resources.hpp"
 
 namespace cpsched {
 

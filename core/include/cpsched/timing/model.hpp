@@ -77,9 +77,9 @@
 #include <memory>
 #include <vector>
 
-#include "cpsched/plan.hpp"
-#include "cpsched/problem.hpp"
-#include "cpsched/hardware.hpp"
+#include "cpsched/plan/plan.hpp"
+#include "cpsched/problem/problem.hpp"
+#include "cpsched/timing/hardware.hpp"
 
 namespace cpsched {
 

@@ -11,7 +11,7 @@
 // overlap ratio = sum hidden / sum comm over ranks (1 when nothing moves).
 #include <vector>
 
-#include "cpsched/timing.hpp"
+#include "cpsched/timing/model.hpp"
 
 namespace cpsched {
 

@@ -16,9 +16,9 @@
 
 #include <algorithm>
 
-#include "cpsched/error.hpp"
-#include "cpsched/index_mask.hpp"
-#include "index_internal.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/index/index_mask.hpp"
+#include "mask/index/internal.hpp"
 
 namespace cpsched {
 

@@ -11,7 +11,7 @@
 // per head gives the cols of each key block; rows grow as runs (a row
 // touches a cell once). Extra memory is O(S) bytes per thread plus the
 // cells themselves, never O(indices).
-#include "cpsched/index_cells.hpp"
+#include "cpsched/mask/index/cells.hpp"
 
 #include <fmt/format.h>
 
@@ -19,8 +19,8 @@
 #include <bit>
 #include <limits>
 
-#include "cpsched/error.hpp"
-#include "index_internal.hpp"
+#include "cpsched/base/error.hpp"
+#include "mask/index/internal.hpp"
 
 namespace cpsched {
 

@@ -12,10 +12,10 @@
 #include <memory>
 #include <vector>
 
-#include "cpsched/error.hpp"
-#include "cpsched/mask_generators.hpp"
-#include "cpsched/npy_array.hpp"
-#include "index_internal.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/io/npy_array.hpp"
+#include "mask/index/internal.hpp"
 
 namespace cpsched {
 

@@ -2,7 +2,7 @@
 // Validation is one multi-threaded pass over the entries; every error names
 // the array's source and the first offending entry by its multi-index, the
 // same entry whatever the thread count.
-#include "cpsched/index_mask.hpp"
+#include "cpsched/mask/index/index_mask.hpp"
 
 #include <fmt/format.h>
 
@@ -11,8 +11,8 @@
 #include <mutex>
 #include <thread>
 
-#include "cpsched/error.hpp"
-#include "index_internal.hpp"
+#include "cpsched/base/error.hpp"
+#include "mask/index/internal.hpp"
 
 namespace cpsched {
 

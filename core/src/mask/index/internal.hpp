@@ -13,7 +13,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "cpsched/index_mask.hpp"
+#include "cpsched/mask/index/index_mask.hpp"
 
 namespace cpsched::index_detail {
 

@@ -3,9 +3,9 @@
 
 #include <fmt/format.h>
 
-#include "cpsched/error.hpp"
-#include "cpsched/index_cells.hpp"
-#include "index_internal.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/index/cells.hpp"
+#include "mask/index/internal.hpp"
 
 namespace cpsched {
 

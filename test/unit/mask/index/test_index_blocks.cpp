@@ -8,8 +8,8 @@
 #include <set>
 #include <vector>
 
-#include "cpsched/error.hpp"
-#include "cpsched/index_mask.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/index/index_mask.hpp"
 #include "test_helpers.hpp"
 
 using namespace cpsched;

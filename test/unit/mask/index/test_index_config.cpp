@@ -9,10 +9,10 @@
 #include <vector>
 
 
-#include "cpsched/config.hpp"
-#include "cpsched/error.hpp"
-#include "cpsched/npy_array.hpp"
-#include "cpsched/problem.hpp"
+#include "cpsched/config/config.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/io/npy_array.hpp"
+#include "cpsched/problem/problem.hpp"
 #include "npy_files.hpp"
 #include "test_helpers.hpp"
 

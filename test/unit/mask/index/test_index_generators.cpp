@@ -10,9 +10,9 @@
 #include <vector>
 
 
-#include "cpsched/error.hpp"
-#include "cpsched/mask_generators.hpp"
-#include "cpsched/npy_array.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/io/npy_array.hpp"
 #include "npy_files.hpp"
 #include "test_helpers.hpp"
 

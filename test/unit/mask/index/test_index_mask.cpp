@@ -12,10 +12,10 @@
 #include <tuple>
 #include <vector>
 
-#include "cpsched/error.hpp"
-#include "cpsched/index_cells.hpp"
-#include "cpsched/index_mask.hpp"
-#include "cpsched/problem.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/index/cells.hpp"
+#include "cpsched/mask/index/index_mask.hpp"
+#include "cpsched/problem/problem.hpp"
 #include "test_helpers.hpp"
 
 using namespace cpsched;

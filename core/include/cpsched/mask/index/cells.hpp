@@ -9,8 +9,8 @@
 #include <span>
 #include <vector>
 
-#include "cpsched/index_mask.hpp"
-#include "cpsched/range.hpp"
+#include "cpsched/mask/index/index_mask.hpp"
+#include "cpsched/base/range.hpp"
 
 namespace cpsched {
 

@@ -35,8 +35,8 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/mask.hpp"
-#include "cpsched/range.hpp"
+#include "cpsched/mask/mask.hpp"
+#include "cpsched/base/range.hpp"
 
 namespace cpsched {
 

@@ -1,0 +1,3 @@
+#pragma once
+// Forwarding header, kept until 0.6: the header moved to <cpsched/plugin/cost_model.hpp> in 0.5.
+#include "cpsched/plugin/cost_model.hpp"

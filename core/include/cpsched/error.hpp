@@ -1,0 +1,3 @@
+#pragma once
+// Forwarding header, kept until 0.6: the header moved to <cpsched/base/error.hpp> in 0.5.
+#include "cpsched/base/error.hpp"
