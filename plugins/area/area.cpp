@@ -11,7 +11,7 @@ class AreaModel final : public cpsched::CostModel {
   double compute(const cpsched::TaskGrid& g, cpsched::TaskId t) const override {
     return model_.compute(g, t);
   }
-  double transfer(cpsched::TransferKind kind, cpsched::Token tokens, int heads, cpsched::Rank src,
+  double transfer(cpsched::RowKind kind, cpsched::Token tokens, int heads, cpsched::Rank src,
                   cpsched::Rank dst) const override {
     return model_.transfer(kind, tokens, heads, src, dst);
   }

@@ -163,7 +163,7 @@ namespace {
 // Time-mode prices of a grid under a time cost model.
 TimeObjective time_objective(const TimePrices& tp, const TaskGrid& grid, double spread) {
   TimeObjective to;
-  to.gpus_per_node = tp.gpus_per_node;
+  to.nodes = tp.nodes;
   to.byte_s[0] = tp.byte_s[0];
   to.byte_s[1] = tp.byte_s[1];
   // Load = area x q heads; FLOPs = load x FLOPs per pair forward (4 D under
@@ -228,7 +228,7 @@ Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>
   // (Like the members, only on grids small enough to price plans: beyond,
   // one more start is one more search of millions of tasks.)
   if (grid.flattened() && to && grid.num_tasks() <= std::max<TaskId>(opt_.member_max_tasks, kMemberGridSearchTasks))
-    starts.push_back({"hybrid", hybrid_placement(grid, opt_.usp_max_degree, to->byte_s, to->gpus_per_node)});
+    starts.push_back({"hybrid", hybrid_placement(grid, opt_.usp_max_degree, to->byte_s, to->nodes.gpus_per_node)});
   for (const MemberResult& m : members)
     if (m.assignment.grid.get() == in.grid.get()) starts.push_back({m.name, m.assignment.rank, !member_grid});
 
@@ -376,7 +376,7 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
   const int first_stages = auto_stages ? 1 : in.stages;
   // Relays: the host's setting, or (auto) each candidate priced without and
   // with them when the ranks span several nodes.
-  const int node = in.cost->time_prices()->gpus_per_node;
+  const int node = in.cost->time_prices()->nodes.gpus_per_node;
   std::vector<int> relay_options{std::max(0, in.relay)};
   if (in.relay < 0 && node >= 2 && in.grid->cp_size() > node) relay_options.push_back(node);
   // On grids beyond member_max_tasks (P = 1024 causal: 4M tasks) one plan

@@ -36,7 +36,7 @@ void build_chunk_lists(Instance& in) {
 double build_costs(const TaskGrid& grid, const CostModel& cost, Instance& in) {
   const Problem& p = grid.problem();
   const int heads[2] = {p.q_heads_per_task(), p.kv_heads_per_task()};
-  const TransferKind kinds[2] = {TransferKind::qo, TransferKind::kv};
+  const RowKind kinds[2] = {RowKind::qo, RowKind::kv};
   const auto nb = static_cast<std::size_t>(in.nb);
   in.cost_value.assign(2 * nb, 0.0);
   in.cost_row.assign(2 * nb, -1);

@@ -52,7 +52,7 @@ class Static final : public Solver {
     int node = static_cast<int>(node_ranks_);
     if (node < 0) {
       const auto tp = in.cost != nullptr ? in.cost->time_prices() : std::nullopt;
-      node = tp ? tp->gpus_per_node : 0;
+      node = tp ? tp->nodes.gpus_per_node : 0;
     }
     const bool two_level = node > 0 && P > node && P % node == 0;
     // Node chunks of S / (node_chunks x nodes) tokens.

@@ -12,11 +12,11 @@ class TimeModel final : public cpsched::CostModel {
   explicit TimeModel(const cpsched::Params& p)
       : model_(cpsched::resolve_hardware_profile(p.get_string("hardware"))) {}
   double compute(const cpsched::TaskGrid& g, cpsched::TaskId t) const override { return model_.compute(g, t); }
-  double transfer(cpsched::TransferKind kind, cpsched::Token tokens, int heads, cpsched::Rank src,
+  double transfer(cpsched::RowKind kind, cpsched::Token tokens, int heads, cpsched::Rank src,
                   cpsched::Rank dst) const override {
     return model_.transfer(kind, tokens, heads, src, dst);
   }
-  double transfer(const cpsched::TaskGrid& g, cpsched::TransferKind kind, cpsched::Token tokens, int heads,
+  double transfer(const cpsched::TaskGrid& g, cpsched::RowKind kind, cpsched::Token tokens, int heads,
                   cpsched::Rank src, cpsched::Rank dst) const override {
     return model_.transfer(g, kind, tokens, heads, src, dst);
   }
@@ -30,7 +30,7 @@ class TimeModel final : public cpsched::CostModel {
 };
 
 const cpsched_param_spec kParams[] = {
-    {"hardware", CPSCHED_PARAM_STRING, "h100_8x_nvlink",
+    {"hardware", CPSCHED_PARAM_STRING, cpsched::kDefaultHardwareProfile,
      "hardware profile: a bundled name (h100_8x_nvlink, h200_8x_nvlink, cluster_8gpu_ib) or a path to a profile "
      "YAML; the top-level `hardware:` key sets it"},
 };

@@ -9,7 +9,7 @@
 
 namespace cpsched::sim {
 
-using ::cpsched::CommKind;
+using ::cpsched::RowKind;
 using ::cpsched::Pass;
 using ::cpsched::collective;
 using ::cpsched::pass_plan;

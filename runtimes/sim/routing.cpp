@@ -21,7 +21,7 @@ std::vector<Token> output_offsets(const GroupCollectiveArg& a) {
 namespace {
 
 // False (with a fault) when the arg's arrays disagree in length or content.
-bool arg_consistent(const GroupCollectiveArg& a, const StageComm& sc, CommKind kind, const HeadLayout& heads,
+bool arg_consistent(const GroupCollectiveArg& a, const StageComm& sc, RowKind kind, const HeadLayout& heads,
                     Token local_rows, int P, const std::string& where, bool fwd, Faults& faults) {
   const std::size_t ni = a.input_split_sizes.size(), no = a.output_split_sizes.size();
   if (a.input_ranges.size() != ni || a.input_groups.size() != ni || a.dst_indices.size() != ni) {
@@ -65,10 +65,10 @@ bool arg_consistent(const GroupCollectiveArg& a, const StageComm& sc, CommKind k
   }
   if (fwd) return ok;  // the first phase checks the declared count of both
   total += first_phase_tokens(forwarding(sc, kind));
-  const Token declared = kind == CommKind::qo ? sc.num_remote_qo_tokens : sc.num_remote_kv_tokens;
+  const Token declared = kind == RowKind::qo ? sc.num_remote_qo_tokens : sc.num_remote_kv_tokens;
   if (declared != total) {
     faults.add(fmt::format("{}: num_remote_{}_tokens is {} but the output splits hold {}", where,
-                           kind == CommKind::qo ? "qo" : "kv", declared, total));
+                           kind == RowKind::qo ? "qo" : "kv", declared, total));
     ok = false;
   }
   return ok;
@@ -76,7 +76,7 @@ bool arg_consistent(const GroupCollectiveArg& a, const StageComm& sc, CommKind k
 
 }  // namespace
 
-std::vector<Route> match_routes(const Plan& plan, Pass pass, int stage, CommKind kind, const HeadLayout& heads,
+std::vector<Route> match_routes(const Plan& plan, Pass pass, int stage, RowKind kind, const HeadLayout& heads,
                                 const std::vector<Token>& local_rows, Faults& faults, bool fwd) {
   const int P = static_cast<int>(plan.ranks.size());
   std::vector<const GroupCollectiveArg*> args(static_cast<std::size_t>(P), nullptr);

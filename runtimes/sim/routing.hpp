@@ -43,7 +43,7 @@ std::vector<Token> output_offsets(const GroupCollectiveArg& a);
 // forwarding: the stage's forwarding phase (relays, plan.hpp) instead, whose
 // input ranges must lie inside the rank's first-phase rows of the stage
 // (`local_rows` is not used then).
-std::vector<Route> match_routes(const Plan& plan, Pass pass, int stage, CommKind kind, const HeadLayout& heads,
+std::vector<Route> match_routes(const Plan& plan, Pass pass, int stage, RowKind kind, const HeadLayout& heads,
                                 const std::vector<Token>& local_rows, Faults& faults, bool forwarding = false);
 
 }  // namespace cpsched::sim

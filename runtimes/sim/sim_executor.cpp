@@ -21,7 +21,7 @@ class SimExecutor final : public cpsched::Executor {
 const cpsched_param_spec kParams[] = {
     {"mode", CPSCHED_PARAM_STRING, "timing",
      "numeric: run the plan on virtual ranks with real tensors and check it; timing: metadata only"},
-    {"hardware", CPSCHED_PARAM_STRING, "h100_8x_nvlink",
+    {"hardware", CPSCHED_PARAM_STRING, cpsched::kDefaultHardwareProfile,
      "hardware profile of the timing model: a bundled name (h100_8x_nvlink, h200_8x_nvlink, cluster_8gpu_ib) or a "
      "YAML file"},
     {"seed", CPSCHED_PARAM_INT, "-1", "seed of the numeric tensors (-1: the run's seed)"},

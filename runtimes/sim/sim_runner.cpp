@@ -24,7 +24,7 @@ SimOptions parse_sim_options(const Params& p) {
     else if (m == "timing") o.mode = SimMode::timing;
     else throw Error("sim: parameter 'mode' is '" + m + "' (expected numeric or timing)");
   }
-  o.hardware = resolve_hardware_profile(p.has("hardware") ? p.get_string("hardware") : "h100_8x_nvlink");
+  o.hardware = resolve_hardware_profile(p.has("hardware") ? p.get_string("hardware") : kDefaultHardwareProfile);
   if (p.has("seed")) o.seed = p.get_int("seed");
   if (p.has("check_tolerance")) {
     o.tolerance = p.get_real("check_tolerance");

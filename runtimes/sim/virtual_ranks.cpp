@@ -196,19 +196,19 @@ class Cluster {
     // routes[s - 1][kind], and those of the forwarding phase (relays)
     std::vector<std::array<std::vector<Route>, 2>> routes(static_cast<std::size_t>(N_)), fwd_routes(routes.size());
     for (int s = 1; s <= N_; ++s)
-      for (CommKind k : {CommKind::qo, CommKind::kv}) {
+      for (RowKind k : {RowKind::qo, RowKind::kv}) {
         const auto si = static_cast<std::size_t>(s - 1), ki = static_cast<std::size_t>(k);
         routes[si][ki] = match_routes(plan_, pass, s, k, h_, local_rows_, faults_);
         fwd_routes[si][ki] = match_routes(plan_, pass, s, k, h_, local_rows_, faults_, true);
       }
-    const std::vector<int> qo_after = reduce_points(pass, CommKind::qo, routes);
-    const std::vector<int> kv_after = reduce_points(pass, CommKind::kv, routes);
+    const std::vector<int> qo_after = reduce_points(pass, RowKind::qo, routes);
+    const std::vector<int> kv_after = reduce_points(pass, RowKind::kv, routes);
 
     compute_stage(pass, 0);
     for (int s = 1; s <= N_; ++s) {
       // First phase, then the relays forward what they received.
       for (bool fwd : {false, true})
-        for (CommKind k : {CommKind::qo, CommKind::kv})
+        for (RowKind k : {RowKind::qo, RowKind::kv})
           cast(pass, s, k, (fwd ? fwd_routes : routes)[static_cast<std::size_t>(s - 1)][static_cast<std::size_t>(k)],
                fwd);
       compute_stage(pass, s);
@@ -217,9 +217,9 @@ class Cluster {
         // the relays' rows to the sources.
         for (bool fwd : {true, false}) {
           const auto& rt = (fwd ? fwd_routes : routes)[static_cast<std::size_t>(s2 - 1)];
-          if (qo_after[static_cast<std::size_t>(s2)] == s) reduce(pass, s2, CommKind::qo, rt[0], fwd);
+          if (qo_after[static_cast<std::size_t>(s2)] == s) reduce(pass, s2, RowKind::qo, rt[0], fwd);
           if (pass == Pass::bwd && kv_after[static_cast<std::size_t>(s2)] == s)
-            reduce(pass, s2, CommKind::kv, rt[1], fwd);
+            reduce(pass, s2, RowKind::kv, rt[1], fwd);
         }
       }
     }
@@ -229,17 +229,17 @@ class Cluster {
   // When each stage's outputs go back (index s = 1..N; 0: never). A value
   // that differs between ranks, or lies outside [s, N] while the stage moves
   // data, is a fault and that stage is not reduced.
-  std::vector<int> reduce_points(Pass pass, CommKind kind, const std::vector<std::array<std::vector<Route>, 2>>& routes) {
+  std::vector<int> reduce_points(Pass pass, RowKind kind, const std::vector<std::array<std::vector<Route>, 2>>& routes) {
     std::vector<int> at(static_cast<std::size_t>(N_ + 1), 0);
-    const bool has_reduce = kind == CommKind::qo || pass == Pass::bwd;
+    const bool has_reduce = kind == RowKind::qo || pass == Pass::bwd;
     for (int s = 1; s <= N_; ++s) {
       std::set<int> values;
       for (int r = 0; r < P_; ++r) {
         const StageComm& sc = pp(r, pass).comm.stages[static_cast<std::size_t>(s - 1)];
-        values.insert(kind == CommKind::qo ? sc.qo_reduce_after : sc.kv_reduce_after);
+        values.insert(kind == RowKind::qo ? sc.qo_reduce_after : sc.kv_reduce_after);
       }
       const std::string what = fmt::format("{} stage {} {}_reduce_after", to_string(pass), s,
-                                           kind == CommKind::qo ? "qo" : "kv");
+                                           kind == RowKind::qo ? "qo" : "kv");
       if (values.size() > 1) {
         faults_.add(fmt::format("{} differs between ranks ({} values)", what, values.size()));
         continue;
@@ -258,9 +258,9 @@ class Cluster {
 
   // ---- communication ---------------------------------------------------
 
-  Token seg_offset(int r, Pass pass, int s, CommKind k) const {
+  Token seg_offset(int r, Pass pass, int s, RowKind k) const {
     const StageComm& sc = pp(r, pass).comm.stages[static_cast<std::size_t>(s - 1)];
-    return k == CommKind::qo ? sc.qo_recv_offset : sc.kv_recv_offset;
+    return k == RowKind::qo ? sc.qo_recv_offset : sc.kv_recv_offset;
   }
 
   // Calls f(src rank mem, src row, dst mem, dst remote row, group) for each
@@ -268,7 +268,7 @@ class Cluster {
   // it is a remote row of the src's (the relay's) stage-s receive, and the
   // dst rows follow the dst's first-phase rows of the stage.
   template <class F>
-  void for_each_row(Pass pass, int s, CommKind k, const std::vector<Route>& routes, bool fwd, F&& f) {
+  void for_each_row(Pass pass, int s, RowKind k, const std::vector<Route>& routes, bool fwd, F&& f) {
     std::vector<std::vector<Token>> offsets(static_cast<std::size_t>(P_));  // per receiver, computed once
     auto arg_of = [&](int r) -> const GroupCollectiveArg& {
       const StageComm& sc = pp(r, pass).comm.stages[static_cast<std::size_t>(s - 1)];
@@ -285,8 +285,8 @@ class Cluster {
       const Token dst0 = seg_offset(rt.dst, pass, s, k) + first + off[static_cast<std::size_t>(rt.out)];
       RankMem& ms = mem_[static_cast<std::size_t>(rt.src)];
       RankMem& md = mem_[static_cast<std::size_t>(rt.dst)];
-      const Token limit = k == CommKind::qo ? md.qo_rows : md.kv_rows;
-      const Token src_limit = fwd ? (k == CommKind::qo ? ms.qo_rows : ms.kv_rows) : ms.rows();
+      const Token limit = k == RowKind::qo ? md.qo_rows : md.kv_rows;
+      const Token src_limit = fwd ? (k == RowKind::qo ? ms.qo_rows : ms.kv_rows) : ms.rows();
       if (dst0 < 0 || dst0 + in.size() > limit || src0 < 0 || src0 + in.size() > src_limit) {
         faults_.add(fmt::format("{} stage {} {}{} rank {} -> {}: output split {} lies outside the receive buffer",
                                 to_string(pass), s, to_string(k), fwd ? " forwarding" : "", rt.src, rt.dst, rt.out));
@@ -303,12 +303,12 @@ class Cluster {
     std::copy_n(src.begin() + srow * sw + soff, dw, dst.begin() + drow * dw);
   }
 
-  void cast(Pass pass, int s, CommKind k, const std::vector<Route>& routes, bool fwd) {
+  void cast(Pass pass, int s, RowKind k, const std::vector<Route>& routes, bool fwd) {
     const std::int64_t D = h_.dim, DV = h_.dim_v;
     for_each_row(pass, s, k, routes, fwd, [&](RankMem& ms, Token sr, RankMem& md, Token dr, int g) {
       ++rows_moved_;
       if (fwd) {  // remote rows to remote rows: the group's heads only
-        if (k == CommKind::kv) {
+        if (k == RowKind::kv) {
           copy_row(ms.rk, sr, rkw_, 0, md.rk, dr, rkw_);
           copy_row(ms.rv, sr, rvw_, 0, md.rv, dr, rvw_);
           return;
@@ -321,7 +321,7 @@ class Cluster {
         }
         return;
       }
-      if (k == CommKind::kv) {
+      if (k == RowKind::kv) {
         copy_row(ms.k, sr, kw_, h_.kv_head0(g) * D, md.rk, dr, rkw_);
         copy_row(ms.v, sr, vw_, h_.kv_head0(g) * DV, md.rv, dr, rvw_);
         return;
@@ -338,15 +338,15 @@ class Cluster {
 
   // The transpose of the cast: the receiver's rows go back to the sender
   // (forwarding phase: into the relay's remote rows).
-  void reduce(Pass pass, int s, CommKind k, const std::vector<Route>& routes, bool fwd) {
+  void reduce(Pass pass, int s, RowKind k, const std::vector<Route>& routes, bool fwd) {
     const std::int64_t D = h_.dim, DV = h_.dim_v;
     for_each_row(pass, s, k, routes, fwd, [&](RankMem& host, Token hr, RankMem& comp, Token cr, int g) {
       const int qg = h_.q_per_group;
       if (fwd) {
-        if (k == CommKind::qo && pass == Pass::fwd) {
+        if (k == RowKind::qo && pass == Pass::fwd) {
           merge_rows(MView{host.ro.data() + hr * row_, row_}, MView{host.rlse.data() + hr * qg, qg},
                      CView{comp.ro.data() + cr * row_, row_}, CView{comp.rlse.data() + cr * qg, qg}, 1, qg, h_.dim_v);
-        } else if (k == CommKind::qo) {
+        } else if (k == RowKind::qo) {
           add_rows(MView{host.rdq.data() + hr * rqw_, rqw_}, CView{comp.rdq.data() + cr * rqw_, rqw_}, 1, rqw_);
         } else {
           add_rows(MView{host.rdk.data() + hr * rkw_, rkw_}, CView{comp.rdk.data() + cr * rkw_, rkw_}, 1, rkw_);
@@ -355,11 +355,11 @@ class Cluster {
         }
         return;
       }
-      if (k == CommKind::qo && pass == Pass::fwd) {
+      if (k == RowKind::qo && pass == Pass::fwd) {
         const std::int64_t off = h_.q_head0(g) * DV;
         merge_rows(MView{host.o.data() + hr * ow_ + off, ow_}, MView{host.lse.data() + hr * h_.hq + h_.q_head0(g), h_.hq},
                    CView{comp.ro.data() + cr * row_, row_}, CView{comp.rlse.data() + cr * qg, qg}, 1, qg, h_.dim_v);
-      } else if (k == CommKind::qo) {
+      } else if (k == RowKind::qo) {
         const std::int64_t off = static_cast<std::int64_t>(h_.q_head0(g)) * D;
         add_rows(MView{host.dq.data() + hr * qw_ + off, qw_}, CView{comp.rdq.data() + cr * rqw_, rqw_}, 1, rqw_);
       } else {

@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
     if (cost_name != "area" && cost_name != "time") throw Error("bench_scale: --cost must be area or time");
     std::unique_ptr<CostModel> cost_model;
     if (cost_name == "time")
-      cost_model = std::make_unique<TimeCostModel>(resolve_hardware_profile(arg(argc, argv, "--hardware", "h100_8x_nvlink")));
+      cost_model = std::make_unique<TimeCostModel>(resolve_hardware_profile(arg(argc, argv, "--hardware", kDefaultHardwareProfile)));
     else
       cost_model = std::make_unique<AreaCostModel>();
     const CostModel& cost = *cost_model;

@@ -52,7 +52,7 @@ long long plan_entries(const Plan& plan) {
 int main(int argc, char** argv) {
   try {
     std::vector<std::string> cps = {"8", "64", "256", "1024"}, solvers = {"owner", "usp", "binary_greedy"};
-    std::string hardware = "h100_8x_nvlink";
+    std::string hardware = kDefaultHardwareProfile;
     int stages = 1, repeats = 9;
     for (int i = 1; i + 1 < argc; i += 2) {
       const std::string k = argv[i], v = argv[i + 1];

@@ -35,7 +35,7 @@ int main(int argc, char** argv) try {
   for (const std::string& s : bench::split(bench::arg(argc, argv, "--cp", "8,16,32"))) cps.push_back(std::stoi(s));
   const Token per_rank = std::stoll(bench::arg(argc, argv, "--tokens-per-rank", "4096"));
   const int packs = std::stoi(bench::arg(argc, argv, "--packs", "3"));
-  const std::string hardware = bench::arg(argc, argv, "--hardware", "h100_8x_nvlink");
+  const std::string hardware = bench::arg(argc, argv, "--hardware", kDefaultHardwareProfile);
   const auto hist = DocHistogram::load_csv(bench::data_file(argc, argv, "doc_length_distribution.csv"));
 
   Registry reg;

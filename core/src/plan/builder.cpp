@@ -51,7 +51,7 @@ PlanBuilder::PlanBuilder(Assignment a) : s_(std::make_unique<State>()) {
   const Problem& p = s_->a.grid->problem();
   s_->fb = fwd_bytes_per_token(p);
   s_->bb = bwd_bytes_per_token(p);
-  for (const plan_detail::Xfer& x : s_->tr.xfers) s_->has_qo |= x.kind == plan_detail::kQO;
+  for (const plan_detail::Xfer& x : s_->tr.xfers) s_->has_qo |= x.kind == RowKind::qo;
 }
 
 PlanBuilder::~PlanBuilder() = default;
@@ -64,7 +64,7 @@ std::vector<Transfer> PlanBuilder::transfers() const {
   std::vector<Transfer> out;
   out.reserve(s_->tr.xfers.size());
   for (const plan_detail::Xfer& x : s_->tr.xfers)
-    out.push_back({x.kind == plan_detail::kQO ? Transfer::Kind::qo : Transfer::Kind::kv, x.block, x.group, x.host,
+    out.push_back({x.kind, x.block, x.group, x.host,
                    x.dst, x.tokens});
   return out;
 }

@@ -12,12 +12,10 @@
 
 namespace cpsched::plan_detail {
 
-enum : std::uint8_t { kQO = 0, kKV = 1 };
-
 // The rows (QO) or cols (KV) of one block and head group that one computing
 // rank needs from the block's host: the union over the tasks placed there.
 struct Xfer {
-  std::uint8_t kind = kQO;
+  RowKind kind = RowKind::qo;
   std::int32_t block = 0;
   std::int32_t group = 0;  // 0..G-1 (0 when head groups are not flattened)
   Rank host = 0;

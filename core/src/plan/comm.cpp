@@ -7,6 +7,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "cpsched/timing/node_map.hpp"
 #include "plan/builder_internal.hpp"
 
 namespace cpsched::plan_detail {
@@ -38,7 +39,7 @@ void grow_split(GroupCollectiveArg& in, GroupCollectiveArg& out, std::pair<std::
 // A forwarding the relay sends once its first phase has arrived. Its dsts
 // and their xfers sit in the Emitter's pools (no allocation per forward).
 struct Forward {
-  std::uint8_t kind;
+  RowKind kind;
   int stage;
   Rank relay;
   int group;
@@ -68,16 +69,16 @@ struct Emitter {
   std::unordered_map<std::uint64_t, std::pair<std::size_t, std::size_t>> split_of;  // (input, output) index
 
   // Adds `size` rows from src to dst to their merged split (summary mode).
-  void add_summary(std::uint8_t kind, int stage, Rank src, Rank dst, int group, Token size, bool fwd) {
+  void add_summary(RowKind kind, int stage, Rank src, Rank dst, int group, Token size, bool fwd) {
     const auto P = static_cast<std::uint64_t>(pass.size());
     const std::uint64_t key =
-        ((((fwd ? 2u : 0u) + kind) * static_cast<std::uint64_t>(pass.front()->comm.stages.size()) +
+        ((((fwd ? 2u : 0u) + static_cast<unsigned>(index_of(kind))) * static_cast<std::uint64_t>(pass.front()->comm.stages.size()) +
           static_cast<std::uint64_t>(stage - 1)) * P + static_cast<std::uint64_t>(src)) * P + static_cast<std::uint64_t>(dst);
     StageComm& sc = stage_of(src, stage);
-    GroupCollectiveArg& in = fwd ? (kind == kQO ? sc.qo_fwd : sc.kv_fwd) : (kind == kQO ? sc.qo : sc.kv);
+    GroupCollectiveArg& in = fwd ? (kind == RowKind::qo ? sc.qo_fwd : sc.kv_fwd) : (kind == RowKind::qo ? sc.qo : sc.kv);
     StageComm& rc = stage_of(dst, stage);
-    GroupCollectiveArg& out = fwd ? (kind == kQO ? rc.qo_fwd : rc.kv_fwd) : (kind == kQO ? rc.qo : rc.kv);
-    (kind == kQO ? rc.num_remote_qo_tokens : rc.num_remote_kv_tokens) += size;
+    GroupCollectiveArg& out = fwd ? (kind == RowKind::qo ? rc.qo_fwd : rc.kv_fwd) : (kind == RowKind::qo ? rc.qo : rc.kv);
+    (kind == RowKind::qo ? rc.num_remote_qo_tokens : rc.num_remote_kv_tokens) += size;
     const auto it = split_of.find(key);
     if (it == split_of.end()) split_of.emplace(key, open_split(in, out, src, dst, group, size));
     else grow_split(in, out, it->second, size);
@@ -89,10 +90,10 @@ struct Emitter {
 
   // Appends an output split of `size` rows from src to dst's stage (first
   // phase or forwarding) and returns its stage-relative offset.
-  Token receive(std::uint8_t kind, int stage, Rank dst, Rank src, int group, Token size, bool fwd) {
+  Token receive(RowKind kind, int stage, Rank dst, Rank src, int group, Token size, bool fwd) {
     StageComm& rc = stage_of(dst, stage);
-    GroupCollectiveArg& out = fwd ? (kind == kQO ? rc.qo_fwd : rc.kv_fwd) : (kind == kQO ? rc.qo : rc.kv);
-    Token& fill = kind == kQO ? rc.num_remote_qo_tokens : rc.num_remote_kv_tokens;
+    GroupCollectiveArg& out = fwd ? (kind == RowKind::qo ? rc.qo_fwd : rc.kv_fwd) : (kind == RowKind::qo ? rc.qo : rc.kv);
+    Token& fill = kind == RowKind::qo ? rc.num_remote_qo_tokens : rc.num_remote_kv_tokens;
     const Token o = fill;
     out.output_split_sizes.push_back(size);
     out.src_index.push_back(src);
@@ -103,7 +104,7 @@ struct Emitter {
 
   // One split of `block` (global range r) from host to every dst of `dsts`
   // (ascending; xs[i] is the xfer of dsts[i]).
-  void emit(std::uint8_t kind, int stage, Rank host, std::int32_t block, int group, Range r,
+  void emit(RowKind kind, int stage, Rank host, std::int32_t block, int group, Range r,
             const std::vector<Rank>& dsts, const std::vector<std::int32_t>& xs) {
     const std::vector<Rank>* to = &dsts;
     const std::vector<std::int32_t>* to_x = &xs;
@@ -118,7 +119,7 @@ struct Emitter {
       return;
     }
     StageComm& sc = stage_of(host, stage);
-    GroupCollectiveArg& in = kind == kQO ? sc.qo : sc.kv;
+    GroupCollectiveArg& in = kind == RowKind::qo ? sc.qo : sc.kv;
     const Range blk = sh.blocks[static_cast<std::size_t>(block)];
     const Token lb = block_off[static_cast<std::size_t>(block)] + (r.begin - blk.begin);
     in.input_split_sizes.push_back(r.size());
@@ -137,17 +138,17 @@ struct Emitter {
 
   // Cuts dsts into the direct receivers (`direct`) and one forwarding per
   // node of >= 2 receivers other than the host's.
-  void pick_relays(std::uint8_t kind, int stage, Rank host, int group, Range r, const std::vector<Rank>& dsts,
+  void pick_relays(RowKind kind, int stage, Rank host, int group, Range r, const std::vector<Rank>& dsts,
                    const std::vector<std::int32_t>& xs) {
-    const int n = relay.node_size;
-    const Bytes bytes = r.size() * (kind == kQO ? relay.qo_bytes : relay.kv_bytes);
+    const NodeMap nodes{relay.node_size};
+    const Bytes bytes = r.size() * (kind == RowKind::qo ? relay.qo_bytes : relay.kv_bytes);
     direct.clear();
     direct_x.clear();
     for (std::size_t i0 = 0; i0 < dsts.size();) {
-      const int node = dsts[i0] / n;
+      const int node = nodes.node_of(dsts[i0]);
       std::size_t i1 = i0 + 1;
-      while (i1 < dsts.size() && dsts[i1] / n == node) ++i1;
-      if (node == host / n) {
+      while (i1 < dsts.size() && nodes.node_of(dsts[i1]) == node) ++i1;
+      if (node == nodes.node_of(host)) {
         for (std::size_t i = i0; i < i1; ++i) direct.push_back(dsts[i]), direct_x.push_back(xs[i]);
       } else if (i1 - i0 == 1) {
         direct.push_back(dsts[i0]), direct_x.push_back(xs[i0]);
@@ -181,7 +182,7 @@ struct Emitter {
         continue;
       }
       StageComm& sc = stage_of(f.relay, f.stage);
-      GroupCollectiveArg& in = f.kind == kQO ? sc.qo_fwd : sc.kv_fwd;
+      GroupCollectiveArg& in = f.kind == RowKind::qo ? sc.qo_fwd : sc.kv_fwd;
       in.input_split_sizes.push_back(f.global.size());
       in.input_ranges.push_back({f.relay_off, f.relay_off + f.global.size()});
       in.input_groups.push_back(f.group);
@@ -276,7 +277,7 @@ std::vector<std::int32_t> emit_order(const Transfers& tr, const std::vector<int>
   if (buckets <= std::max<std::size_t>(std::size_t{1} << 16, 8 * n)) {
     auto bucket = [&](std::size_t i) {
       const Xfer& x = tr.xfers[i];
-      return ((x.kind * static_cast<std::size_t>(stages) + static_cast<std::size_t>(stage[i] - 1)) * nb +
+      return ((static_cast<std::size_t>(index_of(x.kind)) * static_cast<std::size_t>(stages) + static_cast<std::size_t>(stage[i] - 1)) * nb +
               block_rank[static_cast<std::size_t>(x.block)]) * G + static_cast<std::size_t>(x.group);
     };
     std::vector<std::int32_t> start(buckets + 1, 0);
@@ -392,7 +393,7 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
       const StageComm& sc =
           pass[static_cast<std::size_t>(xf.dst)]->comm.stages[static_cast<std::size_t>(stage[static_cast<std::size_t>(x)] - 1)];
       out.runs[fill[static_cast<std::size_t>(x)]++] =
-          XferRun{r.global, r.off + (xf.kind == kQO ? sc.qo_recv_offset : sc.kv_recv_offset)};
+          XferRun{r.global, r.off + (xf.kind == RowKind::qo ? sc.qo_recv_offset : sc.kv_recv_offset)};
     }
   }
   std::size_t w = 0;
@@ -436,12 +437,12 @@ void summary_comm(const Transfers& tr, const std::vector<int>& stage, int stages
     const auto s = static_cast<std::size_t>(stage[i] - 1);
     StageComm& h = pass[static_cast<std::size_t>(x.host)]->comm.stages[s];
     StageComm& d = pass[static_cast<std::size_t>(x.dst)]->comm.stages[s];
-    GroupCollectiveArg& in = x.kind == kQO ? h.qo : h.kv;
-    GroupCollectiveArg& out = x.kind == kQO ? d.qo : d.kv;
-    Open& o = from[(s * 2 + x.kind) * P + static_cast<std::size_t>(x.host)];
+    GroupCollectiveArg& in = x.kind == RowKind::qo ? h.qo : h.kv;
+    GroupCollectiveArg& out = x.kind == RowKind::qo ? d.qo : d.kv;
+    Open& o = from[(s * 2 + static_cast<std::size_t>(index_of(x.kind))) * P + static_cast<std::size_t>(x.host)];
     if (o.dst != x.dst) o = {x.dst, open_split(in, out, x.host, x.dst, x.group, x.tokens)};
     else grow_split(in, out, o.at, x.tokens);
-    (x.kind == kQO ? d.num_remote_qo_tokens : d.num_remote_kv_tokens) += x.tokens;
+    (x.kind == RowKind::qo ? d.num_remote_qo_tokens : d.num_remote_kv_tokens) += x.tokens;
   }
   set_recv_offsets(pass);
 }

@@ -48,8 +48,8 @@ Transfers collect_transfers(const Assignment& a) {
   // Rows of each xfer come from its tasks' cells out of token order (KV cols
   // by q block): collected and merged once per xfer.
   std::vector<RangeSet::Builder> rows;
-  auto xfer_for = [&](std::uint8_t kind, std::int32_t block, std::size_t grp, Rank d) {
-    const std::size_t key = (kind * nb + static_cast<std::size_t>(block)) * G + grp;
+  auto xfer_for = [&](RowKind kind, std::int32_t block, std::size_t grp, Rank d) {
+    const std::size_t key = (static_cast<std::size_t>(index_of(kind)) * nb + static_cast<std::size_t>(block)) * G + grp;
     if (stamp[key] != d) {
       stamp[key] = d;
       slot[key] = static_cast<std::int32_t>(tr.xfers.size());
@@ -67,12 +67,12 @@ Transfers collect_transfers(const Assignment& a) {
       const std::size_t grp = static_cast<std::size_t>(t) % G;
       const auto rank = static_cast<Rank>(d);
       if (g.q_host(t) != rank) {
-        const std::int32_t x = xfer_for(kQO, c.qblock, grp, rank);
+        const std::int32_t x = xfer_for(RowKind::qo, c.qblock, grp, rank);
         rows[static_cast<std::size_t>(x)].add(c.rows);
         tr.task_q[static_cast<std::size_t>(t)] = x;
       }
       if (g.k_host(t) != rank) {
-        const std::int32_t x = xfer_for(kKV, c.kblock, grp, rank);
+        const std::int32_t x = xfer_for(RowKind::kv, c.kblock, grp, rank);
         rows[static_cast<std::size_t>(x)].add(c.cols);
         tr.task_k[static_cast<std::size_t>(t)] = x;
       }
@@ -94,7 +94,7 @@ SendOrder send_order(const Assignment& a, const Transfers& tr, Bytes qo_out, Byt
   out.seq.reserve(tr.xfers.size());
   auto bytes_of = [&](std::size_t i) {
     const Xfer& x = tr.xfers[i];
-    return x.tokens * (x.kind == kQO ? qo_out : kv_out);
+    return x.tokens * (x.kind == RowKind::qo ? qo_out : kv_out);
   };
   std::vector<double> enabled(tr.xfers.size(), 0.0);  // load of the tasks that need each xfer
   // The sort's keys side by side (the comparator reads no other memory).
@@ -102,7 +102,7 @@ SendOrder send_order(const Assignment& a, const Transfers& tr, Bytes qo_out, Byt
     Bytes bytes;
     double enabled;
     Rank host;
-    std::uint8_t kind;
+    RowKind kind;
     std::int32_t block, group;
     std::size_t i;
   };
@@ -184,7 +184,7 @@ std::vector<int> assign_stages(const Transfers& tr, const SendOrder& order, int 
   if (stages <= 1) return stage;
   auto bytes_of = [&](std::size_t i) {
     const Xfer& x = tr.xfers[i];
-    return x.tokens * (x.kind == kQO ? order.qo_out : order.kv_out);
+    return x.tokens * (x.kind == RowKind::qo ? order.qo_out : order.kv_out);
   };
   // Stage s ends at the fraction (2^s - 1) / (2^N - 1) of the bytes: each
   // stage moves twice the bytes of the one before, so the first (exposed: only

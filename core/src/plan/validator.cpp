@@ -155,8 +155,8 @@ std::vector<RankMaps> check_comm(const Assignment& a, const Plan& plan, bool fwd
       // this stage's first phase, and carry their data and head group on.
       for (auto& e : expect) e.clear();
       for (std::size_t r = 0; r < P; ++r) {
-        const GroupCollectiveArg& g = forwarding(pass_of(plan.ranks[r], fwd).comm.stages[s], k == 0 ? CommKind::qo
-                                                                                                  : CommKind::kv);
+        const GroupCollectiveArg& g = forwarding(pass_of(plan.ranks[r], fwd).comm.stages[s], k == 0 ? RowKind::qo
+                                                                                                  : RowKind::kv);
         const Token first = maps[r].remote[k].size() - stage_begin[r];
         usable[r] = check_shape(g, grid, first, static_cast<Rank>(r), where_fwd.c_str(), k, pr);
         if (!usable[r]) continue;
@@ -179,7 +179,7 @@ std::vector<RankMaps> check_comm(const Assignment& a, const Plan& plan, bool fwd
       }
       for (std::size_t r = 0; r < P; ++r) {
         const StageComm& sc = pass_of(plan.ranks[r], fwd).comm.stages[s];
-        receive(r, forwarding(sc, k == 0 ? CommKind::qo : CommKind::kv), where_fwd.c_str(), k);
+        receive(r, forwarding(sc, k == 0 ? RowKind::qo : RowKind::kv), where_fwd.c_str(), k);
         const Token declared = k == 0 ? sc.num_remote_qo_tokens : sc.num_remote_kv_tokens;
         if (declared != got[r])
           pr.add("{} {} rank {}: num_remote_{}_tokens is {} but {} tokens are sent to it", where, kind_name(k), r,
@@ -210,7 +210,7 @@ void check_pass_metrics(const Assignment& a, const Plan& plan, bool fwd, const L
   for (std::size_t r = 0; r < P; ++r)
     for (const StageComm& sc : pass_of(plan.ranks[r], fwd).comm.stages)
       for (int k = 0; k < 4; ++k) {
-        const GroupCollectiveArg& g = k < 2 ? arg_of(sc, k) : forwarding(sc, k == 2 ? CommKind::qo : CommKind::kv);
+        const GroupCollectiveArg& g = k < 2 ? arg_of(sc, k) : forwarding(sc, k == 2 ? RowKind::qo : RowKind::kv);
         relays = relays || (k >= 2 && !g.input_split_sizes.empty());
         const Bytes out = k % 2 == 0 ? tb.qo_out : tb.kv_out, back = k % 2 == 0 ? tb.qo_back : tb.kv_back;
         for (std::size_t i = 0; i < g.input_split_sizes.size() && i < g.dst_indices.size(); ++i) {

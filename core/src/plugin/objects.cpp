@@ -100,10 +100,10 @@ class CostModelHandle final : public CostModel {
   CostModelHandle(const PluginLib& p, const Params& params)
       : held_(p, params), model_(&held_.object().model()) {}
   double compute(const TaskGrid& g, TaskId t) const override { return model_->compute(g, t); }
-  double transfer(TransferKind kind, Token tokens, int heads, Rank src, Rank dst) const override {
+  double transfer(RowKind kind, Token tokens, int heads, Rank src, Rank dst) const override {
     return model_->transfer(kind, tokens, heads, src, dst);
   }
-  double transfer(const TaskGrid& g, TransferKind kind, Token tokens, int heads, Rank src, Rank dst) const override {
+  double transfer(const TaskGrid& g, RowKind kind, Token tokens, int heads, Rank src, Rank dst) const override {
     return model_->transfer(g, kind, tokens, heads, src, dst);
   }
   std::optional<TimePrices> time_prices() const override { return model_->time_prices(); }

@@ -24,7 +24,7 @@ class BlockNeeds {
   }
 
   // `flattened`: bucket group g is head group g; else every need is group -1.
-  void emit(Transfer::Kind kind, std::int32_t block, Rank host, bool flattened, std::vector<Transfer>& out) {
+  void emit(RowKind kind, std::int32_t block, Rank host, bool flattened, std::vector<Transfer>& out) {
     std::sort(touched_.begin(), touched_.end());
     for (std::int32_t b : touched_) {
       ranges_.clear();
@@ -82,7 +82,7 @@ std::vector<Transfer> transfers(const Assignment& a) {
         if (r == host) continue;
         for (Range x : g.cell_of(static_cast<TaskId>(t)).rows.ranges()) needs.add(grp, r, x);
       }
-    needs.emit(Transfer::Kind::qo, qb, host, flat, out);
+    needs.emit(RowKind::qo, qb, host, flat, out);
     c0 = c1;
   }
 
@@ -108,7 +108,7 @@ std::vector<Transfer> transfers(const Assignment& a) {
         for (Range x : g.cell_of(static_cast<TaskId>(t)).cols.ranges()) needs.add(grp, r, x);
       }
     }
-    needs.emit(Transfer::Kind::kv, static_cast<std::int32_t>(kb), host, flat, out);
+    needs.emit(RowKind::kv, static_cast<std::int32_t>(kb), host, flat, out);
   }
   return out;
 }
@@ -131,7 +131,7 @@ TransferBytes bwd_bytes_per_token(const Problem& p) {
 namespace {
 void account(PassMetrics& m, const std::vector<Transfer>& ts, const TransferBytes& b) {
   for (const Transfer& t : ts) {
-    const bool qo = t.kind == Transfer::Kind::qo;
+    const bool qo = t.kind == RowKind::qo;
     const Bytes out = t.tokens * (qo ? b.qo_out : b.kv_out);
     const Bytes back = t.tokens * (qo ? b.qo_back : b.kv_back);
     m.send[static_cast<std::size_t>(t.host)] += out;
@@ -169,7 +169,7 @@ Metrics compute_metrics(const Assignment& a) {
   m.stage0_share = total > 0 ? static_cast<double>(local) / static_cast<double>(total) : 1.0;
 
   const std::vector<Transfer> ts = transfers(a);
-  for (const Transfer& t : ts) (t.kind == Transfer::Kind::qo ? m.remote_qo_tokens : m.remote_kv_tokens) += t.tokens;
+  for (const Transfer& t : ts) (t.kind == RowKind::qo ? m.remote_qo_tokens : m.remote_kv_tokens) += t.tokens;
   account(m.fwd, ts, fwd_bytes_per_token(p));
   account(m.bwd, ts, bwd_bytes_per_token(p));
   return m;

@@ -23,8 +23,8 @@ ByteModel::ByteModel(const TaskGrid& grid, double fwd_weight, double bwd_weight)
   const std::size_t nu = grid.cells().size() * (per_group_ ? static_cast<std::size_t>(groups_) : 1);
   qo_off_.assign(nu + 1, 0);
   kv_off_.assign(nu + 1, 0);
-  build_direction(Dir::qo);
-  build_direction(Dir::kv);
+  build_direction(RowKind::qo);
+  build_direction(RowKind::kv);
   seg_cost_.reserve(segments_.size());
   for (const Segment& s : segments_)
     seg_cost_.push_back(static_cast<double>(s.tokens.size()) * price(s.dir).sum());
@@ -33,16 +33,16 @@ ByteModel::ByteModel(const TaskGrid& grid, double fwd_weight, double bwd_weight)
 // Cuts each block's needed token sets (rows for QO, cols for KV) into
 // elementary intervals and lists, per unit (a cell, or a task when the
 // grid's groups have their own cells), the segments it needs.
-void ByteModel::build_direction(Dir dir) {
+void ByteModel::build_direction(RowKind dir) {
   const auto& cells = grid_->cells();
   const std::size_t nc = cells.size();
   const std::size_t per = per_group_ ? static_cast<std::size_t>(groups_) : 1;  // units per cell
   const std::size_t nu = nc * per;
   const auto nb = static_cast<std::size_t>(grid_->sharding().num_blocks());
-  auto block_of = [&](const Cell& c) { return static_cast<std::size_t>(dir == Dir::qo ? c.qblock : c.kblock); };
+  auto block_of = [&](const Cell& c) { return static_cast<std::size_t>(dir == RowKind::qo ? c.qblock : c.kblock); };
   auto needed = [&](std::size_t unit) -> const RangeSet& {
     const Cell& c = per_group_ ? grid_->cell_of(static_cast<TaskId>(unit)) : cells[unit];
-    return dir == Dir::qo ? c.rows : c.cols;
+    return dir == RowKind::qo ? c.rows : c.cols;
   };
 
   // Cells of each block (counting sort keeps cell order inside a block).
@@ -104,7 +104,7 @@ void ByteModel::build_direction(Dir dir) {
   bc.resize(nc);
   for (std::size_t i = 0; i < nc; ++i) bc[i] = static_cast<std::int32_t>(by_block[i]);
 
-  auto& off = dir == Dir::qo ? qo_off_ : kv_off_;
+  auto& off = dir == RowKind::qo ? qo_off_ : kv_off_;
   for (std::size_t u = 0; u < nu; ++u) {
     off[u] = static_cast<std::int32_t>(seg_ids_.size());
     seg_ids_.insert(seg_ids_.end(), lists[u].begin(), lists[u].end());

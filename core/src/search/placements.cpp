@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include <cpsched/problem/metrics.hpp>
+#include <cpsched/timing/node_map.hpp>
 
 namespace cpsched::search {
 
@@ -39,8 +40,8 @@ std::vector<Rank> hybrid_placement(const TaskGrid& grid, int max_degree, const d
   const TransferBytes fb = fwd_bytes_per_token(p), bb = bwd_bytes_per_token(p);
   const auto qo = static_cast<double>(fb.qo_out + fb.qo_back + bb.qo_out + bb.qo_back);
   const auto kv = static_cast<double>(fb.kv_out + fb.kv_back + bb.kv_out + bb.kv_back);
-  const int node = std::max(1, gpus_per_node);
-  auto secs = [&](Rank a, Rank b) { return byte_s[a / node == b / node ? 0 : 1]; };
+  const NodeMap nodes{std::max(1, gpus_per_node)};
+  auto secs = [&](Rank a, Rank b) { return byte_s[nodes.link_index(a, b)]; };
   const auto& cells = grid.cells();
   const auto& sh = grid.sharding();
   std::vector<Rank> r = owner_placement(grid);

@@ -64,9 +64,9 @@ void for_each_sibling(const State& st, TaskId t, Rank a, bool qo, bool kv, int l
   const int G = m.groups(), g = m.group_of(t);
   const Cell& c = m.grid().cell_of(t);
   int n = 0;
-  for (Dir d : {Dir::qo, Dir::kv}) {
-    if (!(d == Dir::qo ? qo : kv)) continue;
-    for (std::int32_t cell : m.cells_of(d, d == Dir::qo ? c.qblock : c.kblock)) {
+  for (RowKind d : {RowKind::qo, RowKind::kv}) {
+    if (!(d == RowKind::qo ? qo : kv)) continue;
+    for (std::int32_t cell : m.cells_of(d, d == RowKind::qo ? c.qblock : c.kblock)) {
       const TaskId s = static_cast<TaskId>(cell) * G + g;
       if (s == t || st.rank(s) != a) continue;
       if (n++ == limit) return;
@@ -287,13 +287,13 @@ void push_affected(const State& st, TaskId t, Rank from, Worklist& work) {
   const ByteModel& m = st.model();
   const int G = m.groups(), g = m.group_of(t);
   const Cell& c = m.grid().cell_of(t);
-  for (Dir d : {Dir::qo, Dir::kv})
-    for (std::int32_t cell : m.cells_of(d, d == Dir::qo ? c.qblock : c.kblock))
+  for (RowKind d : {RowKind::qo, RowKind::kv})
+    for (std::int32_t cell : m.cells_of(d, d == RowKind::qo ? c.qblock : c.kblock))
       work.push(static_cast<TaskId>(cell) * G + g);
   const auto& blocks = m.grid().sharding();
   for (int b = 0; b < blocks.num_blocks(); ++b) {
     if (blocks.host[static_cast<std::size_t>(b)] != from) continue;
-    for (Dir d : {Dir::qo, Dir::kv})
+    for (RowKind d : {RowKind::qo, RowKind::kv})
       for (std::int32_t cell : m.cells_of(d, b))
         for (int h = 0; h < G; ++h) work.push(static_cast<TaskId>(cell) * G + h);
   }
@@ -442,10 +442,10 @@ void iterate(State& st, Budget& budget, std::uint64_t seed) {
         st.move(t, b);
       } else {
         // The tasks on a sharing t's q block (kind 1) or kv block (kind 2) and group.
-        const Dir d = kind == 1 ? Dir::qo : Dir::kv;
+        const RowKind d = kind == 1 ? RowKind::qo : RowKind::kv;
         const Cell& c = m.grid().cell_of(t);
         const int g = m.group_of(t);
-        for (std::int32_t cell : m.cells_of(d, d == Dir::qo ? c.qblock : c.kblock)) {
+        for (std::int32_t cell : m.cells_of(d, d == RowKind::qo ? c.qblock : c.kblock)) {
           const TaskId s = static_cast<TaskId>(cell) * G + g;
           if (st.rank(s) == a) st.move(s, b);
         }

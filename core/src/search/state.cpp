@@ -82,24 +82,24 @@ double State::bottleneck() const {
   return top_.empty() ? 0.0 : std::max(send_[static_cast<std::size_t>(top_[0])], recv_[static_cast<std::size_t>(top_[0])]);
 }
 
-const std::uint64_t* State::words(Dir d, TaskId t) const {
+const std::uint64_t* State::words(RowKind d, TaskId t) const {
   const TaskInfo& in = info_[static_cast<std::size_t>(t)];
-  const std::size_t slot = block_slot(d, d == Dir::qo ? in.qblock : in.kblock, in.group);
+  const std::size_t slot = block_slot(d, d == RowKind::qo ? in.qblock : in.kblock, in.group);
   return holders_.data() + slot * static_cast<std::size_t>(words_);
 }
 
-bool State::holder(Dir d, TaskId t, Rank r) const {
+bool State::holder(RowKind d, TaskId t, Rank r) const {
   return (words(d, t)[r / 64] >> (r % 64)) & 1U;
 }
 
 void State::add(TaskId t, Rank r, int sign) {
   const TaskInfo& in = info_[static_cast<std::size_t>(t)];
   const auto ur = static_cast<std::size_t>(r);
-  for (Dir d : {Dir::qo, Dir::kv}) {
-    const Rank h = d == Dir::qo ? in.qhost : in.khost;
+  for (RowKind d : {RowKind::qo, RowKind::kv}) {
+    const Rank h = d == RowKind::qo ? in.qhost : in.khost;
     const auto uh = static_cast<std::size_t>(h);
     const Price& pr = m_->price(d);
-    const auto segs = d == Dir::qo ? m_->qo_segments(in.cell) : m_->kv_segments(in.cell);
+    const auto segs = d == RowKind::qo ? m_->qo_segments(in.cell) : m_->kv_segments(in.cell);
     for (std::int32_t s : segs) {
       const std::uint16_t c = cnt_.bump(s, in.group, r, sign);
       const bool flips = sign > 0 ? c == 0 : c == 1;
@@ -118,7 +118,7 @@ void State::add(TaskId t, Rank r, int sign) {
       recv_[uh] += len * pr.back;
       total_ += len * pr.sum();
     }
-    const std::size_t bs = block_slot(d, d == Dir::qo ? in.qblock : in.kblock, in.group);
+    const std::size_t bs = block_slot(d, d == RowKind::qo ? in.qblock : in.kblock, in.group);
     std::uint32_t& bc = blk_cnt_[bs * static_cast<std::size_t>(P_) + ur];
     bc = static_cast<std::uint32_t>(static_cast<std::int64_t>(bc) + sign);
     if (r != h) {
@@ -209,9 +209,9 @@ double State::delta(TaskId t, Rank b) const {
   const TaskInfo& in = info_[static_cast<std::size_t>(t)];
   if (bw_ == 0.0) {
     double d = 0.0;
-    for (Dir dir : {Dir::qo, Dir::kv}) {
-      const Rank h = dir == Dir::qo ? in.qhost : in.khost;
-      const auto segs = dir == Dir::qo ? m_->qo_segments(in.cell) : m_->kv_segments(in.cell);
+    for (RowKind dir : {RowKind::qo, RowKind::kv}) {
+      const Rank h = dir == RowKind::qo ? in.qhost : in.khost;
+      const auto segs = dir == RowKind::qo ? m_->qo_segments(in.cell) : m_->kv_segments(in.cell);
       for (std::int32_t s : segs) {
         if (a != h && cnt_.get(s, in.group, a) == 1) d -= m_->segment_cost(s);
         if (b != h && cnt_.get(s, in.group, b) == 0) d += m_->segment_cost(s);
@@ -232,8 +232,8 @@ double State::delta(TaskId t, Rank b) const {
   };
   const int ia = at(a), ib = at(b);
   double d = 0.0;
-  for (Dir dir : {Dir::qo, Dir::kv}) {
-    const Rank h = dir == Dir::qo ? in.qhost : in.khost;
+  for (RowKind dir : {RowKind::qo, RowKind::kv}) {
+    const Rank h = dir == RowKind::qo ? in.qhost : in.khost;
     const int ih = at(h);
     const Price& pr = m_->price(dir);
     auto [closed, opened] = closed_opened(in, dir, h, a, b);
@@ -263,8 +263,8 @@ double State::delta(TaskId t, Rank b) const {
 
 // Tokens of t's (segment, group) data in direction dir that a stops needing
 // (t was its only task there) and that b starts to need, when t moves a -> b.
-std::pair<double, double> State::closed_opened(const TaskInfo& in, Dir dir, Rank h, Rank a, Rank b) const {
-  const auto segs = dir == Dir::qo ? m_->qo_segments(in.cell) : m_->kv_segments(in.cell);
+std::pair<double, double> State::closed_opened(const TaskInfo& in, RowKind dir, Rank h, Rank a, Rank b) const {
+  const auto segs = dir == RowKind::qo ? m_->qo_segments(in.cell) : m_->kv_segments(in.cell);
   double closed = 0, opened = 0;
   for (std::int32_t s : segs) {
     const auto len = static_cast<double>(m_->segment(s).tokens.size());
@@ -315,8 +315,8 @@ double State::time_delta(TaskId t, Rank a, Rank b) const {
   if (in.qhost == a && in.khost == a) next[ia].local -= c;
   next[ib].compute += c;
   if (in.qhost == b && in.khost == b) next[ib].local += c;
-  for (Dir dir : {Dir::qo, Dir::kv}) {
-    const Rank h = dir == Dir::qo ? in.qhost : in.khost;
+  for (RowKind dir : {RowKind::qo, RowKind::kv}) {
+    const Rank h = dir == RowKind::qo ? in.qhost : in.khost;
     const int ih = at(h);
     const Price& pr = m_->price(dir);
     auto [closed, opened] = closed_opened(in, dir, h, a, b);

@@ -30,7 +30,8 @@ StepBound step_lower_bound(const TaskGrid& grid, const std::vector<Rank>& rank, 
   const TransferBytes per_token[2] = {fwd_bytes_per_token(p), bwd_bytes_per_token(p)};
   std::vector<Ports> ports[2] = {std::vector<Ports>(P, Ports{}), std::vector<Ports>(P, Ports{})};
   StepBound out;
-  const int node = relay_node_size >= 2 ? relay_node_size : 0;
+  const NodeMap nodes{relay_node_size >= 2 ? relay_node_size : 1};
+  const bool relays = relay_node_size >= 2;
   // (kind, block, group, node) of every transfer into another node than its
   // host's: a forwarding needs one of them twice.
   std::vector<std::tuple<int, std::int32_t, int, int>> into_nodes;
@@ -40,7 +41,7 @@ StepBound step_lower_bound(const TaskGrid& grid, const std::vector<Rank>& rank, 
     const double tok = static_cast<double>(x.tokens);
     for (int pass = 0; pass < 2; ++pass) {
       const TransferBytes& b = per_token[pass];
-      const bool qo = x.kind == Transfer::Kind::qo;
+      const bool qo = x.kind == RowKind::qo;
       const double cast = tok * static_cast<double>(qo ? b.qo_out : b.kv_out);
       const double back = tok * static_cast<double>(qo ? b.qo_back : b.kv_back);
       ports[pass][h][c][0] += cast;  // host sends the cast, receives the reduce
@@ -48,8 +49,8 @@ StepBound step_lower_bound(const TaskGrid& grid, const std::vector<Rank>& rank, 
       ports[pass][d][c][0] += back;
       ports[pass][h][c][1] += back;
     }
-    if (node > 0 && x.dst / node != x.host / node)
-      into_nodes.emplace_back(static_cast<int>(x.kind), x.block, x.group, x.dst / node);
+    if (relays && !nodes.same_node(x.dst, x.host))
+      into_nodes.emplace_back(static_cast<int>(x.kind), x.block, x.group, nodes.node_of(x.dst));
   }
   std::sort(into_nodes.begin(), into_nodes.end());
   out.may_forward = std::adjacent_find(into_nodes.begin(), into_nodes.end()) != into_nodes.end();

@@ -176,7 +176,7 @@ SessionOptions Session::options_from(const Config& c) {
   o.cost_params = c.cost_model.given_params();
   o.stages = c.stages;
   // Relays need the node size: the config's hardware profile (the plugins' default when none is named).
-  if (c.relay > 0) o.relay_node_size = resolve_hardware_profile(c.hardware.empty() ? "h100_8x_nvlink" : c.hardware).gpus_per_node;
+  if (c.relay > 0) o.relay_node_size = resolve_hardware_profile(c.hardware.empty() ? kDefaultHardwareProfile : c.hardware).gpus_per_node;
   if (c.relay < 0) o.relay_node_size = -1;
   o.cache_size = static_cast<std::size_t>(std::max(0, c.cache_size));
   o.memory_budget = c.memory_budget;

@@ -6,7 +6,7 @@
 namespace cpsched {
 
 TimeCostModel::TimeCostModel(HardwareProfile hw) : hw_(std::move(hw)) {
-  prices_.gpus_per_node = hw_.gpus_per_node;
+  prices_.nodes = hw_.nodes();
   prices_.byte_s[0] = 1.0 / (hw_.intra_node.bandwidth_gb_s * 1e9);
   prices_.byte_s[1] = 1.0 / (hw_.inter_node.bandwidth_gb_s * 1e9);
   prices_.latency_s[0] = hw_.intra_node.latency_us * 1e-6;
@@ -23,18 +23,18 @@ double TimeCostModel::compute(const TaskGrid& g, TaskId t) const {
   return fwd * prices_.flop_s[0] + h.bwd_flops_ratio() * fwd * prices_.flop_s[1];
 }
 
-double TimeCostModel::transfer(TransferKind, Token, int, Rank, Rank) const {
+double TimeCostModel::transfer(RowKind, Token, int, Rank, Rank) const {
   throw Error("time cost model: pricing a transfer needs the head geometry; call transfer(grid, ...)");
 }
 
-double TimeCostModel::transfer(const TaskGrid& g, TransferKind kind, Token tokens, int heads, Rank src,
+double TimeCostModel::transfer(const TaskGrid& g, RowKind kind, Token tokens, int heads, Rank src,
                                Rank dst) const {
   if (src == dst) return 0.0;
   const Problem& p = g.problem();
   const TransferBytes f = fwd_bytes_per_token(p), b = bwd_bytes_per_token(p);
   // Bytes per token cover the heads of one task; scale to `heads`.
-  const int all = kind == TransferKind::qo ? p.q_heads_per_task() : p.kv_heads_per_task();
-  const double per_token = kind == TransferKind::qo
+  const int all = kind == RowKind::qo ? p.q_heads_per_task() : p.kv_heads_per_task();
+  const double per_token = kind == RowKind::qo
                                ? static_cast<double>(f.qo_out + f.qo_back + b.qo_out + b.qo_back)
                                : static_cast<double>(f.kv_out + f.kv_back + b.kv_out + b.kv_back);
   const double bytes = per_token * static_cast<double>(tokens) * heads / all;

@@ -60,10 +60,10 @@ constexpr int kIntra = 0, kInter = 1;
 
 // Tensors (NCCL calls per peer) of one collective part, as cuda_nccl issues
 // them (runtimes/cuda_nccl/host/layout.cpp): cast / reduce x pass x kind.
-int tensors_of(Pass pass, CommKind kind, bool reduce) {
-  if (!reduce) return kind == CommKind::kv ? 2 : (pass == Pass::fwd ? 1 : 4);  // K V | Q | Q O dO lse
-  if (pass == Pass::fwd) return kind == CommKind::qo ? 2 : 0;                   // O lse | nothing
-  return kind == CommKind::qo ? 1 : 2;                                          // dQ | dK dV
+int tensors_of(Pass pass, RowKind kind, bool reduce) {
+  if (!reduce) return kind == RowKind::kv ? 2 : (pass == Pass::fwd ? 1 : 4);  // K V | Q | Q O dO lse
+  if (pass == Pass::fwd) return kind == RowKind::qo ? 2 : 0;                   // O lse | nothing
+  return kind == RowKind::qo ? 1 : 2;                                          // dQ | dK dV
 }
 
 template <class T>
@@ -165,7 +165,7 @@ class PassSim {
   int comm_stream() const { return hw_.overlap ? 1 : 0; }
   const PassPlan& pp(int r) const { return pass_plan(plan_.ranks[static_cast<std::size_t>(r)], pass_); }
   static std::size_t port(int r, int c) { return 2 * static_cast<std::size_t>(r) + static_cast<std::size_t>(c); }
-  int link_class(int a, int b) const { return hw_.same_node(a, b) ? kIntra : kInter; }
+  int link_class(int a, int b) const { return hw_.nodes().same_node(a, b) ? kIntra : kInter; }
   bool valid_peer(int r, Rank p) const { return p >= 0 && p < P_ && p != r; }
 
   // Stage whose reduce follows compute(t) for stage s's outputs: the plan's
@@ -208,8 +208,8 @@ class PassSim {
     if (op == OpKind::cast) {
       w_.parts_visited += 2;
       const StageComm& sc = stages[static_cast<std::size_t>(stage - 1)];
-      f(fwd ? sc.qo_fwd : sc.qo, CommKind::qo);
-      f(fwd ? sc.kv_fwd : sc.kv, CommKind::kv);
+      f(fwd ? sc.qo_fwd : sc.qo, RowKind::qo);
+      f(fwd ? sc.kv_fwd : sc.kv, RowKind::kv);
       return;
     }
     const std::size_t B = static_cast<std::size_t>(N_) + 2;
@@ -218,13 +218,13 @@ class PassSim {
     w_.parts_visited += off[stage + 1] - off[stage];
     for (std::int32_t i = off[stage]; i < off[stage + 1]; ++i) {
       const StageComm& sc = stages[static_cast<std::size_t>(items[i] / 2)];
-      if (items[i] % 2 == 0) f(fwd ? sc.qo_fwd : sc.qo, CommKind::qo);
-      else f(fwd ? sc.kv_fwd : sc.kv, CommKind::kv);
+      if (items[i] % 2 == 0) f(fwd ? sc.qo_fwd : sc.qo, RowKind::qo);
+      else f(fwd ? sc.kv_fwd : sc.kv, RowKind::kv);
     }
   }
 
-  double token_bytes(CommKind k, bool back) const {
-    if (k == CommKind::qo) return static_cast<double>(back ? bpt_.qo_back : bpt_.qo_out);
+  double token_bytes(RowKind k, bool back) const {
+    if (k == RowKind::qo) return static_cast<double>(back ? bpt_.qo_back : bpt_.qo_out);
     return static_cast<double>(back ? bpt_.kv_back : bpt_.kv_out);
   }
 
@@ -236,7 +236,7 @@ class PassSim {
   template <class Begin, class F>
   void for_each_transfer(int r, OpKind op, int stage, bool fwd, Begin&& part_begin, F&& f) const {
     const bool back = op == OpKind::reduce;
-    for_each_part(r, op, stage, fwd, [&](const GroupCollectiveArg& a, CommKind kind) {
+    for_each_part(r, op, stage, fwd, [&](const GroupCollectiveArg& a, RowKind kind) {
       const double b = token_bytes(kind, back);
       if (b <= 0) return;
       part_begin(kind);
@@ -292,7 +292,7 @@ class PassSim {
       int tensors = 0;
       for_each_transfer(
           r, op, stage, fwd,
-          [&](CommKind kind) {
+          [&](RowKind kind) {
             e = next_epoch();
             tensors = tensors_of(pass_, kind, reduce);
           },
@@ -327,7 +327,7 @@ class PassSim {
       start = ready;
       if (ready < 0) continue;
       for_each_transfer(
-          r, op, stage, fwd, [](CommKind) {},
+          r, op, stage, fwd, [](RowKind) {},
           [&](Rank p, double, bool) { start = std::max(start, w_.ready[static_cast<std::size_t>(p)]); });
     }
     // 3. Ends: each transfer ends at max(start of both ends) + the slower of
@@ -338,7 +338,7 @@ class PassSim {
       if (start < 0) continue;
       double end = start;
       for_each_transfer(
-          r, op, stage, fwd, [](CommKind) {},
+          r, op, stage, fwd, [](RowKind) {},
           [&](Rank p, double, bool sends) {
             const int c = link_class(r, p);
             const double ps = w_.t_out[port(sends ? r : p, c)], pr = w_.t_in[port(sends ? p : r, c)];

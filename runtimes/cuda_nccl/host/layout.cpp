@@ -12,7 +12,7 @@ std::string_view to_string(Tensor t) {
 }
 
 std::string_view to_string(Pass p) { return p == Pass::fwd ? "fwd" : "bwd"; }
-std::string_view to_string(Kind k) { return k == Kind::qo ? "qo" : "kv"; }
+
 
 bool is_q_side(Tensor t) {
   return t == Tensor::q || t == Tensor::o || t == Tensor::lse || t == Tensor::d_o || t == Tensor::dq;
@@ -50,14 +50,14 @@ constexpr std::array kBwdQoReduce{Tensor::dq};
 constexpr std::array kBwdKvReduce{Tensor::dk, Tensor::dv};
 }  // namespace
 
-std::span<const Tensor> cast_tensors(Pass p, Kind k) {
-  if (k == Kind::kv) return kKvCast;
+std::span<const Tensor> cast_tensors(Pass p, RowKind k) {
+  if (k == RowKind::kv) return kKvCast;
   return p == Pass::fwd ? std::span<const Tensor>(kFwdQoCast) : std::span<const Tensor>(kBwdQoCast);
 }
 
-std::span<const Tensor> reduce_tensors(Pass p, Kind k) {
-  if (p == Pass::fwd) return k == Kind::qo ? std::span<const Tensor>(kFwdQoReduce) : std::span<const Tensor>();
-  return k == Kind::qo ? std::span<const Tensor>(kBwdQoReduce) : std::span<const Tensor>(kBwdKvReduce);
+std::span<const Tensor> reduce_tensors(Pass p, RowKind k) {
+  if (p == Pass::fwd) return k == RowKind::qo ? std::span<const Tensor>(kFwdQoReduce) : std::span<const Tensor>();
+  return k == RowKind::qo ? std::span<const Tensor>(kBwdQoReduce) : std::span<const Tensor>(kBwdKvReduce);
 }
 
 }  // namespace cpsched::gpu

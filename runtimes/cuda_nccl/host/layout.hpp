@@ -18,9 +18,7 @@ inline constexpr int kNumTensors = 9;
 std::string_view to_string(Tensor t);
 
 enum class Pass : std::uint8_t { fwd, bwd };
-enum class Kind : std::uint8_t { qo, kv };
 std::string_view to_string(Pass p);
-std::string_view to_string(Kind k);
 
 bool is_q_side(Tensor t);  // rows of the QO buffers (q, o, lse, d_o, dq); else KV
 
@@ -49,7 +47,7 @@ struct HeadLayout {
 // The tensors a collective moves, in the order of its NCCL calls:
 // forward QO cast Q, reduce O + lse; forward KV cast K, V; backward QO cast
 // Q, O, dO, lse, reduce dQ; backward KV cast K, V, reduce dK, dV.
-std::span<const Tensor> cast_tensors(Pass p, Kind k);
-std::span<const Tensor> reduce_tensors(Pass p, Kind k);
+std::span<const Tensor> cast_tensors(Pass p, RowKind k);
+std::span<const Tensor> reduce_tensors(Pass p, RowKind k);
 
 }  // namespace cpsched::gpu

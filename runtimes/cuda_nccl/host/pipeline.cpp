@@ -7,29 +7,19 @@
 #include <type_traits>
 
 #include "cpsched/base/error.hpp"
+#include "cpsched/timing/model.hpp"
 
 namespace cpsched::gpu {
 
-double pass_flops(const CalcMeta& calc, const HeadLayout& h, Pass pass) {
-  double macs = 0;
-  auto add = [&](const std::vector<AttnArg>& args) {
-    for (const AttnArg& a : args) {
-      const int heads = a.group < 0 ? h.hq : h.hq / h.groups;
-      double area = 0;
-      if (a.is_index()) {  // the entries other than -1, read from the pool the kernels read
-        const auto first = calc.indices.begin() + a.index_offset;
-        area = static_cast<double>(std::count_if(first, first + a.q.size() * a.index_width,
-                                                 [](std::int32_t v) { return v >= 0; }));
-      } else {
-        area = static_cast<double>(band_area(band_of(a)));
-      }
-      macs += area * heads * h.dim;
-    }
-  };
-  add(calc.local_attn_args);
-  for (const auto& s : calc.remote_attn_args) add(s);
-  // Forward: two matmuls (QK^T, PV) of 2 flops per multiply-add.
-  return (pass == Pass::fwd ? 4.0 : 10.0) * macs;
+double pass_flops(const CalcMeta& calc, const Problem& problem, Pass pass) {
+  // The timing model's count (timing/model.hpp), so measured TFLOP/s and
+  // predicted times divide the same number.
+  const cpsched::Pass p = pass == Pass::fwd ? cpsched::Pass::fwd : cpsched::Pass::bwd;
+  double flops = 0;
+  for (const AttnArg& a : calc.local_attn_args) flops += arg_flops(a, calc, problem, p);
+  for (const auto& s : calc.remote_attn_args)
+    for (const AttnArg& a : s) flops += arg_flops(a, calc, problem, p);
+  return flops;
 }
 
 namespace {
@@ -179,7 +169,7 @@ void RankPipeline::prepare(Pass pass, const PassPlan& plan) {
   // A group-reduce: send straight from the remote wire tensors, receive each
   // peer's message into staging at `base`, then merge (forward O, lse) into
   // the accumulators merge_into names or sum (backward) into sum_into's.
-  auto add_reduce = [&](const KindLists& kl, Kind kind, std::uint8_t* base, std::vector<P2POp>& ops,
+  auto add_reduce = [&](const KindLists& kl, RowKind kind, std::uint8_t* base, std::vector<P2POp>& ops,
                         std::vector<std::size_t>& un, std::vector<Unpack>& uu, const char* phase, auto&& merge_into,
                         auto&& sum_into) {
     for (const Message& m : kl.reduce_send.messages)
@@ -189,7 +179,7 @@ void RankPipeline::prepare(Pass pass, const PassPlan& plan) {
       for (const Chunk& c : m.chunks)
         if (c.bytes > 0) ops.push_back({false, m.peer, base + m.offset + c.offset, c.bytes});
       const std::uint8_t* mb = base + m.offset;
-      if (pass == Pass::fwd && kind == Kind::qo) {
+      if (pass == Pass::fwd && kind == RowKind::qo) {
         // Segments are tensor-major: every split's O, then every split's lse.
         const std::size_t n = m.segments.size() / 2;
         std::vector<MergeSeg> segs;
@@ -255,8 +245,8 @@ void RankPipeline::prepare(Pass pass, const PassPlan& plan) {
     st.kv_after = sc.kv_reduce_after;
     std::uint8_t* stage_base = rb.staging + ss.offset;
     std::vector<CopySeg> pack, fwd_pack;
-    for (Kind kind : {Kind::qo, Kind::kv}) {
-      const bool q = kind == Kind::qo;
+    for (RowKind kind : {RowKind::qo, RowKind::kv}) {
+      const bool q = kind == RowKind::qo;
       add_cast(sl.of(kind), stage_base + (q ? ss.qo_cast : ss.kv_cast), pack, st.cast_ops, local_pack);
       add_reduce(sl.of(kind), kind, stage_base + (q ? ss.qo_reduce : ss.kv_reduce),
                  q ? st.qo_reduce_ops : st.kv_reduce_ops, q ? pd.qo_unpack : pd.kv_unpack,
@@ -392,14 +382,14 @@ void RankPipeline::issue_cast(PassPrep& pp, int s, std::vector<Event>& done) {
   done[static_cast<std::size_t>(s)] = be_.record(StreamId::comm);
 }
 
-void RankPipeline::issue_reduce(Pass pass, PassPrep& pp, int t, Kind kind, std::vector<Event>& done) {
+void RankPipeline::issue_reduce(Pass pass, PassPrep& pp, int t, RowKind kind, std::vector<Event>& done) {
   const Stage& st = pp.stages[static_cast<std::size_t>(t - 1)];
   const RemoteBuffers& rb = pp.rb;
   const i64 qn = st.qo_rows * pp.shape.q_heads * h_.dim, qo = st.qo_off * pp.shape.q_heads * h_.dim;
   const i64 kn = st.kv_rows * pp.shape.kv_heads * h_.dim, ko = st.kv_off * pp.shape.kv_heads * h_.dim;
   // Partial results of stage t's rows to the wire dtype (lse travels as fp32).
   auto to_wire = [&] {
-    if (kind == Kind::qo) {
+    if (kind == RowKind::qo) {
       if (pass == Pass::fwd) be_.convert(rb.o_acc + qo, rb.o_wire + qo, qn);
       else be_.convert(rb.dq_acc + qo, rb.dq_wire + qo, qn);
     } else {
@@ -411,21 +401,21 @@ void RankPipeline::issue_reduce(Pass pass, PassPrep& pp, int t, Kind kind, std::
   be_.wait(StreamId::comm, be_.record(StreamId::compute));
   // Relays: forwarded partials come back first; a relay folds them into its
   // rows (one launch per peer: peers return the same rows) before they go on.
-  const auto& fwd_ops = kind == Kind::qo ? st.qo_fwd_reduce_ops : st.kv_fwd_reduce_ops;
+  const auto& fwd_ops = kind == RowKind::qo ? st.qo_fwd_reduce_ops : st.kv_fwd_reduce_ops;
   if (!fwd_ops.empty()) {
     be_.exchange(fwd_ops);
-    const auto& back = kind == Kind::qo ? st.qo_fwd_unpack : st.kv_fwd_unpack;
+    const auto& back = kind == RowKind::qo ? st.qo_fwd_unpack : st.kv_fwd_unpack;
     if (!back.empty()) {
       be_.wait(StreamId::compute, be_.record(StreamId::comm));
       for (const Unpack& u : back) {
-        if (pass == Pass::fwd && kind == Kind::qo) be_.merge(static_cast<const MergeSeg*>(u.segs), u.n);
+        if (pass == Pass::fwd && kind == RowKind::qo) be_.merge(static_cast<const MergeSeg*>(u.segs), u.n);
         else be_.sum(static_cast<const SumSeg*>(u.segs), u.n);
       }
       to_wire();
       be_.wait(StreamId::comm, be_.record(StreamId::compute));
     }
   }
-  const auto& ops = kind == Kind::qo ? st.qo_reduce_ops : st.kv_reduce_ops;
+  const auto& ops = kind == RowKind::qo ? st.qo_reduce_ops : st.kv_reduce_ops;
   if (!ops.empty()) be_.exchange(ops);
   done.push_back(be_.record(StreamId::comm));
 }
@@ -451,8 +441,8 @@ void RankPipeline::run_pass(Pass pass) {
     launch_stage(s);
     for (int t = 1; t <= N; ++t) {
       const Stage& rt = pp.stages[static_cast<std::size_t>(t - 1)];
-      if (rt.qo_after == s) issue_reduce(pass, pp, t, Kind::qo, reduce_done);
-      if (pass == Pass::bwd && rt.kv_after == s) issue_reduce(pass, pp, t, Kind::kv, reduce_done);
+      if (rt.qo_after == s) issue_reduce(pass, pp, t, RowKind::qo, reduce_done);
+      if (pass == Pass::bwd && rt.kv_after == s) issue_reduce(pass, pp, t, RowKind::kv, reduce_done);
     }
   }
   for (Event e : reduce_done) be_.wait(StreamId::compute, e);

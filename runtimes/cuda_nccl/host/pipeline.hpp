@@ -46,7 +46,7 @@ struct RankOutputs {
 // Multiply-adds x 2 of a pass's attention args (forward: 4 x area x heads x D;
 // backward counted as 2.5 x forward, the usual convention; an index arg's area is
 // its entries other than -1).
-double pass_flops(const CalcMeta& calc, const HeadLayout& h, Pass pass);
+double pass_flops(const CalcMeta& calc, const Problem& problem, Pass pass);
 
 class RankPipeline {
  public:
@@ -105,7 +105,7 @@ class RankPipeline {
   void prepare(Pass pass, const PassPlan& plan);
   void run_pass(Pass pass);
   void issue_cast(PassPrep& pp, int s, std::vector<Event>& done);
-  void issue_reduce(Pass pass, PassPrep& pp, int t, Kind kind, std::vector<Event>& done);
+  void issue_reduce(Pass pass, PassPrep& pp, int t, RowKind kind, std::vector<Event>& done);
 
   Backend& be_;
   HeadLayout h_;

@@ -144,12 +144,12 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
   std::vector<double> figs(kNumFigs, 0.0);
   figs[kFwdMs] = median(fwd);
   figs[kBwdMs] = median(bwd);
-  figs[kFwdFlops] = pass_flops(mine.fwd.calc, h, Pass::fwd);
-  figs[kBwdFlops] = pass_flops(mine.bwd.calc, h, Pass::bwd);
+  figs[kFwdFlops] = pass_flops(mine.fwd.calc, problem, Pass::fwd);
+  figs[kBwdFlops] = pass_flops(mine.bwd.calc, problem, Pass::bwd);
   figs[kDeviceBytes] = static_cast<double>(pipe.sizes().total() + pipe.metadata_bytes());  // index pools count
   for (Pass ps : {Pass::fwd, Pass::bwd})
     for (const StageLists& st : pipe.lists(ps).stages)
-      for (Kind k : {Kind::qo, Kind::kv})
+      for (RowKind k : {RowKind::qo, RowKind::kv})
         for (const KindLists* kl : {&st.of(k), &st.fwd_of(k)}) {  // forwarding phase (relays) included
           figs[kSendBytes] += static_cast<double>(kl->cast_send.bytes + kl->reduce_send.bytes);
           figs[kRecvBytes] += static_cast<double>(kl->cast_recv.bytes + kl->reduce_recv.bytes);

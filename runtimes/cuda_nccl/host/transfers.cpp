@@ -115,17 +115,17 @@ PassLists translate(const PassPlan& plan, Pass pass, const HeadLayout& h, Rank s
     const StageComm& sc = plan.comm.stages[s];
     StageLists st;
     st.stage = static_cast<int>(s) + 1;
-    auto fill = [&](KindLists& k, const GroupCollectiveArg& arg, Token recv_offset, Kind kind) {
+    auto fill = [&](KindLists& k, const GroupCollectiveArg& arg, Token recv_offset, RowKind kind) {
       k.cast_send = packed_side(arg, cast_tensors(pass, kind), h, self);
       k.cast_recv = buffer_side(arg, recv_offset, cast_tensors(pass, kind), h, self);
       k.reduce_send = buffer_side(arg, recv_offset, reduce_tensors(pass, kind), h, self);
       k.reduce_recv = packed_side(arg, reduce_tensors(pass, kind), h, self);
     };
-    fill(st.qo, sc.qo, sc.qo_recv_offset, Kind::qo);
-    fill(st.kv, sc.kv, sc.kv_recv_offset, Kind::kv);
+    fill(st.qo, sc.qo, sc.qo_recv_offset, RowKind::qo);
+    fill(st.kv, sc.kv, sc.kv_recv_offset, RowKind::kv);
     Token qo = first_phase_tokens(sc.qo), kv = first_phase_tokens(sc.kv);
     // Forwarding phase: sends rows of the stage's first-phase receive, receives after it.
-    auto fill_fwd = [&](KindLists& k, const GroupCollectiveArg& arg, Token recv_offset, Token first, Kind kind) {
+    auto fill_fwd = [&](KindLists& k, const GroupCollectiveArg& arg, Token recv_offset, Token first, RowKind kind) {
       for (std::size_t i = 0; i < arg.input_ranges.size(); ++i)
         if (arg.input_ranges[i].end > first || arg.input_ranges[i].begin < 0)
           throw Error(fmt::format("cuda_nccl: rank {} {} stage {}: forwarding input split {} [{}, {}) is outside the "
@@ -137,8 +137,8 @@ PassLists translate(const PassPlan& plan, Pass pass, const HeadLayout& h, Rank s
       k.reduce_send = buffer_side(arg, recv_offset + first, reduce_tensors(pass, kind), h, self);
       k.reduce_recv = packed_side(arg, reduce_tensors(pass, kind), h, self);
     };
-    fill_fwd(st.qo_fwd, sc.qo_fwd, sc.qo_recv_offset, qo, Kind::qo);
-    fill_fwd(st.kv_fwd, sc.kv_fwd, sc.kv_recv_offset, kv, Kind::kv);
+    fill_fwd(st.qo_fwd, sc.qo_fwd, sc.qo_recv_offset, qo, RowKind::qo);
+    fill_fwd(st.kv_fwd, sc.kv_fwd, sc.kv_recv_offset, kv, RowKind::kv);
     qo += first_phase_tokens(sc.qo_fwd);
     kv += first_phase_tokens(sc.kv_fwd);
     if (qo != sc.num_remote_qo_tokens || kv != sc.num_remote_kv_tokens)
@@ -156,7 +156,7 @@ std::vector<WireOp> wire_ops(const PassLists& fwd, const PassLists& bwd, Rank se
     for (const StageLists& st : pl->stages)
       // Issue order: cast, forwarding cast, forwarding reduce, reduce.
       for (int phase : {0, 2, 3, 1})
-        for (Kind kind : {Kind::qo, Kind::kv}) {
+        for (RowKind kind : {RowKind::qo, RowKind::kv}) {
           const KindLists& k = phase >= 2 ? st.fwd_of(kind) : st.of(kind);
           const bool cast = phase == 0 || phase == 2;
           const Side* sides[2] = {cast ? &k.cast_send : &k.reduce_send, cast ? &k.cast_recv : &k.reduce_recv};
@@ -182,7 +182,7 @@ std::vector<std::string> cross_check(const std::vector<std::vector<WireOp>>& per
   std::vector<std::string> problems;
   auto describe = [](const Key& k) {
     return fmt::format("{} stage {} {} {} from rank {} to rank {}", to_string(static_cast<Pass>(std::get<0>(k))),
-                       std::get<1>(k), to_string(static_cast<Kind>(std::get<2>(k))),
+                       std::get<1>(k), to_string(static_cast<RowKind>(std::get<2>(k))),
                        std::array<const char*, 4>{"group-cast", "group-reduce", "forwarding group-cast",
                                                   "forwarding group-reduce"}[static_cast<std::size_t>(std::get<3>(k) & 3)],
                        std::get<4>(k), std::get<5>(k));

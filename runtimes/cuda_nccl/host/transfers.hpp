@@ -81,8 +81,8 @@ struct StageLists {
   // follows the first phase's rows. Empty without relays.
   KindLists qo_fwd;
   KindLists kv_fwd;
-  const KindLists& of(Kind k) const { return k == Kind::qo ? qo : kv; }
-  const KindLists& fwd_of(Kind k) const { return k == Kind::qo ? qo_fwd : kv_fwd; }
+  const KindLists& of(RowKind k) const { return k == RowKind::qo ? qo : kv; }
+  const KindLists& fwd_of(RowKind k) const { return k == RowKind::qo ? qo_fwd : kv_fwd; }
 };
 
 struct PassLists {
@@ -95,7 +95,7 @@ PassLists translate(const PassPlan& plan, Pass pass, const HeadLayout& h, Rank s
 // One NCCL call of a rank, as its peer must mirror it.
 struct WireOp {
   std::int8_t pass = 0;   // Pass
-  std::int8_t kind = 0;   // Kind
+  std::int8_t kind = 0;   // RowKind
   std::int8_t phase = 0;  // 0 group-cast, 1 group-reduce, 2 forwarding cast, 3 forwarding reduce (relays)
   std::int8_t send = 0;
   std::int32_t stage = 0;

@@ -276,7 +276,7 @@ TEST_CASE("index args count their selected pairs in the FLOPs and their pools in
     for (const auto& s : rp.fwd.calc.remote_attn_args)
       for (const AttnArg& a : s) add(a);
     REQUIRE(pairs > 0);
-    CHECK(g::pass_flops(rp.fwd.calc, h, g::Pass::fwd) == doctest::Approx(4.0 * pairs * 4 * 16));
+    CHECK(g::pass_flops(rp.fwd.calc, *c.problem, g::Pass::fwd) == doctest::Approx(4.0 * pairs * 4 * 16));
     g::HostWorld world(2);
     g::HostBackend be(world, r);
     const g::RankPipeline pipe(be, rp, h, c.plan.sharding.rank_tokens(r).size());

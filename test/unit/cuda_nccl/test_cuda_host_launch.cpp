@@ -194,9 +194,10 @@ TEST_CASE("pass FLOPs: 4 x area x heads x D forward, 2.5 times that backward") {
   CalcMeta c;
   c.local_attn_args.push_back({{0, 10}, {0, 10}, MaskType::causal, BufferId::local, BufferId::local, 1});
   c.remote_attn_args.push_back({{{0, 4}, {0, 6}, MaskType::full, BufferId::remote, BufferId::local, -1}});
-  const g::HeadLayout h{8, 4, 16, 4, 2};
+  Problem p;  // 8 query heads in 4 flattened groups, D = 16
+  p.heads = Heads{8, 4, 16, 2};
   // causal 10x10: 55 entries x 2 heads (one group); full 4x6 = 24 x 8 heads.
   const double macs = 55.0 * 2 * 16 + 24.0 * 8 * 16;
-  CHECK(g::pass_flops(c, h, g::Pass::fwd) == doctest::Approx(4 * macs));
-  CHECK(g::pass_flops(c, h, g::Pass::bwd) == doctest::Approx(10 * macs));
+  CHECK(g::pass_flops(c, p, g::Pass::fwd) == doctest::Approx(4 * macs));
+  CHECK(g::pass_flops(c, p, g::Pass::bwd) == doctest::Approx(10 * macs));
 }

@@ -45,7 +45,7 @@ TEST_CASE("row bytes follow the heads of the split's group, the head dim and the
 
 TEST_CASE("packed side: per peer, tensor by tensor, the splits naming it, with exact byte offsets") {
   const GroupCollectiveArg a = sample_arg();
-  const g::Side fwd = g::packed_side(a, g::cast_tensors(g::Pass::fwd, g::Kind::qo), kHeads, 0);
+  const g::Side fwd = g::packed_side(a, g::cast_tensors(g::Pass::fwd, RowKind::qo), kHeads, 0);
   REQUIRE(fwd.messages.size() == 2);
   CHECK(fwd.messages[0].peer == 1);
   CHECK(fwd.messages[0].offset == 0);
@@ -60,7 +60,7 @@ TEST_CASE("packed side: per peer, tensor by tensor, the splits naming it, with e
   CHECK(fwd.messages[1].segments[1].group == 1);
 
   // Backward QO: Q, O, dO (bf16) and lse (fp32), tensor-major.
-  const g::Side bwd = g::packed_side(a, g::cast_tensors(g::Pass::bwd, g::Kind::qo), kHeads, 0);
+  const g::Side bwd = g::packed_side(a, g::cast_tensors(g::Pass::bwd, RowKind::qo), kHeads, 0);
   const g::Message& m = bwd.messages[1];
   REQUIRE(m.chunks.size() == 4);
   CHECK(m.chunks[0].tensor == g::Tensor::q);
@@ -74,7 +74,7 @@ TEST_CASE("packed side: per peer, tensor by tensor, the splits naming it, with e
 
 TEST_CASE("buffer side: each source's rows are one block of the remote buffer, one NCCL call per tensor") {
   const GroupCollectiveArg a = sample_arg();
-  const g::Side s = g::buffer_side(a, 7, g::reduce_tensors(g::Pass::fwd, g::Kind::qo), kHeads, 3);
+  const g::Side s = g::buffer_side(a, 7, g::reduce_tensors(g::Pass::fwd, RowKind::qo), kHeads, 3);
   REQUIRE(s.messages.size() == 2);
   CHECK(s.messages[0].peer == 1);
   REQUIRE(s.messages[0].chunks.size() == 2);
@@ -85,20 +85,20 @@ TEST_CASE("buffer side: each source's rows are one block of the remote buffer, o
   CHECK(s.messages[1].peer == 2);
   CHECK(s.messages[1].chunks[0].row == 14);
   CHECK(s.bytes == 10 * 40);
-  CHECK(g::buffer_side(a, 0, g::reduce_tensors(g::Pass::fwd, g::Kind::kv), kHeads, 3).messages.empty());
+  CHECK(g::buffer_side(a, 0, g::reduce_tensors(g::Pass::fwd, RowKind::kv), kHeads, 3).messages.empty());
 }
 
 TEST_CASE("malformed collective args are rejected with the rank and split named") {
   GroupCollectiveArg a = sample_arg();
   a.src_index = {2, 1, 1};
-  CHECK_THROWS_WITH_AS(g::buffer_side(a, 0, g::cast_tensors(g::Pass::fwd, g::Kind::qo), kHeads, 3),
+  CHECK_THROWS_WITH_AS(g::buffer_side(a, 0, g::cast_tensors(g::Pass::fwd, RowKind::qo), kHeads, 3),
                        doctest::Contains("ordered by source"), Error);
   a = sample_arg();
-  CHECK_THROWS_WITH_AS(g::packed_side(a, g::cast_tensors(g::Pass::fwd, g::Kind::qo), kHeads, 2),
+  CHECK_THROWS_WITH_AS(g::packed_side(a, g::cast_tensors(g::Pass::fwd, RowKind::qo), kHeads, 2),
                        doctest::Contains("sent to the rank itself"), Error);
   a = sample_arg();
   a.input_ranges[1] = {20, 22};
-  CHECK_THROWS_WITH_AS(g::packed_side(a, g::cast_tensors(g::Pass::fwd, g::Kind::qo), kHeads, 0),
+  CHECK_THROWS_WITH_AS(g::packed_side(a, g::cast_tensors(g::Pass::fwd, RowKind::qo), kHeads, 0),
                        doctest::Contains("input split 1"), Error);
 }
 
@@ -123,7 +123,7 @@ TEST_CASE("every rank's sends match its peers' receives, and the bytes equal the
       for (const auto& [lists, pm] : {std::pair{&f, &met.fwd}, std::pair{&b, &met.bwd}}) {
         Bytes send = 0, recv = 0;
         for (const g::StageLists& st : lists->stages)
-          for (g::Kind k : {g::Kind::qo, g::Kind::kv}) {
+          for (RowKind k : {RowKind::qo, RowKind::kv}) {
             send += st.of(k).cast_send.bytes + st.of(k).reduce_send.bytes;
             recv += st.of(k).cast_recv.bytes + st.of(k).reduce_recv.bytes;
           }
@@ -161,7 +161,7 @@ TEST_CASE("a receiver that expects one row less than its source sends is caught 
   }
   const auto problems = g::cross_check(ops);
   REQUIRE_FALSE(problems.empty());
-  CHECK(problems.front().find("fwd stage 1 qo") != std::string::npos);
+  CHECK(problems.front().find("fwd stage 1 QO") != std::string::npos);
 }
 
 TEST_CASE("buffer sizes: staging per stage is its packed messages, remote rows are the stages' receive rows") {

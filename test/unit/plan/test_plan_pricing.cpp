@@ -123,9 +123,9 @@ TEST_CASE("step lower bound: at most the step of every plan of the placement, an
     CAPTURE(hw_name);
     double tightest = 0;
     for_each_case([&](const Assignment& a) {
-      const search::StepBound b = search::step_lower_bound(*a.grid, a.rank, PlanBuilder(a).transfers(), tp, tp.gpus_per_node);
+      const search::StepBound b = search::step_lower_bound(*a.grid, a.rank, PlanBuilder(a).transfers(), tp, tp.nodes.gpus_per_node);
       // The metrics' transfers (another order) give the same bound.
-      const search::StepBound m = search::step_lower_bound(*a.grid, a.rank, transfers(a), tp, tp.gpus_per_node);
+      const search::StepBound m = search::step_lower_bound(*a.grid, a.rank, transfers(a), tp, tp.nodes.gpus_per_node);
       CHECK(m.plain == doctest::Approx(b.plain).epsilon(1e-12));
       CHECK(m.relayed == doctest::Approx(b.relayed).epsilon(1e-12));
       CHECK(m.may_forward == b.may_forward);
@@ -138,7 +138,7 @@ TEST_CASE("step lower bound: at most the step of every plan of the placement, an
         const double step = estimate_step(p, plain, hw).step();
         CHECK(b.plain <= step);
         tightest = std::max(tightest, b.plain / step);
-        const Plan relayed = build_plan(a, PlanOptions{stages, tp.gpus_per_node});
+        const Plan relayed = build_plan(a, PlanOptions{stages, tp.nodes.gpus_per_node});
         CHECK(b.relayed <= estimate_step(p, relayed, hw).step());
         // No possible forwarding: the relayed plan is the plain one.
         if (!b.may_forward) CHECK_FALSE(relayed.has_forwarding());

@@ -31,7 +31,7 @@ Crossing crossing(const Plan& plan, int node) {
   Crossing c;
   for (std::size_t r = 0; r < plan.ranks.size(); ++r)
     for (const StageComm& sc : plan.ranks[r].fwd.comm.stages)
-      for (CommKind k : {CommKind::qo, CommKind::kv}) {
+      for (RowKind k : {RowKind::qo, RowKind::kv}) {
         const GroupCollectiveArg& g = collective(sc, k);
         for (std::size_t i = 0; i < g.dst_indices.size(); ++i)
           for (Rank d : g.dst_indices[i])

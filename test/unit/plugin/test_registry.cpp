@@ -141,8 +141,8 @@ TEST_CASE("area prices compute as area and transfer as tokens x heads") {
   for (TaskId t = 0; t < grid->num_tasks(); ++t) {
     CHECK(cost->compute(*grid, t) == static_cast<double>(grid->area(t)));
   }
-  CHECK(cost->transfer(TransferKind::kv, 100, 3, 0, 1) == 300.0);
-  CHECK(cost->transfer(TransferKind::qo, 7, 2, 3, 0) == 14.0);
+  CHECK(cost->transfer(RowKind::kv, 100, 3, 0, 1) == 300.0);
+  CHECK(cost->transfer(RowKind::qo, 7, 2, 3, 0) == 14.0);
 }
 
 TEST_CASE("each broken plugin is rejected with a message naming its file and its fault") {

@@ -139,8 +139,8 @@ TEST_CASE("FLOPs and time prices follow the geometry; GQA keeps 4 D and 2.5x") {
   const double fwd = static_cast<double>(grid->load(0)) * (2 * 576 + 2 * 512);
   CHECK(cost.compute(*grid, 0) == doctest::Approx(fwd / 500e12 + fwd * (6 * 576 + 4 * 512) / (2 * 576 + 2 * 512) / 400e12));
   // QO of one token costs 128 q heads' Q, O, dO, dQ rows; KV one latent both ways.
-  const double qo = cost.transfer(*grid, TransferKind::qo, 1, 128, 0, 1);
-  const double kv = cost.transfer(*grid, TransferKind::kv, 1, 1, 0, 1);
+  const double qo = cost.transfer(*grid, RowKind::qo, 1, 128, 0, 1);
+  const double kv = cost.transfer(*grid, RowKind::kv, 1, 1, 0, 1);
   CHECK(qo == doctest::Approx((147456.0 + 131584 + 410112 + 147456) / 400e9));
   CHECK(kv == doctest::Approx((1152.0 * 3) / 400e9));
 }

@@ -65,7 +65,7 @@ TEST_CASE("token granularity: only needed rows travel, once per destination and 
   // KV of block 0 to ranks 1 and 2, of block 1 to rank 2; each 2 tokens.
   REQUIRE(ts.size() == 3);
   for (const Transfer& t : ts) {
-    CHECK(t.kind == Transfer::Kind::kv);
+    CHECK(t.kind == RowKind::kv);
     CHECK(t.tokens == 2);
   }
   // A document mask where block (2, 0) only needs its first key: [0, 1) seen by row 4 only.
@@ -84,7 +84,7 @@ TEST_CASE("token granularity: only needed rows travel, once per destination and 
   a3.rank[2] = 1;
   Token q_to_1 = 0;
   for (const Transfer& t : transfers(a3))
-    if (t.kind == Transfer::Kind::qo && t.dst == 1) q_to_1 += t.tokens;
+    if (t.kind == RowKind::qo && t.dst == 1) q_to_1 += t.tokens;
   CHECK(q_to_1 == 2);
 }
 

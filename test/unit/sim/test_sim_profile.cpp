@@ -63,8 +63,8 @@ TEST_CASE("a profile's values are read as written") {
   CHECK(p.intra_node.bandwidth_gb_s == 300);
   CHECK(p.inter_node.latency_us == 10);
   CHECK_FALSE(p.overlap);
-  CHECK(p.same_node(0, 3));
-  CHECK_FALSE(p.same_node(3, 4));
+  CHECK(p.nodes().same_node(0, 3));
+  CHECK_FALSE(p.nodes().same_node(3, 4));
 }
 
 TEST_CASE("errors name the file, the line and the key") {

@@ -247,7 +247,7 @@ TEST_CASE("usp: measured forward bytes equal the closed form (plus lse) on a ful
       // The lse share, counted from the transfers themselves.
       Bytes lse = 0;
       for (const Transfer& t : transfers(a))
-        if (t.kind == Transfer::Kind::qo) lse += t.tokens * p.q_heads_per_task() * 4;
+        if (t.kind == RowKind::qo) lse += t.tokens * p.q_heads_per_task() * 4;
       CHECK(lse == lse_per_rank * P);
       CHECK(m.imbalance == doctest::Approx(1.0));
     }
@@ -291,7 +291,7 @@ TEST_CASE("static: equal chunk counts per rank, every task on its q host, only K
           ++count[static_cast<std::size_t>(sh.host[static_cast<std::size_t>(sh.block_of(i * c))])];
         }
         for (const Token k : count) CHECK((k == n / P || k == (n + P - 1) / P));
-        for (const Transfer& t : transfers(a)) CHECK(t.kind == Transfer::Kind::kv);
+        for (const Transfer& t : transfers(a)) CHECK(t.kind == RowKind::kv);
       }
     }
   }

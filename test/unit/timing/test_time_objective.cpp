@@ -57,16 +57,16 @@ TEST_CASE("time cost model: compute in seconds, transfers by link class, forward
   CHECK(m.compute(grid, t) == doctest::Approx(fwd / (hw.fwd_tflops * 1e12) + 2.5 * fwd / (hw.bwd_tflops * 1e12)));
   // KV of one group (1 kv head): K,V out fwd + bwd, dK,dV back bwd: 6 x D x b per token.
   const double kv_bytes = 10.0 * 6 * 16 * 2;
-  CHECK(m.transfer(grid, TransferKind::kv, 10, 1, 0, 1) ==
+  CHECK(m.transfer(grid, RowKind::kv, 10, 1, 0, 1) ==
         doctest::Approx(kv_bytes / (hw.intra_node.bandwidth_gb_s * 1e9)));
-  CHECK(m.transfer(grid, TransferKind::kv, 10, 1, 0, 2) ==
+  CHECK(m.transfer(grid, RowKind::kv, 10, 1, 0, 2) ==
         doctest::Approx(kv_bytes / (hw.inter_node.bandwidth_gb_s * 1e9)));
-  CHECK(m.transfer(grid, TransferKind::kv, 10, 1, 3, 3) == 0.0);
+  CHECK(m.transfer(grid, RowKind::kv, 10, 1, 3, 3) == 0.0);
   // Q (4 q heads per group): Q out, O + lse back fwd; Q, O, dO, lse out, dQ back bwd.
   const double qo_bytes = 10.0 * 4 * (16 * 2 + (16 * 2 + 4) + (3 * 16 * 2 + 4) + 16 * 2);
-  CHECK(m.transfer(grid, TransferKind::qo, 10, 4, 1, 2) ==
+  CHECK(m.transfer(grid, RowKind::qo, 10, 4, 1, 2) ==
         doctest::Approx(qo_bytes / (hw.inter_node.bandwidth_gb_s * 1e9)));
-  CHECK_THROWS_WITH_AS(m.transfer(TransferKind::kv, 10, 1, 0, 1), doctest::Contains("transfer(grid"), Error);
+  CHECK_THROWS_WITH_AS(m.transfer(RowKind::kv, 10, 1, 0, 1), doctest::Contains("transfer(grid"), Error);
   const TimePrices p = *m.time_prices();
   CHECK(p.link_class(0, 1) == 0);
   CHECK(p.link_class(1, 2) == 1);

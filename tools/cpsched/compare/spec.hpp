@@ -60,7 +60,7 @@ struct CompareSpec {
   // The hardware axis: names as given (bundled names or paths) and their
   // profiles. Empty when nothing uses a profile (timing off and a cost model
   // without a `hardware` parameter): rows then carry no hardware.
-  std::vector<std::string> hardware = {"h100_8x_nvlink"};
+  std::vector<std::string> hardware = {kDefaultHardwareProfile};
   std::vector<HardwareProfile> hardware_profiles;
   // What the plugins' `hardware` parameter gets: the name, or a relative
   // path made relative to the config's folder (as every path of a config).

@@ -140,7 +140,7 @@ std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<
   // Relays need the node size: the cost model's profile, else the first of the
   // group's (the profiles of one group plan alike).
   int node = 0;
-  if (const auto tp = cost.time_prices()) node = tp->gpus_per_node;
+  if (const auto tp = cost.time_prices()) node = tp->nodes.gpus_per_node;
   else if (!slots.empty() && slots.front()->profile != nullptr) node = slots.front()->profile->gpus_per_node;
   const int relay_in = spec.relay < 0 ? -1 : spec.relay > 0 ? node : 0;
   std::vector<double> grid_ms, solve_ms;

@@ -49,6 +49,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cpsched/base/row_kind.hpp"
 #include "cpsched/mask/mask.hpp"
 #include "cpsched/problem/problem.hpp"
 
@@ -157,17 +158,15 @@ struct RankPlan {
   PassPlan bwd;
 };
 
-// The two passes of a training step, and the two kinds of data a stage moves.
+// The two passes of a training step.
 enum class Pass { fwd = 0, bwd = 1 };
-enum class CommKind { qo = 0, kv = 1 };
 
 inline const PassPlan& pass_plan(const RankPlan& r, Pass p) { return p == Pass::fwd ? r.fwd : r.bwd; }
 inline std::string_view to_string(Pass p) { return p == Pass::fwd ? "fwd" : "bwd"; }
-inline std::string_view to_string(CommKind k) { return k == CommKind::qo ? "QO" : "KV"; }
-inline const GroupCollectiveArg& collective(const StageComm& s, CommKind k) { return k == CommKind::qo ? s.qo : s.kv; }
+inline const GroupCollectiveArg& collective(const StageComm& s, RowKind k) { return k == RowKind::qo ? s.qo : s.kv; }
 // The forwarding phase of a kind (relays; empty without them).
-inline const GroupCollectiveArg& forwarding(const StageComm& s, CommKind k) {
-  return k == CommKind::qo ? s.qo_fwd : s.kv_fwd;
+inline const GroupCollectiveArg& forwarding(const StageComm& s, RowKind k) {
+  return k == RowKind::qo ? s.qo_fwd : s.kv_fwd;
 }
 // Rows a stage receives in its first phase (where the forwarding phase's rows start).
 inline Token first_phase_tokens(const GroupCollectiveArg& a) {

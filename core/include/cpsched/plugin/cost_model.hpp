@@ -14,6 +14,7 @@
 //    time.
 #include <optional>
 
+#include "cpsched/base/row_kind.hpp"
 #include "cpsched/timing/hardware.hpp"
 #include "cpsched/plan/plan.hpp"
 #include "cpsched/problem/task_grid.hpp"
@@ -21,15 +22,13 @@
 
 namespace cpsched {
 
-enum class TransferKind : int { qo = 0, kv = 1 };
-
 // Per-unit prices of a time model (seconds), for incremental evaluation.
 struct TimePrices {
-  int gpus_per_node = 8;        // ranks a and b share a node iff a / gpus_per_node == b / gpus_per_node
+  NodeMap nodes;                // which ranks share a node
   double byte_s[2] = {0, 0};    // seconds per byte, one direction of one port: [inside a node, between nodes]
   double latency_s[2] = {0, 0}; // per collective that uses the port
   double flop_s[2] = {0, 0};    // seconds per attention FLOP: [fwd, bwd]
-  int link_class(Rank a, Rank b) const { return a / gpus_per_node == b / gpus_per_node ? 0 : 1; }
+  int link_class(Rank a, Rank b) const { return nodes.link_index(a, b); }
 };
 
 class CostModel {
@@ -40,10 +39,10 @@ class CostModel {
   // Price of moving `tokens` tokens with `heads` heads from src to dst (a
   // time model: the seconds of the forward and backward bytes of that kind,
   // out and back, on the link of (src, dst)).
-  virtual double transfer(TransferKind kind, Token tokens, int heads, Rank src, Rank dst) const = 0;
+  virtual double transfer(RowKind kind, Token tokens, int heads, Rank src, Rank dst) const = 0;
   // The same with the grid's head geometry (head dim, element size), which a
   // time model needs to count bytes. Solvers call this one.
-  virtual double transfer(const TaskGrid&, TransferKind kind, Token tokens, int heads, Rank src, Rank dst) const {
+  virtual double transfer(const TaskGrid&, RowKind kind, Token tokens, int heads, Rank src, Rank dst) const {
     return transfer(kind, tokens, heads, src, dst);
   }
 
@@ -61,7 +60,7 @@ class AreaCostModel final : public CostModel {
   double compute(const TaskGrid& g, TaskId t) const override {
     return static_cast<double>(g.area(t));
   }
-  double transfer(TransferKind, Token tokens, int heads, Rank, Rank) const override {
+  double transfer(RowKind, Token tokens, int heads, Rank, Rank) const override {
     return static_cast<double>(tokens) * heads;
   }
 };
@@ -74,8 +73,8 @@ class TimeCostModel final : public CostModel {
   const HardwareProfile& hardware() const { return hw_; }
   double compute(const TaskGrid& g, TaskId t) const override;
   // Needs the head geometry: throws cpsched::Error pointing to the grid form.
-  double transfer(TransferKind kind, Token tokens, int heads, Rank src, Rank dst) const override;
-  double transfer(const TaskGrid& g, TransferKind kind, Token tokens, int heads, Rank src, Rank dst) const override;
+  double transfer(RowKind kind, Token tokens, int heads, Rank src, Rank dst) const override;
+  double transfer(const TaskGrid& g, RowKind kind, Token tokens, int heads, Rank src, Rank dst) const override;
   std::optional<TimePrices> time_prices() const override { return prices_; }
   std::optional<StepEstimate> plan_time(const Problem& p, const Plan& plan) const override {
     return estimate_step(p, plan, hw_);

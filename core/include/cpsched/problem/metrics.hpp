@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpsched/base/row_kind.hpp"
 #include "cpsched/problem/assignment.hpp"
 
 namespace cpsched {
@@ -19,7 +20,7 @@ struct PassMetrics {
 // One transfer of a pass: `tokens` tokens of a block hosted by `host` needed
 // on rank `dst` by head group `group`.
 struct Transfer {
-  enum class Kind { qo, kv } kind;
+  RowKind kind;
   std::int32_t block;
   int group;
   Rank host;

@@ -21,7 +21,6 @@
 
 namespace cpsched::search {
 
-enum class Dir : std::uint8_t { qo = 0, kv = 1 };
 
 // Weighted bytes per token of a transfer: `out` goes host -> computing rank,
 // `back` computing rank -> host (O + lse forward; dQ, dK, dV backward).
@@ -35,7 +34,7 @@ struct Segment {
   Range tokens;        // global token range
   Rank host = 0;       // rank that hosts the tokens
   std::int32_t block = 0;
-  Dir dir = Dir::qo;
+  RowKind dir = RowKind::qo;
 };
 
 class ByteModel {
@@ -51,7 +50,7 @@ class ByteModel {
   int num_segments() const { return static_cast<int>(segments_.size()); }
 
   const Segment& segment(int s) const { return segments_[static_cast<std::size_t>(s)]; }
-  const Price& price(Dir d) const { return price_[static_cast<int>(d)]; }
+  const Price& price(RowKind d) const { return price_[static_cast<int>(d)]; }
   // Weighted bytes of moving segment s to one non-host rank (out + back).
   double segment_cost(int s) const { return seg_cost_[static_cast<std::size_t>(s)]; }
 
@@ -60,7 +59,7 @@ class ByteModel {
   std::span<const std::int32_t> qo_segments(int unit) const { return span(qo_off_, unit); }
   std::span<const std::int32_t> kv_segments(int unit) const { return span(kv_off_, unit); }
   // Cells whose q block (QO) or kv block (KV) is `block`, ascending.
-  std::span<const std::int32_t> cells_of(Dir d, int block) const {
+  std::span<const std::int32_t> cells_of(RowKind d, int block) const {
     const auto& off = block_cells_off_[static_cast<int>(d)];
     const auto b = static_cast<std::size_t>(block);
     return {block_cells_[static_cast<int>(d)].data() + off[b], static_cast<std::size_t>(off[b + 1] - off[b])};
@@ -83,7 +82,7 @@ class ByteModel {
     const auto c = static_cast<std::size_t>(cell);
     return {seg_ids_.data() + off[c], static_cast<std::size_t>(off[c + 1] - off[c])};
   }
-  void build_direction(Dir dir);
+  void build_direction(RowKind dir);
 
   const TaskGrid* grid_;
   int ranks_ = 0;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cpsched/search/byte_model.hpp"
+#include "cpsched/timing/node_map.hpp"
 #include "cpsched/search/rank_tree.hpp"
 #include "cpsched/search/segment_counts.hpp"
 
@@ -32,11 +33,11 @@ namespace cpsched::search {
 
 // Prices of time mode (seconds; see the file comment).
 struct TimeObjective {
-  int gpus_per_node = 8;
+  NodeMap nodes;
   double byte_s[2] = {0, 0};      // seconds per byte: [inside a node, between nodes]
   double load_s = 0;              // compute seconds per unit of load (fwd + bwd)
   double spread = 0.25;           // weight of the mean rank time
-  int link_class(Rank a, Rank b) const { return a / gpus_per_node == b / gpus_per_node ? 0 : 1; }
+  int link_class(Rank a, Rank b) const { return nodes.link_index(a, b); }
 };
 
 class State {
@@ -80,14 +81,14 @@ class State {
 
   // Does rank r compute some task of t's group that needs t's q block (QO) or
   // t's kv block (KV)? The hosts hold their blocks anyway.
-  bool holds_q(TaskId t, Rank r) const { return holder(Dir::qo, t, r); }
-  bool holds_kv(TaskId t, Rank r) const { return holder(Dir::kv, t, r); }
+  bool holds_q(TaskId t, Rank r) const { return holder(RowKind::qo, t, r); }
+  bool holds_kv(TaskId t, Rank r) const { return holder(RowKind::kv, t, r); }
   // Calls f(r) for every rank that holds t's q-block data or kv-block data of
   // t's group (each rank once, ascending), hosts excluded.
   template <class F>
   void for_each_holder(TaskId t, F&& f) const {
-    const std::uint64_t* q = words(Dir::qo, t);
-    const std::uint64_t* k = words(Dir::kv, t);
+    const std::uint64_t* q = words(RowKind::qo, t);
+    const std::uint64_t* k = words(RowKind::kv, t);
     for (int w = 0; w < words_; ++w)
       for (std::uint64_t bits = q[w] | k[w]; bits != 0; bits &= bits - 1)
         f(static_cast<Rank>(w * 64 + __builtin_ctzll(bits)));
@@ -96,8 +97,8 @@ class State {
   // `from` (a bounded candidate list at large P; deterministic).
   template <class F>
   void for_each_holder_from(TaskId t, Rank from, int limit, F&& f) const {
-    const std::uint64_t* q = words(Dir::qo, t);
-    const std::uint64_t* k = words(Dir::kv, t);
+    const std::uint64_t* q = words(RowKind::qo, t);
+    const std::uint64_t* k = words(RowKind::kv, t);
     const int w0 = from / 64;
     int n = 0;
     for (int i = 0; i <= words_ && n < limit; ++i) {
@@ -120,12 +121,12 @@ class State {
     Rank qhost, khost;
     std::int32_t qblock, kblock;
   };
-  std::size_t block_slot(Dir d, std::int32_t block, int g) const {
+  std::size_t block_slot(RowKind d, std::int32_t block, int g) const {
     return (static_cast<std::size_t>(block) * 2 + static_cast<std::size_t>(d)) * static_cast<std::size_t>(G_) +
            static_cast<std::size_t>(g);
   }
-  const std::uint64_t* words(Dir d, TaskId t) const;
-  bool holder(Dir d, TaskId t, Rank r) const;
+  const std::uint64_t* words(RowKind d, TaskId t) const;
+  bool holder(RowKind d, TaskId t, Rank r) const;
   void add(TaskId t, Rank r, int sign);
   // Full rebuilds (construction, rollback) and the O(log P) update of the
   // ranks a move touched.
@@ -134,7 +135,7 @@ class State {
   void update_ranks(const Rank* ranks, int n);
   double top_value(Rank r) const;
   double time_delta(TaskId t, Rank a, Rank b) const;
-  std::pair<double, double> closed_opened(const TaskInfo& in, Dir dir, Rank h, Rank a, Rank b) const;
+  std::pair<double, double> closed_opened(const TaskInfo& in, RowKind dir, Rank h, Rank a, Rank b) const;
   void touch_move(TaskId t, Rank a, Rank b);
   // Time mode: per-rank seconds, forward + backward.
   struct RankSeconds {

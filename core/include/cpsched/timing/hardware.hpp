@@ -7,7 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "cpsched/timing/node_map.hpp"
+
 namespace cpsched {
+
+// The profile used where none is named (the cost model, the sim, compare).
+inline constexpr const char* kDefaultHardwareProfile = "h100_8x_nvlink";
 
 struct Link {
   double bandwidth_gb_s = 0;  // GB/s (1e9 bytes per second), one direction, per GPU
@@ -27,8 +32,8 @@ struct HardwareProfile {
   Link inter_node;
   bool overlap = true;          // communication on its own stream, concurrent with compute
 
-  bool same_node(int a, int b) const { return a / gpus_per_node == b / gpus_per_node; }
-  const Link& link(int a, int b) const { return same_node(a, b) ? intra_node : inter_node; }
+  NodeMap nodes() const { return {gpus_per_node}; }
+  const Link& link(int a, int b) const { return nodes().same_node(a, b) ? intra_node : inter_node; }
 };
 
 // Parses a profile; `source` names the text in messages. Throws cpsched::Error
