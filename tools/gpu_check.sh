@@ -35,7 +35,7 @@ echo "== build ($build, release, CPSCHED_CUDA=ON)"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCPSCHED_CUDA=ON -DCPSCHED_BUILD_TESTS=ON \
   -DCPSCHED_BUILD_BENCHMARKS=OFF >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
 grep "cpsched: CUDA/NCCL" "$build.configure.log" || true
-cmake --build "$build" -j "$jobs" --target cpsched cpsched_cuda_nccl cpsched_sim cpsched_area cpsched_binary_greedy \
+cmake --build "$build" -j "$jobs" --target cpsched cpsched_cuda_nccl cpsched_sim cpsched_binary_greedy \
   cuda_nccl_gpu_kernels cuda_nccl_gpu_nccl
 echo "   built in $(( $(date +%s) - start )) s"
 

@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
     o.seqlen = 8 * 1024;        // tokens of the packed sequence
     o.heads = {64, 8, 128, 2};  // GQA 64:8, head dim 128, bf16
     o.solver = solver;          // any solver plugin; its parameters default
-    o.stages = 2;               // two remote stages after the local one
+    o.plan.stages = 2;          // two remote stages after the local one
     Session session(o);         // plugins from the build / installation and CPSCHED_PLUGIN_PATH
 
     // This step's mask, as the seed's lists: causal documents packed into one sequence.

@@ -17,16 +17,17 @@ class RoundRobin final : public cpsched::Solver {
   // Parameters arrive resolved: every declared one is set, with its type checked.
   explicit RoundRobin(const cpsched::Params& p) : offset_(p.get_int("offset")) {}
 
-  cpsched::Assignment solve(const cpsched::SolveInput& in) override {
-    const cpsched::TaskGrid& grid = *in.grid;
+  cpsched::Solution solve(const cpsched::SolveInput& in) override {
+    const cpsched::TaskGrid& grid = *in.grid();
     const std::int64_t P = grid.cp_size();
-    cpsched::Assignment a;
-    a.grid = in.grid;
+    cpsched::Solution sol;
+    cpsched::Assignment& a = sol.assignment;
+    a.grid = in.grid();
     a.rank.reserve(static_cast<std::size_t>(grid.num_tasks()));
     for (cpsched::TaskId t = 0; t < grid.num_tasks(); ++t) {
       a.rank.push_back(static_cast<cpsched::Rank>(((t + offset_) % P + P) % P));
     }
-    return a;
+    return sol;
   }
 
  private:

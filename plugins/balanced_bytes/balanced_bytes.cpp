@@ -178,17 +178,15 @@ TimeObjective time_objective(const TimePrices& tp, const TaskGrid& grid, double 
 
 std::vector<MemberResult> BalancedBytes::solve_members(const SolveInput& in, std::vector<std::string>& skipped) const {
   std::vector<MemberResult> out;
-  if (in.grid->num_tasks() > opt_.member_max_tasks) return out;
+  if (in.grid()->num_tasks() > opt_.member_max_tasks) return out;
   // The members solve in parallel (each its own slot: the same results in the
   // same order for any thread count).
   const std::size_t n = opt_.members.size();
-  std::vector<std::optional<Assignment>> got(n);
+  std::vector<std::optional<Solution>> got(n);
   std::vector<std::string> why(n);
-  run_jobs(n, opt_.threads, [&](std::size_t i) {
-    got[i] = members_->solve(opt_.members[i], SolveInput{in.grid, in.cost, in.stages}, why[i]);
-  });
+  run_jobs(n, opt_.threads, [&](std::size_t i) { got[i] = members_->solve(opt_.members[i], in, why[i]); });
   for (std::size_t i = 0; i < n; ++i) {
-    if (got[i]) out.push_back({opt_.members[i], std::move(*got[i]), in.grid.get()});
+    if (got[i]) out.push_back({opt_.members[i], std::move(got[i]->assignment), in.grid().get()});
     else skipped.push_back(opt_.members[i] + " (" + why[i] + ")");
   }
   return out;
@@ -196,7 +194,7 @@ std::vector<MemberResult> BalancedBytes::solve_members(const SolveInput& in, std
 
 Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>& seen,
                                     const std::vector<MemberResult>& members, bool member_grid) const {
-  const TaskGrid& grid = *in.grid;
+  const TaskGrid& grid = *in.grid();
   const bool time = opt_.objective == Objective::time;
   const bool bottleneck = opt_.objective == Objective::bottleneck;
   // Time mode prices forward and backward bytes in seconds; the bottleneck
@@ -208,7 +206,7 @@ Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>
   const double bw = bottleneck ? 1e3 : opt_.bottleneck_weight;
   const std::int64_t total = search_budget(opt_, grid.num_tasks());
   std::optional<TimeObjective> to;
-  if (time) to = time_objective(*in.cost->time_prices(), grid, opt_.spread);
+  if (time) to = time_objective(*in.time_prices(), grid, opt_.spread);
 
   // The starts: placements of the portfolio's members on this grid. On a
   // member's own grid (time mode) the member's placement is priced as it is
@@ -230,7 +228,7 @@ Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>
   if (grid.flattened() && to && grid.num_tasks() <= std::max<TaskId>(opt_.member_max_tasks, kMemberGridSearchTasks))
     starts.push_back({"hybrid", hybrid_placement(grid, opt_.usp_max_degree, to->byte_s, to->nodes.gpus_per_node)});
   for (const MemberResult& m : members)
-    if (m.assignment.grid.get() == in.grid.get()) starts.push_back({m.name, m.assignment.rank, !member_grid});
+    if (m.assignment.grid.get() == in.grid().get()) starts.push_back({m.name, m.assignment.rank, !member_grid});
 
   // Phase 1, one job per searched start: repair, descend, a short iterated
   // search.
@@ -246,11 +244,11 @@ Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>
       // Priced as it is: no state, no prediction.
       std::int64_t excess = 0;
       for (std::int64_t l : rank_loads(grid, starts[i].rank)) excess += std::max<std::int64_t>(0, l - cap);
-      raw[i] = {starts[i].origin, std::move(starts[i].rank), excess, 0.0, in.grid};
+      raw[i] = {starts[i].origin, std::move(starts[i].rank), excess, 0.0, in.grid()};
       return;
     }
     auto st = std::make_unique<State>(model, starts[i].rank, cap, bw, to ? &*to : nullptr);
-    raw[i] = {starts[i].origin, std::move(starts[i].rank), st->excess(), st->objective(), in.grid};
+    raw[i] = {starts[i].origin, std::move(starts[i].rank), st->excess(), st->objective(), in.grid()};
     if (time) raw[i].predicted_s = st->max_rank_time();
     Budget budget{total / static_cast<std::int64_t>(2 * ns)};
     repair(*st, budget);
@@ -261,7 +259,7 @@ Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>
   // (Incremental sums: exact for integer weights, else off by rounding only.)
   auto searched_of = [&](std::size_t i) {
     Candidate c{raw[i].origin + "+search", states[i]->placement(), states[i]->excess(), states[i]->objective(),
-                in.grid, true};
+                in.grid(), true};
     if (time) c.predicted_s = states[i]->max_rank_time();
     return c;
   };
@@ -294,9 +292,9 @@ Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>
   return seen[best];
 }
 
-Assignment BalancedBytes::solve(const SolveInput& in) {
-  if (!in.grid) throw Error("balanced_bytes: no task grid given");
-  const bool prices_time = in.cost != nullptr && in.cost->time_prices().has_value();
+Solution BalancedBytes::solve(const SolveInput& in) {
+  if (!in.grid()) throw Error("balanced_bytes: no task grid given");
+  const bool prices_time = in.time_prices().has_value() && in.pricing() != nullptr;
   if (opt_.objective == Objective::time && !prices_time)
     throw Error("balanced_bytes: objective = time needs a cost model that prices time (cost_model: {name: time}); "
                 "the configured one does not");
@@ -305,7 +303,7 @@ Assignment BalancedBytes::solve(const SolveInput& in) {
   return opt_.objective == Objective::time ? solve_time(in) : solve_bytes(in);
 }
 
-Assignment BalancedBytes::solve_bytes(const SolveInput& in) const {
+Solution BalancedBytes::solve_bytes(const SolveInput& in) const {
   std::vector<Candidate> seen;
   std::vector<std::string> skipped;
   Candidate best = solve_grid(in, seen, solve_members(in, skipped));
@@ -313,36 +311,39 @@ Assignment BalancedBytes::solve_bytes(const SolveInput& in) const {
 
   // No placement met the cap (a cell alone, or a few big ones, break the
   // balance): cut every shard into more blocks and search again.
-  int blocks = in.grid->problem().grid.blocks_per_rank;
-  std::shared_ptr<const TaskGrid> grid = in.grid;
+  int blocks = in.grid()->problem().grid.blocks_per_rank;
+  std::shared_ptr<const TaskGrid> grid = in.grid();
   while (best.excess > 0 && is_sequential(*grid) && blocks * 2 <= opt_.max_blocks_per_rank) {
     blocks *= 2;
     grid = finer_grid(*grid, blocks);
-    Candidate c = solve_grid({grid, in.cost, in.stages}, seen, {});
+    Candidate c = solve_grid(in.with_grid(grid), seen, {});
     if (better(c, best)) best = std::move(c);
   }
 
-  Assignment a;
+  Solution sol;
+  Assignment& a = sol.assignment;
   a.grid = best.grid;
   a.rank = std::move(best.rank);
-  a.feasible = best.excess == 0;
-  a.note = "balanced_bytes (" + std::string(opt_.objective == Objective::bottleneck ? "bottleneck" : "bytes") +
+  sol.feasible = best.excess == 0;
+  sol.figures.set("objective", best.objective);
+  sol.figures.set("blocks_per_rank", a.grid->problem().grid.blocks_per_rank);
+  sol.note = "balanced_bytes (" + std::string(opt_.objective == Objective::bottleneck ? "bottleneck" : "bytes") +
            "): " + best.origin + " on " + std::to_string(a.grid->problem().grid.blocks_per_rank) +
            " block(s) per rank, objective " + num(best.objective, "%.6e");
   for (std::size_t i = 0; i < on_input_grid; ++i)
     if (!seen[i].searched)
-      a.note += "; " + seen[i].origin + " " + num(seen[i].objective, "%.6e") +
-                (seen[i].excess > 0 ? " (above cap)" : "");
-  for (const std::string& m : skipped) a.note += "; member " + m + " skipped";
-  if (!a.feasible) a.note += "; no placement met mu = " + num(opt_.mu) + ", returned the least overloaded";
-  return a;
+      sol.note += "; " + seen[i].origin + " " + num(seen[i].objective, "%.6e") +
+                  (seen[i].excess > 0 ? " (above cap)" : "");
+  for (const std::string& m : skipped) sol.note += "; member " + m + " skipped";
+  if (!sol.feasible) sol.note += "; no placement met mu = " + num(opt_.mu) + ", returned the least overloaded";
+  return sol;
 }
 
 // Time mode: searched placements of every start (and of the members that
 // dispatch tokens, on their own grids) are priced as plans by the cost model's
 // timing model (plan_pricing.hpp); the fastest plan wins, with its stage count
 // when the host lets the solver choose (stages 0 = auto).
-Assignment BalancedBytes::solve_time(const SolveInput& in) const {
+Solution BalancedBytes::solve_time(const SolveInput& in) const {
   std::vector<Candidate> seen;
   std::vector<std::string> skipped;
   const std::vector<MemberResult> members = solve_members(in, skipped);
@@ -354,16 +355,16 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
   // mode's effort: measured on the step-time benchmark, the bytes mode's own
   // 40x larger effort changed no step (never behind objective = bytes on any
   // pack, stages 1 or auto) and cost half the latency at P = 8.
-  if (in.grid->num_tasks() <= opt_.member_max_tasks) {
+  if (in.grid()->num_tasks() <= opt_.member_max_tasks) {
     BalancedBytes bytes_mode = with_objective(Objective::bytes);
     bytes_mode.opt_.effort = opt_.effort > 0 ? opt_.effort : kTimeEffort;
     std::vector<Candidate> own;
     Candidate c = bytes_mode.solve_grid(in, own, members);
     c.origin = "bytes:" + c.origin;
     // Its predicted step, by the same model as the others.
-    const ByteModel model(*in.grid, 1.0, 1.0);
-    const TimeObjective to = time_objective(*in.cost->time_prices(), *in.grid, opt_.spread);
-    c.predicted_s = State(model, c.rank, balance_cap(*in.grid, opt_.mu), 0.0, &to).max_rank_time();
+    const ByteModel model(*in.grid(), 1.0, 1.0);
+    const TimeObjective to = time_objective(*in.time_prices(), *in.grid(), opt_.spread);
+    c.predicted_s = State(model, c.rank, balance_cap(*in.grid(), opt_.mu), 0.0, &to).max_rank_time();
     bytes_candidate = std::move(c);
   }
 
@@ -372,19 +373,20 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
   // fastest also at kAutoStages, and the winner at every count of
   // kStageChoices (its step is not unimodal in the count: walking from 3
   // stages while the step fell missed a faster 2 on the step-time benchmark).
-  const bool auto_stages = in.stages <= 0;
-  const int first_stages = auto_stages ? 1 : in.stages;
+  const bool auto_stages = in.shape().auto_stages();
+  const int first_stages = auto_stages ? 1 : in.shape().stages;
   // Relays: the host's setting, or (auto) each candidate priced without and
   // with them when the ranks span several nodes.
-  const int node = in.cost->time_prices()->nodes.gpus_per_node;
-  std::vector<int> relay_options{std::max(0, in.relay)};
-  if (in.relay < 0 && node >= 2 && in.grid->cp_size() > node) relay_options.push_back(node);
+  const PlanShape& asked = in.shape();
+  const int node = asked.node_size >= 2 ? asked.node_size : in.time_prices()->nodes.gpus_per_node;
+  std::vector<int> relay_options{asked.auto_relay() ? 0 : asked.relay_node_size()};
+  if (asked.auto_relay() && node >= 2 && in.grid()->cp_size() > node) relay_options.push_back(node);
   // On grids beyond member_max_tasks (P = 1024 causal: 4M tasks) one plan
   // build costs seconds and latencies are a rounding error of the step: the
   // best predicted candidate is taken without pricing it.
-  const bool unpriced = in.grid->num_tasks() > opt_.member_max_tasks;
+  const bool unpriced = in.grid()->num_tasks() > opt_.member_max_tasks;
   std::optional<PlanPricer> pricer;
-  if (!unpriced) pricer.emplace(*in.cost, relay_options, opt_.threads, opt_.settle);
+  if (!unpriced) pricer.emplace(*in.pricing(), relay_options, opt_.threads, opt_.settle);
 
   // The probe (stages auto): the input grid's starts as they are and the
   // bytes objective's result, the PlanPricer::batch of lowest bound priced at
@@ -406,7 +408,7 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
 
   for (const MemberResult& m : members) {
     if (settled_early) break;
-    if (m.assignment.grid.get() == in.grid.get()) continue;  // searched above
+    if (m.assignment.grid.get() == in.grid().get()) continue;  // searched above
     // The same dispatch as an earlier member (static's two-level dispatch on
     // one node is its one-level one): nothing new to search or price.
     bool repeat = false;
@@ -425,8 +427,8 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
       continue;
     }
     std::vector<Candidate> own;
-    solve_grid(SolveInput{m.assignment.grid, in.cost, in.stages}, own,
-               {MemberResult{m.name, m.assignment, in.grid.get()}}, /*member_grid=*/true);
+    solve_grid(in.with_grid(m.assignment.grid), own, {MemberResult{m.name, m.assignment, in.grid().get()}},
+               /*member_grid=*/true);
     for (Candidate& c : own) {
       // Only the member's own placement is a start priced as it is; usp
       // and hybrid on its grid compete by prediction with the searched ones.
@@ -504,26 +506,38 @@ Assignment BalancedBytes::solve_time(const SolveInput& in) const {
     best_relay = pricer->best().relay;
   }
   const bool best_ok = meets_mu(*best);
-  Assignment a;
+  Solution sol;
+  Assignment& a = sol.assignment;
   a.grid = best->grid;
   a.rank = best->rank;
-  a.feasible = best_ok;
-  a.stages = in.stages > 0 ? in.stages : best_stages;
-  if (in.relay < 0) a.relay_node_size = best_relay;
-  a.note = "balanced_bytes (time): " + best->origin + " on " + std::to_string(a.grid->problem().grid.blocks_per_rank) +
-           " block(s) per rank, " + std::to_string(a.stages) + " stage(s)" +
-           (best_relay > 0 ? ", relays on nodes of " + std::to_string(best_relay) : std::string()) + ", predicted step " +
-           num(best_step * 1e3, "%.4f") + " ms ";
+  sol.feasible = best_ok;
+  // The choice where the host left one open (stages auto, relays auto).
+  sol.shape = PlanShape::fixed(auto_stages ? best_stages : first_stages, asked.auto_relay() ? best_relay : 0);
+  const int stages = sol.shape.stages;
+  sol.figures.set("predicted_step_s", best_step);
+  if (pricer) {
+    sol.figures.set("compute_bound_s", pricer->compute_bound());
+    sol.figures.set("candidates", static_cast<double>(pricer->size()));
+    sol.figures.set("plans_priced", static_cast<double>(pricer->priced()));
+    sol.figures.set("plans_skipped_by_bound", static_cast<double>(pricer->skipped_by_bound()));
+  }
+  sol.figures.set("stages", stages);
+  sol.figures.set("relay_node_size", best_relay);
+  sol.figures.set("blocks_per_rank", a.grid->problem().grid.blocks_per_rank);
+  sol.note = "balanced_bytes (time): " + best->origin + " on " + std::to_string(a.grid->problem().grid.blocks_per_rank) +
+             " block(s) per rank, " + std::to_string(stages) + " stage(s)" +
+             (best_relay > 0 ? ", relays on nodes of " + std::to_string(best_relay) : std::string()) +
+             ", predicted step " + num(best_step * 1e3, "%.4f") + " ms ";
   if (unpriced)
-    a.note += "by the search's model (grid above member_max_tasks: no plan priced)";
+    sol.note += "by the search's model (grid above member_max_tasks: no plan priced)";
   else
-    a.note += "of " + std::to_string(pricer->size()) + " candidates (" + std::to_string(pricer->priced()) +
+    sol.note += "of " + std::to_string(pricer->size()) + " candidates (" + std::to_string(pricer->priced()) +
               " plans priced, " + std::to_string(pricer->skipped_by_bound()) + " skipped by their step bound" +
               (pricer->settled() ? "; within " + num(100 * opt_.settle) + " % of the compute bound" : "") +
               (settled_early ? ", so no member grid was searched" : "") + ")";
-  for (const std::string& m : skipped) a.note += "; member " + m + " skipped";
-  if (!best_ok) a.note += "; the fastest plan is above mu = " + num(opt_.mu);
-  return a;
+  for (const std::string& m : skipped) sol.note += "; member " + m + " skipped";
+  if (!best_ok) sol.note += "; the fastest plan is above mu = " + num(opt_.mu);
+  return sol;
 }
 
 }  // namespace cpsched::search

@@ -74,7 +74,7 @@ class BalancedBytes final : public Solver {
   explicit BalancedBytes(Options o);
   BalancedBytes(const BalancedBytes&) = default;
   ~BalancedBytes() override;
-  Assignment solve(const SolveInput& in) override;
+  Solution solve(const SolveInput& in) override;
 
  private:
   // The best candidate on one grid, and every candidate it looked at.
@@ -82,8 +82,8 @@ class BalancedBytes final : public Solver {
   Candidate solve_grid(const SolveInput& in, std::vector<Candidate>& seen, const std::vector<MemberResult>& members,
                        bool member_grid = false) const;
   std::vector<MemberResult> solve_members(const SolveInput& in, std::vector<std::string>& skipped) const;
-  Assignment solve_bytes(const SolveInput& in) const;
-  Assignment solve_time(const SolveInput& in) const;
+  Solution solve_bytes(const SolveInput& in) const;
+  Solution solve_time(const SolveInput& in) const;
   // The same solver with another objective (auto resolved; the bytes candidate).
   BalancedBytes with_objective(Objective o) const;
   Options opt_;

@@ -2,22 +2,16 @@
 
 #include <algorithm>
 
-#include <cpsched/base/error.hpp>
 
 #include "run_jobs.hpp"
 
 namespace cpsched::search {
 
-PlanPricer::PlanPricer(const CostModel& cost, std::vector<int> relay_options, int threads, double settle)
-    : cost_(cost), relay_options_(std::move(relay_options)), threads_(threads), settle_(settle) {
-  const auto tp = cost.time_prices();
-  if (!tp) throw Error("balanced_bytes: pricing plans needs a cost model that prices time");
-  prices_ = *tp;
+PlanPricer::PlanPricer(PlanPricing& pricing, std::vector<int> relay_options, int threads, double settle)
+    : pricing_(pricing), relay_options_(std::move(relay_options)), threads_(threads), settle_(settle) {
   if (relay_options_.empty()) relay_options_.push_back(0);
   best_.relay = relay_options_.front();
 }
-
-PlanPricer::~PlanPricer() = default;
 
 void PlanPricer::add(const std::vector<const Candidate*>& candidates) {
   const std::size_t first = finals_.size();
@@ -26,18 +20,14 @@ void PlanPricer::add(const std::vector<const Candidate*>& candidates) {
                                 [&](const std::unique_ptr<const Candidate>& f) { return same_placement(*f, *c); });
     if (!in) finals_.push_back(std::make_unique<const Candidate>(*c));
   }
-  builders_.resize(finals_.size());
+  for (std::size_t i = first; i < finals_.size(); ++i)
+    handles_.push_back(pricing_.add(finals_[i]->grid, finals_[i]->rank));
   bounds_.resize(finals_.size());
-  // Each final's builder (its transfers and send orders, reused by all its
-  // plans) gives the transfers of its bound too.
+  // The host computes each final's transfers for its bound (and keeps them
+  // for its plans), the finals in parallel.
   run_jobs(finals_.size() - first, threads_, [&](std::size_t k) {
     const std::size_t i = first + k;
-    Assignment a;
-    a.grid = finals_[i]->grid;
-    a.rank = finals_[i]->rank;
-    builders_[i] = std::make_unique<PlanBuilder>(std::move(a));
-    bounds_[i] = step_lower_bound(*finals_[i]->grid, finals_[i]->rank, builders_[i]->transfers(), prices_,
-                                  relay_options_.back());
+    bounds_[i] = pricing_.bound(handles_[i]);
   });
 }
 
@@ -65,7 +55,7 @@ std::vector<PlanPricer::Job> PlanPricer::price(std::vector<Job> jobs) {
       if (useless || lb >= best_.step) ++skipped_by_bound_;
       else run.push_back(j);
     }
-    // One job list per final: a builder is used by one thread at a time.
+    // One job list per final: the host prices one placement at a time.
     std::vector<std::vector<std::size_t>> by_final;
     for (std::size_t j : run) {
       auto it = std::find_if(by_final.begin(), by_final.end(), [&](const std::vector<std::size_t>& v) {
@@ -78,13 +68,10 @@ std::vector<PlanPricer::Job> PlanPricer::price(std::vector<Job> jobs) {
     run_jobs(by_final.size(), threads_, [&](std::size_t f) {
       for (std::size_t ji : by_final[f]) {
         Job& j = jobs[ji];
-        const PlanBuilder& b = *builders_[j.final_index];
-        // Priced, not run: one area-only arg per rank and stage.
-        const Plan plan = b.build(PlanOptions{j.stages, j.relay, /*index_rows=*/false, /*area_only=*/true});
-        if (j.relay > 0 && choose_relay && !plan.has_forwarding()) continue;  // the plain plan again
-        const StepEstimate e = *cost_.plan_time(finals_[j.final_index]->grid->problem(), plan);
-        j.step = e.step();
-        bound_of[ji] = e.compute_bound;
+        const PlanPrice pp = pricing_.price(handles_[j.final_index], PlanShape::fixed(j.stages, j.relay));
+        if (j.relay > 0 && choose_relay && !pp.forwards) continue;  // the plain plan again
+        j.step = pp.step;
+        bound_of[ji] = pp.compute_bound;
       }
     });
     priced_ += run.size();

@@ -1,14 +1,12 @@
 #pragma once
-// Time mode's judge: candidate placements ("finals") are built as plans and
-// priced by the cost model's timing model; the fastest plan wins.
+// Time mode's judge: candidate placements ("finals") are priced as plans by
+// the host's timing model (SolveInput::pricing); the fastest plan wins.
 //
-// A plan build costs far more than a search step, so the pricer
-//  * keeps one PlanBuilder per final (its transfers and send orders serve all
-//    of its stage counts and relay settings);
-//  * skips a job (final, stages, relay) whose step lower bound
-//    (step_bound.hpp) already reaches the fastest step: it cannot win;
+// A plan costs the host far more to price than a search step, so the pricer
+//  * skips a job (final, stages, relay) whose step lower bound already
+//    reaches the fastest step: it cannot win;
 //  * prices jobs in batches of a fixed size, the batch's plans in parallel,
-//    testing the bounds between batches, so that the plans built (and the
+//    testing the bounds between batches, so that the plans priced (and the
 //    choice) do not depend on the thread count;
 //  * stops once the fastest step is within `settle` of the problem's compute
 //    bound (all compute / P), which no plan's step is below;
@@ -19,18 +17,16 @@
 #include <tuple>
 #include <vector>
 
-#include <cpsched/plugin/cost_model.hpp>
-#include <cpsched/plan/builder.hpp>
+#include <cpsched/plugin/pricing.hpp>
 
 #include "balanced_bytes.hpp"
-#include "cpsched/search/step_bound.hpp"
 
 namespace cpsched::search {
 
 class PlanPricer {
  public:
   // Plans priced in parallel between two tests of their step bounds (a fixed
-  // number, so that the plans built do not depend on the thread count).
+  // number, so that the plans priced do not depend on the thread count).
   static constexpr std::size_t batch = 4;
 
   struct Job {
@@ -41,11 +37,10 @@ class PlanPricer {
 
   // relay_options: the relay node sizes to price (0: none); with two of them
   // a relayed plan that forwards nothing is not priced again.
-  PlanPricer(const CostModel& cost, std::vector<int> relay_options, int threads, double settle);
-  ~PlanPricer();
+  PlanPricer(PlanPricing& pricing, std::vector<int> relay_options, int threads, double settle);
 
   // Adds copies of the candidates not already in (same grid and placement),
-  // building their PlanBuilders and step bounds in parallel.
+  // asking for their step bounds in parallel.
   void add(const std::vector<const Candidate*>& candidates);
 
   // The finals from `from` on, lowest plain step bound first.
@@ -61,17 +56,17 @@ class PlanPricer {
   const Candidate& final_at(std::size_t i) const { return *finals_[i]; }
   // The fastest job priced so far (step infinity before any), ties to the earlier.
   const Job& best() const { return best_; }
+  double compute_bound() const { return compute_bound_; }
   std::size_t priced() const { return priced_; }
   std::size_t skipped_by_bound() const { return skipped_by_bound_; }
 
  private:
-  const CostModel& cost_;
-  TimePrices prices_;
+  PlanPricing& pricing_;
   std::vector<int> relay_options_;
   int threads_;
   double settle_;
   std::vector<std::unique_ptr<const Candidate>> finals_;
-  std::vector<std::unique_ptr<PlanBuilder>> builders_;
+  std::vector<PlanPricing::Placement> handles_;
   std::vector<StepBound> bounds_;
   std::vector<std::tuple<std::size_t, int, int>> done_;  // (final, stages, relay) priced or ruled out
   Job best_{0, 1, 0};

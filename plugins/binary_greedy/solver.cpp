@@ -47,43 +47,46 @@ BinaryGreedySolver::BinaryGreedySolver(const Params& p) {
   threads_ = resolve_threads(threads);
 }
 
-Assignment BinaryGreedySolver::solve(const SolveInput& in) {
-  if (!in.grid) throw Error("binary_greedy: no task grid given");
-  const TaskGrid& grid = *in.grid;
+Solution BinaryGreedySolver::solve(const SolveInput& in) {
+  if (!in.grid()) throw Error("binary_greedy: no task grid given");
+  const TaskGrid& grid = *in.grid();
   if (grid.cp_size() > kMaxRanks)
     throw Error("binary_greedy: cp_size = " + std::to_string(grid.cp_size()) + " exceeds the supported " +
                 std::to_string(kMaxRanks) + " ranks");
-  const AreaCostModel fallback;
-  const CostModel& cost = in.cost != nullptr ? *in.cost : fallback;
+  const CostModel& cost = in.cost();
 
   std::lock_guard<std::mutex> lock(mutex_);
   if (!pool_) pool_ = std::make_unique<ThreadPool>(threads_);
   build_instance(grid, cost, *pool_, instance_);
   SearchResult r = binary_search(instance_, params_, *pool_, workspace_);
 
-  Assignment a;
-  a.grid = in.grid;
+  Solution sol;
+  Assignment& a = sol.assignment;
+  a.grid = in.grid();
   a.rank.resize(r.rank.size());
   for (std::size_t pos = 0; pos < r.rank.size(); ++pos)
     a.rank[static_cast<std::size_t>(instance_.task_of[pos])] = r.rank[pos];
-  a.feasible = r.feasible;
+  sol.feasible = r.feasible;
   const double mean = instance_.mean;
   const double imbalance = mean > 0.0 ? r.max_load / mean : 1.0;
+  sol.figures.set("threshold", r.threshold);
+  sol.figures.set("iterations", r.iterations);
+  sol.figures.set("imbalance", imbalance);
   if (r.feasible) {
-    a.note = "binary_greedy: K = " + num(r.threshold) + " after " + std::to_string(r.iterations) +
+    sol.note = "binary_greedy: K = " + num(r.threshold) + " after " + std::to_string(r.iterations) +
              " iterations, imbalance " + num(imbalance, "%.4f") + " <= mu " + num(params_.mu);
   } else {
     const double largest =
         instance_.compute.empty() ? 0.0 : *std::max_element(instance_.compute.begin(), instance_.compute.end());
-    a.note = "binary_greedy: no assignment met mu = " + num(params_.mu) + " in " + std::to_string(r.iterations) +
+    sol.note = "binary_greedy: no assignment met mu = " + num(params_.mu) + " in " + std::to_string(r.iterations) +
              " iterations; returned the last try (as published), imbalance " + num(imbalance, "%.4f");
     if (mean > 0.0 && largest > params_.mu * mean)
-      a.note += " (a single task alone needs " + num(largest / mean, "%.4f") + " x mean load)";
+      sol.note += " (a single task alone needs " + num(largest / mean, "%.4f") + " x mean load)";
     else
-      a.note += " (no single task forces it; the largest is " + num(mean > 0.0 ? largest / mean : 0.0, "%.4f") +
+      sol.note += " (no single task forces it; the largest is " + num(mean > 0.0 ? largest / mean : 0.0, "%.4f") +
                 " x mean load)";
   }
-  return a;
+  return sol;
 }
 
 }  // namespace cpsched::bg

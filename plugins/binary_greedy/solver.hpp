@@ -16,7 +16,7 @@ namespace cpsched::bg {
 class BinaryGreedySolver final : public Solver {
  public:
   explicit BinaryGreedySolver(const Params& params);
-  Assignment solve(const SolveInput& in) override;
+  Solution solve(const SolveInput& in) override;
 
   static constexpr int kMaxRanks = 1024;  // widest rank mask: 16 words
 

@@ -1,6 +1,6 @@
 // Solver plugin `ilp`: the exact placement model (ilp_model.hpp) solved with
 // GLPK under one time limit. The yardstick of the other solvers at small P:
-// its note reports the incumbent, the proven bound and the gap.
+// its figures report the incumbent, the proven bound and the gap.
 //
 // With flattened head groups it first solves the aggregated model (no group
 // symmetry, far fewer integers): its optimum is a lower bound, and its counts,
@@ -9,16 +9,11 @@
 // starting from the best placement so far; the bound reported is the larger of
 // the two models' bounds.
 //
-// The note's head is a stable format that tools parse (`cpsched compare`
-// reads the bound from it: tools/cpsched/compare_ilp.cpp, bench_vs_ilp too);
-// change it only together with them:
-//   ilp (OBJECTIVE forward bytes, mu MU): STATUS; incumbent N B (ORIGIN), bound N B, gap G %; DETAILS
-// OBJECTIVE is `total` or `bottleneck` (the bytes below are that objective's);
-// STATUS is `optimal` or `not proven optimal`; N are whole bytes (%.0f), G a
-// percentage; ORIGIN is free text without ';' or ')'; DETAILS (each model's
-// run, the time spent) are free text. When no placement meets the balance
-// cap, STATUS is a sentence starting with `no placement` and no incumbent
-// clause follows.
+// Figures (what `cpsched compare` and bench_vs_ilp read): total_objective
+// (1: the bytes are the forward total send, 0: the bottleneck), and when a
+// placement met the balance cap incumbent_bytes, bound_bytes, gap_pct and
+// proven (1: optimal). The note says the same for people, with each model's
+// run and the time spent.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -99,8 +94,8 @@ class IlpSolver final : public Solver {
     if (!(mip_gap_ >= 0.0 && mip_gap_ < 1.0)) throw Error("ilp: mip_gap = " + num(mip_gap_) + " must be in [0, 1)");
   }
 
-  Assignment solve(const SolveInput& in) override {
-    if (!in.grid) throw Error("ilp: no task grid given");
+  Solution solve(const SolveInput& in) override {
+    if (!in.grid()) throw Error("ilp: no task grid given");
     // GLPK keeps its environment (hooks, and in some builds every object) in
     // process state: one solve at a time in a process.
     static std::mutex glpk_mutex;
@@ -118,7 +113,7 @@ class IlpSolver final : public Solver {
     auto left_s = [&] {
       return time_limit_s_ - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     };
-    const TaskGrid& grid = *in.grid;
+    const TaskGrid& grid = *in.grid();
     const search::ByteModel model(grid, 1.0, 0.0);  // forward bytes
     // A rank can carry at most all the load, mu x mean = load x mu / P: any mu
     // >= P allows every placement. Clamped so that mu x total / P stays a
@@ -201,8 +196,10 @@ class IlpSolver final : public Solver {
       }
     }
 
-    Assignment a;
-    a.grid = in.grid;
+    Solution sol;
+    Assignment& a = sol.assignment;
+    a.grid = in.grid();
+    sol.figures.set("total_objective", objective_ == Objective::total ? 1 : 0);
     const std::string what = std::string("ilp (") + (objective_ == Objective::total ? "total" : "bottleneck") +
                              " forward bytes, mu " + num(mu_) + "): ";
     if (inc.valid()) {
@@ -210,19 +207,22 @@ class IlpSolver final : public Solver {
       bound = std::min(bound, inc.bytes);
       const double gap = inc.bytes > 0 ? (inc.bytes - bound) / inc.bytes : 0.0;
       const bool optimal = gap <= 1e-6;
-      a.note = what + (optimal ? "optimal" : "not proven optimal") + "; incumbent " + num(inc.bytes, "%.0f") +
-               " B (" + inc.origin + "), bound " + num(bound, "%.0f") + " B, gap " + num(100.0 * gap, "%.4f") + " %";
-      a.feasible = true;
+      sol.note = what + (optimal ? "optimal" : "not proven optimal") + "; incumbent " + num(inc.bytes, "%.0f") +
+                 " B (" + inc.origin + "), bound " + num(bound, "%.0f") + " B, gap " + num(100.0 * gap, "%.4f") + " %";
+      sol.figures.set("incumbent_bytes", inc.bytes);
+      sol.figures.set("bound_bytes", bound);
+      sol.figures.set("gap_pct", 100.0 * gap);
+      sol.figures.set("proven", optimal ? 1 : 0);
     } else {
       // No placement meets the cap: the least overloaded start we have.
       a.rank = fallback.empty() ? search::owner_placement(grid) : fallback;
-      a.feasible = false;
-      a.note = what + (proven_infeasible ? "no placement meets the balance cap (proven)"
+      sol.feasible = false;
+      sol.note = what + (proven_infeasible ? "no placement meets the balance cap (proven)"
                                          : "no placement meeting the balance cap was found in " +
                                                num(time_limit_s_) + " s");
     }
-    a.note += notes + "; " + num(time_limit_s_ - left_s(), "%.2f") + " s in all";
-    return a;
+    sol.note += notes + "; " + num(time_limit_s_ - left_s(), "%.2f") + " s in all";
+    return sol;
   }
 
  private:

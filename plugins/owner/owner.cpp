@@ -8,15 +8,16 @@ namespace {
 class Owner final : public cpsched::Solver {
  public:
   explicit Owner(const cpsched::Params&) {}
-  cpsched::Assignment solve(const cpsched::SolveInput& in) override {
-    const cpsched::TaskGrid& grid = *in.grid;
-    cpsched::Assignment a;
-    a.grid = in.grid;
+  cpsched::Solution solve(const cpsched::SolveInput& in) override {
+    const cpsched::TaskGrid& grid = *in.grid();
+    cpsched::Solution sol;
+    cpsched::Assignment& a = sol.assignment;
+    a.grid = in.grid();
     a.rank.resize(static_cast<std::size_t>(grid.num_tasks()));
     for (cpsched::TaskId t = 0; t < grid.num_tasks(); ++t) {
       a.rank[static_cast<std::size_t>(t)] = grid.q_host(t);
     }
-    return a;
+    return sol;
   }
 };
 

@@ -34,9 +34,9 @@ class Static final : public Solver {
       throw Error("static: chunk_tokens = " + std::to_string(chunk_tokens_) + " must be >= 0 (0: S / (8 P))");
   }
 
-  Assignment solve(const SolveInput& in) override {
-    if (!in.grid) throw Error("static: no task grid given");
-    const TaskGrid& grid = *in.grid;
+  Solution solve(const SolveInput& in) override {
+    if (!in.grid()) throw Error("static: no task grid given");
+    const TaskGrid& grid = *in.grid();
     const Problem& p = grid.problem();
     const int P = grid.cp_size();
     const Token S = p.seqlen();
@@ -51,8 +51,7 @@ class Static final : public Solver {
     // Two levels when asked for and the cluster has several nodes.
     int node = static_cast<int>(node_ranks_);
     if (node < 0) {
-      const auto tp = in.cost != nullptr ? in.cost->time_prices() : std::nullopt;
-      node = tp ? tp->nodes.gpus_per_node : 0;
+      node = in.time_prices() ? in.time_prices()->nodes.gpus_per_node : 0;
     }
     const bool two_level = node > 0 && P > node && P % node == 0;
     // Node chunks of S / (node_chunks x nodes) tokens.
@@ -65,17 +64,22 @@ class Static final : public Solver {
     auto dispatched =
         std::make_shared<const TaskGrid>(grid.problem_ptr(), static_solver::dispatched_sharding(S, chunk, host, P));
 
-    Assignment a;
+    Solution sol;
+    Assignment& a = sol.assignment;
     a.grid = dispatched;
     a.rank.resize(static_cast<std::size_t>(dispatched->num_tasks()));
     for (TaskId t = 0; t < dispatched->num_tasks(); ++t) a.rank[static_cast<std::size_t>(t)] = dispatched->q_host(t);
-    a.note = "static: " + std::to_string(n) + " chunks of " + std::to_string(chunk) + " tokens dispatched to " +
+    sol.figures.set("chunks", static_cast<double>(n));
+    sol.figures.set("chunk_tokens", static_cast<double>(chunk));
+    sol.figures.set("dispatched_blocks", dispatched->sharding().num_blocks());
+    sol.figures.set("node_ranks", two_level ? node : 0);
+    sol.note = "static: " + std::to_string(n) + " chunks of " + std::to_string(chunk) + " tokens dispatched to " +
              std::to_string(P) + " ranks (" + std::to_string(dispatched->sharding().num_blocks()) +
              " blocks after merging neighbours on one rank)" +
              (two_level ? "; two levels: node chunks of " + std::to_string(node_chunk) + " tokens dealt to " +
                               std::to_string(P / node) + " nodes of " + std::to_string(node) + " ranks"
                         : std::string());
-    return a;
+    return sol;
   }
 
  private:

@@ -26,9 +26,9 @@ class Usp final : public Solver {
       throw Error("usp: max_degree = " + std::to_string(max_degree_) + " must be >= 1");
   }
 
-  Assignment solve(const SolveInput& in) override {
-    if (!in.grid) throw Error("usp: no task grid given");
-    const TaskGrid& grid = *in.grid;
+  Solution solve(const SolveInput& in) override {
+    if (!in.grid()) throw Error("usp: no task grid given");
+    const TaskGrid& grid = *in.grid();
     const Problem& p = grid.problem();
     if (!grid.flattened())
       throw Error("usp: Ulysses splits attention heads, so it needs flattened head groups; set "
@@ -36,19 +36,22 @@ class Usp final : public Solver {
     const int P = grid.cp_size();
     const int G = grid.num_groups();
     const int u = usp_ulysses_degree(P, p.heads.kv, static_cast<int>(std::min<std::int64_t>(max_degree_, 1 << 20)));
-    Assignment a;
-    a.grid = in.grid;
+    Solution sol;
+    Assignment& a = sol.assignment;
+    a.grid = in.grid();
     a.rank.resize(static_cast<std::size_t>(grid.num_tasks()));
     for (TaskId t = 0; t < grid.num_tasks(); ++t) {
       const Rank host = grid.q_host(t);
       const int g = grid.group_of(t);
       a.rank[static_cast<std::size_t>(t)] = (host / u) * u + g * u / G;
     }
-    a.note = "usp: Ulysses degree " + std::to_string(u) + ", ring degree " + std::to_string(P / u);
+    sol.note = "usp: Ulysses degree " + std::to_string(u) + ", ring degree " + std::to_string(P / u);
+    sol.figures.set("ulysses_degree", u);
+    sol.figures.set("ring_degree", P / u);
     if (G % u != 0)
-      a.note += "; " + std::to_string(G) + " head groups do not split evenly over " + std::to_string(u) +
+      sol.note += "; " + std::to_string(G) + " head groups do not split evenly over " + std::to_string(u) +
                 " Ulysses ranks, so the closed form does not apply";
-    return a;
+    return sol;
   }
 
  private:

@@ -229,9 +229,7 @@ std::vector<MaskType> types_from(const Int32Vec& a) {
 
 std::shared_ptr<Registry> scanned_registry(const std::vector<std::string>& extra) {
   auto reg = std::make_shared<Registry>();
-  reg->scan(Registry::default_plugin_dir());
-  for (const auto& d : Registry::env_plugin_dirs()) reg->scan(d);
-  for (const auto& d : extra) reg->scan(d);
+  reg->scan_default_folders(std::vector<std::filesystem::path>(extra.begin(), extra.end()));
   return reg;
 }
 
@@ -252,7 +250,7 @@ struct SolverInfo {
 // plugin libraries) by shared ownership: valid after its Session is gone.
 class Result {
  public:
-  Result(std::shared_ptr<const CachedPlan> plan, std::shared_ptr<const SolverInfo> info, bool cached, double call_ms)
+  Result(std::shared_ptr<const SolveResult> plan, std::shared_ptr<const SolverInfo> info, bool cached, double call_ms)
       : plan_(std::move(plan)), info_(std::move(info)), cached_(cached), call_ms_(call_ms) {}
 
   const PassPlan& pass(Rank r, const std::string& p) const {
@@ -289,6 +287,8 @@ class Result {
     e.solver = info_->solver;
     e.solver_params = info_->solver_params;
     e.solve_ms = solve_ms ? *solve_ms : plan_->solve_ms;
+    e.feasible = plan_->feasible;
+    e.note = plan_->note;
     return plan_json(e, indent);
   }
 
@@ -299,6 +299,7 @@ class Result {
     if (max_groups > 0) o.max_groups = max_groups;
     o.solver = info_->solver;
     o.stages = plan_->plan->num_stages;
+    o.feasible = plan_->feasible;
     write_plan_svg(path, *plan_->assignment, plan_->metrics, o);
   }
 
@@ -306,13 +307,13 @@ class Result {
 
   nb::object task_ranks() const { return numpy_of(plan_->assignment->rank); }
 
-  const CachedPlan& plan() const { return *plan_; }
+  const SolveResult& plan() const { return *plan_; }
   const SolverInfo& info() const { return *info_; }
   bool cached() const { return cached_; }
   double call_ms() const { return call_ms_; }
 
  private:
-  std::shared_ptr<const CachedPlan> plan_;
+  std::shared_ptr<const SolveResult> plan_;
   std::shared_ptr<const SolverInfo> info_;
   bool cached_;
   double call_ms_;
@@ -343,7 +344,7 @@ class PySession {
     if (!cfg_) throw Error("session: solve_config needs a Session made by Session.from_config");
     nb::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(mu_);
-    session_->solve(std::make_shared<const Problem>(make_problem(*cfg_)));  // index masks too
+    session_->solve_config_mask();  // index masks too
     return last();
   }
 
@@ -385,8 +386,8 @@ class PySession {
     d["solver"] = o.solver;
     d["solver_params"] = params_to_py(session_->solver_params());
     d["cost_model"] = o.cost_model;
-    d["stages"] = o.stages;
-    d["relay_node_size"] = o.relay_node_size;
+    d["stages"] = o.plan.stages;
+    d["relay_node_size"] = o.plan.auto_relay() ? -1 : o.plan.relay_node_size();
     d["cache_size"] = o.cache_size;
     return d;
   }
@@ -409,9 +410,9 @@ class PySession {
     info_ = std::move(info);
   }
   Result last() const {
-    // CachedPlan is a few shared pointers and P-sized vectors: copying it
+    // SolveResult is a few shared pointers and P-sized vectors: copying it
     // gives the result its own shared ownership without a core change.
-    return Result(std::make_shared<const CachedPlan>(session_->result()), info_, session_->last_was_cached(),
+    return Result(std::make_shared<const SolveResult>(session_->result()), info_, session_->last_was_cached(),
                   session_->last_call_ms());
   }
 
@@ -431,7 +432,7 @@ nb::list plugins_list(const std::vector<std::string>& extra) {
     d["name"] = p.name;
     d["kind"] = std::string(to_string(p.kind));
     d["doc"] = p.doc;
-    d["file"] = p.file.string();
+    d["file"] = p.built_in ? std::string("<built-in>") : p.file.string();
     nb::list params;
     for (const ParamSpec& s : p.params) {
       nb::dict ps;
@@ -481,7 +482,7 @@ nb::dict run_config(const std::string& path, const std::vector<std::string>& ove
   const Config cfg = load_config(path, overrides);
   if (cfg.executor.name.empty()) throw Error(path + ": no executor selected (executor.name)");
   ExecutionReport rep;
-  std::shared_ptr<const CachedPlan> plan;
+  std::shared_ptr<const SolveResult> plan;
   std::shared_ptr<SolverInfo> info = std::make_shared<SolverInfo>();
   double call_ms = 0;
   {
@@ -492,15 +493,12 @@ nb::dict run_config(const std::string& path, const std::vector<std::string>& ove
         std::get<std::string>(mode->second.first) == "numeric")
       check_resources(make_problem(cfg), /*sim_numeric=*/true);
     auto reg = std::make_shared<Registry>();
-    reg->scan(Registry::default_plugin_dir());
-    for (const auto& d : Registry::env_plugin_dirs()) reg->scan(d);
-    for (const auto& d : cfg.plugin_paths) reg->scan(d);
-    const Problem problem = make_problem(cfg);
+    reg->scan_default_folders(cfg.plugin_paths);
     Session session(cfg, reg);
     const auto t0 = std::chrono::steady_clock::now();
-    session.solve(problem.mask);
+    session.solve_config_mask();  // the config's mask, index kinds too, as `cpsched run` solves it
     call_ms = ms_since(t0);
-    plan = std::make_shared<const CachedPlan>(session.result());
+    plan = std::make_shared<const SolveResult>(session.result());
     info->solver = session.options().solver;
     info->solver_params = session.solver_params();
     const Params exec_params = resolve_selection(*reg, static_cast<int>(PluginKind::executor), cfg.executor);
@@ -562,8 +560,13 @@ NB_MODULE(_cpsched, m) {
       .def_prop_ro("cp_size", [](const Result& r) { return r.plan().plan->ranks.size(); })
       .def_prop_ro("seqlen", [](const Result& r) { return r.plan().assignment->grid->problem().seqlen(); })
       .def_prop_ro("num_tasks", [](const Result& r) { return r.plan().assignment->grid->num_tasks(); })
-      .def_prop_ro("feasible", [](const Result& r) { return r.plan().assignment->feasible; })
-      .def_prop_ro("note", [](const Result& r) { return r.plan().assignment->note; })
+      .def_prop_ro("feasible", [](const Result& r) { return r.plan().feasible; })
+      .def_prop_ro("note", [](const Result& r) { return r.plan().note; })
+      .def_prop_ro("figures", [](const Result& r) {
+        nb::dict d;  // insertion-ordered, as the solver listed them
+        for (const auto& [name, value] : r.plan().figures) d[name.c_str()] = value;
+        return d;
+      })
       .def_prop_ro("solver", [](const Result& r) { return r.info().solver; });
 
   nb::class_<PySession>(m, "_Session")
@@ -585,8 +588,14 @@ NB_MODULE(_cpsched, m) {
             o.solver_params = params_from_py("solver_params", solver_params);
             o.cost_model = cost_model;
             o.cost_params = params_from_py("cost_params", cost_params);
-            o.stages = stages;
-            o.relay_node_size = relay_node_size;
+            // Python's integers: stages 0 = auto; relay_node_size -1 = auto,
+            // 0 = off, n = on nodes of n ranks.
+            if (relay_node_size < -1)
+              throw Error("session: relay_node_size must be -1 (auto), 0 (no relays) or the ranks per node, got " +
+                          std::to_string(relay_node_size));
+            o.plan.stages = stages;
+            if (relay_node_size == -1) o.plan.relay = PlanShape::Relay::automatic;
+            else if (relay_node_size > 0) o.plan = PlanShape{stages, PlanShape::Relay::on, relay_node_size};
             o.cache_size = static_cast<std::size_t>(cache_size);
             for (auto& p : plugin_paths) o.plugin_paths.emplace_back(p);
             o.validate = validate;

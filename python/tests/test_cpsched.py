@@ -13,6 +13,8 @@ import weakref
 import numpy as np
 import pytest
 
+from conftest import QUICKSTART
+
 import cpsched
 from cpsched import magi
 
@@ -218,7 +220,7 @@ def test_relays_fill_the_forwarding_phase():
 
 BAD_SESSIONS = [
     (dict(cp_size=0), "session: cp_size must be at least 1, got 0"),
-    (dict(stages=-1), "session: stages must be in [1, 64], or 0 for auto"),
+    (dict(stages=-1), "session: stages must be in [1, 64], or auto"),
     (dict(seqlen=-5), "session: seqlen must not be negative, got -5"),
     (dict(solver="no_such_solver"), "no solver plugin named 'no_such_solver'"),
     (dict(cost_model="nope"), "no cost_model plugin named 'nope'"),
@@ -466,6 +468,9 @@ def test_plugins_come_from_the_package():
         assert cpsched.default_plugin_dir() == os.path.realpath(os.path.join(pkg, "plugins")) or \
             os.path.isdir(cpsched.default_plugin_dir())
         for p in cpsched.plugins():
+            if p["file"] == "<built-in>":  # the area and time cost models
+                assert (p["kind"], p["name"]) in {("cost_model", "area"), ("cost_model", "time")}
+                continue
             assert os.path.dirname(p["file"]) == cpsched.default_plugin_dir()
     bg = next(p for p in cpsched.plugins() if p["name"] == "binary_greedy")
     assert any(x["name"] == "mu" and x["type"] == "real" for x in bg["params"])
@@ -479,6 +484,27 @@ def test_run_returns_the_executors_report(quickstart):
     assert rep["text"]
     direct = cpsched.Session.from_config(quickstart, {"problem.cp_size": 4, "problem.seqlen_per_rank": 2048})
     assert rep["result"].to_json(solve_ms=0) == direct.solve_config().to_json(solve_ms=0)
+
+
+@pytest.mark.parametrize("config", ["dsa.yaml", "nsa.yaml"])
+def test_run_on_index_masks_plans_what_the_cli_plans(cli, config, tmp_path):
+    # cpsched.run() solved only the range part of an index-mask config once
+    # (0 tasks, exit 0); it now takes the one host path the CLI takes.
+    cfg = QUICKSTART.parent / config
+    sets = {"problem.seqlen_per_rank": 1024}
+    rep = cpsched.run(cfg, sets)
+    res = rep["result"]
+    assert res.num_tasks > 0
+    out = tmp_path / "plan.json"
+    subprocess.run([cli, "plan", str(cfg), "--set", "problem.seqlen_per_rank=1024", "-q", "-o", str(out)],
+                   check=True, capture_output=True)
+    mine, theirs = json.loads(res.to_json()), json.loads(out.read_text())
+    assert len(mine["tasks"]) == len(theirs["tasks"]) == res.num_tasks
+    assert mine["metrics"] == theirs["metrics"]
+    assert mine["metrics"]["fwd"]["total_send"] >= 0 and sum(mine["metrics"]["load"]) > 0
+    ran = subprocess.run([cli, "run", str(cfg), "--set", "problem.seqlen_per_rank=1024"], check=True,
+                         capture_output=True, text=True).stdout
+    assert f"{res.num_tasks} tasks" in ran
 
 
 class FakeProcessGroup:  # torch.distributed.ProcessGroup's rank() / size()

@@ -84,31 +84,31 @@ std::string report_text(const ReportInputs& in) {
   return t;
 }
 
-std::vector<std::pair<std::string, double>> report_figures(const ReportInputs& in) {
-  std::vector<std::pair<std::string, double>> f;
+Figures report_figures(const ReportInputs& in) {
+  Figures f;
   if (in.numeric) {
     const NumericSummary& n = *in.numeric;
-    f.emplace_back("numeric_passed", n.passed() ? 1.0 : 0.0);
-    f.emplace_back("o_max_rel_err", n.errors.o);
-    f.emplace_back("lse_max_rel_err", n.errors.lse);
-    f.emplace_back("dq_max_rel_err", n.errors.dq);
-    f.emplace_back("dk_max_rel_err", n.errors.dk);
-    f.emplace_back("dv_max_rel_err", n.errors.dv);
-    f.emplace_back("plan_faults", static_cast<double>(n.faults.total()));
+    f.set("numeric_passed", n.passed() ? 1.0 : 0.0);
+    f.set("o_max_rel_err", n.errors.o);
+    f.set("lse_max_rel_err", n.errors.lse);
+    f.set("dq_max_rel_err", n.errors.dq);
+    f.set("dk_max_rel_err", n.errors.dk);
+    f.set("dv_max_rel_err", n.errors.dv);
+    f.set("plan_faults", static_cast<double>(n.faults.total()));
   }
   const double step = in.fwd->time + in.bwd->time;
-  f.emplace_back("step_time_ms", step * 1e3);
-  f.emplace_back("compute_bound_ms", in.compute_bound * 1e3);
-  f.emplace_back("step_over_bound", in.compute_bound > 0 ? step / in.compute_bound : 1.0);
+  f.set("step_time_ms", step * 1e3);
+  f.set("compute_bound_ms", in.compute_bound * 1e3);
+  f.set("step_over_bound", in.compute_bound > 0 ? step / in.compute_bound : 1.0);
   for (const PassStats* s : {in.fwd, in.bwd}) {
     const std::string p = s == in.fwd ? "fwd_" : "bwd_";
-    f.emplace_back(p + "time_ms", s->time * 1e3);
-    f.emplace_back(p + "compute_max_ms", s->compute_max * 1e3);
-    f.emplace_back(p + "comm_max_ms", s->comm_max * 1e3);
-    f.emplace_back(p + "exposed_comm_max_ms", s->exposed_max * 1e3);
-    f.emplace_back(p + "exposed_comm_mean_ms", s->exposed_mean * 1e3);
-    f.emplace_back(p + "overlap_ratio", s->overlap_ratio);
-    f.emplace_back(p + "idle_mean_ms", s->idle_mean * 1e3);
+    f.set(p + "time_ms", s->time * 1e3);
+    f.set(p + "compute_max_ms", s->compute_max * 1e3);
+    f.set(p + "comm_max_ms", s->comm_max * 1e3);
+    f.set(p + "exposed_comm_max_ms", s->exposed_max * 1e3);
+    f.set(p + "exposed_comm_mean_ms", s->exposed_mean * 1e3);
+    f.set(p + "overlap_ratio", s->overlap_ratio);
+    f.set(p + "idle_mean_ms", s->idle_mean * 1e3);
   }
   return f;
 }

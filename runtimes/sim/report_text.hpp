@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "cpsched/base/figures.hpp"
 #include "cpsched/problem/problem.hpp"
 #include "cpsched/timing/hardware.hpp"
 #include "numeric_check.hpp"
@@ -36,6 +37,6 @@ struct ReportInputs {
 };
 
 std::string report_text(const ReportInputs& in);
-std::vector<std::pair<std::string, double>> report_figures(const ReportInputs& in);
+Figures report_figures(const ReportInputs& in);
 
 }  // namespace cpsched::sim

@@ -374,7 +374,6 @@ TEST_CASE("a slower inter-node fabric never shortens the step of the same plan")
   CHECK(slower > 0);
 }
 
-#ifdef COMPARE_HAVE_TIME_COST
 TEST_CASE("a cost model that takes `hardware` is made per profile: every chart is drawn per profile") {
   // compare_time_cost_run: the `time` cost model, causal_document, P = 8 and
   // 16 on the quick config's two profiles.
@@ -401,7 +400,6 @@ TEST_CASE("a cost model that takes `hardware` is made per profile: every chart i
     for (const char* m : {"fwd_send", "latency", "imbalance", "step_time"})
       CHECK_MESSAGE(svgs.count(std::string("causal_document_") + m + "_" + hw + ".svg"), m << " " << hw);
 }
-#endif
 
 TEST_CASE("a solver that cannot run is reported on every row, not skipped") {
   // Head groups not flattened: Ulysses cannot split heads, so `usp` fails.

@@ -64,7 +64,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   const AreaCostModel cost;
-  const Assignment a = owner().solve(SolveInput{g, &cost});
+  const Assignment a = owner().solve(SolveInput(g, cost)).assignment;
   const Metrics m = compute_metrics(a);
   const Plan plan = build_plan(a, stages);
   PlanExport e;

@@ -42,13 +42,16 @@ int main(int argc, char** argv) {
 
     Params given;
     given.set("offset", std::int64_t{1});
-    const Assignment a = reg.make_solver("round_robin", given)->solve({grid, cost.get()});
+    const Solution a_sol = reg.make_solver("round_robin", given)->solve(SolveInput(grid, *cost));
+    const Assignment& a = a_sol.assignment;
     a.validate();
     bool round_robin = a.rank.size() == static_cast<std::size_t>(grid->num_tasks());
     for (TaskId t = 0; round_robin && t < grid->num_tasks(); ++t) round_robin = a.rank[t] == (t + 1) % 4;
     expect(round_robin, "round_robin puts task t on rank (t + 1) mod 4");
 
-    const Assignment o = reg.make_solver("owner", {})->solve({grid, cost.get()});
+    const Solution o_sol = reg.make_solver("owner", {})->solve(SolveInput(grid, *cost));
+
+    const Assignment& o = o_sol.assignment;
     bool owner = o.rank.size() == static_cast<std::size_t>(grid->num_tasks());
     for (TaskId t = 0; owner && t < grid->num_tasks(); ++t) owner = o.rank[t] == grid->q_host(t);
     expect(owner, "the installed owner solver puts tasks on their q host");

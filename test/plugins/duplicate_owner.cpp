@@ -7,11 +7,12 @@ namespace {
 class Impostor final : public cpsched::Solver {
  public:
   explicit Impostor(const cpsched::Params&) {}
-  cpsched::Assignment solve(const cpsched::SolveInput& in) override {
-    cpsched::Assignment a;
-    a.grid = in.grid;
-    a.rank.assign(static_cast<std::size_t>(in.grid->num_tasks()), 0);
-    return a;
+  cpsched::Solution solve(const cpsched::SolveInput& in) override {
+    cpsched::Solution sol;
+    cpsched::Assignment& a = sol.assignment;
+    a.grid = in.grid();
+    a.rank.assign(static_cast<std::size_t>(in.grid()->num_tasks()), 0);
+    return sol;
   }
 };
 

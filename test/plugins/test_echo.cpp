@@ -12,7 +12,7 @@ class Echo final : public cpsched::Executor {
   cpsched::ExecutionReport execute(const cpsched::ExecuteInput& in) override {
     if (fail_) throw std::runtime_error("asked to fail by fail=true");
     cpsched::ExecutionReport r;
-    r.figures.emplace_back("tasks", static_cast<double>(in.grid->num_tasks()));
+    r.figures.set("tasks", static_cast<double>(in.grid->num_tasks()));
     r.text = text_;
     return r;
   }

@@ -1,5 +1,5 @@
 // A well-formed solver with two parameters of every type. It writes the
-// values it received into Assignment::note, so tests see what the factory got.
+// values it received into Solution::note, so tests see what the factory got.
 #include <stdexcept>
 #include <string>
 
@@ -21,20 +21,21 @@ class TestParams final : public cpsched::Solver {
         mode_(p.get_string("mode")) {}
 
   // Task t goes to rank (t * count + offset) mod P; label "fail" throws.
-  cpsched::Assignment solve(const cpsched::SolveInput& in) override {
+  cpsched::Solution solve(const cpsched::SolveInput& in) override {
     if (label_ == "fail") throw std::runtime_error("asked to fail by label=fail");
-    const cpsched::TaskGrid& g = *in.grid;
+    const cpsched::TaskGrid& g = *in.grid();
     const std::int64_t P = g.cp_size();
-    cpsched::Assignment a;
-    a.grid = in.grid;
+    cpsched::Solution sol;
+    cpsched::Assignment& a = sol.assignment;
+    a.grid = in.grid();
     for (cpsched::TaskId t = 0; t < g.num_tasks(); ++t) {
       a.rank.push_back(static_cast<cpsched::Rank>(((t * count_ + offset_) % P + P) % P));
     }
-    a.note = "flag=" + cpsched::format_param(flag_) + " verbose=" + cpsched::format_param(verbose_) +
+    sol.note = "flag=" + cpsched::format_param(flag_) + " verbose=" + cpsched::format_param(verbose_) +
              " count=" + std::to_string(count_) + " offset=" + std::to_string(offset_) +
              " ratio=" + cpsched::format_param(ratio_) + " scale=" + cpsched::format_param(scale_) +
              " label=" + label_ + " mode=" + mode_;
-    return a;
+    return sol;
   }
 
  private:

@@ -12,7 +12,7 @@ class Refuses final : public cpsched::Solver {
   explicit Refuses(const cpsched::Params&) {
     throw std::runtime_error("refusing to start: test of the exception fence");
   }
-  cpsched::Assignment solve(const cpsched::SolveInput&) override { return {}; }
+  cpsched::Solution solve(const cpsched::SolveInput&) override { return {}; }
 };
 
 }  // namespace

@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/session/solve_path.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/problem/metrics.hpp"
 #include "cpsched/plugin/registry.hpp"
@@ -66,8 +68,7 @@ int main(int argc, char** argv) try {
   const auto hist = DocHistogram::load_csv(bench::data_file(argc, argv, "doc_length_distribution.csv"));
 
   Registry reg;
-  reg.scan(Registry::default_plugin_dir());
-  for (const auto& dir : Registry::env_plugin_dirs()) reg.scan(dir);
+  reg.scan_default_folders();
   auto cost = reg.make_cost_model("area", reg.resolve_params(reg.find(PluginKind::cost_model, "area"), {}));
   std::vector<std::pair<std::string, std::unique_ptr<Solver>>> solvers;
   for (const auto& name : solver_names) {
@@ -117,8 +118,8 @@ int main(int argc, char** argv) try {
         const double mean = static_cast<double>(grid->total_task_area()) * problem->q_heads_per_task() / P;
         const bool forced = static_cast<double>(bound) > 1.10 * mean;
         for (std::size_t s = 0; s < solvers.size(); ++s) {
-          const Assignment a = solvers[s].second->solve(SolveInput{grid, cost.get()});
-          rows[s].add(compute_metrics(a), a.feasible, forced);
+          const Solution sol = SolvePath(*solvers[s].second, *cost, reg).solve(grid, PlanShape{});
+          rows[s].add(compute_metrics(sol.assignment), sol.feasible, forced);
         }
       }
       fmt::print("{} P = {}: USP closed form (u = {}, ring {}) forward total send {:.3f} GiB\n", to_string(kind), P, u,

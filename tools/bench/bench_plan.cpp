@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/session/solve_path.hpp"
 #include "cpsched/session/session.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/mask/generators.hpp"
@@ -84,8 +86,7 @@ int main(int argc, char** argv) {
                P, S, to_string(kind), pack, mask.slices().size(), grid->cells().size(), grid->num_tasks(), grid_ms, repeats);
 
     auto reg = std::make_shared<Registry>();
-    reg->scan(Registry::default_plugin_dir());
-    for (const auto& d : Registry::env_plugin_dirs()) reg->scan(d);
+    reg->scan_default_folders();
     AreaCostModel cost;
 
     fmt::print("{:<14} {:>6} {:>9} {:>10} {:>10} {:>9} {:>11} {:>12} {:>10}\n", "solver", "stages", "solve ms",
@@ -99,7 +100,7 @@ int main(int argc, char** argv) {
       }
       auto solver = reg->make_solver(name, reg->resolve_params(reg->find(PluginKind::solver, name), {}));
       Assignment a;
-      const double solve_ms = time_ms([&] { a = solver->solve(SolveInput{grid, &cost}); });
+      const double solve_ms = time_ms([&] { a = SolvePath(*solver, cost, *reg).solve(grid, PlanShape{}).assignment; });
       for (int stages : {1, 4}) {
         std::vector<double> t;
         Plan plan;
@@ -118,7 +119,7 @@ int main(int argc, char** argv) {
         o.seqlen = S;
         o.heads = heads;
         o.solver = name;
-        o.stages = stages;
+        o.plan.stages = stages;
         Session session(o, reg);
         session.solve(mask);
         std::vector<double> hit;

@@ -21,7 +21,7 @@
 #include "cpsched/base/error.hpp"
 #include "cpsched/timing/hardware.hpp"
 #include "cpsched/mask/generators.hpp"
-#include "cpsched/plan/builder.hpp"
+#include "cpsched/session/solve_path.hpp"
 #include "cpsched/plugin/registry.hpp"
 #include "cpsched/timing/model.hpp"
 
@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
       else if (k != "--data-dir") throw Error("bench_sim_timing: unknown option " + k);
     }
     Registry reg;
-    reg.scan(Registry::default_plugin_dir());
+    reg.scan_default_folders();
     const PluginInfo& sim = reg.find(PluginKind::executor, "sim");
     auto executor = reg.make_executor("sim", reg.resolve_params(sim, Params({{"mode", std::string("timing")},
                                                                             {"hardware", hardware}})));
@@ -85,12 +85,11 @@ int main(int argc, char** argv) {
       for (const std::string& name : solvers) {
         const PluginInfo& info = reg.find(PluginKind::solver, name);
         auto solver = reg.make_solver(name, reg.resolve_params(info, {}));
+        const SolveResult r = SolvePath(*solver, cost, reg).run(grid, {PlanShape::fixed(stages), false, name});
+        const Assignment& a = *r.assignment;
+        const Plan& plan = *r.plan;
+        const double solve_ms = r.solve_ms, plan_ms = r.plan_ms;
         auto t0 = std::chrono::steady_clock::now();
-        const Assignment a = solver->solve(SolveInput{grid, &cost});
-        const double solve_ms = ms_since(t0);
-        t0 = std::chrono::steady_clock::now();
-        const Plan plan = build_plan(a, stages);
-        const double plan_ms = ms_since(t0);
         ExecuteInput in;
         in.problem = problem;
         in.grid = a.grid;

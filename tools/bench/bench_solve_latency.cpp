@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/session/solve_path.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/problem/metrics.hpp"
 #include "cpsched/plugin/registry.hpp"
@@ -59,8 +61,7 @@ int main(int argc, char** argv) try {
   const auto hist = DocHistogram::load_csv(bench::data_file(argc, argv, "doc_length_distribution.csv"));
 
   Registry reg;
-  reg.scan(Registry::default_plugin_dir());
-  for (const auto& dir : Registry::env_plugin_dirs()) reg.scan(dir);
+  reg.scan_default_folders();
   Params given;
   if (!threads.empty()) given.set("threads", std::int64_t{std::atoi(threads.c_str())});
   auto solver = reg.make_solver(solver_name, reg.resolve_params(reg.find(PluginKind::solver, solver_name), given));
@@ -96,9 +97,9 @@ int main(int argc, char** argv) try {
           const auto t0 = clock::now();
           auto grid = std::make_shared<const TaskGrid>(problem);
           const auto t1 = clock::now();
-          Assignment a = solver->solve(SolveInput{grid, cost.get()});
+          const Solution sol = SolvePath(*solver, *cost, reg).solve(grid, PlanShape{});
           const auto t2 = clock::now();
-          Metrics m = compute_metrics(a);
+          Metrics m = compute_metrics(sol.assignment);
           const auto t3 = clock::now();
           t_cpu.push_back(process_cpu_ms() - c0);
           auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
@@ -109,7 +110,7 @@ int main(int argc, char** argv) try {
           cells = grid->cells().size();
           tasks = grid->num_tasks();
           imbalance = m.imbalance;
-          feasible = a.feasible;
+          feasible = sol.feasible;
         }
         const double total = median(t_total);
         const double target = target_ms(heads.kv, P, kind);

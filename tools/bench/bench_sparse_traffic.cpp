@@ -24,9 +24,9 @@
 #include "cpsched/plugin/cost_model.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/problem/metrics.hpp"
-#include "cpsched/plan/builder.hpp"
-#include "cpsched/plugin/registry.hpp"
+#include "cpsched/session/solve_path.hpp"
 #include "cpsched/timing/model.hpp"
+#include "cpsched/plugin/registry.hpp"
 
 using namespace cpsched;
 
@@ -39,8 +39,7 @@ int main(int argc, char** argv) try {
   const auto hist = DocHistogram::load_csv(bench::data_file(argc, argv, "doc_length_distribution.csv"));
 
   Registry reg;
-  reg.scan(Registry::default_plugin_dir());
-  for (const auto& dir : Registry::env_plugin_dirs()) reg.scan(dir);
+  reg.scan_default_folders();
   Params hw;
   hw.set("hardware", hardware);
   auto cost = reg.make_cost_model("time", reg.resolve_params(reg.find(PluginKind::cost_model, "time"), hw));
@@ -72,9 +71,9 @@ int main(int argc, char** argv) try {
         auto mask = std::make_shared<const IndexMask>(make_index_mask(spec, S));
         auto problem = std::make_shared<const Problem>(Problem::make(mask, P, heads));
         auto grid = std::make_shared<const TaskGrid>(problem);
-        const auto t0 = std::chrono::steady_clock::now();
-        const Assignment a = solver->solve(SolveInput{grid, cost.get(), 0});
-        const double solve_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const SolveResult r = SolvePath(*solver, *cost, reg).run(grid, {PlanShape{PlanShape::kAutoStages}, false, "balanced_bytes"});
+        const Assignment& a = *r.assignment;
+        const double solve_s = r.solve_ms / 1e3;
         // Per (kv block, group, receiving rank): the selected keys it needs, and the whole block.
         std::map<std::tuple<std::int32_t, int, Rank>, RangeSet::Builder> need;
         const TaskGrid& g = *a.grid;
@@ -98,11 +97,9 @@ int main(int argc, char** argv) try {
         const double ratio = whole > 0 ? static_cast<double>(moved) / static_cast<double>(whole) : 0.0;
         const double with_idx = whole > 0 ? priced / (static_cast<double>(whole) * row) : 0.0;
         over += with_idx > 1.0 ? 1 : 0;
-        const int stages = a.stages > 0 ? a.stages : 1;
-        const Plan plan = build_plan(a, PlanOptions{stages, 0, false});
-        const auto pt = cost->plan_time(g.problem(), plan);
+        const StepEstimate pt = estimate_step(g.problem(), *r.plan, *cost->hardware());
         fmt::print("{:>8} {:>4} {:>5} {:>13} {:>13} {:>9.3f} {:>11.3f} {:>10.3f} {:>9.2f}\n", workload, P, pack, moved,
-                   whole, ratio, with_idx, pt ? pt->ratio() : 0.0, solve_s);
+                   whole, ratio, with_idx, pt.ratio(), solve_s);
         std::fflush(stdout);
       }
     }

@@ -27,7 +27,7 @@
 #include "cpsched/base/error.hpp"
 #include "cpsched/timing/hardware.hpp"
 #include "cpsched/mask/generators.hpp"
-#include "cpsched/plan/builder.hpp"
+#include "cpsched/session/solve_path.hpp"
 #include "cpsched/plugin/registry.hpp"
 #include "cpsched/timing/model.hpp"
 
@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
       throw Error("bench_step_time: --relay must be off, on or auto, got '" + relay_arg + "'");
 
     Registry reg;
-    reg.scan(Registry::default_plugin_dir());
+    reg.scan_default_folders();
     std::vector<SolverSpec> specs;
     for (const auto& s : solver_args) specs.push_back(parse_solver(s, specs.empty()));
 
@@ -123,14 +123,16 @@ int main(int argc, char** argv) {
             std::vector<double> steps(specs.size());
             for (std::size_t i = 0; i < specs.size(); ++i) {
               const auto t0 = std::chrono::steady_clock::now();
-              auto grid = std::make_shared<const TaskGrid>(problem);
-              const CostModel* c = specs[i].time_cost ? cost.get() : &area;
-              const int relay = relay_arg == "auto" ? -1 : relay_arg == "on" ? hw.gpus_per_node : 0;
-              const Assignment a = solvers[i]->solve(SolveInput{grid, c, stages, relay});
-              const int st = stages > 0 ? stages : std::max(1, a.stages);
-              const Plan plan = build_plan(a, PlanOptions{st, relay >= 0 ? relay : std::max(0, a.relay_node_size)});
+              const CostModel& c = specs[i].time_cost ? *cost : static_cast<const CostModel&>(area);
+              PlanShape shape;
+              shape.stages = stages;
+              shape.relay = relay_arg == "auto" ? PlanShape::Relay::automatic
+                            : relay_arg == "on" ? PlanShape::Relay::on
+                                                : PlanShape::Relay::off;
+              shape.node_size = hw.gpus_per_node;
+              const SolveResult r = SolvePath(*solvers[i], c, reg).run(problem, {shape, false, specs[i].label});
               latency[i].push_back(ms_since(t0));
-              const StepEstimate e = estimate_step(a.grid->problem(), plan, hw);
+              const StepEstimate e = estimate_step(r.assignment->grid->problem(), *r.plan, hw);
               steps[i] = e.step();
               ratio_sum[i] += e.ratio();
               if (i == 0) bound_sum += e.compute_bound;

@@ -26,6 +26,8 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/session/solve_path.hpp"
 #include "cpsched/plugin/cost_model.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/mask/generators.hpp"
@@ -35,12 +37,6 @@
 using namespace cpsched;
 
 namespace {
-
-// "bound 123 B" in the ilp note; -1 when absent.
-double note_number(const std::string& note, const std::string& key) {
-  const auto p = note.find(key);
-  return p == std::string::npos ? -1.0 : std::atof(note.c_str() + p + key.size());
-}
 
 struct Run {
   double fwd = 0;        // forward total send, bytes
@@ -78,8 +74,7 @@ int main(int argc, char** argv) try {
   const auto hist = DocHistogram::load_csv(bench::data_file(argc, argv, "doc_length_distribution.csv"));
 
   Registry reg;
-  reg.scan(Registry::default_plugin_dir());
-  for (const auto& dir : Registry::env_plugin_dirs()) reg.scan(dir);
+  reg.scan_default_folders();
   const std::vector<std::string> refs = {"usp", "owner", "binary_greedy"};
   std::vector<std::string> names = refs;
   names.push_back(main_solver);
@@ -154,20 +149,19 @@ int main(int argc, char** argv) try {
           if (name == "ilp" && P > ilp_max_p) continue;
           const double c0 = cpu_now_ms();
           const auto t0 = std::chrono::steady_clock::now();
-          Assignment a = solver->solve(SolveInput{grid, &cost});
+          const Solution sol = SolvePath(*solver, cost, reg).solve(grid, PlanShape{});
           const double ms =
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
           const double cpu = cpu_now_ms() - c0;
-          a.validate();
-          const Metrics m = compute_metrics(a);
+          const Metrics m = compute_metrics(sol.assignment);
           Run r{static_cast<double>(m.fwd.total_send), m.imbalance, m.imbalance <= kMu, ms, cpu};
           if (name == "ilp") {
-            r.bound = note_number(a.note, "bound ");
-            r.optimal = a.note.find(": optimal") != std::string::npos;
+            r.bound = sol.figures.get("bound_bytes").value_or(-1.0);
+            r.optimal = sol.figures.get("proven").value_or(0.0) != 0.0;
           }
           if (verbose)
             fmt::print("  P {} {} pack {} {}: {:.4f} GiB (bottleneck {:.4f} GiB) imb {:.3f} {:.1f} ms | {}\n", P, mask_name,
-                       pack, name, r.fwd / kGiB, static_cast<double>(m.fwd.bottleneck) / kGiB, r.imbalance, ms, a.note);
+                       pack, name, r.fwd / kGiB, static_cast<double>(m.fwd.bottleneck) / kGiB, r.imbalance, ms, sol.note);
           runs[name].push_back(r);
         }
         if (runs.count(main_solver) != 0) {

@@ -79,19 +79,19 @@ void read_selection(const Section& top, const std::string& key, const std::strin
 
 void read_plan(const Section& top, Config& cfg) {
   const Section plan(top.diag(), top.get("plan"), top.path("plan"), {"stages", "relay", "cache_size"});
-  // `auto` (or 0): the solver chooses the stage count (Assignment::stages).
+  // `auto` (or 0): the solver chooses the stage count (Solution::shape).
   if (plan.has("stages") && plan.get("stages").IsScalar() && plan.get("stages").Scalar() == "auto")
-    cfg.stages = 0;
+    cfg.plan.stages = PlanShape::kAutoStages;
   else
-    plan.read_int("stages", cfg.stages, 0, 64);
+    plan.read_int("stages", cfg.plan.stages, 0, PlanShape::kMaxStages);
   plan.read_int("cache_size", cfg.cache_size, 0);
   // `off` / `on` (YAML 1.1 reads them as booleans, so both spellings are taken) / `auto`.
   if (plan.has("relay")) {
     const YAML::Node v = plan.get("relay");
     const std::string s = v.IsScalar() ? v.Scalar() : std::string();
-    if (s == "on" || s == "true") cfg.relay = 1;
-    else if (s == "off" || s == "false") cfg.relay = 0;
-    else if (s == "auto") cfg.relay = -1;
+    if (s == "on" || s == "true") cfg.plan.relay = PlanShape::Relay::on;
+    else if (s == "off" || s == "false") cfg.plan.relay = PlanShape::Relay::off;
+    else if (s == "auto") cfg.plan.relay = PlanShape::Relay::automatic;
     else
       plan.error("relay",
                  "expected off, on or auto, got " + (v.IsScalar() ? "'" + s + "'" : config_detail::describe(v)));

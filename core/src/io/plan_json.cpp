@@ -376,9 +376,9 @@ void write_plan_json(std::ostream& out, const PlanExport& e, int indent) {
   }
   j.key("solver");
   j.begin_object();
-  j.field("feasible", e.assignment->feasible);
+  j.field("feasible", e.feasible);
   j.field("name", e.solver);
-  j.field("note", e.assignment->note);
+  j.field("note", e.note);
   j.key("params");
   params_json(j, e.solver_params);
   j.field("solve_ms", e.solve_ms);

@@ -105,7 +105,7 @@ std::string plan_svg(const Assignment& a, const Metrics& m, const SvgOptions& op
   o += fmt::format(
       "<text x=\"{}\" y=\"74\">imbalance {:.3f}, stage-0 share {:.1f} %{}; outlined: host cells, dot: task run on "
       "its host</text>\n",
-      left, m.imbalance, 100.0 * m.stage0_share, a.feasible ? "" : " (balance target not met)");
+      left, m.imbalance, 100.0 * m.stage0_share, opt.feasible ? "" : " (balance target not met)");
 
   const auto& cells = g.cells();
   std::vector<Slice> tight;

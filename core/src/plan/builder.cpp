@@ -1,6 +1,8 @@
 #include "cpsched/plan/builder.hpp"
 
+#include <algorithm>
 #include <optional>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -60,14 +62,31 @@ PlanBuilder& PlanBuilder::operator=(PlanBuilder&&) noexcept = default;
 
 const Assignment& PlanBuilder::assignment() const { return s_->a; }
 
-std::vector<Transfer> PlanBuilder::transfers() const {
+namespace {
+
+// (Transfer::group is -1 when head groups are not flattened, as in a task.)
+std::vector<Transfer> transfers_of(const plan_detail::Transfers& tr, bool flattened) {
   std::vector<Transfer> out;
-  out.reserve(s_->tr.xfers.size());
-  for (const plan_detail::Xfer& x : s_->tr.xfers)
-    out.push_back({x.kind, x.block, x.group, x.host,
-                   x.dst, x.tokens});
+  out.reserve(tr.xfers.size());
+  for (const plan_detail::Xfer& x : tr.xfers)
+    out.push_back({x.kind, x.block, flattened ? x.group : -1, x.host, x.dst, x.tokens});
   return out;
 }
+
+}  // namespace
+
+std::vector<Transfer> PlanBuilder::transfers() const { return transfers_of(s_->tr, s_->a.grid->flattened()); }
+
+std::vector<Transfer> transfers(const Assignment& a) {
+  a.validate();
+  std::vector<Transfer> out = transfers_of(plan_detail::collect_transfers(a), a.grid->flattened());
+  std::sort(out.begin(), out.end(), [](const Transfer& x, const Transfer& y) {
+    return std::tie(x.kind, x.block, x.group, x.dst) < std::tie(y.kind, y.block, y.group, y.dst);
+  });
+  return out;
+}
+
+Metrics compute_metrics(const Assignment& a) { return compute_metrics(a, transfers(a)); }
 
 Plan PlanBuilder::build(const PlanOptions& options) const {
   const int stages = options.stages;

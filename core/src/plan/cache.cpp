@@ -63,17 +63,17 @@ std::uint64_t hash_words(const std::vector<std::uint64_t>& w) {
 }  // namespace
 
 PlanKey make_plan_key(const Problem& p, const std::string& solver, const Params& solver_params,
-                      const std::string& cost_model, const Params& cost_params, int stages, int relay_node_size) {
+                      const std::string& cost_model, const Params& cost_params, const PlanShape& shape) {
   return make_plan_key(p.seqlen(), p.mask.slices(), p.heads, p.grid, p.sharding, solver, solver_params, cost_model,
-                       cost_params, stages, relay_node_size);
+                       cost_params, shape);
 }
 
 PlanKey make_plan_key(Token seqlen, const std::vector<Slice>& slices, const Heads& heads, const GridOptions& grid,
                       const Sharding& sharding, const std::string& solver, const Params& solver_params,
-                      const std::string& cost_model, const Params& cost_params, int stages, int relay_node_size) {
+                      const std::string& cost_model, const Params& cost_params, const PlanShape& shape) {
   Encoder e;
   e.reserve(32 + 3 * sharding.blocks.size() + 5 * slices.size() + 4 * (solver_params.values().size() + cost_params.values().size()));
-  e.word(0x63707363686564ULL);  // format tag, bumped if the encoding changes
+  e.word(0x63707363686565ULL);  // format tag, bumped if the encoding changes
   e.i64(seqlen);
   e.i64(heads.q);
   e.i64(heads.kv);
@@ -106,15 +106,16 @@ PlanKey make_plan_key(Token seqlen, const std::vector<Slice>& slices, const Head
   e.params(solver_params);
   e.str(cost_model);
   e.params(cost_params);
-  e.i64(stages);
-  e.i64(relay_node_size);
+  e.i64(shape.stages);
+  e.i64(static_cast<std::int64_t>(shape.relay));
+  e.i64(shape.node_size);
   PlanKey k;
   k.words = e.take();
   k.hash = hash_words(k.words);
   return k;
 }
 
-std::shared_ptr<const CachedPlan> PlanCache::find(const PlanKey& key) {
+std::shared_ptr<const SolveResult> PlanCache::find(const PlanKey& key) {
   std::lock_guard lock(mu_);
   auto it = index_.find(key.hash);
   if (it == index_.end() || !(it->second->key == key)) {
@@ -126,7 +127,7 @@ std::shared_ptr<const CachedPlan> PlanCache::find(const PlanKey& key) {
   return it->second->value;
 }
 
-void PlanCache::insert(const PlanKey& key, std::shared_ptr<const CachedPlan> value) {
+void PlanCache::insert(const PlanKey& key, std::shared_ptr<const SolveResult> value) {
   if (capacity_ == 0) return;
   std::lock_guard lock(mu_);
   auto it = index_.find(key.hash);

@@ -2,6 +2,8 @@
 // metrics recomputed from the plan.
 #include "cpsched/plan/validator.hpp"
 
+#include "cpsched/plan/builder.hpp"
+
 #include "cpsched/problem/metrics.hpp"
 #include "plan/validator_internal.hpp"
 

@@ -63,8 +63,8 @@ struct GridKeeper {
 //    Problem can escape through problem_ptr() and outlive any wrapper, so
 //    core re-makes both (the grid is a function of problem and sharding).
 void adopt_grid(const SolveInput& in, Assignment& out, const PluginLib& lib) {
-  if (!out.grid || out.grid == in.grid) return;
-  if (in.grid && &out.grid->problem() == &in.grid->problem()) {
+  if (!out.grid || out.grid == in.grid()) return;
+  if (in.grid() && &out.grid->problem() == &in.grid()->problem()) {
     auto keeper = std::make_shared<GridKeeper>(GridKeeper{lib.lib, std::move(out.grid)});
     const TaskGrid* grid = keeper->grid.get();
     out.grid = std::shared_ptr<const TaskGrid>(std::move(keeper), grid);
@@ -83,11 +83,11 @@ void adopt_grid(const SolveInput& in, Assignment& out, const PluginLib& lib) {
 class SolverHandle final : public Solver {
  public:
   SolverHandle(const PluginLib& p, const Params& params) : held_(p, params) {}
-  Assignment solve(const SolveInput& in) override {
-    Assignment out;
+  Solution solve(const SolveInput& in) override {
+    Solution out;
     const abi::Status s = held_.object().solve(in, out);
     if (!s.ok) held_.fail(s);
-    adopt_grid(in, out, held_.lib());
+    adopt_grid(in, out.assignment, held_.lib());
     return out;
   }
 
@@ -100,16 +100,10 @@ class CostModelHandle final : public CostModel {
   CostModelHandle(const PluginLib& p, const Params& params)
       : held_(p, params), model_(&held_.object().model()) {}
   double compute(const TaskGrid& g, TaskId t) const override { return model_->compute(g, t); }
-  double transfer(RowKind kind, Token tokens, int heads, Rank src, Rank dst) const override {
-    return model_->transfer(kind, tokens, heads, src, dst);
-  }
   double transfer(const TaskGrid& g, RowKind kind, Token tokens, int heads, Rank src, Rank dst) const override {
     return model_->transfer(g, kind, tokens, heads, src, dst);
   }
-  std::optional<TimePrices> time_prices() const override { return model_->time_prices(); }
-  std::optional<StepEstimate> plan_time(const Problem& p, const Plan& plan) const override {
-    return model_->plan_time(p, plan);
-  }
+  const HardwareProfile* hardware() const override { return model_->hardware(); }
 
  private:
   Held<abi::CostModelObject> held_;

@@ -14,6 +14,8 @@
 #include <boost/dll/shared_library.hpp>
 
 #include "cpsched/base/error.hpp"
+#include "cpsched/plugin/cost_model.hpp"
+#include "cpsched/timing/hardware.hpp"
 #include "plugin/elf_inspect.hpp"
 #include "plugin/descriptor.hpp"
 #include "plugin/objects.hpp"
@@ -78,12 +80,34 @@ std::string dl_reason(const dll::fs::error_code& ec) {
   return why != nullptr ? std::string(why) : ec.message();
 }
 
+// The cost models every host has (plugin/cost_model.hpp): listed and made
+// like plugins, with no file behind them.
+std::unique_ptr<CostModel> make_builtin_cost_model(const std::string& name, const Params& params) {
+  if (name == "area") return std::make_unique<AreaCostModel>();
+  return std::make_unique<TimeCostModel>(resolve_hardware_profile(params.get_string("hardware")));
+}
+
+std::vector<PluginInfo> builtin_plugins() {
+  PluginInfo area{"area", PluginKind::cost_model, "the seed's model: compute = area, transfer = tokens x heads", {}, {},
+                  true};
+  PluginInfo time{"time", PluginKind::cost_model,
+                  "seconds on a hardware profile: compute = FLOPs / throughput, transfers = bytes / bandwidth of the "
+                  "link class of (src, dst), forward and backward; the host prices whole plans on the same profile "
+                  "with its timing model",
+                  {ParamSpec{"hardware", ParamType::string, std::string(kDefaultHardwareProfile),
+                             "hardware profile: a bundled name (h100_8x_nvlink, h200_8x_nvlink, cluster_8gpu_ib) or a "
+                             "path to a profile YAML; the top-level `hardware:` key sets it"}},
+                  {},
+                  true};
+  return {area, time};
+}
+
 }  // namespace
 
 struct Registry::Impl {
   struct Entry {
     PluginInfo info;
-    detail::PluginLib lib;
+    detail::PluginLib lib;  // empty for a built-in
   };
   // A deque, so that the PluginInfo references load() and find() hand out
   // stay valid while more plugins load; `infos` is the copy plugins() lists.
@@ -100,7 +124,12 @@ struct Registry::Impl {
   }
 };
 
-Registry::Registry() : impl_(std::make_unique<Impl>()) {}
+Registry::Registry() : impl_(std::make_unique<Impl>()) {
+  for (PluginInfo& info : builtin_plugins()) {
+    impl_->infos.push_back(info);
+    impl_->entries.push_back({std::move(info), {}});
+  }
+}
 Registry::~Registry() = default;
 
 fs::path Registry::default_plugin_dir() {
@@ -131,6 +160,12 @@ std::vector<fs::path> Registry::env_plugin_dirs() {
     rest.remove_prefix(colon + 1);
   }
   return dirs;
+}
+
+void Registry::scan_default_folders(const std::vector<fs::path>& extra) {
+  scan(default_plugin_dir());
+  for (const fs::path& d : env_plugin_dirs()) scan(d);
+  for (const fs::path& d : extra) scan(d);
 }
 
 void Registry::scan(const fs::path& dir) {
@@ -196,8 +231,9 @@ const PluginInfo& Registry::load(const fs::path& file) {
     const auto* desc = static_cast<const cpsched_plugin_descriptor_t*>(desc_addr);
     for (const PluginInfo& other : impl_->infos) {
       if (other.kind == info.kind && other.name == info.name) {
-        throw Error(where + ": " + std::string(to_string(info.kind)) + " name '" + info.name +
-                    "' is already taken by plugin file '" + other.file.string() + "'");
+        throw Error(where + ": " + std::string(to_string(info.kind)) + " name '" + info.name + "' is already taken " +
+                    (other.built_in ? std::string("by a built-in (a stale plugin file of an older build?)")
+                                    : "by plugin file '" + other.file.string() + "'"));
       }
     }
     detail::PluginLib handle{std::move(lib), desc,
@@ -285,6 +321,7 @@ std::unique_ptr<Solver> Registry::make_solver(const std::string& name, const Par
 std::unique_ptr<CostModel> Registry::make_cost_model(const std::string& name,
                                                      const Params& params) const {
   const PluginInfo& info = find(PluginKind::cost_model, name);
+  if (info.built_in) return make_builtin_cost_model(name, resolve_params(info, params));
   return detail::make_cost_model_object(impl_->entry_of(info).lib,
                                         resolve_params(info, params));
 }
@@ -294,6 +331,15 @@ std::unique_ptr<Executor> Registry::make_executor(const std::string& name,
   const PluginInfo& info = find(PluginKind::executor, name);
   return detail::make_executor_object(impl_->entry_of(info).lib,
                                       resolve_params(info, params));
+}
+
+std::unique_ptr<Solver> RegistrySolvers::make(const std::string& spec, const Params& fallback) const {
+  const std::string name = spec_plugin(spec);
+  const PluginInfo& info = registry_.find(PluginKind::solver, name);
+  Params given = spec_params(spec, info.params);
+  for (const ParamSpec& ps : info.params)
+    if (!given.has(ps.name) && fallback.has(ps.name)) given.set(ps.name, fallback.values().at(ps.name));
+  return registry_.make_solver(name, registry_.resolve_params(info, given));
 }
 
 }  // namespace cpsched

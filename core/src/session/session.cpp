@@ -21,21 +21,14 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 std::shared_ptr<Registry> default_registry(const std::vector<std::filesystem::path>& extra) {
   auto reg = std::make_shared<Registry>();
-  reg->scan(Registry::default_plugin_dir());
-  for (const auto& d : Registry::env_plugin_dirs()) reg->scan(d);
-  for (const auto& d : extra) reg->scan(d);
+  reg->scan_default_folders(extra);
   return reg;
 }
 
 void check_options(const SessionOptions& o) {
   if (o.cp_size < 1) throw Error(fmt::format("session: cp_size must be at least 1, got {}", o.cp_size));
-  if (o.stages < 0 || o.stages > 64)
-    throw Error(fmt::format("session: stages must be in [1, 64], or 0 for auto (the solver chooses), got {}",
-                            o.stages));
+  o.plan.validate("session");
   if (o.seqlen < 0) throw Error(fmt::format("session: seqlen must not be negative, got {}", o.seqlen));
-  if (o.relay_node_size < -1)
-    throw Error(fmt::format("session: relay_node_size must be -1 (auto), 0 (no relays) or the ranks per node, got {}",
-                            o.relay_node_size));
   if (o.memory_budget < 0)
     throw Error(fmt::format("session: memory_budget must be 0 (the default) or a number of bytes, got {}",
                             o.memory_budget));
@@ -49,9 +42,10 @@ struct Session::Impl {
   Params solver_params, cost_params;  // resolved
   std::unique_ptr<Solver> solver;
   std::unique_ptr<CostModel> cost;
+  std::unique_ptr<SolvePath> path;
   PlanCache cache;
-  std::optional<MaskSpec> config_mask;
-  std::shared_ptr<const CachedPlan> last;
+  std::optional<Config> config;  // a Session built from a Config
+  std::shared_ptr<const SolveResult> last;
   bool last_cached = false;
   double last_ms = 0.0;
 
@@ -65,21 +59,22 @@ struct Session::Impl {
       // Config selections: errors carry the config's file:line:column.
       solver_params = resolve_selection(*reg, static_cast<int>(PluginKind::solver), cfg->solver);
       cost_params = resolve_selection(*reg, static_cast<int>(PluginKind::cost_model), cfg->cost_model);
-      config_mask = cfg->mask;
+      config = *cfg;
     } else {
       solver_params = reg->resolve_params(reg->find(PluginKind::solver, opt.solver), opt.solver_params);
       cost_params = reg->resolve_params(reg->find(PluginKind::cost_model, opt.cost_model), opt.cost_params);
     }
     solver = reg->make_solver(opt.solver, solver_params);
     cost = reg->make_cost_model(opt.cost_model, cost_params);
+    path = std::make_unique<SolvePath>(*solver, *cost, *reg);
   }
 
-  const CachedPlan& solve(const RangeMask& mask) {
+  const SolveResult& solve(const RangeMask& mask) {
     const auto t0 = std::chrono::steady_clock::now();
     if (mask.seqlen() <= 0) throw Error(fmt::format("session: sequence length must be positive, got {}", mask.seqlen()));
     const Sharding sh = Sharding::sequential(mask.seqlen(), opt.cp_size, opt.grid.blocks_per_rank);
     const PlanKey key = make_plan_key(mask.seqlen(), mask.slices(), opt.heads, opt.grid, sh, opt.solver,
-                                      solver_params, opt.cost_model, cost_params, opt.stages, opt.relay_node_size);
+                                      solver_params, opt.cost_model, cost_params, opt.plan);
     if (auto hit = cache.find(key)) {
       last = std::move(hit);
       last_cached = true;
@@ -92,14 +87,14 @@ struct Session::Impl {
 
   // Index masks are not cached: an indexer's selection changes every step,
   // and a key would hash the whole index tensor.
-  const CachedPlan& solve(const IndexMask& mask) {
+  const SolveResult& solve(const IndexMask& mask) {
     const auto t0 = std::chrono::steady_clock::now();
     auto problem = std::make_shared<const Problem>(
         Problem::make(std::make_shared<const IndexMask>(mask), opt.cp_size, opt.heads, opt.grid));
     return solve_problem(std::move(problem), nullptr, t0);
   }
 
-  const CachedPlan& solve(std::shared_ptr<const Problem> problem) {
+  const SolveResult& solve(std::shared_ptr<const Problem> problem) {
     const auto t0 = std::chrono::steady_clock::now();
     if (!problem) throw Error("session: no problem given");
     const Problem& p = *problem;
@@ -109,32 +104,9 @@ struct Session::Impl {
     return solve_problem(std::move(problem), nullptr, t0);
   }
 
-  const CachedPlan& solve_problem(std::shared_ptr<const Problem> problem, const PlanKey* key,
-                                  std::chrono::steady_clock::time_point t0) {
-    auto grid = std::make_shared<const TaskGrid>(problem);
-    auto out = std::make_shared<CachedPlan>();
-    auto ts = std::chrono::steady_clock::now();
-    auto a = std::make_shared<Assignment>(solver->solve(SolveInput{grid, cost.get(), opt.stages, opt.relay_node_size}));
-    out->solve_ms = ms_since(ts);
-    a->validate();
-    ts = std::chrono::steady_clock::now();
-    // stages auto: the solver's choice, else one remote stage.
-    const int stages = opt.stages > 0 ? opt.stages : std::max(1, a->stages);
-    // relay auto: the solver's choice, else none.
-    const int relay = opt.relay_node_size >= 0 ? opt.relay_node_size : std::max(0, a->relay_node_size);
-    auto plan = std::make_shared<const Plan>(build_plan(*a, PlanOptions{stages, relay}));
-    out->plan_ms = ms_since(ts);
-    out->metrics = compute_metrics(*a);
-    out->assignment = std::move(a);
-    out->plan = std::move(plan);
-    if (opt.validate) {
-      const std::vector<std::string> problems = validate_plan(*out->assignment, *out->plan);
-      if (!problems.empty()) {
-        std::string msg = fmt::format("session: the plan of solver '{}' is invalid:", opt.solver);
-        for (const auto& p : problems) msg += "\n  " + p;
-        throw Error(msg);
-      }
-    }
+  const SolveResult& solve_problem(std::shared_ptr<const Problem> problem, const PlanKey* key,
+                                   std::chrono::steady_clock::time_point t0) {
+    auto out = std::make_shared<SolveResult>(path->run(std::move(problem), {opt.plan, opt.validate, opt.solver}));
     if (key != nullptr) cache.insert(*key, out);
     last = std::move(out);
     last_cached = false;
@@ -142,7 +114,7 @@ struct Session::Impl {
     return *last;
   }
 
-  const CachedPlan& need() const {
+  const SolveResult& need() const {
     if (!last) throw Error("session: nothing solved yet (call solve first)");
     return *last;
   }
@@ -174,17 +146,18 @@ SessionOptions Session::options_from(const Config& c) {
   o.solver_params = c.solver.given_params();
   o.cost_model = c.cost_model.name;
   o.cost_params = c.cost_model.given_params();
-  o.stages = c.stages;
+  o.plan = c.plan;
   // Relays need the node size: the config's hardware profile (the plugins' default when none is named).
-  if (c.relay > 0) o.relay_node_size = resolve_hardware_profile(c.hardware.empty() ? kDefaultHardwareProfile : c.hardware).gpus_per_node;
-  if (c.relay < 0) o.relay_node_size = -1;
+  if (o.plan.relay != PlanShape::Relay::off && o.plan.node_size == 0)
+    o.plan.node_size =
+        resolve_hardware_profile(c.hardware.empty() ? kDefaultHardwareProfile : c.hardware).gpus_per_node;
   o.cache_size = static_cast<std::size_t>(std::max(0, c.cache_size));
   o.memory_budget = c.memory_budget;
   o.plugin_paths = c.plugin_paths;
   return o;
 }
 
-const CachedPlan& Session::solve(const std::vector<Range>& q_ranges, const std::vector<Range>& k_ranges,
+const SolveResult& Session::solve(const std::vector<Range>& q_ranges, const std::vector<Range>& k_ranges,
                                  const std::vector<MaskType>& types) {
   if (q_ranges.size() != k_ranges.size() || q_ranges.size() != types.size())
     throw Error(fmt::format("session: {} q ranges, {} k ranges and {} mask types (must be equal)", q_ranges.size(),
@@ -198,11 +171,11 @@ const CachedPlan& Session::solve(const std::vector<Range>& q_ranges, const std::
   return impl_->solve(RangeMask(S, std::move(slices)));
 }
 
-const CachedPlan& Session::solve(const RangeMask& mask) { return impl_->solve(mask); }
-const CachedPlan& Session::solve(const IndexMask& mask) { return impl_->solve(mask); }
-const CachedPlan& Session::solve(std::shared_ptr<const Problem> problem) { return impl_->solve(std::move(problem)); }
+const SolveResult& Session::solve(const RangeMask& mask) { return impl_->solve(mask); }
+const SolveResult& Session::solve(const IndexMask& mask) { return impl_->solve(mask); }
+const SolveResult& Session::solve(std::shared_ptr<const Problem> problem) { return impl_->solve(std::move(problem)); }
 
-const CachedPlan& Session::solve_topk(std::span<const std::int32_t> indices, Token seqlen, int kv_heads, bool causal) {
+const SolveResult& Session::solve_topk(std::span<const std::int32_t> indices, Token seqlen, int kv_heads, bool causal) {
   if (seqlen <= 0 || kv_heads <= 0 || indices.size() % static_cast<std::size_t>(seqlen * kv_heads) != 0)
     throw Error(fmt::format("session: {} top-k indices are not a whole [S = {}, kv_heads = {}, k] array", indices.size(),
                             seqlen, kv_heads));
@@ -216,11 +189,11 @@ const CachedPlan& Session::solve_topk(std::span<const std::int32_t> indices, Tok
   return impl_->solve(m);
 }
 
-const CachedPlan& Session::solve_config_mask() {
-  if (!impl_->config_mask) throw Error("session: solve_config_mask needs a Session built from a Config");
-  const Token S = impl_->opt.seqlen;
-  if (is_index_kind(impl_->config_mask->kind)) return impl_->solve(make_index_mask(*impl_->config_mask, S));
-  return impl_->solve(make_mask(*impl_->config_mask, S));
+const SolveResult& Session::solve_config_mask() {
+  if (!impl_->config) throw Error("session: solve_config_mask needs a Session built from a Config");
+  // make_problem reports a mask's errors at their place in the config; range
+  // masks then go through the cache, index masks do not.
+  return impl_->solve(std::make_shared<const Problem>(make_problem(*impl_->config)));
 }
 
 const CalcMeta& Session::calc_meta(Rank rank, Pass pass) const { return impl_->pass(rank, pass).calc; }
@@ -229,19 +202,22 @@ const Metrics& Session::metrics() const { return impl_->need().metrics; }
 const Plan& Session::plan() const { return *impl_->need().plan; }
 const Assignment& Session::assignment() const { return *impl_->need().assignment; }
 const Problem& Session::problem() const { return impl_->need().assignment->grid->problem(); }
-const CachedPlan& Session::result() const { return impl_->need(); }
+const SolveResult& Session::result() const { return impl_->need(); }
 bool Session::last_was_cached() const { return impl_->last_cached; }
 double Session::last_call_ms() const { return impl_->last_ms; }
 
 void Session::write_svg(const std::filesystem::path& file, SvgOptions o) const {
-  const CachedPlan& r = impl_->need();
+  const SolveResult& r = impl_->need();
   if (o.solver.empty()) o.solver = impl_->opt.solver;
   if (o.stages == 0) o.stages = r.plan->num_stages;
+  o.feasible = r.feasible;
   write_plan_svg(file, *r.assignment, r.metrics, o);
 }
 
-std::string Session::plan_json(int indent) const {
-  const CachedPlan& r = impl_->need();
+std::string Session::plan_json(int indent) const { return cpsched::plan_json(plan_export(), indent); }
+
+PlanExport Session::plan_export() const {
+  const SolveResult& r = impl_->need();
   PlanExport e;
   e.assignment = r.assignment.get();
   e.metrics = &r.metrics;
@@ -249,11 +225,13 @@ std::string Session::plan_json(int indent) const {
   e.solver = impl_->opt.solver;
   e.solver_params = impl_->solver_params;
   e.solve_ms = r.solve_ms;
-  return cpsched::plan_json(e, indent);
+  e.feasible = r.feasible;
+  e.note = r.note;
+  return e;
 }
 
 std::vector<std::string> Session::validate() const {
-  const CachedPlan& r = impl_->need();
+  const SolveResult& r = impl_->need();
   return validate_plan(*r.assignment, *r.plan);
 }
 

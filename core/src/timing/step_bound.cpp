@@ -1,12 +1,12 @@
-#include "cpsched/search/step_bound.hpp"
+#include "cpsched/timing/step_bound.hpp"
 
 #include <algorithm>
 #include <array>
 #include <tuple>
 
-#include <cpsched/problem/metrics.hpp>
+#include "cpsched/problem/metrics.hpp"
 
-namespace cpsched::search {
+namespace cpsched {
 
 namespace {
 
@@ -76,4 +76,4 @@ StepBound step_lower_bound(const TaskGrid& grid, const std::vector<Rank>& rank, 
   return out;
 }
 
-}  // namespace cpsched::search
+}  // namespace cpsched

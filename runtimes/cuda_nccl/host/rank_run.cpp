@@ -195,10 +195,10 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
                        f[kBwdMs], tflops(f[kFwdFlops], f[kFwdMs]), tflops(f[kBwdFlops], f[kBwdMs]),
                        f[kSendBytes] / 1048576.0, f[kRecvBytes] / 1048576.0, f[kDeviceBytes] / 1048576.0);
       const std::string id = fmt::format("rank{}", r);
-      rep.figures.emplace_back(id + ".fwd_ms", f[kFwdMs]);
-      rep.figures.emplace_back(id + ".bwd_ms", f[kBwdMs]);
-      rep.figures.emplace_back(id + ".fwd_tflops", tflops(f[kFwdFlops], f[kFwdMs]));
-      rep.figures.emplace_back(id + ".bwd_tflops", tflops(f[kBwdFlops], f[kBwdMs]));
+      rep.figures.set(id + ".fwd_ms", f[kFwdMs]);
+      rep.figures.set(id + ".bwd_ms", f[kBwdMs]);
+      rep.figures.set(id + ".fwd_tflops", tflops(f[kFwdFlops], f[kFwdMs]));
+      rep.figures.set(id + ".bwd_tflops", tflops(f[kBwdFlops], f[kBwdMs]));
       fmax = std::max(fmax, f[kFwdMs]);
       bmax = std::max(bmax, f[kBwdMs]);
       fsum += f[kFwdFlops];
@@ -208,10 +208,10 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
     t += fmt::format("{:>5} {:>10.3f} {:>10.3f} {:>12.2f} {:>12.2f}   (slowest rank; all ranks' FLOPs over its time)\n",
                      "all", fmax, bmax, ftf, btf);
     if (fmax == 0) t += "      (no clock: the CPU emulation measures no time)\n";
-    rep.figures.emplace_back("fwd_ms", fmax);
-    rep.figures.emplace_back("bwd_ms", bmax);
-    rep.figures.emplace_back("fwd_tflops", ftf);
-    rep.figures.emplace_back("bwd_tflops", btf);
+    rep.figures.set("fwd_ms", fmax);
+    rep.figures.set("bwd_ms", bmax);
+    rep.figures.set("fwd_tflops", ftf);
+    rep.figures.set("bwd_tflops", btf);
   }
   if (!check_text.empty()) t += check_text + "\n";
   return rep;

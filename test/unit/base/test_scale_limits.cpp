@@ -94,7 +94,7 @@ TEST_CASE("a load at the limit is exact in grid and metrics; one past it is a lo
   CHECK(g->total_area() == S * S);
   CHECK(g->total_load() == limits::kMaxLoad);
   CHECK(g->task_count() == 64 * 8);
-  Assignment a{g, {}, true, ""};
+  Assignment a{g, {}};
   for (TaskId t = 0; t < g->num_tasks(); ++t) a.rank.push_back(g->q_host(t));
   const Metrics m = compute_metrics(a);
   std::int64_t total = 0;
@@ -319,7 +319,7 @@ TEST_CASE("plans of one-token column stripes (thousands of ranges per transfer) 
     }
     auto p = std::make_shared<const Problem>(Problem::make(RangeMask(S, slices), P, Heads{8, 2, 16, 2}, GridOptions{true, 2}));
     auto g = std::make_shared<const TaskGrid>(p);
-    Assignment a{g, {}, true, ""};
+    Assignment a{g, {}};
     for (TaskId t = 0; t < g->num_tasks(); ++t) a.rank.push_back(static_cast<Rank>(rng() % P));
     for (int stages : {1, 3}) {
       const Plan plan = build_plan(a, stages);

@@ -85,7 +85,7 @@ TEST_CASE("the quickstart config parses and makes the standard problem") {
   CHECK(cfg.mask.pack == 0);
   CHECK(cfg.cost_model.name == "time");
   CHECK(cfg.hardware == "h100_8x_nvlink");
-  CHECK(cfg.stages == 0);  // auto: the solver chooses
+  CHECK(cfg.plan.stages == 0);  // auto: the solver chooses
   CHECK(cfg.executor.name == "sim");
   REQUIRE(cfg.executor.given.count("mode") == 1);
   CHECK(std::get<std::string>(cfg.executor.given.at("mode").first) == "timing");
@@ -115,7 +115,7 @@ TEST_CASE("a complete config: every section read, plugin parameters typed from Y
   CHECK(std::get<std::string>(g.at("mode").first) == "two words");
   CHECK(g.at("count").second.str() == "cfgdir/small.yaml:10:38");
   CHECK(cfg.solver.given_params().get_int("count") == 5);
-  CHECK(cfg.stages == 2);
+  CHECK(cfg.plan.stages == 2);
   CHECK(cfg.cache_size == 8);
   REQUIRE(cfg.plugin_paths.size() == 2);
   CHECK(cfg.plugin_paths[0] == std::filesystem::path("cfgdir/extra/plugins"));
@@ -135,8 +135,8 @@ TEST_CASE("missing sections keep the defaults") {
   CHECK(cfg.solver.name == "balanced_bytes");
   CHECK(cfg.cost_model.name == "area");  // the seed's model unless a config names one
   CHECK(cfg.hardware.empty());
-  CHECK(cfg.stages == 1);
-  CHECK(parse_config("problem: {}\nplan: {stages: auto}\n", "a.yaml").stages == 0);
+  CHECK(cfg.plan.stages == 1);
+  CHECK(parse_config("problem: {}\nplan: {stages: auto}\n", "a.yaml").plan.stages == 0);
   CHECK(cfg.executor.name == "sim");
   CHECK(cfg.compare_yaml.empty());
   CHECK(make_problem(cfg).mask.slices().size() == 1);
@@ -213,7 +213,7 @@ TEST_CASE("--set replaces a scalar, creates missing paths, and swaps whole secti
   CHECK(cfg.mask.kind == MaskKind::causal);
   CHECK(cfg.mask.seed == 1);
   CHECK(cfg.mask.histogram.bins.empty());  // the whole mask section was replaced
-  CHECK(cfg.stages == 3);
+  CHECK(cfg.plan.stages == 3);
   CHECK(contains(cfg.effective_yaml, "kind: causal"));
   CHECK(contains(cfg.effective_yaml, "threads: 4"));
   CHECK_FALSE(contains(cfg.effective_yaml, "doc_length_distribution"));

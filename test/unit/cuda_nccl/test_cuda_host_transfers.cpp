@@ -4,6 +4,7 @@
 #include <random>
 
 #include "brute_force.hpp"
+#include "cpsched/plan/builder.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/problem/metrics.hpp"
 #include "host/buffers.hpp"

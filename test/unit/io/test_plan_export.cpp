@@ -152,8 +152,8 @@ TEST_CASE("rank colours are distinct for 128 ranks") {
 
 TEST_CASE("streamed plan JSON has nlohmann's exact layout at every indent, and the same text either way") {
   Fixture f;
-  f.a.note = "quotes \" backslash \\ newline \n tab \t control \x01 unicode \xc3\xa9";
   PlanExport e;
+  e.note = "quotes \" backslash \\ newline \n tab \t control \x01 unicode \xc3\xa9";
   e.assignment = &f.a;
   e.metrics = &f.m;
   e.plan = &f.plan;
@@ -178,14 +178,14 @@ TEST_CASE("streamed plan JSON has nlohmann's exact layout at every indent, and t
     CHECK(os.str() == text);
   }
   const json doc = json::parse(plan_json(e));
-  CHECK(doc["solver"]["note"] == f.a.note);
+  CHECK(doc["solver"]["note"] == e.note);
   CHECK(doc["solver"]["params"]["whole"].is_number_float());
   CHECK(doc["solver"]["solve_ms"] == 0.1 + 0.2);
   CHECK(doc["solver"]["params"]["label"] == "a \"b\"");
   CHECK(plan_json(e).find("\"whole\":2.0") != std::string::npos);
 
   // Invalid UTF-8 in a solver's note is replaced, not a failed export.
-  f.a.note = "bad \xff byte";
+  e.note = "bad \xff byte";
   CHECK(json::parse(plan_json(e))["solver"]["note"] == "bad \xef\xbf\xbd byte");
 }
 

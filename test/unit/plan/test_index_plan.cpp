@@ -11,6 +11,7 @@
 #include <random>
 
 #include "cpsched/plugin/cost_model.hpp"
+#include "host_solve.hpp"
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/problem/problem.hpp"
 #include "cpsched/problem/task_grid.hpp"
@@ -32,7 +33,8 @@ void check_every_solver(const std::shared_ptr<const IndexMask>& mask, int P, Hea
     Registry& reg = test::build_registry();
     std::unique_ptr<Solver> solver =
         reg.make_solver(name, reg.resolve_params(reg.find(PluginKind::solver, name), test::quick_params(name)));
-    const Assignment a = solver->solve(SolveInput{grid, &cost});
+    const Solution a_sol = test::host_solve(*solver, grid, cost);
+    const Assignment& a = a_sol.assignment;
     for (int stages : {1, 2}) {
       CAPTURE(name);
       CAPTURE(stages);

@@ -15,11 +15,11 @@ Problem problem(MaskType t = MaskType::causal, int dim = 128) {
 
 PlanKey key(const Problem& p, double mu = 1.1, int stages = 1, const std::string& cost = "area") {
   return make_plan_key(p, "binary_greedy", Params({{"mu", mu}, {"threads", std::int64_t{2}}}), cost, Params{},
-                       stages);
+                       PlanShape::fixed(stages));
 }
 
-std::shared_ptr<const CachedPlan> entry(double solve_ms) {
-  auto c = std::make_shared<CachedPlan>();
+std::shared_ptr<const SolveResult> entry(double solve_ms) {
+  auto c = std::make_shared<SolveResult>();
   c->solve_ms = solve_ms;
   return c;
 }
@@ -35,13 +35,13 @@ TEST_CASE("the key covers mask, problem, solver parameters, cost model and stage
   CHECK_FALSE(key(p, 1.2) == k);
   CHECK_FALSE(key(p, 1.1, 2) == k);
   CHECK_FALSE(key(p, 1.1, 1, "topology") == k);
-  CHECK_FALSE(make_plan_key(p, "usp", Params{}, "area", Params{}, 1) == make_plan_key(p, "owner", Params{}, "area", Params{}, 1));
+  CHECK_FALSE(make_plan_key(p, "usp", Params{}, "area", Params{}, PlanShape::fixed(1)) == make_plan_key(p, "owner", Params{}, "area", Params{}, PlanShape::fixed(1)));
   Problem q = p;
   q.grid.flatten_head_groups = false;
   CHECK_FALSE(key(q) == k);
   // A parameter name and a string value cannot be confused.
-  CHECK_FALSE(make_plan_key(p, "s", Params({{"ab", std::string("c")}}), "area", Params{}, 1) ==
-              make_plan_key(p, "s", Params({{"a", std::string("bc")}}), "area", Params{}, 1));
+  CHECK_FALSE(make_plan_key(p, "s", Params({{"ab", std::string("c")}}), "area", Params{}, PlanShape::fixed(1)) ==
+              make_plan_key(p, "s", Params({{"a", std::string("bc")}}), "area", Params{}, PlanShape::fixed(1)));
 }
 
 TEST_CASE("LRU eviction and hit/miss counts") {

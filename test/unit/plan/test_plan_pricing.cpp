@@ -15,7 +15,7 @@
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/search/placements.hpp"
-#include "cpsched/search/step_bound.hpp"
+#include "cpsched/timing/step_bound.hpp"
 #include "cpsched/timing/model.hpp"
 #include "plan_checks.hpp"
 #include "plan_fixtures.hpp"
@@ -119,13 +119,13 @@ TEST_CASE("area-only plans: the same bytes per peer, one arg per rank and stage,
 TEST_CASE("step lower bound: at most the step of every plan of the placement, and not trivial") {
   for (const std::string hw_name : {"h100_8x_nvlink", "cluster_8gpu_ib"}) {
     const HardwareProfile hw = resolve_hardware_profile(hw_name);
-    const TimePrices tp = *TimeCostModel(hw).time_prices();
+    const TimePrices tp = time_prices(hw);
     CAPTURE(hw_name);
     double tightest = 0;
     for_each_case([&](const Assignment& a) {
-      const search::StepBound b = search::step_lower_bound(*a.grid, a.rank, PlanBuilder(a).transfers(), tp, tp.nodes.gpus_per_node);
+      const StepBound b = step_lower_bound(*a.grid, a.rank, PlanBuilder(a).transfers(), tp, tp.nodes.gpus_per_node);
       // The metrics' transfers (another order) give the same bound.
-      const search::StepBound m = search::step_lower_bound(*a.grid, a.rank, transfers(a), tp, tp.nodes.gpus_per_node);
+      const StepBound m = step_lower_bound(*a.grid, a.rank, transfers(a), tp, tp.nodes.gpus_per_node);
       CHECK(m.plain == doctest::Approx(b.plain).epsilon(1e-12));
       CHECK(m.relayed == doctest::Approx(b.relayed).epsilon(1e-12));
       CHECK(m.may_forward == b.may_forward);

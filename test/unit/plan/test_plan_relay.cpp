@@ -143,17 +143,20 @@ TEST_CASE("relays: a negative node size is an error") {
 }
 
 TEST_CASE("plan.relay: off | on | auto, the node size from the hardware profile, a precise error otherwise") {
+  using Relay = PlanShape::Relay;
   const std::string yaml = "problem: {cp_size: 16, seqlen_per_rank: 64}\n";
-  CHECK_FALSE(parse_config(yaml, "t.yaml").relay);
-  CHECK_FALSE(parse_config(yaml + "plan: {relay: off}\n", "t.yaml").relay);
+  CHECK(parse_config(yaml, "t.yaml").plan.relay == Relay::off);
+  CHECK(parse_config(yaml + "plan: {relay: off}\n", "t.yaml").plan.relay == Relay::off);
   const Config on = parse_config(yaml + "plan: {relay: on}\n", "t.yaml");
-  CHECK(on.relay);
-  CHECK(Session::options_from(on).relay_node_size == 8);  // h100_8x_nvlink, the default profile
+  CHECK(on.plan.relay == Relay::on);
+  CHECK(Session::options_from(on).plan.relay_node_size() == 8);  // h100_8x_nvlink, the default profile
   CHECK(Session::options_from(parse_config(yaml + "hardware: cluster_8gpu_ib\n", "t.yaml", {"plan.relay=on"}))
-            .relay_node_size == resolve_hardware_profile("cluster_8gpu_ib").gpus_per_node);
-  CHECK(Session::options_from(parse_config(yaml, "t.yaml", {"plan.relay=off"})).relay_node_size == 0);
-  CHECK(parse_config(yaml + "plan: {relay: auto}\n", "t.yaml").relay == -1);
-  CHECK(Session::options_from(parse_config(yaml, "t.yaml", {"plan.relay=auto"})).relay_node_size == -1);
+            .plan.relay_node_size() == resolve_hardware_profile("cluster_8gpu_ib").gpus_per_node);
+  CHECK(Session::options_from(parse_config(yaml, "t.yaml", {"plan.relay=off"})).plan.relay_node_size() == 0);
+  CHECK(parse_config(yaml + "plan: {relay: auto}\n", "t.yaml").plan.relay == Relay::automatic);
+  const SessionOptions a = Session::options_from(parse_config(yaml, "t.yaml", {"plan.relay=auto"}));
+  CHECK(a.plan.auto_relay());
+  CHECK(a.plan.node_size == 8);
   try {
     parse_config(yaml + "plan: {relay: sometimes}\n", "t.yaml");
     FAIL("no error");
@@ -163,23 +166,23 @@ TEST_CASE("plan.relay: off | on | auto, the node size from the hardware profile,
   }
 }
 
-TEST_CASE("Session: relay_node_size builds relayed plans, and keys the cache apart") {
+TEST_CASE("Session: relays on builds relayed plans, and keys the cache apart") {
   SessionOptions o;
   o.cp_size = 8;
   o.heads = Heads{4, 2, 8, 2};
   o.solver = "owner";
   o.cache_size = 4;
   Session plain(o);
-  o.relay_node_size = 4;
+  o.plan = PlanShape::fixed(1, 4);
   Session relayed(o);
   const RangeMask mask(256, {{{0, 256}, {0, 256}, MaskType::causal}});
   CHECK_FALSE(plain.solve(mask).plan->has_forwarding());
   CHECK(relayed.solve(mask).plan->has_forwarding());
   CHECK(relayed.validate().empty());
-  CHECK(make_plan_key(relayed.problem(), "owner", {}, "area", {}, 1, 4) !=
-        make_plan_key(relayed.problem(), "owner", {}, "area", {}, 1, 0));
-  o.relay_node_size = -2;
-  CHECK_THROWS_WITH(Session{o}, doctest::Contains("relay_node_size"));
+  CHECK(make_plan_key(relayed.problem(), "owner", {}, "area", {}, PlanShape::fixed(1, 4)) !=
+        make_plan_key(relayed.problem(), "owner", {}, "area", {}, PlanShape::fixed(1, 0)));
+  o.plan.node_size = 1;
+  CHECK_THROWS_WITH(Session{o}, doctest::Contains("node size must be at least 2"));
 }
 
 TEST_CASE("relay auto: balanced_bytes chooses under the time model, and the Session builds what it chose") {
@@ -190,19 +193,20 @@ TEST_CASE("relay auto: balanced_bytes chooses under the time model, and the Sess
   o.solver_params.set("members", std::string("static"));
   o.cost_model = "time";
   o.cost_params.set("hardware", std::string("cluster_8gpu_ib"));
-  o.relay_node_size = -1;
+  o.plan.relay = PlanShape::Relay::automatic;
   o.validate = true;
   Session s(o);
   const RangeMask mask(1024, {{{0, 1024}, {0, 1024}, MaskType::causal}});
-  const CachedPlan& r = s.solve(mask);
+  const SolveResult& r = s.solve(mask);
   // A choice was made (none or the profile's 8 per node), and the plan is the one chosen.
-  CHECK((r.assignment->relay_node_size == 0 || r.assignment->relay_node_size == 8));
-  CHECK(r.plan->has_forwarding() == (r.assignment->relay_node_size == 8));
+  CHECK((r.shape.relay_node_size() == 0 || r.shape.relay_node_size() == 8));
+  CHECK(r.plan->has_forwarding() == (r.shape.relay_node_size() == 8));
+  CHECK(r.figures.get("relay_node_size") == r.shape.relay_node_size());
   CHECK(s.validate().empty());
-  // With relays off the solver is not asked to choose.
-  o.relay_node_size = 0;
+  // With relays off the plan has none.
+  o.plan.relay = PlanShape::Relay::off;
   Session off(o);
-  CHECK(off.solve(mask).assignment->relay_node_size == -1);
+  CHECK(off.solve(mask).shape.relay == PlanShape::Relay::off);
   CHECK_FALSE(off.result().plan->has_forwarding());
 }
 

@@ -27,6 +27,8 @@ using namespace cpsched;
 
 namespace {
 
+const AreaCostModel kArea;
+
 const fs::path kPluginDir = CPSCHED_PLUGIN_BUILD_DIR;
 const fs::path kTestPluginDir = CPSCHED_TEST_PLUGIN_DIR;
 
@@ -99,7 +101,7 @@ class ScopedEnv {
 
 }  // namespace
 
-TEST_CASE("the build's plugin folder is found next to the program and holds area and owner") {
+TEST_CASE("the build's plugin folder is found next to the program and holds owner; area and time are built in") {
   CHECK(Registry::default_plugin_dir() == fs::weakly_canonical(kPluginDir));
   Registry reg;
   reg.scan(Registry::default_plugin_dir());
@@ -107,11 +109,15 @@ TEST_CASE("the build's plugin folder is found next to the program and holds area
   // (the install test demands that every installed plugin loads).
   for (const PluginProblem& p : reg.problems()) {
     const std::string f = p.file.filename().string();
-    if (f == "libcpsched_area.so" || f == "libcpsched_owner.so") FAIL_CHECK(p.message);
+    if (f == "libcpsched_owner.so") FAIL_CHECK(p.message);
   }
   const PluginInfo& area = reg.find(PluginKind::cost_model, "area");
-  CHECK(area.file == fs::weakly_canonical(real_plugin("area")));
+  CHECK(area.built_in);
   CHECK(area.params.empty());
+  const PluginInfo& time = reg.find(PluginKind::cost_model, "time");
+  CHECK(time.built_in);
+  REQUIRE(time.params.size() == 1);
+  CHECK(time.params[0].name == "hardware");
   const PluginInfo& owner = reg.find(PluginKind::solver, "owner");
   CHECK(owner.kind == PluginKind::solver);
   CHECK_FALSE(owner.doc.empty());
@@ -120,29 +126,31 @@ TEST_CASE("the build's plugin folder is found next to the program and holds area
 TEST_CASE("owner runs every task on its q block's host") {
   Registry reg;
   reg.load(real_plugin("owner"));
-  reg.load(real_plugin("area"));
   const auto grid = tiny_grid();
   auto cost = reg.make_cost_model("area", {});
   auto solver = reg.make_solver("owner", {});
-  const Assignment a = solver->solve({grid, cost.get()});
+  const Solution a_sol = solver->solve(SolveInput(grid, *cost));
+  const Assignment& a = a_sol.assignment;
   a.validate();
   CHECK(a.grid == grid);
-  CHECK(a.feasible);
-  CHECK(a.note.empty());
+  CHECK(a_sol.feasible);
+  CHECK(a_sol.note.empty());
   REQUIRE(a.rank.size() == static_cast<std::size_t>(grid->num_tasks()));
   for (TaskId t = 0; t < grid->num_tasks(); ++t) CHECK(a.rank[t] == grid->q_host(t));
 }
 
-TEST_CASE("area prices compute as area and transfer as tokens x heads") {
+TEST_CASE("area, built in, prices compute as area and transfer as tokens x heads") {
   Registry reg;
-  reg.load(real_plugin("area"));
+  const PluginInfo& info = reg.find(PluginKind::cost_model, "area");
+  CHECK(info.built_in);
+  CHECK(info.file.empty());
   auto cost = reg.make_cost_model("area", {});
   const auto grid = tiny_grid();
   for (TaskId t = 0; t < grid->num_tasks(); ++t) {
     CHECK(cost->compute(*grid, t) == static_cast<double>(grid->area(t)));
   }
-  CHECK(cost->transfer(RowKind::kv, 100, 3, 0, 1) == 300.0);
-  CHECK(cost->transfer(RowKind::qo, 7, 2, 3, 0) == 14.0);
+  CHECK(cost->transfer(*grid, RowKind::kv, 100, 3, 0, 1) == 300.0);
+  CHECK(cost->transfer(*grid, RowKind::qo, 7, 2, 3, 0) == 14.0);
 }
 
 TEST_CASE("each broken plugin is rejected with a message naming its file and its fault") {
@@ -174,7 +182,7 @@ TEST_CASE("each broken plugin is rejected with a message naming its file and its
     CAPTURE(msg);
     CHECK(contains(msg, fs::weakly_canonical(file).string()));
     for (const std::string& part : c.parts) CHECK(contains(msg, part));
-    CHECK(reg.plugins().empty());
+    CHECK(reg.plugins().size() == 2);  // the built-in cost models only
   }
 }
 
@@ -188,7 +196,16 @@ TEST_CASE("a second plugin of the same kind and name is rejected, naming both fi
   CHECK(contains(msg, "solver name 'owner' is already taken"));
   // The first one still answers to the name.
   CHECK(reg.find(PluginKind::solver, "owner").file == fs::weakly_canonical(real_plugin("owner")));
-  CHECK(reg.plugins().size() == 1);
+  CHECK(reg.plugins().size() == 3);  // with the two built-ins
+}
+
+TEST_CASE("a plugin file that claims a built-in's name (a stale `area` of an older build) is refused, naming it") {
+  Registry reg;
+  const fs::path stale = test_plugin("stale_area");
+  const std::string msg = load_error(reg, stale);
+  CHECK(contains(msg, fs::weakly_canonical(stale).string()));
+  CHECK(contains(msg, "cost_model name 'area' is already taken by a built-in"));
+  CHECK(reg.find(PluginKind::cost_model, "area").built_in);
 }
 
 TEST_CASE("loading the same file twice, even by another path, registers it once") {
@@ -197,7 +214,7 @@ TEST_CASE("loading the same file twice, even by another path, registers it once"
   const std::string name = first.name;
   const PluginInfo& again = reg.load(kPluginDir / ".." / "plugins" / "libcpsched_owner.so");
   CHECK(again.name == name);
-  CHECK(reg.plugins().size() == 1);
+  CHECK(reg.plugins().size() == 3);  // with the two built-ins
   CHECK(reg.problems().empty());
 }
 
@@ -273,7 +290,6 @@ TEST_CASE("a Session whose solver's file is damaged fails with that file's fault
   const fs::path file = damaged_copy("named", "libcpsched_owner.so", real_plugin("owner"), 4096);
   auto reg = std::make_shared<Registry>();
   reg->scan(file.parent_path());
-  reg->load(real_plugin("area"));
   SessionOptions o;
   o.solver = "owner";
   const std::string msg = error_of([&] { Session s(o, reg); });
@@ -326,10 +342,9 @@ TEST_CASE("a PluginInfo reference stays valid while more plugins load") {
   Registry reg;
   const PluginInfo& owner = reg.load(real_plugin("owner"));
   for (const char* folder : {"good", "throwing_factory"}) reg.scan(kTestPluginDir / folder);
-  reg.load(real_plugin("area"));
   CHECK(owner.name == "owner");
   CHECK(&reg.find(PluginKind::solver, "owner") == &owner);
-  CHECK(reg.plugins().size() == 5);
+  CHECK(reg.plugins().size() == 6);  // the two built-in cost models, owner and three test plugins
 }
 
 TEST_CASE("a missing file is an error naming it") {
@@ -373,7 +388,7 @@ TEST_CASE("find lists the known plugins of the kind and the rejected files") {
   CHECK(contains(msg, "known solver plugins: owner"));
   CHECK(contains(msg, "ABI version 42"));
   CHECK(contains(error_of([&] { reg.find(PluginKind::cost_model, "owner"); }),
-                 "known cost_model plugins: (none)"));
+                 "known cost_model plugins: area, time"));
 }
 
 TEST_CASE("the parameter schema is read with types, defaults and docs") {
@@ -463,8 +478,9 @@ TEST_CASE("the factory receives the resolved parameters") {
   const int P = grid->cp_size();
 
   auto defaults = reg.make_solver("test_params", {});
-  const Assignment a = defaults->solve({grid, nullptr});
-  CHECK(a.note ==
+  const Solution a_sol = defaults->solve(SolveInput(grid, kArea));
+  const Assignment& a = a_sol.assignment;
+  CHECK(a_sol.note ==
         "flag=false verbose=true count=3 offset=-2 ratio=0.5 scale=1000.0 label=hello mode=two words");
   for (TaskId t = 0; t < grid->num_tasks(); ++t) CHECK(a.rank[t] == ((t * 3 - 2) % P + P) % P);
 
@@ -473,8 +489,9 @@ TEST_CASE("the factory receives the resolved parameters") {
   given.set("offset", std::int64_t{0});
   given.set("ratio", std::int64_t{4});
   auto custom = reg.make_solver("test_params", given);
-  const Assignment b = custom->solve({grid, nullptr});
-  CHECK(contains(b.note, "count=1 offset=0 ratio=4.0"));
+  const Solution b_sol = custom->solve(SolveInput(grid, kArea));
+  const Assignment& b = b_sol.assignment;
+  CHECK(contains(b_sol.note, "count=1 offset=0 ratio=4.0"));
   for (TaskId t = 0; t < grid->num_tasks(); ++t) CHECK(b.rank[t] == t % P);
 
   // make_* checks what it is given like resolve_params does.
@@ -498,7 +515,7 @@ TEST_CASE("exceptions stop at the plugin boundary and come back as cpsched::Erro
     given.set("label", std::string("fail"));
     auto solver = reg.make_solver("test_params", given);
     const auto grid = tiny_grid();
-    const std::string msg = error_of([&] { solver->solve({grid, nullptr}); });
+    const std::string msg = error_of([&] { solver->solve(SolveInput(grid, kArea)); });
     CHECK(contains(msg, "plugin 'test_params' ("));
     CHECK(contains(msg, "asked to fail by label=fail"));
   }
@@ -523,9 +540,9 @@ TEST_CASE("an executor plugin runs through its host-side handle") {
   in.grid = tiny_grid();
   const ExecutionReport r = exec->execute(in);
   CHECK(r.text == "hi");
-  REQUIRE(r.figures.size() == 1);
-  CHECK(r.figures[0].first == "tasks");
-  CHECK(r.figures[0].second == static_cast<double>(in.grid->num_tasks()));
+  REQUIRE(r.figures.entries().size() == 1);
+  CHECK(r.figures.entries()[0].first == "tasks");
+  CHECK(r.figures.entries()[0].second == static_cast<double>(in.grid->num_tasks()));
 }
 
 TEST_CASE("an object keeps its plugin library loaded after the registry is gone") {
@@ -542,7 +559,8 @@ TEST_CASE("an object keeps its plugin library loaded after the registry is gone"
   }
   CHECK(is_mapped(file));
   const auto grid = tiny_grid();
-  const Assignment a = solver->solve({grid, nullptr});
+  const Solution a_sol = solver->solve(SolveInput(grid, kArea));
+  const Assignment& a = a_sol.assignment;
   for (TaskId t = 0; t < grid->num_tasks(); ++t) CHECK(a.rank[t] == (t + 1) % grid->cp_size());
   solver.reset();
   // The last holder gone, the library is unloaded (test_params is built

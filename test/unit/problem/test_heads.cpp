@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "cpsched/plan/builder.hpp"
 #include "cpsched/config/config.hpp"
 #include "cpsched/plugin/cost_model.hpp"
 #include "cpsched/base/error.hpp"
@@ -193,10 +194,10 @@ TEST_CASE("the plan cache tells MLA from GQA of the same d_qk") {
   b.dim_v = 32;
   b.kv_shared = true;
   const Problem pa = full_problem(16, 2, a), pb = full_problem(16, 2, b);
-  CHECK_FALSE(make_plan_key(pa, "s", {}, "c", {}, 1, 0) == make_plan_key(pb, "s", {}, "c", {}, 1, 0));
+  CHECK_FALSE(make_plan_key(pa, "s", {}, "c", {}, PlanShape::fixed(1, 0)) == make_plan_key(pb, "s", {}, "c", {}, PlanShape::fixed(1, 0)));
   Heads c = a;
   c.dim_v = 64;  // GQA written out: the same key
-  CHECK(make_plan_key(pa, "s", {}, "c", {}, 1, 0) == make_plan_key(full_problem(16, 2, c), "s", {}, "c", {}, 1, 0));
+  CHECK(make_plan_key(pa, "s", {}, "c", {}, PlanShape::fixed(1, 0)) == make_plan_key(full_problem(16, 2, c), "s", {}, "c", {}, PlanShape::fixed(1, 0)));
 }
 
 TEST_CASE("config: dim_qk, dim_v, kv_shared, their --set forms and errors") {

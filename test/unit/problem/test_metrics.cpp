@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include "cpsched/plan/builder.hpp"
 #include "cpsched/problem/metrics.hpp"
 
 using namespace cpsched;
@@ -11,7 +12,7 @@ std::shared_ptr<const TaskGrid> grid(Token S, int P, Heads h, bool flatten,
   return std::make_shared<TaskGrid>(p);
 }
 Assignment owner(std::shared_ptr<const TaskGrid> g) {
-  Assignment a{g, {}, true, {}};
+  Assignment a{g, {}};
   for (TaskId t = 0; t < g->num_tasks(); ++t) a.rank.push_back(g->q_host(t));
   return a;
 }

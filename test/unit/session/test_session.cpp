@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "cpsched/plan/builder.hpp"
 #include "cpsched/session/session.hpp"
 #include "cpsched/base/error.hpp"
 
@@ -23,7 +24,7 @@ SessionOptions options() {
   o.seqlen = 103;  // uneven shards
   o.heads = {8, 2, 16, 2};
   o.solver = "owner";
-  o.stages = 2;
+  o.plan.stages = 2;
   o.cache_size = 2;
   o.validate = true;
   return o;
@@ -39,7 +40,7 @@ const std::vector<MaskType> kT{MaskType::causal, MaskType::causal, MaskType::ful
 TEST_CASE("solve, then per-rank metas, metrics and plan; a repeated mask hits the cache") {
   Session s(options(), registry());
   CHECK_THROWS_WITH_AS(s.plan(), doctest::Contains("nothing solved"), Error);
-  const CachedPlan& r = s.solve(kQ, kK, kT);
+  const SolveResult& r = s.solve(kQ, kK, kT);
   CHECK_FALSE(s.last_was_cached());
   CHECK(s.problem().seqlen() == 103);
   CHECK(s.plan().num_stages == 2);
@@ -75,7 +76,7 @@ TEST_CASE("bad inputs are errors that say what is wrong") {
   o.solver_params.set("nonsense", 1.0);
   CHECK_THROWS_WITH_AS(Session(o, reg), doctest::Contains("nonsense"), Error);
   o = options();
-  o.stages = -1;
+  o.plan.stages = -1;
   CHECK_THROWS_WITH_AS(Session(o, reg), doctest::Contains("stages"), Error);
   Session s(options(), reg);
   CHECK_THROWS_WITH_AS(s.solve(kQ, kK, {MaskType::full}), doctest::Contains("3 q ranges"), Error);
@@ -97,7 +98,7 @@ plan: {stages: 2, cache_size: 4}
 )",
                                   "test-config");
   Session s(cfg, registry());
-  CHECK(s.options().stages == 2);
+  CHECK(s.options().plan.stages == 2);
   CHECK(s.options().cache_size == 4);
   s.solve_config_mask();
   CHECK(s.problem().seqlen() == 120);

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "cpsched/plugin/cost_model.hpp"
+#include "host_solve.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/problem/problem.hpp"
@@ -31,7 +32,8 @@ void check_numeric(const std::shared_ptr<const IndexMask>& mask, int P, Heads he
   for (const std::string& name : test::solver_names()) {
     std::unique_ptr<Solver> solver =
         reg.make_solver(name, reg.resolve_params(reg.find(PluginKind::solver, name), test::quick_params(name)));
-    const Assignment a = solver->solve(SolveInput{grid, &cost});
+    const Solution a_sol = test::host_solve(*solver, grid, cost);
+    const Assignment& a = a_sol.assignment;
     for (int stages : {1, 2}) {
       const test::Outcome out = test::run_numeric(a.grid->problem(), build_plan(a, stages));
       CHECK_MESSAGE(out.passed(), what, ": solver ", name, ", P ", P, ", stages ", stages, ": ", out.str());

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "cpsched/plugin/cost_model.hpp"
+#include "host_solve.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "random_specs.hpp"
@@ -186,7 +187,7 @@ struct Solvers {
   }
   Assignment solve(const std::string& name, const std::shared_ptr<const TaskGrid>& grid) {
     for (auto& [n, s] : list)
-      if (n == name) return s->solve(SolveInput{grid, &cost});
+      if (n == name) return test::host_solve(*s, grid, cost).assignment;
     throw Error("no solver " + name);
   }
 };
@@ -203,7 +204,8 @@ TEST_CASE("every solver x mask generator x P in {2, 3, 4, 8} x stages {1, 2}: eq
       REQUIRE(parse_mask_kind(kind_name, kind));
       for (int P : {2, 3, 4, 8}) {
         auto grid = test::random_grid(kind, P, Heads{4, 2, 8, 2}, rng);  // uneven shards
-        const Assignment a = solver->solve(SolveInput{grid, &solvers.cost});
+        const Solution a_sol = test::host_solve(*solver, grid, solvers.cost);
+        const Assignment& a = a_sol.assignment;
         for (int stages : {1, 2}) {
           CAPTURE(name);
           CAPTURE(kind_name);
@@ -232,7 +234,8 @@ TEST_CASE("unflattened head groups and several blocks per rank") {
         const RangeMask mask = make_mask(test::random_spec(MaskKind::causal_document, S, rng), S);
         auto problem = std::make_shared<const Problem>(Problem::make(mask, P, Heads{6, 3, 4, 2}, {flatten, blocks}));
         auto grid = std::make_shared<const TaskGrid>(problem);
-        const Assignment a = solver->solve(SolveInput{grid, &solvers.cost});
+        const Solution a_sol = test::host_solve(*solver, grid, solvers.cost);
+        const Assignment& a = a_sol.assignment;
         CAPTURE(name);
         CAPTURE(flatten);
         CAPTURE(blocks);
@@ -363,8 +366,8 @@ TEST_CASE("run_sim in numeric mode reports the check, its errors and the timelin
   CHECK(rep.text.find("dV") != std::string::npos);
   CHECK(rep.svg.find("<svg") == 0);
   REQUIRE(!rep.figures.empty());
-  CHECK(rep.figures[0].first == "numeric_passed");
-  CHECK(rep.figures[0].second == 1.0);
+  CHECK(rep.figures.entries()[0].first == "numeric_passed");
+  CHECK(rep.figures.entries()[0].second == 1.0);
 
   Plan broken = h.plan;
   broken.ranks[0].bwd.comm.stages[0].kv.dst_indices[0].clear();
@@ -423,14 +426,15 @@ TEST_CASE("the default solver's step-time objective: every generator x P in {2, 
     for (int P : {2, 3, 4, 8}) {
       auto grid = test::random_grid(kind, P, Heads{4, 2, 8, 2}, rng);
       for (int stages : {1, 2, 0}) {
-        const Assignment a = solver->solve(SolveInput{grid, &cost, stages});
+        const Solution a_sol = test::host_solve(*solver, grid, cost, test::shape(stages));
+        const Assignment& a = a_sol.assignment;
         CAPTURE(kind_name);
         CAPTURE(P);
         CAPTURE(stages);
-        if (stages == 0) CHECK((a.stages >= 1 && a.stages <= 3));
-        const Plan plan = build_plan(a, stages > 0 ? stages : a.stages);
+        if (stages == 0) CHECK((a_sol.shape.stages >= 1 && a_sol.shape.stages <= 3));
+        const Plan plan = build_plan(a, stages > 0 ? stages : a_sol.shape.stages);
         const Outcome o = run_numeric(a.grid->problem(), plan);
-        INFO(a.note);
+        INFO(a_sol.note);
         INFO(o.str());
         CHECK(o.passed());
         ++runs;

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "brute_force.hpp"
+#include "host_solve.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/problem/metrics.hpp"
@@ -102,21 +103,22 @@ TEST_CASE("balanced_bytes is never worse than owner, usp or binary_greedy on ran
       const auto grid = random_grid(rng, P, rep % 4);
       CAPTURE(P);
       CAPTURE(rep);
-      const Assignment a = bb->solve(SolveInput{grid, &cost});
-      CAPTURE(a.note);
+      const Solution a_sol = test::host_solve(*bb, grid, cost);
+      const Assignment& a = a_sol.assignment;
+      CAPTURE(a_sol.note);
       a.validate();  // every task of its grid exactly once, ranks in range
       REQUIRE(a.grid != nullptr);
       CHECK(a.grid->cp_size() == P);
       CHECK(a.grid->total_task_area() == grid->total_task_area());
       const Metrics m = compute_metrics(a);
-      CHECK(a.feasible == (excess(m) == 0));
+      CHECK(a_sol.feasible == (excess(m) == 0));
       if (rep < 2) {
         const auto problems = validate_plan(a, build_plan(a, 2));
         CHECK_MESSAGE(problems.empty(), first(problems));
       }
       for (const auto& [name, solver] : members) {
         CAPTURE(name);
-        const Metrics o = compute_metrics(solver->solve(SolveInput{grid, &cost}));
+        const Metrics o = compute_metrics(test::host_solve(*solver, grid, cost).assignment);
         if (excess(o) == 0) {
           CHECK(excess(m) == 0);  // meets mu where a member does
           CHECK(m.fwd.total_send <= o.fwd.total_send);
@@ -143,13 +145,15 @@ TEST_CASE("balanced_bytes gives the same result for 1 and 4 threads") {
   for (int P : {3, 8}) {
     for (int kind = 0; kind < 4; ++kind) {
       const auto grid = random_grid(rng, P, kind);
-      const Assignment a = s1->solve(SolveInput{grid, &cost});
-      const Assignment b = s4->solve(SolveInput{grid, &cost});
+      const Solution a_sol = test::host_solve(*s1, grid, cost);
+      const Assignment& a = a_sol.assignment;
+      const Solution b_sol = test::host_solve(*s4, grid, cost);
+      const Assignment& b = b_sol.assignment;
       CAPTURE(P);
       CAPTURE(kind);
       CHECK(a.rank == b.rank);
       CHECK(a.grid->sharding().blocks == b.grid->sharding().blocks);
-      CHECK(a.note == b.note);
+      CHECK(a_sol.note == b_sol.note);
     }
   }
 }
@@ -165,10 +169,11 @@ TEST_CASE("balanced_bytes splits the shards when a cell alone breaks the balance
   auto grid = std::make_shared<const TaskGrid>(p);
   REQUIRE(grid->num_tasks() == 1);
   const AreaCostModel cost;
-  const Assignment a = make(reg, "balanced_bytes")->solve(SolveInput{grid, &cost});
-  CAPTURE(a.note);
+  const Solution a_sol = test::host_solve(*make(reg, "balanced_bytes"), grid, cost);
+  const Assignment& a = a_sol.assignment;
+  CAPTURE(a_sol.note);
   a.validate();
-  CHECK(a.feasible);
+  CHECK(a_sol.feasible);
   CHECK(a.grid->problem().grid.blocks_per_rank > 1);
   // The finer grid keeps each rank's tokens, and the plan builder follows it.
   CHECK(a.grid->sharding().rank_tokens(0) == grid->sharding().rank_tokens(0));
@@ -183,9 +188,9 @@ TEST_CASE("balanced_bytes splits the shards when a cell alone breaks the balance
   // With no room to split, it says that the target was not met.
   Params coarse;
   coarse.set("max_blocks_per_rank", std::int64_t{1});
-  const Assignment b = make(reg, "balanced_bytes", coarse)->solve(SolveInput{grid, &cost});
-  CHECK_FALSE(b.feasible);
-  CHECK(b.note.find("no placement met mu") != std::string::npos);
+  const Solution b_sol = test::host_solve(*make(reg, "balanced_bytes", coarse), grid, cost);
+  CHECK_FALSE(b_sol.feasible);
+  CHECK(b_sol.note.find("no placement met mu") != std::string::npos);
 }
 
 TEST_CASE("balanced_bytes rejects bad parameters, naming them") {
@@ -214,9 +219,10 @@ TEST_CASE("balanced_bytes and ilp on a single rank put everything there") {
   for (const std::string name : {"balanced_bytes", "ilp"}) {
     if (find_solver(reg, name) == nullptr) continue;
     CAPTURE(name);
-    const Assignment a = make(reg, name)->solve(SolveInput{grid, &cost});
+    const Solution a_sol = test::host_solve(*make(reg, name), grid, cost);
+    const Assignment& a = a_sol.assignment;
     a.validate();
-    CHECK(a.feasible);
+    CHECK(a_sol.feasible);
     CHECK(compute_metrics(a).fwd.total_send == 0);
   }
 }

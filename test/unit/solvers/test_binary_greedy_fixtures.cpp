@@ -35,8 +35,9 @@ TEST_CASE("binary_greedy reproduces every recorded assignment task for task, wit
     REQUIRE(expected.size() == want["num_tasks"].get<std::size_t>());
     for (const std::int64_t threads : {1, 4}) {
       CAPTURE(threads);
-      const Assignment a = test::bg_fixture::solve(registry(), f, threads);
-      CHECK(a.feasible == want["feasible"].get<bool>());
+      const Solution a_sol = test::bg_fixture::solve(registry(), f, threads);
+      const Assignment& a = a_sol.assignment;
+      CHECK(a_sol.feasible == want["feasible"].get<bool>());
       REQUIRE(a.rank.size() == expected.size());
       std::size_t differ = 0, first = 0;
       for (std::size_t t = 0; t < expected.size(); ++t)
@@ -66,8 +67,8 @@ TEST_CASE("binary_greedy on an infeasible instance returns its last try, as publ
   // Every try is placed here, so the result is the last try's refined
   // assignment; its imbalance is the one the note reports.
   const test::bg_fixture::Fixture f = test::bg_fixture::load(kDir / "p4_causal_infeasible_mu1.json");
-  const Assignment a = test::bg_fixture::solve(registry(), f, 1);
-  CHECK_FALSE(a.feasible);
-  CHECK(a.note.find("returned the last try") != std::string::npos);
-  CHECK(a.note == f.doc["expected"]["note"].get<std::string>());
+  const Solution a_sol = test::bg_fixture::solve(registry(), f, 1);
+  CHECK_FALSE(a_sol.feasible);
+  CHECK(a_sol.note.find("returned the last try") != std::string::npos);
+  CHECK(a_sol.note == f.doc["expected"]["note"].get<std::string>());
 }

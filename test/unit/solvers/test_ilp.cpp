@@ -12,6 +12,8 @@
 #include <random>
 
 #include "brute_force.hpp"
+#include "host_solve.hpp"
+#include "cpsched/plan/builder.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/problem/metrics.hpp"
 #include "cpsched/plugin/registry.hpp"
@@ -105,20 +107,21 @@ TEST_CASE("ilp finds the optimum of exhaustive enumeration on tiny instances") {
           CAPTURE(mu);
           CAPTURE(objective);
           CAPTURE(aggregate);
-          const Assignment a = make_ilp(reg, mu, objective, aggregate)->solve(SolveInput{grid, &cost});
-          CAPTURE(a.note);
+          const Solution a_sol = test::host_solve(*make_ilp(reg, mu, objective, aggregate), grid, cost);
+          const Assignment& a = a_sol.assignment;
+          CAPTURE(a_sol.note);
           a.validate();
           CHECK(a.grid == grid);
-          CHECK(a.feasible == brute.any_feasible);
+          CHECK(a_sol.feasible == brute.any_feasible);
           if (!brute.any_feasible) {
-            CHECK(a.note.find("no placement meets the balance cap (proven)") != std::string::npos);
+            CHECK(a_sol.note.find("no placement meets the balance cap (proven)") != std::string::npos);
             ++infeasible_cases;
             continue;
           }
           ++feasible_cases;
           const Metrics m = compute_metrics(a);
           CHECK(m.imbalance <= mu);
-          CHECK(a.note.find(": optimal") != std::string::npos);
+          CHECK(a_sol.note.find(": optimal") != std::string::npos);
           if (objective == "total") {
             CHECK(m.fwd.total_send == brute.best_total);
           } else {
@@ -161,14 +164,16 @@ TEST_CASE("ilp on a document pack at P = 4 proves optimality and meets mu") {
   auto p = std::make_shared<const Problem>(Problem::make(RangeMask(64, docs), 4, Heads{8, 4, 8, 2}, {true, 1}));
   auto grid = std::make_shared<const TaskGrid>(p);
   const AreaCostModel cost;
-  const Assignment a = make_ilp(reg, 1.1, "total", true)->solve(SolveInput{grid, &cost});
-  CAPTURE(a.note);
-  CHECK(a.feasible);
+  const Solution a_sol = test::host_solve(*make_ilp(reg, 1.1, "total", true), grid, cost);
+  const Assignment& a = a_sol.assignment;
+  CAPTURE(a_sol.note);
+  CHECK(a_sol.feasible);
   CHECK(compute_metrics(a).imbalance <= 1.1);
-  CHECK(a.note.find(": optimal") != std::string::npos);
+  CHECK(a_sol.note.find(": optimal") != std::string::npos);
   // The per-group model alone reaches the same optimum.
-  const Assignment b = make_ilp(reg, 1.1, "total", false)->solve(SolveInput{grid, &cost});
-  CAPTURE(b.note);
+  const Solution b_sol = test::host_solve(*make_ilp(reg, 1.1, "total", false), grid, cost);
+  const Assignment& b = b_sol.assignment;
+  CAPTURE(b_sol.note);
   CHECK(compute_metrics(b).fwd.total_send == compute_metrics(a).fwd.total_send);
 }
 
@@ -182,10 +187,11 @@ TEST_CASE("ilp with a huge mu (1e20) has no balance cap: the unconstrained optim
     const auto grid = tiny(rng, 2 + rep % 2, rep < 2, 8);
     const Brute brute = enumerate(grid, std::numeric_limits<double>::infinity());
     CAPTURE(rep);
-    const Assignment a = make_ilp(reg, 1e20, "total", true)->solve(SolveInput{grid, &cost});
-    CAPTURE(a.note);
-    CHECK(a.feasible);
-    CHECK(a.note.find(": optimal") != std::string::npos);
+    const Solution a_sol = test::host_solve(*make_ilp(reg, 1e20, "total", true), grid, cost);
+    const Assignment& a = a_sol.assignment;
+    CAPTURE(a_sol.note);
+    CHECK(a_sol.feasible);
+    CHECK(a_sol.note.find(": optimal") != std::string::npos);
     CHECK(compute_metrics(a).fwd.total_send == brute.best_total);
   }
 }
@@ -212,19 +218,20 @@ TEST_CASE("ilp honours time_limit_s with mu = 1e20 on a model too large to finis
   const AreaCostModel cost;
   const double limit = 2.0;
   const auto t0 = std::chrono::steady_clock::now();
-  const Assignment a = make_ilp(reg, 1e20, "total", true, limit)->solve(SolveInput{grid, &cost});
+  const Solution a_sol = test::host_solve(*make_ilp(reg, 1e20, "total", true, limit), grid, cost);
+  const Assignment& a = a_sol.assignment;
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  CAPTURE(a.note);
+  CAPTURE(a_sol.note);
   CAPTURE(wall);
   a.validate();
-  CHECK(a.feasible);  // the warm start (owner) meets any cap
-  CHECK(a.note.find("mu 1e+20") != std::string::npos);
+  CHECK(a_sol.feasible);  // the warm start (owner) meets any cap
+  CHECK(a_sol.note.find("mu 1e+20") != std::string::npos);
   // Every GLPK run stopped at the shared deadline (or was not started), and
   // the note's own clock agrees; 10x is a structural bound, not a benchmark.
-  const bool stopped = a.note.find("not proven optimal") != std::string::npos;
-  const bool solved = a.note.find(": optimal") != std::string::npos;
+  const bool stopped = a_sol.note.find("not proven optimal") != std::string::npos;
+  const bool solved = a_sol.note.find(": optimal") != std::string::npos;
   CHECK((stopped || solved));
-  if (stopped) CHECK(a.note.find("time limit") != std::string::npos);
-  CHECK(seconds_in_all(a.note) <= 10 * limit);
+  if (stopped) CHECK(a_sol.note.find("time limit") != std::string::npos);
+  CHECK(seconds_in_all(a_sol.note) <= 10 * limit);
   CHECK(wall <= 10 * limit);
 }

@@ -12,7 +12,9 @@
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/problem/metrics.hpp"
 #include "cpsched/plan/builder.hpp"
+#include "cpsched/plan/pricing.hpp"
 #include "cpsched/plugin/registry.hpp"
+#include "host_solve.hpp"
 #include "random_specs.hpp"
 
 using namespace cpsched;
@@ -40,7 +42,11 @@ HardwareProfile two_per_node() {
 }
 
 double step_of(const CostModel& cost, const Assignment& a, int stages) {
-  return cost.plan_time(a.grid->problem(), build_plan(a, stages))->step();
+  return estimate_step(a.grid->problem(), build_plan(a, stages), *cost.hardware()).step();
+}
+
+Solution solve(Solver& s, std::shared_ptr<const TaskGrid> g, const CostModel& c, int stages = 1, int relay = 0) {
+  return test::host_solve(s, std::move(g), c, test::shape(stages, relay));
 }
 
 }  // namespace
@@ -66,32 +72,34 @@ TEST_CASE("time cost model: compute in seconds, transfers by link class, forward
   const double qo_bytes = 10.0 * 4 * (16 * 2 + (16 * 2 + 4) + (3 * 16 * 2 + 4) + 16 * 2);
   CHECK(m.transfer(grid, RowKind::qo, 10, 4, 1, 2) ==
         doctest::Approx(qo_bytes / (hw.inter_node.bandwidth_gb_s * 1e9)));
-  CHECK_THROWS_WITH_AS(m.transfer(RowKind::kv, 10, 1, 0, 1), doctest::Contains("transfer(grid"), Error);
-  const TimePrices p = *m.time_prices();
+  const TimePrices p = time_prices(*m.hardware());
   CHECK(p.link_class(0, 1) == 0);
   CHECK(p.link_class(1, 2) == 1);
-  CHECK_FALSE(AreaCostModel().time_prices().has_value());
+  CHECK(AreaCostModel().hardware() == nullptr);
 }
 
-TEST_CASE("the `time` plugin takes its profile by name and prices plans as the timing model does") {
+TEST_CASE("the built-in `time` model takes its profile by name; the host prices plans on it as the timing model does") {
   Plugins pl;
-  if (!pl.has(PluginKind::cost_model, "time") || !pl.has(PluginKind::solver, "owner")) {
-    MESSAGE("time or owner plugin not built: skipped");
+  if (!pl.has(PluginKind::solver, "owner")) {
+    MESSAGE("owner plugin not built: skipped");
     return;
   }
   const PluginInfo& info = pl.reg.find(PluginKind::cost_model, "time");
+  CHECK(info.built_in);
   auto cost = pl.reg.make_cost_model("time", pl.reg.resolve_params(info, Params({{"hardware", std::string("h200_8x_nvlink")}})));
-  REQUIRE(cost->time_prices().has_value());
+  REQUIRE(cost->hardware() != nullptr);
   const HardwareProfile hw = resolve_hardware_profile("h200_8x_nvlink");
-  CHECK(cost->time_prices()->flop_s[0] == doctest::Approx(1.0 / (hw.fwd_tflops * 1e12)));
+  CHECK(time_prices(*cost->hardware()).flop_s[0] == doctest::Approx(1.0 / (hw.fwd_tflops * 1e12)));
   std::mt19937_64 rng(3);
   auto grid = test::random_grid(MaskKind::causal_document, 16, Heads{8, 2, 16, 2}, rng);
-  const Assignment a = pl.solver("owner")->solve(SolveInput{grid, cost.get()});
+  const Assignment a = solve(*pl.solver("owner"), grid, *cost).assignment;
   const Plan plan = build_plan(a, 2);
-  const StepEstimate e = *cost->plan_time(grid->problem(), plan);
+  // The host's pricing service: the area-only plan's step is the full plan's.
+  HostPricing pricing(*cost->hardware());
+  const PlanPrice e = pricing.price(pricing.add(grid, a.rank), PlanShape::fixed(2));
   const StepEstimate ref = estimate_step(grid->problem(), plan, hw);
-  CHECK(e.step() == ref.step());
-  CHECK(e.compute_bound == ref.compute_bound);
+  CHECK(e.step == doctest::Approx(ref.step()).epsilon(1e-12));
+  CHECK(e.compute_bound == doctest::Approx(ref.compute_bound).epsilon(1e-12));
   CHECK_THROWS_WITH_AS(pl.reg.make_cost_model("time", pl.reg.resolve_params(info, Params({{"hardware", std::string("a100")}}))),
                        doctest::Contains("unknown hardware profile 'a100'"), Error);
 }
@@ -111,31 +119,31 @@ TEST_CASE("objective time: never slower than owner, usp and its members; same pl
   for (MaskKind kind : {MaskKind::causal_document, MaskKind::full_document, MaskKind::causal, MaskKind::sliding_window})
     for (int P : {2, 3, 5, 8}) {
       auto grid = test::random_grid(kind, P, Heads{4, 2, 8, 2}, rng);
-      const Assignment a = t1->solve(SolveInput{grid, &cost, 1});
-      a.validate();
+      const Solution a = solve(*t1, grid, cost, 1);
+      a.assignment.validate();
       CAPTURE(P);
       INFO(a.note);
-      const Assignment b = t4->solve(SolveInput{grid, &cost, 1});
-      CHECK(a.rank == b.rank);
+      const Solution b = solve(*t4, grid, cost, 1);
+      CHECK(a.assignment.rank == b.assignment.rank);
       // Choosing stages and relays (bounds, batches, parallel members and
       // pricing) gives the same choice for any thread count too.
-      const Assignment c1 = t1->solve(SolveInput{grid, &cost, 0, -1});
-      const Assignment c4 = t4->solve(SolveInput{grid, &cost, 0, -1});
-      CHECK(c1.rank == c4.rank);
-      CHECK(c1.stages == c4.stages);
-      CHECK(c1.relay_node_size == c4.relay_node_size);
-      CHECK(c1.grid->sharding().blocks == c4.grid->sharding().blocks);
-      const double mine = step_of(cost, a, 1);
+      const Solution c1 = solve(*t1, grid, cost, 0, -1);
+      const Solution c4 = solve(*t4, grid, cost, 0, -1);
+      CHECK(c1.assignment.rank == c4.assignment.rank);
+      CHECK(c1.shape.stages == c4.shape.stages);
+      CHECK(c1.shape.node_size == c4.shape.node_size);
+      CHECK(c1.assignment.grid->sharding().blocks == c4.assignment.grid->sharding().blocks);
+      const double mine = step_of(cost, a.assignment, 1);
       for (const char* other : {"owner", "usp", "binary_greedy", "static", "balanced_bytes"}) {
         // balanced_bytes here: its bytes objective.
         const std::string name = other;
-        const Assignment o = name == "balanced_bytes"
-                                 ? pl.solver(name, Params({{"objective", std::string("bytes")}}))->solve(SolveInput{grid, &cost, 1})
-                                 : pl.solver(name)->solve(SolveInput{grid, &cost, 1});
+        const Solution o = name == "balanced_bytes"
+                                 ? solve(*pl.solver(name, Params({{"objective", std::string("bytes")}})), grid, cost, 1)
+                                 : solve(*pl.solver(name), grid, cost, 1);
         CAPTURE(other);
         // Every start's and member's plan is a candidate judged by its step
         // time, so the result is never slower than any of them.
-        CHECK(mine <= step_of(cost, o, 1) * (1 + 1e-9));
+        CHECK(mine <= step_of(cost, o.assignment, 1) * (1 + 1e-9));
       }
       ++cases;
     }
@@ -151,16 +159,16 @@ TEST_CASE("settle: pricing stops once a plan is within settle of the compute bou
   auto problem = std::make_shared<const Problem>(
       Problem::make(RangeMask(8 * 8192, {{{0, 8 * 8192}, {0, 8 * 8192}, MaskType::full}}), 8, Heads{64, 8, 128, 2}));
   auto grid = std::make_shared<const TaskGrid>(problem);
-  const Assignment a = pl.solver("balanced_bytes")->solve(SolveInput{grid, &cost, 0, -1});
+  const Solution a = solve(*pl.solver("balanced_bytes"), grid, cost, 0, -1);
   INFO(a.note);
   CHECK(a.note.find("within 1 % of the compute bound, so no member grid was searched") != std::string::npos);
-  const StepEstimate e = *cost.plan_time(a.grid->problem(), build_plan(a, PlanOptions{a.stages, a.relay_node_size}));
+  const StepEstimate e = test::plan_step(cost, a, test::shape(0, -1));
   CHECK(e.step() <= 1.01 * e.compute_bound);
   // settle 0 prices every candidate: at most 1 % faster, never slower than the bound.
-  const Assignment b = pl.solver("balanced_bytes", Params({{"settle", 0.0}}))->solve(SolveInput{grid, &cost, 0, -1});
+  const Solution b = solve(*pl.solver("balanced_bytes", Params({{"settle", 0.0}})), grid, cost, 0, -1);
   INFO(b.note);
   CHECK(b.note.find("compute bound") == std::string::npos);
-  const StepEstimate f = *cost.plan_time(b.grid->problem(), build_plan(b, PlanOptions{b.stages, b.relay_node_size}));
+  const StepEstimate f = test::plan_step(cost, b, test::shape(0, -1));
   CHECK(f.step() >= f.compute_bound);
   CHECK(e.step() <= 1.01 * f.step());
   CHECK(f.compute_bound == doctest::Approx(e.compute_bound).epsilon(1e-12));
@@ -174,21 +182,21 @@ TEST_CASE("objective auto: time under a time model, exactly bytes under area; ti
   std::mt19937_64 rng(5);
   auto grid = test::random_grid(MaskKind::causal_document, 4, Heads{4, 2, 8, 2}, rng);
   const AreaCostModel area;
-  const Assignment a = pl.solver("balanced_bytes")->solve(SolveInput{grid, &area});
-  const Assignment b = pl.solver("balanced_bytes", Params({{"objective", std::string("bytes")}}))->solve(SolveInput{grid, &area});
-  CHECK(a.rank == b.rank);
+  const Solution a = solve(*pl.solver("balanced_bytes"), grid, area);
+  const Solution b = solve(*pl.solver("balanced_bytes", Params({{"objective", std::string("bytes")}})), grid, area);
+  CHECK(a.assignment.rank == b.assignment.rank);
   CHECK(a.note.find("(bytes)") != std::string::npos);
   const TimeCostModel time(two_per_node());
-  const Assignment c = pl.solver("balanced_bytes")->solve(SolveInput{grid, &time, 0});
+  const Solution c = solve(*pl.solver("balanced_bytes"), grid, time, 0);
   CHECK(c.note.find("(time)") != std::string::npos);
-  CHECK((c.stages >= 1 && c.stages <= 5));
-  CHECK_THROWS_WITH_AS(pl.solver("balanced_bytes", Params({{"objective", std::string("time")}}))->solve(SolveInput{grid, &area}),
+  CHECK((c.shape.stages >= 1 && c.shape.stages <= 5));
+  CHECK_THROWS_WITH_AS(solve(*pl.solver("balanced_bytes", Params({{"objective", std::string("time")}})), grid, area),
                        doctest::Contains("needs a cost model that prices time"), Error);
   CHECK_THROWS_WITH_AS(pl.solver("balanced_bytes", Params({{"objective", std::string("fast")}})),
                        doctest::Contains("objective = 'fast' is not one of"), Error);
-  const Assignment d =
-      pl.solver("balanced_bytes", Params({{"objective", std::string("bottleneck")}}))->solve(SolveInput{grid, &area});
-  d.validate();
+  const Solution d =
+      solve(*pl.solver("balanced_bytes", Params({{"objective", std::string("bottleneck")}})), grid, area);
+  d.assignment.validate();
   CHECK(d.note.find("(bottleneck)") != std::string::npos);
 }
 
@@ -198,8 +206,8 @@ TEST_CASE("a huge mu is no cap and does not hang (issue 12)") {
   std::mt19937_64 rng(8);
   auto grid = test::random_grid(MaskKind::causal, 4, Heads{4, 2, 8, 2}, rng);
   const AreaCostModel area;
-  const Assignment a = pl.solver("balanced_bytes", Params({{"mu", 1e12}}))->solve(SolveInput{grid, &area});
-  a.validate();
+  const Solution a = solve(*pl.solver("balanced_bytes", Params({{"mu", 1e12}})), grid, area);
+  a.assignment.validate();
   CHECK(a.feasible);
 }
 
@@ -212,11 +220,11 @@ TEST_CASE("static's two-level dispatch keeps each node chunk inside one node; on
   auto problem = std::make_shared<const Problem>(Problem::make(mask, P, Heads{4, 2, 8, 2}));
   auto grid = std::make_shared<const TaskGrid>(problem);
   const TimeCostModel cost(two_per_node());  // 4 nodes of 2 ranks
-  const Assignment two = pl.solver("static", Params({{"node_ranks", std::int64_t{-1}}}))->solve(SolveInput{grid, &cost});
-  two.validate();
+  const Solution two = solve(*pl.solver("static", Params({{"node_ranks", std::int64_t{-1}}})), grid, cost);
+  two.assignment.validate();
   CHECK(two.note.find("two levels") != std::string::npos);
   // Node chunks of S / (4 node_chunks x 4 nodes) = 512 tokens: each lies on one node.
-  const Sharding& sh = two.grid->sharding();
+  const Sharding& sh = two.assignment.grid->sharding();
   std::vector<Token> per_rank(P, 0);
   for (std::size_t b = 0; b < sh.blocks.size(); ++b) per_rank[static_cast<std::size_t>(sh.host[b])] += sh.blocks[b].size();
   for (Token t = 0; t < S; t += 512) {
@@ -224,15 +232,15 @@ TEST_CASE("static's two-level dispatch keeps each node chunk inside one node; on
     for (Token u = t; u < t + 512; u += 128) CHECK(sh.host[static_cast<std::size_t>(sh.block_of(u))] / 2 == node);
   }
   for (Token n : per_rank) CHECK(n == S / P);  // equal chunk counts
-  for (TaskId t = 0; t < two.grid->num_tasks(); ++t) CHECK(two.rank[static_cast<std::size_t>(t)] == two.grid->q_host(t));
+  for (TaskId t = 0; t < two.assignment.grid->num_tasks(); ++t) CHECK(two.assignment.rank[static_cast<std::size_t>(t)] == two.assignment.grid->q_host(t));
   // Under the seed's area model (no nodes) node_ranks = -1 is the one-level dispatch.
   const AreaCostModel area;
-  const Assignment flat = pl.solver("static")->solve(SolveInput{grid, &area});
-  const Assignment auto_flat = pl.solver("static", Params({{"node_ranks", std::int64_t{-1}}}))->solve(SolveInput{grid, &area});
-  CHECK(flat.grid->sharding().blocks == auto_flat.grid->sharding().blocks);
-  CHECK(flat.grid->sharding().host == auto_flat.grid->sharding().host);
+  const Solution flat = solve(*pl.solver("static"), grid, area);
+  const Solution auto_flat = solve(*pl.solver("static", Params({{"node_ranks", std::int64_t{-1}}})), grid, area);
+  CHECK(flat.assignment.grid->sharding().blocks == auto_flat.assignment.grid->sharding().blocks);
+  CHECK(flat.assignment.grid->sharding().host == auto_flat.assignment.grid->sharding().host);
   // chunks_per_rank: finer chunks, same tokens per rank.
-  const Assignment fine = pl.solver("static", Params({{"chunks_per_rank", std::int64_t{16}}}))->solve(SolveInput{grid, &area});
+  const Solution fine = solve(*pl.solver("static", Params({{"chunks_per_rank", std::int64_t{16}}})), grid, area);
   CHECK(fine.note.find("128 chunks of 64 tokens") != std::string::npos);
   CHECK_THROWS_WITH_AS(pl.solver("static", Params({{"node_ranks", std::int64_t{-2}}})), doctest::Contains("node_ranks"), Error);
 }

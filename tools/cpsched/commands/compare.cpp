@@ -90,7 +90,7 @@ int cmd_compare(const Args& args) {
                "stages {}{}; {} repeat(s){}{}\n          {} solver runs\n",
                join_names(spec.solvers), join_names(mask_names), join_names(ps), spec.packs.size(), spec.heads.size(),
                spec.stages == std::vector<int>{0} ? std::string("auto") : fmt::format("{}", fmt::join(spec.stages, ", ")),
-               spec.relay < 0 ? "; relays auto" : spec.relay > 0 ? "; relays on" : "",
+               spec.relay == PlanShape::Relay::automatic ? "; relays auto" : spec.relay == PlanShape::Relay::on ? "; relays on" : "",
                spec.repeats, repeats_note(spec),
                spec.hardware.empty() ? std::string() : "; hardware " + join_names(spec.hardware), units);
   // A log or pipe shows what runs before the (possibly long) sweep ends.

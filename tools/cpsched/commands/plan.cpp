@@ -49,9 +49,10 @@ int cmd_plan(const Args& args) {
   const Config cfg = co.load();
   const SessionRun run = solve_with_session(cfg, co.plugin_paths);
   if (!quiet) {
-    print_summary(stdout, cfg, run.solved);
-    fmt::print("plan      {} remote stage(s), built in {:.2f} ms\n", run.session->plan().num_stages, run.plan_ms);
-    print_metrics_table(stdout, run.solved);
+    print_summary(stdout, cfg, run.result());
+    fmt::print("plan      {} remote stage(s), built in {:.2f} ms\n", run.result().plan->num_stages,
+               run.result().plan_ms);
+    print_metrics_table(stdout, run.result());
   }
   int rc = 0;
   if (validate) {
@@ -69,14 +70,7 @@ int cmd_plan(const Args& args) {
     // Streamed into a temporary that replaces `out` only once complete: a
     // failure (or SIGINT) leaves the previous plan, and memory stays near the
     // plan's own size instead of a whole JSON tree.
-    const CachedPlan& r = run.session->result();
-    PlanExport e;
-    e.assignment = r.assignment.get();
-    e.metrics = &r.metrics;
-    e.plan = r.plan.get();
-    e.solver = run.session->options().solver;
-    e.solver_params = run.session->solver_params();
-    e.solve_ms = r.solve_ms;
+    const PlanExport e = run.session->plan_export();
     write_file_atomic(out, [&](std::ostream& os) { write_plan_json(os, e); });
     fmt::print("wrote {}\n", out);
   }

@@ -8,10 +8,7 @@
 namespace cpsched::cli {
 
 void scan_plugins(Registry& reg, const Config* cfg, const std::vector<std::string>& extra_dirs, bool warn) {
-  reg.scan(Registry::default_plugin_dir());
-  for (const auto& d : Registry::env_plugin_dirs()) reg.scan(d);
-  if (cfg != nullptr)
-    for (const auto& d : cfg->plugin_paths) reg.scan(d);
+  reg.scan_default_folders(cfg != nullptr ? cfg->plugin_paths : std::vector<std::filesystem::path>{});
   for (const auto& d : extra_dirs) {
     // A folder the user names must exist: a typo would otherwise just mean "plugin not found".
     std::error_code ec;

@@ -19,8 +19,9 @@ std::string dtype_name(int bytes) {
 std::string mib(std::int64_t b) { return fmt::format("{:.1f}", static_cast<double>(b) / (1024.0 * 1024.0)); }
 }  // namespace
 
-void print_summary(std::FILE* out, const Config& cfg, const Solved& s) {
-  const Problem& p = *s.problem;
+void print_summary(std::FILE* out, const Config& cfg, const SolveResult& s) {
+  const TaskGrid& grid = *s.assignment->grid;
+  const Problem& p = grid.problem();
   // MLA (docs/heads.md) names d_qk, d_v and the shared latent; GQA's line is unchanged.
   const std::string dims = p.heads.is_gqa() ? fmt::format("D = {}", p.heads.dim)
                                             : fmt::format("d_qk = {}, d_v = {}{}", p.heads.dqk(), p.heads.dv(),
@@ -51,16 +52,16 @@ void print_summary(std::FILE* out, const Config& cfg, const Solved& s) {
                p.mask.slices().size(), p.mask.area(), 100.0 * static_cast<double>(p.mask.area()) / s2);
   }
   fmt::print(out, "grid      {} x {} blocks, {} head group(s){}, {} non-empty cells, {} tasks\n",
-             s.grid->sharding().num_blocks(), s.grid->sharding().num_blocks(), s.grid->num_groups(),
-             s.grid->flattened() ? " (flattened)" : "", s.grid->cells().size(), s.grid->num_tasks());
+             grid.sharding().num_blocks(), grid.sharding().num_blocks(), grid.num_groups(),
+             grid.flattened() ? " (flattened)" : "", grid.cells().size(), grid.num_tasks());
   fmt::print(out, "solver    {} in {:.2f} ms{}\n", cfg.solver.name, s.solve_ms,
-             s.assignment.feasible ? "" : " — balance target not met");
-  if (!s.assignment.note.empty()) fmt::print(out, "          {}\n", s.assignment.note);
+             s.feasible ? "" : " — balance target not met");
+  if (!s.note.empty()) fmt::print(out, "          {}\n", s.note);
 }
 
-void print_metrics_table(std::FILE* out, const Solved& s) {
+void print_metrics_table(std::FILE* out, const SolveResult& s) {
   const Metrics& m = s.metrics;
-  const Problem& p = *s.problem;
+  const Problem& p = s.assignment->grid->problem();
   const std::size_t P = m.load.size();
   const double mean_load = [&] {
     double t = 0;

@@ -33,15 +33,15 @@ int cmd_run(const Args& args) {
   const SessionRun run = solve_with_session(cfg, co.plugin_paths);
   const Params exec_params = resolve_selection(*run.registry, static_cast<int>(PluginKind::executor), cfg.executor);
   auto executor = run.registry->make_executor(cfg.executor.name, exec_params);
-  const Solved& s = run.solved;
-  const Plan& plan = run.session->plan();
+  const SolveResult& s = run.result();
+  const Plan& plan = *s.plan;
 
   print_summary(stdout, cfg, s);
-  fmt::print("plan      {} remote stage(s), built in {:.2f} ms\n", plan.num_stages, run.plan_ms);
+  fmt::print("plan      {} remote stage(s), built in {:.2f} ms\n", plan.num_stages, s.plan_ms);
   ExecuteInput in;
-  in.problem = s.problem;
-  in.grid = s.assignment.grid;
-  in.assignment = &s.assignment;
+  in.grid = s.assignment->grid;
+  in.problem = in.grid->problem_ptr();
+  in.assignment = s.assignment.get();
   in.plan = &plan;
   const ExecutionReport rep = executor->execute(in);
   fmt::print("\nexecutor  {}\n{}", cfg.executor.name, rep.text);

@@ -1,15 +1,12 @@
 #pragma once
 // What `cpsched compare` reads from the `ilp` solver: its proven bound and
-// whether it proved its placement optimal, parsed from the head of its
-// Assignment.note, whose format the plugin documents as stable
-// (plugins/ilp/ilp_solver.cpp):
-//
-//   ilp (OBJECTIVE forward bytes, mu MU): STATUS; incumbent N B (ORIGIN), bound N B, gap G %; ...
-//
-// STATUS is `optimal` or `not proven optimal` (or a no-placement sentence,
-// then no incumbent clause follows); N are whole bytes.
+// whether it proved its placement optimal, from its figures
+// (plugins/ilp/ilp_solver.cpp: total_objective, incumbent_bytes, bound_bytes,
+// proven).
 #include <optional>
 #include <string>
+
+#include "cpsched/base/figures.hpp"
 
 namespace cpsched::cli {
 
@@ -20,9 +17,9 @@ struct IlpNote {
   double bound_bytes = 0;
 };
 
-// nullopt when the note does not start with that head (another solver, a
-// changed format, or no placement met the balance cap).
-std::optional<IlpNote> parse_ilp_note(const std::string& note);
+// nullopt when the figures lack them (another solver, or no placement met
+// the balance cap).
+std::optional<IlpNote> ilp_figures(const Figures& figures);
 
 // The solver whose forward send the "gap to ilp" columns compare with.
 inline constexpr const char* kIlpSolver = "ilp";

@@ -288,10 +288,10 @@ CompareSpec read_compare_spec(const Config& cfg, const Registry& reg, const std:
     if (spec.stages.size() > 1 && std::find(spec.stages.begin(), spec.stages.end(), 0) != spec.stages.end())
       r.fail("stages", "auto must be the only entry (the solver's choice serves the whole row)");
   } else {
-    spec.stages = {cfg.stages};
+    spec.stages = {cfg.plan.stages};
   }
   check_unique(r, spec.stages, "stages");
-  spec.relay = cfg.relay;
+  spec.relay = cfg.plan.relay;
 
   if (const auto n = get("repeats"); n.IsDefined() && !n.IsNull()) spec.repeats = r.to_int(n, "repeats", 1);
   // An explicit baseline must exist; the default one may be missing (its

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "cpsched/config/config.hpp"
+#include "cpsched/plan/shape.hpp"
 #include "cpsched/timing/hardware.hpp"
 #include "cpsched/plugin/registry.hpp"
 
@@ -49,9 +50,9 @@ struct CompareSpec {
   std::vector<int> packs;
   std::vector<HeadConfig> heads;
   std::vector<int> stages;
-  // plan.relay for every row: 0 off, 1 on (nodes of the profile's size), -1
-  // auto (a solver that prices plans chooses; the others plan without).
-  int relay = 0;
+  // plan.relay for every row: off, on (nodes of the profile's size) or auto
+  // (a solver that prices plans chooses; the others plan without).
+  PlanShape::Relay relay = PlanShape::Relay::off;
   int repeats = 3;
   std::map<std::string, int> repeats_per_solver;  // per solver; absent: see solver_repeats()
   std::string reference = "usp";   // empty: no baseline plugin was found

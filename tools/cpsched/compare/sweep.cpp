@@ -13,7 +13,7 @@
 #include "compare/timing.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/problem/metrics.hpp"
-#include "cpsched/plan/builder.hpp"
+#include "cpsched/session/solve_path.hpp"
 #include "cpsched/timing/model.hpp"
 #include "commands/report.hpp"
 
@@ -64,6 +64,7 @@ struct CostGroup {
 // gives it; a setup failure is kept and reported on every row of the solver.
 struct SolverHandle {
   std::string name;
+  const Registry* registry = nullptr;  // serves the solver's members
   std::unique_ptr<Solver> solver;
   std::string setup_error;
   int repeats = 1;
@@ -73,6 +74,7 @@ SolverHandle make_handle(const std::string& name, const Registry& reg, const Con
                          const CompareSpec& spec) {
   SolverHandle h;
   h.name = name;
+  h.registry = &reg;
   h.repeats = spec.repeats;
   try {
     const Config c = load({"solver.name=" + name});
@@ -140,29 +142,35 @@ std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<
   // Relays need the node size: the cost model's profile, else the first of the
   // group's (the profiles of one group plan alike).
   int node = 0;
-  if (const auto tp = cost.time_prices()) node = tp->nodes.gpus_per_node;
+  if (const HardwareProfile* hw = cost.hardware()) node = hw->gpus_per_node;
   else if (!slots.empty() && slots.front()->profile != nullptr) node = slots.front()->profile->gpus_per_node;
-  const int relay_in = spec.relay < 0 ? -1 : spec.relay > 0 ? node : 0;
+  // One solve serves every stage count; a solver that prices plans is told
+  // the count when there is one (auto: the solver chooses).
+  PlanShape shape;
+  shape.stages = ns == 1 ? spec.stages[0] : 1;
+  shape.relay = node >= 2 ? spec.relay : PlanShape::Relay::off;
+  shape.node_size = node >= 2 ? node : 0;
   std::vector<double> grid_ms, solve_ms;
   std::vector<std::vector<double>> plan_ms(ns), total_ms(ns);
-  Assignment a;
-  std::vector<Plan> plans(ns);
+  SolveResult result;
+  std::vector<std::shared_ptr<const Plan>> plans(ns);
   try {
+    const SolvePath path(*h.solver, cost, *h.registry);
     for (int rep = 0; rep < h.repeats; ++rep) {
-      auto t0 = Clock::now();
-      auto grid = std::make_shared<const TaskGrid>(problem);
-      grid_ms.push_back(ms_since(t0));
-      t0 = Clock::now();
-      // One solve serves every stage count; a solver that prices plans is
-      // told the count when there is one (0: auto, the solver chooses).
-      a = h.solver->solve(SolveInput{grid, &cost, ns == 1 ? spec.stages[0] : 1, relay_in});
-      solve_ms.push_back(ms_since(t0));
-      a.validate();
+      result = path.run(problem, {shape, false, h.name});
+      grid_ms.push_back(result.grid_ms);
+      solve_ms.push_back(result.solve_ms);
       for (std::size_t s = 0; s < ns; ++s) {
-        t0 = Clock::now();
-        plans[s] = build_plan(a, PlanOptions{spec.stages[s] > 0 ? spec.stages[s] : std::max(1, a.stages),
-                                             relay_in >= 0 ? relay_in : std::max(0, a.relay_node_size)});
-        plan_ms[s].push_back(ms_since(t0));
+        PlanShape at = shape;
+        at.stages = spec.stages[s];
+        if (at.resolve(result.shape) == result.shape) {
+          plans[s] = result.plan;
+          plan_ms[s].push_back(result.plan_ms);
+        } else {
+          const auto t0 = Clock::now();
+          plans[s] = path.replan(result, at);
+          plan_ms[s].push_back(ms_since(t0));
+        }
         total_ms[s].push_back(grid_ms.back() + solve_ms.back() + plan_ms[s].back());
       }
     }
@@ -170,7 +178,8 @@ std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<
     return fail_all(e.what());
   }
 
-  const Metrics m = compute_metrics(a);
+  const Assignment& a = *result.assignment;
+  const Metrics& m = result.metrics;
   const Problem& p = *problem;
   const int u = usp_ulysses_degree(p.cp_size(), p.heads.kv);
   for (std::size_t k = 0; k < rows.size(); ++k) {
@@ -185,34 +194,34 @@ std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<
     f.usp_closed_fwd = usp_closed_form_fwd_bytes_per_rank(p, u) * p.cp_size();
     f.imbalance = m.imbalance;
     f.stage0_share = m.stage0_share;
-    f.feasible_packs = a.feasible ? 1 : 0;
+    f.feasible_packs = result.feasible ? 1 : 0;
     f.grid_ms = median(grid_ms);
     f.solve_ms = median(solve_ms);
     f.plan_ms = median(plan_ms[s]);
     f.latency_ms = median(total_ms[s]);
-    row.note = a.feasible ? "" : "balance target not met";
-    if (!a.note.empty() && !a.feasible) row.note += ": " + a.note;
-    if (h.name == kIlpSolver && a.feasible) {
-      if (const auto n = parse_ilp_note(a.note); n && n->total_objective) {
+    row.note = result.feasible ? "" : "balance target not met";
+    if (!result.note.empty() && !result.feasible) row.note += ": " + result.note;
+    if (h.name == kIlpSolver && result.feasible) {
+      if (const auto n = ilp_figures(result.figures); n && n->total_objective) {
         f.ilp_bound = n->bound_bytes;
         f.ilp_proven_packs = n->proven ? 1 : 0;
         if (!n->proven)
           row.note = fmt::format("not proven optimal: bound {:.3f} GiB, gap {:.2f} %", gib(n->bound_bytes),
                                  n->incumbent_bytes > 0 ? 100.0 * (1.0 - n->bound_bytes / n->incumbent_bytes) : 0.0);
       } else {
-        row.note = "bound unknown (objective not `total`, or the note's format changed): " + a.note;
+        row.note = "bound unknown (the ilp's objective is not `total`): " + result.note;
       }
     }
     if (hw.profile != nullptr) {
       try {
-        f.compute_bound_ms = 1e3 * compute_bound(p, plans[s], *hw.profile);
+        f.compute_bound_ms = 1e3 * compute_bound(p, *plans[s], *hw.profile);
       } catch (const Error& e) {
         row.note += (row.note.empty() ? "" : "; ") + ("compute bound: " + std::string(e.what()));
       }
     }
     if (hw.timing != nullptr) {
       std::string why;
-      if (!hw.timing->measure(problem, a, plans[s], f, why))
+      if (!hw.timing->measure(problem, a, *plans[s], f, why))
         row.note += (row.note.empty() ? "" : "; ") + ("timing: " + why);
     }
   }
@@ -229,10 +238,8 @@ std::optional<std::pair<double, double>> reference_volumes(const SolverHandle& h
     return std::nullopt;
   }
   try {
-    auto grid = std::make_shared<const TaskGrid>(problem);
-    Assignment a = h.solver->solve(SolveInput{grid, &cost});
-    a.validate();
-    const Metrics m = compute_metrics(a);
+    const SolveResult r = SolvePath(*h.solver, cost, *h.registry).run(problem, {PlanShape{}, false, h.name});
+    const Metrics& m = r.metrics;
     return std::make_pair(static_cast<double>(m.fwd.total_send), static_cast<double>(m.bwd.total_send));
   } catch (const Error& e) {
     why = e.what();

@@ -10,6 +10,7 @@
 
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/plugin/params.hpp"
+#include "cpsched/plan/shape.hpp"
 #include "cpsched/problem/problem.hpp"
 
 namespace cpsched {
@@ -47,10 +48,9 @@ struct Config {
   PluginSelection solver;
   PluginSelection cost_model;
   PluginSelection executor;
-  int stages = 1;
-  // plan.relay: off (0), on (1: relays, two-level collectives, on the
-  // hardware profile's nodes) or auto (-1: the solver chooses).
-  int relay = 0;
+  // plan.stages and plan.relay. Relays on or auto leave the node size 0:
+  // Session::options_from takes it from the config's hardware profile.
+  PlanShape plan;
   int cache_size = 64;
   // Top-level `memory_budget:` ("16G", "512M", bytes; 0 when absent): the
   // budget of the up-front resource checks (resources.hpp), before

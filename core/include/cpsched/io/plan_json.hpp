@@ -19,6 +19,8 @@ struct PlanExport {
   std::string solver;                      // solver name
   Params solver_params;                    // resolved parameters
   double solve_ms = 0.0;
+  bool feasible = true;                    // the solver's balance target was met
+  std::string note;                        // the solver's remark
   bool include_tasks = true;               // the "tasks" list (one entry per task)
 };
 

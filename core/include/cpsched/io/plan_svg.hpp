@@ -22,6 +22,7 @@ struct SvgOptions {
   std::string title;         // first line; empty: "cpsched plan"
   std::string solver;        // shown with the figures when not empty
   int stages = 0;            // shown with the figures when > 0
+  bool feasible = true;      // false: "(balance target not met)" after the figures
 };
 
 // Throws cpsched::Error for a group outside the grid's groups.

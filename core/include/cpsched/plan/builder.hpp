@@ -100,6 +100,13 @@ class PlanBuilder {
   struct State;
   std::unique_ptr<State> s_;
 };
+// Token-granular transfers of an assignment (the builder's): for every
+// (block, group, computing rank != host) the union of the needed rows (QO)
+// or cols (KV) of the tasks placed there. Sorted by (kind, block, group, dst).
+std::vector<Transfer> transfers(const Assignment& a);
+// compute_metrics on those transfers.
+Metrics compute_metrics(const Assignment& a);
+
 inline Plan build_plan(const Assignment& a, int stages = 1) { return build_plan(a, PlanOptions{stages, 0}); }
 
 }  // namespace cpsched

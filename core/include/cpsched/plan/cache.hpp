@@ -1,12 +1,12 @@
 #pragma once
 // Plan cache (the seed's "caching results for repeated mask patterns"): a
-// repeated (mask, problem, solver, cost model, stages) costs a look-up instead
-// of a solve and a plan build.
+// repeated (mask, problem, solver, cost model, plan shape) costs a look-up
+// instead of a solve and a plan build.
 //
 // The key is a canonical encoding of everything the result depends on: the
 // mask slices, S, P, the sharding, heads (q, kv, dim, dtype bytes), grid
 // options, the solver name and its resolved parameters, the cost model name
-// and its resolved parameters, and the number of stages. Look-ups hash it and
+// and its resolved parameters, and the plan shape asked for. Look-ups hash it and
 // compare it word for word, so a hash collision is a miss, never a wrong plan.
 // Least recently used entries are evicted beyond the capacity. Thread safe.
 #include <cstddef>
@@ -18,10 +18,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cpsched/problem/assignment.hpp"
-#include "cpsched/problem/metrics.hpp"
+#include "cpsched/plan/shape.hpp"
+#include "cpsched/plan/solve_result.hpp"
 #include "cpsched/plugin/params.hpp"
-#include "cpsched/plan/plan.hpp"
 
 namespace cpsched {
 
@@ -32,22 +31,11 @@ struct PlanKey {
 };
 
 PlanKey make_plan_key(const Problem& problem, const std::string& solver, const Params& solver_params,
-                      const std::string& cost_model, const Params& cost_params, int stages,
-                      int relay_node_size = 0);
+                      const std::string& cost_model, const Params& cost_params, const PlanShape& shape);
 // The same key from the parts of a problem (no Problem needed for a look-up).
 PlanKey make_plan_key(Token seqlen, const std::vector<Slice>& slices, const Heads& heads, const GridOptions& grid,
                       const Sharding& sharding, const std::string& solver, const Params& solver_params,
-                      const std::string& cost_model, const Params& cost_params, int stages,
-                      int relay_node_size = 0);
-
-// What a solve produced; shared, immutable.
-struct CachedPlan {
-  std::shared_ptr<const Assignment> assignment;
-  std::shared_ptr<const Plan> plan;
-  Metrics metrics;
-  double solve_ms = 0.0;  // solver time of the original solve
-  double plan_ms = 0.0;   // plan build time of the original solve
-};
+                      const std::string& cost_model, const Params& cost_params, const PlanShape& shape);
 
 class PlanCache {
  public:
@@ -55,9 +43,9 @@ class PlanCache {
   explicit PlanCache(std::size_t capacity = 64) : capacity_(capacity) {}
 
   // The entry for `key` (now the most recently used), or null. Counts a hit or a miss.
-  std::shared_ptr<const CachedPlan> find(const PlanKey& key);
+  std::shared_ptr<const SolveResult> find(const PlanKey& key);
   // Stores (or replaces) the entry for `key`, evicting the least recently used.
-  void insert(const PlanKey& key, std::shared_ptr<const CachedPlan> value);
+  void insert(const PlanKey& key, std::shared_ptr<const SolveResult> value);
   void clear();
 
   std::size_t capacity() const { return capacity_; }
@@ -68,7 +56,7 @@ class PlanCache {
  private:
   struct Entry {
     PlanKey key;
-    std::shared_ptr<const CachedPlan> value;
+    std::shared_ptr<const SolveResult> value;
   };
   std::size_t capacity_;
   mutable std::mutex mu_;

@@ -5,12 +5,10 @@
 // `cpsched_plugin_descriptor` (Boost.DLL alias). The host reads `abi_version`
 // first (it never moves), then `descriptor_size`, then compares
 // `build_signature` with its own: objects cross the boundary as C++ classes,
-// so compiler, standard library ABI and core version must match exactly (the
-// core version is raised whenever a class that crosses the boundary changes:
-// 0.2.0 added the CostModel's time pricing, 0.3.0 relays in StageComm and the
-// solver's relay choice in SolveInput / Assignment, 0.4.0 PlanOptions::area_only
-// (solvers pass PlanOptions to the plan builder), so an older plugin is
-// refused instead of being called through a stale vtable or layout).
+// so compiler, standard library ABI and core version must match exactly: the
+// core version is raised whenever a class that crosses the boundary changes,
+// so an older plugin is refused instead of being called through a stale
+// vtable or layout (the history: CHANGELOG.md).
 // Objects are made by `create` and destroyed by `destroy` in the plugin; their
 // methods are noexcept and report errors as a Status, so no exception ever
 // crosses the boundary.
@@ -95,7 +93,7 @@ struct Status {
 // What `create` returns for each kind. Only noexcept calls cross.
 class SolverObject {
  public:
-  virtual Status solve(const SolveInput& in, Assignment& out) noexcept = 0;
+  virtual Status solve(const SolveInput& in, Solution& out) noexcept = 0;
  protected:
   ~SolverObject() = default;
 };

@@ -1,28 +1,24 @@
 #pragma once
-// CostModel prices work and data for solvers (DESIGN §4).
-//
-// Two kinds of model:
-//  * abstract (the seed's `area`): compute = area, transfer = tokens x heads;
-//    solvers minimise bytes under a balance cap;
-//  * time (`time`): seconds on a hardware profile. Compute is FLOPs /
-//    throughput, a transfer is bytes / bandwidth of the link class of
-//    (src, dst) (inside a node or between nodes), forward and backward both
-//    priced, send and receive ports apart. Such a model exposes its prices
-//    (`time_prices`) so that a solver can evaluate a placement incrementally,
-//    and prices a whole plan with the timing model of the sim (`plan_time`),
-//    so that a solver can choose between candidate plans by predicted step
-//    time.
+// CostModel: what a cost-model plugin provides. Two things, apart:
+//  * per-task prices, for solvers that price tasks one by one (the seed's
+//    binary_greedy): compute(task) and transfer(rows); the `area` model's
+//    are the seed's (compute = area, transfer = tokens x heads), the `time`
+//    model's are seconds;
+//  * for a time model, the cluster it prices: hardware(). The host derives
+//    the unit prices (TimePrices, below) from it, and prices whole plans on it
+//    with its timing model (pricing.hpp): solvers never time plans themselves.
+// The bundled `area` and `time` models are built into the host (the registry
+// lists them as built-in); a plugin may add others.
 #include <optional>
 
 #include "cpsched/base/row_kind.hpp"
-#include "cpsched/timing/hardware.hpp"
-#include "cpsched/plan/plan.hpp"
 #include "cpsched/problem/task_grid.hpp"
-#include "cpsched/timing/model.hpp"
+#include "cpsched/timing/hardware.hpp"
+#include "cpsched/timing/node_map.hpp"
 
 namespace cpsched {
 
-// Per-unit prices of a time model (seconds), for incremental evaluation.
+// Unit prices of a time model (seconds), for incremental evaluation.
 struct TimePrices {
   NodeMap nodes;                // which ranks share a node
   double byte_s[2] = {0, 0};    // seconds per byte, one direction of one port: [inside a node, between nodes]
@@ -30,55 +26,38 @@ struct TimePrices {
   double flop_s[2] = {0, 0};    // seconds per attention FLOP: [fwd, bwd]
   int link_class(Rank a, Rank b) const { return nodes.link_index(a, b); }
 };
+// The unit prices of a hardware profile.
+TimePrices time_prices(const HardwareProfile& hw);
 
 class CostModel {
  public:
   virtual ~CostModel() = default;
   // Price of computing task t of grid g (forward + backward for a time model).
   virtual double compute(const TaskGrid& g, TaskId t) const = 0;
-  // Price of moving `tokens` tokens with `heads` heads from src to dst (a
-  // time model: the seconds of the forward and backward bytes of that kind,
-  // out and back, on the link of (src, dst)).
-  virtual double transfer(RowKind kind, Token tokens, int heads, Rank src, Rank dst) const = 0;
-  // The same with the grid's head geometry (head dim, element size), which a
-  // time model needs to count bytes. Solvers call this one.
-  virtual double transfer(const TaskGrid&, RowKind kind, Token tokens, int heads, Rank src, Rank dst) const {
-    return transfer(kind, tokens, heads, src, dst);
-  }
-
-  // Time models only: the unit prices, and the predicted step time of a plan
-  // (the sim's timing model on the same hardware profile). Abstract models
-  // return nullopt and solvers fall back to bytes.
-  virtual std::optional<TimePrices> time_prices() const { return std::nullopt; }
-  virtual std::optional<StepEstimate> plan_time(const Problem&, const Plan&) const { return std::nullopt; }
+  // Price of moving `tokens` rows of `kind` with `heads` heads from src to
+  // dst (a time model: the seconds of the forward and backward bytes of that
+  // kind, out and back, on the link of (src, dst)).
+  virtual double transfer(const TaskGrid& g, RowKind kind, Token tokens, int heads, Rank src, Rank dst) const = 0;
+  // A time model: the cluster whose time it prices. Null for abstract models.
+  virtual const HardwareProfile* hardware() const { return nullptr; }
 };
 
 // The seed's model: compute = area, transfer = tokens x heads.
 class AreaCostModel final : public CostModel {
  public:
-  using CostModel::transfer;
-  double compute(const TaskGrid& g, TaskId t) const override {
-    return static_cast<double>(g.area(t));
-  }
-  double transfer(RowKind, Token tokens, int heads, Rank, Rank) const override {
+  double compute(const TaskGrid& g, TaskId t) const override { return static_cast<double>(g.area(t)); }
+  double transfer(const TaskGrid&, RowKind, Token tokens, int heads, Rank, Rank) const override {
     return static_cast<double>(tokens) * heads;
   }
 };
 
-// The time model on a hardware profile (the `time` plugin wraps it; solvers
-// and tests may use it directly).
+// Seconds on a hardware profile.
 class TimeCostModel final : public CostModel {
  public:
   explicit TimeCostModel(HardwareProfile hw);
-  const HardwareProfile& hardware() const { return hw_; }
   double compute(const TaskGrid& g, TaskId t) const override;
-  // Needs the head geometry: throws cpsched::Error pointing to the grid form.
-  double transfer(RowKind kind, Token tokens, int heads, Rank src, Rank dst) const override;
   double transfer(const TaskGrid& g, RowKind kind, Token tokens, int heads, Rank src, Rank dst) const override;
-  std::optional<TimePrices> time_prices() const override { return prices_; }
-  std::optional<StepEstimate> plan_time(const Problem& p, const Plan& plan) const override {
-    return estimate_step(p, plan, hw_);
-  }
+  const HardwareProfile* hardware() const override { return &hw_; }
 
  private:
   HardwareProfile hw_;

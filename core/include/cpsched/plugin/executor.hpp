@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "cpsched/base/figures.hpp"
 #include "cpsched/problem/assignment.hpp"
 #include "cpsched/plan/plan.hpp"
 
@@ -20,7 +21,7 @@ struct ExecuteInput {
 
 struct ExecutionReport {
   bool passed = true;                                   // numeric check, if any
-  std::vector<std::pair<std::string, double>> figures;  // named figures, in order
+  Figures figures;                                      // named figures, in order
   std::string text;                                     // human-readable report
   std::string svg;                                      // optional picture (timeline)
 };

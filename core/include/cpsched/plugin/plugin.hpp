@@ -40,7 +40,7 @@ template <class Impl>
 class SolverFence final : public SolverObject {
  public:
   explicit SolverFence(const Params& p) : impl_(p) {}
-  Status solve(const SolveInput& in, Assignment& out) noexcept override {
+  Status solve(const SolveInput& in, Solution& out) noexcept override {
     return fenced([&] { out = impl_.solve(in); });
   }
  private:

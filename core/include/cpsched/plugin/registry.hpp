@@ -21,7 +21,8 @@ struct PluginInfo {
   PluginKind kind = PluginKind::solver;
   std::string doc;
   std::vector<ParamSpec> params;
-  std::filesystem::path file;
+  std::filesystem::path file;  // empty for a built-in
+  bool built_in = false;       // part of libcpsched (the `area` and `time` cost models), no file
 };
 
 // A plugin file that could not be registered, and why (message names the file).
@@ -32,6 +33,7 @@ struct PluginProblem {
 
 class Registry {
  public:
+  // Starts with the built-in plugins (the `area` and `time` cost models).
   Registry();
   ~Registry();
   Registry(const Registry&) = delete;
@@ -42,6 +44,9 @@ class Registry {
   // Folders from CPSCHED_PLUGIN_PATH (colon separated).
   static std::vector<std::filesystem::path> env_plugin_dirs();
 
+  // Scans the default folder, CPSCHED_PLUGIN_PATH's, then `extra` (in that
+  // order: the first file of a name wins). What every host does first.
+  void scan_default_folders(const std::vector<std::filesystem::path>& extra = {});
   // Loads every plugin file in `dir`: lib<prefix><name>.so (libcpsched_*.so, as
   // cpsched_add_plugin names them); other files are ignored. Files that fail
   // are kept as problems and the scan goes on.
@@ -74,6 +79,17 @@ class Registry {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+// Solver plugins of a registry by spec (SolverFactory, plugin/solver.hpp):
+// what the host offers a solver for its members.
+class RegistrySolvers final : public SolverFactory {
+ public:
+  explicit RegistrySolvers(const Registry& registry) : registry_(registry) {}
+  std::unique_ptr<Solver> make(const std::string& spec, const Params& fallback) const override;
+
+ private:
+  const Registry& registry_;
 };
 
 }  // namespace cpsched

@@ -1,7 +1,7 @@
 #pragma once
-// What a solver returns: the rank that computes each task of a grid.
+// A placement: the rank that computes each task of a grid. What a solver
+// chose (with its plan shape and figures) is a Solution (plugin/solver.hpp).
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "cpsched/problem/task_grid.hpp"
@@ -12,13 +12,7 @@ struct Assignment {
   // The grid the ranks refer to. A solver that re-dispatches tokens (static)
   // returns a grid over its own sharding; others return the input grid.
   std::shared_ptr<const TaskGrid> grid;
-  std::vector<Rank> rank;        // rank[t] computes task t
-  bool feasible = true;          // false: the balance target could not be met
-  std::string note;              // solver's remark (why infeasible, iterations, ...)
-  int stages = 0;                // remote stages the solver planned for (plan.stages: auto); 0: no choice made
-  // Relays the solver planned for (plan.relay: auto): the ranks per node, or 0
-  // for none; -1: no choice made (the host's setting applies).
-  int relay_node_size = -1;
+  std::vector<Rank> rank;  // rank[t] computes task t
 
   // Every task placed once on a rank in [0, P). Throws cpsched::Error.
   void validate() const;

@@ -39,10 +39,6 @@ struct Metrics {
   Token remote_kv_tokens = 0;
 };
 
-// Token-granular transfers of an assignment: for every (block, group,
-// computing rank != host) the union of the needed rows (QO) or cols (KV) of the
-// tasks placed there. Sorted by (kind, block, group, dst).
-std::vector<Transfer> transfers(const Assignment& a);
 
 // Bytes per token of each direction of a transfer (DESIGN §5 table).
 struct TransferBytes {
@@ -51,7 +47,10 @@ struct TransferBytes {
 TransferBytes fwd_bytes_per_token(const Problem& p);
 TransferBytes bwd_bytes_per_token(const Problem& p);
 
-Metrics compute_metrics(const Assignment& a);
+// The metrics of an assignment whose transfers are `transfers` (the plan
+// builder's: PlanBuilder::transfers, or transfers(a) of plan/builder.hpp,
+// which also has compute_metrics(a)).
+Metrics compute_metrics(const Assignment& a, const std::vector<Transfer>& transfers);
 
 // USP's closed-form forward volume per rank (DESIGN §5), Ulysses degree u.
 double usp_closed_form_fwd_bytes_per_rank(const Problem& p, int ulysses_degree);

@@ -30,13 +30,14 @@
 #include "cpsched/problem/metrics.hpp"
 #include "cpsched/plugin/params.hpp"
 #include "cpsched/plan/plan.hpp"
-#include "cpsched/plan/builder.hpp"
 #include "cpsched/plan/cache.hpp"
+#include "cpsched/plan/shape.hpp"
 #include "cpsched/io/plan_json.hpp"
 #include "cpsched/io/plan_svg.hpp"
 #include "cpsched/plan/validator.hpp"
 #include "cpsched/plugin/registry.hpp"
 #include "cpsched/base/resources.hpp"
+#include "cpsched/session/solve_path.hpp"
 
 namespace cpsched {
 
@@ -49,11 +50,11 @@ struct SessionOptions {
   Params solver_params;            // given values; the plugin's defaults fill the rest
   std::string cost_model = "area";
   Params cost_params;
-  int stages = 1;                  // remote stages (plan.stages); 0: auto, the solver chooses
-  // Relays (plan.relay, PlanOptions::relay_node_size): ranks per node, 0 = off,
-  // -1 = auto (the solver chooses; balanced_bytes prices plans both ways).
-  // From a Config with plan.relay: on, the GPUs per node of its hardware profile.
-  int relay_node_size = 0;
+  // Remote stages (N, or auto: the solver chooses) and relays (off, on or
+  // auto, on nodes of node_size ranks; 0: the cost model's hardware
+  // profile's GPUs per node). From a Config: plan.stages and plan.relay, the
+  // node size from its hardware profile.
+  PlanShape plan;
   std::size_t cache_size = 64;     // plan cache entries; 0 disables the cache
   // Plugin folders scanned besides the build's / installation's and CPSCHED_PLUGIN_PATH
   // (only when the Session makes its own Registry).
@@ -83,23 +84,25 @@ class Session {
   // Solves one mask given as the seed's three lists (global token ranges);
   // builds the plan and metrics, or takes them from the cache. Throws
   // cpsched::Error for an invalid mask (naming the slice).
-  const CachedPlan& solve(const std::vector<Range>& q_ranges, const std::vector<Range>& k_ranges,
+  const SolveResult& solve(const std::vector<Range>& q_ranges, const std::vector<Range>& k_ranges,
                           const std::vector<MaskType>& types);
-  const CachedPlan& solve(const RangeMask& mask);
+  const SolveResult& solve(const RangeMask& mask);
   // An index mask (index_mask.hpp: token top-k, block top-k, BSR). Its arrays
   // may borrow the caller's memory (IndexArray::view) for the call. Not
   // cached: an indexer's selection changes every step, and a key would hash
   // the whole index tensor. Throws cpsched::Error naming the array and the
   // first bad entry.
-  const CachedPlan& solve(const IndexMask& mask);
+  const SolveResult& solve(const IndexMask& mask);
   // A problem made with this session's P, heads and grid options (e.g.
   // make_problem of its config): range masks go through the cache, index
   // masks do not.
-  const CachedPlan& solve(std::shared_ptr<const Problem> problem);
+  const SolveResult& solve(std::shared_ptr<const Problem> problem);
   // Token top-k indices [S, kv_heads, k] (row-major, -1 padded), borrowed.
-  const CachedPlan& solve_topk(std::span<const std::int32_t> indices, Token seqlen, int kv_heads, bool causal = true);
-  // The config's mask (Session built from a Config; else an error).
-  const CachedPlan& solve_config_mask();
+  const SolveResult& solve_topk(std::span<const std::int32_t> indices, Token seqlen, int kv_heads, bool causal = true);
+  // The config's mask, range or index kind, built with located errors
+  // (make_problem): what `cpsched plan` and `cpsched run` solve. A Session
+  // built from a Config; else an error.
+  const SolveResult& solve_config_mask();
 
   // Results of the last solve (an error before the first).
   const CalcMeta& calc_meta(Rank rank, Pass pass = Pass::fwd) const;
@@ -108,13 +111,16 @@ class Session {
   const Plan& plan() const;
   const Assignment& assignment() const;
   const Problem& problem() const;
-  const CachedPlan& result() const;
+  const SolveResult& result() const;
   bool last_was_cached() const;
   double last_call_ms() const;  // wall time of the last solve call (look-up, or solve + plan)
 
   // The picture / JSON of the last solve.
   void write_svg(const std::filesystem::path& file, SvgOptions options = {}) const;
   std::string plan_json(int indent = -1) const;
+  // What plan_json writes (for streaming it: write_plan_json); its pointers
+  // refer to the last result.
+  PlanExport plan_export() const;
   // validate_plan on the last result.
   std::vector<std::string> validate() const;
 

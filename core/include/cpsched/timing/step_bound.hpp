@@ -19,23 +19,17 @@
 // compute term is a bound there (`relayed`).
 #include <vector>
 
-#include <cpsched/plugin/cost_model.hpp>
-#include <cpsched/problem/metrics.hpp>
-#include <cpsched/problem/task_grid.hpp>
+#include "cpsched/plugin/cost_model.hpp"
+#include "cpsched/plugin/pricing.hpp"
+#include "cpsched/problem/metrics.hpp"
+#include "cpsched/problem/task_grid.hpp"
 
-namespace cpsched::search {
+namespace cpsched {
 
-struct StepBound {
-  double plain = 0;      // seconds: a bound for the plan without relays
-  double relayed = 0;    // seconds: a bound for the plan with relays
-  // With relays on nodes of `relay_node_size` ranks, could the plan forward
-  // anything? False when no (kind, block, group) goes to two ranks of one
-  // node other than its host's: the relayed plan is then the plain one.
-  bool may_forward = false;
-};
-
+// (StepBound is plugin/pricing.hpp's: what the pricing service reports.
+// may_forward is about relays on nodes of `relay_node_size` ranks.)
 // `transfers`: the placement's (PlanBuilder::transfers or metrics' transfers()).
 StepBound step_lower_bound(const TaskGrid& grid, const std::vector<Rank>& rank, const std::vector<Transfer>& transfers,
                            const TimePrices& prices, int relay_node_size);
 
-}  // namespace cpsched::search
+}  // namespace cpsched

@@ -1,0 +1,29 @@
+#pragma once
+// What one solve produced (SolvePath::run): the assignment, its plan and
+// metrics, and what the solver said. Immutable once made; the plan cache
+// shares it.
+#include <memory>
+#include <string>
+
+#include "cpsched/base/figures.hpp"
+#include "cpsched/plan/plan.hpp"
+#include "cpsched/plan/shape.hpp"
+#include "cpsched/problem/assignment.hpp"
+#include "cpsched/problem/metrics.hpp"
+
+namespace cpsched {
+
+struct SolveResult {
+  std::shared_ptr<const Assignment> assignment;
+  std::shared_ptr<const Plan> plan;
+  Metrics metrics;
+  PlanShape shape;       // the plan's shape, resolved (N stages, relays on or off)
+  bool feasible = true;  // the solver's balance target was met
+  std::string note;      // the solver's remark, for people
+  Figures figures;       // the solver's named figures, for tools
+  double grid_ms = 0;    // wall times of the original solve's steps
+  double solve_ms = 0;
+  double plan_ms = 0;    // the plan build and its metrics
+};
+
+}  // namespace cpsched

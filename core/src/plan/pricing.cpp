@@ -1,0 +1,96 @@
+#include "cpsched/plan/pricing.hpp"
+
+#include <algorithm>
+
+#include "cpsched/base/error.hpp"
+#include "cpsched/timing/model.hpp"
+#include "cpsched/timing/step_bound.hpp"
+
+namespace cpsched {
+
+struct HostPricing::Entry {
+  std::shared_ptr<const TaskGrid> grid;
+  std::vector<Rank> rank;
+  std::mutex mu;                          // one query of this placement at a time
+  std::unique_ptr<PlanBuilder> builder;   // made by the first query
+  std::optional<StepBound> bound;
+  std::size_t priced = 0;
+
+  PlanBuilder& get_builder() {
+    if (!builder) {
+      Assignment a;
+      a.grid = grid;
+      a.rank = rank;
+      builder = std::make_unique<PlanBuilder>(std::move(a));
+    }
+    return *builder;
+  }
+};
+
+HostPricing::HostPricing(HardwareProfile hw) : hw_(std::move(hw)) {}
+HostPricing::~HostPricing() = default;
+
+HostPricing::Entry& HostPricing::entry(Placement p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (p >= entries_.size()) throw Error("pricing: no placement " + std::to_string(p) + " was added");
+  return entries_[p];
+}
+
+HostPricing::Placement HostPricing::add(std::shared_ptr<const TaskGrid> grid, std::vector<Rank> rank) {
+  if (!grid) throw Error("pricing: a placement needs its grid");
+  if (rank.size() != static_cast<std::size_t>(grid->num_tasks()))
+    throw Error("pricing: a placement of " + std::to_string(rank.size()) + " ranks for a grid of " +
+                std::to_string(grid->num_tasks()) + " tasks");
+  std::lock_guard<std::mutex> lock(mu_);
+  for (std::size_t i = 0; i < entries_.size(); ++i)
+    if (entries_[i].grid.get() == grid.get() && entries_[i].rank == rank) return i;
+  Entry& e = entries_.emplace_back();
+  e.grid = std::move(grid);
+  e.rank = std::move(rank);
+  return entries_.size() - 1;
+}
+
+StepBound HostPricing::bound(Placement p) {
+  Entry& e = entry(p);
+  std::lock_guard<std::mutex> lock(e.mu);
+  if (!e.bound)
+    e.bound = step_lower_bound(*e.grid, e.rank, e.get_builder().transfers(), time_prices(hw_), hw_.gpus_per_node);
+  return *e.bound;
+}
+
+PlanPrice HostPricing::price(Placement p, const PlanShape& shape) {
+  if (!shape.resolved()) throw Error("pricing: the shape " + shape.str() + " is not resolved");
+  Entry& e = entry(p);
+  std::lock_guard<std::mutex> lock(e.mu);
+  // Priced, not run: one area-only arg per rank and stage.
+  const Plan plan = e.get_builder().build(
+      PlanOptions{shape.stages, shape.relay_node_size(), /*index_rows=*/false, /*area_only=*/true});
+  const StepEstimate est = estimate_step(e.grid->problem(), plan, hw_);
+  ++e.priced;
+  PlanPrice out;
+  out.step = est.step();
+  out.compute_bound = est.compute_bound;
+  out.forwards = plan.has_forwarding();
+  return out;
+}
+
+const PlanBuilder* HostPricing::builder_of(const Assignment& a) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Entry& e : entries_)
+    if (e.builder && e.grid.get() == a.grid.get() && e.rank == a.rank) return e.builder.get();
+  return nullptr;
+}
+
+std::size_t HostPricing::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+std::size_t HostPricing::plans_priced() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::size_t n = 0;
+  for (const Entry& e : entries_) n += e.priced;
+  return n;
+}
+
+}  // namespace cpsched

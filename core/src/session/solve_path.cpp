@@ -1,0 +1,119 @@
+#include "cpsched/session/solve_path.hpp"
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "cpsched/base/error.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/plan/pricing.hpp"
+#include "cpsched/plan/validator.hpp"
+#include "cpsched/timing/hardware.hpp"
+
+namespace cpsched {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// The node size that relays (on or auto) group by when the shape leaves it
+// open: the cost model's cluster, else the default profile's.
+PlanShape with_node_size(PlanShape s, const CostModel& cost) {
+  if (s.relay != PlanShape::Relay::off && s.node_size == 0) {
+    const HardwareProfile* hw = cost.hardware();
+    s.node_size = hw != nullptr ? hw->gpus_per_node : resolve_hardware_profile(kDefaultHardwareProfile).gpus_per_node;
+  }
+  return s;
+}
+
+}  // namespace
+
+SolvePath::SolvePath(Solver& solver, const CostModel& cost, const Registry& registry)
+    : solver_(solver), cost_(cost), factory_(std::make_unique<RegistrySolvers>(registry)) {}
+
+SolvePath::~SolvePath() = default;
+
+SolveResult SolvePath::run(std::shared_ptr<const Problem> problem, const Options& o) const {
+  if (!problem) throw Error("solve path: no problem given");
+  const auto t0 = Clock::now();
+  auto grid = std::make_shared<const TaskGrid>(std::move(problem));
+  const double grid_ms = ms_since(t0);
+  SolveResult r = run(std::move(grid), o);
+  r.grid_ms = grid_ms;
+  return r;
+}
+
+struct SolvePath::Solved {
+  PlanShape asked;                       // the shape with its node size filled in
+  Solution solution;
+  std::unique_ptr<HostPricing> pricing;  // what pricing built, for the plan
+  double solve_ms = 0;
+};
+
+SolvePath::Solved SolvePath::solve_step(std::shared_ptr<const TaskGrid> grid, const PlanShape& shape) const {
+  if (!grid) throw Error("solve path: no grid given");
+  Solved s;
+  s.asked = with_node_size(shape, cost_);
+  SolveInput in(std::move(grid), cost_);
+  in.with_shape(s.asked).with_solvers(factory_.get());
+  if (const HardwareProfile* hw = cost_.hardware()) {
+    in.with_time_prices(time_prices(*hw));
+    s.pricing = std::make_unique<HostPricing>(*hw);
+    in.with_pricing(s.pricing.get());
+  }
+  const auto t0 = Clock::now();
+  s.solution = solver_.solve(in);
+  s.solve_ms = ms_since(t0);
+  s.solution.assignment.validate();
+  return s;
+}
+
+Solution SolvePath::solve(std::shared_ptr<const TaskGrid> grid, const PlanShape& shape) const {
+  shape.validate("solve path");
+  return solve_step(std::move(grid), shape).solution;
+}
+
+SolveResult SolvePath::run(std::shared_ptr<const TaskGrid> grid, const Options& o) const {
+  o.shape.validate(o.solver_name);
+  Solved s = solve_step(std::move(grid), o.shape);
+  Solution& sol = s.solution;
+  SolveResult r;
+  r.solve_ms = s.solve_ms;
+  const auto t0 = Clock::now();
+  r.shape = s.asked.resolve(sol.shape);
+  auto a = std::make_shared<const Assignment>(std::move(sol.assignment));
+  // The chosen placement's transfers and send orders, where pricing made them.
+  std::unique_ptr<PlanBuilder> own;
+  const PlanBuilder* builder = s.pricing ? s.pricing->builder_of(*a) : nullptr;
+  if (builder == nullptr) builder = (own = std::make_unique<PlanBuilder>(*a)).get();
+  r.plan = std::make_shared<const Plan>(builder->build(PlanOptions{r.shape.stages, r.shape.relay_node_size()}));
+  r.metrics = compute_metrics(*a, builder->transfers());
+  r.plan_ms = ms_since(t0);
+  s.pricing.reset();
+  own.reset();
+  if (o.validate) {
+    const std::vector<std::string> problems = validate_plan(*a, *r.plan);
+    if (!problems.empty()) {
+      std::string msg = fmt::format("solve path: the plan of solver '{}' is invalid:", o.solver_name);
+      for (const auto& p : problems) msg += "\n  " + p;
+      throw Error(msg);
+    }
+  }
+  r.assignment = std::move(a);
+  r.feasible = sol.feasible;
+  r.note = std::move(sol.note);
+  r.figures = std::move(sol.figures);
+  return r;
+}
+
+std::shared_ptr<const Plan> SolvePath::replan(const SolveResult& result, const PlanShape& shape) const {
+  if (!result.assignment) throw Error("solve path: replan of an empty result");
+  const PlanShape s = with_node_size(shape, cost_).resolve(result.shape);
+  return std::make_shared<const Plan>(build_plan(*result.assignment, PlanOptions{s.stages, s.relay_node_size()}));
+}
+
+}  // namespace cpsched
