@@ -94,6 +94,9 @@ struct Session::Impl {
   // and a key would hash the whole index tensor.
   const CachedPlan& solve(const IndexMask& mask) {
     const auto t0 = std::chrono::steady_clock::now();
+    if (opt.seqlen > 0 && mask.seqlen != opt.seqlen)
+      throw Error(fmt::format("session: the index mask has S = {} tokens but the session's seqlen is {}", mask.seqlen,
+                              opt.seqlen));
     auto problem = std::make_shared<const Problem>(
         Problem::make(std::make_shared<const IndexMask>(mask), opt.cp_size, opt.heads, opt.grid));
     return solve_problem(std::move(problem), nullptr, t0);
@@ -111,6 +114,9 @@ struct Session::Impl {
 
   const CachedPlan& solve_problem(std::shared_ptr<const Problem> problem, const PlanKey* key,
                                   std::chrono::steady_clock::time_point t0) {
+    // Grid, plan (index pools included) and, when asked, the validator against
+    // the memory budget, before any of them is built (resources.hpp).
+    check_resources(*problem, /*sim_numeric=*/false, opt.validate);
     auto grid = std::make_shared<const TaskGrid>(problem);
     auto out = std::make_shared<CachedPlan>();
     auto ts = std::chrono::steady_clock::now();
