@@ -350,7 +350,8 @@ class PySession {
   // Token top-k indices [S, kv_heads, k] (int32 or int64, -1 padded; DSA's
   // indexer output, FlashMLA's layout), copied while the GIL is held: the
   // result keeps its own copy, whatever happens to the array.
-  Result solve_topk(const nb::ndarray<nb::ndim<3>, nb::c_contig, nb::device::cpu>& indices, bool causal) {
+  // (nb::ro: read-only arrays, e.g. memory-mapped, are read as they are.)
+  Result solve_topk(const nb::ndarray<nb::ro, nb::ndim<3>, nb::c_contig, nb::device::cpu>& indices, bool causal) {
     const std::vector<std::int64_t> shape{static_cast<std::int64_t>(indices.shape(0)),
                                           static_cast<std::int64_t>(indices.shape(1)),
                                           static_cast<std::int64_t>(indices.shape(2))};
@@ -495,10 +496,10 @@ nb::dict run_config(const std::string& path, const std::vector<std::string>& ove
     reg->scan(Registry::default_plugin_dir());
     for (const auto& d : Registry::env_plugin_dirs()) reg->scan(d);
     for (const auto& d : cfg.plugin_paths) reg->scan(d);
-    const Problem problem = make_problem(cfg);
+    auto problem = std::make_shared<const Problem>(make_problem(cfg));
     Session session(cfg, reg);
     const auto t0 = std::chrono::steady_clock::now();
-    session.solve(problem.mask);
+    session.solve(problem);  // index masks too (their `mask` holds only S)
     call_ms = ms_since(t0);
     plan = std::make_shared<const CachedPlan>(session.result());
     info->solver = session.options().solver;
