@@ -9,6 +9,7 @@
 
 #include "config/problem.hpp"
 #include "config/reader.hpp"
+#include "problem/index_problem.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/io/input_file.hpp"
 #include "cpsched/timing/hardware.hpp"
@@ -295,7 +296,8 @@ Problem make_problem(const Config& cfg) {
     throw Error(located(cfg.mask_loc, "problem.mask", e.what()));
   }
   try {
-    Problem p = index ? Problem::make(std::move(index), cfg.cp_size, cfg.heads, cfg.grid)
+    // make_index_mask validated the entries: not a second pass over them.
+    Problem p = index ? make_index_problem(std::move(index), cfg.cp_size, cfg.heads, cfg.grid, /*validated=*/true)
                       : Problem::make(std::move(mask), cfg.cp_size, cfg.heads, cfg.grid);
     p.validate();
     return p;

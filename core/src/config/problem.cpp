@@ -14,6 +14,7 @@
 #include "cpsched/base/error.hpp"
 #include "cpsched/base/limits.hpp"
 #include "cpsched/base/resources.hpp"
+#include "problem/index_problem.hpp"
 
 namespace cpsched::config_detail {
 
@@ -473,7 +474,8 @@ void read_problem(const Section& problem, Config& cfg, const std::filesystem::pa
     return;
   }
   try {
-    const Problem p = index ? Problem::make(index, cfg.cp_size, cfg.heads, cfg.grid)
+    // make_index_mask validated the entries: not a second pass over them.
+    const Problem p = index ? make_index_problem(index, cfg.cp_size, cfg.heads, cfg.grid, /*validated=*/true)
                             : Problem::make(std::move(built), cfg.cp_size, cfg.heads, cfg.grid);
     // Grid and plan against the memory budget (the executor's own needs are
     // checked where it is known).

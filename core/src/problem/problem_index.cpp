@@ -2,12 +2,20 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 #include "cpsched/base/error.hpp"
 #include "cpsched/problem/problem.hpp"
+#include "problem/index_problem.hpp"
 
 namespace cpsched {
 
 Problem Problem::make(std::shared_ptr<const IndexMask> mask, int cp_size, Heads heads, GridOptions grid) {
+  return make_index_problem(std::move(mask), cp_size, heads, grid, /*validated=*/false);
+}
+
+Problem make_index_problem(std::shared_ptr<const IndexMask> mask, int cp_size, Heads heads, GridOptions grid,
+                           bool validated) {
   if (!mask) throw Error("problem: no index mask given");
   // The array that says how many heads select (its source: a file path, or <indices> for memory).
   const IndexArray& heads_array = mask->kind == IndexMaskKind::bsr && !mask->indptr.empty() ? mask->indptr : mask->indices;
@@ -46,19 +54,21 @@ Problem Problem::make(std::shared_ptr<const IndexMask> mask, int cp_size, Heads 
                              to_string(mask->kind), fmt::join(mask->indices.shape, ", ")));
   };
   if (mask->kind == IndexMaskKind::topk) {
-    mask->validate();
-    if (mask->area() == 0) throw empty();
+    if (!validated) mask->validate();
+    // Valid entries are -1 or a selected key: the selection is empty when all are -1.
+    const auto e = mask->indices.span();
+    if (std::all_of(e.begin(), e.end(), [](std::int32_t v) { return v == -1; })) throw empty();
     Problem p = shell();
     p.index_mask = std::move(mask);
     p.selection_rows = std::make_shared<const SelectionRowsCache>();
     p.validate();
     return p;
   }
-  std::vector<RangeMask> per_head = block_selection_masks(*mask);
+  std::vector<RangeMask> per_head = block_selection_masks(*mask);  // validates the entries
   __int128 area = 0;
   for (const RangeMask& m : per_head) area += m.area_wide();
   if (area == 0) throw empty();
-  if (per_head.size() == 1) return make(std::move(per_head.front()), cp_size, heads, grid);
+  if (per_head.size() == 1) return Problem::make(std::move(per_head.front()), cp_size, heads, grid);
   Problem p = shell();
   p.head_masks = std::move(per_head);
   for (const RangeMask& m : p.head_masks) m.validate();

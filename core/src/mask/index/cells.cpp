@@ -312,20 +312,34 @@ IndexPlanCounts count_index_plan(const IndexMask& mask, const std::vector<Range>
           for (std::int64_t h = 0; h < H; ++h) {
             const std::int32_t* row = mask.indices.data + (i * H + h) * k;
             const std::int64_t base = (options.per_head ? h : 0) * nb;
-            for (std::int64_t j = 0; j < k; ++j) {
-              const std::int64_t v = row[j];
-              if (v < 0 || v >= S) continue;
-              const auto cell = static_cast<std::size_t>(base + lut(v));
-              // A merged head's row is (i, every head): one row per query.
-              const std::int64_t row_id = options.per_head ? i * H + h : i;
+            // A merged head's row is (i, every head): one row per query.
+            const std::int64_t row_id = options.per_head ? i * H + h : i;
+            // Runs of entries in one cell (sorted rows are mostly runs) are counted in registers.
+            std::int64_t run_cell = -1;
+            std::int32_t run_n = 0;
+            auto flush = [&] {
+              if (run_cell < 0) return;
+              const auto cell = static_cast<std::size_t>(run_cell);
               if (last[cell] != row_id) {
                 last[cell] = row_id;
                 row_n[cell] = 0;
                 row_touched.push_back(static_cast<std::int32_t>(cell));
                 if (rows[cell] == 0 && pairs[cell] == 0) block_touched.push_back(static_cast<std::int32_t>(cell));
               }
-              ++row_n[cell];
+              row_n[cell] += run_n;
+            };
+            for (std::int64_t j = 0; j < k; ++j) {
+              const std::int64_t v = row[j];
+              if (v < 0 || v >= S) continue;
+              const std::int64_t cell = base + lut(v);
+              if (cell != run_cell) {
+                flush();
+                run_cell = cell;
+                run_n = 0;
+              }
+              ++run_n;
             }
+            flush();
             // Rows end with the last head when heads are merged.
             if (options.per_head || h == H - 1) {
               for (std::int32_t x : row_touched) {
