@@ -8,6 +8,7 @@
 
 #include "cpsched/session/session.hpp"
 #include "cpsched/base/error.hpp"
+#include "cpsched/io/input_file.hpp"
 #include "cpsched/timing/hardware.hpp"
 #include "cpsched/mask/generators.hpp"
 
@@ -36,6 +37,14 @@ void check_options(const SessionOptions& o) {
   if (o.relay_node_size < -1)
     throw Error(fmt::format("session: relay_node_size must be -1 (auto), 0 (no relays) or the ranks per node, got {}",
                             o.relay_node_size));
+  // Folders the caller names must exist (a typo would otherwise only mean "plugin not found").
+  for (std::size_t i = 0; i < o.plugin_paths.size(); ++i) {
+    try {
+      check_input_folder(o.plugin_paths[i], "plugin folder");
+    } catch (const Error& e) {
+      throw Error(fmt::format("session: plugin_paths[{}]: {}", i, e.what()));
+    }
+  }
   if (o.memory_budget < 0)
     throw Error(fmt::format("session: memory_budget must be 0 (the default) or a number of bytes, got {}",
                             o.memory_budget));

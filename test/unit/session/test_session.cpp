@@ -75,6 +75,10 @@ TEST_CASE("bad inputs are errors that say what is wrong") {
   o.solver_params.set("nonsense", 1.0);
   CHECK_THROWS_WITH_AS(Session(o, reg), doctest::Contains("nonsense"), Error);
   o = options();
+  o.plugin_paths = {"/nonexistent-cpsched-dir"};
+  CHECK_THROWS_WITH_AS(Session(o, reg), doctest::Contains("session: plugin_paths[0]: /nonexistent-cpsched-dir: no such folder"),
+                       Error);
+  o = options();
   o.stages = -1;
   CHECK_THROWS_WITH_AS(Session(o, reg), doctest::Contains("stages"), Error);
   Session s(options(), reg);
