@@ -32,6 +32,93 @@ _TYPE_CODES = {name: i for i, name in enumerate(MASK_TYPES)}
 _TYPE_CODES.update({"invcausal": 2, "bicausal": 3})
 _DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp32": 4, "float32": 4, "fp8": 1}
 
+# The core's bounds (cpsched/base/limits.hpp), checked here so that a bad value is a ValueError naming its
+# argument before any C++ is reached (nanobind would raise a TypeError naming none, or wrap around).
+_MAX_RANKS = 1 << 20
+_MAX_SEQLEN = 1 << 40
+_MAX_HEADS = 1 << 16
+_MAX_HEAD_DIM = 1 << 16
+_MAX_BLOCKS_PER_RANK = 1 << 16
+_MAX_DTYPE_BYTES = 16
+_INT32_MAX = (1 << 31) - 1
+
+
+# ---- argument checks -----------------------------------------------------------------------
+
+def _int(v, name, lo=None, hi=None):
+    """An integer argument: int or numpy integer (never bool, never a float: 4.7 is not silently 4)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise ValueError(f"{name}: expected an integer, got {v!r} ({type(v).__name__})")
+    v = int(v)
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        lo_s = "-inf" if lo is None else lo
+        hi_s = "inf" if hi is None else hi
+        raise ValueError(f"{name}: {v} is outside [{lo_s}, {hi_s}]")
+    return v
+
+
+def _bool(v, name):
+    """A boolean argument: True or False (or numpy's bool); "no" or 0 are not silently truthy."""
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    raise ValueError(f"{name}: expected True or False, got {v!r} ({type(v).__name__})")
+
+
+def _str(v, name):
+    if not isinstance(v, str):
+        raise ValueError(f"{name}: expected a string, got {v!r} ({type(v).__name__})")
+    return v
+
+
+def _path(v, name):
+    if not isinstance(v, (str, os.PathLike)):
+        raise ValueError(f"{name}: expected a path (str or os.PathLike), got {v!r} ({type(v).__name__})")
+    p = os.fspath(v)
+    if isinstance(p, bytes):
+        raise ValueError(f"{name}: expected a text path, got bytes {p!r}")
+    if not p:
+        raise ValueError(f"{name}: an empty path")
+    return p
+
+
+def _folders(v, name):
+    """A list of existing folders. A single string is refused (it would be scanned one character at a
+    time): wrap it in a list."""
+    if isinstance(v, (str, bytes, os.PathLike)):
+        raise ValueError(f"{name}: expected a list of folders, got the single path {os.fspath(v)!r}; "
+                         f"pass [{os.fspath(v)!r}]")
+    try:
+        items = list(v)
+    except TypeError:
+        raise ValueError(f"{name}: expected a list of folders, got {v!r} ({type(v).__name__})") from None
+    out = []
+    for i, p in enumerate(items):
+        p = _path(p, f"{name}[{i}]")
+        if not os.path.isdir(p):
+            what = "no such folder" if not os.path.exists(p) else "not a folder"
+            raise ValueError(f"{name}[{i}]: '{p}': {what}")
+        out.append(p)
+    return out
+
+
+def _params(v, name):
+    if v is None or isinstance(v, dict):
+        return v
+    raise ValueError(f"{name}: expected a dict of plugin parameters or None, got {v!r} ({type(v).__name__})")
+
+
+def _env_bool(var, default):
+    """A boolean environment variable, parsed strictly: 1/true/yes/on or 0/false/no/off (any case)."""
+    v = os.environ.get(var)
+    if v is None:
+        return default
+    t = v.strip().lower()
+    if t in ("1", "true", "yes", "on"):
+        return True
+    if t in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{var}={v!r}: expected 1, true, yes, on (flattened) or 0, false, no, off (not flattened)")
+
 
 # ---- input normalisation -------------------------------------------------------------------
 
@@ -120,25 +207,31 @@ def _heads(h):
         if unknown:
             raise ValueError(f"heads: unknown key(s) {sorted(unknown)} "
                              f"(expected q, kv, dim, dim_qk, dim_v, kv_shared, dtype)")
-        if "dim" in h and "dim_qk" in h and int(h["dim"]) != int(h["dim_qk"]):
-            raise ValueError(f"heads: dim_qk = {h['dim_qk']} differs from dim = {h['dim']}; both name d_qk: "
-                             f"give one of them")
-        dim_v = int(h.get("dim_v", 0))
-        kv_shared = h.get("kv_shared", False)
-        if not isinstance(kv_shared, bool):
-            raise ValueError(f"heads: kv_shared must be True or False, got {kv_shared!r}")
+        if "dim" in h and "dim_qk" in h:
+            if _int(h["dim"], "heads['dim']") != _int(h["dim_qk"], "heads['dim_qk']"):
+                raise ValueError(f"heads: dim_qk = {h['dim_qk']} differs from dim = {h['dim']}; both name d_qk: "
+                                 f"give one of them")
+        dim_v = _int(h.get("dim_v", 0), "heads['dim_v']", 0, _MAX_HEAD_DIM)
+        kv_shared = _bool(h.get("kv_shared", False), "heads['kv_shared']")
         h = (h.get("q", 64), h.get("kv", 8), h.get("dim", h.get("dim_qk", 128)), h.get("dtype", "bf16"))
+    if isinstance(h, (str, bytes)) or not isinstance(h, (tuple, list)):
+        raise ValueError(f"heads: expected (q, kv, dim), (q, kv, dim, dtype) or a dict, got {h!r}")
     h = tuple(h)
     if len(h) not in (3, 4):
         raise ValueError(f"heads: expected (q, kv, dim) or (q, kv, dim, dtype), got {h!r}")
-    q, kv, dim = (int(v) for v in h[:3])
+    q = _int(h[0], "heads[0] (q)", 1, _MAX_HEADS)
+    kv = _int(h[1], "heads[1] (kv)", 1, _MAX_HEADS)
+    dim = _int(h[2], "heads[2] (dim)", 1, _MAX_HEAD_DIM)
+    if q % kv != 0:
+        raise ValueError(f"heads: q = {q} query heads are not a multiple of kv = {kv} key/value heads")
     dtype = h[3] if len(h) == 4 else "bf16"
     if isinstance(dtype, str):
         if dtype not in _DTYPE_BYTES:
             raise ValueError(f"heads: unknown dtype '{dtype}' (expected {', '.join(sorted(_DTYPE_BYTES))} "
                              f"or a size in bytes)")
         dtype = _DTYPE_BYTES[dtype]
-    return q, kv, dim, int(dtype), dim_v, kv_shared
+    dtype = _int(dtype, "heads[3] (dtype bytes)", 1, _MAX_DTYPE_BYTES)
+    return q, kv, dim, dtype, dim_v, kv_shared
 
 
 def _overrides(o):
@@ -165,11 +258,17 @@ def _overrides(o):
 
 
 def _stages(s):
-    if s == "auto":
+    if isinstance(s, str) and s == "auto":
         return 0
-    if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
-        raise ValueError(f"stages: expected a number of remote stages or 'auto', got {s!r}")
-    return int(s)
+    if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)):
+        raise ValueError(f"stages: expected a number of remote stages (1-64) or 'auto', got {s!r}")
+    return _int(s, "stages", 1, 64)
+
+
+def _pass(p):
+    if not isinstance(p, str) or p not in ("fwd", "bwd"):
+        raise ValueError(f"pass_: expected 'fwd' or 'bwd', got {p!r}")
+    return p
 
 
 # ---- results ---------------------------------------------------------------------------------
@@ -323,11 +422,14 @@ class Result:
         self._r = r
         self._metrics = None
 
+    def _rank(self, rank):
+        return _int(rank, "rank", 0, int(self._r.cp_size) - 1)
+
     def calc_meta(self, rank, pass_="fwd"):
-        return CalcMeta(self._r.calc_meta(rank, pass_))
+        return CalcMeta(self._r.calc_meta(self._rank(rank), _pass(pass_)))
 
     def comm_meta(self, rank, pass_="fwd"):
-        return CommMeta(self._r.comm_meta(rank, pass_))
+        return CommMeta(self._r.comm_meta(self._rank(rank), _pass(pass_)))
 
     @property
     def metrics(self):
@@ -340,12 +442,24 @@ class Result:
     def to_json(self, indent=None, solve_ms=None):
         """The plan JSON (format cpsched-plan/1), byte for byte what `cpsched plan -o` writes for the
         same plan. `solve_ms` replaces the measured solver time (e.g. to compare two exports)."""
-        return self._r.to_json(-1 if indent is None else int(indent), solve_ms)
+        if solve_ms is not None:
+            if isinstance(solve_ms, (bool, np.bool_)) or not isinstance(solve_ms, (int, float, np.integer, np.floating)) \
+                    or not np.isfinite(solve_ms):
+                raise ValueError(f"solve_ms: expected a finite number of milliseconds or None, got {solve_ms!r}")
+            solve_ms = float(solve_ms)
+        return self._r.to_json(-1 if indent is None else _int(indent, "indent", 0, 64), solve_ms)
 
     def write_svg(self, path, groups=None, title=None, max_groups=None):
         """Draws the Q x KV grid coloured by computing rank (as `cpsched plan --svg`); returns the path."""
-        path = os.fspath(path)
-        self._r.write_svg(path, list(groups or []), title or "", int(max_groups or 0))
+        path = _path(path, "path")
+        if groups is None:
+            groups = []
+        elif isinstance(groups, (str, bytes)) or not hasattr(groups, "__iter__"):
+            raise ValueError(f"groups: expected a list of head group numbers, got {groups!r}")
+        groups = [_int(g, f"groups[{i}]", 0, _INT32_MAX) for i, g in enumerate(groups)]
+        title = "" if title is None else _str(title, "title")
+        max_groups = 0 if max_groups is None else _int(max_groups, "max_groups", 1, 16)
+        self._r.write_svg(path, groups, title, max_groups)
         return path
 
     def validate(self):
@@ -390,19 +504,23 @@ class Session:
                  flatten_head_groups=True, blocks_per_rank=1, relay_node_size=0, cache_size=64, plugin_paths=(),
                  validate=False):
         hq, hkv, dim, dtype_bytes, dim_v, kv_shared = _heads(heads)
-        self._s = _cpsched._Session(int(cp_size), int(seqlen), hq, hkv, dim, dtype_bytes, dim_v, kv_shared,
-                                    bool(flatten_head_groups),
-                                    int(blocks_per_rank), str(solver), solver_params, str(cost_model), cost_params,
-                                    _stages(stages), int(relay_node_size), int(cache_size),
-                                    [os.fspath(p) for p in plugin_paths],
-                                    bool(validate))
+        self._s = _cpsched._Session(_int(cp_size, "cp_size", 1, _MAX_RANKS), _int(seqlen, "seqlen", 0, _MAX_SEQLEN),
+                                    hq, hkv, dim, dtype_bytes, dim_v, kv_shared,
+                                    _bool(flatten_head_groups, "flatten_head_groups"),
+                                    _int(blocks_per_rank, "blocks_per_rank", 1, _MAX_BLOCKS_PER_RANK),
+                                    _str(solver, "solver"), _params(solver_params, "solver_params"),
+                                    _str(cost_model, "cost_model"), _params(cost_params, "cost_params"),
+                                    _stages(stages), _int(relay_node_size, "relay_node_size", -1, _MAX_RANKS),
+                                    _int(cache_size, "cache_size", 0, _INT32_MAX),
+                                    _folders(plugin_paths, "plugin_paths"),
+                                    _bool(validate, "validate"))
 
     @classmethod
     def from_config(cls, path, overrides=None):
         """A Session from a YAML config (as `cpsched plan CONFIG --set k=v ...`): problem sizes, solver,
         cost model, stages, cache and plugin paths. `overrides`: {"key.path": value}."""
         self = cls.__new__(cls)
-        self._s = _cpsched._Session.from_config(os.fspath(path), _overrides(overrides))
+        self._s = _cpsched._Session.from_config(_path(path, "path"), _overrides(overrides))
         return self
 
     def solve(self, q_ranges, k_ranges, types):
@@ -410,6 +528,9 @@ class Session:
         and one mask type per slice (a name, 0-3, the seed's AttnMaskType, or one for all slices)."""
         q = _ranges(q_ranges, "q_ranges")
         k = _ranges(k_ranges, "k_ranges")
+        if len(q) == 0 and len(k) == 0:
+            # An empty workload is an error, as `slices: []` is in a config (nothing to plan).
+            raise ValueError("q_ranges, k_ranges: no slice: the mask selects no (query, key) pair, nothing to plan")
         # The Session keeps no Python reference to its results: a plan is freed when the caller drops
         # it (or the cache evicts it), never inside the next solve call.
         return Result(self._s.solve(q, k, _types(types, len(q))))
@@ -423,14 +544,37 @@ class Session:
         (H_kv = 1: shared by every head, else heads.kv), -1 padded; query i of head h attends to the
         keys indices[i, h, :]. A torch tensor on the GPU: call .cpu() first. Not cached (a selection
         changes every step); errors name the first offending entry (docs/masks.md)."""
+        causal = _bool(causal, "causal")
         a = _host_array(indices, "indices")
         if a.ndim != 3:
             raise ValueError(f"indices: expected shape [S, H_kv, k], got shape {a.shape}")
         if a.dtype.kind not in "iu":
             raise ValueError(f"indices: expected int32 or int64 key positions, got dtype {a.dtype}")
-        if a.dtype not in (np.int32, np.int64) or not a.flags.c_contiguous:
-            a = np.ascontiguousarray(a, dtype=np.int64)
-        return Result(self._s.solve_topk(a, bool(causal)))
+        S, h_kv, width = (int(x) for x in a.shape)
+        o = self._s.options()
+        if o["seqlen"] and S != o["seqlen"]:
+            raise ValueError(f"indices: {S} rows (S) but the Session's seqlen is {o['seqlen']}; one row per token")
+        blocks = o["cp_size"] * o["blocks_per_rank"]
+        if S < blocks:
+            raise ValueError(f"indices: S = {S} tokens, fewer than the {blocks} blocks of the grid (cp_size "
+                             f"{o['cp_size']} x blocks_per_rank {o['blocks_per_rank']}): every rank needs a token")
+        if h_kv not in (1, o["heads"][1]):
+            raise ValueError(f"indices: {h_kv} selection heads (shape[1]) but heads.kv = {o['heads'][1]}: a "
+                             f"selection is shared by every head (1) or one per KV head ({o['heads'][1]})")
+        if width == 0 or a.size == 0:
+            raise ValueError(f"indices: shape {a.shape} selects no (query, key) pair: nothing to plan")
+        # Values outside int32 are reported here, with their index and value as given (a uint64 2^63 is not
+        # -2^63); the C++ side reports the rest (range, causality, duplicates) by entry.
+        if a.dtype.itemsize > 4 or a.dtype == np.uint32:
+            lo, hi = a.min(), a.max()
+            if hi > _INT32_MAX or lo < -(1 << 31):
+                flat = int(np.flatnonzero((a.ravel() > _INT32_MAX) | (a.ravel() < -(1 << 31)))[0])
+                idx = np.unravel_index(flat, a.shape)
+                raise ValueError(f"indices[{', '.join(str(int(i)) for i in idx)}] = {int(a.ravel()[flat])} is outside "
+                                 f"int32 (key positions are < 2^31)")
+        if a.dtype != np.int32 or not a.flags.c_contiguous:
+            a = np.ascontiguousarray(a, dtype=np.int32)  # in range: exact
+        return Result(self._s.solve_topk(a, causal))
 
     @property
     def options(self):
@@ -447,18 +591,18 @@ class Session:
 def plugins(plugin_paths=()):
     """The plugins found (the package's own, CPSCHED_PLUGIN_PATH and `plugin_paths`): name, kind, doc,
     file and parameters (name, type, default, doc) of each."""
-    return _cpsched.plugins([os.fspath(p) for p in plugin_paths])
+    return _cpsched.plugins(_folders(plugin_paths, "plugin_paths"))
 
 
 def plugin_problems(plugin_paths=()):
     """Why each plugin file that could not be loaded was rejected."""
-    return _cpsched.plugin_problems([os.fspath(p) for p in plugin_paths])
+    return _cpsched.plugin_problems(_folders(plugin_paths, "plugin_paths"))
 
 
 def run(config, overrides=None):
     """`cpsched run CONFIG`: solve, build the plan, execute it with the config's executor. Returns
     {passed, figures (name -> value, in the executor's order), text, svg, executor, result}."""
-    out = _cpsched.run(os.fspath(config), _overrides(overrides))
+    out = _cpsched.run(_path(config, "config"), _overrides(overrides))
     out["result"] = Result(out["result"])
     return out
 
@@ -468,7 +612,7 @@ Mask = namedtuple("Mask", "q_ranges k_ranges types seqlen")
 
 def mask_from_config(config, overrides=None):
     """The mask a config describes, as arrays for Session.solve: Mask(q_ranges, k_ranges, types, seqlen)."""
-    q, k, t, s = _cpsched.mask_from_config(os.fspath(config), _overrides(overrides))
+    q, k, t, s = _cpsched.mask_from_config(_path(config, "config"), _overrides(overrides))
     return Mask(q, k, t, s)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-from . import Session, _cpsched
+from . import Session, _cpsched, _bool, _env_bool, _int, _MAX_HEADS, _MAX_HEAD_DIM, _MAX_RANKS, _MAX_SEQLEN
 
 __all__ = ["DynamicAttnSolver", "BinaryGreedyParallelDynamicAttnAlgorithm", "BalancedBytesAlgorithm",
            "algorithm_name"]
@@ -67,9 +67,17 @@ def algorithm_name(algorithm):
 
 
 def _flatten_default():
-    # The seed reads MAGI_ATTENTION_FLATTEN_HEAD_GROUPS; unset, cpsched's default (flattened) holds.
-    v = os.environ.get("MAGI_ATTENTION_FLATTEN_HEAD_GROUPS")
-    return True if v is None else v.strip() not in ("0", "false", "False", "")
+    # The seed reads MAGI_ATTENTION_FLATTEN_HEAD_GROUPS; unset, cpsched's default (flattened) holds. Parsed
+    # strictly: "no" or "FALSE" mean False, and anything not a boolean is a ValueError naming the variable.
+    return _env_bool("MAGI_ATTENTION_FLATTEN_HEAD_GROUPS", True)
+
+
+def _group_call(cp_group, what):
+    f = getattr(cp_group, what, None)
+    if not callable(f):
+        raise ValueError(f"cp_group: expected a process group with rank() and size() (a torch ProcessGroup), "
+                         f"got {type(cp_group).__name__} without {what}()")
+    return f()
 
 
 def _merged(ranges):
@@ -86,6 +94,13 @@ def _merged(ranges):
     return out
 
 
+def _meta_attr(meta, name, attr):
+    if not hasattr(meta, attr):
+        raise ValueError(f"{name}: expected the seed's DispatchMeta (with cp_rank, cp_size, total_seqlen), got "
+                         f"{type(meta).__name__} without {attr}")
+    return getattr(meta, attr)
+
+
 def _host_ranges_of(meta):
     hr = getattr(meta, "host_ranges_per_rank", None)
     return None if hr is None else [_merged(r) for r in hr]
@@ -99,29 +114,37 @@ class DynamicAttnSolver:
                  host_ranges_k=None, cp_rank=None, cp_size=None, cp_mesh=None, calc_local_range=True, *,
                  dtype="bf16", stages=1, cost_model="area", solver_params=None, cost_params=None,
                  flatten_head_groups=None, relay_node_size=0, cache_size=64, plugin_paths=()):
-        if num_heads_kv <= 0 or num_heads_q % num_heads_kv != 0:
+        num_heads_q = _int(num_heads_q, "num_heads_q", 1, _MAX_HEADS)
+        num_heads_kv = _int(num_heads_kv, "num_heads_kv", 1, _MAX_HEADS)
+        head_dim = _int(head_dim, "head_dim", 1, _MAX_HEAD_DIM)
+        if num_heads_q % num_heads_kv != 0:
             raise ValueError(f"num_heads_q ({num_heads_q}) must be a multiple of num_heads_kv ({num_heads_kv})")
         if dispatch_meta_q is not None:
-            cp_rank = dispatch_meta_q.cp_rank
-            cp_size = dispatch_meta_q.cp_size
-            total_seqlen_q = dispatch_meta_q.total_seqlen
+            cp_rank = _meta_attr(dispatch_meta_q, "dispatch_meta_q", "cp_rank")
+            cp_size = _meta_attr(dispatch_meta_q, "dispatch_meta_q", "cp_size")
+            total_seqlen_q = _meta_attr(dispatch_meta_q, "dispatch_meta_q", "total_seqlen")
             host_ranges_q = _host_ranges_of(dispatch_meta_q)
         if dispatch_meta_k is not None:
-            total_seqlen_k = dispatch_meta_k.total_seqlen
+            total_seqlen_k = _meta_attr(dispatch_meta_k, "dispatch_meta_k", "total_seqlen")
             host_ranges_k = _host_ranges_of(dispatch_meta_k)
         if cp_rank is None or cp_size is None:
             if cp_group is None:
                 raise ValueError("DynamicAttnSolver: give cp_group (with rank() and size()), dispatch_meta_q, "
                                  "or cp_rank and cp_size")
-            cp_rank = cp_group.rank() if cp_rank is None else cp_rank
-            cp_size = cp_group.size() if cp_size is None else cp_size
-        cp_rank, cp_size = int(cp_rank), int(cp_size)
+            cp_rank = _group_call(cp_group, "rank") if cp_rank is None else cp_rank
+            cp_size = _group_call(cp_group, "size") if cp_size is None else cp_size
+        cp_size = _int(cp_size, "cp_size", 1, _MAX_RANKS)
+        cp_rank = _int(cp_rank, "cp_rank")
         if not 0 <= cp_rank < cp_size:
             raise ValueError(f"cp_rank {cp_rank} is outside [0, {cp_size})")
         if total_seqlen_q is not None and total_seqlen_k is not None and total_seqlen_q != total_seqlen_k:
             raise ValueError(f"total_seqlen_q ({total_seqlen_q}) and total_seqlen_k ({total_seqlen_k}) differ; "
                              f"cpsched plans self-attention over one sequence")
-        seqlen = int(total_seqlen_q if total_seqlen_q is not None else (total_seqlen_k or 0))
+        if total_seqlen_q is not None:
+            total_seqlen_q = _int(total_seqlen_q, "total_seqlen_q", 0, _MAX_SEQLEN)
+        if total_seqlen_k is not None:
+            total_seqlen_k = _int(total_seqlen_k, "total_seqlen_k", 0, _MAX_SEQLEN)
+        seqlen = total_seqlen_q if total_seqlen_q is not None else (total_seqlen_k or 0)
         # Only fixed sequential sharding (the dynamic solver's layout) is planned: check a given layout.
         for name, hr in (("host_ranges_q", host_ranges_q), ("host_ranges_k", host_ranges_k)):
             if hr is not None:
@@ -137,12 +160,13 @@ class DynamicAttnSolver:
         self.num_heads_kv = num_heads_kv
         self.head_dim = head_dim
         self.total_seqlen_q = self.total_seqlen_k = seqlen or None
-        self.calc_local_range = calc_local_range
+        self.calc_local_range = _bool(calc_local_range, "calc_local_range")
         self.session = Session(cp_size=cp_size, seqlen=seqlen, heads=(num_heads_q, num_heads_kv, head_dim, dtype),
                                solver=algorithm_name(algorithm), solver_params=solver_params,
                                cost_model=cost_model, cost_params=cost_params, stages=stages,
                                flatten_head_groups=_flatten_default() if flatten_head_groups is None
-                               else flatten_head_groups, relay_node_size=relay_node_size, cache_size=cache_size,
+                               else _bool(flatten_head_groups, "flatten_head_groups"),
+                               relay_node_size=relay_node_size, cache_size=cache_size,
                                plugin_paths=plugin_paths)
         self.result = None
 
@@ -186,7 +210,7 @@ class DynamicAttnSolver:
     def output_solve_result(self, visualize=False, save_path=None, before_dispatch=False):
         """With visualize=True, draws the partition as SVG to save_path (default solver_output.svg; another
         suffix such as the seed's .png is replaced by .svg). Returns the path written, or None."""
-        if not visualize:
+        if not _bool(visualize, "visualize"):
             return None
         path = os.fspath(save_path) if save_path is not None else "solver_output.svg"
         root, ext = os.path.splitext(path)

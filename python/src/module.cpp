@@ -351,7 +351,8 @@ class PySession {
   // Token top-k indices [S, kv_heads, k] (int32 or int64, -1 padded; DSA's
   // indexer output, FlashMLA's layout), copied while the GIL is held: the
   // result keeps its own copy, whatever happens to the array.
-  Result solve_topk(const nb::ndarray<nb::ndim<3>, nb::c_contig, nb::device::cpu>& indices, bool causal) {
+  // (nb::ro: read-only arrays, e.g. memory-mapped, are read as they are.)
+  Result solve_topk(const nb::ndarray<nb::ro, nb::ndim<3>, nb::c_contig, nb::device::cpu>& indices, bool causal) {
     const std::vector<std::int64_t> shape{static_cast<std::int64_t>(indices.shape(0)),
                                           static_cast<std::int64_t>(indices.shape(1)),
                                           static_cast<std::int64_t>(indices.shape(2))};

@@ -49,7 +49,7 @@ def test_gqa_tuples_and_dicts_are_unchanged():
 @pytest.mark.parametrize("heads,msg", [
     (dict(MLA, dim=64), "heads: dim_qk = 576 differs from dim = 64"),
     (dict(MLA, dim_v=600), "kv_shared needs dim_v <= dim"),
-    (dict(MLA, kv_shared="yes"), "heads: kv_shared must be True or False"),
+    (dict(MLA, kv_shared="yes"), "heads['kv_shared']: expected True or False, got 'yes'"),
     (dict(MLA, dim_k=3), "heads: unknown key(s) ['dim_k']"),
 ])
 def test_bad_geometry_is_a_value_error(heads, msg):

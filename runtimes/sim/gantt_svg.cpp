@@ -7,6 +7,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "cpsched/base/error.hpp"
+
 namespace cpsched::sim {
 
 namespace {
@@ -49,6 +51,11 @@ double tick_step(double span, int n) {
 // Appends one pass panel at height y; returns the height used.
 double panel(std::string& svg, const PassTimeline& pt, const std::vector<int>& shown, double y,
              const std::string& heading) {
+  // The profile's numbers are finite and bounded (hardware_profile.cpp), so
+  // every time is; a timeline built by hand might not be.
+  if (!std::isfinite(pt.makespan()))
+    throw Error(fmt::format("sim: {}: the pass takes {} s, not a finite time; nothing to draw", heading,
+                            pt.makespan()));
   const double span = std::max(pt.makespan(), 1e-12);
   const bool ms = span >= 1e-3;
   const double unit = ms ? 1e3 : 1e6;
@@ -59,8 +66,11 @@ double panel(std::string& svg, const PassTimeline& pt, const std::vector<int>& s
                      xml_escape(heading));
   const double top = y + 24, height = static_cast<double>(shown.size()) * kLane;
   // Time axis with grid lines.
+  // Ticks by count, not by adding up a step: at most about 20 lines.
   const double step = tick_step(span * unit, 10);
-  for (double v = 0; v <= span * unit + 1e-9; v += step) {
+  const auto ticks = static_cast<int>(std::min(50.0, std::floor((span * unit + 1e-9) / step)));
+  for (int i = 0; i <= ticks; ++i) {
+    const double v = i * step;
     const double x = x_of(v / unit);
     svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#ddd\"/>\n", x, top,
                        top + height);

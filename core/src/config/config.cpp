@@ -9,7 +9,9 @@
 
 #include "config/problem.hpp"
 #include "config/reader.hpp"
+#include "problem/index_problem.hpp"
 #include "cpsched/base/error.hpp"
+#include "cpsched/io/input_file.hpp"
 #include "cpsched/timing/hardware.hpp"
 #include "cpsched/base/resources.hpp"
 #include "cpsched/plugin/registry.hpp"
@@ -125,7 +127,15 @@ void read_plugin_paths(const Section& top, Config& cfg, const std::filesystem::p
     std::string dir;
     if (!config_detail::node_string(top.diag(), list[i], "plugin_paths[" + std::to_string(i) + "]", dir)) continue;
     std::filesystem::path p = dir;
-    cfg.plugin_paths.push_back(p.is_relative() ? base_dir / p : p);
+    if (p.is_relative()) p = base_dir / p;
+    // A folder the user names must exist: a typo would otherwise only mean "plugin not found".
+    try {
+      check_input_folder(p, "plugin folder");
+    } catch (const Error& e) {
+      top.diag().error(list[i], "plugin_paths[" + std::to_string(i) + "]", e.what());
+      continue;
+    }
+    cfg.plugin_paths.push_back(p);
   }
 }
 
@@ -160,6 +170,7 @@ void read_hardware(const Section& top, Config& cfg, const std::filesystem::path&
     return;
   }
   cfg.hardware = spec;
+  if (is_path) cfg.input_files.emplace_back(spec, "hardware");
   for (PluginSelection* sel : {&cfg.cost_model, &cfg.executor})
     sel->inherited["hardware"] = {ParamValue(spec), cfg.hardware_loc};
 }
@@ -226,29 +237,9 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
 
 Config load_config(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
   // Only a regular file of bounded size: /dev/zero or a FIFO would be read
-  // without end, and a config is a few kilobytes.
-  constexpr std::uintmax_t kMaxConfigBytes = 16u << 20;
-  std::error_code ec;
-  const std::filesystem::file_status st = std::filesystem::status(file, ec);
-  if (ec || !std::filesystem::exists(st))
-    throw Error(file.string() + ": cannot open the configuration file" + (ec ? ": " + ec.message() : ""));
-  if (std::filesystem::is_directory(st)) throw Error(file.string() + ": is a folder, not a configuration file");
-  if (!std::filesystem::is_regular_file(st))
-    throw Error(file.string() + ": not a regular file (a device, FIFO or socket cannot be a configuration file)");
-  const std::uintmax_t size = std::filesystem::file_size(file, ec);
-  if (!ec && size > kMaxConfigBytes)
-    throw Error(file.string() + ": the configuration file has " + std::to_string(size) + " bytes (at most " +
-                std::to_string(kMaxConfigBytes) + ")");
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw Error(file.string() + ": cannot open the configuration file");
-  // Read at most one byte past the bound, in case the file grows meanwhile.
-  std::string text(kMaxConfigBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.bad()) throw Error(file.string() + ": cannot read the configuration file");
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  if (text.size() > kMaxConfigBytes)
-    throw Error(file.string() + ": the configuration file is larger than " + std::to_string(kMaxConfigBytes) +
-                " bytes");
+  // without end (or block in open), and a config is a few kilobytes.
+  constexpr std::uint64_t kMaxConfigBytes = 16u << 20;
+  const std::string text = read_input_file(file, kMaxConfigBytes, "configuration file");
   return parse_config(text, file.string(), overrides);
 }
 
@@ -305,7 +296,8 @@ Problem make_problem(const Config& cfg) {
     throw Error(located(cfg.mask_loc, "problem.mask", e.what()));
   }
   try {
-    Problem p = index ? Problem::make(std::move(index), cfg.cp_size, cfg.heads, cfg.grid)
+    // make_index_mask validated the entries: not a second pass over them.
+    Problem p = index ? make_index_problem(std::move(index), cfg.cp_size, cfg.heads, cfg.grid, /*validated=*/true)
                       : Problem::make(std::move(mask), cfg.cp_size, cfg.heads, cfg.grid);
     p.validate();
     return p;

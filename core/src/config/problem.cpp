@@ -14,6 +14,7 @@
 #include "cpsched/base/error.hpp"
 #include "cpsched/base/limits.hpp"
 #include "cpsched/base/resources.hpp"
+#include "problem/index_problem.hpp"
 
 namespace cpsched::config_detail {
 
@@ -125,7 +126,8 @@ void read_lengths(const Section& mask, MaskSpec& spec) {
 }
 
 // A path to a CSV (relative to the config's folder) or inline [[lo, hi, count], ...].
-void read_histogram(const Section& mask, MaskSpec& spec, const std::filesystem::path& base_dir) {
+void read_histogram(const Section& mask, Config& cfg, const std::filesystem::path& base_dir) {
+  MaskSpec& spec = cfg.mask;
   const YAML::Node h = mask.get("histogram");
   const std::string path = mask.path("histogram");
   Diagnostics& diag = mask.diag();
@@ -133,6 +135,7 @@ void read_histogram(const Section& mask, MaskSpec& spec, const std::filesystem::
     if (h.IsScalar()) {
       std::filesystem::path file = h.Scalar();
       if (file.is_relative()) file = base_dir / file;
+      cfg.input_files.emplace_back(file, mask.path("histogram"));
       spec.histogram = DocHistogram::load_csv(file);
       return;
     }
@@ -184,6 +187,7 @@ void read_index_keys(const Section& mask, Config& cfg, const std::filesystem::pa
     if (f.empty()) return mask.error(key, "expected a .npy file name, got an empty string");
     out = f;
     if (out.is_relative()) out = base_dir / out;
+    cfg.input_files.emplace_back(out, mask.path(key));
   };
   file("indices", spec.indices_file);
   file("indptr", spec.indptr_file);
@@ -222,7 +226,7 @@ void read_mask(const Section& mask, Config& cfg, const std::filesystem::path& ba
     mask.error("kind", "unknown mask kind '" + kind + "'; known: " + known);
   }
   if (mask.has("lengths")) read_lengths(mask, spec);
-  if (mask.has("histogram")) read_histogram(mask, spec, base_dir);
+  if (mask.has("histogram")) read_histogram(mask, cfg, base_dir);
   std::int64_t seed = 0;
   if (mask.read_int("seed", seed, 0)) spec.seed = static_cast<std::uint64_t>(seed);
   mask.read_int("pack", spec.pack, 0);
@@ -308,8 +312,13 @@ MaskSize estimate_mask_size(const MaskSpec& spec, Token S) {
 // files' sizes, int64 ones narrowed to half).
 double index_mask_bytes(const MaskSpec& spec, Token S) {
   const double heads = spec.kv_heads > 0 ? spec.kv_heads : 1;
-  if (spec.kind == MaskKind::dsa) return static_cast<double>(S) * heads * static_cast<double>(spec.topk) * 4;
-  if (spec.kind == MaskKind::nsa) return static_cast<double>(S) * heads * spec.nsa_top * 4;
+  // The generators' widths: topk and nsa_top clamped to what exists (S keys, ceil(S / nsa_block) key blocks).
+  if (spec.kind == MaskKind::dsa)
+    return static_cast<double>(S) * heads * static_cast<double>(std::min<std::int64_t>(spec.topk, S)) * 4;
+  if (spec.kind == MaskKind::nsa) {
+    const std::int64_t nkb = spec.nsa_block > 0 ? (S + spec.nsa_block - 1) / spec.nsa_block : S;
+    return static_cast<double>(S) * heads * static_cast<double>(std::min<std::int64_t>(spec.nsa_top, nkb)) * 4;
+  }
   double bytes = 0;
   for (const auto* f : {&spec.indices_file, &spec.indptr_file, &spec.full_indptr_file, &spec.full_indices_file}) {
     std::error_code ec;
@@ -319,6 +328,17 @@ double index_mask_bytes(const MaskSpec& spec, Token S) {
     }
   }
   return bytes;
+}
+
+// "raise the budget to at least 4G (memory_budget: 4G in the config, ...)": the
+// estimate rounded up to a GiB (a MiB below one).
+std::string raise_budget_hint(double need) {
+  const double gib = need / static_cast<double>(std::int64_t{1} << 30);
+  const std::string to = gib >= 1 ? fmt::format("{}G", static_cast<std::int64_t>(std::ceil(gib)))
+                                  : fmt::format("{}M", static_cast<std::int64_t>(std::ceil(need / (1 << 20))));
+  return fmt::format("raise the budget to at least {} (memory_budget: {} in the config, --set memory_budget={}, or "
+                     "CPSCHED_MEMORY_BUDGET={})",
+                     to, to, to, to);
 }
 
 // Refuses a mask whose generation alone would pass the slice limit or the
@@ -337,13 +357,36 @@ void check_mask_size(const MaskSpec& spec, Token S, std::int64_t configured_budg
                                  "2^32; a lower pack or fewer tokens fit",
                                  by_pack ? ".pack" : "", spec.pack, m.sampled_docs));
   const MemoryBudget budget = memory_budget_or_default(configured_budget, "memory_budget in the config");
+  // dsa: its selected pairs follow from the document lengths alone (query j
+  // of a document selects min(topk, j + 1) keys), and the sorted rows and
+  // the plan's two index pools hold at least 4 bytes per pair each. So a
+  // selection that cannot fit is refused before it is generated.
+  if (spec.kind == MaskKind::dsa && budget.bytes > 0) {
+    const double k = static_cast<double>(std::min<std::int64_t>(spec.topk, S));
+    const double heads = spec.kv_heads > 0 ? spec.kv_heads : 1;
+    double pairs = 0;
+    for (Token len : document_lengths(spec, S)) {
+      const auto n = static_cast<double>(len);
+      pairs += n <= k ? n * (n + 1) / 2 : k * (k + 1) / 2 + (n - k) * k;
+    }
+    pairs *= heads;
+    const double need = index_mask_bytes(spec, S) + 8 * static_cast<double>(S) * heads + 12 * pairs;
+    if (need > static_cast<double>(budget.bytes))
+      throw LimitError("mask.topk", fmt::format(
+          "problem.mask.topk: this dsa selection ({:.4g} selected pairs, topk {} over S = {}) needs at least {} "
+          "(indices {}, their sorted rows and the plan's two index pools {}), over the memory budget {} ({}); {}, or "
+          "lower problem.mask.topk or problem.seqlen_per_rank",
+          pairs, static_cast<std::int64_t>(k), S, format_bytes(need), format_bytes(index_mask_bytes(spec, S)),
+          format_bytes(need - index_mask_bytes(spec, S)), format_bytes(static_cast<double>(budget.bytes)), budget.source,
+          raise_budget_hint(need)));
+  }
   const double bytes = m.slices * 200 + m.sampled_docs * sizeof(Token) + index_mask_bytes(spec, S);
   if (budget.bytes > 0 && bytes > static_cast<double>(budget.bytes))
     throw LimitError("mask", fmt::format("problem.mask: generating this mask needs about {} ({:.3g} slices), over "
                                          "the memory budget {} ({}); fewer tokens or longer documents/blocks fit, "
-                                         "or raise the budget (memory_budget in the config or CPSCHED_MEMORY_BUDGET)",
+                                         "or {}",
                                          format_bytes(bytes), m.slices, format_bytes(static_cast<double>(budget.bytes)),
-                                         budget.source));
+                                         budget.source, raise_budget_hint(bytes)));
 }
 
 // A mask error: at the key of the .npy file it names (errors from files
@@ -431,7 +474,8 @@ void read_problem(const Section& problem, Config& cfg, const std::filesystem::pa
     return;
   }
   try {
-    const Problem p = index ? Problem::make(index, cfg.cp_size, cfg.heads, cfg.grid)
+    // make_index_mask validated the entries: not a second pass over them.
+    const Problem p = index ? make_index_problem(index, cfg.cp_size, cfg.heads, cfg.grid, /*validated=*/true)
                             : Problem::make(std::move(built), cfg.cp_size, cfg.heads, cfg.grid);
     // Grid and plan against the memory budget (the executor's own needs are
     // checked where it is known).

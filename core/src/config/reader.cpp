@@ -20,7 +20,9 @@ std::string located(const Location& loc, const std::string& path, const std::str
 Location Diagnostics::where(const YAML::Node& node, const std::string& path) const {
   for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it) {
     const std::string& o = *it;
-    if (path == o || (path.size() > o.size() && path.compare(0, o.size(), o) == 0 && path[o.size()] == '.'))
+    // Below the override: a key under it (".") or an element of a list it set ("[").
+    if (path == o || (path.size() > o.size() && path.compare(0, o.size(), o) == 0 &&
+                      (path[o.size()] == '.' || path[o.size()] == '[')))
       return Location{"--set " + o, 0, 0};
   }
   Location loc{source_, 0, 0};

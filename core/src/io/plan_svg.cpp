@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -38,15 +39,76 @@ std::vector<int> groups_to_draw(const TaskGrid& g, const SvgOptions& opt) {
   const int G = g.num_groups();
   std::vector<int> out;
   if (opt.groups.empty()) {
-    for (int i = 0; i < std::min(G, std::max(1, opt.max_groups)); ++i) out.push_back(i);
+    for (int i = 0; i < std::min({G, std::max(1, opt.max_groups), kSvgMaxPanels}); ++i) out.push_back(i);
     return out;
   }
+  if (opt.groups.size() > static_cast<std::size_t>(kSvgMaxPanels))
+    throw Error(fmt::format("svg: {} head groups asked; one picture draws at most {} (write several)",
+                            opt.groups.size(), kSvgMaxPanels));
   for (int x : opt.groups) {
     if (x < 0 || x >= G)
       throw Error(fmt::format("svg: head group {} does not exist (the grid has {} group{})", x, G, G == 1 ? "" : "s"));
     out.push_back(x);
   }
   return out;
+}
+
+// Tasks and slice pieces a panel would draw one by one.
+std::pair<std::int64_t, std::int64_t> panel_load(const TaskGrid& g, int grp) {
+  const auto& cells = g.cells();
+  const auto G = static_cast<std::size_t>(g.num_groups());
+  std::int64_t tasks = 0, pieces = 0;
+  for (std::size_t c = 0; c < cells.size(); ++c) {
+    const Cell& cell = g.cell_of(static_cast<TaskId>(c * G + static_cast<std::size_t>(grp)));
+    if (cell.area == 0) continue;
+    ++tasks;
+    pieces += std::max<std::int64_t>(1, static_cast<std::int64_t>(cell.pieces.size()));
+  }
+  return {tasks, pieces};
+}
+
+// The aggregated panel: (q host rank, kv host rank) squares, ranks grouped
+// `tile` to a side, each coloured by the rank computing most of its area
+// (ties: the lowest rank).
+void aggregated_panel(std::string& o, const Assignment& a, int grp, double x0, double y0, double panel) {
+  const TaskGrid& g = *a.grid;
+  const int P = g.cp_size();
+  const auto side_max = static_cast<int>(std::sqrt(static_cast<double>(kSvgMaxTiles)));
+  const int tile = (P + side_max - 1) / side_max, n = (P + tile - 1) / tile;
+  const auto G = static_cast<std::size_t>(g.num_groups());
+  // (square, computing rank) -> area.
+  std::unordered_map<std::uint64_t, Token> area;
+  for (std::size_t c = 0; c < g.cells().size(); ++c) {
+    const auto t = static_cast<TaskId>(c * G + static_cast<std::size_t>(grp));
+    const Token ar = g.area(t);
+    if (ar == 0) continue;
+    const std::uint64_t sq = static_cast<std::uint64_t>(g.q_host(t) / tile) * static_cast<std::uint64_t>(n) +
+                             static_cast<std::uint64_t>(g.k_host(t) / tile);
+    area[sq * static_cast<std::uint64_t>(P) + static_cast<std::uint64_t>(a.rank[static_cast<std::size_t>(t)])] += ar;
+  }
+  std::vector<std::pair<Token, Rank>> best(static_cast<std::size_t>(n) * static_cast<std::size_t>(n), {0, -1});
+  for (const auto& [key, ar] : area) {
+    const std::size_t sq = key / static_cast<std::uint64_t>(P);
+    const auto r = static_cast<Rank>(key % static_cast<std::uint64_t>(P));
+    auto& b = best[sq];
+    if (ar > b.first || (ar == b.first && (b.second < 0 || r < b.second))) b = {ar, r};
+  }
+  const double px = panel / n;
+  std::map<Rank, std::string> paths;
+  for (std::size_t sq = 0; sq < best.size(); ++sq) {
+    if (best[sq].second < 0) continue;
+    const double x = x0 + static_cast<double>(sq % static_cast<std::size_t>(n)) * px;
+    const double y = y0 + static_cast<double>(sq / static_cast<std::size_t>(n)) * px;
+    paths[best[sq].second] += fmt::format("M{:.1f} {:.1f}h{:.2f}v{:.2f}h{:.2f}Z", x, y, px, px, -px);
+  }
+  for (const auto& [r, d] : paths) o += fmt::format("<path fill=\"{}\" d=\"{}\"/>\n", rank_colour(r, P), d);
+  // The diagonal: squares whose q and kv ranks are the same (local work).
+  std::string diag;
+  for (int i = 0; i < n; ++i)
+    diag += fmt::format("M{:.1f} {:.1f}h{:.2f}v{:.2f}h{:.2f}Z", x0 + i * px, y0 + i * px, px, px, -px);
+  o += fmt::format("<path stroke=\"#202020\" stroke-width=\"0.5\" fill=\"none\" d=\"{}\"/>\n", diag);
+  o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"10\">aggregated: q x kv host ranks{}</text>\n", x0,
+                   y0 + panel + 14, tile > 1 ? fmt::format(", {} per square", tile) : std::string());
 }
 
 }  // namespace
@@ -78,9 +140,9 @@ std::string plan_svg(const Assignment& a, const Metrics& m, const SvgOptions& op
   const double S = static_cast<double>(std::max<Token>(1, p.seqlen())), scale = panel / S;
   const auto n = static_cast<double>(groups.size());
   const int per_row = std::max(1, static_cast<int>((n * (panel + gap) - gap) / 58));
-  const int legend_rows = (P + per_row - 1) / per_row;
+  const int legend_rows = (std::min(P, kSvgMaxLegend) + per_row - 1) / per_row;
   const double width = std::max(700.0, left + n * (panel + gap) + 8);
-  const double height = top + panel + 34 + 20.0 * legend_rows + 36;
+  const double height = top + panel + 34 + 20.0 * legend_rows + 36 + (P > kSvgMaxLegend ? 20 : 0);
 
   std::string o;
   o += fmt::format(
@@ -119,6 +181,14 @@ std::string plan_svg(const Assignment& a, const Metrics& m, const SvgOptions& op
                      g.flattened() ? fmt::format("head group {}", grp) : std::string("all heads"));
     o += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#f4f4f4\"/>\n", x0, y0,
                      panel, panel);
+    // Too many shapes to draw one by one: the rank-pair view (plan_svg.hpp's bound).
+    if (const auto [tasks, pieces] = panel_load(g, grp); tasks > kSvgMaxTasks || pieces > kSvgMaxPieces) {
+      aggregated_panel(o, a, grp, x0, y0, panel);
+      o += fmt::format(
+          "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" stroke=\"#202020\"/>\n</g>\n",
+          x0, y0, panel, panel);
+      continue;
+    }
     // Unmasked regions, one path per rank.
     std::map<Rank, std::string> paths;
     std::vector<std::pair<double, double>> dots;
@@ -150,7 +220,13 @@ std::string plan_svg(const Assignment& a, const Metrics& m, const SvgOptions& op
     for (const auto& [r, d] : paths)
       if (!d.empty()) o += fmt::format("<path fill=\"{}\" d=\"{}\"/>\n", rank_colour(r, P), d);
     // Block edges, then host cells (q and kv block hosted by the same rank).
-    if (nb <= 512) {
+    std::int64_t host_cells = 0;
+    {
+      std::vector<std::int64_t> per_rank(static_cast<std::size_t>(P), 0);
+      for (int b = 0; b < nb; ++b) ++per_rank[static_cast<std::size_t>(sh.host[static_cast<std::size_t>(b)])];
+      for (std::int64_t x : per_rank) host_cells += x * x;
+    }
+    if (nb <= 512 && host_cells <= kSvgMaxTasks) {
       std::string lines;
       for (int b = 1; b < nb; ++b) {
         const double v = static_cast<double>(sh.blocks[static_cast<std::size_t>(b)].begin);
@@ -188,12 +264,16 @@ std::string plan_svg(const Assignment& a, const Metrics& m, const SvgOptions& op
   // Legend: rank colours.
   const double ly = top + panel + 30;
   o += fmt::format("<text x=\"{}\" y=\"{:.1f}\" font-weight=\"bold\">computing rank</text>\n", left, ly);
-  for (Rank r = 0; r < P; ++r) {
+  for (Rank r = 0; r < std::min(P, kSvgMaxLegend); ++r) {
     const double x = left + 58.0 * (r % per_row), y = ly + 8 + 20.0 * (r / per_row);
     o += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"14\" height=\"14\" fill=\"{}\"/>", x, y,
                      rank_colour(r, P));
     o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">r{}</text>\n", x + 18, y + 11, r);
   }
+  if (P > kSvgMaxLegend)
+    o += fmt::format("<text x=\"{}\" y=\"{:.1f}\">... and {} more ranks (rank r's colour: golden-angle hue r x 137.5 "
+                     "degrees)</text>\n",
+                     left, ly + 8 + 20.0 * legend_rows + 12, P - kSvgMaxLegend);
   o += "</svg>\n";
   return o;
 }

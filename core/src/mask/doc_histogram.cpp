@@ -1,12 +1,13 @@
 // DocHistogram: the CSV reader and the checks a histogram must pass before
 // documents are sampled from it.
 #include <charconv>
-#include <fstream>
+#include <sstream>
 #include <limits>
 #include <string>
 #include <string_view>
 
 #include "cpsched/base/error.hpp"
+#include "cpsched/io/input_file.hpp"
 #include "cpsched/mask/generators.hpp"
 
 namespace cpsched {
@@ -59,8 +60,9 @@ std::string parse_row(std::string_view line, DocHistogram::Bin& bin) {
 }  // namespace
 
 DocHistogram DocHistogram::load_csv(const std::filesystem::path& file) {
-  std::ifstream in(file);
-  if (!in) throw Error(file.string() + ": cannot open document-length histogram");
+  // A regular file of bounded size (a FIFO or /dev/zero is refused, not read without end).
+  constexpr std::uint64_t kMaxHistogramBytes = 64u << 20;
+  std::istringstream in(read_input_file(file, kMaxHistogramBytes, "document-length histogram (CSV)"));
   DocHistogram hist;
   std::string line;
   int line_no = 0;

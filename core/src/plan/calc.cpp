@@ -212,6 +212,9 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
         for (const Slice& x : tight) sink.emit(x, qm, km, grp, out);
       }
     }
+    // The pool grew by doubling: trim it to its size (resources.hpp counts
+    // one rank's slack at a time, not every rank's).
+    if (index && index_rows) calc.indices.shrink_to_fit();
     if (area_only)
       for (int st = 0; st <= stages; ++st) {
         const Token area = stage_area[static_cast<std::size_t>(st)];

@@ -288,7 +288,7 @@ std::vector<std::string> validate_plan(const Assignment& a, const Plan& plan, co
   const Metrics m = opt.check_metrics ? compute_metrics(a) : Metrics{};
   for (bool fwd : {true, false}) {
     const std::vector<RankMaps> maps = check_comm(a, plan, fwd, pr);
-    const Loads loads = check_calc(a, plan, fwd, maps, pr);
+    const Loads loads = check_calc(a, plan, fwd, maps, pr, opt.index_chunk_pairs);
     if (opt.check_metrics) check_pass_metrics(a, plan, fwd, loads, m, pr);
   }
   pr.finish();

@@ -1,7 +1,10 @@
 // Plan validator: attention args inside their buffers, mapped back to global
 // coordinates, and exactly-once coverage of the mask by exact area accounting.
 #include <algorithm>
+#include <limits>
 #include <tuple>
+
+#include "cpsched/base/resources.hpp"
 
 #include "plan/validator_internal.hpp"
 
@@ -98,47 +101,62 @@ void check_cells(const Assignment& a, const char* pass, std::vector<Item>& items
              t, grid.cell_of(t).qblock, grid.cell_of(t).kblock, t % G, grid.area(t), a.rank[static_cast<std::size_t>(t)]);
 }
 
-// One computed (group, query, key) of an index arg, global coordinates.
-struct Pair {
-  int group;
-  Token q, k;
+// Index masks. The pairs an index plan computes are as many as the selected
+// pairs (hundreds of millions at S = 128k, k = 2048), so they are checked in
+// bounded memory: one pass over the args checks each arg on its own (pool
+// bounds, index_area, entries inside the hull, head groups, loads) and keeps
+// a small descriptor per arg; then, per head group, the query rows are cut
+// into chunks of at most validator_chunk_bytes (resources.hpp) worth of
+// selected pairs, and per chunk the pairs of the args' rows in it are
+// collected, sorted and compared with the selection's rows.
+
+// An index arg that passed its own checks.
+struct IndexArgRef {
+  const AttnArg* arg;
+  const CalcMeta* calc;
+  const RankMaps* maps;
   Rank rank;
   int stage;
-  std::size_t arg;
+  std::size_t index;
+  int group;          // 0..G-1
+  Token q_lo, q_hi;   // hull of its rows' global queries
 };
 
-// An index arg's entries through the buffer maps: in its rows, in the
-// pool, inside its hull `k`, rows of its head group; the pairs it computes
-// go to `pairs`, the kv rows it reads to `read`.
+// The checks of one index arg that need no other arg. Adds its computed
+// pairs to the loads; returns false when its rows cannot be read (outside the pool).
 template <class Where>
-void index_arg(const AttnArg& x, const CalcMeta& calc, const RankMaps& m, Rank r, int stage, std::size_t i,
-               std::vector<Pair>& pairs, std::vector<Range>& read, Problems& pr, Where&& where) {
+bool index_arg_alone(const AttnArg& x, const CalcMeta& calc, const RankMaps& m, Problems& pr, Where&& where,
+                     std::int64_t heads, std::int64_t& load, Token& q_lo, Token& q_hi) {
   if (!x.is_index()) {
     pr.add("{}: a range arg in the plan of an index mask (token top-k masks are computed by index args)", where());
-    return;
+    return false;
   }
   const auto width = static_cast<std::size_t>(x.index_width);
   if (x.index_offset < 0 || static_cast<std::size_t>(x.index_offset) + static_cast<std::size_t>(x.q.size()) * width >
                                 calc.indices.size()) {
     pr.add("{}: index rows [{}, {} + {} x {}) are outside the pool of {} indices", where(), x.index_offset,
            x.index_offset, x.q.size(), width, calc.indices.size());
-    return;
+    return false;
   }
   const BufferMap& qm = x.q_buf == BufferId::local ? m.local : m.remote[0];
   const BufferMap& km = x.k_buf == BufferId::local ? m.local : m.remote[1];
-  const int group = x.group < 0 ? 0 : x.group;
   const std::int32_t* pool = calc.indices.data() + x.index_offset;
   const auto valid = std::count_if(pool, pool + x.q.size() * x.index_width, [](std::int32_t e) { return e >= 0; });
   if (valid != x.index_area)
     pr.add("{}: index_area is {} but the arg's rows hold {} entries", where(), x.index_area, valid);
+  q_lo = std::numeric_limits<Token>::max();
+  q_hi = std::numeric_limits<Token>::min();
+  qm.walk(x.q, [&](Range b, Token g, int grp) {
+    q_lo = std::min(q_lo, g);
+    q_hi = std::max(q_hi, g + b.size());
+    if (grp != -1 && grp != x.group)
+      pr.add("{}: reads remote rows of head group {} for head group {}", where(), grp, x.group);
+  });
+  // Entries read kv rows of another head group only if some segment of the hull holds one.
+  bool foreign = false;
+  km.walk(x.k, [&](Range, Token, int grp) { foreign = foreign || (grp != -1 && grp != x.group); });
   for (Token row = x.q.begin; row < x.q.end; ++row) {
-    Token q = -1;
-    qm.walk({row, row + 1}, [&](Range, Token g, int grp) {
-      q = g;
-      if (grp != -1 && grp != x.group)
-        pr.add("{}: reads remote rows of head group {} for head group {}", where(), grp, x.group);
-    });
-    const std::int32_t* e = calc.indices.data() + x.index_offset + (row - x.q.begin) * static_cast<Token>(width);
+    const std::int32_t* e = pool + (row - x.q.begin) * static_cast<Token>(width);
     for (std::size_t j = 0; j < width; ++j) {
       if (e[j] == -1) continue;
       if (!x.k.contains(e[j])) {
@@ -146,75 +164,155 @@ void index_arg(const AttnArg& x, const CalcMeta& calc, const RankMaps& m, Rank r
                e[j], x.k.begin, x.k.end);
         continue;
       }
-      Token k = -1;
-      km.walk({e[j], e[j] + 1}, [&](Range, Token g, int grp) {
-        k = g;
-        if (grp != -1 && grp != x.group)
-          pr.add("{}: reads remote rows of head group {} for head group {}", where(), grp, x.group);
-      });
-      if (x.k_buf == BufferId::remote) read.push_back({e[j], e[j] + 1});
-      pairs.push_back({group, q, k, r, stage, i});
+      if (foreign)
+        km.walk({e[j], e[j] + 1}, [&](Range, Token, int grp) {
+          if (grp != -1 && grp != x.group)
+            pr.add("{}: reads remote rows of head group {} for head group {}", where(), grp, x.group);
+        });
+      load += heads;
     }
   }
+  return true;
 }
 
-// Index masks: every selected (group, query, key) computed exactly once, by
-// the rank its task is placed on, and nothing else.
-void check_pairs(const Assignment& a, const char* pass, std::vector<Pair>& pairs, Problems& pr) {
+// The global key of kv-buffer row `row` through `km`, remembering the last
+// segment (an arg's keys mostly lie in one).
+struct KeyMap {
+  const BufferMap& km;
+  std::size_t seg = 0;
+  Token global(Token row) {
+    const auto& segs = km.segs;
+    if (seg < segs.size() && segs[seg].buf <= row && row < segs[seg].buf + segs[seg].global.size())
+      return segs[seg].global.begin + (row - segs[seg].buf);
+    auto it = std::upper_bound(segs.begin(), segs.end(), row, [](Token v, const Segment& x) { return v < x.buf; });
+    if (it == segs.begin()) return -1;
+    --it;
+    if (row >= it->buf + it->global.size()) return -1;
+    seg = static_cast<std::size_t>(it - segs.begin());
+    return it->global.begin + (row - it->buf);
+  }
+};
+
+// Every selected (group, query, key) computed exactly once, by the rank its
+// task is placed on, and nothing else; chunk by chunk. Per chunk of query
+// rows, one counter per selected pair (and who computed it first): each
+// computed pair is found in its row's sorted keys by binary search, so no
+// list of the computed pairs is kept or sorted.
+void check_pairs(const Assignment& a, const char* pass, const std::vector<IndexArgRef>& args, Problems& pr,
+                 std::size_t chunk_option) {
   const TaskGrid& grid = *a.grid;
   const SelectionRows& sel = grid.selection();
   const Sharding& sh = grid.sharding();
   const int G = grid.flattened() ? grid.num_groups() : 1;
-  std::sort(pairs.begin(), pairs.end(), [](const Pair& x, const Pair& y) {
-    return std::tuple{x.group, x.q, x.k} < std::tuple{y.group, y.q, y.k};
-  });
   const auto& cells = grid.cells();
-  auto task_of = [&](int g, Token q, Token k) -> TaskId {
-    const int qb = sh.block_of(q), kb = sh.block_of(k);
+  const auto nb = static_cast<std::int64_t>(sh.num_blocks());
+  // Block pair -> cell: a dense table while it is small (4M entries), else a search.
+  std::vector<std::int32_t> cell_at;
+  if (nb * nb <= (std::int64_t{1} << 22)) {
+    cell_at.assign(static_cast<std::size_t>(nb * nb), -1);
+    for (std::size_t c = 0; c < cells.size(); ++c)
+      cell_at[static_cast<std::size_t>(std::int64_t{cells[c].qblock} * nb + cells[c].kblock)] = static_cast<std::int32_t>(c);
+  }
+  auto cell_of = [&](int qb, int kb) -> std::int64_t {
+    if (!cell_at.empty()) return cell_at[static_cast<std::size_t>(std::int64_t{qb} * nb + kb)];
     auto it = std::lower_bound(cells.begin(), cells.end(), std::pair{qb, kb},
                                [](const Cell& c, auto key) { return std::pair{c.qblock, c.kblock} < key; });
     if (it == cells.end() || it->qblock != qb || it->kblock != kb) return -1;
-    return static_cast<TaskId>((it - cells.begin()) * grid.num_groups() + (grid.flattened() ? g : 0));
+    return it - cells.begin();
   };
-  std::size_t p = 0;
+  // Who computed a pair first: for the messages.
+  struct By {
+    Rank rank;
+    std::int32_t stage;
+    std::uint32_t arg;
+  };
+  constexpr std::int64_t kPairBytes = 1 + sizeof(By);
+  const std::size_t chunk_pairs =
+      chunk_option > 0 ? chunk_option
+                       : static_cast<std::size_t>(std::max<std::int64_t>(
+                             1024, validator_chunk_bytes(default_memory_budget().bytes) / kPairBytes));
+  std::vector<std::uint8_t> hits;
+  std::vector<By> first;
+  std::vector<std::size_t> row_at;  // offset of row q0 + i's pairs in hits
+  const Token S = sel.seqlen();
   for (int g = 0; g < G; ++g) {
     const int head = grid.per_group_cells() ? g : 0;
-    for (Token q = 0; q < sel.seqlen(); ++q) {
-      const auto want = sel.row(head, q);
-      std::size_t w = 0;
-      for (; p < pairs.size() && pairs[p].group == g && pairs[p].q == q; ++p) {
-        const Pair& x = pairs[p];
-        while (w < want.size() && want[w] < x.k) {
-          pr.add("{}: selected entry (q {}, k {}) of group {} is computed by no arg", pass, q, want[w], g);
-          ++w;
-        }
-        if (w < want.size() && want[w] == x.k) {
-          ++w;
-          const TaskId t = task_of(g, q, x.k);
-          if (t >= 0 && a.rank[static_cast<std::size_t>(t)] != x.rank)
-            pr.add("{}: task {} is placed on rank {} but rank {} stage {} arg {} computes (q {}, k {}) of it", pass, t,
-                   a.rank[static_cast<std::size_t>(t)], x.rank, x.rank, x.stage, x.arg, q, x.k);
-        } else if (p > 0 && pairs[p - 1].group == g && pairs[p - 1].q == q && pairs[p - 1].k == x.k) {
-          pr.add("{}: entry (q {}, k {}) of group {} is computed twice, by rank {} stage {} arg {} and rank {} stage "
-                 "{} arg {}",
-                 pass, q, x.k, g, pairs[p - 1].rank, pairs[p - 1].stage, pairs[p - 1].arg, x.rank, x.stage, x.arg);
-        } else {
-          pr.add("{}: rank {} stage {} arg {} computes (q {}, k {}) of group {}, which the mask does not select", pass,
-                 x.rank, x.stage, x.arg, q, x.k, g);
-        }
+    for (Token q0 = 0; q0 < S;) {
+      // Rows [q0, q1): at least one, else as many as fit the chunk.
+      Token q1 = q0 + 1;
+      std::size_t want = sel.row(head, q0).size();
+      while (q1 < S && want + sel.row(head, q1).size() <= chunk_pairs) want += sel.row(head, q1++).size();
+      row_at.assign(static_cast<std::size_t>(q1 - q0) + 1, 0);
+      for (Token q = q0; q < q1; ++q)
+        row_at[static_cast<std::size_t>(q - q0) + 1] = row_at[static_cast<std::size_t>(q - q0)] + sel.row(head, q).size();
+      hits.assign(want, 0);
+      first.resize(want);
+      for (const IndexArgRef& d : args) {
+        if (d.group != g || d.q_hi <= q0 || q1 <= d.q_lo) continue;
+        const AttnArg& x = *d.arg;
+        const BufferMap& qm = x.q_buf == BufferId::local ? d.maps->local : d.maps->remote[0];
+        KeyMap km{x.k_buf == BufferId::local ? d.maps->local : d.maps->remote[1]};
+        const auto width = static_cast<Token>(x.index_width);
+        const By by{d.rank, static_cast<std::int32_t>(d.stage), static_cast<std::uint32_t>(d.index)};
+        qm.walk(x.q, [&](Range b, Token gq, int) {
+          // Buffer rows b hold global queries [gq, gq + |b|): those in [q0, q1).
+          const Token lo = std::max(gq, q0), hi = std::min(gq + b.size(), q1);
+          for (Token q = lo; q < hi; ++q) {
+            const auto wanted = sel.row(head, q);
+            const std::size_t base = row_at[static_cast<std::size_t>(q - q0)];
+            const int qb = sh.block_of(q);
+            int kb = -1;
+            Range kr{0, 0};
+            std::int64_t task = -1;
+            const std::int32_t* e = d.calc->indices.data() + x.index_offset + (b.begin + (q - gq) - x.q.begin) * width;
+            for (Token j = 0; j < width; ++j) {
+              if (e[j] == -1 || !x.k.contains(e[j])) continue;  // the latter reported by index_arg_alone
+              const Token k = km.global(e[j]);
+              const auto* w = std::lower_bound(wanted.data(), wanted.data() + wanted.size(), k);
+              if (w == wanted.data() + wanted.size() || *w != k) {
+                pr.add("{}: rank {} stage {} arg {} computes (q {}, k {}) of group {}, which the mask does not select",
+                       pass, by.rank, by.stage, by.arg, q, k, g);
+                continue;
+              }
+              const std::size_t at = base + static_cast<std::size_t>(w - wanted.data());
+              if (hits[at] == 0) {
+                first[at] = by;
+              } else if (hits[at] == 1) {
+                pr.add("{}: entry (q {}, k {}) of group {} is computed twice, by rank {} stage {} arg {} and rank {} "
+                       "stage {} arg {}",
+                       pass, q, k, g, first[at].rank, first[at].stage, first[at].arg, by.rank, by.stage, by.arg);
+              }
+              if (hits[at] < 255) ++hits[at];
+              // The task of (q, k): its placement must be this arg's rank.
+              if (!kr.contains(k)) {
+                kb = sh.block_of(k);
+                kr = kb >= 0 ? sh.blocks[static_cast<std::size_t>(kb)] : Range{0, 0};
+                const std::int64_t c = qb >= 0 && kb >= 0 ? cell_of(qb, kb) : -1;
+                task = c < 0 ? -1 : c * grid.num_groups() + (grid.flattened() ? g : 0);
+              }
+              if (task >= 0 && a.rank[static_cast<std::size_t>(task)] != by.rank)
+                pr.add("{}: task {} is placed on rank {} but rank {} stage {} arg {} computes (q {}, k {}) of it", pass,
+                       task, a.rank[static_cast<std::size_t>(task)], by.rank, by.rank, by.stage, by.arg, q, k);
+            }
+          }
+        });
       }
-      for (; w < want.size(); ++w)
-        pr.add("{}: selected entry (q {}, k {}) of group {} is computed by no arg", pass, q, want[w], g);
+      for (Token q = q0; q < q1; ++q) {
+        const auto wanted = sel.row(head, q);
+        const std::size_t base = row_at[static_cast<std::size_t>(q - q0)];
+        for (std::size_t w = 0; w < wanted.size(); ++w)
+          if (hits[base + w] == 0)
+            pr.add("{}: selected entry (q {}, k {}) of group {} is computed by no arg", pass, q, wanted[w], g);
+      }
+      q0 = q1;
     }
   }
-  for (; p < pairs.size(); ++p)
-    pr.add("{}: rank {} stage {} arg {} computes (q {}, k {}) of group {}, outside the grid", pass, pairs[p].rank,
-           pairs[p].stage, pairs[p].arg, pairs[p].q, pairs[p].k, pairs[p].group);
 }
 
 }  // namespace
 
-Loads check_calc(const Assignment& a, const Plan& plan, bool fwd, const std::vector<RankMaps>& maps, Problems& pr) {
+Loads check_calc(const Assignment& a, const Plan& plan, bool fwd, const std::vector<RankMaps>& maps, Problems& pr,
+                 std::size_t index_chunk_pairs) {
   const TaskGrid& grid = *a.grid;
   const auto P = static_cast<std::size_t>(grid.cp_size());
   const auto N = static_cast<std::size_t>(plan.num_stages);
@@ -225,7 +323,7 @@ Loads check_calc(const Assignment& a, const Plan& plan, bool fwd, const std::vec
   Loads loads{std::vector<std::int64_t>(P, 0), std::vector<std::int64_t>(P, 0)};
   std::vector<Item> items;
   const bool index = grid.index_cells();
-  std::vector<Pair> pairs;  // index masks: every computed (group, query, key)
+  std::vector<IndexArgRef> index_args;  // index masks: the args whose pairs are checked in chunks
   // last[k][s]: last stage reading rows received in stage s.
   std::vector<int> last[2] = {std::vector<int>(N + 1, 0), std::vector<int>(N + 1, 0)};
 
@@ -272,7 +370,14 @@ Loads check_calc(const Assignment& a, const Plan& plan, bool fwd, const std::vec
         }
         if (!inside) continue;
         if (x.is_index() || index) {
-          index_arg(x, pp.calc, m, static_cast<Rank>(r), static_cast<int>(s), i, pairs, read[1], pr, where);
+          // (Its kv rows are read: the hull x.k is among read[1] above.)
+          std::int64_t load = 0;
+          Token q_lo = 0, q_hi = 0;
+          if (index_arg_alone(x, pp.calc, m, pr, where, heads, load, q_lo, q_hi) && index)
+            index_args.push_back({&x, &pp.calc, &m, static_cast<Rank>(r), static_cast<int>(s), i, flat ? x.group : 0,
+                                  q_lo, q_hi});
+          loads.load[r] += load;
+          if (s == 0) loads.stage0[r] += load;
           continue;
         }
         arg_pieces(x, m, [&](const Band& g, const Band&, int qgrp, int kgrp) {
@@ -306,11 +411,7 @@ Loads check_calc(const Assignment& a, const Plan& plan, bool fwd, const std::vec
                pass, r, s + 1, sc.qo_reduce_after, sc.kv_reduce_after, last[0][s + 1], last[1][s + 1]);
     }
   if (index) {
-    check_pairs(a, pass, pairs, pr);
-    for (const Pair& x : pairs) {
-      loads.load[static_cast<std::size_t>(x.rank)] += heads;
-      if (x.stage == 0) loads.stage0[static_cast<std::size_t>(x.rank)] += heads;
-    }
+    check_pairs(a, pass, index_args, pr, index_chunk_pairs);
   } else {
     check_cells(a, pass, items, pr);
   }

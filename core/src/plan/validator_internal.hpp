@@ -83,7 +83,9 @@ std::vector<RankMaps> check_comm(const Assignment& a, const Plan& plan, bool fwd
 struct Loads {
   std::vector<std::int64_t> load, stage0;
 };
-Loads check_calc(const Assignment& a, const Plan& plan, bool fwd, const std::vector<RankMaps>& maps, Problems& pr);
+// `index_chunk_pairs`: ValidateOptions::index_chunk_pairs.
+Loads check_calc(const Assignment& a, const Plan& plan, bool fwd, const std::vector<RankMaps>& maps, Problems& pr,
+                 std::size_t index_chunk_pairs = 0);
 
 // The pieces of arg `x` of rank `r` through the maps (no bounds checks; the
 // arg must lie inside its buffers). Calls f(piece, buffer band).

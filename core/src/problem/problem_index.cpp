@@ -1,33 +1,78 @@
 // Problems of index masks (problem.hpp).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include "cpsched/base/error.hpp"
 #include "cpsched/problem/problem.hpp"
+#include "problem/index_problem.hpp"
 
 namespace cpsched {
 
 Problem Problem::make(std::shared_ptr<const IndexMask> mask, int cp_size, Heads heads, GridOptions grid) {
+  return make_index_problem(std::move(mask), cp_size, heads, grid, /*validated=*/false);
+}
+
+Problem make_index_problem(std::shared_ptr<const IndexMask> mask, int cp_size, Heads heads, GridOptions grid,
+                           bool validated) {
   if (!mask) throw Error("problem: no index mask given");
+  // The array that says how many heads select (its source: a file path, or <indices> for memory).
+  const IndexArray& heads_array = mask->kind == IndexMaskKind::bsr && !mask->indptr.empty() ? mask->indptr : mask->indices;
+  const std::string src = heads_array.source.empty() ? std::string("<indices>") : heads_array.source;
   if (mask->kv_heads != 1 && mask->kv_heads != heads.kv)
-    throw Error(fmt::format("problem: the index mask selects for {} KV heads but heads.kv = {}; a selection is "
-                            "shared by all heads (1) or per KV head ({})",
-                            mask->kv_heads, heads.kv, heads.kv));
+    throw Error(heads.kv == 1
+                    ? fmt::format("{}: the index mask (shape [{}]) selects for {} KV heads but heads.kv = 1: with one "
+                                  "KV head the selection has one head",
+                                  src, fmt::join(heads_array.shape, ", "), mask->kv_heads)
+                    : fmt::format("{}: the index mask (shape [{}]) selects for {} KV heads but heads.kv = {}: a "
+                                  "selection is shared by all heads (1 head) or one per KV head ({} heads)",
+                                  src, fmt::join(heads_array.shape, ", "), mask->kv_heads, heads.kv, heads.kv));
   if (mask->kv_heads > 1 && !grid.flatten_head_groups)
     throw Error(fmt::format("problem: the index mask selects per KV head ({} heads), which needs flattened head "
                             "groups (problem.grid.flatten_head_groups: true)",
                             mask->kv_heads));
+  // Every block of the grid holds tokens (the index cells tile [0, S) by blocks).
+  if (cp_size >= 1 && grid.blocks_per_rank >= 1 &&
+      mask->seqlen < std::int64_t{cp_size} * grid.blocks_per_rank)
+    throw Error(fmt::format("problem: the index mask has S = {} tokens, fewer than the {} blocks of the grid (cp_size "
+                            "{} x blocks_per_rank {}): every rank's block needs at least one token",
+                            mask->seqlen, std::int64_t{cp_size} * grid.blocks_per_rank, cp_size,
+                            grid.blocks_per_rank));
+  // The problem without its selection: `mask` holds only S.
+  auto shell = [&] {
+    Problem p;
+    p.heads = heads;
+    p.grid = grid;
+    p.sharding = Sharding::sequential(mask->seqlen, cp_size, grid.blocks_per_rank);
+    p.mask = RangeMask(mask->seqlen, {});
+    return p;
+  };
+  const std::string isrc = mask->indices.source.empty() ? std::string("<indices>") : mask->indices.source;
+  auto empty = [&] {
+    return Error(fmt::format("{}: the {} selection (shape [{}]) selects no (query, key) pair: nothing to plan", isrc,
+                             to_string(mask->kind), fmt::join(mask->indices.shape, ", ")));
+  };
   if (mask->kind == IndexMaskKind::topk) {
-    mask->validate();
-    Problem p = make(RangeMask(mask->seqlen, {}), cp_size, heads, grid);
+    if (!validated) mask->validate();
+    // Valid entries are -1 or a selected key: the selection is empty when all are -1.
+    const auto e = mask->indices.span();
+    if (std::all_of(e.begin(), e.end(), [](std::int32_t v) { return v == -1; })) throw empty();
+    Problem p = shell();
     p.index_mask = std::move(mask);
     p.selection_rows = std::make_shared<const SelectionRowsCache>();
+    p.validate();
     return p;
   }
-  std::vector<RangeMask> per_head = block_selection_masks(*mask);
-  if (per_head.size() == 1) return make(std::move(per_head.front()), cp_size, heads, grid);
-  Problem p = make(RangeMask(mask->seqlen, {}), cp_size, heads, grid);
+  std::vector<RangeMask> per_head = block_selection_masks(*mask);  // validates the entries
+  __int128 area = 0;
+  for (const RangeMask& m : per_head) area += m.area_wide();
+  if (area == 0) throw empty();
+  if (per_head.size() == 1) return Problem::make(std::move(per_head.front()), cp_size, heads, grid);
+  Problem p = shell();
   p.head_masks = std::move(per_head);
   for (const RangeMask& m : p.head_masks) m.validate();
+  p.validate();
   return p;
 }
 

@@ -8,6 +8,7 @@
 
 #include "cpsched/session/session.hpp"
 #include "cpsched/base/error.hpp"
+#include "cpsched/io/input_file.hpp"
 #include "cpsched/timing/hardware.hpp"
 #include "cpsched/mask/generators.hpp"
 
@@ -29,6 +30,14 @@ void check_options(const SessionOptions& o) {
   if (o.cp_size < 1) throw Error(fmt::format("session: cp_size must be at least 1, got {}", o.cp_size));
   o.plan.validate("session");
   if (o.seqlen < 0) throw Error(fmt::format("session: seqlen must not be negative, got {}", o.seqlen));
+  // Folders the caller names must exist (a typo would otherwise only mean "plugin not found").
+  for (std::size_t i = 0; i < o.plugin_paths.size(); ++i) {
+    try {
+      check_input_folder(o.plugin_paths[i], "plugin folder");
+    } catch (const Error& e) {
+      throw Error(fmt::format("session: plugin_paths[{}]: {}", i, e.what()));
+    }
+  }
   if (o.memory_budget < 0)
     throw Error(fmt::format("session: memory_budget must be 0 (the default) or a number of bytes, got {}",
                             o.memory_budget));
@@ -89,6 +98,9 @@ struct Session::Impl {
   // and a key would hash the whole index tensor.
   const SolveResult& solve(const IndexMask& mask) {
     const auto t0 = std::chrono::steady_clock::now();
+    if (opt.seqlen > 0 && mask.seqlen != opt.seqlen)
+      throw Error(fmt::format("session: the index mask has S = {} tokens but the session's seqlen is {}", mask.seqlen,
+                              opt.seqlen));
     auto problem = std::make_shared<const Problem>(
         Problem::make(std::make_shared<const IndexMask>(mask), opt.cp_size, opt.heads, opt.grid));
     return solve_problem(std::move(problem), nullptr, t0);

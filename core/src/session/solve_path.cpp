@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "cpsched/base/error.hpp"
+#include "cpsched/base/resources.hpp"
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/plan/pricing.hpp"
 #include "cpsched/plan/validator.hpp"
@@ -39,6 +40,9 @@ SolvePath::~SolvePath() = default;
 
 SolveResult SolvePath::run(std::shared_ptr<const Problem> problem, const Options& o) const {
   if (!problem) throw Error("solve path: no problem given");
+  // Grid, plan (index pools included) and, when asked, the validator against
+  // the memory budget, before any of them is built (base/resources.hpp).
+  check_resources(*problem, /*sim_numeric=*/false, o.validate);
   const auto t0 = Clock::now();
   auto grid = std::make_shared<const TaskGrid>(std::move(problem));
   const double grid_ms = ms_since(t0);

@@ -4,12 +4,14 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
 
 #include "timing/bundled_profiles.hpp"
 #include "cpsched/base/error.hpp"
+#include "cpsched/io/input_file.hpp"
 
 namespace cpsched {
 
@@ -45,25 +47,41 @@ YAML::Node require(const Ctx& c, const YAML::Node& map, const std::string& key, 
   return n;
 }
 
-double positive(const Ctx& c, const YAML::Node& map, const std::string& key, const std::string& path,
-                bool allow_zero) {
+// Every number of a profile is finite and inside a stated range: an infinite
+// or absurd value would make every predicted time infinite (or overflow to
+// it), and the timelines drawn from them unbounded. The ranges leave room
+// far beyond any machine: up to 10^6 TFLOP/s and GB/s, a latency up to one
+// second, up to 1024 GPUs per node.
+struct Bounds {
+  double lo;
+  bool lo_open;  // lo itself excluded (a rate must be > 0)
+  double hi;
+};
+constexpr Bounds kRate{0.0, true, 1e6};
+constexpr Bounds kLatencyUs{0.0, false, 1e6};
+constexpr Bounds kGpusPerNode{1.0, false, 1024.0};
+
+double number(const Ctx& c, const YAML::Node& map, const std::string& key, const std::string& path, Bounds b) {
   const YAML::Node n = require(c, map, key, path);
   const std::string full = path.empty() ? key : path + "." + key;
   double v = 0;
   try {
     v = n.as<double>();
   } catch (const YAML::Exception&) {
-    throw Error(c.where(n, full) + ": expected a number, got '" + n.Scalar() + "'");
+    throw Error(c.where(n, full) + ": expected a number, got '" + (n.IsScalar() ? n.Scalar() : std::string("a ") + (n.IsMap() ? "map" : "list")) + "'");
   }
-  if (!(allow_zero ? v >= 0 : v > 0))
-    throw Error(fmt::format("{}: must be {} (got {})", c.where(n, full), allow_zero ? ">= 0" : "> 0", n.Scalar()));
+  if (!std::isfinite(v))
+    throw Error(fmt::format("{}: must be a finite number (got {})", c.where(n, full), n.Scalar()));
+  if (b.lo_open ? !(v > b.lo) : !(v >= b.lo))
+    throw Error(fmt::format("{}: must be {} {:g} (got {})", c.where(n, full), b.lo_open ? ">" : ">=", b.lo, n.Scalar()));
+  if (v > b.hi) throw Error(fmt::format("{}: must be at most {:g} (got {})", c.where(n, full), b.hi, n.Scalar()));
   return v;
 }
 
 Link parse_link(const Ctx& c, const YAML::Node& root, const std::string& key) {
   const YAML::Node n = require(c, root, key, "");
   check_keys(c, n, key, {"bandwidth_gb_s", "latency_us"});
-  return {positive(c, n, "bandwidth_gb_s", key, false), positive(c, n, "latency_us", key, true)};
+  return {number(c, n, "bandwidth_gb_s", key, kRate), number(c, n, "latency_us", key, kLatencyUs)};
 }
 
 }  // namespace
@@ -86,10 +104,10 @@ HardwareProfile parse_hardware_profile(const std::string& yaml_text, const std::
   if (root["description"]) p.description = root["description"].as<std::string>();
   const YAML::Node tf = require(c, root, "attention_tflops", "");
   check_keys(c, tf, "attention_tflops", {"fwd", "bwd"});
-  p.fwd_tflops = positive(c, tf, "fwd", "attention_tflops", false);
-  p.bwd_tflops = positive(c, tf, "bwd", "attention_tflops", false);
-  p.hbm_gb_s = positive(c, root, "hbm_gb_s", "", false);
-  const double gpn = positive(c, root, "gpus_per_node", "", false);
+  p.fwd_tflops = number(c, tf, "fwd", "attention_tflops", kRate);
+  p.bwd_tflops = number(c, tf, "bwd", "attention_tflops", kRate);
+  p.hbm_gb_s = number(c, root, "hbm_gb_s", "", kRate);
+  const double gpn = number(c, root, "gpus_per_node", "", kGpusPerNode);
   if (gpn != static_cast<double>(static_cast<int>(gpn)))
     throw Error(c.where(root["gpus_per_node"], "gpus_per_node") + ": must be an integer");
   p.gpus_per_node = static_cast<int>(gpn);
@@ -105,11 +123,8 @@ HardwareProfile parse_hardware_profile(const std::string& yaml_text, const std::
 }
 
 HardwareProfile load_hardware_profile(const std::filesystem::path& file) {
-  std::ifstream in(file);
-  if (!in) throw Error("cannot read hardware profile '" + file.string() + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_hardware_profile(ss.str(), file.string());
+  // A profile is a few hundred bytes: a regular file of at most 1 MiB.
+  return parse_hardware_profile(read_input_file(file, 1u << 20, "hardware profile"), file.string());
 }
 
 std::vector<std::string> bundled_hardware_names() {

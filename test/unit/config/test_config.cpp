@@ -13,6 +13,7 @@
 #include "cpsched/config/config.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/plugin/registry.hpp"
+#include "npy_files.hpp"
 #include "test_helpers.hpp"
 
 using namespace cpsched;
@@ -66,6 +67,21 @@ plugin_paths: [extra/plugins, /abs/plugins]
 compare: {solvers: [usp, binary_greedy], cp_sizes: [8, 16]}
 )";
 
+// kSmall as the file <tmp>/cfgdir/small.yaml, its plugin folders created
+// (plugin_paths must name folders that exist): {yaml, source path, abs folder}.
+struct SmallConfig {
+  std::string yaml, source;
+  std::filesystem::path abs;
+};
+SmallConfig small_config() {
+  const std::filesystem::path root = test::process_temp_dir("cpsched_cfg_small");
+  std::filesystem::create_directories(root / "cfgdir" / "extra" / "plugins");
+  std::filesystem::create_directories(root / "abs" / "plugins");
+  SmallConfig c{kSmall, (root / "cfgdir" / "small.yaml").string(), root / "abs" / "plugins"};
+  c.yaml.replace(c.yaml.find("/abs/plugins"), 12, c.abs.string());
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("the quickstart config parses and makes the standard problem") {
@@ -97,7 +113,8 @@ TEST_CASE("the quickstart config parses and makes the standard problem") {
 }
 
 TEST_CASE("a complete config: every section read, plugin parameters typed from YAML scalars") {
-  const Config cfg = parse_config(kSmall, "cfgdir/small.yaml");
+  const SmallConfig sc = small_config();
+  const Config cfg = parse_config(sc.yaml, sc.source);
   CHECK(cfg.cp_size == 4);
   CHECK(cfg.seqlen() == 64);
   CHECK(cfg.heads.dtype_bytes == 2);
@@ -105,7 +122,7 @@ TEST_CASE("a complete config: every section read, plugin parameters typed from Y
   CHECK(cfg.grid.blocks_per_rank == 2);
   CHECK(cfg.mask.lengths == std::vector<Token>{30, 20, 14});
   CHECK(cfg.solver.name == "test_params");
-  CHECK(cfg.solver.name_loc.str() == "cfgdir/small.yaml:8:9");
+  CHECK(cfg.solver.name_loc.str() == sc.source + ":8:9");
   const auto& g = cfg.solver.given;
   REQUIRE(g.size() == 5);
   CHECK(std::get<bool>(g.at("flag").first) == true);
@@ -113,15 +130,15 @@ TEST_CASE("a complete config: every section read, plugin parameters typed from Y
   CHECK(std::get<std::int64_t>(g.at("ratio").first) == 2);
   CHECK(std::get<std::string>(g.at("label").first) == "7");  // quoted: a string
   CHECK(std::get<std::string>(g.at("mode").first) == "two words");
-  CHECK(g.at("count").second.str() == "cfgdir/small.yaml:10:38");
+  CHECK(g.at("count").second.str() == sc.source + ":10:38");
   CHECK(cfg.solver.given_params().get_int("count") == 5);
   CHECK(cfg.plan.stages == 2);
   CHECK(cfg.cache_size == 8);
   REQUIRE(cfg.plugin_paths.size() == 2);
-  CHECK(cfg.plugin_paths[0] == std::filesystem::path("cfgdir/extra/plugins"));
-  CHECK(cfg.plugin_paths[1] == std::filesystem::path("/abs/plugins"));
+  CHECK(cfg.plugin_paths[0] == std::filesystem::path(sc.source).parent_path() / "extra/plugins");
+  CHECK(cfg.plugin_paths[1] == sc.abs);
   CHECK(contains(cfg.compare_yaml, "binary_greedy"));
-  CHECK(cfg.compare_loc.str() == "cfgdir/small.yaml:18:10");
+  CHECK(cfg.compare_loc.str() == sc.source + ":18:10");
   const Problem p = make_problem(cfg);
   CHECK(p.sharding.num_blocks() == 8);
   CHECK(p.mask.area() == 30 * 31 / 2 + 20 * 21 / 2 + 14 * 15 / 2);
@@ -230,6 +247,11 @@ TEST_CASE("errors in an overridden node name the --set as their source") {
   CHECK(has_line(msg, "--set problem.cp_size: problem.cp_size: expected an integer, got 'abc'"));
   CHECK(contains(msg, "--set problem.mask: problem.mask.kind: unknown mask kind 'nope'"));
   CHECK(lines_of(msg).size() == 2);
+  // An element of a list the --set gave (issue 27: located at "base.yaml:1:2", the file it did not come from).
+  const std::string list = parse_error("problem:\n  cp_size: 2\n  seqlen_per_rank: 64\n",
+                                       {"problem.mask={kind: block_topk, indices: x.npy}", "problem.mask.block_size=[0, 64]"});
+  CHECK(contains(list, "--set problem.mask.block_size: problem.mask.block_size[0]: "));
+  CHECK(!contains(list, "t.yaml:1:2"));
 }
 
 TEST_CASE("bad --set syntax is reported, all overrides at once") {
@@ -317,7 +339,7 @@ TEST_CASE("mask sections: every kind's parameters, slices, histograms") {
   const std::string missing = error_of([] {
     parse_config("problem: {mask: {kind: causal_document, histogram: data/nope.csv}}\n", "some/dir/t.yaml");
   });
-  CHECK(contains(missing, "some/dir/t.yaml:1:52: problem.mask.histogram: some/dir/data/nope.csv: cannot open"));
+  CHECK(contains(missing, "some/dir/t.yaml:1:52: problem.mask.histogram: some/dir/data/nope.csv: no such file"));
 }
 
 TEST_CASE("grid blocks must hold at least one token; a folder is not a config") {
@@ -326,7 +348,7 @@ TEST_CASE("grid blocks must hold at least one token; a folder is not a config") 
         "seqlen_per_rank = 4 tokens");
   CHECK_NOTHROW(parse_config("problem: {seqlen_per_rank: 4, grid: {blocks_per_rank: 4}}\n", "t.yaml"));
   CHECK(contains(error_of([] { load_config(source_dir() / "configs"); }), "is a folder"));
-  CHECK(contains(error_of([] { load_config(source_dir() / "configs" / "nope.yaml"); }), "nope.yaml: cannot open"));
+  CHECK(contains(error_of([] { load_config(source_dir() / "configs" / "nope.yaml"); }), "nope.yaml: no such file"));
 }
 
 TEST_CASE("P = 0 and heads that do not divide") {
@@ -341,7 +363,8 @@ TEST_CASE("resolve_selection: plugin names and parameters checked against the re
   REQUIRE_MESSAGE(std::filesystem::exists(good), "build the test plugins first (target cpsched_test_params)");
   Registry reg;
   reg.scan(good);
-  const Config cfg = parse_config(kSmall, "small.yaml");
+  const SmallConfig sc = small_config();
+  const Config cfg = parse_config(sc.yaml, sc.source);
   const Params p = resolve_selection(reg, int(PluginKind::solver), cfg.solver);
   CHECK(p.get_bool("flag") == true);
   CHECK(p.get_int("count") == 5);

@@ -9,9 +9,11 @@
 
 #include "cpsched/io/atomic_file.hpp"
 #include "cpsched/base/error.hpp"
+#include "test_helpers.hpp"
 
 namespace fs = std::filesystem;
 using namespace cpsched;
+using test::error_of;
 
 namespace {
 
@@ -162,4 +164,62 @@ TEST_CASE("a target name of 255 characters still gets a temporary within the nam
   write_file_atomic(p, std::string_view("long"));
   CHECK(slurp(p) == "long");
   CHECK(others(t.dir, p) == 0);
+}
+
+TEST_CASE("a batch writes all or nothing (issue 27: plan -o P.json --svg /dev/full replaced P.json)") {
+  TempDir t;
+  const fs::path a = t.dir / "a.json", b = t.dir / "b.svg";
+  write_file_atomic(a, std::string_view("old a"));
+  write_file_atomic(b, std::string_view("old b"));
+  SUBCASE("committed: every file replaced, no temporary left") {
+    AtomicFileBatch batch;
+    write_file_atomic(a, std::string_view("new a"));
+    write_file_atomic(b, std::string_view("new b"));
+    CHECK(slurp(a) == "old a");  // nothing replaced before commit
+    batch.commit();
+    CHECK(slurp(a) == "new a");
+    CHECK(slurp(b) == "new b");
+    CHECK(others(t.dir, a) == 1);  // b only
+  }
+  SUBCASE("a later output fails: the earlier one is left as it was") {
+    {
+      AtomicFileBatch batch;
+      write_file_atomic(a, std::string_view("new a"));
+      CHECK_THROWS_AS(write_file_atomic(t.dir / "missing" / "b.svg", std::string_view("x")), Error);
+      if (fs::exists("/dev/full")) CHECK_THROWS_AS(write_file_atomic("/dev/full", std::string_view("x")), Error);
+      // no commit: the batch is dropped
+    }
+    CHECK(slurp(a) == "old a");
+    CHECK(others(t.dir, a) == 1);
+  }
+  SUBCASE("the same target twice in one batch is an error, not a silent overwrite") {
+    AtomicFileBatch batch;
+    write_file_atomic(a, std::string_view("1"));
+    CHECK(error_of([&] { write_file_atomic(t.dir / "." / "a.json", std::string_view("2")); }).find(
+              "is written by the same command already") != std::string::npos);
+  }
+  SUBCASE("a protected input is never written") {
+    AtomicFileBatch batch;
+    batch.protect({{a, "config"}});
+    CHECK(error_of([&] { write_file_atomic(a, std::string_view("x")); }).find("it is the config") != std::string::npos);
+  }
+}
+
+TEST_CASE("check_output_paths: an output equal to an input or to another output is refused") {
+  TempDir t;
+  const fs::path cfg = t.dir / "c.yaml", out = t.dir / "p.json";
+  write_file_atomic(cfg, std::string_view("problem: {}"));
+  CHECK(error_of([&] { check_output_paths({{cfg, "--output"}}, {{cfg, "config"}}); }) ==
+        "--output '" + cfg.string() + "' is the config ('" + cfg.string() +
+            "'): an output never replaces an input; choose another file");
+  // Another spelling, or a link, of the same file.
+  CHECK_THROWS_AS(check_output_paths({{t.dir / "sub" / ".." / "c.yaml", "--svg"}}, {{cfg, "config"}}), Error);
+  fs::create_symlink(cfg, t.dir / "link.yaml");
+  CHECK_THROWS_AS(check_output_paths({{t.dir / "link.yaml", "--svg"}}, {{cfg, "config"}}), Error);
+  // Two outputs, one file (neither exists yet).
+  CHECK(error_of([&] { check_output_paths({{out, "--output"}, {out, "--svg"}}, {}); }) ==
+        "--output '" + out.string() + "' and --svg '" + out.string() + "' name the same file: each output needs its own");
+  CHECK_NOTHROW(check_output_paths({{out, "--output"}, {t.dir / "p.svg", "--svg"}}, {{cfg, "config"}}));
+  // Character devices may be named twice (both outputs thrown away).
+  if (fs::exists("/dev/null")) CHECK_NOTHROW(check_output_paths({{"/dev/null", "--output"}, {"/dev/null", "--svg"}}, {}));
 }

@@ -102,3 +102,52 @@ TEST_CASE("load_index_npy: errors name the file and the fault") {
   CHECK(error_of([&] { load_index_npy(hdr); }) ==
         hdr.string() + ": truncated .npy header (118 bytes announced, the file has 17 bytes)");
 }
+
+TEST_CASE("load_index_npy: the header is NumPy's dict literal, strictly (issue 27)") {
+  std::vector<std::int32_t> a(16 * 1024, 0);
+  // ("a", 1, 16) was read as shape 0; (1024.0, 1, 16) was accepted.
+  const fs::path str = write_npy("shape_str.npy", "<i4", false, "(\"a\", 1, 16)", a.data(), a.size() * 4);
+  CHECK(error_of([&] { load_index_npy(str); }).rfind(
+            str.string() + ": not an .npy file (bad header: 'shape': dimensions are non-negative integers, got '\"a\", 1, 16)",
+            0) == 0);
+  const fs::path flt = write_npy("shape_float.npy", "<i4", false, "(1024.0, 1, 16)", a.data(), a.size() * 4);
+  CHECK(error_of([&] { load_index_npy(flt); }).find("'shape': dimensions are non-negative integers, got '1024.0, 1") !=
+        std::string::npos);
+  const fs::path neg = write_npy("shape_neg.npy", "<i4", false, "(-4, 4)", a.data(), 64);
+  CHECK(error_of([&] { load_index_npy(neg); }).find("dimensions are non-negative integers") != std::string::npos);
+  const fs::path nocomma = write_npy("shape_nocomma.npy", "<i4", false, "(16)", a.data(), 64);
+  CHECK(error_of([&] { load_index_npy(nocomma); }).find("a one-dimensional shape is written (n,)") != std::string::npos);
+  // The data must fill the file exactly: a wrong shape in the header is not read as a prefix.
+  const fs::path longer = write_npy("longer.npy", "<i4", false, "(4, 4)", a.data(), 80);
+  CHECK(error_of([&] { load_index_npy(longer); }) ==
+        longer.string() + ": shape [4, 4] of int32 needs 64 bytes of data, but the file has 80 (a wrong shape in the "
+                          "header?)");
+  // Keys: each once, nothing else.
+  const fs::path extra = temp_dir() / "extra_key.npy";
+  {
+    std::string dict = "{'descr': '<i4', 'fortran_order': False, 'shape': (4,), 'x': 1, }";
+    while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
+    dict += '\n';
+    std::ofstream out(extra, std::ios::binary);
+    out.write("\x93NUMPY\x01\x00", 8);
+    const char len[2] = {static_cast<char>(dict.size()), 0};
+    out.write(len, 2);
+    out << dict;
+    out.write(reinterpret_cast<const char*>(a.data()), 16);
+  }
+  CHECK(error_of([&] { load_index_npy(extra); }).find("unknown key 'x'") != std::string::npos);
+  // Still read: any spacing, keys in any order, a trailing comma, the tuple's own trailing comma.
+  const fs::path ok = temp_dir() / "spacing.npy";
+  {
+    std::string dict = "{ \"shape\" : ( 2 ,4 , ) ,'fortran_order':False,'descr':'<i4'}";
+    while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
+    dict += '\n';
+    std::ofstream out(ok, std::ios::binary);
+    out.write("\x93NUMPY\x01\x00", 8);
+    const char len[2] = {static_cast<char>(dict.size()), 0};
+    out.write(len, 2);
+    out << dict;
+    out.write(reinterpret_cast<const char*>(a.data()), 32);
+  }
+  CHECK(load_index_npy(ok).shape == std::vector<std::int64_t>{2, 4});
+}

@@ -261,3 +261,38 @@ TEST_CASE("plan JSON reaches the stream in bounded pieces, not as one whole docu
   CHECK(counter.largest < (1u << 17));  // the writer's buffer, never the document
   CHECK(counter.pieces >= counter.total / (1u << 17));
 }
+
+TEST_CASE("plan SVGs have a size bound: above kSvgMaxTasks tasks a panel aggregates per rank pair") {
+  // Issue 27: a causal mask at P = 1024 drew every task (106 MB). Here P =
+  // 256 (32896 causal tasks per group, over kSvgMaxTasks) against P = 64
+  // (2080 tasks, drawn one by one).
+  auto draw = [](int P, int kv) {
+    const Token S = Token{P} * 64;
+    auto g = test::make_grid(RangeMask(S, {Slice{{0, S}, {0, S}, MaskType::causal}}), P, {kv, kv, 8, 2});
+    Assignment a;
+    a.grid = g;
+    a.rank.resize(static_cast<std::size_t>(g->num_tasks()));
+    for (TaskId t = 0; t < g->num_tasks(); ++t) a.rank[static_cast<std::size_t>(t)] = g->q_host(t);
+    SvgOptions o;
+    o.max_groups = 8;
+    return plan_svg(a, compute_metrics(a), o);
+  };
+  const std::string small = draw(64, 1);
+  CHECK(small.find("aggregated") == std::string::npos);
+  const std::string big = draw(256, 1);
+  CHECK(big.find("aggregated: q x kv host ranks") != std::string::npos);
+  CHECK(big.size() < (std::size_t{3} << 20));
+  CHECK(big.find("</svg>") != std::string::npos);
+  // Every drawn square is one path segment: at most kSvgMaxTiles per panel.
+  std::size_t squares = 0;
+  for (std::size_t at = big.find('M'); at != std::string::npos; at = big.find('M', at + 1)) ++squares;
+  CHECK(squares <= static_cast<std::size_t>(kSvgMaxTiles + 256 + 64));
+  // With 8 groups (8 panels of the aggregate), still bounded by the panels drawn.
+  CHECK(draw(256, 8).size() < (std::size_t{8} * (std::size_t{3} << 20)));
+  // The legend stops at kSvgMaxLegend ranks; more than kSvgMaxPanels groups is an error.
+  CHECK(big.find("r255<") != std::string::npos);
+  Fixture f;
+  SvgOptions many;
+  many.groups = std::vector<int>(17, 0);
+  CHECK_THROWS_WITH_AS(plan_svg(f.a, f.m, many), doctest::Contains("at most 16"), Error);
+}

@@ -76,6 +76,10 @@ TEST_CASE("bad inputs are errors that say what is wrong") {
   o.solver_params.set("nonsense", 1.0);
   CHECK_THROWS_WITH_AS(Session(o, reg), doctest::Contains("nonsense"), Error);
   o = options();
+  o.plugin_paths = {"/nonexistent-cpsched-dir"};
+  CHECK_THROWS_WITH_AS(Session(o, reg), doctest::Contains("session: plugin_paths[0]: /nonexistent-cpsched-dir: no such folder"),
+                       Error);
+  o = options();
   o.plan.stages = -1;
   CHECK_THROWS_WITH_AS(Session(o, reg), doctest::Contains("stages"), Error);
   Session s(options(), reg);
@@ -83,6 +87,19 @@ TEST_CASE("bad inputs are errors that say what is wrong") {
   CHECK_THROWS_WITH_AS(s.solve({{0, 60}, {50, 103}}, {{0, 60}, {0, 103}}, {MaskType::full, MaskType::full}),
                        doctest::Contains("overlap"), Error);
   CHECK_THROWS_WITH_AS(s.solve_config_mask(), doctest::Contains("Config"), Error);
+  // Issue 27: an empty workload is an error here as in a config (it gave a 0-task result).
+  CHECK_THROWS_WITH_AS(s.solve({}, {}, {}), doctest::Contains("no slice"), Error);
+  // A top-k selection must have the session's S, and at least one token per rank.
+  std::vector<std::int32_t> rows(2048, -1);
+  for (int i = 0; i < 2048; ++i) rows[static_cast<std::size_t>(i)] = i;  // each query selects itself
+  CHECK_THROWS_WITH_AS(s.solve_topk(rows, 2048, 1), doctest::Contains("S = 2048 tokens but the session's seqlen is 103"),
+                       Error);
+  SessionOptions any = options();
+  any.seqlen = 0;
+  Session free_s(any, reg);
+  CHECK_THROWS_WITH_AS(free_s.solve_topk({rows.data(), 3}, 3, 1),
+                       doctest::Contains("S = 3 tokens, fewer than the 4 blocks of the grid"), Error);
+  CHECK(free_s.solve_topk(rows, 2048, 1).plan->ranks.size() == 4);
 }
 
 TEST_CASE("from a config: its problem, solver and plan options; SVG and JSON of the result") {

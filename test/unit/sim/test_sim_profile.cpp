@@ -92,6 +92,23 @@ TEST_CASE("errors name the file, the line and the key") {
     CHECK_THROWS_WITH_AS(parse_hardware_profile(t, "x.yaml"),
                          doctest::Contains("key 'intra_node.bandwidth_gb_s': must be > 0"), Error);
   }
+  SUBCASE("non-finite and absurd numbers are refused, naming the key (issue 27: latency_us: .inf looped the sim)") {
+    CHECK_THROWS_WITH_AS(parse_hardware_profile(swap_text("latency_us: 10", "latency_us: .inf"), "x.yaml"),
+                         doctest::Contains("key 'inter_node.latency_us': must be a finite number (got .inf)"),
+                         Error);
+    CHECK_THROWS_WITH_AS(parse_hardware_profile(swap_text("500", ".nan"), "x.yaml"),
+                         doctest::Contains("key 'attention_tflops.fwd': must be a finite number (got .nan)"), Error);
+    CHECK_THROWS_WITH_AS(parse_hardware_profile(swap_text("hbm_gb_s: 2500", "hbm_gb_s: -.inf"), "x.yaml"),
+                         doctest::Contains("key 'hbm_gb_s': must be a finite number"), Error);
+    CHECK_THROWS_WITH_AS(parse_hardware_profile(swap_text("300", "1e300"), "x.yaml"),
+                         doctest::Contains("key 'intra_node.bandwidth_gb_s': must be at most 1e+06 (got 1e300)"), Error);
+    CHECK_THROWS_WITH_AS(parse_hardware_profile(swap_text("latency_us: 3", "latency_us: -1"), "x.yaml"),
+                         doctest::Contains("key 'intra_node.latency_us': must be >= 0 (got -1)"), Error);
+    CHECK_THROWS_WITH_AS(parse_hardware_profile(swap_text("gpus_per_node: 4", "gpus_per_node: 1e9"), "x.yaml"),
+                         doctest::Contains("key 'gpus_per_node': must be at most 1024"), Error);
+    // Zero latency is an ideal link, allowed; zero bandwidth is not.
+    CHECK_NOTHROW(parse_hardware_profile(swap_text("latency_us: 3", "latency_us: 0"), "x.yaml"));
+  }
   SUBCASE("not a number") {
     const std::string t = swap_text("500", "fast");
     CHECK_THROWS_WITH_AS(parse_hardware_profile(t, "x.yaml"),

@@ -2,6 +2,8 @@
 // the profile by hand: compute alone, one transfer, overlap, the reduce, and
 // the figures derived from a timeline.
 #include <doctest/doctest.h>
+
+#include <limits>
 #include <fmt/format.h>
 
 #include <cmath>
@@ -272,6 +274,27 @@ TEST_CASE("the Gantt chart draws both passes, every shown rank and its ops") {
   g.max_ranks = 1;
   const std::string one = gantt_svg(t, g);
   CHECK(one.find("showing the 1 slowest of 2 ranks") != std::string::npos);
+}
+
+TEST_CASE("the Gantt time axis is bounded: a non-finite time is an error, any span at most a few dozen ticks") {
+  // Issue 27: an infinite latency made the tick loop endless (and ate memory).
+  Timeline t;
+  t.fwd.ranks.resize(1);
+  t.bwd.ranks.resize(1);
+  t.fwd.ranks[0].compute.push_back(TimedOp{OpKind::compute, 0, 0, std::numeric_limits<double>::infinity(), 0});
+  t.fwd.ranks[0].end = std::numeric_limits<double>::infinity();
+  CHECK_THROWS_WITH_AS(gantt_svg(t, GanttOptions{}), doctest::Contains("not a finite time"), Error);
+  // Huge and tiny spans: a bounded number of tick lines.
+  for (double end : {1e300, 1e-300, 3.7e9, 1.0}) {
+    CAPTURE(end);
+    t.fwd.ranks[0].compute[0].end = end;
+    t.fwd.ranks[0].end = end;
+    const std::string svg = gantt_svg(t, GanttOptions{});
+    std::size_t lines = 0;
+    for (std::size_t at = svg.find("<line"); at != std::string::npos; at = svg.find("<line", at + 1)) ++lines;
+    CHECK(lines <= 2 * 52);
+    CHECK(svg.size() < 20000);
+  }
 }
 
 TEST_CASE("fan-out: one sender's outgoing port delays every receiver") {

@@ -35,4 +35,8 @@ struct ConfigOptions {
   Config load() const;  // prints the effective config when asked
 };
 
+// The files a command reads (the config and what it names), for
+// check_output_paths: no output may replace one of them.
+std::vector<std::pair<std::filesystem::path, std::string>> command_inputs(const ConfigOptions& co, const Config& cfg);
+
 }  // namespace cpsched::cli

@@ -15,6 +15,7 @@
 #include "compare/spec.hpp"
 #include "compare/sweep.hpp"
 #include "cpsched/base/error.hpp"
+#include "cpsched/io/atomic_file.hpp"
 #include "commands/plugin_folders.hpp"
 
 namespace po = boost::program_options;
@@ -73,6 +74,12 @@ int cmd_compare(const Args& args) {
   const CompareSpec spec = read_compare_spec(cfg, reg, co.sets);
 
   const std::filesystem::path dir = out_dir;
+  // The report's files never replace an input (the config, its histogram, profile or .npy files).
+  const auto inputs = command_inputs(co, cfg);
+  check_output_paths({{dir / "results.csv", "the report's results.csv"},
+                      {dir / "results.md", "the report's results.md"},
+                      {dir / "index.html", "the report's index.html"}},
+                     inputs);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir))
@@ -117,12 +124,16 @@ int cmd_compare(const Args& args) {
   const auto tables = summary_tables(res, spec);
   if (!quiet) print_compare_tables(stdout, tables);
 
+  // All or nothing: the report's files replace the previous ones only once all are written.
+  AtomicFileBatch batch;
+  batch.protect(inputs);
   write_compare_csv(dir / "results.csv", res);
   const auto charts = write_compare_charts(dir, res);
   std::vector<std::string> chart_files;
   for (const auto& c : charts) chart_files.push_back(c.file);
   write_compare_markdown(dir / "results.md", tables, ctx, chart_files);
   write_compare_html(dir / "index.html", tables, charts, ctx);
+  batch.commit();
 
   int failed = 0, skipped = 0;
   for (const auto& r : res.per_pack) {

@@ -42,4 +42,11 @@ Config ConfigOptions::load() const {
   return cfg;
 }
 
+std::vector<std::pair<std::filesystem::path, std::string>> command_inputs(const ConfigOptions& co, const Config& cfg) {
+  std::vector<std::pair<std::filesystem::path, std::string>> in;
+  in.emplace_back(co.config, "config");
+  for (const auto& [path, key] : cfg.input_files) in.emplace_back(path, "file of " + key);
+  return in;
+}
+
 }  // namespace cpsched::cli

@@ -4,6 +4,7 @@
 #include "cpsched/io/atomic_file.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/io/plan_json.hpp"
+#include "cpsched/base/resources.hpp"
 #include "commands/report.hpp"
 #include "commands/session_run.hpp"
 
@@ -46,7 +47,14 @@ int cmd_plan(const Args& args) {
       ("quiet,q", po::bool_switch(&quiet), "print no tables");
   po::variables_map vm;
   if (!co.parse(args, "plan", "Solves the config and exports the plan.", desc, vm)) return 0;
+  if (!groups.empty() && svg.empty()) throw po::error("--groups selects the head groups of --svg; give --svg FILE too");
+  const std::vector<int> svg_groups = groups.empty() ? std::vector<int>{} : parse_groups(groups);
   const Config cfg = co.load();
+  // Outputs never replace an input or each other: refused before solving.
+  std::vector<std::pair<std::filesystem::path, std::string>> outputs;
+  if (!out.empty()) outputs.emplace_back(out, "--output");
+  if (!svg.empty()) outputs.emplace_back(svg, "--svg");
+  check_output_paths(outputs, command_inputs(co, cfg));
   const SessionRun run = solve_with_session(cfg, co.plugin_paths);
   if (!quiet) {
     print_summary(stdout, cfg, run.result());
@@ -54,8 +62,9 @@ int cmd_plan(const Args& args) {
                run.result().plan_ms);
     print_metrics_table(stdout, run.result());
   }
-  int rc = 0;
   if (validate) {
+    // The validator's memory (bounded: resources.hpp) with the plan's, before it runs.
+    check_resources(run.session->problem(), /*sim_numeric=*/false, /*validate=*/true);
     const std::vector<std::string> problems = run.session->validate();
     if (problems.empty()) {
       fmt::print("\nvalidate  ok: send/receive agree, every unmasked entry computed once, ranges inside buffers, "
@@ -63,25 +72,28 @@ int cmd_plan(const Args& args) {
     } else {
       fmt::print(stderr, "\nvalidate  {} problem(s):\n", problems.size());
       for (const auto& p : problems) fmt::print(stderr, "  {}\n", p);
-      rc = 1;
+      if (!outputs.empty()) fmt::print(stderr, "cpsched plan: the plan is invalid: no output written\n");
+      return 1;
     }
   }
+  // All or nothing: every output is written to its temporary first; the
+  // targets are replaced only once all of them are complete (a failure
+  // leaves every previous file as it was).
+  AtomicFileBatch batch;
   if (!out.empty()) {
-    // Streamed into a temporary that replaces `out` only once complete: a
-    // failure (or SIGINT) leaves the previous plan, and memory stays near the
-    // plan's own size instead of a whole JSON tree.
+    // Streamed: memory stays near the plan's own size instead of a whole JSON tree.
     const PlanExport e = run.session->plan_export();
     write_file_atomic(out, [&](std::ostream& os) { write_plan_json(os, e); });
-    fmt::print("wrote {}\n", out);
   }
   if (!svg.empty()) {
     SvgOptions o;
-    if (!groups.empty()) o.groups = parse_groups(groups);
+    o.groups = svg_groups;
     o.title = fmt::format("{} — {}", co.config, to_string(cfg.mask.kind));
     run.session->write_svg(svg, o);
-    fmt::print("wrote {}\n", svg);
   }
-  return rc;
+  batch.commit();
+  for (const auto& [path, what] : outputs) fmt::print("wrote {}\n", path.string());
+  return 0;
 }
 
 }  // namespace cpsched::cli

@@ -24,6 +24,7 @@ int cmd_run(const Args& args) {
     return 0;
   const Config cfg = co.load();
   if (cfg.executor.name.empty()) throw Error(fmt::format("{}: no executor selected (executor.name)", co.config));
+  if (!svg.empty()) check_output_paths({{svg, "--svg"}}, command_inputs(co, cfg));
   // The sim's numeric mode holds every rank's fp32 tensors and a dense
   // reference: refuse before solving when that cannot fit the memory budget.
   if (const auto mode = cfg.executor.given.find("mode");
@@ -48,14 +49,15 @@ int cmd_run(const Args& args) {
   if (!rep.text.empty() && rep.text.back() != '\n') fmt::print("\n");
   // The plan's metrics come last: the table a user reads first on the terminal.
   print_metrics_table(stdout, s);
+  if (!rep.passed) {
+    // Outputs only after everything succeeded.
+    fmt::print(stderr, "cpsched run: the executor's check FAILED{}\n", svg.empty() ? "" : "; no output written");
+    return 1;
+  }
   if (!svg.empty()) {
     if (rep.svg.empty()) throw Error(fmt::format("executor '{}' drew no picture for --svg", cfg.executor.name));
     write_file_atomic(svg, rep.svg);
     fmt::print("wrote {}\n", svg);
-  }
-  if (!rep.passed) {
-    fmt::print(stderr, "cpsched run: the executor's check FAILED\n");
-    return 1;
   }
   return 0;
 }

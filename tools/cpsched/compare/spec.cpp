@@ -6,6 +6,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include "cpsched/base/error.hpp"
+#include "cpsched/io/input_file.hpp"
+#include "cpsched/plugin/registry.hpp"
 
 namespace cpsched::cli {
 
@@ -18,9 +20,13 @@ class Reader {
  public:
   Reader(const Config& cfg, const std::vector<std::string>& overrides) : cfg_(cfg), overrides_(overrides) {
     try {
-      file_root_ = YAML::LoadFile(cfg.file.string());
+      // The config was read once already (load_config); bounded and regular-file only, as there.
+      if (!cfg.file.empty() && non_regular_kind(cfg.file).empty() && std::filesystem::exists(cfg.file))
+        file_root_ = YAML::Load(read_input_file(cfg.file, 16u << 20, "configuration file"));
     } catch (const YAML::Exception&) {
       // Not a file (parse_config from text): the section's location will do.
+    } catch (const Error&) {
+      // Gone or changed since it was loaded: the section's location will do.
     }
   }
 
@@ -241,7 +247,11 @@ CompareSpec read_compare_spec(const Config& cfg, const Registry& reg, const std:
     for (const auto& e : r.list(n, "masks")) {
       const std::string name = r.to_string(e, "masks");
       MaskKind k{};
-      if (!parse_mask_kind(name, k)) r.fail("masks", fmt::format("unknown mask kind '{}'; known: {}", name, join(mask_kind_names())));
+      if (!parse_mask_kind(name, k)) {
+        std::vector<std::string> known = mask_kind_names();
+        for (const std::string& x : index_mask_kind_names()) known.push_back(x);  // the sparse kinds too
+        r.fail("masks", fmt::format("unknown mask kind '{}'; known: {}", name, join(known)));
+      }
       spec.masks.push_back(k);
     }
   } else {
@@ -305,7 +315,19 @@ CompareSpec read_compare_spec(const Config& cfg, const Registry& reg, const std:
     spec.reference.clear();
   }
   bool timing_hardware = false;
-  if (const auto n = get("timing"); n.IsDefined()) timing_hardware = read_timing(r, n, spec);
+  if (const auto n = get("timing"); n.IsDefined()) {
+    timing_hardware = read_timing(r, n, spec);
+    // An executor named here must exist: a typo would otherwise only leave
+    // the timing columns empty, with a note, and exit 0.
+    if (spec.timing && n.IsMap() && n["executor"].IsDefined()) {
+      std::vector<std::string> executors;
+      for (const auto& p : reg.plugins())
+        if (p.kind == PluginKind::executor) executors.push_back(p.name);
+      if (std::find(executors.begin(), executors.end(), spec.timing_executor) == executors.end())
+        r.fail("timing.executor", fmt::format("no executor plugin '{}' was found (found: {})", spec.timing_executor,
+                                              executors.empty() ? std::string("none") : join(executors)));
+    }
+  }
   read_hardware(r, get("hardware"), timing_hardware, cfg, reg, spec);
   if (const auto n = get("max_cp_size"); n.IsDefined() && !n.IsNull()) {
     if (!n.IsMap()) r.fail("max_cp_size", "expected a map {solver: P}, got " + Reader::describe(n));

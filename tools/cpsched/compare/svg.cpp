@@ -84,6 +84,7 @@ double nice125(double v, bool up) {
 }  // namespace
 
 std::vector<double> linear_ticks(double lo, double hi, int target) {
+  if (!std::isfinite(lo) || !std::isfinite(hi)) return {};  // no axis to tick (the caller drops non-finite data)
   if (!(hi > lo)) {
     const double pad = lo == 0 ? 1.0 : std::fabs(lo) * 0.1;
     lo -= pad;
@@ -98,7 +99,10 @@ std::vector<double> linear_ticks(double lo, double hi, int target) {
   }
   std::vector<double> ticks;
   const double first = std::floor(lo / step + 1e-9) * step;
-  for (double v = first; v <= hi + step * (1 - 1e-9); v += step) {
+  // By count (at most a few times `target`): adding up a step could stall where it is below the spacing of doubles.
+  for (int i = 0; i <= 4 * std::max(1, target) + 4; ++i) {
+    const double v = first + i * step;
+    if (v > hi + step * (1 - 1e-9)) break;
     ticks.push_back(std::fabs(v) < step * 1e-9 ? 0.0 : v);
     if (v >= hi - step * 1e-9) break;
   }
@@ -106,6 +110,7 @@ std::vector<double> linear_ticks(double lo, double hi, int target) {
 }
 
 std::vector<double> log_ticks(double lo, double hi) {
+  if (!(lo > 0) || !std::isfinite(lo) || !std::isfinite(hi) || !(hi >= lo)) return {};
   const int e0 = static_cast<int>(std::floor(std::log10(lo) + 1e-9));
   const int e1 = static_cast<int>(std::ceil(std::log10(hi) - 1e-9));
   const double decades = std::log10(hi / lo);
@@ -129,7 +134,7 @@ std::string render_line_chart(const LineChart& c) {
   int dropped = 0;
   for (const auto& s : c.series)
     for (const auto& [x, y] : s.points) {
-      if ((c.log_y && !(y > 0)) || (c.log_x && !(x > 0)) || !std::isfinite(y)) {
+      if ((c.log_y && !(y > 0)) || (c.log_x && !(x > 0)) || !std::isfinite(y) || !std::isfinite(x)) {
         ++dropped;
         continue;
       }
@@ -266,7 +271,7 @@ std::string render_line_chart(const LineChart& c) {
     const int my_shape = s.markers ? shape++ : 0;
     std::vector<std::pair<double, double>> pts;
     for (const auto& [x, y] : s.points)
-      if (!((c.log_y && !(y > 0)) || (c.log_x && !(x > 0)) || !std::isfinite(y))) pts.emplace_back(x, y);
+      if (!((c.log_y && !(y > 0)) || (c.log_x && !(x > 0)) || !std::isfinite(y) || !std::isfinite(x))) pts.emplace_back(x, y);
     if (pts.empty()) continue;
     std::string path;
     for (const auto& [x, y] : pts) path += fmt::format("{}{:.1f},{:.1f}", path.empty() ? "" : " ", ax.px(x), ay.px(y));

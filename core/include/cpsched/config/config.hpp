@@ -63,6 +63,10 @@ struct Config {
   std::string hardware;
   Location hardware_loc;
   std::string effective_yaml;  // the merged document, for --print-config
+  // The files the config names and that are read (a hardware profile, a
+  // document-length histogram, .npy arrays), each with its key: the
+  // commands refuse an output that would replace one (check_output_paths).
+  std::vector<std::pair<std::filesystem::path, std::string>> input_files;
 
   // Where the problem and its mask were given, so that errors found later
   // (make_problem) still point into the file.

@@ -14,7 +14,8 @@
 //    inside the local shard or inside the remote buffer received up to their
 //    stage; stage-0 args read local buffers only; remote rows hold the arg's
 //    head group;
-//  * exactly-once coverage, by exact area accounting: every arg is mapped back
+//  * exactly-once coverage, by exact area accounting (index masks: pair by
+//    pair, in chunks of query rows, in memory bounded by the budget): every arg is mapped back
 //    to global coordinates and cut per grid cell; per (cell, head group) the
 //    pieces lie inside the mask, do not overlap each other, add up to the
 //    cell's area, and run on the rank the assignment chose; no piece falls in
@@ -36,6 +37,10 @@ namespace cpsched {
 struct ValidateOptions {
   bool check_metrics = true;
   std::size_t max_problems = 100;  // the list stops there (with a final "... more" line)
+  // Index masks: the computed pairs are checked in chunks of query rows of
+  // at most this many selected pairs (0: validator_chunk_bytes of the memory
+  // budget, resources.hpp), so the validator's memory stays bounded.
+  std::size_t index_chunk_pairs = 0;
 };
 
 std::vector<std::string> validate_plan(const Assignment& a, const Plan& plan, const ValidateOptions& opt = {});

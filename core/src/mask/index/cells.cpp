@@ -193,6 +193,44 @@ void check_blocks(const std::vector<Range>& blocks, Token S) {
     throw Error("count_index_cells: too many blocks");
 }
 
+// The lookup that suits the blocks (see above), built once per pass.
+struct BlockLuts {
+  bool coarse = false;
+  std::vector<std::uint16_t> lut16;
+  std::vector<std::int32_t> lut32;
+  std::vector<Token> ends;
+
+  BlockLuts(const std::vector<Range>& blocks, Token S) {
+    const auto nb = static_cast<std::int64_t>(blocks.size());
+    Token min_block = S;
+    for (Range r : blocks) min_block = std::min(min_block, r.size());
+    coarse = nb <= 65535 && min_block >= 64;
+    if (coarse) {
+      lut16.resize(static_cast<std::size_t>((S + 63) / 64));
+      for (std::size_t w = 0, b = 0; w < lut16.size(); ++w) {
+        while (blocks[b].end <= static_cast<Token>(w) * 64) ++b;
+        lut16[w] = static_cast<std::uint16_t>(b);
+      }
+      for (Range r : blocks) ends.push_back(r.end);
+    } else {
+      auto fill = [&](auto& lut) {
+        lut.resize(static_cast<std::size_t>(S));
+        for (std::int64_t b = 0; b < nb; ++b)
+          std::fill(lut.begin() + blocks[static_cast<std::size_t>(b)].begin,
+                    lut.begin() + blocks[static_cast<std::size_t>(b)].end,
+                    static_cast<typename std::decay_t<decltype(lut)>::value_type>(b));
+      };
+      if (nb <= 65536) fill(lut16); else fill(lut32);
+    }
+  }
+  template <class F>
+  void visit(F&& f) const {
+    if (coarse) f(CoarseLut{lut16.data(), ends.data()});
+    else if (lut32.empty()) f(FullLut<std::uint16_t>{lut16.data()});
+    else f(FullLut<std::int32_t>{lut32.data()});
+  }
+};
+
 }  // namespace
 
 std::vector<IndexCell> count_index_cells(const IndexMask& mask, const std::vector<Range>& blocks,
@@ -206,29 +244,7 @@ std::vector<IndexCell> count_index_cells(const IndexMask& mask, const std::vecto
   const std::int64_t nb = static_cast<std::int64_t>(blocks.size());
   Counter counter{mask, blocks, options.per_head ? mask.kv_heads : 1, nb, (S + 63) / 64};
 
-  Token min_block = S;
-  for (Range r : blocks) min_block = std::min(min_block, r.size());
-  std::vector<std::uint16_t> lut16;
-  std::vector<std::int32_t> lut32;
-  std::vector<Token> ends;
-  const bool coarse = nb <= 65535 && min_block >= 64;
-  if (coarse) {
-    lut16.resize(static_cast<std::size_t>((S + 63) / 64));
-    for (std::size_t w = 0, b = 0; w < lut16.size(); ++w) {
-      while (blocks[b].end <= static_cast<Token>(w) * 64) ++b;
-      lut16[w] = static_cast<std::uint16_t>(b);
-    }
-    for (Range r : blocks) ends.push_back(r.end);
-  } else {
-    auto fill = [&](auto& lut) {
-      lut.resize(static_cast<std::size_t>(S));
-      for (std::int64_t b = 0; b < nb; ++b)
-        std::fill(lut.begin() + blocks[static_cast<std::size_t>(b)].begin, lut.begin() + blocks[static_cast<std::size_t>(b)].end,
-                  static_cast<typename std::decay_t<decltype(lut)>::value_type>(b));
-    };
-    if (nb <= 65536) fill(lut16); else fill(lut32);
-  }
-
+  const BlockLuts luts(blocks, S);
   // Contiguous runs of query blocks of about S / T rows each.
   const int T = static_cast<int>(std::min<std::int64_t>(resolve_threads(options.threads), nb));
   std::vector<std::int64_t> first(static_cast<std::size_t>(T) + 1, nb);
@@ -250,12 +266,7 @@ std::vector<IndexCell> count_index_cells(const IndexMask& mask, const std::vecto
     st.rows.resize(cells);
     for (std::int64_t qb = first[static_cast<std::size_t>(t)]; qb < first[static_cast<std::size_t>(t) + 1]; ++qb) {
       auto& out = per_block[static_cast<std::size_t>(qb)];
-      if (coarse)
-        counter.count_block(st, CoarseLut{lut16.data(), ends.data()}, qb, fe, t, out);
-      else if (lut32.empty())
-        counter.count_block(st, FullLut<std::uint16_t>{lut16.data()}, qb, fe, t, out);
-      else
-        counter.count_block(st, FullLut<std::int32_t>{lut32.data()}, qb, fe, t, out);
+      luts.visit([&](const auto& lut) { counter.count_block(st, lut, qb, fe, t, out); });
     }
   });
   fe.rethrow();
@@ -273,6 +284,97 @@ std::vector<IndexCell> count_index_cells(const IndexMask& mask, const std::vecto
       while (c < v.size() && v[c].head == h) out.push_back(std::move(v[c++]));
     }
   return out;
+}
+
+IndexPlanCounts count_index_plan(const IndexMask& mask, const std::vector<Range>& blocks, IndexCountOptions options) {
+  if (mask.kind != IndexMaskKind::topk)
+    throw Error(fmt::format("count_index_plan: a {} mask is a range mask per head", to_string(mask.kind)));
+  check_structure(mask);
+  const Token S = mask.seqlen;
+  check_blocks(blocks, S);
+  const auto nb = static_cast<std::int64_t>(blocks.size());
+  const std::int64_t H = mask.kv_heads, k = mask.indices.shape[2];
+  const std::int64_t cell_heads = options.per_head ? H : 1;
+  const BlockLuts luts(blocks, S);
+  const int T = static_cast<int>(std::min<std::int64_t>(resolve_threads(options.threads), nb));
+  std::vector<IndexPlanCounts> part(static_cast<std::size_t>(T));
+  run_threads(T, [&](int t) {
+    const auto cells = static_cast<std::size_t>(cell_heads * nb);
+    // Per cell of the current query block: rows, widest row, pairs; per row: its count and last row.
+    std::vector<std::int32_t> rows(cells, 0), width(cells, 0), row_n(cells, 0);
+    std::vector<std::int64_t> pairs(cells, 0), last(cells, -1);
+    std::vector<std::int32_t> row_touched, block_touched;
+    IndexPlanCounts& c = part[static_cast<std::size_t>(t)];
+    luts.visit([&](const auto& lut) {
+      for (std::int64_t qb = nb * t / T; qb < nb * (t + 1) / T; ++qb) {
+        const Range q = blocks[static_cast<std::size_t>(qb)];
+        for (std::int64_t i = q.begin; i < q.end; ++i)
+          for (std::int64_t h = 0; h < H; ++h) {
+            const std::int32_t* row = mask.indices.data + (i * H + h) * k;
+            const std::int64_t base = (options.per_head ? h : 0) * nb;
+            // A merged head's row is (i, every head): one row per query.
+            const std::int64_t row_id = options.per_head ? i * H + h : i;
+            // Runs of entries in one cell (sorted rows are mostly runs) are counted in registers.
+            std::int64_t run_cell = -1;
+            std::int32_t run_n = 0;
+            auto flush = [&] {
+              if (run_cell < 0) return;
+              const auto cell = static_cast<std::size_t>(run_cell);
+              if (last[cell] != row_id) {
+                last[cell] = row_id;
+                row_n[cell] = 0;
+                row_touched.push_back(static_cast<std::int32_t>(cell));
+                if (rows[cell] == 0 && pairs[cell] == 0) block_touched.push_back(static_cast<std::int32_t>(cell));
+              }
+              row_n[cell] += run_n;
+            };
+            for (std::int64_t j = 0; j < k; ++j) {
+              const std::int64_t v = row[j];
+              if (v < 0 || v >= S) continue;
+              const std::int64_t cell = base + lut(v);
+              if (cell != run_cell) {
+                flush();
+                run_cell = cell;
+                run_n = 0;
+              }
+              ++run_n;
+            }
+            flush();
+            // Rows end with the last head when heads are merged.
+            if (options.per_head || h == H - 1) {
+              for (std::int32_t x : row_touched) {
+                ++rows[static_cast<std::size_t>(x)];
+                width[static_cast<std::size_t>(x)] = std::max(width[static_cast<std::size_t>(x)], row_n[static_cast<std::size_t>(x)]);
+                pairs[static_cast<std::size_t>(x)] += row_n[static_cast<std::size_t>(x)];
+              }
+              row_touched.clear();
+            }
+          }
+        for (std::int32_t x : block_touched) {
+          const auto xi = static_cast<std::size_t>(x);
+          const Range kr = blocks[static_cast<std::size_t>(x % nb)];
+          ++c.cells;
+          c.pairs += pairs[xi];
+          c.pool += std::int64_t{rows[xi]} * width[xi];
+          c.row_ranges += std::min<std::int64_t>(rows[xi], (q.size() + 1) / 2);
+          c.col_ranges += std::min<std::int64_t>(pairs[xi], (kr.size() + 1) / 2);
+          rows[xi] = width[xi] = 0;
+          pairs[xi] = 0;
+          last[xi] = -1;
+        }
+        block_touched.clear();
+      }
+    });
+  });
+  IndexPlanCounts total;
+  for (const IndexPlanCounts& c : part) {
+    total.pairs += c.pairs;
+    total.cells += c.cells;
+    total.pool += c.pool;
+    total.row_ranges += c.row_ranges;
+    total.col_ranges += c.col_ranges;
+  }
+  return total;
 }
 
 }  // namespace cpsched

@@ -88,7 +88,10 @@ IndexMask generate_dsa(const MaskSpec& spec, Token S) {
   if (spec.topk < 1) throw Error(fmt::format("dsa: topk must be >= 1, got {}", spec.topk));
   if (spec.sink < 0 || spec.local < 0)
     throw Error(fmt::format("dsa: sink and local must be >= 0, got {} and {}", spec.sink, spec.local));
-  const std::int64_t H = spec.kv_heads > 0 ? spec.kv_heads : 1, k = spec.topk;
+  // A query can select at most the S keys that exist (fewer: the keys of its
+  // document up to itself), so the rows are never wider than S: a larger
+  // topk gives the same selection (every row takes all its keys).
+  const std::int64_t H = spec.kv_heads > 0 ? spec.kv_heads : 1, k = std::min<std::int64_t>(spec.topk, S);
   const std::vector<Token> starts = doc_starts(spec, S);
   auto buf = allocate("dsa", S, H, k);
   const int T = static_cast<int>(std::min<Token>(resolve_threads(0), S));
@@ -129,8 +132,10 @@ IndexMask generate_nsa(const MaskSpec& spec, Token S) {
     throw Error(fmt::format("nsa: nsa_initial and nsa_local must be >= 0, got {} and {}", spec.nsa_initial, spec.nsa_local));
   if (spec.nsa_block > std::numeric_limits<std::int32_t>::max())
     throw Error(fmt::format("nsa: nsa_block = {} is too large", spec.nsa_block));
-  const std::int64_t H = spec.kv_heads > 0 ? spec.kv_heads : 1, n = spec.nsa_top;
+  // At most the key blocks that exist (ceil(S / nsa_block)): a larger
+  // nsa_top gives the same selection (every row takes all its blocks).
   const Token B = spec.nsa_block, nkb = (S + B - 1) / B;
+  const std::int64_t H = spec.kv_heads > 0 ? spec.kv_heads : 1, n = std::min<std::int64_t>(spec.nsa_top, nkb);
   const std::vector<Token> starts = doc_starts(spec, S);
   auto buf = allocate("nsa", S, H, n);
   const int T = static_cast<int>(std::min<Token>(resolve_threads(0), S));

@@ -110,3 +110,37 @@ TEST_CASE("config: dsa and nsa generators, block kinds, kv_heads") {
                  "problem.mask.block_size: expected [block_q, block_k] (query and key block sizes in tokens), got"));
   CHECK(contains(error_of([&] { load_config(write_config("k0.yaml", "{kind: dsa, topk: 0}")); }), "problem.mask.topk"));
 }
+
+TEST_CASE("config: an empty selection is an error naming the file (issue 27: it planned 0 tasks and PASSED)") {
+  // S = 8: shape [8, 1, 0], and [8, 1, 2] all -1.
+  write_i4(dir() / "k0.npy", {}, "(8, 1, 0)");
+  const fs::path c0 = write_config("k0.yaml", "{kind: topk, indices: k0.npy}");
+  const std::string e0 = error_of([&] { load_config(c0); });
+  CHECK(contains(e0, (dir() / "k0.npy").string() + ": the topk selection (shape [8, 1, 0]) selects no (query, key) pair: "
+                                                  "nothing to plan"));
+  write_i4(dir() / "neg.npy", std::vector<std::int32_t>(16, -1), "(8, 1, 2)");
+  const fs::path c1 = write_config("neg.yaml", "{kind: topk, indices: neg.npy}");
+  CHECK(contains(error_of([&] { load_config(c1); }), "neg.npy: the topk selection (shape [8, 1, 2]) selects no"));
+  // A BSR with no block.
+  write_i4(dir() / "ptr0.npy", std::vector<std::int32_t>(3, 0), "(3,)");
+  write_i4(dir() / "idx0.npy", {}, "(0,)");
+  const fs::path c2 = write_config("bsr0.yaml", "{kind: bsr, block_size: 4, indptr: ptr0.npy, indices: idx0.npy}");
+  CHECK(contains(error_of([&] { load_config(c2); }), "selects no (query, key) pair"));
+  // The same from C++: a range mask without slices, or with empty ones.
+  CHECK(contains(error_of([] { (void)Problem::make(RangeMask(16, {}), 2, Heads{4, 2, 16, 2}); }),
+                 "mask: no slice: the mask selects no (query, key) pair, nothing to plan"));
+}
+
+TEST_CASE("config: a head-count mismatch names the file and says what fits") {
+  // Issue 27: "a selection is shared by all heads (1) or per KV head (1)", no file named.
+  std::vector<std::int32_t> v(8 * 2 * 1, -1);
+  for (int i = 0; i < 8; ++i) v[static_cast<std::size_t>(i * 2)] = i;
+  write_i4(dir() / "two.npy", v, "(8, 2, 1)");
+  const fs::path p = dir() / "two_heads.yaml";
+  std::ofstream(p) << "problem:\n  cp_size: 2\n  seqlen_per_rank: 4\n  heads: {q: 4, kv: 1, dim: 16}\n"
+                      "  mask: {kind: topk, indices: two.npy}\n";
+  const std::string e = error_of([&] { load_config(p); });
+  CHECK(contains(e, (dir() / "two.npy").string() + ": the index mask (shape [8, 2, 1]) selects for 2 KV heads but "
+                                                 "heads.kv = 1: with one KV head the selection has one head"));
+  CHECK(!contains(e, "(1) or"));
+}

@@ -36,6 +36,25 @@ struct IndexCountOptions {
 std::vector<IndexCell> count_index_cells(const IndexMask& mask, const std::vector<Range>& blocks,
                                          IndexCountOptions options = {});
 
+// What a grid and its plan will hold for a token top-k mask over `blocks`,
+// counted before either is built (resources.hpp): one multi-threaded pass
+// over the indices, O(cell_heads x blocks) memory per thread, nothing in
+// proportion to the indices. The mask must be valid (validate() first);
+// entries outside [0, S) are skipped. Per (head, query block, key block) cell
+// with a selection: `rows` query rows select keys in it and the widest of
+// them selects `width`; an index arg pads each of its rows to its widest, so
+// rows x width bounds the cell's index-pool entries in a plan (exact when
+// the cell's rows form one run).
+struct IndexPlanCounts {
+  std::int64_t pairs = 0;        // selected (query, key) pairs, all heads
+  std::int64_t cells = 0;        // non-empty cells, all heads
+  std::int64_t pool = 0;         // sum over cells of rows x width
+  std::int64_t row_ranges = 0;   // bound on the ranges of the cells' rows (RangeSet entries)
+  std::int64_t col_ranges = 0;   // bound on the ranges of the cells' distinct keys
+};
+IndexPlanCounts count_index_plan(const IndexMask& mask, const std::vector<Range>& blocks,
+                                 IndexCountOptions options = {});
+
 // A token top-k selection as sorted rows: the valid keys of (head h, query
 // q), ascending, for the plan builder, the validator and the simulator
 // (which look up a query's keys inside a block). Built once per grid, on

@@ -1,0 +1,18 @@
+# A FIFO given as an input path (issue 27: an .npy FIFO hung forever in open):
+# refused at once, naming the file. The test has a TIMEOUT.
+file(REMOVE_RECURSE "${DIR}")
+file(MAKE_DIRECTORY "${DIR}")
+execute_process(COMMAND mkfifo "${DIR}/sel.npy" RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(STATUS "no mkfifo: skipped")
+  return()
+endif()
+execute_process(COMMAND mkfifo "${DIR}/profile.yaml")
+file(WRITE "${DIR}/fifo.yaml" "problem:\n  cp_size: 2\n  seqlen_per_rank: 64\n  heads: {q: 2, kv: 1, dim: 8}\n  mask: {kind: topk, indices: sel.npy}\n")
+foreach(args IN ITEMS "check;${DIR}/fifo.yaml" "check;${CONFIG};--set;hardware=${DIR}/profile.yaml" "check;${DIR}/sel.npy")
+  execute_process(COMMAND ${CPSCHED} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e TIMEOUT 15)
+  if(NOT rc EQUAL 1 OR NOT "${e}" MATCHES "not a regular file")
+    message(FATAL_ERROR "${args}: expected exit 1 and 'not a regular file', got '${rc}':\n${o}${e}")
+  endif()
+  message(STATUS "ok: ${e}")
+endforeach()
