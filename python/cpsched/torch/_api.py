@@ -203,7 +203,7 @@ def check_inputs(tp, q, k, v, size, rank, backend_name, layout):
                     f"sequence with this plan (or solve the mask for the layout the shards have)")
     if not tp.layout.sequential and layout is None and not any(tag is not None for _, tag in tags):
         return (f"layout: the plan's layout is not the sequential one ({tp.layout!r}, as the solver "
-                f"'{tp.result.solver}' dispatched the tokens), and nothing shows that q, k and v carry it: pass "
+                f"'{tp.solver}' dispatched the tokens), and nothing shows that q, k and v carry it: pass "
                 f"layout=cpsched.torch.layout_of(x) for x = cpsched.torch.dispatch(tokens, plan), or shards made "
                 f"by dispatch")
     return None

@@ -197,15 +197,20 @@ def _pass_plan(d, rank, pass_, G):
         kv = _coll_of(stages_json, s, "kv", P, G, rank, st["kv_recv_offset"], False)
         qo.active = _any_send(ranks, pass_, s, "qo")
         kv.active = _any_send(ranks, pass_, s, "kv")
-        qo_fwd = _coll_of(stages_json, s, "qo_fwd", P, G, rank, st["qo_recv_offset"] + qo_first, True)
-        kv_fwd = _coll_of(stages_json, s, "kv_fwd", P, G, rank, st["kv_recv_offset"] + kv_first, True)
-        if qo_fwd is not None:
-            qo_fwd.active = _any_send(ranks, pass_, s, "qo_fwd")
-            # the relay's send rows index its stage receive; make them rows of the whole remote buffer
-            qo_fwd.send_rows = qo_fwd.send_rows + st["qo_recv_offset"]
-        if kv_fwd is not None:
-            kv_fwd.active = _any_send(ranks, pass_, s, "kv_fwd")
-            kv_fwd.send_rows = kv_fwd.send_rows + st["kv_recv_offset"]
+        fwds = []
+        for key, off, first in (("qo_fwd", st["qo_recv_offset"], qo_first), ("kv_fwd", st["kv_recv_offset"], kv_first)):
+            # A rank that neither forwards nor receives forwarded rows may have no such key, while the phase
+            # carries data elsewhere: it still takes part in the collective, with empty split lists.
+            active = _any_send(ranks, pass_, s, key)
+            c = _coll_of(stages_json, s, key, P, G, rank, off + first, True)
+            if c is None and active:
+                c = Coll([0] * P, [0] * P, torch.zeros(0, dtype=torch.int64), 0, 0, off + first, True)
+            if c is not None:
+                c.active = active
+                # the relay's send rows index its stage receive; make them rows of the whole remote buffer
+                c.send_rows = c.send_rows + off
+            fwds.append(c)
+        qo_fwd, kv_fwd = fwds
         n_qo = qo.n_recv + (qo_fwd.n_recv if qo_fwd else 0)
         n_kv = kv.n_recv + (kv_fwd.n_recv if kv_fwd else 0)
         if n_qo != st["num_remote_qo_tokens"] or n_kv != st["num_remote_kv_tokens"]:
@@ -248,6 +253,7 @@ class TorchPlan:
     def __init__(self, result, rank, *, plan_json=None):
         d = plan_json if plan_json is not None else json.loads(result.to_json())
         self.result = result  # keeps the Result (and its plugins) alive while the plan is in use
+        self.solver = d.get("solver", {}).get("name", "?")
         pr = d["problem"]
         self.cp_size = int(pr["cp_size"])
         if not 0 <= rank < self.cp_size:
@@ -273,12 +279,21 @@ class TorchPlan:
         m = d["metrics"]
         self.metrics = {p: {"send": list(m[p]["send"]), "recv": list(m[p]["recv"]),
                             "total_send": m[p]["total_send"]} for p in ("fwd", "bwd")}
-        self.relays = any("qo_fwd" in st for st in d["ranks"][self.rank]["fwd"]["comm"]["stages"])
         self.fwd = _pass_plan(d, self.rank, "fwd", self.G)
         self.bwd = _pass_plan(d, self.rank, "bwd", self.G)
+        # some rank forwards rows in some stage (the plan was built with relays and they carry data)
+        self.relays = any(c is not None and c.active for pp in (self.fwd, self.bwd) for st in pp.stages_comm
+                          for c in (st.qo_fwd, st.kv_fwd))
         self.has_index_args = self.fwd.indices is not None or self.bwd.indices is not None or any(
             a.index_width > 0 for pp in (self.fwd, self.bwd) for lst in [pp.stage0] + pp.stages for a in lst)
         self._devices = {}
+
+    @classmethod
+    def from_json(cls, text, rank):
+        """A TorchPlan from a plan's JSON text (`Result.to_json()`): e.g. one rank solves and broadcasts the
+        text, so that every rank runs the same plan even with a solver that is not deterministic (ilp with a
+        time limit)."""
+        return cls(None, rank, plan_json=json.loads(text))
 
     @classmethod
     def all_ranks(cls, result):
