@@ -233,6 +233,9 @@ def error_case(rank, P, what, only_rank=None, check_peers=None):
             plan = solve(spec, P + 1, 0)[0]
         elif what == "other_S":
             plan = solve(dict(spec, spr=1024 // P + 16), P, rank)[0]
+        elif what == "other_S_plain":  # shards sliced by hand (no layout tag)
+            plan = solve(dict(spec, spr=1024 // P + 16), P, rank)[0]
+            ql, kl, vl = (x[tp.layout.global_index(rank)] for x in (q, k, v))
         elif what == "group":
             group = dist.new_group(list(range(P - 1))) if rank < P - 1 else None
         elif what in ("layout_missing", "layout_mixed"):

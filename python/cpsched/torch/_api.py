@@ -159,6 +159,16 @@ def check_inputs(tp, q, k, v, size, rank, backend_name, layout):
     for name, t in (("q", q), ("k", k)) + ((("v", v),) if v is not None else ()):
         if not isinstance(t, torch.Tensor):
             return f"{name}: expected a torch.Tensor, got {type(t).__name__}"
+    if layout is not None and not isinstance(layout, Layout):
+        return f"layout: expected a cpsched.torch.Layout (layout_of(dispatched tensor)), got {type(layout).__name__}"
+    tags = [(n, getattr(t, _LAYOUT_ATTR, None)) for n, t in (("q", q), ("k", k), ("v", v)) if t is not None]
+    for n, tag in tags + [("layout", layout)]:
+        if tag is not None and (tag.seqlen != S or tag.cp_size != P):
+            return (f"{n}: the shard is of a sequence of S = {tag.seqlen} tokens over P = {tag.cp_size} ranks, the "
+                    f"plan was made for S = {S} over P = {P}")
+        if tag is not None and tag != tp.layout:
+            return (f"{n}: the shard was laid out as {tag!r}, the plan's layout is {tp.layout!r}: dispatch the "
+                    f"sequence with this plan (or solve the mask for the layout the shards have)")
     exp_q = (rows, tp.hq, tp.dqk)
     exp_k = (rows, tp.hkv, tp.dqk)
     exp_v = (rows, tp.hkv, tp.dv)
@@ -194,13 +204,6 @@ def check_inputs(tp, q, k, v, size, rank, backend_name, layout):
         return f"q: on {q.device}, but the group's backend is NCCL (CUDA tensors only)"
     if backend_name == "gloo" and q.device.type != "cpu":
         return f"q: on {q.device}, but the group's backend is gloo, whose all_to_all runs on CPU tensors (use NCCL)"
-    if layout is not None and not isinstance(layout, Layout):
-        return f"layout: expected a cpsched.torch.Layout (layout_of(dispatched tensor)), got {type(layout).__name__}"
-    tags = [(n, getattr(t, _LAYOUT_ATTR, None)) for n, t in (("q", q), ("k", k), ("v", v)) if t is not None]
-    for n, tag in tags + [("layout", layout)]:
-        if tag is not None and tag != tp.layout:
-            return (f"{n}: the shard was laid out as {tag!r}, the plan's layout is {tp.layout!r}: dispatch the "
-                    f"sequence with this plan (or solve the mask for the layout the shards have)")
     if not tp.layout.sequential and layout is None and not any(tag is not None for _, tag in tags):
         return (f"layout: the plan's layout is not the sequential one ({tp.layout!r}, as the solver "
                 f"'{tp.solver}' dispatched the tokens), and nothing shows that q, k and v carry it: pass "
@@ -251,23 +254,28 @@ def attention(q, k, v, plan, group=None, backend="auto", return_lse=False, *, la
     another rejected its inputs, so that all raise instead of waiting in a collective.
     Inputs are checked on every rank before any collective; a bad one raises ValueError naming it."""
     g, rank, size, bname = _group_info(group, getattr(plan, "cp_size", 1))
-    tp = prepare(plan, rank) if size == getattr(plan, "cp_size", size) or isinstance(plan, TorchPlan) else None
-    err = None
-    be = None
-    if tp is None:
-        err = (f"group: the process group has {size} ranks, the plan was made for P = {plan.cp_size} (its cp_size);"
-               f" solve with Session(cp_size={size}, ...) or pass the group of the plan's ranks")
+    # Every check is local and collects its message instead of raising, so that with check_peers the ranks
+    # first agree (no rank may leave while another waits in the agreement or in the plan's collectives).
+    err, tp, be = None, None, None
+    P_plan = getattr(plan, "cp_size", None)
+    if not isinstance(plan, (TorchPlan, _result_type())):
+        err = (f"plan: expected a cpsched.Result (Session.solve) or a cpsched.torch.TorchPlan, got "
+               f"{type(plan).__name__}")
+    elif size != P_plan:
+        err = (f"group: the process group has {size} ranks, the plan was made for P = {P_plan} (its cp_size); "
+               f"solve with Session(cp_size={size}, ...) or pass the group of the plan's ranks")
     else:
-        err = check_inputs(tp, q, k, v, size, rank, bname, layout)
-        if err is None:
-            try:
+        try:
+            tp = prepare(plan, rank)
+            err = check_inputs(tp, q, k, v, size, rank, bname, layout)
+            if err is None:
                 be = make_backend(backend, q.device, q.dtype, tp)
-            except ValueError as e:
-                err = str(e)
+        except ValueError as e:
+            err = str(e)
     if check_peers is None:
         check_peers = bname == "gloo"
     if check_peers and g is not None and size > 1:
-        _agree(err, g, q.device if isinstance(q, torch.Tensor) else "cpu", rank, size)
+        _agree(err, g, q.device if isinstance(q, torch.Tensor) and q.device.type != "meta" else "cpu", rank, size)
     elif err:
         raise ValueError(err)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(tp.dqk)
