@@ -201,7 +201,8 @@ def bytes_case(rank, P, spec):
         bwd = dict(counts)
     finally:
         dist.all_to_all_single = real
-    return {"fwd": fwd, "bwd": bwd, "metrics": tp.metrics, "relays": tp.relays}
+    return {"fwd": fwd, "bwd": bwd, "metrics": tp.metrics, "relays": tp.relays, "plan": text if rank == 0 else None,
+            "calls": fwd["calls"] + bwd["calls"]}
 
 
 # ---- errors ----------------------------------------------------------------------------------------
