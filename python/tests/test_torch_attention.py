@@ -63,6 +63,11 @@ CASES.append((4, {"mask": "block_topk", "heads": {"q": 8, "kv": 4, "dim": 16}, "
 # head geometry: MLA without a shared latent, head groups not flattened
 CASES.append((3, {"mask": "causal_document", "heads": {"q": 4, "kv": 2, "dim": 24, "dim_v": 16}}))
 CASES.append((2, {"mask": "prefix_lm", "flatten": False, "solver": "binary_greedy"}))
+# the other backends' batching: FlexAttention's forward (eager on the CPU; its backward is the torch kernels
+# there), and the flash backend with a torch stand-in for flash-attn's varlen kernels
+CASES.append((2, {"mask": "share_question", "backend": "flex", "stages": 2}))
+CASES.append((3, {"mask": "causal_document", "backend": "flash_stub", "stages": 2}))
+CASES.append((4, {"mask": "prefix_lm", "backend": "flash_stub", "relay": 2, "solver": "static", "stages": 1}))
 
 
 def _id(case):
@@ -74,6 +79,8 @@ def _id(case):
         bits.append("relay")
     if s.get("module"):
         bits.append("module")
+    if s.get("backend"):
+        bits.append(s["backend"])
     if s.get("flatten") is False:
         bits.append("unflat")
     if "dim_v" in (s.get("heads") or {}):

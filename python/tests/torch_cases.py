@@ -130,7 +130,7 @@ def attn_case(rank, P, spec):
             out2 = mod(ql, kl, vl, (m.q_ranges, m.k_ranges, m.types), layout=cpt.layout_of(ql))
             assert torch.equal(out, out2) and mod.hits == 1 and mod.misses == 1, (mod.hits, mod.misses)
     else:
-        out = cpt.attention(ql, kl, vl, tp, backend=spec.get("backend", "auto"))
+        out = cpt.attention(ql, kl, vl, tp, backend=backend_of(spec.get("backend", "auto")))
     out.backward(cpt.dispatch(do, tp))
     return {"rows": tp.layout.global_index(rank).numpy(), "out": _np(out), "dq": _np(ql.grad), "dk": _np(kl.grad),
             "dv": _np(vl.grad) if vl is not None else None, "plan": text if rank == 0 else None,
@@ -281,3 +281,39 @@ def layout_case(rank, P):
     dist.all_reduce(g)
     assert torch.equal(g, torch.full_like(x, 2.0)), g
     return True
+
+
+# ---- a torch stand-in for flash-attn's varlen kernels (the flash backend's batching, tested on the CPU) ----
+
+
+def _seqs(cu):
+    c = cu.tolist()
+    return list(zip(c[:-1], c[1:]))
+
+
+def varlen_stub(q, k, v, cu_q, cu_k, mq, mk, scale, causal):
+    from cpsched.torch._kernels import range_forward
+    o = torch.zeros(q.shape[0], q.shape[1], v.shape[-1], dtype=q.dtype)
+    lse = torch.full((q.shape[0], q.shape[1]), float("-inf"))
+    for (a, b), (c, d) in zip(_seqs(cu_q), _seqs(cu_k)):
+        oo, ll = range_forward(q[a:b], k[c:d], v[c:d], 1 if causal else 0, scale)
+        o[a:b], lse[a:b] = oo.to(q.dtype), ll
+    return o, lse
+
+
+def varlen_bwd_stub(do, q, k, v, o, lse, dq, dk, dv, cu_q, cu_k, mq, mk, scale, causal):
+    from cpsched.torch._kernels import range_backward
+    dq.zero_(), dk.zero_(), dv.zero_()
+    for (a, b), (c, d) in zip(_seqs(cu_q), _seqs(cu_k)):
+        delta = (do[a:b].float() * o[a:b].float()).sum(-1)
+        gq = torch.zeros(b - a, q.shape[1], q.shape[2])
+        gk = torch.zeros(d - c, k.shape[1], k.shape[2])
+        gv = torch.zeros(d - c, v.shape[1], v.shape[2])
+        range_backward(q[a:b], k[c:d], v[c:d], do[a:b], lse[a:b], delta, 1 if causal else 0, scale, gq, gk, gv)
+        dq[a:b], dk[c:d], dv[c:d] = gq.to(dq.dtype), gk.to(dk.dtype), gv.to(dv.dtype)
+
+
+def backend_of(name):
+    if name == "flash_stub":
+        return cpt.FlashBackend(kernel=varlen_stub, bwd_kernel=varlen_bwd_stub)
+    return name

@@ -243,8 +243,8 @@ class FlexBackend(TorchBackend):
             q = b.rq[r0:r1] if qr else b.q[r0:r1, qh]
             k = b.rk[c0:c1] if kr else b.k[c0:c1, kh]
             v = b.rv[c0:c1] if kr else b.v[c0:c1, kh]
-            with torch.no_grad():
-                o, lse = self._call(q, k, v, table, b.scale)
+            with torch.no_grad():  # the executor's own backward differentiates; flex must not record a graph
+                o, lse = self._call(q.detach(), k.detach(), v.detach(), table, b.scale)
             if qr:
                 merge_into(b.ro[r0:r1], b.rlse[r0:r1], o, lse)
             else:

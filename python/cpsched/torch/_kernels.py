@@ -215,7 +215,8 @@ def scatter_merge(o_acc, lse_acc, idx, o, lse):
     lse_acc [M, H]); rows of idx may repeat (a row cast to several ranks comes back from each)."""
     if idx.numel() == 0:
         return
-    m = lse_acc.index_reduce(0, idx, lse, "amax", include_self=True)
+    m = lse_acc.scatter_reduce(0, idx.view(-1, *([1] * (lse.dim() - 1))).expand_as(lse), lse, "amax",
+                               include_self=True)
     ms = torch.where(torch.isinf(m), torch.zeros_like(m), m)
     wa = torch.exp(lse_acc - ms)
     wb = torch.exp(lse - ms[idx])
