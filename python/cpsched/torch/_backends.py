@@ -33,30 +33,39 @@ def flex_available():
         return False
 
 
-def _gather_q(args, b, field_local, field_remote, per_group):
-    """Rows of the args' q buffers, concatenated in arg order: [sum lq, heads of a group, dim]."""
-    parts = []
-    for a in args:
-        qh = _heads(a, per_group)
-        parts.append(field_remote[a.q0:a.q1] if a.q_remote else field_local[a.q0:a.q1, qh])
-    return torch.cat(parts) if len(parts) > 1 else parts[0]
+class _FlashBatch:
+    """Full or causal range args of one stage with the same mask type and buffers: one varlen sequence each.
+    Row indices (local rows flattened with their head group, or remote rows) and cu_seqlens are built once
+    per plan and device and cached on the plan's arg list."""
+    __slots__ = ("causal", "q_remote", "k_remote", "q_idx", "k_idx", "cu_q", "cu_k", "max_q", "max_k")
 
+    def __init__(self, args, G, device):
+        import numpy as np
+        a0 = args[0]
+        self.causal = a0.type == 1
+        self.q_remote, self.k_remote = a0.q_remote, a0.k_remote
 
-def _gather_k(args, b, field_local, field_remote, per_group):
-    parts = []
-    for a in args:
-        kh = _heads(a, per_group)
-        parts.append(field_remote[a.k0:a.k1] if a.k_remote else field_local[a.k0:a.k1, kh])
-    return torch.cat(parts) if len(parts) > 1 else parts[0]
+        def rows(lo, hi, remote, group):
+            r = np.arange(lo, hi, dtype=np.int64)
+            return r if remote else r * G + max(group, 0)
+        self.q_idx = torch.from_numpy(np.concatenate([rows(a.q0, a.q1, a.q_remote, a.group) for a in args])).to(device)
+        self.k_idx = torch.from_numpy(np.concatenate([rows(a.k0, a.k1, a.k_remote, a.group) for a in args])).to(device)
+        lq = [a.q1 - a.q0 for a in args]
+        lk = [a.k1 - a.k0 for a in args]
+        self.cu_q = torch.tensor([0] + lq, dtype=torch.int32).cumsum(0, dtype=torch.int32).to(device)
+        self.cu_k = torch.tensor([0] + lk, dtype=torch.int32).cumsum(0, dtype=torch.int32).to(device)
+        self.max_q, self.max_k = max(lq), max(lk)
 
 
 class FlashBackend(TorchBackend):
-    """flash-attn varlen: every full or causal range arg of a stage is one sequence of one varlen call per mask
-    type (flash's causal is bottom-right aligned, as the plan's), returning lse; the outputs are merged into the
-    accumulators by lse. The backward calls flash's varlen backward per batch with the *final* O and lse of the
-    rows (the merged ones), which is the exact gradient of each arg's share. GPU, fp16 / bf16, head dims flash
-    supports. Not run in this repository (no GPU): `kernel` can be replaced (benchmarks run its host side on
-    meta tensors)."""
+    """flash-attn varlen: the full and the causal range args of a stage are batched, per mask type and
+    (q buffer, k buffer), into one varlen call each (flash's causal is bottom-right aligned, as the plan's),
+    returning lse; a batch's rows are gathered with one index_select per tensor from indices cached on the
+    plan, and its outputs are merged into the accumulators with one lse-weighted scatter per buffer. The
+    backward calls flash's varlen backward per batch with the *final* O and lse of the rows (the merged ones),
+    which is the exact gradient of each arg's share, and adds dQ, dK, dV back with index_add. inv_causal /
+    bi_causal and index args run on the torch kernels. GPU, fp16 / bf16. Not run in this repository (no GPU):
+    `kernel` / `bwd_kernel` can be replaced (the tests use a torch stand-in, the benchmark meta stubs)."""
 
     name = "flash"
 
@@ -64,31 +73,21 @@ class FlashBackend(TorchBackend):
         self.kernel = kernel
         self.bwd_kernel = bwd_kernel
 
-    def _split(self, args, device):
-        """(by mask type: (args, cu_q, cu_k, max_q, max_k)), other args), cached on the plan's arg list."""
+    def _split(self, args, G, device):
         key = "_flash_" + str(device)
         hit = getattr(args, key, None) if hasattr(args, "__dict__") else None
         if hit is not None:
             return hit
-        by_type = {0: [], 1: []}
-        rest = []
+        groups, rest = {}, []
         for a in args:
-            if a.index_width == 0 and a.type in by_type and a.q1 > a.q0 and a.k1 > a.k0:
-                by_type[a.type].append(a)
+            if a.index_width == 0 and a.type in (0, 1) and a.q1 > a.q0 and a.k1 > a.k0:
+                groups.setdefault((a.type, a.q_remote, a.k_remote), []).append(a)
             else:
                 rest.append(a)
-        out = ({t: (batch,) + self._cu(batch, device) for t, batch in by_type.items() if batch}, rest)
+        out = ([_FlashBatch(batch, G, device) for batch in groups.values()], rest)
         if hasattr(args, "__dict__"):
             setattr(args, key, out)
         return out
-
-    @staticmethod
-    def _cu(args, device):
-        lq = [a.q1 - a.q0 for a in args]
-        lk = [a.k1 - a.k0 for a in args]
-        cu_q = torch.tensor([0] + lq, dtype=torch.int32).cumsum(0, dtype=torch.int32).to(device, non_blocking=True)
-        cu_k = torch.tensor([0] + lk, dtype=torch.int32).cumsum(0, dtype=torch.int32).to(device, non_blocking=True)
-        return cu_q, cu_k, max(lq), max(lk)
 
     def _fwd_kernel(self):
         if self.kernel is not None:
@@ -101,56 +100,68 @@ class FlashBackend(TorchBackend):
             return out, lse.transpose(0, 1)  # flash's varlen lse is [heads, total_q]
         return run
 
+    @staticmethod
+    def _flat(b):
+        G = b.q.shape[1] // b.qpg
+        L = b.q.shape[0]
+        return G, L
+
     def forward_stage(self, args, b):
-        by_type, rest = self._split(args, b.q.device)
+        G, L = self._flat(b)
+        batches, rest = self._split(args, G, b.q.device)
         super().forward_stage(rest, b)
+        if not batches:
+            return
         kern = self._fwd_kernel()
-        for t, (batch, cu_q, cu_k, mq, mk) in by_type.items():
-            q = _gather_q(batch, b, b.q, b.rq, b.qpg)
-            k = _gather_k(batch, b, b.k, b.rk, b.kpg)
-            v = _gather_k(batch, b, b.v, b.rv, b.kpg)
-            o, lse = kern(q, k, v, cu_q, cu_k, mq, mk, b.scale, t == 1)
-            o, lse = o.float(), lse.float()
-            at = 0
-            for a in batch:  # views of the batch's rows, merged arg by arg (rows of two args may coincide)
-                n = a.q1 - a.q0
-                if a.q_remote:
-                    merge_into(b.ro[a.q0:a.q1], b.rlse[a.q0:a.q1], o[at:at + n], lse[at:at + n])
-                else:
-                    qh = _heads(a, b.qpg)
-                    merge_into(b.o[a.q0:a.q1, qh], b.lse[a.q0:a.q1, qh], o[at:at + n], lse[at:at + n])
-                at += n
+        qf = b.q.reshape(L * G, b.qpg, b.q.shape[-1])
+        kf = b.k.reshape(L * G, b.kpg, b.k.shape[-1])
+        vf = b.v.reshape(L * G, b.kpg, b.v.shape[-1])
+        parts = {False: [], True: []}
+        for x in batches:
+            q = (b.rq if x.q_remote else qf).index_select(0, x.q_idx)
+            k = (b.rk if x.k_remote else kf).index_select(0, x.k_idx)
+            v = (b.rv if x.k_remote else vf).index_select(0, x.k_idx)
+            o, lse = kern(q, k, v, x.cu_q, x.cu_k, x.max_q, x.max_k, b.scale, x.causal)
+            parts[x.q_remote].append((o, lse, x.q_idx))
+        for remote, lst in parts.items():
+            if not lst:
+                continue
+            o = torch.cat([p[0] for p in lst]) if len(lst) > 1 else lst[0][0]
+            lse = torch.cat([p[1] for p in lst]) if len(lst) > 1 else lst[0][1]
+            idx = torch.cat([p[2] for p in lst]) if len(lst) > 1 else lst[0][2]
+            acc_o = b.ro if remote else b.o.view(L * G, b.qpg, b.o.shape[-1])
+            acc_l = b.rlse if remote else b.lse.view(L * G, b.qpg)
+            scatter_merge(acc_o, acc_l, idx, o.to(acc_o.dtype), lse.to(acc_l.dtype))
 
     def backward_stage(self, args, b):
-        by_type, rest = self._split(args, b.q.device)
+        G, L = self._flat(b)
+        batches, rest = self._split(args, G, b.q.device)
         super().backward_stage(rest, b)
-        for t, (batch, cu_q, cu_k, mq, mk) in by_type.items():
-            q = _gather_q(batch, b, b.q, b.rq, b.qpg)
-            o = _gather_q(batch, b, b.out, b.rout, b.qpg)
-            do = _gather_q(batch, b, b.dout, b.rdout, b.qpg)
-            lse = _gather_q(batch, b, b.lse, b.rlse, b.qpg).float()
-            k = _gather_k(batch, b, b.k, b.rk, b.kpg)
-            v = _gather_k(batch, b, b.v, b.rv, b.kpg)
-            dq = torch.empty_like(q)
-            dk = torch.empty_like(k)
-            dv = torch.empty_like(v)
-            self._bwd(do, q, k, v, o, lse, dq, dk, dv, cu_q, cu_k, mq, mk, b.scale, t == 1)
-            aq = ak = 0
-            for a in batch:
-                n, m = a.q1 - a.q0, a.k1 - a.k0
-                qh, kh = _heads(a, b.qpg), _heads(a, b.kpg)
-                tq = b.rdq[a.q0:a.q1] if a.q_remote else b.dq[a.q0:a.q1, qh]
-                tq += dq[aq:aq + n].float()
-                if a.k_remote:
-                    tk = b.rdk[a.k0:a.k1]
-                    tv = b.rdk[a.k0:a.k1, :, :b.rv.shape[-1]] if b.shared else b.rdv[a.k0:a.k1]
-                else:
-                    tk = b.dk[a.k0:a.k1, kh]
-                    tv = b.dk[a.k0:a.k1, kh, :b.v.shape[-1]] if b.shared else b.dv[a.k0:a.k1, kh]
-                tk += dk[ak:ak + m].float()
-                tv += dv[ak:ak + m].float()
-                aq += n
-                ak += m
+        if not batches:
+            return
+        dvd = b.v.shape[-1]
+        qf = b.q.reshape(L * G, b.qpg, b.q.shape[-1])
+        of = b.out.reshape(L * G, b.qpg, dvd)
+        dof = b.dout.reshape(L * G, b.qpg, dvd)
+        lf = b.lse.view(L * G, b.qpg)
+        kf = b.k.reshape(L * G, b.kpg, b.k.shape[-1])
+        vf = b.v.reshape(L * G, b.kpg, dvd)
+        dqf = b.dq.view(L * G, b.qpg, -1)
+        dkf = b.dk.view(L * G, b.kpg, -1)
+        dvf = b.dv.view(L * G, b.kpg, dvd)
+        for x in batches:
+            qs = (b.rq if x.q_remote else qf)
+            q = qs.index_select(0, x.q_idx)
+            o = (b.rout if x.q_remote else of).index_select(0, x.q_idx)
+            do = (b.rdout if x.q_remote else dof).index_select(0, x.q_idx)
+            lse = (b.rlse if x.q_remote else lf).index_select(0, x.q_idx).float()
+            k = (b.rk if x.k_remote else kf).index_select(0, x.k_idx)
+            v = (b.rv if x.k_remote else vf).index_select(0, x.k_idx)
+            dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+            self._bwd(do, q, k, v, o, lse, dq, dk, dv, x.cu_q, x.cu_k, x.max_q, x.max_k, b.scale, x.causal)
+            (b.rdq if x.q_remote else dqf).index_add_(0, x.q_idx, dq.to(b.rdq.dtype))
+            (b.rdk if x.k_remote else dkf).index_add_(0, x.k_idx, dk.to(b.rdk.dtype))
+            (b.rdv if x.k_remote else dvf).index_add_(0, x.k_idx, dv.to(b.rdk.dtype))
 
     def _bwd(self, do, q, k, v, o, lse, dq, dk, dv, cu_q, cu_k, mq, mk, scale, causal):
         if self.bwd_kernel is not None:

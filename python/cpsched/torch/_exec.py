@@ -69,7 +69,8 @@ class _Rows:
 
 def _pack(parts):
     """[n, ...] tensors -> one [n, bytes] uint8 tensor, fields side by side."""
-    bs = [p.contiguous().view(p.shape[0], math.prod(p.shape[1:])).view(torch.uint8) for p in parts]
+    bs = [(p if p.dim() == 2 and p.is_contiguous() else p.reshape(p.shape[0], math.prod(p.shape[1:])).contiguous())
+          .view(torch.uint8) for p in parts]
     return bs[0] if len(bs) == 1 else torch.cat(bs, dim=1)
 
 
@@ -108,13 +109,29 @@ def _wait(works):
             w.wait()
 
 
+class _Table:
+    """This rank's rows of one kind packed as the collectives send them ([L * G, row bytes] uint8), built on
+    first use in a pass (one copy of the fields side by side), so that each stage's send buffer is one
+    index_select of it."""
+    __slots__ = ("parts", "table")
+
+    def __init__(self, parts):
+        self.parts = parts
+        self.table = None
+
+    def get(self):
+        if self.table is None:
+            self.table = _pack(self.parts)
+        return self.table
+
+
 def _issue_casts(comm, st, bufs, sources, keep):
     """First phase of a stage: per kind, pack this rank's rows and issue the all_to_all."""
     works = []
     for coll, rows, src in ((st.qo, bufs[0], sources[0]), (st.kv, bufs[1], sources[1])):
         if not coll.active:
             continue
-        send = _pack([t.index_select(0, coll.send_rows) for t in src])
+        send = src.get().index_select(0, coll.send_rows)
         keep.append(send)
         out = rows.buf[coll.recv_at:coll.recv_at + coll.n_recv]
         works.append(comm.a2a(out, send, coll.out_splits, coll.in_splits))
@@ -145,6 +162,74 @@ def _stage_rows(st, kind):
     return (st.qo_off, st.qo_off + st.qo_rows) if kind == "qo" else (st.kv_off, st.kv_off + st.kv_rows)
 
 
+class _Workspace:
+    """A pass's receive buffers and fp32 accumulators for one (plan, device, dtype), allocated once and reused
+    by every call (each call zeroes them with one or two fills): a call allocates only its outputs. One call
+    at a time uses a plan's workspace on a device (calls of one process group are sequential)."""
+
+    def __init__(self, tp, pp, pass_, dt, dev):
+        L, G, qpg, kpg = tp.rows, tp.G, tp.qpg, tp.kpg
+        hq, hkv, dqk, dv, shared = tp.hq, tp.hkv, tp.dqk, tp.dv, tp.kv_shared
+        Nq, Nk = pp.qo_rows, pp.kv_rows
+        cdt = compute_dtype(dt)
+        kv_fields = [("k", dt, (kpg, dqk))] + ([] if shared else [("v", dt, (kpg, dv))])
+        self.rkv = _Rows(Nk, kv_fields, dev)
+        rk = self.rkv.typed["k"]
+        rv = rk[..., :dv] if shared else self.rkv.typed["v"]
+
+        def carve(block, shapes):
+            out, at = [], 0
+            for sh in shapes:
+                n = math.prod(sh)
+                out.append(block[at:at + n].view(*sh))
+                at += n
+            return out
+        if pass_ == "fwd":
+            self.rqo = _Rows(Nq, [("q", dt, (qpg, dqk))], dev)
+            self.acc = torch.empty(L * hq * dv + Nq * qpg * dv, dtype=cdt, device=dev)
+            self.lse_blk = torch.empty(L * hq + Nq * qpg, dtype=cdt, device=dev)
+            o, ro = carve(self.acc, [(L, hq, dv), (Nq, qpg, dv)])
+            lse, rlse = carve(self.lse_blk, [(L, hq), (Nq, qpg)])
+            self.b = Buffers(rq=self.rqo.typed["q"], rk=rk, rv=rv, o=o, lse=lse, ro=ro, rlse=rlse, indices=pp.indices,
+                             qpg=qpg, kpg=kpg, shared=shared)
+            self.o_flat = o.view(L * G, qpg, dv)
+            self.lse_flat = lse.view(L * G, qpg)
+        else:
+            self.rqo = _Rows(Nq, [("lse", torch.float32, (qpg,)), ("q", dt, (qpg, dqk)), ("o", dt, (qpg, dv)),
+                                  ("do", dt, (qpg, dv))], dev)
+            shapes = [(L, hq, dqk), (L, hkv, dqk)] + ([] if shared else [(L, hkv, dv)]) + \
+                [(Nq, qpg, dqk), (Nk, kpg, dqk)] + ([] if shared else [(Nk, kpg, dv)]) + [(Nq, qpg)]
+            self.acc = torch.empty(sum(math.prod(x) for x in shapes), dtype=cdt, device=dev)
+            parts = carve(self.acc, shapes)
+            if shared:
+                dq, dk, rdq, rdk, rdelta = parts
+                dv_, rdv = None, None
+            else:
+                dq, dk, dv_, rdq, rdk, rdv, rdelta = parts
+            self.b = Buffers(rq=self.rqo.typed["q"], rk=rk, rv=rv, rlse=self.rqo.typed["lse"], rout=self.rqo.typed["o"],
+                             rdout=self.rqo.typed["do"], rdelta=rdelta, dq=dq, dk=dk, dv=dv_, rdq=rdq, rdk=rdk,
+                             rdv=rdv, indices=pp.indices, qpg=qpg, kpg=kpg, shared=shared)
+            self.dq_flat = dq.view(L * G, qpg, dqk)
+            self.dk_flat = dk.view(L * G, kpg, dqk)
+            self.dv_flat = None if shared else dv_.view(L * G, kpg, dv)
+            self.lse_blk = None
+
+    def reset(self):
+        self.acc.zero_()
+        if self.lse_blk is not None:
+            self.lse_blk.fill_(NEG_INF)
+        return self.b
+
+
+def _workspace(dp, pass_, dt):
+    key = (pass_, dt)
+    ws = dp.work.get(key)
+    if ws is None:
+        ws = _Workspace(dp.tp, dp.fwd if pass_ == "fwd" else dp.bwd, pass_, dt, dp.device)
+        dp.work[key] = ws
+    return ws
+
+
 def run_forward(dp, q, k, v, backend, comm, scale):
     """Forward pass of this rank: returns O (q's dtype) [L, hq, dv] and lse (fp32) [L, hq]."""
     tp, pp = dp.tp, dp.fwd
@@ -155,17 +240,11 @@ def run_forward(dp, q, k, v, backend, comm, scale):
     q_rows = q.reshape(L * G, qpg * g.dqk)
     k_rows = k.reshape(L * G, kpg * g.dqk)
     kv_src = [k_rows] if g.shared else [k_rows, v.reshape(L * G, kpg * g.dv)]
-    rqo = _Rows(pp.qo_rows, [("q", dt, (qpg, g.dqk))], dev)
-    kv_fields = [("k", dt, (kpg, g.dqk))] + ([] if g.shared else [("v", dt, (kpg, g.dv))])
-    rkv = _Rows(pp.kv_rows, kv_fields, dev)
-    rk = rkv.typed["k"]
-    b = Buffers(q=q, k=k, v=v, rq=rqo.typed["q"], rk=rk, rv=rk[..., :g.dv] if g.shared else rkv.typed["v"],
-                o=torch.zeros((L, g.hq, g.dv), dtype=cdt, device=dev),
-                lse=torch.full((L, g.hq), NEG_INF, dtype=cdt, device=dev),
-                ro=torch.zeros((pp.qo_rows, qpg, g.dv), dtype=cdt, device=dev),
-                rlse=torch.full((pp.qo_rows, qpg), NEG_INF, dtype=cdt, device=dev),
-                indices=pp.indices, qpg=qpg, kpg=kpg, scale=scale, shared=g.shared)
-    bufs, sources = (rqo, rkv), ([q_rows], kv_src)
+    ws = _workspace(dp, "fwd", dt)
+    rqo, rkv = ws.rqo, ws.rkv
+    b = ws.reset()
+    b.q, b.k, b.v, b.scale = q, k, v, scale
+    bufs, sources = (rqo, rkv), (_Table([q_rows]), _Table(kv_src))
     o_fields = [("lse", torch.float32, (qpg,)), ("o", dt, (qpg, g.dv))]
     keep, finals = [], []
     N = len(pp.comm)
@@ -204,8 +283,8 @@ def run_forward(dp, q, k, v, backend, comm, scale):
         back = torch.cat([x for _, x, _ in finals]) if len(finals) > 1 else finals[0][1]
         idx = torch.cat([i for _, _, i in finals]) if len(finals) > 1 else finals[0][2]
         f = _unpack(back, o_fields)
-        scatter_merge(b.o.view(L * G, qpg, g.dv), b.lse.view(L * G, qpg), idx, f["o"].to(cdt), f["lse"].to(cdt))
-    return b.o.to(dt), b.lse.float()
+        scatter_merge(ws.o_flat, ws.lse_flat, idx, f["o"].to(cdt), f["lse"].to(cdt))
+    return b.o.to(dt, copy=True), b.lse.to(torch.float32, copy=True)
 
 
 def run_backward(dp, q, k, v, out, lse, dout, backend, comm, scale):
@@ -223,20 +302,11 @@ def run_backward(dp, q, k, v, out, lse, dout, backend, comm, scale):
               dout.reshape(L * G, qpg * g.dv)]
     k_rows = k.reshape(L * G, kpg * g.dqk)
     kv_src = [k_rows] if g.shared else [k_rows, v.reshape(L * G, kpg * g.dv)]
-    rqo = _Rows(pp.qo_rows, [("lse", torch.float32, (qpg,)), ("q", dt, (qpg, g.dqk)), ("o", dt, (qpg, g.dv)),
-                             ("do", dt, (qpg, g.dv))], dev)
-    kv_fields = [("k", dt, (kpg, g.dqk))] + ([] if g.shared else [("v", dt, (kpg, g.dv))])
-    rkv = _Rows(pp.kv_rows, kv_fields, dev)
-    rk = rkv.typed["k"]
-    z = lambda *shape: torch.zeros(shape, dtype=cdt, device=dev)  # noqa: E731
-    b = Buffers(q=q, k=k, v=v, rq=rqo.typed["q"], rk=rk, rv=rk[..., :g.dv] if g.shared else rkv.typed["v"],
-                lse=lse, out=out, dout=dout, delta=delta,
-                rlse=rqo.typed["lse"], rout=rqo.typed["o"], rdout=rqo.typed["do"], rdelta=z(pp.qo_rows, qpg),
-                dq=z(L, g.hq, g.dqk), dk=z(L, g.hkv, g.dqk), dv=None if g.shared else z(L, g.hkv, g.dv),
-                rdq=z(pp.qo_rows, qpg, g.dqk), rdk=z(pp.kv_rows, kpg, g.dqk),
-                rdv=None if g.shared else z(pp.kv_rows, kpg, g.dv),
-                indices=pp.indices, qpg=qpg, kpg=kpg, scale=scale, shared=g.shared)
-    bufs, sources = (rqo, rkv), (qo_src, kv_src)
+    ws = _workspace(dp, "bwd", dt)
+    rqo, rkv = ws.rqo, ws.rkv
+    b = ws.reset()
+    b.q, b.k, b.v, b.lse, b.out, b.dout, b.delta, b.scale = q, k, v, lse, out, dout, delta, scale
+    bufs, sources = (rqo, rkv), (_Table(qo_src), _Table(kv_src))
     dq_fields = [("dq", dt, (qpg, g.dqk))]
     dkv_fields = [("dk", dt, (kpg, g.dqk))] + ([] if g.shared else [("dv", dt, (kpg, g.dv))])
 
@@ -247,13 +317,13 @@ def run_backward(dp, q, k, v, out, lse, dout, backend, comm, scale):
 
     def add_into(kind, f, idx, local):
         if kind == "qo":
-            target = b.dq.view(L * G, qpg, g.dqk) if local else b.rdq
+            target = ws.dq_flat if local else b.rdq
             target.index_add_(0, idx, f["dq"].to(cdt))
             return
-        tk = b.dk.view(L * G, kpg, g.dqk) if local else b.rdk
+        tk = ws.dk_flat if local else b.rdk
         tk.index_add_(0, idx, f["dk"].to(cdt))
         if not g.shared:
-            tv = b.dv.view(L * G, kpg, g.dv) if local else b.rdv
+            tv = ws.dv_flat if local else b.rdv
             tv.index_add_(0, idx, f["dv"].to(cdt))
 
     keep, finals = [], []
@@ -296,7 +366,12 @@ def run_backward(dp, q, k, v, out, lse, dout, backend, comm, scale):
             keep.append(send)
             back, w = _reduce(comm, c, send, dev)
             finals.append((w, back, c, kind))
-    for w, back, c, kind in finals:
-        w.wait()
-        add_into(kind, _unpack(back, dq_fields if kind == "qo" else dkv_fields), c.send_rows, True)
-    return b.dq.to(dt), b.dk.to(dt), (None if g.shared else b.dv.to(dt))
+    _wait([w for w, _, _, _ in finals])
+    for kind in ("qo", "kv"):  # every stage's returns of a kind at once: one unpack, one index_add per field
+        got = [(back, c.send_rows) for _, back, c, kd in finals if kd == kind]
+        if not got:
+            continue
+        back = torch.cat([x for x, _ in got]) if len(got) > 1 else got[0][0]
+        idx = torch.cat([i for _, i in got]) if len(got) > 1 else got[0][1]
+        add_into(kind, _unpack(back, dq_fields if kind == "qo" else dkv_fields), idx, True)
+    return b.dq.to(dt, copy=True), b.dk.to(dt, copy=True), (None if g.shared else b.dv.to(dt, copy=True))

@@ -340,3 +340,4 @@ class _DevicePlan:
         self.device = device
         self.fwd = _DevicePass(tp.fwd, device)
         self.bwd = _DevicePass(tp.bwd, device)
+        self.work = {}  # (pass, dtype) -> the executor's reusable buffers (_exec._Workspace)
