@@ -72,13 +72,22 @@ def _tag(x, layout):
     return x
 
 
-def _plan_layout(plan):
+def _cp_size(plan):
+    if isinstance(plan, (Layout, TorchPlan, _result_type())):
+        return plan.cp_size
+    raise ValueError(f"plan: expected a cpsched.Result, a cpsched.torch.TorchPlan or a Layout, got "
+                     f"{type(plan).__name__}")
+
+
+def _plan_layout(plan, rank=None):
     if isinstance(plan, Layout):
         return plan
     if isinstance(plan, TorchPlan):
         return plan.layout
     if isinstance(plan, _result_type()):
-        return prepare(plan, 0).layout if plan.cp_size >= 1 else None
+        # this rank's prepared plan (cached, so that the attention call that follows reuses it)
+        r = rank if rank is not None and 0 <= rank < plan.cp_size else 0
+        return prepare(plan, r).layout
     raise ValueError(f"plan: expected a cpsched.Result, a cpsched.torch.TorchPlan or a Layout, got "
                      f"{type(plan).__name__}")
 
@@ -88,11 +97,12 @@ def dispatch(x, plan, group=None, dim=0, rank=None):
     the plan's host_ranges for this rank, concatenated (docs/plan_format.md). Differentiable (the gradient of
     x is this rank's rows; summing over ranks gives the whole). The result carries the layout
     (`layout_of`), so an attention call under a plan of another layout refuses it."""
-    lay = _plan_layout(plan)
+    P = _cp_size(plan)
     if rank is None:
-        _, rank, size, _ = _group_info(group, lay.cp_size)
-        if size != lay.cp_size:
-            raise ValueError(f"group: the process group has {size} ranks, the plan was made for P = {lay.cp_size}")
+        _, rank, size, _ = _group_info(group, P)
+        if size != P:
+            raise ValueError(f"group: the process group has {size} ranks, the plan was made for P = {P}")
+    lay = _plan_layout(plan, rank)
     if x.dim() <= dim or x.shape[dim] != lay.seqlen:
         raise ValueError(f"dispatch: x must have the plan's S = {lay.seqlen} entries along dim {dim}, got shape "
                          f"{tuple(x.shape)}")
@@ -127,10 +137,11 @@ def undispatch(y, plan, group=None, dim=0):
     """The whole sequence from every rank's shard `y` (the inverse of dispatch): all-gathers the shards over
     the group and puts every row at its global position. Differentiable: the gradient of y is this rank's rows
     of the gradient of the result (so a loss computed alike on every rank trains every shard once)."""
-    lay = _plan_layout(plan)
-    g, rank, size, _ = _group_info(group, lay.cp_size)
-    if size != lay.cp_size:
-        raise ValueError(f"group: the process group has {size} ranks, the plan was made for P = {lay.cp_size}")
+    P = _cp_size(plan)
+    g, rank, size, _ = _group_info(group, P)
+    if size != P:
+        raise ValueError(f"group: the process group has {size} ranks, the plan was made for P = {P}")
+    lay = _plan_layout(plan, rank)
     if y.dim() <= dim or y.shape[dim] != lay.rows(rank):
         raise ValueError(f"undispatch: rank {rank} hosts {lay.rows(rank)} tokens of the plan's layout, y has shape "
                          f"{tuple(y.shape)} along dim {dim}")

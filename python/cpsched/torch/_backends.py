@@ -294,9 +294,6 @@ class FlexBackend(TorchBackend):
                 (b.dk[c0:c1, kh, :b.v.shape[-1]] if b.shared else b.dv[c0:c1, kh]).add_(gv.float())
 
 
-_ = scatter_merge  # re-exported for the benchmarks
-
-
 def make_backend(name, device, dtype, tp):
     """The backend object for `name` ('auto', 'torch', 'flash', 'flex') on `device`, or a ValueError naming
     why it cannot run there."""

@@ -16,8 +16,6 @@ the exact attention of the whole mask.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 NEG_INF = float("-inf")
@@ -308,6 +306,3 @@ class NullBackend:
     def backward_stage(self, args, b):
         pass
 
-
-def default_scale(dqk):
-    return 1.0 / math.sqrt(dqk)

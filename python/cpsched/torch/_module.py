@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -140,5 +139,3 @@ class DistAttention(torch.nn.Module):
             tp = self.plan(mask)
         return attention(q, k, v, tp, self.group, **kw)
 
-
-_ = np  # numpy arrays pass through _ranges / _types
