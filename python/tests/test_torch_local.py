@@ -131,3 +131,62 @@ def test_plan_preparation_is_cached_per_result_and_rank():
     assert cpt.prepare(r, 0) is not cpt.prepare(r, 1)
     with pytest.raises(ValueError, match="prepared for rank 1"):
         cpt.prepare(cpt.prepare(r, 1), 0)
+
+
+class _Recorder:
+    """A Comm and a backend that log the program's order instead of moving or computing anything."""
+
+    def __init__(self):
+        self.log = []
+
+    def a2a(self, out, inp, out_splits, in_splits):
+        rec = self
+
+        class Work:
+            def __init__(self, n):
+                self.n = n
+
+            def wait(self):
+                rec.log.append(("wait", self.n))
+        self.log.append(("issue", len(self.log)))
+        return Work(len(self.log) - 1)
+
+    def forward_stage(self, args, b):
+        self.log.append(("compute", len(args)))
+
+    backward_stage = forward_stage
+
+
+def test_each_stage_cast_is_in_flight_while_the_stage_before_computes():
+    """Overlap by construction (no timing): cast(1) is issued before stage 0 computes, cast(s + 1) before
+    stage s computes, and the first wait for a cast comes after the compute it overlaps."""
+    from cpsched.torch._exec import run_backward, run_forward
+    m = cpsched.mask_from_config(os.path.join(os.path.dirname(__file__), "..", "..", "configs", "quickstart.yaml"),
+                                 {"problem.cp_size": 4, "problem.seqlen_per_rank": 256, "problem.mask.kind": "causal"})
+    r = cpsched.Session(cp_size=4, seqlen=m.seqlen, heads=(4, 2, 16, "fp32"), cost_model="area", stages=3,
+                        solver="usp").solve(m.q_ranges, m.k_ranges, m.types)
+    tps = cpt.TorchPlan.all_ranks(r)
+    checked = 0
+    for tp in tps:
+        for pass_ in ("fwd", "bwd"):
+            rec = _Recorder()
+            dp = tp.on("cpu")
+            L = tp.rows
+            q, k, v = torch.zeros(L, 4, 16), torch.zeros(L, 2, 16), torch.zeros(L, 2, 16)
+            if pass_ == "fwd":
+                run_forward(dp, q, k, v, rec, rec, 0.25)
+            else:
+                run_backward(dp, q, k, v, torch.zeros(L, 4, 16), torch.zeros(L, 4), torch.zeros(L, 4, 16), rec,
+                             rec, 0.25)
+            kinds = [e[0] for e in rec.log]
+            computes = [i for i, e in enumerate(kinds) if e == "compute"]
+            pp = dp.fwd if pass_ == "fwd" else dp.bwd
+            waited = {e[1]: i for i, e in enumerate(rec.log) if e[0] == "wait"}
+            for s, st in enumerate(pp.comm):  # stage s + 1's cast overlaps the compute of stage s
+                if not (st.qo.active or st.kv.active):
+                    continue
+                c = computes[s]
+                in_flight = [i for i, e in enumerate(rec.log[:c]) if e[0] == "issue" and waited.get(i, -1) > c]
+                assert in_flight, (pass_, s, rec.log)
+                checked += 1
+    assert checked >= 8
