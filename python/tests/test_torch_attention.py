@@ -63,6 +63,10 @@ CASES.append((4, {"mask": "block_topk", "heads": {"q": 8, "kv": 4, "dim": 16}, "
 # head geometry: MLA without a shared latent, head groups not flattened
 CASES.append((3, {"mask": "causal_document", "heads": {"q": 4, "kv": 2, "dim": 24, "dim_v": 16}}))
 CASES.append((2, {"mask": "prefix_lm", "flatten": False, "solver": "binary_greedy"}))
+# inputs and output gradient with permuted strides (not contiguous), through the torch and flash paths
+CASES.append((3, {"mask": "full_document", "stages": 2, "noncontig": True}))
+CASES.append((4, {"mask": "causal", "solver": "static", "stages": 2, "relay": 2, "noncontig": True,
+                  "backend": "flash_stub"}))
 # the other backends' batching: FlexAttention's forward (eager on the CPU; its backward is the torch kernels
 # there), and the flash backend with a torch stand-in for flash-attn's varlen kernels
 CASES.append((2, {"mask": "share_question", "backend": "flex", "stages": 2}))
@@ -79,6 +83,8 @@ def _id(case):
         bits.append("relay")
     if s.get("module"):
         bits.append("module")
+    if s.get("noncontig"):
+        bits.append("noncontig")
     if s.get("backend"):
         bits.append(s["backend"])
     if s.get("flatten") is False:

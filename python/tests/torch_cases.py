@@ -115,8 +115,20 @@ def _np(t):
 def attn_case(rank, P, spec):
     tp, text = solve(spec, P, rank)
     q, k, v, do = global_inputs(spec, tp.seqlen)
-    sh = lambda x: None if x is None else cpt.dispatch(x, tp).requires_grad_()  # noqa: E731
+    if spec.get("noncontig"):  # shards with permuted strides (as from a fused projection), layout passed
+        sh = lambda x: None if x is None else (  # noqa: E731
+            cpt.dispatch(x, tp).transpose(0, 1).contiguous().transpose(0, 1).requires_grad_())
+    else:
+        sh = lambda x: None if x is None else cpt.dispatch(x, tp).requires_grad_()  # noqa: E731
     ql, kl, vl = sh(q), sh(k), sh(v)
+    if spec.get("noncontig"):
+        assert not ql.is_contiguous()
+        out = cpt.attention(ql, kl, vl, tp, layout=tp.layout, backend=backend_of(spec.get("backend", "auto")))
+        dol = cpt.dispatch(do, tp).transpose(0, 1).contiguous().transpose(0, 1)
+        out.backward(dol)
+        return {"rows": tp.layout.global_index(rank).numpy(), "out": _np(out), "dq": _np(ql.grad),
+                "dk": _np(kl.grad), "dv": _np(vl.grad), "plan": text if rank == 0 else None, "relays": tp.relays,
+                "layout_sequential": tp.layout.sequential, "stages": tp.num_stages}
     if spec.get("module"):
         if spec["mask"] == "topk":
             idx = torch.from_numpy(topk_indices(spec, P))[tp.layout.global_index(rank)]
