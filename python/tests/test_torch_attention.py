@@ -111,3 +111,17 @@ def test_matches_dense_reference_bf16(P):
             "stages": 2, "relay": 2 if P == 4 else 0, "solver": "static" if P == 4 else "balanced_bytes"}
     _, errs = check(P, spec, BF16_TOL)
     assert all(e > 0 for e in errs.values())  # bf16 really ran: not bit-exact with the fp64 reference
+
+
+REMAP = [(3, {"mask": "topk", "heads": {"q": 4, "kv": 1, "dim": 48, "dim_v": 32, "kv_shared": True}, "spr": 96,
+              "topk": 12, "stages": 2}),
+         (4, {"mask": "topk", "heads": {"q": 4, "kv": 2, "dim": 16}, "spr": 64, "topk": 10, "sel_heads": 2,
+              "stages": 2, "relay": 2})]
+
+
+@pytest.mark.parametrize("P,spec", REMAP, ids=["P3-mla-shared", "P4-two-selections-relay"])
+def test_device_remap_of_topk_rows_equals_the_plan_builders(P, spec):
+    counts = get_pool(P).values("remap_case", timeout=120, spec=spec)
+    assert all(c > 0 for c in counts), counts
+    if spec.get("sel_heads"):  # and it runs: the DistAttention path remaps on the device by default
+        check(P, dict(spec, module=True))

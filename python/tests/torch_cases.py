@@ -329,3 +329,24 @@ def backend_of(name):
     if name == "flash_stub":
         return cpt.FlashBackend(kernel=varlen_stub, bwd_kernel=varlen_bwd_stub)
     return name
+
+
+def remap_case(rank, P, spec):
+    """The device-side remap of this rank's top-k rows equals the C++ plan builder's pool, row by row (as
+    sets: the order inside a row is free); returns how many index args were compared."""
+    idx = torch.from_numpy(topk_indices(spec, P))
+    lo, hi = (int(x) for x in cpsched._cpsched.sharding_ranges(idx.shape[0], P)[rank])
+    tp = cpt.ingest_topk(idx[lo:hi], session(spec, P), remap="plan")
+    pools = cpt.remap_topk(tp, idx, "cpu")
+    n = 0
+    for pp, pool in ((tp.fwd, pools[0]), (tp.bwd, pools[1])):
+        for args in [pp.stage0] + pp.stages:
+            for a in args:
+                if a.index_width <= 0:
+                    continue
+                m = (a.q1 - a.q0) * a.index_width
+                want = pp.indices[a.index_offset:a.index_offset + m].view(a.q1 - a.q0, -1).sort(1).values
+                got = pool[a.index_offset:a.index_offset + m].view(a.q1 - a.q0, -1).sort(1).values
+                assert torch.equal(want, got), (rank, a, want, got)
+                n += 1
+    return n

@@ -21,9 +21,9 @@ from ._api import attention, check_inputs, dispatch, layout_of, prepare, undispa
 from ._backends import FlashBackend, FlexBackend, flash_available, flex_available  # noqa: E402
 from ._exec import Comm  # noqa: E402
 from ._kernels import NullBackend, TorchBackend  # noqa: E402
-from ._module import DistAttention, ingest_topk  # noqa: E402
+from ._module import DistAttention, ingest_topk, remap_topk  # noqa: E402
 from ._plan import Layout, TorchPlan  # noqa: E402
 
 __all__ = ["attention", "DistAttention", "dispatch", "undispatch", "layout_of", "prepare", "TorchPlan", "Layout",
-           "ingest_topk", "TorchBackend", "FlashBackend", "FlexBackend", "NullBackend", "Comm", "flash_available",
+           "ingest_topk", "remap_topk", "TorchBackend", "FlashBackend", "FlexBackend", "NullBackend", "Comm", "flash_available",
            "flex_available", "check_inputs"]

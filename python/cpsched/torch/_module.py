@@ -11,7 +11,69 @@ from ._api import _group_info, attention, prepare
 from ._plan import TorchPlan
 
 
-def ingest_topk(indices, session, group=None, causal=True, check_peers=None):
+def remap_topk(tp, full, device):
+    """Each index arg's rows of this rank in its k buffer, computed with torch ops on `device` from the global
+    top-k indices `full` [S, H_kv, k] and the plan's receive layout: query row i of the arg (a global query
+    of this rank's local or remote QO rows) selects the keys full[q, h, :] inside the arg's key block, each
+    mapped to its row in the local shard or the remote KV buffer (the rows that arrived for the arg's head
+    group). Returns the (forward, backward) index pools in the plan's layout (index_offset / index_width per
+    arg); a selected key of the block that no row holds raises (the plan would have dropped it)."""
+    S, H = int(full.shape[0]), int(full.shape[1])
+    full = full.to(device=device, dtype=torch.int64)
+    lay = tp.layout
+    local_glob = lay.global_index(tp.rank).to(device)
+    inv_local = torch.full((S,), -1, dtype=torch.int64, device=device)
+    inv_local[local_glob] = torch.arange(local_glob.numel(), device=device)
+    starts = torch.tensor(sorted(b for rs in lay.host_ranges for b, e in rs), dtype=torch.int64)
+    ends = {b: e for rs in lay.host_ranges for b, e in rs}
+    pools = []
+    for pp in (tp.fwd, tp.bwd):
+        if pp.indices is None:
+            pools.append(None)
+            continue
+        qg, _ = (x.to(device) for x in pp.row_global["qo"])
+        kg, kh = (x.to(device) for x in pp.row_global["kv"])
+        inv_remote = {}
+        pool = torch.full((pp.indices.numel(),), -1, dtype=torch.int64, device=device)
+        for args in [pp.stage0] + pp.stages:
+            for a in args:
+                if a.index_width <= 0 or a.q1 <= a.q0:
+                    continue
+                n, w = a.q1 - a.q0, a.index_width
+                gq = (qg if a.q_remote else local_glob)[a.q0:a.q1]
+                g = max(a.group, 0)
+                sel = full[gq, g if H > 1 else 0]  # [n, k] global keys, -1 padded
+                g0 = int((kg if a.k_remote else local_glob)[a.k0])
+                lo = int(starts[torch.searchsorted(starts, torch.tensor(g0), right=True) - 1])
+                hi = ends[lo]
+                if a.k_remote:
+                    inv = inv_remote.get(g)
+                    if inv is None:
+                        inv = torch.full((S,), -1, dtype=torch.int64, device=device)
+                        rows = torch.nonzero(kh == g).view(-1)
+                        inv[kg[rows]] = rows
+                        inv_remote[g] = inv
+                else:
+                    inv = inv_local
+                inblock = (sel >= lo) & (sel < hi)
+                rows = torch.where(inblock, inv[sel.clamp(0, S - 1)], torch.full_like(sel, -1))
+                if bool((inblock & (rows < 0)).any()):
+                    raise ValueError(f"remap_topk: rank {tp.rank} selects keys of [{lo}, {hi}) that its k buffer "
+                                     f"does not hold (a plan for other indices?)")
+                order = torch.sort((rows < 0).to(torch.int8), dim=1, stable=True).indices
+                rows = torch.gather(rows, 1, order)
+                if rows.shape[1] > w and bool((rows[:, w:] >= 0).any()):
+                    raise ValueError(f"remap_topk: a query of rank {tp.rank} selects more than the plan's {w} keys "
+                                     f"in [{lo}, {hi})")
+                if rows.shape[1] < w:
+                    rows = torch.cat([rows, torch.full((n, w - rows.shape[1]), -1, dtype=torch.int64,
+                                                       device=device)], 1)
+                pool[a.index_offset:a.index_offset + n * w] = rows[:, :w].reshape(-1)
+        pools.append(pool)
+    return pools
+
+
+def ingest_topk(indices, session, group=None, causal=True, check_peers=None, remap="device"):
     """A token top-k mask (DSA's indexer output) given as this rank's own rows, solved into a plan.
 
     `indices`: int32 / int64 [rows, H_kv, k] on any device, -1 padded, global key positions; the rank's rows
@@ -71,6 +133,11 @@ def ingest_topk(indices, session, group=None, causal=True, check_peers=None):
         raise ValueError(f"session: the solver '{result.solver}' laid the tokens out anew ({tp.layout!r}); index "
                          f"masks given per rank need the sequential layout (a solver that keeps it, or the "
                          f"'area' cost model)")
+    if remap == "device":  # the executor reads the pools remapped here instead of the plan's own
+        dp = tp.on(indices.device)
+        dp.fwd.indices, dp.bwd.indices = remap_topk(tp, full, indices.device)
+    elif remap != "plan":
+        raise ValueError(f"remap: expected 'device' or 'plan', got {remap!r}")
     return tp
 
 

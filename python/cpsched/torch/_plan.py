@@ -246,6 +246,52 @@ def _pass_plan(d, rank, pass_, G):
     return pp
 
 
+def _remote_row_globals(d, rank, pass_, layout):
+    """{kind: (global token, head group) of each row of `rank`'s remote QO / KV buffer} from every rank's
+    CommMeta: a receiver's output splits from a source are that source's input splits naming it, in order;
+    forwarded rows are rows of the relay's receive buffer of the same stage."""
+    ranks = d["ranks"]
+    P = len(ranks)
+    glob = [layout.global_index(r).numpy() for r in range(P)]
+    out = {}
+    for kind in ("qo", "kv"):
+        # first phase of every rank, per stage: the (global, group) of its received rows
+        first = [[None] * len(ranks[r][pass_]["comm"]["stages"]) for r in range(P)]
+        for r in range(P):
+            for s, st in enumerate(ranks[r][pass_]["comm"]["stages"]):
+                parts_g, parts_h = [], []
+                for src in sorted(set(st[kind]["src_index"])):
+                    c = ranks[src][pass_]["comm"]["stages"][s][kind]
+                    for (b, e), dst, grp in zip(c["input_ranges"], c["dst_indices"], c["input_groups"]):
+                        if r in dst:
+                            parts_g.append(glob[src][b:e])
+                            parts_h.append(np.full(e - b, grp, dtype=np.int64))
+                first[r][s] = (np.concatenate(parts_g) if parts_g else np.zeros(0, dtype=np.int64),
+                               np.concatenate(parts_h) if parts_h else np.zeros(0, dtype=np.int64))
+        stages = ranks[rank][pass_]["comm"]["stages"]
+        total = max([st[f"{kind}_recv_offset"] + st[f"num_remote_{kind}_tokens"] for st in stages] or [0])
+        g_all = np.full(total, -1, dtype=np.int64)
+        h_all = np.full(total, -1, dtype=np.int64)
+        for s, st in enumerate(stages):
+            fg, fh = first[rank][s]
+            parts_g, parts_h = [fg], [fh]
+            fw = st.get(kind + "_fwd")
+            if fw is not None:
+                for src in sorted(set(fw["src_index"])):
+                    c = ranks[src][pass_]["comm"]["stages"][s].get(kind + "_fwd") or {}
+                    sg, sh = first[src][s]
+                    for (b, e), dst in zip(c.get("input_ranges", []), c.get("dst_indices", [])):
+                        if rank in dst:
+                            parts_g.append(sg[b:e])
+                            parts_h.append(sh[b:e])
+            gg, hh = np.concatenate(parts_g), np.concatenate(parts_h)
+            off = st[f"{kind}_recv_offset"]
+            g_all[off:off + len(gg)] = gg
+            h_all[off:off + len(hh)] = hh
+        out[kind] = (torch.from_numpy(g_all), torch.from_numpy(h_all))
+    return out
+
+
 class TorchPlan:
     """A cpsched plan (a `cpsched.Result`) prepared for one rank: build it once per plan with
     `TorchPlan(result, rank)` (or let `cpsched.torch.attention` cache it) and pass it per call."""
@@ -281,6 +327,9 @@ class TorchPlan:
                             "total_send": m[p]["total_send"]} for p in ("fwd", "bwd")}
         self.fwd = _pass_plan(d, self.rank, "fwd", self.G)
         self.bwd = _pass_plan(d, self.rank, "bwd", self.G)
+        if self.index_mask is not None:  # what a device-side remap of top-k rows needs (remap_topk)
+            for pp, name in ((self.fwd, "fwd"), (self.bwd, "bwd")):
+                pp.row_global = _remote_row_globals(d, self.rank, name, self.layout)
         # some rank forwards rows in some stage (the plan was built with relays and they carry data)
         self.relays = any(c is not None and c.active for pp in (self.fwd, self.bwd) for st in pp.stages_comm
                           for c in (st.qo_fwd, st.kv_fwd))
