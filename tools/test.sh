@@ -36,6 +36,8 @@ if command -v ccache >/dev/null; then
   export CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=true
 fi
 "$venv/bin/python" -m pip install -q --no-build-isolation --config-settings=build-dir=build/python-test .
+# cpsched.torch's tests (docs/torch.md) run on the CPU: PyTorch from the package index, gloo between processes.
+"$venv/bin/python" -m pip install -q "torch>=2.4"
 # Run from outside the tree: the installed package is what is imported.
 cd "$root/build"
 CPSCHED_CLI="$root/build/$preset/bin/cpsched" "$venv/bin/python" -m pytest -q -p no:cacheprovider \

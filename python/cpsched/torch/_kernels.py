@@ -1,0 +1,308 @@
+"""Attention kernels for one plan arg, in pure torch, and the stage backends built on them.
+
+A range arg computes rows `q` of its q buffer against rows `k` of its k buffer under a mask type anchored to
+that rectangle (core/include/cpsched/mask.hpp, runtimes/sim/row_span.hpp): with i, j relative to the
+rectangle, lq x lk, d = lk - lq,
+
+    full        every (i, j)
+    causal      j <= i + d          (bottom-right aligned)
+    inv_causal  j >= i              (top-left aligned)
+    bi_causal   i <= j <= i + d
+
+Every kernel returns O (fp32) and lse (natural log, fp32; -inf and O = 0 for a row with no unmasked entry),
+and its backward recomputes P from the *final* lse of the row: dS = P (dP - delta), delta = rowsum(dO O) of
+the final O, exactly as runtimes/sim/attention_kernel.cpp does, so partial results of many args merge into
+the exact attention of the whole mask.
+"""
+from __future__ import annotations
+
+import torch
+
+NEG_INF = float("-inf")
+# Elements of the fp32 score matrix one chunk may hold (64 MiB): memory stays bounded for any arg size.
+SCORE_BUDGET = 1 << 24
+
+
+def compute_dtype(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def col_hull(mtype, i0, i1, lq, lk):
+    """Columns [c0, c1) touched by relative rows [i0, i1) of a slice (rows' spans are monotone)."""
+    d = lk - lq
+    if mtype == 0:
+        return 0, lk
+    if mtype == 1:
+        return 0, max(0, min(lk, i1 - 1 + d + 1))
+    if mtype == 2:
+        return min(i0, lk), lk
+    return min(i0, lk), max(min(i0, lk), min(lk, i1 - 1 + d + 1))
+
+
+def chunk_mask(mtype, i0, i1, c0, c1, lq, lk, device):
+    """Boolean [i1 - i0, c1 - c0] of the unmasked entries of rows [i0, i1) x cols [c0, c1); None = all."""
+    if mtype == 0:
+        return None
+    d = lk - lq
+    i = torch.arange(i0, i1, device=device).unsqueeze(1)
+    j = torch.arange(c0, c1, device=device).unsqueeze(0)
+    if mtype == 1:
+        return j <= i + d
+    if mtype == 2:
+        return j >= i
+    return (j >= i) & (j <= i + d)
+
+
+def _rows_per_chunk(lq, heads, width):
+    return max(1, min(lq, SCORE_BUDGET // max(1, heads * width)))
+
+
+def range_forward(q, k, v, mtype, scale):
+    """q [lq, hq, dqk], k [lk, hk, dqk], v [lk, hk, dv] -> O [lq, hq, dv], lse [lq, hq] (fp32 or fp64)."""
+    lq, hq, dqk = q.shape
+    lk, hk, _ = k.shape
+    dv = v.shape[-1]
+    r = hq // hk
+    cdt = compute_dtype(q.dtype)
+    o = torch.zeros((lq, hq, dv), dtype=cdt, device=q.device)
+    lse = torch.full((lq, hq), NEG_INF, dtype=cdt, device=q.device)
+    if lq == 0 or lk == 0:
+        return o, lse
+    kh = k.to(cdt).permute(1, 0, 2)
+    vh = v.to(cdt).permute(1, 0, 2)
+    step = _rows_per_chunk(lq, hq, lk)
+    for i0 in range(0, lq, step):
+        i1 = min(lq, i0 + step)
+        c0, c1 = col_hull(mtype, i0, i1, lq, lk)
+        if c1 <= c0:
+            continue
+        n = i1 - i0
+        qc = q[i0:i1].to(cdt).reshape(n, hk, r, dqk).permute(1, 2, 0, 3).reshape(hk, r * n, dqk)
+        s = torch.matmul(qc, kh[:, c0:c1].transpose(1, 2)).mul_(scale).view(hk, r, n, c1 - c0)
+        m = chunk_mask(mtype, i0, i1, c0, c1, lq, lk, q.device)
+        if m is not None:
+            s.masked_fill_(~m, NEG_INF)
+        s = s.view(hk, r * n, c1 - c0)
+        lc = torch.logsumexp(s, dim=-1)
+        p = torch.exp(s - torch.where(torch.isinf(lc), torch.zeros_like(lc), lc).unsqueeze(-1))
+        oc = torch.matmul(p, vh[:, c0:c1])
+        o[i0:i1] = oc.view(hk, r, n, dv).permute(2, 0, 1, 3).reshape(n, hq, dv)
+        lse[i0:i1] = lc.view(hk, r, n).permute(2, 0, 1).reshape(n, hq)
+    return o, lse
+
+
+def range_backward(q, k, v, do, lse, delta, mtype, scale, dq, dk, dv):
+    """Adds the arg's gradients into dq [lq, hq, dqk], dk [lk, hk, dqk] and dv [lk, hk, dv] (fp32 views of
+    the accumulators). do [lq, hq, dv]; lse and delta [lq, hq]: the final ones of each row."""
+    lq, hq, dqk = q.shape
+    lk, hk, _ = k.shape
+    dvd = v.shape[-1]
+    r = hq // hk
+    if lq == 0 or lk == 0:
+        return
+    cdt = dq.dtype
+    kh = k.to(cdt).permute(1, 0, 2)
+    vh = v.to(cdt).permute(1, 0, 2)
+    step = _rows_per_chunk(lq, hq, lk)
+    dkh = torch.zeros((hk, lk, dqk), dtype=cdt, device=q.device)
+    dvh = torch.zeros((hk, lk, dvd), dtype=cdt, device=q.device)
+    for i0 in range(0, lq, step):
+        i1 = min(lq, i0 + step)
+        c0, c1 = col_hull(mtype, i0, i1, lq, lk)
+        if c1 <= c0:
+            continue
+        n = i1 - i0
+        qc = q[i0:i1].to(cdt).reshape(n, hk, r, dqk).permute(1, 2, 0, 3).reshape(hk, r * n, dqk)
+        doc = do[i0:i1].to(cdt).reshape(n, hk, r, dvd).permute(1, 2, 0, 3).reshape(hk, r * n, dvd)
+        lc = lse[i0:i1].to(cdt).reshape(n, hk, r).permute(1, 2, 0).reshape(hk, r * n, 1)
+        dc = delta[i0:i1].to(cdt).reshape(n, hk, r).permute(1, 2, 0).reshape(hk, r * n, 1)
+        s = torch.matmul(qc, kh[:, c0:c1].transpose(1, 2)).mul_(scale)
+        p = torch.exp(s - torch.where(torch.isinf(lc), torch.zeros_like(lc), lc))
+        m = chunk_mask(mtype, i0, i1, c0, c1, lq, lk, q.device)
+        if m is not None:
+            p = p.view(hk, r, n, c1 - c0).masked_fill_(~m, 0.0).view(hk, r * n, c1 - c0)
+        p = torch.where(torch.isinf(lc), torch.zeros_like(p), p)  # a row with no entry anywhere
+        dvh[:, c0:c1] += torch.matmul(p.transpose(1, 2), doc)
+        ds = p * (torch.matmul(doc, vh[:, c0:c1].transpose(1, 2)) - dc)
+        dqc = torch.matmul(ds, kh[:, c0:c1]).mul_(scale)
+        dq[i0:i1] += dqc.view(hk, r, n, dqk).permute(2, 0, 1, 3).reshape(n, hq, dqk)
+        dkh[:, c0:c1] += torch.matmul(ds.transpose(1, 2), qc).mul_(scale)
+    dk += dkh.permute(1, 0, 2)
+    dv += dvh.permute(1, 0, 2)
+
+
+def index_forward(q, kbuf, vbuf, idx, scale):
+    """Gather-based kernel of an index arg: query row i of q [lq, hq, dqk] attends to the rows idx[i, :] of
+    kbuf [Lk, hk, dqk] / vbuf [Lk, hk, dv] (-1: padding). -> O [lq, hq, dv], lse [lq, hq]."""
+    lq, hq, dqk = q.shape
+    hk = kbuf.shape[1]
+    dv = vbuf.shape[-1]
+    r = hq // hk
+    w = idx.shape[1]
+    cdt = compute_dtype(q.dtype)
+    o = torch.zeros((lq, hq, dv), dtype=cdt, device=q.device)
+    lse = torch.full((lq, hq), NEG_INF, dtype=cdt, device=q.device)
+    if lq == 0 or w == 0:
+        return o, lse
+    step = _rows_per_chunk(lq, hk, w * (dqk + dv) + hq * w)
+    for i0 in range(0, lq, step):
+        i1 = min(lq, i0 + step)
+        n = i1 - i0
+        ic = idx[i0:i1]
+        valid = ic >= 0
+        ic = ic.clamp_min(0)
+        kk = kbuf[ic].to(cdt)  # [n, w, hk, dqk]
+        vv = vbuf[ic].to(cdt)
+        qq = q[i0:i1].to(cdt).reshape(n, hk, r, dqk)
+        s = torch.einsum("ngrd,nwgd->ngrw", qq, kk).mul_(scale)
+        s.masked_fill_(~valid[:, None, None, :], NEG_INF)
+        lc = torch.logsumexp(s, dim=-1)
+        p = torch.exp(s - torch.where(torch.isinf(lc), torch.zeros_like(lc), lc).unsqueeze(-1))
+        o[i0:i1] = torch.einsum("ngrw,nwgv->ngrv", p, vv).reshape(n, hq, dv)
+        lse[i0:i1] = lc.reshape(n, hq)
+    return o, lse
+
+
+def index_backward(q, kbuf, vbuf, do, lse, delta, idx, scale, dq, dkbuf, dvbuf):
+    """Adds an index arg's gradients into dq [lq, hq, dqk] and the k-buffer accumulators dkbuf, dvbuf."""
+    lq, hq, dqk = q.shape
+    hk = kbuf.shape[1]
+    dv = vbuf.shape[-1]
+    r = hq // hk
+    w = idx.shape[1]
+    if lq == 0 or w == 0:
+        return
+    cdt = dq.dtype
+    step = _rows_per_chunk(lq, hk, w * (dqk + dv) + hq * w)
+    for i0 in range(0, lq, step):
+        i1 = min(lq, i0 + step)
+        n = i1 - i0
+        ic = idx[i0:i1]
+        valid = ic >= 0
+        ic = ic.clamp_min(0)
+        kk = kbuf[ic].to(cdt)
+        vv = vbuf[ic].to(cdt)
+        qq = q[i0:i1].to(cdt).reshape(n, hk, r, dqk)
+        dd = do[i0:i1].to(cdt).reshape(n, hk, r, dv)
+        lc = lse[i0:i1].to(cdt).reshape(n, hk, r, 1)
+        dc = delta[i0:i1].to(cdt).reshape(n, hk, r, 1)
+        s = torch.einsum("ngrd,nwgd->ngrw", qq, kk).mul_(scale)
+        p = torch.exp(s - torch.where(torch.isinf(lc), torch.zeros_like(lc), lc))
+        p = p.masked_fill(~valid[:, None, None, :] | torch.isinf(lc), 0.0)
+        ds = p * (torch.einsum("ngrv,nwgv->ngrw", dd, vv) - dc)
+        dq[i0:i1] += torch.einsum("ngrw,nwgd->ngrd", ds, kk).mul_(scale).reshape(n, hq, dqk)
+        flat = ic.reshape(-1)
+        dkbuf.index_add_(0, flat, torch.einsum("ngrw,ngrd->nwgd", ds, qq).mul_(scale).reshape(n * w, hk, dqk))
+        dvbuf.index_add_(0, flat, torch.einsum("ngrw,ngrv->nwgv", p, dd).reshape(n * w, hk, dv))
+
+
+def merge_into(o_acc, lse_acc, o, lse):
+    """lse-weighted merge of a partial result into accumulator views (fp32): lse = log(e^a + e^b),
+    O = e^(a - lse) O_a + e^(b - lse) O_b; a row that is -inf in both stays O = 0, lse = -inf."""
+    m = torch.maximum(lse_acc, lse)
+    ms = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    wa = torch.exp(lse_acc - ms)
+    wb = torch.exp(lse - ms)
+    den = wa + wb
+    o_acc.copy_((o_acc * wa.unsqueeze(-1) + o * wb.unsqueeze(-1)) / den.clamp_min(1e-38).unsqueeze(-1))
+    lse_acc.copy_(ms + torch.log(den))
+
+
+def scatter_merge(o_acc, lse_acc, idx, o, lse):
+    """Merges partial rows (o [n, H, dv], lse [n, H]) into accumulator rows idx (o_acc [M, H, dv],
+    lse_acc [M, H]); rows of idx may repeat (a row cast to several ranks comes back from each)."""
+    if idx.numel() == 0:
+        return
+    m = lse_acc.scatter_reduce(0, idx.view(-1, *([1] * (lse.dim() - 1))).expand_as(lse), lse, "amax",
+                               include_self=True)
+    ms = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    wa = torch.exp(lse_acc - ms)
+    wb = torch.exp(lse - ms[idx])
+    den = wa.index_add(0, idx, wb)
+    num = (o_acc * wa.unsqueeze(-1)).index_add_(0, idx, o * wb.unsqueeze(-1))
+    o_acc.copy_(num / den.clamp_min(1e-38).unsqueeze(-1))
+    lse_acc.copy_(ms + torch.log(den))
+
+
+# ---- stage backends ----------------------------------------------------------------------------
+
+
+class Buffers:
+    """What a stage's args read and write. Local tensors hold every head of the rank's rows; remote ones
+    the heads of one head group per row. Accumulators are fp32 (fp64 for fp64 inputs)."""
+    __slots__ = ("q", "k", "v", "rq", "rk", "rv", "o", "lse", "ro", "rlse",
+                 "out", "dout", "delta", "rout", "rdout", "rdelta",
+                 "dq", "dk", "dv", "rdq", "rdk", "rdv", "indices", "qpg", "kpg", "scale", "shared")
+
+    def __init__(self, **kw):
+        for k in self.__slots__:
+            setattr(self, k, kw.get(k))
+
+
+def _heads(a, per_group):
+    if a.group < 0:
+        return slice(None)
+    return slice(a.group * per_group, (a.group + 1) * per_group)
+
+
+class TorchBackend:
+    """The reference: one pure-torch kernel call per arg (range args: masked scores, fp32 softmax with lse,
+    chunked; index args: the gather kernel), partial results merged by lse in fp32. CPU and GPU."""
+
+    name = "torch"
+
+    def forward_stage(self, args, b):
+        for a in args:
+            qh = _heads(a, b.qpg)
+            kh = _heads(a, b.kpg)
+            qv = b.rq[a.q0:a.q1] if a.q_remote else b.q[a.q0:a.q1, qh]
+            if a.index_width > 0:
+                kbuf = b.rk if a.k_remote else b.k[:, kh]
+                vbuf = b.rv if a.k_remote else b.v[:, kh]
+                idx = b.indices[a.index_offset:a.index_offset + (a.q1 - a.q0) * a.index_width]
+                o, lse = index_forward(qv, kbuf, vbuf, idx.view(a.q1 - a.q0, a.index_width), b.scale)
+            else:
+                kv_ = b.rk[a.k0:a.k1] if a.k_remote else b.k[a.k0:a.k1, kh]
+                vv_ = b.rv[a.k0:a.k1] if a.k_remote else b.v[a.k0:a.k1, kh]
+                o, lse = range_forward(qv, kv_, vv_, a.type, b.scale)
+            if a.q_remote:
+                merge_into(b.ro[a.q0:a.q1], b.rlse[a.q0:a.q1], o, lse)
+            else:
+                merge_into(b.o[a.q0:a.q1, qh], b.lse[a.q0:a.q1, qh], o, lse)
+
+    def backward_stage(self, args, b):
+        for a in args:
+            qh = _heads(a, b.qpg)
+            kh = _heads(a, b.kpg)
+            if a.q_remote:
+                sl = slice(a.q0, a.q1)
+                qv, dov, lsev, dlt, dqv = b.rq[sl], b.rdout[sl], b.rlse[sl], b.rdelta[sl], b.rdq[sl]
+            else:
+                sl = slice(a.q0, a.q1)
+                qv, dov, lsev, dlt, dqv = b.q[sl, qh], b.dout[sl, qh], b.lse[sl, qh], b.delta[sl, qh], b.dq[sl, qh]
+            if a.k_remote:
+                kbuf, vbuf, dkbuf = b.rk, b.rv, b.rdk
+                dvbuf = b.rdk[..., :b.rv.shape[-1]] if b.shared else b.rdv
+            else:
+                kbuf, vbuf, dkbuf = b.k[:, kh], b.v[:, kh], b.dk[:, kh]
+                dvbuf = b.dk[:, kh, :b.v.shape[-1]] if b.shared else b.dv[:, kh]
+            if a.index_width > 0:
+                idx = b.indices[a.index_offset:a.index_offset + (a.q1 - a.q0) * a.index_width]
+                index_backward(qv, kbuf, vbuf, dov, lsev, dlt, idx.view(a.q1 - a.q0, a.index_width), b.scale,
+                               dqv, dkbuf, dvbuf)
+            else:
+                ks = slice(a.k0, a.k1)
+                range_backward(qv, kbuf[ks], vbuf[ks], dov, lsev, dlt, a.type, b.scale, dqv, dkbuf[ks], dvbuf[ks])
+
+
+class NullBackend:
+    """Computes nothing: the executor's own host-side cost (benchmarks, byte accounting)."""
+
+    name = "none"
+
+    def forward_stage(self, args, b):
+        pass
+
+    def backward_stage(self, args, b):
+        pass
+

@@ -1,0 +1,208 @@
+"""cpsched.torch.DistAttention: solve each call's mask with a Session (cached), then run it."""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+import torch.distributed as dist
+
+from .. import Mask, _ranges, _types
+from ._api import _group_info, attention, prepare
+from ._plan import TorchPlan
+
+
+def remap_topk(tp, full, device):
+    """Each index arg's rows of this rank in its k buffer, computed with torch ops on `device` from the global
+    top-k indices `full` [S, H_kv, k] and the plan's receive layout: query row i of the arg (a global query
+    of this rank's local or remote QO rows) selects the keys full[q, h, :] inside the arg's key block, each
+    mapped to its row in the local shard or the remote KV buffer (the rows that arrived for the arg's head
+    group). Returns the (forward, backward) index pools in the plan's layout (index_offset / index_width per
+    arg); a selected key of the block that no row holds raises (the plan would have dropped it)."""
+    S, H = int(full.shape[0]), int(full.shape[1])
+    full = full.to(device=device, dtype=torch.int64)
+    lay = tp.layout
+    local_glob = lay.global_index(tp.rank).to(device)
+    inv_local = torch.full((S,), -1, dtype=torch.int64, device=device)
+    inv_local[local_glob] = torch.arange(local_glob.numel(), device=device)
+    starts = torch.tensor(sorted(b for rs in lay.host_ranges for b, e in rs), dtype=torch.int64)
+    ends = {b: e for rs in lay.host_ranges for b, e in rs}
+    pools = []
+    for pp in (tp.fwd, tp.bwd):
+        if pp.indices is None:
+            pools.append(None)
+            continue
+        qg, _ = (x.to(device) for x in pp.row_global["qo"])
+        kg, kh = (x.to(device) for x in pp.row_global["kv"])
+        inv_remote = {}
+        pool = torch.full((pp.indices.numel(),), -1, dtype=torch.int64, device=device)
+        for args in [pp.stage0] + pp.stages:
+            for a in args:
+                if a.index_width <= 0 or a.q1 <= a.q0:
+                    continue
+                n, w = a.q1 - a.q0, a.index_width
+                gq = (qg if a.q_remote else local_glob)[a.q0:a.q1]
+                g = max(a.group, 0)
+                sel = full[gq, g if H > 1 else 0]  # [n, k] global keys, -1 padded
+                g0 = int((kg if a.k_remote else local_glob)[a.k0])
+                lo = int(starts[torch.searchsorted(starts, torch.tensor(g0), right=True) - 1])
+                hi = ends[lo]
+                if a.k_remote:
+                    inv = inv_remote.get(g)
+                    if inv is None:
+                        inv = torch.full((S,), -1, dtype=torch.int64, device=device)
+                        rows = torch.nonzero(kh == g).view(-1)
+                        inv[kg[rows]] = rows
+                        inv_remote[g] = inv
+                else:
+                    inv = inv_local
+                inblock = (sel >= lo) & (sel < hi)
+                rows = torch.where(inblock, inv[sel.clamp(0, S - 1)], torch.full_like(sel, -1))
+                if bool((inblock & (rows < 0)).any()):
+                    raise ValueError(f"remap_topk: rank {tp.rank} selects keys of [{lo}, {hi}) that its k buffer "
+                                     f"does not hold (a plan for other indices?)")
+                order = torch.sort((rows < 0).to(torch.int8), dim=1, stable=True).indices
+                rows = torch.gather(rows, 1, order)
+                if rows.shape[1] > w and bool((rows[:, w:] >= 0).any()):
+                    raise ValueError(f"remap_topk: a query of rank {tp.rank} selects more than the plan's {w} keys "
+                                     f"in [{lo}, {hi})")
+                if rows.shape[1] < w:
+                    rows = torch.cat([rows, torch.full((n, w - rows.shape[1]), -1, dtype=torch.int64,
+                                                       device=device)], 1)
+                pool[a.index_offset:a.index_offset + n * w] = rows[:, :w].reshape(-1)
+        pools.append(pool)
+    return pools
+
+
+def ingest_topk(indices, session, group=None, causal=True, check_peers=None, remap="device"):
+    """A token top-k mask (DSA's indexer output) given as this rank's own rows, solved into a plan.
+
+    `indices`: int32 / int64 [rows, H_kv, k] on any device, -1 padded, global key positions; the rank's rows
+    of the sequential layout. Today: every rank all-gathers the index tensors (exact), every rank solves the
+    same deterministic plan with `Session.solve_topk`, and the plan's index pool already holds each rank's
+    selections remapped into its k-buffer rows (local shard or receive buffer), which the executor copies to
+    the device once. This is the one place to swap in per-rank summaries (cell areas, needed keys) once the C++
+    core can solve from them (docs/torch.md)."""
+    P = session.options["cp_size"]
+    g, rank, size, bname = _group_info(group, P)
+    err = None
+    if size != P:
+        err = f"group: the process group has {size} ranks, the Session was made for P = {P} (cp_size)"
+    elif not isinstance(indices, torch.Tensor):
+        err = f"indices: expected a torch.Tensor [rows, H_kv, k], got {type(indices).__name__}"
+    elif indices.dim() != 3:
+        err = f"indices: expected shape [rows, H_kv, k], got shape {tuple(indices.shape)}"
+    elif indices.dtype not in (torch.int32, torch.int64):
+        err = f"indices: expected int32 or int64 key positions, got {indices.dtype}"
+    else:
+        S = session.options["seqlen"]
+        if S <= 0:
+            err = "session: solving index masks across ranks needs the Session's seqlen (S) to be set"
+        else:
+            import cpsched
+            lo, hi = (int(x) for x in cpsched._cpsched.sharding_ranges(S, P)[rank])
+            if indices.shape[0] != hi - lo:
+                err = (f"indices: this rank (rank {rank}) hosts {hi - lo} of S = {S} tokens in the sequential "
+                       f"layout, the indices have {indices.shape[0]} rows")
+    if check_peers is None:
+        check_peers = bname == "gloo"
+    if check_peers and g is not None and size > 1:
+        from ._api import _agree
+        _agree(err, g, indices.device if isinstance(indices, torch.Tensor) else "cpu", rank, size)
+    elif err:
+        raise ValueError(err)
+    if g is not None and size > 1:
+        shape = torch.tensor(list(indices.shape[1:]), dtype=torch.int64, device=indices.device)
+        shapes = [torch.empty_like(shape) for _ in range(size)]
+        dist.all_gather(shapes, shape, group=g)
+        if any(not torch.equal(s, shapes[0]) for s in shapes):
+            raise ValueError(f"indices: the ranks' index tensors differ in [H_kv, k]: "
+                             f"{[tuple(s.tolist()) for s in shapes]}")
+        import cpsched
+        rows = [int(e) - int(b) for b, e in cpsched._cpsched.sharding_ranges(session.options['seqlen'], P)]
+        mx = max(rows)
+        pad = torch.full((mx,) + tuple(indices.shape[1:]), -1, dtype=indices.dtype, device=indices.device)
+        pad[:indices.shape[0]] = indices
+        parts = [torch.empty_like(pad) for _ in range(size)]
+        dist.all_gather(parts, pad, group=g)
+        full = torch.cat([p[:n] for p, n in zip(parts, rows)])
+    else:
+        full = indices
+    result = session.solve_topk(full.cpu().contiguous().numpy(), causal=causal)
+    tp = prepare(result, rank)
+    if not tp.layout.sequential:
+        raise ValueError(f"session: the solver '{result.solver}' laid the tokens out anew ({tp.layout!r}); index "
+                         f"masks given per rank need the sequential layout (a solver that keeps it, or the "
+                         f"'area' cost model)")
+    if remap == "device":  # the executor reads the pools remapped here instead of the plan's own
+        dp = tp.on(indices.device)
+        dp.fwd.indices, dp.bwd.indices = remap_topk(tp, full, indices.device)
+    elif remap != "plan":
+        raise ValueError(f"remap: expected 'device' or 'plan', got {remap!r}")
+    return tp
+
+
+class DistAttention(torch.nn.Module):
+    """Attention of this rank's shards under a mask given per call, planned by `session` for the ranks of
+    `group`: `attn(q, k, v, mask)` with mask = (q_ranges, k_ranges, types) (or a cpsched.Mask) of global token
+    ranges, or a token top-k index tensor [rows, H_kv, k] (this rank's rows). Range masks are solved once per
+    distinct mask (a cache of `cache_size` plans in front of the Session's own); index masks every call.
+    Keyword arguments of `cpsched.torch.attention` (backend, layout, return_lse, ...) pass through."""
+
+    def __init__(self, session, group=None, backend="auto", cache_size=16, causal=True):
+        super().__init__()
+        self.session = session
+        self.group = group
+        self.backend = backend
+        self.causal = causal
+        self.cache_size = int(cache_size)
+        self._plans = OrderedDict()
+        P = session.options["cp_size"]
+        if dist.is_available() and dist.is_initialized():
+            g = group if group is not None else dist.group.WORLD
+            n = dist.get_world_size(g)
+            if n != P:
+                raise ValueError(f"group: the process group has {n} ranks, the Session plans for P = {P} (cp_size)")
+            self.rank = dist.get_rank(g)
+        else:
+            if P != 1:
+                raise ValueError(f"group: the Session plans for P = {P} ranks but torch.distributed is not "
+                                 f"initialized")
+            self.rank = 0
+        self.hits = 0
+        self.misses = 0
+
+    def plan(self, mask):
+        """The TorchPlan of a range mask for this rank (solved on a miss; for a data loader that dispatches)."""
+        if isinstance(mask, Mask):
+            q, k, t = mask.q_ranges, mask.k_ranges, mask.types
+        else:
+            try:
+                q, k, t = mask
+            except (TypeError, ValueError):
+                raise ValueError("mask: expected (q_ranges, k_ranges, types), a cpsched.Mask, or an index tensor "
+                                 "[rows, H_kv, k]") from None
+        qr = _ranges(q.cpu() if isinstance(q, torch.Tensor) else q, "q_ranges")
+        kr = _ranges(k.cpu() if isinstance(k, torch.Tensor) else k, "k_ranges")
+        tt = _types(t.cpu() if isinstance(t, torch.Tensor) else t, len(qr))
+        key = (qr.tobytes(), kr.tobytes(), tt.tobytes())
+        tp = self._plans.get(key)
+        if tp is not None:
+            self._plans.move_to_end(key)
+            self.hits += 1
+            return tp
+        self.misses += 1
+        tp = TorchPlan(self.session.solve(qr, kr, tt), self.rank)
+        self._plans[key] = tp
+        while len(self._plans) > self.cache_size:
+            self._plans.popitem(last=False)
+        return tp
+
+    def forward(self, q, k, v, mask, **kw):
+        kw.setdefault("backend", self.backend)
+        if isinstance(mask, torch.Tensor) and mask.dim() == 3:
+            tp = ingest_topk(mask, self.session, self.group, causal=self.causal,
+                             check_peers=kw.get("check_peers"))
+        else:
+            tp = self.plan(mask)
+        return attention(q, k, v, tp, self.group, **kw)
+

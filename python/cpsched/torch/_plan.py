@@ -1,0 +1,392 @@
+"""A cpsched plan prepared for execution in PyTorch, once per (plan, rank).
+
+Everything the executor needs per call is computed here from the plan JSON (docs/plan_format.md) and kept:
+this rank's args per stage, per (stage, kind, phase) the split lists of the all_to_all and the row indices
+that pack its send buffer, the receive offsets, the reduce points, and which collectives carry data on
+*any* rank (a collective that moves nothing anywhere is skipped on every rank alike). Index tensors live on
+the CPU and are copied to a device once, on first use there (`TorchPlan.on(device)`).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .. import _cpsched
+
+_TYPE_CODE = {"full": 0, "causal": 1, "inv_causal": 2, "bi_causal": 3}
+
+
+class Layout:
+    """Which global tokens each rank hosts: `host_ranges[r]` is rank r's ranges, in the order of its local
+    buffer (docs/plan_format.md). Two layouts are equal when every rank hosts the same ranges in the same
+    order. `sequential` is the fixed sequential sharding (rank p hosts [p S / P, (p + 1) S / P))."""
+
+    __slots__ = ("cp_size", "seqlen", "host_ranges", "sequential", "_key", "_index")
+
+    def __init__(self, seqlen, host_ranges):
+        self.seqlen = int(seqlen)
+        self.host_ranges = tuple(tuple((int(b), int(e)) for b, e in rs) for rs in host_ranges)
+        self.cp_size = len(self.host_ranges)
+        seq = _cpsched.sharding_ranges(self.seqlen, self.cp_size)
+        self.sequential = all(
+            (len(rs) == 1 and rs[0] == (int(seq[r][0]), int(seq[r][1]))) or
+            (sum(e - b for b, e in rs) == 0 and int(seq[r][0]) == int(seq[r][1]))
+            for r, rs in enumerate(self.host_ranges))
+        self._key = hash(self.host_ranges)
+        self._index = {}
+
+    def rows(self, rank):
+        """Tokens rank `rank` hosts (its local buffer's rows)."""
+        return sum(e - b for b, e in self.host_ranges[rank])
+
+    def global_index(self, rank):
+        """int64 tensor: local row -> global token of `rank` (CPU, cached)."""
+        t = self._index.get(rank)
+        if t is None:
+            rs = self.host_ranges[rank]
+            t = torch.from_numpy(np.concatenate([np.arange(b, e, dtype=np.int64) for b, e in rs])
+                                 if rs else np.zeros(0, dtype=np.int64))
+            self._index[rank] = t
+        return t
+
+    def order(self):
+        """int64 tensor of S entries: the global token at each position of the ranks' local buffers laid end
+        to end (rank 0's rows, then rank 1's, ...)."""
+        t = self._index.get("all")
+        if t is None:
+            t = torch.cat([self.global_index(r) for r in range(self.cp_size)])
+            self._index["all"] = t
+        return t
+
+    def __eq__(self, other):
+        return isinstance(other, Layout) and self._key == other._key and self.host_ranges == other.host_ranges \
+            and self.seqlen == other.seqlen
+
+    def __hash__(self):
+        return self._key
+
+    def __repr__(self):
+        kind = "sequential" if self.sequential else "dispatched"
+        return f"<cpsched.torch.Layout {kind} S={self.seqlen} P={self.cp_size} key={self._key & 0xffffffff:08x}>"
+
+
+@dataclass
+class Coll:
+    """One all_to_all_single of one rank: a group-cast (forward direction) or, transposed, its group-reduce.
+
+    Cast: this rank sends `in_splits[p]` rows to peer p, packed in `send_rows` order, and receives
+    `out_splits[p]` rows from p into its receive buffer at `recv_at` (rows of the whole remote buffer).
+    Reduce: the same call with the split lists swapped; what comes back lands at `send_rows`.
+    First phase: `send_rows` are local rows flattened with their head group (row * G + group).
+    Forwarding phase (relays): `send_rows` are rows of this rank's remote buffer (its stage receive).
+    """
+    in_splits: list
+    out_splits: list
+    send_rows: torch.Tensor
+    n_send: int
+    n_recv: int
+    recv_at: int
+    active: bool  # some rank sends something in it (identical on every rank)
+
+
+@dataclass
+class Arg:
+    q0: int
+    q1: int
+    k0: int
+    k1: int
+    type: int
+    group: int
+    q_remote: bool
+    k_remote: bool
+    index_offset: int = -1
+    index_width: int = 0
+
+
+@dataclass
+class Stage:
+    qo_off: int
+    kv_off: int
+    qo_rows: int
+    kv_rows: int
+    qo_after: int
+    kv_after: int
+    qo: Coll
+    kv: Coll
+    qo_fwd: Coll | None
+    kv_fwd: Coll | None
+
+
+@dataclass
+class PassPlan:
+    stage0: list
+    stages: list
+    qo_rows: int
+    kv_rows: int
+    indices: torch.Tensor | None  # the pass's index pool (index args), int64
+    reduces: dict = field(default_factory=dict)  # t -> [s2, ...] (QO and KV lists)
+
+
+def _coll_of(rank_stages, s, key, P, G, rank, recv_at, relay):
+    """The Coll of rank `rank` for stage s (0-based) and key ('qo', 'kv', 'qo_fwd', 'kv_fwd')."""
+    c = rank_stages[s].get(key)
+    if c is None:
+        return None
+    sizes = c["input_split_sizes"]
+    ranges = c["input_ranges"]
+    groups = c["input_groups"]
+    dst = c["dst_indices"]
+    in_splits = [0] * P
+    per_peer = [[] for _ in range(P)]
+    for i, rg in enumerate(ranges):
+        for d in dst[i]:
+            per_peer[d].append(i)
+            in_splits[d] += sizes[i]
+    rows = []
+    for d in range(P):
+        for i in per_peer[d]:
+            b, e = ranges[i]
+            if relay:  # rows of the stage's receive buffer
+                rows.append(np.arange(b, e, dtype=np.int64))
+            else:
+                g = max(groups[i], 0)
+                rows.append(np.arange(b, e, dtype=np.int64) * G + g)
+    out_splits = [0] * P
+    for sz, src in zip(c["output_split_sizes"], c["src_index"]):
+        out_splits[src] += sz
+    send_rows = torch.from_numpy(np.concatenate(rows)) if rows else torch.zeros(0, dtype=torch.int64)
+    return Coll(in_splits, out_splits, send_rows, int(sum(in_splits)), int(sum(out_splits)), recv_at, False)
+
+
+class ArgList(list):
+    """The args of one stage; backends may cache what they derive from it as attributes."""
+
+
+def _args_of(lst):
+    out = ArgList()
+    for a in lst:
+        out.append(Arg(a["q"][0], a["q"][1], a["k"][0], a["k"][1], _TYPE_CODE[a["type"]], int(a["group"]),
+                       a["q_buf"] == "remote", a["k_buf"] == "remote",
+                       int(a.get("index_offset", -1)), int(a.get("index_width", 0))))
+    return out
+
+
+def _any_send(ranks, pass_, s, key):
+    for rk in ranks:
+        c = rk[pass_]["comm"]["stages"][s].get(key)
+        if c is not None and any(c["input_split_sizes"]):
+            return True
+    return False
+
+
+def _pass_plan(d, rank, pass_, G):
+    ranks = d["ranks"]
+    P = len(ranks)
+    mine = ranks[rank][pass_]
+    stages_json = mine["comm"]["stages"]
+    N = len(stages_json)
+    stages = []
+    qo_total = kv_total = 0
+    for s, st in enumerate(stages_json):
+        qo_first = sum(st["qo"]["output_split_sizes"])
+        kv_first = sum(st["kv"]["output_split_sizes"])
+        qo = _coll_of(stages_json, s, "qo", P, G, rank, st["qo_recv_offset"], False)
+        kv = _coll_of(stages_json, s, "kv", P, G, rank, st["kv_recv_offset"], False)
+        qo.active = _any_send(ranks, pass_, s, "qo")
+        kv.active = _any_send(ranks, pass_, s, "kv")
+        fwds = []
+        for key, off, first in (("qo_fwd", st["qo_recv_offset"], qo_first), ("kv_fwd", st["kv_recv_offset"], kv_first)):
+            # A rank that neither forwards nor receives forwarded rows may have no such key, while the phase
+            # carries data elsewhere: it still takes part in the collective, with empty split lists.
+            active = _any_send(ranks, pass_, s, key)
+            c = _coll_of(stages_json, s, key, P, G, rank, off + first, True)
+            if c is None and active:
+                c = Coll([0] * P, [0] * P, torch.zeros(0, dtype=torch.int64), 0, 0, off + first, True)
+            if c is not None:
+                c.active = active
+                # the relay's send rows index its stage receive; make them rows of the whole remote buffer
+                c.send_rows = c.send_rows + off
+            fwds.append(c)
+        qo_fwd, kv_fwd = fwds
+        n_qo = qo.n_recv + (qo_fwd.n_recv if qo_fwd else 0)
+        n_kv = kv.n_recv + (kv_fwd.n_recv if kv_fwd else 0)
+        if n_qo != st["num_remote_qo_tokens"] or n_kv != st["num_remote_kv_tokens"]:
+            raise ValueError(f"plan: {pass_} stage {s + 1} of rank {rank} declares {st['num_remote_qo_tokens']} QO "
+                             f"and {st['num_remote_kv_tokens']} KV rows but its output splits hold {n_qo} and {n_kv}")
+        stages.append(Stage(st["qo_recv_offset"], st["kv_recv_offset"], n_qo, n_kv, int(st["qo_reduce_after"]),
+                            int(st["kv_reduce_after"]), qo, kv, qo_fwd, kv_fwd))
+        qo_total = max(qo_total, st["qo_recv_offset"] + n_qo)
+        kv_total = max(kv_total, st["kv_recv_offset"] + n_kv)
+    calc = mine["calc"]
+    stage0 = _args_of(calc["local_attn_args"])
+    remote = [_args_of(lst) for lst in calc["remote_attn_args"]]
+    if len(remote) != N:
+        raise ValueError(f"plan: {pass_} of rank {rank} has {len(remote)} remote arg lists for {N} stages")
+    pool = calc.get("indices")
+    indices = torch.tensor(pool, dtype=torch.int64) if pool else None
+    pp = PassPlan(stage0, remote, qo_total, kv_total, indices)
+    pp.stages_comm = stages
+    # reduce(t) sends back every stage s2 whose *_reduce_after is t (the same on every rank)
+    red = {}
+    for s2, st in enumerate(stages, start=1):
+        if st.qo.active or (st.qo_fwd is not None and st.qo_fwd.active):
+            if not s2 <= st.qo_after <= N:
+                raise ValueError(f"plan: {pass_} stage {s2} qo_reduce_after = {st.qo_after} is outside "
+                                 f"[{s2}, {N}]")
+            red.setdefault(st.qo_after, []).append((s2, "qo"))
+        if pass_ == "bwd" and (st.kv.active or (st.kv_fwd is not None and st.kv_fwd.active)):
+            if not s2 <= st.kv_after <= N:
+                raise ValueError(f"plan: {pass_} stage {s2} kv_reduce_after = {st.kv_after} is outside "
+                                 f"[{s2}, {N}]")
+            red.setdefault(st.kv_after, []).append((s2, "kv"))
+    pp.reduces = red
+    return pp
+
+
+def _remote_row_globals(d, rank, pass_, layout):
+    """{kind: (global token, head group) of each row of `rank`'s remote QO / KV buffer} from every rank's
+    CommMeta: a receiver's output splits from a source are that source's input splits naming it, in order;
+    forwarded rows are rows of the relay's receive buffer of the same stage."""
+    ranks = d["ranks"]
+    P = len(ranks)
+    glob = [layout.global_index(r).numpy() for r in range(P)]
+    out = {}
+    for kind in ("qo", "kv"):
+        # first phase of every rank, per stage: the (global, group) of its received rows
+        first = [[None] * len(ranks[r][pass_]["comm"]["stages"]) for r in range(P)]
+        for r in range(P):
+            for s, st in enumerate(ranks[r][pass_]["comm"]["stages"]):
+                parts_g, parts_h = [], []
+                for src in sorted(set(st[kind]["src_index"])):
+                    c = ranks[src][pass_]["comm"]["stages"][s][kind]
+                    for (b, e), dst, grp in zip(c["input_ranges"], c["dst_indices"], c["input_groups"]):
+                        if r in dst:
+                            parts_g.append(glob[src][b:e])
+                            parts_h.append(np.full(e - b, grp, dtype=np.int64))
+                first[r][s] = (np.concatenate(parts_g) if parts_g else np.zeros(0, dtype=np.int64),
+                               np.concatenate(parts_h) if parts_h else np.zeros(0, dtype=np.int64))
+        stages = ranks[rank][pass_]["comm"]["stages"]
+        total = max([st[f"{kind}_recv_offset"] + st[f"num_remote_{kind}_tokens"] for st in stages] or [0])
+        g_all = np.full(total, -1, dtype=np.int64)
+        h_all = np.full(total, -1, dtype=np.int64)
+        for s, st in enumerate(stages):
+            fg, fh = first[rank][s]
+            parts_g, parts_h = [fg], [fh]
+            fw = st.get(kind + "_fwd")
+            if fw is not None:
+                for src in sorted(set(fw["src_index"])):
+                    c = ranks[src][pass_]["comm"]["stages"][s].get(kind + "_fwd") or {}
+                    sg, sh = first[src][s]
+                    for (b, e), dst in zip(c.get("input_ranges", []), c.get("dst_indices", [])):
+                        if rank in dst:
+                            parts_g.append(sg[b:e])
+                            parts_h.append(sh[b:e])
+            gg, hh = np.concatenate(parts_g), np.concatenate(parts_h)
+            off = st[f"{kind}_recv_offset"]
+            g_all[off:off + len(gg)] = gg
+            h_all[off:off + len(hh)] = hh
+        out[kind] = (torch.from_numpy(g_all), torch.from_numpy(h_all))
+    return out
+
+
+class TorchPlan:
+    """A cpsched plan (a `cpsched.Result`) prepared for one rank: build it once per plan with
+    `TorchPlan(result, rank)` (or let `cpsched.torch.attention` cache it) and pass it per call."""
+
+    def __init__(self, result, rank, *, plan_json=None):
+        d = plan_json if plan_json is not None else json.loads(result.to_json())
+        self.result = result  # keeps the Result (and its plugins) alive while the plan is in use
+        self.solver = d.get("solver", {}).get("name", "?")
+        pr = d["problem"]
+        self.cp_size = int(pr["cp_size"])
+        if not 0 <= rank < self.cp_size:
+            raise ValueError(f"rank {rank} is outside [0, {self.cp_size}) of the plan's P = {self.cp_size}")
+        self.rank = int(rank)
+        self.seqlen = int(pr["seqlen"])
+        self.hq = int(pr["heads_q"])
+        self.hkv = int(pr["heads_kv"])
+        self.dqk = int(pr["head_dim"])
+        self.dv = int(pr.get("head_dim_v", self.dqk)) or self.dqk
+        self.kv_shared = bool(pr.get("kv_shared", False))
+        self.dtype_bytes = int(pr["dtype_bytes"])
+        self.G = int(pr["head_groups"])
+        self.flattened = bool(pr["flatten_head_groups"])
+        self.qpg = self.hq // self.G
+        self.kpg = self.hkv // self.G
+        self.layout = Layout(self.seqlen, pr["host_ranges"])
+        self.rows = self.layout.rows(self.rank)
+        self.num_stages = int(d.get("stages", 0))
+        self.mask = pr.get("mask")
+        self.head_masks = pr.get("head_masks")
+        self.index_mask = pr.get("index_mask")
+        m = d["metrics"]
+        self.metrics = {p: {"send": list(m[p]["send"]), "recv": list(m[p]["recv"]),
+                            "total_send": m[p]["total_send"]} for p in ("fwd", "bwd")}
+        self.fwd = _pass_plan(d, self.rank, "fwd", self.G)
+        self.bwd = _pass_plan(d, self.rank, "bwd", self.G)
+        if self.index_mask is not None:  # what a device-side remap of top-k rows needs (remap_topk)
+            for pp, name in ((self.fwd, "fwd"), (self.bwd, "bwd")):
+                pp.row_global = _remote_row_globals(d, self.rank, name, self.layout)
+        # some rank forwards rows in some stage (the plan was built with relays and they carry data)
+        self.relays = any(c is not None and c.active for pp in (self.fwd, self.bwd) for st in pp.stages_comm
+                          for c in (st.qo_fwd, st.kv_fwd))
+        self.has_index_args = self.fwd.indices is not None or self.bwd.indices is not None or any(
+            a.index_width > 0 for pp in (self.fwd, self.bwd) for lst in [pp.stage0] + pp.stages for a in lst)
+        self._devices = {}
+
+    @classmethod
+    def from_json(cls, text, rank):
+        """A TorchPlan from a plan's JSON text (`Result.to_json()`): e.g. one rank solves and broadcasts the
+        text, so that every rank runs the same plan even with a solver that is not deterministic (ilp with a
+        time limit)."""
+        return cls(None, rank, plan_json=json.loads(text))
+
+    @classmethod
+    def all_ranks(cls, result):
+        """One TorchPlan per rank from a single export (benchmarks, single-process simulations)."""
+        d = json.loads(result.to_json())
+        return [cls(result, r, plan_json=d) for r in range(int(d["problem"]["cp_size"]))]
+
+    def on(self, device):
+        """The plan's index tensors on `device` (copied once per device)."""
+        key = str(device)
+        dp = self._devices.get(key)
+        if dp is None:
+            dp = _DevicePlan(self, torch.device(device))
+            self._devices[key] = dp
+        return dp
+
+    def __repr__(self):
+        return (f"<cpsched.torch.TorchPlan rank {self.rank} of P={self.cp_size} S={self.seqlen} "
+                f"heads {self.hq}:{self.hkv} d {self.dqk}/{self.dv}{' shared' if self.kv_shared else ''} "
+                f"stages={self.num_stages}{' relays' if self.relays else ''} {self.layout!r}>")
+
+
+class _DevicePass:
+    __slots__ = ("stage0", "stages", "comm", "qo_rows", "kv_rows", "indices", "reduces")
+
+    def __init__(self, pp, device):
+        def mv(c):
+            if c is None:
+                return None
+            return Coll(c.in_splits, c.out_splits, c.send_rows.to(device), c.n_send, c.n_recv, c.recv_at, c.active)
+        self.stage0 = pp.stage0
+        self.stages = pp.stages
+        self.comm = [Stage(st.qo_off, st.kv_off, st.qo_rows, st.kv_rows, st.qo_after, st.kv_after, mv(st.qo),
+                           mv(st.kv), mv(st.qo_fwd), mv(st.kv_fwd)) for st in pp.stages_comm]
+        self.qo_rows = pp.qo_rows
+        self.kv_rows = pp.kv_rows
+        self.indices = pp.indices.to(device) if pp.indices is not None else None
+        self.reduces = pp.reduces
+
+
+class _DevicePlan:
+    def __init__(self, tp, device):
+        self.tp = tp
+        self.device = device
+        self.fwd = _DevicePass(tp.fwd, device)
+        self.bwd = _DevicePass(tp.bwd, device)
+        self.work = {}  # (pass, dtype) -> the executor's reusable buffers (_exec._Workspace)

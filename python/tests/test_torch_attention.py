@@ -1,0 +1,127 @@
+"""cpsched.torch across processes (gloo, one process per rank): forward and backward (out, dq, dk, dv) of
+every mask kind, solver, layout, stage count and relays against a single-process dense reference (autograd
+over the whole sequence with the boolean mask)."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch_cases as tc  # noqa: E402
+from torch_pool import get_pool  # noqa: E402
+
+FP32_TOL = 1e-5   # max |a - b| / max(1, max |ref|), per tensor
+BF16_TOL = 1e-2   # bf16 inputs, partial results and gradients travel in bf16; measured 2-4e-3 (docs/torch.md)
+
+RANGE_MASKS = ["causal_document", "full_document", "sliding_window", "prefix_lm", "share_question"]
+SOLVERS = ["balanced_bytes", "binary_greedy", "usp", "static", "owner", "ilp"]
+
+
+def check(P, spec, tol=FP32_TOL):
+    res = get_pool(P).values("attn_case", timeout=180, spec=spec)
+    ref = tc.reference(spec, P, res[0]["plan"])
+    errs = {}
+    for key in ("out", "dq", "dk", "dv"):
+        got = tc.assemble(res, key)
+        if ref[key] is None:
+            assert got is None
+            continue
+        errs[key] = tc.rel_err(got, ref[key])
+    assert max(errs.values()) <= tol, (spec, errs)
+    return res[0], errs
+
+
+CASES = []
+# every mask kind at every P, stages rotating through 1, 2 and auto
+for P in (2, 3, 4):
+    for i, mask in enumerate(RANGE_MASKS):
+        CASES.append((P, {"mask": mask, "solver": "balanced_bytes", "stages": [1, 2, "auto"][(i + P) % 3],
+                          "pack": P % 3}))
+    CASES.append((P, {"mask": "topk", "heads": {"q": 4, "kv": 1, "dim": 48, "dim_v": 32, "kv_shared": True},
+                      "spr": 96, "topk": 12, "stages": [1, 2, "auto"][P % 3], "module": True}))
+    CASES.append((P, {"mask": "block_topk", "heads": {"q": 8, "kv": 4, "dim": 16}, "spr": 128,
+                      "stages": [2, 1, "auto"][P % 3]}))
+# every solver, fixed layout (area cost model keeps the sequential sharding) and stages 1 / 2 / auto
+for P in (3, 4):
+    for j, solver in enumerate(SOLVERS):
+        if solver == "ilp" and P != 4:
+            continue
+        CASES.append((P, {"mask": ["causal_document", "full_document"][j % 2], "solver": solver,
+                          "stages": [1, 2, "auto"][(j + P) % 3],
+                          "solver_params": {"time_limit_s": 2.0} if solver == "ilp" else None,
+                          "spr": 64 if solver == "ilp" else None}))
+# planned (dispatched) layouts: static's dispatch, and balanced_bytes under the time cost model
+for P in (2, 3, 4):
+    CASES.append((P, {"mask": "causal", "solver": "static", "stages": 2}))
+    CASES.append((P, {"mask": "causal", "solver": "balanced_bytes", "cost": "time", "stages": "auto"}))
+CASES.append((4, {"mask": "causal_document", "solver": "static", "stages": 1, "module": True}))
+# relays: P = 4 in nodes of 2 ranks
+for j, (mask, solver) in enumerate([("causal", "owner"), ("causal", "balanced_bytes"), ("full_document", "static"),
+                                    ("causal_document", "static")]):
+    CASES.append((4, {"mask": mask, "solver": solver, "relay": 2, "stages": [1, 2][j % 2], "expect_relays": True}))
+CASES.append((4, {"mask": "full", "solver": "usp", "relay": 2, "stages": 2}))  # usp's plan forwards nothing here
+CASES.append((4, {"mask": "block_topk", "heads": {"q": 8, "kv": 4, "dim": 16}, "spr": 128, "stages": 2,
+                  "relay": 2, "solver": "owner"}))
+# head geometry: MLA without a shared latent, head groups not flattened
+CASES.append((3, {"mask": "causal_document", "heads": {"q": 4, "kv": 2, "dim": 24, "dim_v": 16}}))
+CASES.append((2, {"mask": "prefix_lm", "flatten": False, "solver": "binary_greedy"}))
+# inputs and output gradient with permuted strides (not contiguous), through the torch and flash paths
+CASES.append((3, {"mask": "full_document", "stages": 2, "noncontig": True}))
+CASES.append((4, {"mask": "causal", "solver": "static", "stages": 2, "relay": 2, "noncontig": True,
+                  "backend": "flash_stub"}))
+# the other backends' batching: FlexAttention's forward (eager on the CPU; its backward is the torch kernels
+# there), and the flash backend with a torch stand-in for flash-attn's varlen kernels
+CASES.append((2, {"mask": "share_question", "backend": "flex", "stages": 2}))
+CASES.append((3, {"mask": "causal_document", "backend": "flash_stub", "stages": 2}))
+CASES.append((4, {"mask": "prefix_lm", "backend": "flash_stub", "relay": 2, "solver": "static", "stages": 1}))
+
+
+def _id(case):
+    P, s = case
+    bits = [f"P{P}", s["mask"], s.get("solver", "balanced_bytes"), f"st{s.get('stages', 1)}"]
+    if s.get("cost"):
+        bits.append(s["cost"])
+    if s.get("relay"):
+        bits.append("relay")
+    if s.get("module"):
+        bits.append("module")
+    if s.get("noncontig"):
+        bits.append("noncontig")
+    if s.get("backend"):
+        bits.append(s["backend"])
+    if s.get("flatten") is False:
+        bits.append("unflat")
+    if "dim_v" in (s.get("heads") or {}):
+        bits.append("mla")
+    return "-".join(map(str, bits))
+
+
+@pytest.mark.parametrize("P,spec", CASES, ids=[_id(c) for c in CASES])
+def test_matches_dense_reference_fp32(P, spec):
+    spec = {k: v for k, v in spec.items() if v is not None}
+    expect_relays = spec.pop("expect_relays", False)
+    r0, _ = check(P, spec)
+    if expect_relays:
+        assert r0["relays"], "the plan was meant to forward rows through relays"
+    if spec.get("solver") == "static" or spec.get("cost") == "time":
+        assert not r0["layout_sequential"], "the plan was meant to dispatch the tokens"
+
+
+@pytest.mark.parametrize("P", [2, 3, 4])
+def test_matches_dense_reference_bf16(P):
+    spec = {"mask": ["causal_document", "sliding_window", "share_question"][P % 3], "dtype": "bf16",
+            "stages": 2, "relay": 2 if P == 4 else 0, "solver": "static" if P == 4 else "balanced_bytes"}
+    _, errs = check(P, spec, BF16_TOL)
+    assert all(e > 0 for e in errs.values())  # bf16 really ran: not bit-exact with the fp64 reference
+
+
+REMAP = [(3, {"mask": "topk", "heads": {"q": 4, "kv": 1, "dim": 48, "dim_v": 32, "kv_shared": True}, "spr": 96,
+              "topk": 12, "stages": 2}),
+         (4, {"mask": "topk", "heads": {"q": 4, "kv": 2, "dim": 16}, "spr": 64, "topk": 10, "sel_heads": 2,
+              "stages": 2, "relay": 2})]
+
+
+@pytest.mark.parametrize("P,spec", REMAP, ids=["P3-mla-shared", "P4-two-selections-relay"])
+def test_device_remap_of_topk_rows_equals_the_plan_builders(P, spec):
+    counts = get_pool(P).values("remap_case", timeout=120, spec=spec)
+    assert all(c > 0 for c in counts), counts
+    if spec.get("sel_heads"):  # and it runs: the DistAttention path remaps on the device by default
+        check(P, dict(spec, module=True))
