@@ -39,14 +39,12 @@ constexpr TaskId kMemberGridSearchTasks = 400000;
 constexpr std::int64_t kTimeEffort = 10000;
 
 // plan.stages auto: candidates are priced at 1 stage, the kAutoFinalists
-// fastest at kAutoStages, the fastest of all then at each of kStageChoices
-// (doubling stages hide more with more of them, up to the per-stage latencies
-// and synchronisation; measured: 6-8 were never faster on the standard workload).
+// fastest at kAutoStages, the fastest of all then at each of kStageChoices:
+// doubling stages hide more with more of them, up to the per-stage latencies
+// and synchronisation. A plan with a small local stage gains most from
+// pipelining, so its one-stage rank says little (how these numbers were
+// chosen: docs/bounds.md#balanced_bytes-constants).
 constexpr int kAutoStages = 3;
-// (Measured: with 2 finalists plain causal at P = 64 / 128 stayed at 1.18 / 1.14
-// of the bound, with 4 it reached 1.06 / 1.07. With the hybrid start, 4 left
-// static's plan out on the cluster profile at P = 64 (1.23 instead of 1.17):
-// its one-stage step ranks 5th or later, its five-stage step is the best.)
 constexpr std::size_t kAutoFinalists = 6;
 constexpr int kStageChoices[] = {1, 2, 3, 4, 5};
 
@@ -203,18 +201,15 @@ Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>
   const double bwv = time || bottleneck ? 1.0 : opt_.bwd_weight;
   const ByteModel model(grid, fw, bwv);
   const std::int64_t cap = balance_cap(grid, opt_.mu);
-  const double bw = bottleneck ? 1e3 : opt_.bottleneck_weight;
+  const double bottleneck_weight = bottleneck ? 1e3 : opt_.bottleneck_weight;
   const std::int64_t total = search_budget(opt_, grid.num_tasks());
   std::optional<TimeObjective> to;
   if (time) to = time_objective(*in.time_prices(), grid, opt_.spread);
 
   // The starts: placements of the portfolio's members on this grid. On a
   // member's own grid (time mode) the member's placement is priced as it is
-  // and only usp and hybrid are searched. Measured on the step-time benchmark
-  // (document masks, P = 8-128, both profiles): the searched owner and member
-  // starts there won 4 of 120 solves, dropping them moved no mean step /
-  // bound by more than 0.003, and they were half the member-grid time at
-  // P = 128 (on 150k tasks: 8-15 ms of state and 50-80 ms of repair each).
+  // and only usp and hybrid are searched: the other searched starts there
+  // rarely won and cost half the time (docs/bounds.md#balanced_bytes-constants).
   struct Start {
     std::string origin;
     std::vector<Rank> rank;
@@ -247,7 +242,7 @@ Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>
       raw[i] = {starts[i].origin, std::move(starts[i].rank), excess, 0.0, in.grid()};
       return;
     }
-    auto st = std::make_unique<State>(model, starts[i].rank, cap, bw, to ? &*to : nullptr);
+    auto st = std::make_unique<State>(model, starts[i].rank, cap, bottleneck_weight, to ? &*to : nullptr);
     raw[i] = {starts[i].origin, std::move(starts[i].rank), st->excess(), st->objective(), in.grid()};
     if (time) raw[i].predicted_s = st->max_rank_time();
     Budget budget{total / static_cast<std::int64_t>(2 * ns)};
@@ -352,9 +347,8 @@ Solution BalancedBytes::solve_time(const SolveInput& in) const {
   // The bytes objective's best placement is a candidate too: the search's
   // per-rank estimate of time is a model, the plan's timing is the judge.
   // (Not on grids too large for the members.) It is searched with the time
-  // mode's effort: measured on the step-time benchmark, the bytes mode's own
-  // 40x larger effort changed no step (never behind objective = bytes on any
-  // pack, stages 1 or auto) and cost half the latency at P = 8.
+  // mode's effort: the bytes mode's own 40x larger effort changed no step
+  // (docs/bounds.md#balanced_bytes-constants).
   if (in.grid()->num_tasks() <= opt_.member_max_tasks) {
     BalancedBytes bytes_mode = with_objective(Objective::bytes);
     bytes_mode.opt_.effort = opt_.effort > 0 ? opt_.effort : kTimeEffort;

@@ -23,8 +23,7 @@ const cpsched_param_spec kParams[] = {
      "objective = total bytes + bottleneck_weight x P x max over ranks of max(send, recv)"},
     {"effort", CPSCHED_PARAM_INT, "0",
      "local-search move evaluations per solve, for grids up to 256 tasks (larger grids get effort x 256 / tasks, "
-     "about constant search time); 0: 400000 for bytes and bottleneck, 10000 for time (measured: more effort does "
-     "not shorten the predicted step on the standard workload)"},
+     "about constant search time); 0: 400000 for bytes and bottleneck, 10000 for time"},
     {"threads", CPSCHED_PARAM_INT, "0",
      "worker threads over the start placements (0: hardware threads, at most 8); same result for any count"},
     {"max_blocks_per_rank", CPSCHED_PARAM_INT, "8",
@@ -34,8 +33,7 @@ const cpsched_param_spec kParams[] = {
      "run the members only on grids of at most this many tasks (their solve time dominates beyond)"},
     {"priced_plans", CPSCHED_PARAM_INT, "4",
      "time: how many candidates (best predicted step first) are built as plans and priced by the timing model; "
-     "each costs a plan build unless its step bound rules it out (4: with the hybrid start, 3 left the best plan "
-     "out on 3 of 40 packs at P = 16)"},
+     "each costs the host a plan build unless its step bound rules it out"},
     {"settle", CPSCHED_PARAM_REAL, "0.01",
      "time: stop pricing plans once the fastest is within this fraction of the compute bound (all compute / P, "
      "which no plan's step is below: nothing left could be faster by more); 0: price every candidate"},

@@ -1,5 +1,5 @@
 #pragma once
-// The `binary_greedy` solver: the seed's algorithm as published (DESIGN §6,
+// The `binary_greedy` solver: the seed's algorithm as published (docs/design.md#solvers,
 // Appendix A). Holds its thread pool and buffers between solves.
 #include <memory>
 #include <mutex>

@@ -1,6 +1,6 @@
 #pragma once
 // The placement model as a mixed-integer program (GLPK), on the byte model of
-// plugins/balanced_bytes (token segments, DESIGN §5 forward bytes).
+// plugins/balanced_bytes (token segments, docs/design.md#metrics forward bytes).
 //
 // Per-group form (exact):
 //   x[t][r] in {0, 1}      task t runs on rank r;           sum_r x[t][r] = 1

@@ -119,12 +119,12 @@ class IlpSolver final : public Solver {
     // >= P allows every placement. Clamped so that mu x total / P stays a
     // number of the load's size (mu = 1e20 overflowed the cap).
     const std::int64_t cap = search::balance_cap(grid, std::min(mu_, static_cast<double>(grid.cp_size())));
-    const double bw = objective_ == Objective::bottleneck ? 1e3 : 0.0;  // State objective ~ bottleneck first
+    const double bottleneck_weight = objective_ == Objective::bottleneck ? 1e3 : 0.0;  // State objective ~ bottleneck first
     const double unit = IlpModel::kUnit;
 
     Incumbent inc;
     std::vector<Rank> fallback;  // returned when nothing meets the cap
-    if (warm_start_) start_placements(model, cap, bw, inc, fallback);
+    if (warm_start_) start_placements(model, cap, bottleneck_weight, inc, fallback);
     double bound = 0.0;
     bool proven_infeasible = false;
     std::string notes;
@@ -148,7 +148,7 @@ class IlpSolver final : public Solver {
       if (r.lp_solved) bound = std::max(bound, r.bound * unit);
       if (r.has_incumbent) {
         const std::vector<int> counts = agg.counts_of(r.cols);
-        std::vector<Rank> p = realize(model, counts, 8, bw);
+        std::vector<Rank> p = realize(model, counts, 8, bottleneck_weight);
         const double b = objective_bytes(model, objective_, p);
         inc.offer(std::move(p), b, "aggregated model, realised");
         if (inc.bytes > bound + 1e-6 * inc.bytes && left_s() > 0) {
@@ -228,14 +228,14 @@ class IlpSolver final : public Solver {
  private:
   // Owner and usp, each moved under the cap by the greedy repair and a
   // descent on this objective: the first incumbent.
-  void start_placements(const search::ByteModel& model, std::int64_t cap, double bw, Incumbent& inc,
+  void start_placements(const search::ByteModel& model, std::int64_t cap, double bottleneck_weight, Incumbent& inc,
                         std::vector<Rank>& fallback) const {
     std::vector<std::pair<std::string, std::vector<Rank>>> starts;
     starts.emplace_back("owner", search::owner_placement(model.grid()));
     if (model.grid().flattened()) starts.emplace_back("usp", search::usp_placement(model.grid(), 8));
     std::int64_t least_excess = -1;
     for (auto& [name, rank] : starts) {
-      search::State st(model, rank, cap, bw);
+      search::State st(model, rank, cap, bottleneck_weight);
       search::Budget budget{200000};
       search::repair(st, budget);
       search::descend(st, budget);

@@ -1,5 +1,5 @@
 #pragma once
-// The static solver's pre-iteration dispatch (DESIGN §6): cut the sequence
+// The static solver's pre-iteration dispatch (docs/design.md#solvers): cut the sequence
 // into chunks, weigh each chunk by its area (its q rows against all keys),
 // and deal the chunks largest first to the least loaded rank that still has
 // room, every rank getting the same number of chunks (floor or ceil).

@@ -1,4 +1,4 @@
-// Solver plugin `static`: MagiAttention's pre-iteration dispatch (DESIGN §6).
+// Solver plugin `static`: MagiAttention's pre-iteration dispatch (docs/design.md#solvers).
 // Tokens are re-dispatched in chunks balanced by area, then every task runs
 // on the rank hosting its q block: only KV moves. The assignment's grid is
 // built over the dispatched sharding, so the metrics and the plan see the

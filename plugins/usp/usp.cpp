@@ -1,4 +1,4 @@
-// Solver plugin `usp`: the Ulysses x ring baseline (DESIGN §5, §6) expressed
+// Solver plugin `usp`: the Ulysses x ring baseline (docs/design.md#metrics, docs/design.md#solvers) expressed
 // as an assignment on the task grid.
 //
 // Ulysses degree u = usp_ulysses_degree(P, hkv, max_degree), ring degree P/u.

@@ -1,5 +1,5 @@
 """It moves what the plan says: the bytes each rank's collectives send, counted by wrapping
-torch.distributed.all_to_all_single, against the plan's metrics (DESIGN §5 byte counts)."""
+torch.distributed.all_to_all_single, against the plan's metrics (docs/design.md#metrics byte counts)."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -28,7 +28,7 @@ def test_each_rank_sends_the_plans_bytes(P, spec):
 
 
 def _row_bytes(pr, pass_, kind, direction):
-    """Bytes of one (token, head group) row of a collective (DESIGN §5, docs/heads.md); 0: no such reduce."""
+    """Bytes of one (token, head group) row of a collective (docs/design.md#metrics, docs/heads.md); 0: no such reduce."""
     G = pr["head_groups"]
     hqg, hkg = pr["heads_q"] // G, pr["heads_kv"] // G
     dqk = pr["head_dim"]

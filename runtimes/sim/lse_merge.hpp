@@ -1,5 +1,5 @@
 #pragma once
-// The lse-weighted merge of partial attention outputs (DESIGN §7):
+// The lse-weighted merge of partial attention outputs (docs/plan_format.md):
 //   lse = log(sum_i exp(lse_i)),  O = sum_i exp(lse_i - lse) O_i.
 // A partial with lse = -inf (no unmasked entry) contributes nothing; merging
 // two such rows keeps lse = -inf and O = 0.

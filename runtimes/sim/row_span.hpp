@@ -1,5 +1,5 @@
 #pragma once
-// The unmasked columns of one row of a slice (DESIGN §2). Every slice type
+// The unmasked columns of one row of a slice (docs/design.md#masks). Every slice type
 // leaves each row one contiguous interval of columns, and both ends never
 // decrease with the row, which is what lets the kernel skip whole tiles.
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The quickstart's plan JSON, as a user reads it (DESIGN §10): format, every
+// The quickstart's plan JSON, as a user reads it (docs/plan_format.md): format, every
 // task on a valid rank, per head group the task areas add up to the mask's
 // area, per-rank CalcMeta/CommMeta present for both passes, metrics totals.
 #include <doctest/doctest.h>

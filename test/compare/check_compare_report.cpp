@@ -137,7 +137,7 @@ Sweep quick_sweep() {
 
 bool is_document_mask(const std::string& m) { return m != "full" && m != "causal"; }
 
-// USP's closed form (DESIGN §5), all ranks, GiB; u = largest divisor of P at most min(8, hkv).
+// USP's closed form (docs/design.md#metrics), all ranks, GiB; u = largest divisor of P at most min(8, hkv).
 double usp_closed_gib(int P, long per_rank, int hq, int hkv, int D, int b) {
   int u = 1;
   for (int d = 1; d <= std::min(8, hkv); ++d)
@@ -264,7 +264,7 @@ TEST_CASE("the quick CSV is consistent: reductions, USP closed form, baselines a
     CHECK(close(num(r, "fwd_reduction_vs_usp_placement_pct"), 100.0 * (1.0 - fwd / ref_fwd), 1e-6, 1e-6));
     CHECK(close(num(r, "bwd_reduction_vs_usp_placement_pct"), 100.0 * (1.0 - bwd / ref_bwd), 1e-6, 1e-6));
     // A bottleneck is one rank's share of the total; backward moves more than
-    // forward over the same transfers (DESIGN §5).
+    // forward over the same transfers (docs/design.md#metrics).
     CHECK(num(r, "fwd_bottleneck_gib") <= fwd * (1 + 1e-9));
     CHECK(num(r, "bwd_bottleneck_gib") <= bwd * (1 + 1e-9));
     CHECK(bwd >= fwd);

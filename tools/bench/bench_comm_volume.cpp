@@ -1,9 +1,9 @@
 // Communication volume of the solver plugins on the benchmark of record
-// (DESIGN §11): 8192 tokens per rank, GQA 64:8 flattened, D = 128, bf16;
+// (docs/design.md#benchmark-of-record): 8192 tokens per rank, GQA 64:8 flattened, D = 128, bf16;
 // masks full and causal, and full_document / causal_document over 20 packs of
 // the bundled histogram (seed 42); P = 8, 16, 32, 64. For each solver: mean
 // forward and backward total send and bottleneck (GiB), the forward reduction
-// against USP's closed form (DESIGN §5), and the imbalance (max over packs and
+// against USP's closed form (docs/design.md#metrics), and the imbalance (max over packs and
 // how many packs exceed 1.10). Solvers are loaded through the Registry.
 //
 //   bench_comm_volume [--packs 20] [--seed 42] [--solvers owner,usp,static,binary_greedy]

@@ -1,4 +1,4 @@
-// Grid construction time (DESIGN §3: TaskGrid), 8192 tokens per rank, GQA 64:8
+// Grid construction time (docs/architecture.md#data-flow: TaskGrid), 8192 tokens per rank, GQA 64:8
 // flattened, causal_document packs of the bundled histogram. Prints medians.
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-// Plan building latency (DESIGN §11 workload at P = 64): GQA 64:8 flattened,
+// Plan building latency (docs/design.md#benchmark-of-record workload at P = 64): GQA 64:8 flattened,
 // causal_document packs from the histogram, 8192 tokens per rank. Targets on
 // the 2-core reference machine: build_plan < 5 ms, a plan-cache hit < 0.1 ms.
 //

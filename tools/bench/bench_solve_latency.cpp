@@ -1,4 +1,4 @@
-// Solve latency of a solver plugin, whole path as a user runs it (DESIGN §11):
+// Solve latency of a solver plugin, whole path as a user runs it (docs/design.md#benchmark-of-record):
 // TaskGrid construction + solve + compute_metrics, 8192 tokens per rank,
 // masks full / causal / full_document / causal_document (pack 0 of the bundled
 // histogram), GQA 64:8 and MHA 64:64 flattened, P = 8 ... 128. The solver is

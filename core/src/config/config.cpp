@@ -1,4 +1,4 @@
-// Configuration (DESIGN §9): YAML + `--set` overrides -> validated Config,
+// Configuration (docs/design.md#configuration): YAML + `--set` overrides -> validated Config,
 // every error located and all of them reported at once.
 #include "cpsched/config/config.hpp"
 

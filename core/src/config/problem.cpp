@@ -1,4 +1,4 @@
-// The `problem:` section (DESIGN §9): cp_size, seqlen_per_rank, heads, grid
+// The `problem:` section (docs/design.md#configuration): cp_size, seqlen_per_rank, heads, grid
 // and mask. Each value is checked where it is read, so that its error points
 // at it; checks that tie values together run once the values are known.
 #include "config/problem.hpp"
@@ -282,7 +282,7 @@ MaskSize estimate_mask_size(const MaskSpec& spec, Token S) {
     if (!spec.lengths.empty()) {
       docs = m.sampled_docs = static_cast<double>(spec.lengths.size());
     } else if (!spec.histogram.bins.empty()) {
-      // Documents longer than S/4 are cut into S/4 pieces (DESIGN §2).
+      // Documents longer than S/4 are cut into S/4 pieces (docs/design.md#masks).
       const double cut = std::max(1.0, static_cast<double>(S) / 4);
       double pieces = 0, tokens = 0;
       for (const DocHistogram::Bin& b : spec.histogram.bins) {

@@ -1,6 +1,6 @@
 #pragma once
 // Internal: seeded sampling of documents from a length histogram and packing
-// of the sampled stream into packs of exactly S tokens (DESIGN §2).
+// of the sampled stream into packs of exactly S tokens (docs/design.md#masks).
 #include <cstdint>
 #include <random>
 #include <vector>

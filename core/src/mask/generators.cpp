@@ -1,4 +1,4 @@
-// Mask generators (DESIGN §2): document lengths from a spec, then one slice
+// Mask generators (docs/design.md#masks): document lengths from a spec, then one slice
 // list per kind. Every kind emits slices that never overlap, so areas add up.
 #include <algorithm>
 #include <array>

@@ -1,4 +1,4 @@
-// Load-time checks of a plugin descriptor (DESIGN §8).
+// Load-time checks of a plugin descriptor (docs/design.md#plugins).
 #include "plugin/descriptor.hpp"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Plugin discovery and loading (DESIGN §8).
+// Plugin discovery and loading (docs/design.md#plugins).
 #include "cpsched/plugin/registry.hpp"
 
 #include <dlfcn.h>

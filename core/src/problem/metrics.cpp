@@ -5,7 +5,7 @@
 
 namespace cpsched {
 
-// DESIGN §5 with the head geometry's row sizes (docs/heads.md): Q and dQ
+// docs/design.md#metrics with the head geometry's row sizes (docs/heads.md): Q and dQ
 // carry d_qk, O and dO d_v, K and V d_qk + d_v (one d_qk latent when shared).
 TransferBytes fwd_bytes_per_token(const Problem& p) {
   const Bytes h = p.q_heads_per_task(), hk = p.kv_heads_per_task();
@@ -71,7 +71,7 @@ double usp_closed_form_fwd_bytes_per_rank(const Problem& p, int u) {
   const double per_rank = static_cast<double>(p.seqlen()) / P;
   const double hq = p.heads.q, hkv = p.heads.kv;
   // Rows relative to d_qk: Q + O (all-to-all), K + V (all-to-all and ring);
-  // both 2 under GQA, so the formula stays DESIGN §5's bit for bit.
+  // both 2 under GQA, so the formula stays docs/design.md#metrics's bit for bit.
   const double dqk = p.heads.dqk(), r = static_cast<double>(p.heads.dv()) / dqk;
   const double qo = 1.0 + r, kv = p.heads.kv_shared ? 1.0 : 1.0 + r;
   return per_rank * dqk * p.heads.dtype_bytes * (qo * hq * (U - 1) / U + kv * hkv * (U - 1) / U + kv * hkv * (P / U - 1));

@@ -17,7 +17,7 @@ State::State(const ByteModel& model, const std::vector<Rank>& start, std::int64_
       P_(model.ranks()),
       G_(model.groups()),
       words_((model.ranks() + 63) / 64),
-      bw_(bottleneck_weight),
+      bottleneck_weight_(bottleneck_weight),
       cap_(cap),
       time_(time != nullptr) {
   if (time_) to_ = *time;
@@ -156,7 +156,7 @@ double State::rank_time(Rank r) const { return time_ ? sec_[static_cast<std::siz
 double State::max_rank_time() const { return top_.empty() ? 0.0 : rank_time(top_[0]); }
 
 double State::objective() const {
-  if (!time_) return total_ + bw_ * P_ * bottleneck();
+  if (!time_) return total_ + bottleneck_weight_ * P_ * bottleneck();
   return 1e9 * (max_rank_time() + to_.spread * time_sum_ / P_);
 }
 
@@ -165,7 +165,7 @@ double State::top_value(Rank r) const {
 }
 
 void State::refresh_top() {
-  if (bw_ == 0.0 && !time_) return;
+  if (bottleneck_weight_ == 0.0 && !time_) return;
   std::vector<double> v(static_cast<std::size_t>(P_));
   for (Rank r = 0; r < P_; ++r) v[static_cast<std::size_t>(r)] = top_value(r);
   top_tree_.reset(v);
@@ -183,7 +183,7 @@ void State::defer_top(bool deferred) {
 void State::update_ranks(const Rank* ranks, int n) {
   for (int i = 0; i < n; ++i) least_tree_.set(ranks[i], load_[static_cast<std::size_t>(ranks[i])]);
   least_ = least_tree_.best();
-  if (top_deferred_ || (bw_ == 0.0 && !time_)) return;
+  if (top_deferred_ || (bottleneck_weight_ == 0.0 && !time_)) return;
   for (int i = 0; i < n; ++i) top_tree_.set(ranks[i], top_value(ranks[i]));
   top_tree_.top(std::min<std::size_t>(kTop, static_cast<std::size_t>(P_)), top_);
 }
@@ -207,7 +207,7 @@ double State::delta(TaskId t, Rank b) const {
   if (a == b) return 0.0;
   if (time_) return time_delta(t, a, b);
   const TaskInfo& in = info_[static_cast<std::size_t>(t)];
-  if (bw_ == 0.0) {
+  if (bottleneck_weight_ == 0.0) {
     double d = 0.0;
     for (RowKind dir : {RowKind::qo, RowKind::kv}) {
       const Rank h = dir == RowKind::qo ? in.qhost : in.khost;
@@ -258,7 +258,7 @@ double State::delta(TaskId t, Rank b) const {
     const auto r = static_cast<std::size_t>(touched[i]);
     bn = std::max({bn, send_[r] + ds[i], recv_[r] + dr[i]});
   }
-  return d + bw_ * P_ * (bn - bottleneck());
+  return d + bottleneck_weight_ * P_ * (bn - bottleneck());
 }
 
 // Tokens of t's (segment, group) data in direction dir that a stops needing

@@ -83,7 +83,7 @@ class PassSim {
     for (int r = 0; r < P_; ++r) {
       const PassPlan& pp = pass_plan(plan.ranks[static_cast<std::size_t>(r)], pass);
       if (static_cast<int>(pp.calc.remote_attn_args.size()) != N_ || static_cast<int>(pp.comm.stages.size()) != N_)
-        throw Error(fmt::format("sim timing: rank {} {} plan has {} remote arg lists and {} comm stages, the plan "
+        throw Error(fmt::format("timing model: rank {} {} plan has {} remote arg lists and {} comm stages, the plan "
                                 "declares {} stages",
                                 r, to_string(pass), pp.calc.remote_attn_args.size(), pp.comm.stages.size(), N_));
     }
@@ -406,9 +406,9 @@ class PassSim {
 };
 
 void check_shape(const Problem& problem, const Plan& plan) {
-  if (plan.num_stages < 0) throw Error("sim timing: plan has a negative stage count");
+  if (plan.num_stages < 0) throw Error("timing model: plan has a negative stage count");
   if (static_cast<int>(plan.ranks.size()) != problem.cp_size())
-    throw Error(fmt::format("sim timing: plan has {} ranks, the problem {}", plan.ranks.size(), problem.cp_size()));
+    throw Error(fmt::format("timing model: plan has {} ranks, the problem {}", plan.ranks.size(), problem.cp_size()));
 }
 
 }  // namespace

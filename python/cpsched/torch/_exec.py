@@ -10,7 +10,7 @@ is one `all_to_all_single` with split lists on the group, issued with async_op=T
 nothing on any rank is skipped on every rank.
 
 Rows travel as bytes: a row of a collective packs the fields of one (token, head group) as the plan's byte
-counts have them (DESIGN §5, docs/heads.md): forward QO cast Q; forward QO reduce lse (fp32) and O; KV cast
+counts have them (docs/design.md#metrics, docs/heads.md): forward QO cast Q; forward QO reduce lse (fp32) and O; KV cast
 K and V (the latent once when shared); backward QO cast lse, Q, O, dO; backward QO reduce dQ; backward KV
 reduce dK and dV. Elements are the inputs' dtype, lse fp32, so what goes over the wire is exactly the plan's
 bytes.

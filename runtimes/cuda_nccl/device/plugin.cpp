@@ -1,4 +1,4 @@
-// Executor plugin `cuda_nccl`: runs plans on GPUs with NCCL (DESIGN §7).
+// Executor plugin `cuda_nccl`: runs plans on GPUs with NCCL (docs/plan_format.md).
 #include <cpsched/plugin/plugin.hpp>
 
 #include "executor.hpp"

@@ -1,6 +1,6 @@
 #pragma once
 // Tensors, their rows and their bytes: what one token of a buffer holds for
-// each tensor the two passes move (DESIGN §5), given the heads of a split's
+// each tensor the two passes move (docs/design.md#metrics), given the heads of a split's
 // head group, the head dim and the dtype. lse and the softmax row statistic
 // are fp32, one value per head.
 #include <array>

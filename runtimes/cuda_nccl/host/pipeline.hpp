@@ -1,5 +1,5 @@
 #pragma once
-// One rank's execution of its plan on a Backend (DESIGN §7), both passes:
+// One rank's execution of its plan on a Backend (docs/plan_format.md), both passes:
 //
 //   pack + group-cast stage 1 (comm stream); stage 0 attention (compute);
 //   for s = 1..N: compute waits for stage s's data; pack + cast stage s+1;

@@ -1,4 +1,4 @@
-// The plugin registry (DESIGN §8): discovery, load-time checks, parameter
+// The plugin registry (docs/design.md#plugins): discovery, load-time checks, parameter
 // resolution, the exception fence and the lifetime of plugin libraries.
 #include <dlfcn.h>
 #include <elf.h>

@@ -1,7 +1,7 @@
 // Head geometry beyond GQA (issue 13, item 3; docs/heads.md): MLA's d_qk,
 // d_v and a latent KV row shared by K and V give Q, O, K and V rows their
 // true bytes in the metrics, the time prices, the plan JSON and the config;
-// GQA stays as DESIGN §5 has it.
+// GQA stays as docs/design.md#metrics has it.
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
@@ -72,7 +72,7 @@ TEST_CASE("row bytes and FLOPs per pair of the head geometries") {
   CHECK(apart.kv_row_bytes() == (576 + 512) * 2);
 }
 
-TEST_CASE("bytes per token: MLA by hand, GQA as DESIGN §5") {
+TEST_CASE("bytes per token: MLA by hand, GQA as docs/design.md#metrics") {
   const Problem mla = full_problem(64, 2, kMla);  // one head group: h = 128, h' = 1
   const TransferBytes f = fwd_bytes_per_token(mla), b = bwd_bytes_per_token(mla);
   CHECK(f.qo_out == 128 * 576 * 2);                      // Q: 147456
@@ -150,7 +150,7 @@ TEST_CASE("USP's closed form counts d_qk and d_v rows") {
   // Ring only (u = 1, one kv head): per rank (S/P) x latent bytes x (P - 1).
   const Problem mla = full_problem(64, 4, kMla);
   CHECK(usp_closed_form_fwd_bytes_per_rank(mla, 1) == doctest::Approx(16.0 * 1152 * 3));
-  // GQA: DESIGN §5's formula.
+  // GQA: docs/design.md#metrics's formula.
   const Problem gqa = full_problem(64, 4, kGqa);
   const double expect = 16.0 * 128 * 2 * (2 * 64.0 * 3 / 4 + 2 * 8.0 * 3 / 4 + 2 * 8.0 * 0);
   CHECK(usp_closed_form_fwd_bytes_per_rank(gqa, 4) == expect);

@@ -228,7 +228,7 @@ TEST_CASE("unflattened head groups and several blocks per rank") {
   for (auto& [name, solver] : solvers.list) {
     for (bool flatten : {false, true})
       for (int blocks : {1, 3}) {
-        if (name == "usp" && !flatten) continue;  // usp needs flattened groups (DESIGN §6)
+        if (name == "usp" && !flatten) continue;  // usp needs flattened groups (docs/design.md#solvers)
         const int P = 3;
         const Token S = 40;
         const RangeMask mask = make_mask(test::random_spec(MaskKind::causal_document, S, rng), S);

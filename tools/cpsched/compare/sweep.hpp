@@ -19,7 +19,7 @@ class Progress;
 struct CompareFigures {
   double fwd_send = 0, fwd_bottleneck = 0;
   double bwd_send = 0, bwd_bottleneck = 0;
-  double usp_closed_fwd = 0;           // USP's closed form x P (DESIGN §5)
+  double usp_closed_fwd = 0;           // USP's closed form x P (docs/design.md#metrics)
   std::optional<double> ref_fwd;       // the reference (`usp`) solver's measured placement
   std::optional<double> ref_bwd;
   // The `ilp` solver's forward send at the same point and stages, when it ran

@@ -166,7 +166,7 @@ void write_compare_markdown(const std::filesystem::path& file, const std::vector
   md << "# cpsched compare\n\n";
   md << "Regenerate: `" << ctx.command << "`\n\n";
   md << "Volumes are the mean total bytes sent by all ranks per pass (GiB); *bneck* is the largest per-rank "
-        "max(send, recv); *vs USP* is the forward reduction against USP's closed form (DESIGN §5), *vs usp pl.* "
+        "max(send, recv); *vs USP* is the forward reduction against USP's closed form (docs/design.md#metrics), *vs usp pl.* "
         "against the `usp` solver's measured placement; *imbalance* is max load / mean load (worst pack); "
         "*stage-0* the share of the load that runs locally; *latency* the median whole-path time "
         "(grid + solve + plan build)";

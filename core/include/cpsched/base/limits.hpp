@@ -1,5 +1,5 @@
 #pragma once
-// The sizes cpsched accepts, in DESIGN terms (§1). Inside them every area,
+// The sizes cpsched accepts, in the terms of docs/design.md#vocabulary. Inside them every area,
 // load, byte count and index the library computes fits its integer type:
 // Problem::validate() checks them (check_limits below) before anything is
 // built, and each error names the offending value and the key to change.

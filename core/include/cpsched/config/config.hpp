@@ -1,5 +1,5 @@
 #pragma once
-// Configuration (DESIGN §9): YAML file + `--set key.path=value` overrides,
+// Configuration (docs/design.md#configuration): YAML file + `--set key.path=value` overrides,
 // validated with every error located (file:line:column and key path) and all
 // errors of a file reported at once.
 #include <filesystem>

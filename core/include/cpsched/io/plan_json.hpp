@@ -1,5 +1,5 @@
 #pragma once
-// Plan export as JSON (DESIGN §10; format "cpsched-plan/1", documented in
+// Plan export as JSON (docs/plan_format.md; format "cpsched-plan/1", documented in
 // docs/plan_format.md): problem, solver, tasks, metrics and, with a plan, the
 // per-rank CalcMeta and CommMeta of both passes.
 #include <ostream>

@@ -1,5 +1,5 @@
 #pragma once
-// Mask generators shared by every front end (DESIGN §2). All deterministic
+// Mask generators shared by every front end (docs/design.md#masks). All deterministic
 // given their seed.
 #include <cstdint>
 #include <filesystem>

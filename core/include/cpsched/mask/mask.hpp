@@ -1,6 +1,6 @@
 #pragma once
 // Range masks: the attention mask as a list of (q_range, k_range, type) slices
-// over one sequence of S tokens (DESIGN §2). Inside a slice, with relative
+// over one sequence of S tokens (docs/design.md#masks). Inside a slice, with relative
 // positions i (query) and j (key) and d = Lk - Lq:
 //   full        all (i, j)
 //   causal      j <= i + d          (bottom-right aligned)

@@ -1,5 +1,5 @@
 #pragma once
-// PlanBuilder (DESIGN §3, §7): turns an assignment into the per-rank CalcMeta
+// PlanBuilder (docs/architecture.md#data-flow, docs/plan_format.md): turns an assignment into the per-rank CalcMeta
 // and CommMeta of both passes.
 //
 // Transfers are token granular: for every (block, head group, computing rank
@@ -12,7 +12,7 @@
 // computing rank). The remote work is split into `stages` = N stages, each
 // with its own group-cast. The rule, per receiving rank and pass:
 //  1. its incoming transfers are ordered by bytes to move before compute (the
-//     pass's "out" bytes of DESIGN §5) per unit of load of the tasks that
+//     pass's "out" bytes of docs/design.md#metrics) per unit of load of the tasks that
 //     need them, cheapest first, ties by (bytes, source rank, kind QO before
 //     KV, block, group);
 //  2. its remote tasks are walked in the order of their later transfer in

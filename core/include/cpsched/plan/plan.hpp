@@ -1,5 +1,5 @@
 #pragma once
-// The execution plan an executor consumes (DESIGN §7): per rank and pass, the
+// The execution plan an executor consumes (docs/plan_format.md): per rank and pass, the
 // attention args of each stage (CalcMeta) and the group collectives that move
 // the data they need (CommMeta). Stage 0 is local; stages 1..N are remote.
 //

@@ -1,5 +1,5 @@
 #pragma once
-// Plan validator (DESIGN §7): checks a plan against the assignment it was
+// Plan validator (docs/plan_format.md): checks a plan against the assignment it was
 // built from and returns every problem found as a precise sentence (rank,
 // pass, stage, split or arg index, the numbers at fault). Empty = valid.
 //
@@ -21,7 +21,7 @@
 //    cell's area, and run on the rank the assignment chose; no piece falls in
 //    an empty cell;
 //  * nothing travels for nothing: every received row is read by some arg;
-//  * metrics: send/recv bytes per rank (DESIGN §5) recomputed from the
+//  * metrics: send/recv bytes per rank (docs/design.md#metrics) recomputed from the
 //    CommMeta, loads and stage-0 loads recomputed from the CalcMeta, and the
 //    remote token counts equal compute_metrics(assignment); the reduce_after
 //    fields equal the last stage reading each stage's rows.

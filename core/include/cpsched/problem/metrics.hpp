@@ -1,5 +1,5 @@
 #pragma once
-// Metrics of an assignment, exact and token-granular (DESIGN §5).
+// Metrics of an assignment, exact and token-granular (docs/design.md#metrics).
 #include <cstdint>
 #include <vector>
 
@@ -40,7 +40,7 @@ struct Metrics {
 };
 
 
-// Bytes per token of each direction of a transfer (DESIGN §5 table).
+// Bytes per token of each direction of a transfer (docs/design.md#metrics table).
 struct TransferBytes {
   Bytes qo_out, qo_back, kv_out, kv_back;
 };
@@ -52,7 +52,7 @@ TransferBytes bwd_bytes_per_token(const Problem& p);
 // which also has compute_metrics(a)).
 Metrics compute_metrics(const Assignment& a, const std::vector<Transfer>& transfers);
 
-// USP's closed-form forward volume per rank (DESIGN §5), Ulysses degree u.
+// USP's closed-form forward volume per rank (docs/design.md#metrics), Ulysses degree u.
 double usp_closed_form_fwd_bytes_per_rank(const Problem& p, int ulysses_degree);
 // The Ulysses degree of the usp baseline: largest divisor of P at most
 // min(max_degree, hkv).

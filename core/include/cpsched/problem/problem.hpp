@@ -1,6 +1,6 @@
 #pragma once
 // A problem: the mask, how tokens are sharded over P ranks, the attention heads
-// and the grid options (DESIGN §1, §3).
+// and the grid options (docs/design.md#vocabulary, docs/architecture.md#data-flow).
 #include <cstdint>
 #include <vector>
 

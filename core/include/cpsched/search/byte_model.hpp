@@ -1,6 +1,6 @@
 #pragma once
 // The byte model shared by `balanced_bytes` and `ilp`: what really moves when
-// tasks are placed on ranks (DESIGN §5), cut into token segments so that the
+// tasks are placed on ranks (docs/design.md#metrics), cut into token segments so that the
 // bytes of any placement are a sum of per-segment prices.
 //
 // For each block and direction (QO: the block as a q block, KV: as a kv

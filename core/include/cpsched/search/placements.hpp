@@ -26,7 +26,7 @@ std::vector<Rank> usp_placement(const TaskGrid& grid, int max_degree);
 // head groups are not flattened.
 std::vector<Rank> hybrid_placement(const TaskGrid& grid, int max_degree, const double byte_s[2], int gpus_per_node);
 
-// Balance cap of DESIGN §5: a rank may carry at most mu x mean load.
+// Balance cap of docs/design.md#metrics: a rank may carry at most mu x mean load.
 std::int64_t balance_cap(const TaskGrid& grid, double mu);
 
 }  // namespace cpsched::search

@@ -68,7 +68,7 @@ class State {
   // Time mode: the predicted time of rank r (seconds) and the largest one.
   double rank_time(Rank r) const;
   double max_rank_time() const;
-  double bottleneck_weight() const { return bw_; }
+  double bottleneck_weight() const { return bottleneck_weight_; }
 
   // Objective change if task t moved to rank b.
   double delta(TaskId t, Rank b) const;
@@ -145,7 +145,7 @@ class State {
 
   const ByteModel* m_;
   int P_, G_, words_;
-  double bw_;
+  double bottleneck_weight_;
   std::int64_t cap_;
   std::vector<TaskInfo> info_;
   std::vector<Rank> rank_;

@@ -65,8 +65,8 @@
 // as cuda_nccl issues them: one per (peer, tensor) with bytes, the tensors
 // being forward QO cast: Q; forward QO reduce: O, lse; backward QO cast: Q,
 // O, dO, lse; backward QO reduce: dQ; KV cast: K, V; backward KV reduce:
-// dK, dV (the forward KV reduce moves nothing). Bytes per token are DESIGN
-// §5's (metrics.hpp). Compute time is FLOPs / throughput with FLOPs = 4 x
+// dK, dV (the forward KV reduce moves nothing). Bytes per token are
+// docs/design.md#metrics' (metrics.hpp). Compute time is FLOPs / throughput with FLOPs = 4 x
 // area x q heads x dim forward, 2.5 x that backward. A profile with
 // hbm_gb_s = 0 (only possible when built in code) charges no HBM kernels.
 //
