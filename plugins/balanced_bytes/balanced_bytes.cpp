@@ -94,7 +94,8 @@ Options parse_options(const Params& p) {
   o.spread = p.get_real("spread");
   if (!(o.spread >= 0.0)) bad("spread", num(o.spread), "must be >= 0");
   o.members.clear();
-  for (std::string rest = p.get_string("members"); !rest.empty();) {
+  o.members_by_layout = p.get_string("members") == "auto";
+  for (std::string rest = o.members_by_layout ? std::string() : p.get_string("members"); !rest.empty();) {
     const auto comma = rest.find_first_of(",;");
     std::string name = rest.substr(0, comma);
     rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
@@ -150,6 +151,13 @@ BalancedBytes::BalancedBytes(const Params& p) : opt_(parse_options(p)), members_
 BalancedBytes::BalancedBytes(Options o) : opt_(std::move(o)), members_(std::make_shared<MemberSolvers>()) {}
 BalancedBytes::~BalancedBytes() = default;
 
+std::vector<std::string> BalancedBytes::member_names(Layout layout) const {
+  if (!opt_.members_by_layout) return opt_.members;
+  // static re-lays out the tokens: a member only where the layout is the solver's to plan.
+  if (layout == Layout::fixed) return {"binary_greedy"};
+  return {"binary_greedy", "static", "static:node_ranks=-1+node_chunks=8"};
+}
+
 BalancedBytes BalancedBytes::with_objective(Objective o) const {
   BalancedBytes b(*this);
   b.opt_.objective = o;
@@ -179,13 +187,14 @@ std::vector<MemberResult> BalancedBytes::solve_members(const SolveInput& in, std
   if (in.grid()->num_tasks() > opt_.member_max_tasks) return out;
   // The members solve in parallel (each its own slot: the same results in the
   // same order for any thread count).
-  const std::size_t n = opt_.members.size();
+  const std::vector<std::string> names = member_names(in.grid()->problem().layout);
+  const std::size_t n = names.size();
   std::vector<std::optional<Solution>> got(n);
   std::vector<std::string> why(n);
-  run_jobs(n, opt_.threads, [&](std::size_t i) { got[i] = members_->solve(opt_.members[i], in, why[i]); });
+  run_jobs(n, opt_.threads, [&](std::size_t i) { got[i] = members_->solve(names[i], in, why[i]); });
   for (std::size_t i = 0; i < n; ++i) {
-    if (got[i]) out.push_back({opt_.members[i], std::move(got[i]->assignment), in.grid().get()});
-    else skipped.push_back(opt_.members[i] + " (" + why[i] + ")");
+    if (got[i]) out.push_back({names[i], std::move(got[i]->assignment), in.grid().get()});
+    else skipped.push_back(names[i] + " (" + why[i] + ")");
   }
   return out;
 }

@@ -24,7 +24,11 @@ enum class Objective { automatic, time, bytes, bottleneck };
 struct Options {
   Objective objective = Objective::automatic;
   double spread = 0.25;           // time: weight of the mean rank time beside the max
-  std::vector<std::string> members = {"binary_greedy", "static", "static:node_ranks=-1+node_chunks=8"};  // loaded by name
+  // Member solvers by spec, made through the host; members_by_layout (the
+  // parameter's `auto`): binary_greedy, and in a planned layout also static
+  // one- and two-level.
+  std::vector<std::string> members;
+  bool members_by_layout = true;
   double mu = 1.10;
   double fwd_weight = 1.0;
   double bwd_weight = 0.0;
@@ -82,6 +86,7 @@ class BalancedBytes final : public Solver {
   Candidate solve_grid(const SolveInput& in, std::vector<Candidate>& seen, const std::vector<MemberResult>& members,
                        bool member_grid = false) const;
   std::vector<MemberResult> solve_members(const SolveInput& in, std::vector<std::string>& skipped) const;
+  std::vector<std::string> member_names(Layout layout) const;
   Solution solve_bytes(const SolveInput& in) const;
   Solution solve_time(const SolveInput& in) const;
   // The same solver with another objective (auto resolved; the bytes candidate).

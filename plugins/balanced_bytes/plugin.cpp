@@ -14,9 +14,10 @@ const cpsched_param_spec kParams[] = {
      "fastest plan is returned, balanced further where that pays, or above mu where that is faster, as the note "
      "says)"},
     {"spread", CPSCHED_PARAM_REAL, "0.25", "time: weight of the mean rank time beside the slowest rank's"},
-    {"members", CPSCHED_PARAM_STRING, "binary_greedy,static,static:node_ranks=-1+node_chunks=8",
-     "solver plugins (comma separated, loaded by name) whose results are starts of the search and, in time mode, "
-     "candidate plans"},
+    {"members", CPSCHED_PARAM_STRING, "auto",
+     "solver plugins (comma separated, made by name through the host) whose results are starts of the search and, "
+     "in time mode, candidate plans; auto: binary_greedy, and with problem.layout: planned also static and "
+     "static:node_ranks=-1+node_chunks=8"},
     {"fwd_weight", CPSCHED_PARAM_REAL, "1.0", "weight of forward bytes in the objective"},
     {"bwd_weight", CPSCHED_PARAM_REAL, "0.0", "weight of backward bytes in the objective"},
     {"bottleneck_weight", CPSCHED_PARAM_REAL, "0.0",

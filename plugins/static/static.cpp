@@ -41,6 +41,10 @@ class Static final : public Solver {
     const int P = grid.cp_size();
     const Token S = p.seqlen();
     if (S <= 0) throw Error("static: the sequence is empty");
+    if (p.layout == Layout::fixed)
+      throw Error("static: re-lays out the tokens before the step, which problem.layout: fixed rules out (the tokens "
+                  "stay where the caller holds them); use problem.layout: planned and lay the inputs out as the "
+                  "plan's host_ranges say, or another solver");
     const Token chunk = chunk_tokens_ > 0 ? chunk_tokens_ : std::max<Token>(1, S / (Token{chunks_per_rank_} * P));
     const Token n = (S + chunk - 1) / chunk;
     if (n < P)

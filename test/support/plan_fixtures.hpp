@@ -9,10 +9,19 @@
 
 namespace cpsched::test {
 
+// The problem with layout planned (so that static may dispatch), shared.
+inline std::shared_ptr<const Problem> planned(Problem p) {
+  p.layout = Layout::planned;
+  return std::make_shared<const Problem>(std::move(p));
+}
+
+// Layout planned by default: these grids serve every solver, static's
+// dispatch included (problem.layout: fixed is tested on its own).
 inline std::shared_ptr<const TaskGrid> make_grid(RangeMask mask, int cp_size, Heads heads = {4, 2, 8, 2},
-                                                 GridOptions grid = {}) {
-  auto p = std::make_shared<const Problem>(Problem::make(std::move(mask), cp_size, heads, grid));
-  return std::make_shared<const TaskGrid>(p);
+                                                 GridOptions grid = {}, Layout layout = Layout::planned) {
+  Problem p = Problem::make(std::move(mask), cp_size, heads, grid);
+  p.layout = layout;
+  return std::make_shared<const TaskGrid>(std::make_shared<const Problem>(std::move(p)));
 }
 
 // Every task on a rank drawn at random (the harshest placement for the builder:

@@ -41,11 +41,14 @@ inline MaskSpec random_spec(MaskKind kind, Token S, std::mt19937_64& rng) {
 
 // A small random problem of `kind` over P ranks with uneven shards
 // (S = 9P + 1 + r, r < P - 1), flattened head groups, and its task grid.
-inline std::shared_ptr<const TaskGrid> random_grid(MaskKind kind, int P, Heads heads, std::mt19937_64& rng) {
+// Layout planned by default, so that static may dispatch.
+inline std::shared_ptr<const TaskGrid> random_grid(MaskKind kind, int P, Heads heads, std::mt19937_64& rng,
+                                                   Layout layout = Layout::planned) {
   const Token S = 9 * P + 1 + static_cast<Token>(rng() % static_cast<std::uint64_t>(P - 1));
   const RangeMask mask = make_mask(random_spec(kind, S, rng), S);
-  auto problem = std::make_shared<const Problem>(Problem::make(mask, P, heads, {true, 1}));
-  return std::make_shared<const TaskGrid>(problem);
+  Problem p = Problem::make(mask, P, heads, {true, 1});
+  p.layout = layout;
+  return std::make_shared<const TaskGrid>(std::make_shared<const Problem>(std::move(p)));
 }
 
 }  // namespace cpsched::test

@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
                             : relay_arg == "on" ? PlanShape::Relay::on
                                                 : PlanShape::Relay::off;
               shape.node_size = hw.gpus_per_node;
-              const SolveResult r = SolvePath(*solvers[i], c, reg).run(problem, {shape, false, specs[i].label});
+              const SolveResult r = SolvePath(*solvers[i], c, reg).run(problem, {.shape = shape, .uses = std::nullopt, .solver_name = specs[i].label});
               latency[i].push_back(ms_since(t0));
               const StepEstimate e = estimate_step(r.assignment->grid->problem(), *r.plan, hw);
               steps[i] = e.step();

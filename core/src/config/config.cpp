@@ -80,13 +80,18 @@ void read_selection(const Section& top, const std::string& key, const std::strin
 }
 
 void read_plan(const Section& top, Config& cfg) {
-  const Section plan(top.diag(), top.get("plan"), top.path("plan"), {"stages", "relay", "cache_size"});
+  const Section plan(top.diag(), top.get("plan"), top.path("plan"), {"stages", "relay", "cache_size", "uses"});
   // `auto` (or 0): the solver chooses the stage count (Solution::shape).
   if (plan.has("stages") && plan.get("stages").IsScalar() && plan.get("stages").Scalar() == "auto")
     cfg.plan.stages = PlanShape::kAutoStages;
   else
     plan.read_int("stages", cfg.plan.stages, 0, PlanShape::kMaxStages);
   plan.read_int("cache_size", cfg.cache_size, 0);
+  if (plan.has("uses")) {
+    int n = 1;
+    if (plan.get("uses").IsScalar() && plan.get("uses").Scalar() == "ahead") cfg.uses = PlanUses::ahead();
+    else if (plan.read_int("uses", n, 1)) cfg.uses = PlanUses{n};
+  }
   // `off` / `on` (YAML 1.1 reads them as booleans, so both spellings are taken) / `auto`.
   if (plan.has("relay")) {
     const YAML::Node v = plan.get("relay");
@@ -218,7 +223,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
     // First: the problem's own checks (generating the mask) use it.
     read_memory_budget(top, cfg);
     const Section problem(diag, top.get("problem"), "problem",
-                          {"cp_size", "seqlen_per_rank", "heads", "grid", "mask"});
+                          {"cp_size", "seqlen_per_rank", "heads", "grid", "mask", "layout", "host_ranges"});
     if (problem.valid()) config_detail::read_problem(problem, cfg, base_dir);
     read_selection(top, "solver", "balanced_bytes", cfg.solver);
     read_selection(top, "cost_model", "area", cfg.cost_model);
@@ -299,6 +304,7 @@ Problem make_problem(const Config& cfg) {
     // make_index_mask validated the entries: not a second pass over them.
     Problem p = index ? make_index_problem(std::move(index), cfg.cp_size, cfg.heads, cfg.grid, /*validated=*/true)
                       : Problem::make(std::move(mask), cfg.cp_size, cfg.heads, cfg.grid);
+    p.set_layout(cfg.layout, cfg.host_ranges);
     p.validate();
     return p;
   } catch (const Error& e) {

@@ -407,6 +407,30 @@ void report_index_file_error(const Section& mask, const Config& cfg, std::string
 
 }  // namespace
 
+// problem.host_ranges: per rank a list of [begin, end) ranges.
+void read_host_ranges(const Section& problem, Config& cfg) {
+  const YAML::Node list = problem.get("host_ranges");
+  const std::string path = problem.path("host_ranges");
+  Diagnostics& diag = problem.diag();
+  if (!list.IsSequence()) {
+    diag.error(list, path, "expected one list of [begin, end] ranges per rank, got " + describe(list));
+    return;
+  }
+  cfg.host_ranges.assign(list.size(), {});
+  for (std::size_t r = 0; r < list.size(); ++r) {
+    const std::string rp = path + "[" + std::to_string(r) + "]";
+    if (!list[r].IsSequence()) {
+      diag.error(list[r], rp, "expected the ranges [[begin, end], ...] rank " + std::to_string(r) + " holds, got " +
+                                  describe(list[r]));
+      continue;
+    }
+    for (std::size_t i = 0; i < list[r].size(); ++i) {
+      Range x;
+      if (read_range(diag, list[r][i], rp + "[" + std::to_string(i) + "]", x)) cfg.host_ranges[r].push_back(x);
+    }
+  }
+}
+
 void read_problem(const Section& problem, Config& cfg, const std::filesystem::path& base_dir) {
   Diagnostics& diag = problem.diag();
   const std::size_t errors_before = diag.count();
@@ -418,6 +442,14 @@ void read_problem(const Section& problem, Config& cfg, const std::filesystem::pa
                            problem.read_int("seqlen_per_rank", per_rank, 1, kMaxTokensPerRank);
   cfg.seqlen_per_rank = per_rank;
   sizes_ok = sizes_ok && per_rank_ok;
+
+  std::string layout;
+  if (problem.read_string("layout", layout)) {
+    if (layout == "fixed") cfg.layout = Layout::fixed;
+    else if (layout == "planned") cfg.layout = Layout::planned;
+    else problem.error("layout", "expected fixed or planned, got '" + layout + "'");
+  }
+  if (problem.has("host_ranges")) read_host_ranges(problem, cfg);
 
   const Section heads(diag, problem.get("heads"), problem.path("heads"),
                       {"q", "kv", "dim", "dim_qk", "dim_v", "kv_shared", "dtype"});
@@ -475,8 +507,9 @@ void read_problem(const Section& problem, Config& cfg, const std::filesystem::pa
   }
   try {
     // make_index_mask validated the entries: not a second pass over them.
-    const Problem p = index ? make_index_problem(index, cfg.cp_size, cfg.heads, cfg.grid, /*validated=*/true)
-                            : Problem::make(std::move(built), cfg.cp_size, cfg.heads, cfg.grid);
+    Problem p = index ? make_index_problem(index, cfg.cp_size, cfg.heads, cfg.grid, /*validated=*/true)
+                      : Problem::make(std::move(built), cfg.cp_size, cfg.heads, cfg.grid);
+    p.set_layout(cfg.layout, cfg.host_ranges);
     // Grid and plan against the memory budget (the executor's own needs are
     // checked where it is known).
     check_resources(p, estimate_resources(p), memory_budget_or_default(cfg.memory_budget, "memory_budget in the config"));

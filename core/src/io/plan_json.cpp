@@ -195,6 +195,7 @@ void problem_json(JsonOut& j, const Problem& p, const Sharding& sh) {
     j.end_object();
   }
   if (!p.heads.is_gqa()) j.field("kv_shared", p.heads.kv_shared);
+  j.field("layout", to_string(p.layout));
   j.key("mask");
   slices_json(p.mask);
   j.field("seqlen", p.seqlen());

@@ -100,6 +100,7 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
   Plan plan;
   plan.num_stages = stages;
   plan.sharding = a.grid->sharding();
+  plan.layout = a.grid->problem().layout;
   plan.ranks.resize(P);
 
   // The stage cut depends on the bytes per token only through the QO : KV

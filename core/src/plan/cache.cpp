@@ -63,14 +63,16 @@ std::uint64_t hash_words(const std::vector<std::uint64_t>& w) {
 }  // namespace
 
 PlanKey make_plan_key(const Problem& p, const std::string& solver, const Params& solver_params,
-                      const std::string& cost_model, const Params& cost_params, const PlanShape& shape) {
-  return make_plan_key(p.seqlen(), p.mask.slices(), p.heads, p.grid, p.sharding, solver, solver_params, cost_model,
-                       cost_params, shape);
+                      const std::string& cost_model, const Params& cost_params, const PlanShape& shape,
+                      const PlanUses& uses) {
+  return make_plan_key(p.seqlen(), p.mask.slices(), p.heads, p.grid, p.sharding, p.layout, solver, solver_params, cost_model,
+                       cost_params, shape, uses);
 }
 
 PlanKey make_plan_key(Token seqlen, const std::vector<Slice>& slices, const Heads& heads, const GridOptions& grid,
-                      const Sharding& sharding, const std::string& solver, const Params& solver_params,
-                      const std::string& cost_model, const Params& cost_params, const PlanShape& shape) {
+                      const Sharding& sharding, Layout layout, const std::string& solver, const Params& solver_params,
+                      const std::string& cost_model, const Params& cost_params, const PlanShape& shape,
+                      const PlanUses& uses) {
   Encoder e;
   e.reserve(32 + 3 * sharding.blocks.size() + 5 * slices.size() + 4 * (solver_params.values().size() + cost_params.values().size()));
   e.word(0x63707363686565ULL);  // format tag, bumped if the encoding changes
@@ -88,6 +90,7 @@ PlanKey make_plan_key(Token seqlen, const std::vector<Slice>& slices, const Head
   e.i64(grid.flatten_head_groups ? 1 : 0);
   e.i64(grid.blocks_per_rank);
   e.i64(sharding.cp_size);
+  e.i64(static_cast<std::int64_t>(layout));
   e.word(sharding.blocks.size());
   for (std::size_t b = 0; b < sharding.blocks.size(); ++b) {
     e.i64(sharding.blocks[b].begin);
@@ -109,6 +112,7 @@ PlanKey make_plan_key(Token seqlen, const std::vector<Slice>& slices, const Head
   e.i64(shape.stages);
   e.i64(static_cast<std::int64_t>(shape.relay));
   e.i64(shape.node_size);
+  e.i64(uses.uses);
   PlanKey k;
   k.words = e.take();
   k.hash = hash_words(k.words);

@@ -1,4 +1,5 @@
 #include "cpsched/plan/shape.hpp"
+#include "cpsched/plan/uses.hpp"
 
 #include <fmt/format.h>
 
@@ -35,6 +36,12 @@ std::string PlanShape::str() const {
     case Relay::automatic: return s + ", relays auto";
   }
   return s;
+}
+
+void PlanUses::validate(const std::string& who) const {
+  if (uses < 0)
+    throw Error(fmt::format("{}: uses must be at least 1 (attention calls that run the plan), or ahead, got {}", who,
+                            uses));
 }
 
 }  // namespace cpsched

@@ -43,6 +43,55 @@ Sharding Sharding::dispatched(int cp_size, std::vector<Range> blocks, std::vecto
   return s;
 }
 
+Sharding Sharding::of_host_ranges(Token seqlen, const std::vector<std::vector<Range>>& host_ranges) {
+  const int P = static_cast<int>(host_ranges.size());
+  if (P < 1) throw Error("host_ranges: no rank given");
+  check_size_limits(seqlen, P, 1);
+  std::vector<std::pair<Range, Rank>> all;
+  for (int r = 0; r < P; ++r)
+    for (std::size_t i = 0; i < host_ranges[static_cast<std::size_t>(r)].size(); ++i) {
+      const Range x = host_ranges[static_cast<std::size_t>(r)][i];
+      if (x.begin < 0 || x.end > seqlen || x.end <= x.begin)
+        throw Error(fmt::format("host_ranges[{}][{}] = [{}, {}) is empty or outside [0, {})", r, i, x.begin, x.end,
+                                seqlen));
+      all.push_back({x, r});
+    }
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first.begin < b.first.begin; });
+  Sharding s;
+  s.cp_size = P;
+  Token next = 0;
+  for (const auto& [x, r] : all) {
+    if (x.begin != next)
+      throw Error(x.begin < next ? fmt::format("host_ranges: [{}, {}) of rank {} overlaps the tokens before {}",
+                                               x.begin, x.end, r, next)
+                                 : fmt::format("host_ranges: no rank holds the tokens [{}, {})", next, x.begin));
+    if (!s.blocks.empty() && s.host.back() == r) s.blocks.back().end = x.end;  // one block per maximal range
+    else s.blocks.push_back(x), s.host.push_back(r);
+    next = x.end;
+  }
+  if (next != seqlen) throw Error(fmt::format("host_ranges: no rank holds the tokens [{}, {})", next, seqlen));
+  return s;
+}
+
+bool Sharding::same_layout(const Sharding& o) const {
+  if (cp_size != o.cp_size) return false;
+  std::size_t i = 0, j = 0;
+  Token at = 0;
+  auto skip_empty = [](const Sharding& s, std::size_t& k) {
+    while (k < s.blocks.size() && s.blocks[k].empty()) ++k;
+  };
+  while (true) {
+    skip_empty(*this, i);
+    skip_empty(o, j);
+    if (i == blocks.size() || j == o.blocks.size()) break;
+    if (host[i] != o.host[j]) return false;
+    at = std::min(blocks[i].end, o.blocks[j].end);
+    if (blocks[i].end == at) ++i;
+    if (o.blocks[j].end == at) ++j;
+  }
+  return i == blocks.size() && j == o.blocks.size();
+}
+
 RangeSet Sharding::rank_tokens(Rank r) const {
   std::vector<Range> v;
   for (std::size_t b = 0; b < blocks.size(); ++b)
@@ -111,6 +160,17 @@ void Problem::validate() const {
                     ? std::string("mask: no slice: the mask selects no (query, key) pair, nothing to plan")
                     : fmt::format("mask: its {} slice{} hold no unmasked (query, key) pair: nothing to plan",
                                   mask.slices().size(), mask.slices().size() == 1 ? "" : "s"));
+}
+
+void Problem::set_layout(Layout l, const std::vector<std::vector<Range>>& host_ranges) {
+  layout = l;
+  if (host_ranges.empty()) return;
+  if (static_cast<int>(host_ranges.size()) != cp_size())
+    throw Error(fmt::format("host_ranges: {} ranks' ranges for cp_size = {}", host_ranges.size(), cp_size()));
+  if (grid.blocks_per_rank != 1)
+    throw Error(fmt::format("host_ranges: the blocks follow the given ranges, so grid.blocks_per_rank must be 1, got {}",
+                            grid.blocks_per_rank));
+  sharding = Sharding::of_host_ranges(seqlen(), host_ranges);
 }
 
 Problem Problem::make(RangeMask mask, int cp_size, Heads heads, GridOptions grid) {

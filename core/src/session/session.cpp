@@ -29,6 +29,7 @@ std::shared_ptr<Registry> default_registry(const std::vector<std::filesystem::pa
 void check_options(const SessionOptions& o) {
   if (o.cp_size < 1) throw Error(fmt::format("session: cp_size must be at least 1, got {}", o.cp_size));
   o.plan.validate("session");
+  if (o.uses) o.uses->validate("session");
   if (o.seqlen < 0) throw Error(fmt::format("session: seqlen must not be negative, got {}", o.seqlen));
   // Folders the caller names must exist (a typo would otherwise only mean "plugin not found").
   for (std::size_t i = 0; i < o.plugin_paths.size(); ++i) {
@@ -81,17 +82,16 @@ struct Session::Impl {
   const SolveResult& solve(const RangeMask& mask) {
     const auto t0 = std::chrono::steady_clock::now();
     if (mask.seqlen() <= 0) throw Error(fmt::format("session: sequence length must be positive, got {}", mask.seqlen()));
-    const Sharding sh = Sharding::sequential(mask.seqlen(), opt.cp_size, opt.grid.blocks_per_rank);
-    const PlanKey key = make_plan_key(mask.seqlen(), mask.slices(), opt.heads, opt.grid, sh, opt.solver,
-                                      solver_params, opt.cost_model, cost_params, opt.plan);
-    if (auto hit = cache.find(key)) {
-      last = std::move(hit);
-      last_cached = true;
-      last_ms = ms_since(t0);
-      return *last;
-    }
-    auto problem = std::make_shared<const Problem>(Problem::make(mask, opt.cp_size, opt.heads, opt.grid));
-    return solve_problem(std::move(problem), &key, t0);
+    const Sharding sh = opt.host_ranges.empty()
+                            ? Sharding::sequential(mask.seqlen(), opt.cp_size, opt.grid.blocks_per_rank)
+                            : Sharding::of_host_ranges(mask.seqlen(), opt.host_ranges);
+    const PlanKey key = make_plan_key(mask.seqlen(), mask.slices(), opt.heads, opt.grid, sh, opt.layout, opt.solver,
+                                      solver_params, opt.cost_model, cost_params, opt.plan,
+                                      opt.uses.value_or(default_uses(opt.layout)));
+    if (const SolveResult* r = cached(key, t0)) return *r;
+    Problem p = Problem::make(mask, opt.cp_size, opt.heads, opt.grid);
+    p.set_layout(opt.layout, opt.host_ranges);
+    return solve_problem(std::make_shared<const Problem>(std::move(p)), &key, t0);
   }
 
   // Index masks are not cached: an indexer's selection changes every step,
@@ -101,9 +101,9 @@ struct Session::Impl {
     if (opt.seqlen > 0 && mask.seqlen != opt.seqlen)
       throw Error(fmt::format("session: the index mask has S = {} tokens but the session's seqlen is {}", mask.seqlen,
                               opt.seqlen));
-    auto problem = std::make_shared<const Problem>(
-        Problem::make(std::make_shared<const IndexMask>(mask), opt.cp_size, opt.heads, opt.grid));
-    return solve_problem(std::move(problem), nullptr, t0);
+    Problem p = Problem::make(std::make_shared<const IndexMask>(mask), opt.cp_size, opt.heads, opt.grid);
+    p.set_layout(opt.layout, opt.host_ranges);
+    return solve_problem(std::make_shared<const Problem>(std::move(p)), nullptr, t0);
   }
 
   const SolveResult& solve(std::shared_ptr<const Problem> problem) {
@@ -112,13 +112,31 @@ struct Session::Impl {
     const Problem& p = *problem;
     if (p.cp_size() != opt.cp_size || !(p.heads == opt.heads) || !(p.grid == opt.grid))
       throw Error("session: the problem's P, heads or grid options differ from the session's");
-    if (!p.index_mask && p.head_masks.empty()) return solve(p.mask);
+    if (!p.index_mask && p.head_masks.empty()) {
+      // Range masks go through the cache, keyed by the problem itself (its
+      // layout and shards included).
+      const PlanKey key = make_plan_key(p, opt.solver, solver_params, opt.cost_model, cost_params, opt.plan,
+                                        opt.uses.value_or(default_uses(p.layout)));
+      if (const SolveResult* r = cached(key, t0)) return *r;
+      return solve_problem(std::move(problem), &key, t0);
+    }
     return solve_problem(std::move(problem), nullptr, t0);
+  }
+
+  // The cache's entry for `key` as the last result, or null.
+  const SolveResult* cached(const PlanKey& key, std::chrono::steady_clock::time_point t0) {
+    auto hit = cache.find(key);
+    if (!hit) return nullptr;
+    last = std::move(hit);
+    last_cached = true;
+    last_ms = ms_since(t0);
+    return last.get();
   }
 
   const SolveResult& solve_problem(std::shared_ptr<const Problem> problem, const PlanKey* key,
                                    std::chrono::steady_clock::time_point t0) {
-    auto out = std::make_shared<SolveResult>(path->run(std::move(problem), {opt.plan, opt.validate, opt.solver}));
+    auto out = std::make_shared<SolveResult>(path->run(std::move(problem),
+                   {.shape = opt.plan, .uses = opt.uses, .validate = opt.validate, .solver_name = opt.solver}));
     if (key != nullptr) cache.insert(*key, out);
     last = std::move(out);
     last_cached = false;
@@ -154,11 +172,14 @@ SessionOptions Session::options_from(const Config& c) {
   o.seqlen = c.seqlen();
   o.heads = c.heads;
   o.grid = c.grid;
+  o.layout = c.layout;
+  o.host_ranges = c.host_ranges;
   o.solver = c.solver.name;
   o.solver_params = c.solver.given_params();
   o.cost_model = c.cost_model.name;
   o.cost_params = c.cost_model.given_params();
   o.plan = c.plan;
+  o.uses = c.uses;
   // Relays need the node size: the config's hardware profile (the plugins' default when none is named).
   if (o.plan.relay != PlanShape::Relay::off && o.plan.node_size == 0)
     o.plan.node_size =

@@ -33,6 +33,8 @@ PlanShape with_node_size(PlanShape s, const CostModel& cost) {
 
 }  // namespace
 
+PlanUses default_uses(Layout layout) { return layout == Layout::planned ? PlanUses::ahead() : PlanUses{1}; }
+
 SolvePath::SolvePath(Solver& solver, const CostModel& cost, const Registry& registry)
     : solver_(solver), cost_(cost), factory_(std::make_unique<RegistrySolvers>(registry)) {}
 
@@ -53,39 +55,49 @@ SolveResult SolvePath::run(std::shared_ptr<const Problem> problem, const Options
 
 struct SolvePath::Solved {
   PlanShape asked;                       // the shape with its node size filled in
+  PlanUses uses;                         // resolved
   Solution solution;
   std::unique_ptr<HostPricing> pricing;  // what pricing built, for the plan
   double solve_ms = 0;
 };
 
-SolvePath::Solved SolvePath::solve_step(std::shared_ptr<const TaskGrid> grid, const PlanShape& shape) const {
+SolvePath::Solved SolvePath::solve_step(std::shared_ptr<const TaskGrid> grid, const PlanShape& shape,
+                                        std::optional<PlanUses> uses) const {
   if (!grid) throw Error("solve path: no grid given");
   Solved s;
   s.asked = with_node_size(shape, cost_);
+  s.uses = uses ? *uses : default_uses(grid->problem().layout);
+  s.uses.validate("solve path");
   SolveInput in(std::move(grid), cost_);
-  in.with_shape(s.asked).with_solvers(factory_.get());
+  in.with_shape(s.asked).with_uses(s.uses).with_solvers(factory_.get());
   if (const HardwareProfile* hw = cost_.hardware()) {
     in.with_time_prices(time_prices(*hw));
     s.pricing = std::make_unique<HostPricing>(*hw);
     in.with_pricing(s.pricing.get());
   }
   const auto t0 = Clock::now();
+  const Problem& problem = in.grid()->problem();
   s.solution = solver_.solve(in);
   s.solve_ms = ms_since(t0);
   s.solution.assignment.validate();
+  if (problem.layout == Layout::fixed && !s.solution.assignment.grid->sharding().same_layout(problem.sharding))
+    throw Error("solve path: the solver re-laid out the tokens, but problem.layout is fixed (the tokens stay where "
+                "the caller holds them); use problem.layout: planned, or a solver that keeps the layout");
   return s;
 }
 
-Solution SolvePath::solve(std::shared_ptr<const TaskGrid> grid, const PlanShape& shape) const {
+Solution SolvePath::solve(std::shared_ptr<const TaskGrid> grid, const PlanShape& shape,
+                          std::optional<PlanUses> uses) const {
   shape.validate("solve path");
-  return solve_step(std::move(grid), shape).solution;
+  return solve_step(std::move(grid), shape, uses).solution;
 }
 
 SolveResult SolvePath::run(std::shared_ptr<const TaskGrid> grid, const Options& o) const {
   o.shape.validate(o.solver_name);
-  Solved s = solve_step(std::move(grid), o.shape);
+  Solved s = solve_step(std::move(grid), o.shape, o.uses);
   Solution& sol = s.solution;
   SolveResult r;
+  r.uses = s.uses;
   r.solve_ms = s.solve_ms;
   const auto t0 = Clock::now();
   r.shape = s.asked.resolve(sol.shape);

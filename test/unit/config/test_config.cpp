@@ -195,7 +195,7 @@ TEST_CASE("every error of a file is reported at once, one per line") {
 
 TEST_CASE("an unknown key lists the known keys of its level") {
   CHECK(parse_error("problem:\n  cp_sise: 8\n") ==
-        "t.yaml:2:3: problem.cp_sise: unknown key 'cp_sise'; known keys: cp_size, seqlen_per_rank, heads, grid, mask");
+        "t.yaml:2:3: problem.cp_sise: unknown key 'cp_sise'; known keys: cp_size, seqlen_per_rank, heads, grid, mask, layout, host_ranges");
   CHECK(parse_error("problem: {}\nsolvers: {name: usp}\n") ==
         "t.yaml:2:1: solvers: unknown key 'solvers'; known keys: problem, solver, cost_model, plan, executor, "
         "plugin_paths, compare, hardware, memory_budget");
@@ -205,7 +205,7 @@ TEST_CASE("an unknown key lists the known keys of its level") {
 
 TEST_CASE("wrong shapes and duplicate keys") {
   CHECK(parse_error("problem: 8\n") ==
-        "t.yaml:1:10: problem: expected a map with keys cp_size, seqlen_per_rank, heads, grid, mask, got '8'");
+        "t.yaml:1:10: problem: expected a map with keys cp_size, seqlen_per_rank, heads, grid, mask, layout, host_ranges, got '8'");
   CHECK(parse_error("plan: {stages: 1}\nplan: {stages: 2}\nproblem: {}\n") ==
         "t.yaml:2:1: plan: duplicate key 'plan' (first given at t.yaml:1:1)");
   CHECK(contains(parse_error("- 1\n- 2\n"), "t.yaml:1:1: expected a map with keys problem, solver"));

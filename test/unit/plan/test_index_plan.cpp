@@ -11,6 +11,7 @@
 #include <random>
 
 #include "cpsched/plugin/cost_model.hpp"
+#include "plan_fixtures.hpp"
 #include "host_solve.hpp"
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/problem/problem.hpp"
@@ -26,7 +27,7 @@ using test::random_topk;
 namespace {
 
 void check_every_solver(const std::shared_ptr<const IndexMask>& mask, int P, Heads heads) {
-  auto problem = std::make_shared<const Problem>(Problem::make(mask, P, heads));
+  auto problem = test::planned(Problem::make(mask, P, heads));
   auto grid = std::make_shared<const TaskGrid>(problem);
   AreaCostModel cost;
   for (const std::string& name : test::solver_names()) {

@@ -78,6 +78,7 @@ Kept solve_and_drop(const std::string& solver, const std::vector<fs::path>& file
   auto reg = std::make_shared<Registry>();
   for (const fs::path& f : files) reg->load(f);
   SessionOptions o;
+  o.layout = Layout::planned;  // static (and balanced_bytes' static members) may dispatch
   o.cp_size = c.cp_size;
   o.heads = c.heads;
   o.grid = c.grid;

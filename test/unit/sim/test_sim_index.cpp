@@ -10,6 +10,7 @@
 #include <random>
 
 #include "cpsched/plugin/cost_model.hpp"
+#include "plan_fixtures.hpp"
 #include "host_solve.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/plan/builder.hpp"
@@ -25,8 +26,7 @@ namespace {
 
 // Every solver's plan at stages 1 and 2 passes the numeric check.
 void check_numeric(const std::shared_ptr<const IndexMask>& mask, int P, Heads heads, const char* what) {
-  const Problem problem = Problem::make(mask, P, heads);
-  auto grid = std::make_shared<const TaskGrid>(std::make_shared<const Problem>(problem));
+  auto grid = std::make_shared<const TaskGrid>(test::planned(Problem::make(mask, P, heads)));
   AreaCostModel cost;
   Registry& reg = test::build_registry();
   for (const std::string& name : test::solver_names()) {

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "cpsched/plugin/cost_model.hpp"
+#include "plan_fixtures.hpp"
 #include "host_solve.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/mask/generators.hpp"
@@ -232,7 +233,7 @@ TEST_CASE("unflattened head groups and several blocks per rank") {
         const int P = 3;
         const Token S = 40;
         const RangeMask mask = make_mask(test::random_spec(MaskKind::causal_document, S, rng), S);
-        auto problem = std::make_shared<const Problem>(Problem::make(mask, P, Heads{6, 3, 4, 2}, {flatten, blocks}));
+        auto problem = test::planned(Problem::make(mask, P, Heads{6, 3, 4, 2}, {flatten, blocks}));
         auto grid = std::make_shared<const TaskGrid>(problem);
         const Solution a_sol = test::host_solve(*solver, grid, solvers.cost);
         const Assignment& a = a_sol.assignment;
@@ -260,7 +261,7 @@ BuiltPlan built_plan(Solvers& solvers) {
   MaskSpec spec;
   spec.kind = MaskKind::causal;
   auto problem =
-      std::make_shared<const Problem>(Problem::make(make_mask(spec, S), P, Heads{4, 2, 8, 2}, {true, 1}));
+      test::planned(Problem::make(make_mask(spec, S), P, Heads{4, 2, 8, 2}, {true, 1}));
   auto grid = std::make_shared<const TaskGrid>(problem);
   // binary_greedy moves both QO and KV; any solver moves KV here.
   std::string name = solvers.list.front().first;

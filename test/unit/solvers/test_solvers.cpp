@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "host_solve.hpp"
+#include "plan_fixtures.hpp"
 #include "brute_force.hpp"
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/base/error.hpp"
@@ -76,7 +77,7 @@ const MaskKind kAllKinds[] = {MaskKind::full,           MaskKind::causal,    Mas
 
 std::shared_ptr<const TaskGrid> make_grid(RangeMask mask, int P, Heads heads, GridOptions grid) {
   return std::make_shared<const TaskGrid>(
-      std::make_shared<const Problem>(Problem::make(std::move(mask), P, heads, grid)));
+      test::planned(Problem::make(std::move(mask), P, heads, grid)));
 }
 
 Solution solve(Solver& s, const std::shared_ptr<const TaskGrid>& g) {

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "cpsched/plugin/cost_model.hpp"
+#include "plan_fixtures.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/problem/metrics.hpp"
@@ -156,7 +157,7 @@ TEST_CASE("settle: pricing stops once a plan is within settle of the compute bou
   // One full sequence over 8 ranks, 8 per node (NVLink only): owner's plan
   // hides all communication, so the probe settles it.
   const TimeCostModel cost(resolve_hardware_profile("h100_8x_nvlink"));
-  auto problem = std::make_shared<const Problem>(
+  auto problem = test::planned(
       Problem::make(RangeMask(8 * 8192, {{{0, 8 * 8192}, {0, 8 * 8192}, MaskType::full}}), 8, Heads{64, 8, 128, 2}));
   auto grid = std::make_shared<const TaskGrid>(problem);
   const Solution a = solve(*pl.solver("balanced_bytes"), grid, cost, 0, -1);
@@ -217,7 +218,7 @@ TEST_CASE("static's two-level dispatch keeps each node chunk inside one node; on
   const int P = 8;
   const Token S = 8 * 1024;
   const RangeMask mask = make_mask(MaskSpec{}, S);  // default spec: causal
-  auto problem = std::make_shared<const Problem>(Problem::make(mask, P, Heads{4, 2, 8, 2}));
+  auto problem = test::planned(Problem::make(mask, P, Heads{4, 2, 8, 2}));
   auto grid = std::make_shared<const TaskGrid>(problem);
   const TimeCostModel cost(two_per_node());  // 4 nodes of 2 ranks
   const Solution two = solve(*pl.solver("static", Params({{"node_ranks", std::int64_t{-1}}})), grid, cost);

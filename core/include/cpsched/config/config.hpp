@@ -11,6 +11,8 @@
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/plugin/params.hpp"
 #include "cpsched/plan/shape.hpp"
+#include "cpsched/plan/uses.hpp"
+#include <optional>
 #include "cpsched/problem/problem.hpp"
 
 namespace cpsched {
@@ -44,6 +46,10 @@ struct Config {
   Token seqlen_per_rank = 8192;
   Heads heads;
   GridOptions grid;
+  // problem.layout (fixed, the default, or planned) and problem.host_ranges
+  // (the shards of a fixed layout when not the sequential ones).
+  Layout layout = Layout::fixed;
+  std::vector<std::vector<Range>> host_ranges;
   MaskSpec mask;
   PluginSelection solver;
   PluginSelection cost_model;
@@ -51,6 +57,9 @@ struct Config {
   // plan.stages and plan.relay. Relays on or auto leave the node size 0:
   // Session::options_from takes it from the config's hardware profile.
   PlanShape plan;
+  // plan.uses: a number of attention calls or `ahead`; absent: by the layout
+  // (fixed: 1, planned: ahead, as a planned layout is made in the data loader).
+  std::optional<PlanUses> uses;
   int cache_size = 64;
   // Top-level `memory_budget:` ("16G", "512M", bytes; 0 when absent): the
   // budget of the up-front resource checks (resources.hpp), before

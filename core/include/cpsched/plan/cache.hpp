@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cpsched/plan/shape.hpp"
+#include "cpsched/plan/uses.hpp"
 #include "cpsched/plan/solve_result.hpp"
 #include "cpsched/plugin/params.hpp"
 
@@ -31,11 +32,13 @@ struct PlanKey {
 };
 
 PlanKey make_plan_key(const Problem& problem, const std::string& solver, const Params& solver_params,
-                      const std::string& cost_model, const Params& cost_params, const PlanShape& shape);
+                      const std::string& cost_model, const Params& cost_params, const PlanShape& shape,
+                      const PlanUses& uses = {});
 // The same key from the parts of a problem (no Problem needed for a look-up).
 PlanKey make_plan_key(Token seqlen, const std::vector<Slice>& slices, const Heads& heads, const GridOptions& grid,
-                      const Sharding& sharding, const std::string& solver, const Params& solver_params,
-                      const std::string& cost_model, const Params& cost_params, const PlanShape& shape);
+                      const Sharding& sharding, Layout layout, const std::string& solver, const Params& solver_params,
+                      const std::string& cost_model, const Params& cost_params, const PlanShape& shape,
+                      const PlanUses& uses = {});
 
 class PlanCache {
  public:

@@ -178,6 +178,7 @@ inline Token first_phase_tokens(const GroupCollectiveArg& a) {
 struct Plan {
   int num_stages = 1;             // remote stages N (the seed's two-stage model: 1)
   Sharding sharding;              // token layout the plan indexes (after dispatch, if any)
+  Layout layout = Layout::fixed;  // fixed: `sharding` is the caller's; planned: the solver may have chosen it
   std::vector<RankPlan> ranks;    // [rank]
   // True when some stage of some rank has a forwarding phase (relays).
   bool has_forwarding() const {

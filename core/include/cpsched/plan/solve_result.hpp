@@ -8,6 +8,7 @@
 #include "cpsched/base/figures.hpp"
 #include "cpsched/plan/plan.hpp"
 #include "cpsched/plan/shape.hpp"
+#include "cpsched/plan/uses.hpp"
 #include "cpsched/problem/assignment.hpp"
 #include "cpsched/problem/metrics.hpp"
 
@@ -18,6 +19,7 @@ struct SolveResult {
   std::shared_ptr<const Plan> plan;
   Metrics metrics;
   PlanShape shape;       // the plan's shape, resolved (N stages, relays on or off)
+  PlanUses uses;         // what the solver was told of its use
   bool feasible = true;  // the solver's balance target was met
   std::string note;      // the solver's remark, for people
   Figures figures;       // the solver's named figures, for tools

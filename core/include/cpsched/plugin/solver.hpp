@@ -11,6 +11,7 @@
 
 #include "cpsched/base/figures.hpp"
 #include "cpsched/plan/shape.hpp"
+#include "cpsched/plan/uses.hpp"
 #include "cpsched/plugin/cost_model.hpp"
 #include "cpsched/plugin/params.hpp"
 #include "cpsched/plugin/pricing.hpp"
@@ -42,6 +43,7 @@ class SolveInput {
   SolveInput(std::shared_ptr<const TaskGrid> grid, const CostModel& cost) : grid_(std::move(grid)), cost_(&cost) {}
 
   SolveInput& with_shape(const PlanShape& s) { shape_ = s; return *this; }
+  SolveInput& with_uses(const PlanUses& u) { uses_ = u; return *this; }
   SolveInput& with_time_prices(const TimePrices& p) { time_ = p; return *this; }
   SolveInput& with_pricing(PlanPricing* p) { pricing_ = p; return *this; }
   SolveInput& with_solvers(const SolverFactory* f) { solvers_ = f; return *this; }
@@ -56,6 +58,8 @@ class SolveInput {
   const CostModel& cost() const { return *cost_; }
   // The plan shape asked for; auto parts are the solver's to choose.
   const PlanShape& shape() const { return shape_; }
+  // How the plan will be used: what planning time costs beside the step.
+  const PlanUses& uses() const { return uses_; }
   // Unit prices in seconds: set when the cost model prices time.
   const std::optional<TimePrices>& time_prices() const { return time_; }
   // The host's timing model on candidate plans: set when time_prices is.
@@ -67,6 +71,7 @@ class SolveInput {
   std::shared_ptr<const TaskGrid> grid_;
   const CostModel* cost_;
   PlanShape shape_;
+  PlanUses uses_;
   std::optional<TimePrices> time_;
   PlanPricing* pricing_ = nullptr;
   const SolverFactory* solvers_ = nullptr;

@@ -68,6 +68,13 @@ struct Sharding {
   static Sharding sequential(Token seqlen, int cp_size, int blocks_per_rank = 1);
   // Blocks given explicitly (e.g. the static solver's dispatched chunks).
   static Sharding dispatched(int cp_size, std::vector<Range> blocks, std::vector<Rank> host);
+  // The layout a caller's tokens already have: per rank the global ranges it
+  // holds (a plan's host_ranges, the step's dispatch). They must tile
+  // [0, seqlen) without overlap; each maximal range is a block. Throws
+  // cpsched::Error naming the rank and range at fault.
+  static Sharding of_host_ranges(Token seqlen, const std::vector<std::vector<Range>>& host_ranges);
+  // The same tokens on the same ranks (whatever the cut into blocks).
+  bool same_layout(const Sharding& o) const;
 
   int num_blocks() const { return static_cast<int>(blocks.size()); }
   RangeSet rank_tokens(Rank r) const;       // what rank r hosts, global coords
@@ -75,6 +82,17 @@ struct Sharding {
   int block_of(Token t) const;              // binary search; -1 if outside
   void validate(Token seqlen) const;        // tiles [0, S) in order, hosts in range
 };
+
+// Who decides where the tokens live during the attention call.
+//  * fixed: the shards as they are (sequential, or the host ranges given):
+//    the activations earlier layers produced. Every per-layer mask (DSA, NSA,
+//    any runtime mask) is planned so. Solvers may move work, not tokens.
+//  * planned: the solver may choose the layout (MagiAttention's dispatch). Only
+//    for a mask known before the step and shared by its layers (documents
+//    packed in the data loader); the caller then lays the inputs out as the
+//    plan's host_ranges say, and undoes it at the loss.
+enum class Layout : std::uint8_t { fixed = 0, planned = 1 };
+inline const char* to_string(Layout l) { return l == Layout::fixed ? "fixed" : "planned"; }
 
 struct Problem {
   // The mask: range slices, or (index masks, index_mask.hpp) `mask` holds
@@ -92,6 +110,7 @@ struct Problem {
   Heads heads;
   GridOptions grid;
   Sharding sharding;
+  Layout layout = Layout::fixed;
 
   int cp_size() const { return sharding.cp_size; }
   Token seqlen() const { return mask.seqlen(); }
@@ -104,6 +123,11 @@ struct Problem {
   // the mask and the sharding.
   // Throws cpsched::Error naming the offending value.
   void validate() const;
+
+  // The layout (and, when `host_ranges` is not empty, the shards the tokens
+  // already have instead of the sequential ones: one list of global ranges
+  // per rank, blocks_per_rank must then be 1). Throws cpsched::Error.
+  void set_layout(Layout l, const std::vector<std::vector<Range>>& host_ranges = {});
 
   // Sequential sharding of `mask` with the given heads and grid options.
   static Problem make(RangeMask mask, int cp_size, Heads heads, GridOptions grid = {});

@@ -32,6 +32,7 @@
 #include "cpsched/plan/plan.hpp"
 #include "cpsched/plan/cache.hpp"
 #include "cpsched/plan/shape.hpp"
+#include "cpsched/plan/uses.hpp"
 #include "cpsched/io/plan_json.hpp"
 #include "cpsched/io/plan_svg.hpp"
 #include "cpsched/plan/validator.hpp"
@@ -46,6 +47,12 @@ struct SessionOptions {
   Token seqlen = 0;                // S; 0: each mask's largest range end
   Heads heads;                     // hq, hkv, D (d_qk), dtype bytes; MLA's dim_v, kv_shared (docs/heads.md)
   GridOptions grid;                // flatten_head_groups, blocks_per_rank
+  // problem.layout: fixed (the shards as they are: sequential, or
+  // host_ranges when given) or planned (the solver may re-lay out the
+  // tokens; the caller then dispatches its inputs as the plan's host_ranges
+  // say). docs/design.md#vocabulary.
+  Layout layout = Layout::fixed;
+  std::vector<std::vector<Range>> host_ranges;  // per rank; empty: sequential
   std::string solver = "balanced_bytes";  // the default solver (issue 8); "binary_greedy" is the seed's
   Params solver_params;            // given values; the plugin's defaults fill the rest
   std::string cost_model = "area";
@@ -55,6 +62,10 @@ struct SessionOptions {
   // profile's GPUs per node). From a Config: plan.stages and plan.relay, the
   // node size from its hardware profile.
   PlanShape plan;
+  // plan.uses: attention calls that run each plan, or ahead (made ahead of
+  // need); the default solver spends planning time by it. nullopt: by the
+  // layout (fixed: 1, planned: ahead).
+  std::optional<PlanUses> uses;
   std::size_t cache_size = 64;     // plan cache entries; 0 disables the cache
   // Plugin folders scanned besides the build's / installation's and CPSCHED_PLUGIN_PATH
   // (only when the Session makes its own Registry).

@@ -4,6 +4,7 @@
 // Session, the command-line tool, compare, the Python module and the
 // benchmarks all call it; nothing else strings these steps together.
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cpsched/plan/plan.hpp"
@@ -15,6 +16,11 @@
 
 namespace cpsched {
 
+// The use a plan is assumed to have when nobody says: a fixed layout's plan
+// is made for one call (per layer, online), a planned layout's ahead of need
+// (in the data loader).
+PlanUses default_uses(Layout layout);
+
 class SolvePath {
  public:
   // `registry` serves the solver's members (SolveInput::solvers); it and the
@@ -24,6 +30,8 @@ class SolvePath {
 
   struct Options {
     PlanShape shape;
+    // nullopt: by the problem's layout (fixed: 1, planned: ahead).
+    std::optional<PlanUses> uses;
     bool validate = false;  // run the plan validator (throws cpsched::Error listing its problems)
     std::string solver_name = "solver";  // for messages
   };
@@ -36,7 +44,8 @@ class SolvePath {
   // The solve step alone, on the input run() would give the solver: its
   // Solution as returned (validated), for callers that need no plan (tests,
   // the members' benchmarks).
-  Solution solve(std::shared_ptr<const TaskGrid> grid, const PlanShape& shape) const;
+  Solution solve(std::shared_ptr<const TaskGrid> grid, const PlanShape& shape,
+                 std::optional<PlanUses> uses = std::nullopt) const;
   // Another plan of a solve's assignment, at another shape (compare's stage
   // sweep: one solve, several stage counts); auto parts resolve against the
   // solve's own shape.
@@ -46,7 +55,7 @@ class SolvePath {
 
  private:
   struct Solved;
-  Solved solve_step(std::shared_ptr<const TaskGrid> grid, const PlanShape& shape) const;
+  Solved solve_step(std::shared_ptr<const TaskGrid> grid, const PlanShape& shape, std::optional<PlanUses> uses) const;
   Solver& solver_;
   const CostModel& cost_;
   std::unique_ptr<RegistrySolvers> factory_;
