@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
       for (const std::string& name : solvers) {
         const PluginInfo& info = reg.find(PluginKind::solver, name);
         auto solver = reg.make_solver(name, reg.resolve_params(info, {}));
-        const SolveResult r = SolvePath(*solver, cost, reg).run(grid, {.shape = PlanShape::fixed(stages), .uses = std::nullopt, .solver_name = name});
+        const SolveResult r = SolvePath(*solver, cost, reg).run(grid, {.shape = PlanShape::fixed(stages), .uses = std::nullopt, .validate = false, .rank = -1, .solver_name = name});
         const Assignment& a = *r.assignment;
         const Plan& plan = *r.plan;
         const double solve_ms = r.solve_ms, plan_ms = r.plan_ms;

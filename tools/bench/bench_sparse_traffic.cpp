@@ -71,7 +71,7 @@ int main(int argc, char** argv) try {
         auto mask = std::make_shared<const IndexMask>(make_index_mask(spec, S));
         auto problem = std::make_shared<const Problem>(Problem::make(mask, P, heads));
         auto grid = std::make_shared<const TaskGrid>(problem);
-        const SolveResult r = SolvePath(*solver, *cost, reg).run(grid, {.shape = PlanShape{PlanShape::kAutoStages}, .uses = std::nullopt, .solver_name = "balanced_bytes"});
+        const SolveResult r = SolvePath(*solver, *cost, reg).run(grid, {.shape = PlanShape{PlanShape::kAutoStages}, .uses = std::nullopt, .validate = false, .rank = -1, .solver_name = "balanced_bytes"});
         const Assignment& a = *r.assignment;
         const double solve_s = r.solve_ms / 1e3;
         // Per (kv block, group, receiving rank): the selected keys it needs, and the whole block.

@@ -365,6 +365,8 @@ void write_plan_json(std::ostream& out, const PlanExport& e, int indent) {
     j.key("ranks");
     j.begin_array();
     for (std::size_t r = 0; r < e.plan->ranks.size(); ++r) {
+      // A rank plan (PlanOptions::rank) lists its own rank only; "rank" says which.
+      if (e.plan->only_rank >= 0 && r != static_cast<std::size_t>(e.plan->only_rank)) continue;
       j.begin_object();
       j.key("bwd");
       pass_json(j, e.plan->ranks[r].bwd);

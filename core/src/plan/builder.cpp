@@ -24,12 +24,15 @@ void build_pass(const Assignment& a, const plan_detail::Transfers& tr, const std
     plan_detail::build_calc(a, tr, stage, plan_detail::XferLayout{}, stages, pass, options.index_rows, true);
     return;
   }
-  const plan_detail::XferLayout where = plan_detail::layout_comm(a, tr, stage, stages, relay, pass);
-  plan_detail::build_calc(a, tr, stage, where, stages, pass, options.index_rows, /*area_only=*/false);
+  const plan_detail::XferLayout where =
+      plan_detail::layout_comm(a, tr, stage, stages, relay, pass, /*summary=*/false, options.rank);
+  plan_detail::build_calc(a, tr, stage, where, stages, pass, options.index_rows, /*area_only=*/false, options.rank);
 }
 
 void check_options(const PlanOptions& o) {
   if (o.stages < 1) throw Error(fmt::format("plan: stages must be at least 1, got {}", o.stages));
+  if (o.rank >= 0 && o.area_only)
+    throw Error("plan: a rank's plan alone (rank >= 0) is for running; area-only plans are for pricing all ranks");
   if (o.relay_node_size < 0)
     throw Error(fmt::format("plan: relay_node_size must be 0 (no relays) or the ranks per node, got {}",
                             o.relay_node_size));
@@ -101,6 +104,9 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
   plan.num_stages = stages;
   plan.sharding = a.grid->sharding();
   plan.layout = a.grid->problem().layout;
+  plan.only_rank = options.rank;
+  if (options.rank >= static_cast<Rank>(P))
+    throw Error(fmt::format("plan: rank {} is outside [0, {})", options.rank, P));
   plan.ranks.resize(P);
 
   // The stage cut depends on the bytes per token only through the QO : KV
@@ -124,7 +130,8 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
   build_pass(a, tr, fwd_stage, stages, {node, fb.qo_out, fb.kv_out}, options, pass);
   if (bwd_stage == fwd_stage) {
     // Same stage cut: the backward description is the forward one.
-    for (RankPlan& rp : plan.ranks) rp.bwd = rp.fwd;
+    for (std::size_t r = 0; r < P; ++r)
+      if (options.rank < 0 || static_cast<Rank>(r) == options.rank) plan.ranks[r].bwd = plan.ranks[r].fwd;
   } else {
     for (std::size_t r = 0; r < P; ++r) pass[r] = &plan.ranks[r].bwd;
     build_pass(a, tr, bwd_stage, stages, {node, bb.qo_out, bb.kv_out}, options, pass);
@@ -132,7 +139,7 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
 
 #ifndef NDEBUG
   const std::vector<std::string> problems =
-      !options.area_only && (options.index_rows || !a.grid->index_cells()) ? validate_plan(a, plan)
+      !options.area_only && options.rank < 0 && (options.index_rows || !a.grid->index_cells()) ? validate_plan(a, plan)
                                                                             : std::vector<std::string>{};
   if (!problems.empty()) {
     std::string msg = fmt::format("plan builder produced an invalid plan ({} problems):", problems.size());

@@ -73,8 +73,10 @@ struct RelayOptions {
 // where every xfer's rows land on its dst. summary (pricing, as summary_comm
 // but with relays): the same relays and the same bytes per (phase, peer, kind,
 // stage), one split each, and no layout returned.
+// only >= 0: that rank's comm alone (the others' stages are left untouched);
+// the returned layout then holds the runs of the xfers it receives.
 XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, int stages,
-                       const RelayOptions& relay, std::vector<PassPlan*>& pass, bool summary = false);
+                       const RelayOptions& relay, std::vector<PassPlan*>& pass, bool summary = false, Rank only = -1);
 
 // Comm for pricing only (PlanOptions::area_only without relays): one split
 // per (peer, kind, stage), so every rank sends and receives the same bytes per
@@ -83,9 +85,11 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
 // order are not kept.
 void summary_comm(const Transfers& tr, const std::vector<int>& stage, int stages, std::vector<PassPlan*>& pass);
 
-// Fills calc of every rank and the reduce_after fields of comm.
+// Fills calc of every rank (only >= 0: of that rank) and the reduce_after
+// fields of comm (the same on every rank, so computed over all tasks).
 void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, const XferLayout& where,
-                int stages, std::vector<PassPlan*>& pass, bool index_rows = true, bool area_only = false);
+                int stages, std::vector<PassPlan*>& pass, bool index_rows = true, bool area_only = false,
+                Rank only = -1);
 
 // Offset of each block inside its host's local buffer.
 std::vector<Token> block_local_offsets(const Sharding& sh);

@@ -150,13 +150,16 @@ struct ArgSink {
 }  // namespace
 
 void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, const XferLayout& where,
-                int stages, std::vector<PassPlan*>& pass, bool index_rows, bool area_only) {
+                int stages, std::vector<PassPlan*>& pass, bool index_rows, bool area_only, Rank only) {
   const TaskGrid& g = *a.grid;
   const Sharding& sh = g.sharding();
   const std::vector<Token> block_off = block_local_offsets(sh);
   const auto G = static_cast<std::size_t>(g.num_groups());
   const bool flat = g.flattened();
-  for (PassPlan* p : pass) {
+  auto mine = [&](std::size_t r) { return only < 0 || static_cast<Rank>(r) == only; };
+  for (std::size_t r = 0; r < pass.size(); ++r) {
+    if (!mine(r)) continue;
+    PassPlan* p = pass[r];
     p->calc.local_attn_args.clear();
     p->calc.indices.clear();
     p->calc.remote_attn_args.assign(static_cast<std::size_t>(stages), {});
@@ -193,6 +196,7 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
       const int st = std::max(sq, sk);
       if (xq >= 0) last_q[static_cast<std::size_t>(sq)] = std::max(last_q[static_cast<std::size_t>(sq)], st);
       if (xk >= 0) last_k[static_cast<std::size_t>(sk)] = std::max(last_k[static_cast<std::size_t>(sk)], st);
+      if (!mine(d)) continue;
       if (area_only) {
         stage_area[static_cast<std::size_t>(st)] += g.area(t);
         continue;
@@ -214,6 +218,7 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
     }
     // The pool grew by doubling: trim it to its size (resources.hpp counts
     // one rank's slack at a time, not every rank's).
+    if (!mine(d)) continue;
     if (index && index_rows) calc.indices.shrink_to_fit();
     if (area_only)
       for (int st = 0; st <= stages; ++st) {
@@ -224,11 +229,14 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
             .push_back(AttnArg{{0, 1}, {0, 1}, MaskType::full, buf, buf, flat ? 0 : -1, 1, 0, area});
       }
   }
-  for (PassPlan* p : pass)
+  for (std::size_t r = 0; r < pass.size(); ++r) {
+    if (!mine(r)) continue;
+    PassPlan* p = pass[r];
     for (std::size_t s = 0; s < p->comm.stages.size(); ++s) {
       p->comm.stages[s].qo_reduce_after = last_q[s + 1];
       p->comm.stages[s].kv_reduce_after = last_k[s + 1];
     }
+  }
 }
 
 }  // namespace cpsched::plan_detail

@@ -67,6 +67,10 @@ struct Emitter {
   // through its key; no runs are kept.
   bool summary = false;
   std::unordered_map<std::uint64_t, std::pair<std::size_t, std::size_t>> split_of;  // (input, output) index
+  // >= 0: only this rank's comm is written (PlanOptions::rank); the order of
+  // everything is the full plan's, so its part is the same.
+  Rank only = -1;
+  bool mine(Rank r) const { return only < 0 || r == only; }
 
   // Adds `size` rows from src to dst to their merged split (summary mode).
   void add_summary(RowKind kind, int stage, Rank src, Rank dst, int group, Token size, bool fwd) {
@@ -118,18 +122,23 @@ struct Emitter {
       for (Rank d : *to) add_summary(kind, stage, host, d, group, r.size(), false);
       return;
     }
-    StageComm& sc = stage_of(host, stage);
-    GroupCollectiveArg& in = kind == RowKind::qo ? sc.qo : sc.kv;
-    const Range blk = sh.blocks[static_cast<std::size_t>(block)];
-    const Token lb = block_off[static_cast<std::size_t>(block)] + (r.begin - blk.begin);
-    in.input_split_sizes.push_back(r.size());
-    in.input_ranges.push_back({lb, lb + r.size()});
-    in.input_groups.push_back(group);
-    in.dst_indices.push_back(*to);
+    if (mine(host)) {
+      StageComm& sc = stage_of(host, stage);
+      GroupCollectiveArg& in = kind == RowKind::qo ? sc.qo : sc.kv;
+      const Range blk = sh.blocks[static_cast<std::size_t>(block)];
+      const Token lb = block_off[static_cast<std::size_t>(block)] + (r.begin - blk.begin);
+      in.input_split_sizes.push_back(r.size());
+      in.input_ranges.push_back({lb, lb + r.size()});
+      in.input_groups.push_back(group);
+      in.dst_indices.push_back(*to);
+    }
     direct_off.clear();
     for (std::size_t i = 0; i < to->size(); ++i) {
-      const Token o = receive(kind, stage, (*to)[i], host, group, r.size(), false);
-      runs.push_back({(*to_x)[i], XferRun{r, o}});
+      Token o = 0;  // (another rank's offset, unknown and unused when only one rank is built)
+      if (mine((*to)[i])) {
+        o = receive(kind, stage, (*to)[i], host, group, r.size(), false);
+        runs.push_back({(*to_x)[i], XferRun{r, o}});
+      }
       direct_off.push_back(o);
     }
     for (std::size_t f = first_forward; f < forwards.size(); ++f)
@@ -181,13 +190,16 @@ struct Emitter {
         for (Rank d : dsts) add_summary(f.kind, f.stage, f.relay, d, f.group, f.global.size(), true);
         continue;
       }
-      StageComm& sc = stage_of(f.relay, f.stage);
-      GroupCollectiveArg& in = f.kind == RowKind::qo ? sc.qo_fwd : sc.kv_fwd;
-      in.input_split_sizes.push_back(f.global.size());
-      in.input_ranges.push_back({f.relay_off, f.relay_off + f.global.size()});
-      in.input_groups.push_back(f.group);
-      in.dst_indices.emplace_back(dsts.begin(), dsts.end());
+      if (mine(f.relay)) {
+        StageComm& sc = stage_of(f.relay, f.stage);
+        GroupCollectiveArg& in = f.kind == RowKind::qo ? sc.qo_fwd : sc.kv_fwd;
+        in.input_split_sizes.push_back(f.global.size());
+        in.input_ranges.push_back({f.relay_off, f.relay_off + f.global.size()});
+        in.input_groups.push_back(f.group);
+        in.dst_indices.emplace_back(dsts.begin(), dsts.end());
+      }
       for (std::size_t i = 0; i < f.count; ++i) {
+        if (!mine(dsts[i])) continue;
         const Token o = receive(f.kind, f.stage, dsts[i], f.relay, f.group, f.global.size(), true);
         runs.push_back({fwd_xs[f.first + i], XferRun{f.global, o}});
       }
@@ -296,8 +308,10 @@ std::vector<std::int32_t> emit_order(const Transfers& tr, const std::vector<int>
 }
 
 // Stage receive buffers are concatenated in stage order.
-void set_recv_offsets(std::vector<PassPlan*>& pass) {
-  for (PassPlan* p : pass) {
+void set_recv_offsets(std::vector<PassPlan*>& pass, Rank only = -1) {
+  for (std::size_t r = 0; r < pass.size(); ++r) {
+    if (only >= 0 && static_cast<Rank>(r) != only) continue;
+    PassPlan* p = pass[r];
     Token qo = 0, kv = 0;
     for (StageComm& sc : p->comm.stages) {
       sc.qo_recv_offset = qo;
@@ -311,10 +325,11 @@ void set_recv_offsets(std::vector<PassPlan*>& pass) {
 }  // namespace
 
 XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, int stages,
-                       const RelayOptions& relay, std::vector<PassPlan*>& pass, bool summary) {
+                       const RelayOptions& relay, std::vector<PassPlan*>& pass, bool summary, Rank only) {
   const Sharding& sh = a.grid->sharding();
   const bool flat = a.grid->flattened();
-  for (PassPlan* p : pass) p->comm.stages.assign(static_cast<std::size_t>(stages), StageComm{});
+  for (std::size_t r = 0; r < pass.size(); ++r)
+    if (only < 0 || static_cast<Rank>(r) == only) pass[r]->comm.stages.assign(static_cast<std::size_t>(stages), StageComm{});
   const std::vector<Token> block_off = block_local_offsets(sh);
   std::vector<std::pair<std::int32_t, XferRun>> runs;
   std::vector<Forward> forwards;
@@ -322,7 +337,7 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
   std::vector<std::int32_t> fwd_xs;
   if (!summary) runs.reserve(tr.xfers.size());
   Emitter em{sh, block_off, pass, relay, runs, forwards, fwd_dsts, fwd_xs, std::vector<Bytes>(pass.size(), 0), {}, {}, {},
-             summary, {}};
+             summary, {}, only};
 
   // Senders emit in (kind, stage, host, block, group) order and receivers
   // append as they go, so every receiver's splits come ordered by source.
@@ -343,6 +358,17 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
           x.block != x0.block || x.group != x0.group)
         break;
       ++i1;
+    }
+    // One rank built without relays: a run that neither comes from it nor
+    // reaches it changes nothing of its part (with relays every run counts:
+    // the NIC load so far picks the relays).
+    if (only >= 0 && relay.node_size < 2 && x0.host != only) {
+      bool reaches = false;
+      for (std::size_t i = i0; i < i1 && !reaches; ++i) reaches = tr.xfers[static_cast<std::size_t>(ids[i])].dst == only;
+      if (!reaches) {
+        i0 = i1;
+        continue;
+      }
     }
     const int grp = flat ? x0.group : -1;
     // Every dst needs the same rows (whole blocks, full masks): each range is
@@ -377,7 +403,7 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
   }
   em.emit_forwards();
 
-  set_recv_offsets(pass);
+  set_recv_offsets(pass, only);
   if (summary) return {};
 
   // Runs grouped by xfer (counting sort), in token order, adjacent ones merged.

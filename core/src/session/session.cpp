@@ -30,6 +30,9 @@ void check_options(const SessionOptions& o) {
   if (o.cp_size < 1) throw Error(fmt::format("session: cp_size must be at least 1, got {}", o.cp_size));
   o.plan.validate("session");
   if (o.uses) o.uses->validate("session");
+  if (o.rank < -1 || o.rank >= o.cp_size)
+    throw Error(fmt::format("session: rank must be -1 (every rank's plan) or in [0, cp_size = {}), got {}", o.cp_size,
+                            o.rank));
   if (o.seqlen < 0) throw Error(fmt::format("session: seqlen must not be negative, got {}", o.seqlen));
   // Folders the caller names must exist (a typo would otherwise only mean "plugin not found").
   for (std::size_t i = 0; i < o.plugin_paths.size(); ++i) {
@@ -136,7 +139,7 @@ struct Session::Impl {
   const SolveResult& solve_problem(std::shared_ptr<const Problem> problem, const PlanKey* key,
                                    std::chrono::steady_clock::time_point t0) {
     auto out = std::make_shared<SolveResult>(path->run(std::move(problem),
-                   {.shape = opt.plan, .uses = opt.uses, .validate = opt.validate, .solver_name = opt.solver}));
+                   {.shape = opt.plan, .uses = opt.uses, .validate = opt.validate, .rank = opt.rank, .solver_name = opt.solver}));
     if (key != nullptr) cache.insert(*key, out);
     last = std::move(out);
     last_cached = false;
@@ -152,6 +155,9 @@ struct Session::Impl {
     const Plan& plan = *need().plan;
     if (r < 0 || static_cast<std::size_t>(r) >= plan.ranks.size())
       throw Error(fmt::format("session: rank {} is outside [0, {})", r, plan.ranks.size()));
+    if (plan.only_rank >= 0 && r != plan.only_rank)
+      throw Error(fmt::format("session: this session builds rank {}'s plan only (SessionOptions::rank), not rank {}'s",
+                              plan.only_rank, r));
     return p == Pass::fwd ? plan.ranks[static_cast<std::size_t>(r)].fwd : plan.ranks[static_cast<std::size_t>(r)].bwd;
   }
 };

@@ -106,12 +106,14 @@ SolveResult SolvePath::run(std::shared_ptr<const TaskGrid> grid, const Options& 
   std::unique_ptr<PlanBuilder> own;
   const PlanBuilder* builder = s.pricing ? s.pricing->builder_of(*a) : nullptr;
   if (builder == nullptr) builder = (own = std::make_unique<PlanBuilder>(*a)).get();
-  r.plan = std::make_shared<const Plan>(builder->build(PlanOptions{r.shape.stages, r.shape.relay_node_size()}));
+  PlanOptions po{r.shape.stages, r.shape.relay_node_size()};
+  po.rank = o.rank;
+  r.plan = std::make_shared<const Plan>(builder->build(po));
   r.metrics = compute_metrics(*a, builder->transfers());
   r.plan_ms = ms_since(t0);
   s.pricing.reset();
   own.reset();
-  if (o.validate) {
+  if (o.validate && o.rank < 0) {
     const std::vector<std::string> problems = validate_plan(*a, *r.plan);
     if (!problems.empty()) {
       std::string msg = fmt::format("solve path: the plan of solver '{}' is invalid:", o.solver_name);

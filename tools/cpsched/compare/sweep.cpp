@@ -157,7 +157,7 @@ std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<
   try {
     const SolvePath path(*h.solver, cost, *h.registry);
     for (int rep = 0; rep < h.repeats; ++rep) {
-      result = path.run(problem, {.shape = shape, .uses = std::nullopt, .solver_name = h.name});
+      result = path.run(problem, {.shape = shape, .uses = std::nullopt, .validate = false, .rank = -1, .solver_name = h.name});
       grid_ms.push_back(result.grid_ms);
       solve_ms.push_back(result.solve_ms);
       for (std::size_t s = 0; s < ns; ++s) {
@@ -238,7 +238,7 @@ std::optional<std::pair<double, double>> reference_volumes(const SolverHandle& h
     return std::nullopt;
   }
   try {
-    const SolveResult r = SolvePath(*h.solver, cost, *h.registry).run(problem, {.shape = PlanShape{}, .uses = std::nullopt, .solver_name = h.name});
+    const SolveResult r = SolvePath(*h.solver, cost, *h.registry).run(problem, {.shape = PlanShape{}, .uses = std::nullopt, .validate = false, .rank = -1, .solver_name = h.name});
     const Metrics& m = r.metrics;
     return std::make_pair(static_cast<double>(m.fwd.total_send), static_cast<double>(m.bwd.total_send));
   } catch (const Error& e) {

@@ -72,6 +72,13 @@ struct PlanOptions {
   // price candidate plans this way at a fraction of the cost. Such a plan
   // cannot be executed or validated.
   bool area_only = false;
+  // >= 0: build only this rank's CalcMeta and CommMeta (the other ranks'
+  // stay empty; Plan::only_rank says so), each equal to the full plan's. The
+  // stage cut and emission order are the full plan's, so the transfers of
+  // every rank are still collected; without relays the comm layout and the
+  // args cost the rank's own part only (with relays every split counts: the
+  // NIC load so far picks the relays). -1: every rank.
+  Rank rank = -1;
 };
 
 // Throws cpsched::Error when the assignment is invalid, stages < 1 or

@@ -115,6 +115,7 @@ struct CalcMeta {
   std::vector<AttnArg> local_attn_args;                  // stage 0: local buffers only
   std::vector<std::vector<AttnArg>> remote_attn_args;    // [s-1]: args of remote stage s = 1..N
   std::vector<std::int32_t> indices;                     // the index args' rows (empty for range masks)
+  friend bool operator==(const CalcMeta&, const CalcMeta&) = default;
 };
 
 // Pairs an arg computes (per head): its slice's area, or an index arg's
@@ -146,16 +147,19 @@ struct StageComm {
 
 struct CommMeta {
   std::vector<StageComm> stages;  // [s-1]: remote stage s = 1..N
+  friend bool operator==(const CommMeta&, const CommMeta&) = default;
 };
 
 struct PassPlan {
   CalcMeta calc;
   CommMeta comm;
+  friend bool operator==(const PassPlan&, const PassPlan&) = default;
 };
 
 struct RankPlan {
   PassPlan fwd;
   PassPlan bwd;
+  friend bool operator==(const RankPlan&, const RankPlan&) = default;
 };
 
 // The two passes of a training step.
@@ -180,6 +184,7 @@ struct Plan {
   Sharding sharding;              // token layout the plan indexes (after dispatch, if any)
   Layout layout = Layout::fixed;  // fixed: `sharding` is the caller's; planned: the solver may have chosen it
   std::vector<RankPlan> ranks;    // [rank]
+  Rank only_rank = -1;            // >= 0: only this rank's entry was built (the others are empty)
   // True when some stage of some rank has a forwarding phase (relays).
   bool has_forwarding() const {
     for (const RankPlan& r : ranks)

@@ -66,6 +66,11 @@ struct SessionOptions {
   // need); the default solver spends planning time by it. nullopt: by the
   // layout (fixed: 1, planned: ahead).
   std::optional<PlanUses> uses;
+  // >= 0: this process is that rank of the CP group, and only its CalcMeta
+  // and CommMeta are built (in time close to its share of the plan). Every
+  // rank solves the same input to the same assignment (solvers are
+  // deterministic), so no broadcast is needed. -1: all ranks' plans.
+  Rank rank = -1;
   std::size_t cache_size = 64;     // plan cache entries; 0 disables the cache
   // Plugin folders scanned besides the build's / installation's and CPSCHED_PLUGIN_PATH
   // (only when the Session makes its own Registry).

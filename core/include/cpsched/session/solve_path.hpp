@@ -33,6 +33,10 @@ class SolvePath {
     // nullopt: by the problem's layout (fixed: 1, planned: ahead).
     std::optional<PlanUses> uses;
     bool validate = false;  // run the plan validator (throws cpsched::Error listing its problems)
+    // >= 0: build this rank's plan only (PlanOptions::rank), what each rank
+    // of a run needs; the solve is the same on every rank (deterministic).
+    // Metrics stay those of the whole assignment.
+    Rank rank = -1;
     std::string solver_name = "solver";  // for messages
   };
   // Builds the grid of `problem`, solves it, resolves the plan shape, builds

@@ -1,0 +1,118 @@
+// One rank's plan (PlanOptions::rank, SessionOptions::rank): what each rank
+// of a run builds for itself must be exactly its part of the all-ranks plan,
+// for every solver, every kind of mask, uneven P, one stage or the solver's
+// choice, with and without relays, in both layouts.
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "cpsched/base/error.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/session/session.hpp"
+#include "host_solve.hpp"
+#include "plan_fixtures.hpp"
+#include "random_index_masks.hpp"
+#include "random_specs.hpp"
+
+using namespace cpsched;
+
+namespace {
+
+const MaskKind kKinds[] = {MaskKind::full,           MaskKind::causal,         MaskKind::full_document,
+                           MaskKind::causal_document, MaskKind::sliding_window, MaskKind::prefix_lm,
+                           MaskKind::share_question,  MaskKind::block_causal_document};
+
+// Every rank's own build against the full plan; the other ranks' entries of
+// a one-rank plan stay empty.
+void check_every_rank(const Assignment& a, const PlanOptions& full_options) {
+  const Plan full = build_plan(a, full_options);
+  for (Rank r = 0; r < a.grid->cp_size(); ++r) {
+    PlanOptions o = full_options;
+    o.rank = r;
+    const Plan mine = build_plan(a, o);
+    CAPTURE(r);
+    CHECK(mine.only_rank == r);
+    CHECK(mine.num_stages == full.num_stages);
+    REQUIRE(mine.ranks.size() == full.ranks.size());
+    CHECK(mine.ranks[static_cast<std::size_t>(r)] == full.ranks[static_cast<std::size_t>(r)]);
+    for (Rank other = 0; other < a.grid->cp_size(); ++other)
+      if (other != r) CHECK(mine.ranks[static_cast<std::size_t>(other)] == RankPlan{});
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a rank's plan is its part of the all-ranks plan: every solver, mask kind, P, stages, layout") {
+  std::mt19937_64 rng(31);
+  const AreaCostModel area;
+  const TimeCostModel time(resolve_hardware_profile("cluster_8gpu_ib"));
+  int checked = 0;
+  for (const std::string& name : test::solver_names()) {
+    if (name == "ilp") continue;  // its placements are other solvers' (and wall-clock bound): covered by them
+    auto solver = test::build_registry().make_solver(
+        name, test::build_registry().resolve_params(test::build_registry().find(PluginKind::solver, name),
+                                                    test::quick_params(name)));
+    for (Layout layout : {Layout::fixed, Layout::planned}) {
+      if (name == "static" && layout == Layout::fixed) continue;  // it refuses: tested in test_layout
+      for (MaskKind kind : kKinds)
+        for (int P : {3, 8, 16}) {
+          auto grid = test::random_grid(kind, P, Heads{4, 2, 8, 2}, rng, layout);
+          const CostModel& cost = name == "balanced_bytes" ? static_cast<const CostModel&>(time) : area;
+          for (int stages : {1, PlanShape::kAutoStages}) {
+            const PlanShape asked = test::shape(stages, P > 8 ? -1 : 0);
+            const Solution sol = test::host_solve(*solver, grid, cost, asked);
+            PlanShape s = asked;
+            if (s.auto_relay()) s.node_size = 8;
+            s = s.resolve(sol.shape);
+            CAPTURE(name);
+            CAPTURE(to_string(kind));
+            CAPTURE(P);
+            CAPTURE(stages);
+            check_every_rank(sol.assignment, PlanOptions{s.stages, s.relay_node_size()});
+            ++checked;
+          }
+        }
+    }
+  }
+  CHECK(checked > 200);
+}
+
+TEST_CASE("a rank's plan with relays, and of token top-k masks, is its part of the full plan") {
+  std::mt19937_64 rng(5);
+  for (int P : {3, 8, 16}) {
+    auto grid = test::random_grid(MaskKind::causal_document, P, Heads{4, 2, 8, 2}, rng);
+    const Assignment a = test::random_assignment(grid, rng);
+    for (int stages : {1, 3}) check_every_rank(a, PlanOptions{stages, 2});
+  }
+  for (int P : {3, 8}) {
+    auto grid = std::make_shared<const TaskGrid>(
+        test::planned(Problem::make(test::random_topk(97, 2, 5, rng), P, Heads{4, 2, 8, 2})));
+    const Assignment a = test::random_assignment(grid, rng);
+    for (int stages : {1, 2}) check_every_rank(a, PlanOptions{stages, 0});
+  }
+}
+
+TEST_CASE("SessionOptions::rank: the session serves its own rank's metadata, the same as every rank's plan") {
+  SessionOptions o;
+  o.cp_size = 8;
+  o.heads = Heads{4, 2, 8, 2};
+  o.solver = "balanced_bytes";
+  o.cost_model = "time";
+  o.plan.stages = PlanShape::kAutoStages;
+  Session all(o);
+  const RangeMask mask(1024, {{{0, 600}, {0, 600}, MaskType::causal}, {{600, 1024}, {600, 1024}, MaskType::causal}});
+  all.solve(mask);
+  for (Rank r = 0; r < 8; ++r) {
+    o.rank = r;
+    Session mine(o);
+    mine.solve(mask);
+    CAPTURE(r);
+    CHECK(mine.calc_meta(r) == all.calc_meta(r));
+    CHECK(mine.comm_meta(r, Pass::bwd) == all.comm_meta(r, Pass::bwd));
+    CHECK(mine.assignment().rank == all.assignment().rank);
+    CHECK(mine.metrics().fwd.total_send == all.metrics().fwd.total_send);
+    CHECK_THROWS_WITH_AS(mine.calc_meta((r + 1) % 8), doctest::Contains("builds rank"), Error);
+  }
+  o.rank = 8;
+  CHECK_THROWS_WITH_AS(Session{o}, doctest::Contains("rank must be -1"), Error);
+}
