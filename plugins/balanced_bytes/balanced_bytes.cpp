@@ -343,88 +343,185 @@ Solution BalancedBytes::solve_bytes(const SolveInput& in) const {
   return sol;
 }
 
-// Time mode: searched placements of every start (and of the members that
-// dispatch tokens, on their own grids) are priced as plans by the cost model's
-// timing model (plan_pricing.hpp); the fastest plan wins, with its stage count
-// when the host lets the solver choose (stages 0 = auto).
-Solution BalancedBytes::solve_time(const SolveInput& in) const {
-  std::vector<Candidate> seen;
-  std::vector<std::string> skipped;
-  const std::vector<MemberResult> members = solve_members(in, skipped);
-  solve_grid(in, seen, members);
-  std::optional<Candidate> bytes_candidate;
-  // The bytes objective's best placement is a candidate too: the search's
-  // per-rank estimate of time is a model, the plan's timing is the judge.
-  // (Not on grids too large for the members.) It is searched with the time
-  // mode's effort: the bytes mode's own 40x larger effort changed no step
-  // (docs/bounds.md#balanced_bytes-constants).
-  if (in.grid()->num_tasks() <= opt_.member_max_tasks) {
-    BalancedBytes bytes_mode = with_objective(Objective::bytes);
-    bytes_mode.opt_.effort = opt_.effort > 0 ? opt_.effort : kTimeEffort;
-    std::vector<Candidate> own;
-    Candidate c = bytes_mode.solve_grid(in, own, members);
-    c.origin = "bytes:" + c.origin;
-    // Its predicted step, by the same model as the others.
-    const ByteModel model(*in.grid(), 1.0, 1.0);
-    const TimeObjective to = time_objective(*in.time_prices(), *in.grid(), opt_.spread);
-    c.predicted_s = State(model, c.rank, balance_cap(*in.grid(), opt_.mu), 0.0, &to).max_rank_time();
-    bytes_candidate = std::move(c);
-  }
+namespace {
 
-  // Stages: the host's count, or (auto) every candidate at 1 stage (as the
-  // other solvers plan: never slower than one of them), the kAutoFinalists
-  // fastest also at kAutoStages, and the winner at every count of
-  // kStageChoices (its step is not unimodal in the count: walking from 3
-  // stages while the step fell missed a faster 2 on the step-time benchmark).
-  const bool auto_stages = in.shape().auto_stages();
-  const int first_stages = auto_stages ? 1 : in.shape().stages;
-  // Relays: the host's setting, or (auto) each candidate priced without and
-  // with them when the ranks span several nodes.
+// Relay node sizes to price: the host's setting, or (auto) none and, when the
+// ranks span several nodes, also the node size.
+std::vector<int> relay_options_of(const SolveInput& in) {
   const PlanShape& asked = in.shape();
   const int node = asked.node_size >= 2 ? asked.node_size : in.time_prices()->nodes.gpus_per_node;
   std::vector<int> relay_options{asked.auto_relay() ? 0 : asked.relay_node_size()};
   if (asked.auto_relay() && node >= 2 && in.grid()->cp_size() > node) relay_options.push_back(node);
-  // On grids beyond member_max_tasks (P = 1024 causal: 4M tasks) one plan
-  // build costs seconds and latencies are a rounding error of the step: the
-  // best predicted candidate is taken without pricing it.
-  const bool unpriced = in.grid()->num_tasks() > opt_.member_max_tasks;
-  std::optional<PlanPricer> pricer;
-  if (!unpriced) pricer.emplace(*in.pricing(), relay_options, opt_.threads, opt_.settle);
+  return relay_options;
+}
 
-  // The probe (stages auto): the input grid's starts as they are and the
-  // bytes objective's result, the PlanPricer::batch of lowest bound priced at
-  // kAutoStages. Where one comes within `settle` of the compute bound (one
-  // full or causal sequence: their plans balance well), nothing more is
-  // searched or priced.
-  if (pricer && auto_stages && opt_.settle > 0) {
-    std::vector<const Candidate*> probe;
-    for (const Candidate& c : seen)
-      if (!c.searched) probe.push_back(&c);
-    if (bytes_candidate) probe.push_back(&*bytes_candidate);
-    pricer->add(probe);
-    std::vector<PlanPricer::Job> jobs;
-    for (std::size_t i : pricer->by_bound())
-      if (jobs.size() < PlanPricer::batch) jobs.push_back({i, kAutoStages, relay_options.front()});
-    pricer->price(std::move(jobs));
+// The probe (stages auto): the input grid's starts as they are and the bytes
+// objective's result, the PlanPricer::batch of lowest bound priced at
+// kAutoStages with `relay`.
+void price_probe(PlanPricer& pricer, const std::vector<Candidate>& seen,
+                 const std::optional<Candidate>& bytes_candidate, int relay) {
+  std::vector<const Candidate*> probe;
+  for (const Candidate& c : seen)
+    if (!c.searched) probe.push_back(&c);
+  if (bytes_candidate) probe.push_back(&*bytes_candidate);
+  pricer.add(probe);
+  std::vector<PlanPricer::Job> jobs;
+  for (std::size_t i : pricer.by_bound())
+    if (jobs.size() < PlanPricer::batch) jobs.push_back({i, kAutoStages, relay});
+  pricer.price(std::move(jobs));
+}
+
+// The same dispatch as an earlier member of `members` (static's two-level
+// dispatch on one node is its one-level one).
+bool repeats_earlier_member(const std::vector<MemberResult>& members, const MemberResult& m) {
+  bool repeat = false;
+  for (const MemberResult& e : members) {
+    if (&e == &m) break;
+    repeat = repeat || (e.assignment.grid->sharding().blocks == m.assignment.grid->sharding().blocks &&
+                        e.assignment.grid->sharding().host == m.assignment.grid->sharding().host &&
+                        e.assignment.rank == m.assignment.rank);
   }
-  const bool settled_early = pricer && pricer->settled();
+  return repeat;
+}
 
+// Which candidates to price as plans: every start as it is (owner, usp, the
+// members: the plan never loses to one of them) and the bytes objective's
+// result; of the searched placements, the `priced_plans` best by predicted
+// step (the search's model ignores latencies and HBM kernels: the timing
+// model judges).
+std::vector<const Candidate*> plan_finals(const std::vector<Candidate>& seen,
+                                          const std::optional<Candidate>& bytes_candidate, int priced_plans) {
+  std::vector<const Candidate*> finals, searched;
+  for (const Candidate& c : seen) {
+    if (!c.searched) finals.push_back(&c);
+    else searched.push_back(&c);
+  }
+  if (bytes_candidate) finals.push_back(&*bytes_candidate);
+  std::stable_sort(searched.begin(), searched.end(),
+                   [](const Candidate* x, const Candidate* y) { return x->predicted_s < y->predicted_s; });
+  int priced_searched = 0;
+  for (const Candidate* c : searched) {
+    if (priced_searched == priced_plans) break;
+    const bool repeat =
+        std::any_of(finals.begin(), finals.end(), [&](const Candidate* f) { return same_placement(*f, *c); });
+    if (!repeat) finals.push_back(c), ++priced_searched;
+  }
+  return finals;
+}
+
+// Stages auto, after every final was priced at one stage (`first`): the
+// finalists at kAutoStages (more stages change which plan is fastest: a plan
+// with a small local stage gains most from pipelining), the fastest at one
+// stage without relays, of those priced; then the fastest of all at the other
+// counts of kStageChoices.
+void price_stage_choices(PlanPricer& pricer, const std::vector<PlanPricer::Job>& first,
+                         const std::vector<int>& relay_options) {
+  std::vector<const PlanPricer::Job*> at_first;
+  for (const PlanPricer::Job& j : first)
+    if (j.relay == relay_options.front() && j.step < std::numeric_limits<double>::infinity()) at_first.push_back(&j);
+  std::stable_sort(at_first.begin(), at_first.end(),
+                   [](const PlanPricer::Job* x, const PlanPricer::Job* y) { return x->step < y->step; });
+  std::vector<PlanPricer::Job> more;
+  for (std::size_t i = 0; i < at_first.size() && i < kAutoFinalists; ++i)
+    for (int relay : relay_options) more.push_back({at_first[i]->final_index, kAutoStages, relay});
+  pricer.price(std::move(more));
+  std::vector<PlanPricer::Job> counts;
+  for (int st : kStageChoices)
+    if (st != 1 && st != kAutoStages) counts.push_back({pricer.best().final_index, st, pricer.best().relay});
+  pricer.price(std::move(counts));
+}
+
+// Prices the finals as plans: every final at the first stage count, the most
+// promising (lowest bound) first, so that the bound rules out more of the rest.
+void price_finals(PlanPricer& pricer, const std::vector<const Candidate*>& finals, int first_stages,
+                  bool auto_stages, const std::vector<int>& relay_options) {
+  pricer.add(finals);
+  const std::vector<std::size_t> order = pricer.by_bound();
+  std::vector<PlanPricer::Job> first;
+  for (std::size_t i : order)
+    for (int relay : relay_options) first.push_back({i, first_stages, relay});
+  first = pricer.price(std::move(first));
+  if (auto_stages) price_stage_choices(pricer, first, relay_options);
+}
+
+// The plan the time mode chose: its step (priced, or predicted where no plan
+// was priced), stage count and relay node size.
+struct TimeChoice {
+  const Candidate* best = nullptr;
+  double step = std::numeric_limits<double>::infinity();
+  int stages = 1;
+  int relay = 0;
+};
+
+// The time mode's Solution of `c`: the shape where the host left it open
+// (stages auto, relays auto), its figures and how it was found. pricer: null
+// where no plan was priced.
+Solution time_solution(const TimeChoice& c, const Options& opt, const PlanShape& asked, bool auto_stages,
+                       int first_stages, const PlanPricer* pricer, bool settled_early,
+                       const std::vector<std::string>& skipped) {
+  // mu caps the search; plans are judged by their step time alone (a rank
+  // above the cap is priced in it), and the result says whether it meets mu.
+  const bool best_ok = balance_cap(*c.best->grid, opt.mu) >= max_load(*c.best->grid, c.best->rank);
+  Solution sol;
+  Assignment& a = sol.assignment;
+  a.grid = c.best->grid;
+  a.rank = c.best->rank;
+  sol.feasible = best_ok;
+  sol.shape = PlanShape::fixed(auto_stages ? c.stages : first_stages, asked.auto_relay() ? c.relay : 0);
+  const int stages = sol.shape.stages;
+  sol.figures.set("predicted_step_s", c.step);
+  if (pricer) {
+    sol.figures.set("compute_bound_s", pricer->compute_bound());
+    sol.figures.set("candidates", static_cast<double>(pricer->size()));
+    sol.figures.set("plans_priced", static_cast<double>(pricer->priced()));
+    sol.figures.set("plans_skipped_by_bound", static_cast<double>(pricer->skipped_by_bound()));
+  }
+  sol.figures.set("stages", stages);
+  sol.figures.set("relay_node_size", c.relay);
+  sol.figures.set("blocks_per_rank", a.grid->problem().grid.blocks_per_rank);
+  sol.note = "balanced_bytes (time): " + c.best->origin + " on " +
+             std::to_string(a.grid->problem().grid.blocks_per_rank) + " block(s) per rank, " +
+             std::to_string(stages) + " stage(s)" +
+             (c.relay > 0 ? ", relays on nodes of " + std::to_string(c.relay) : std::string()) +
+             ", predicted step " + num(c.step * 1e3, "%.4f") + " ms ";
+  if (!pricer)
+    sol.note += "by the search's model (grid above member_max_tasks: no plan priced)";
+  else
+    sol.note += "of " + std::to_string(pricer->size()) + " candidates (" + std::to_string(pricer->priced()) +
+                " plans priced, " + std::to_string(pricer->skipped_by_bound()) + " skipped by their step bound" +
+                (pricer->settled() ? "; within " + num(100 * opt.settle) + " % of the compute bound" : "") +
+                (settled_early ? ", so no member grid was searched" : "") + ")";
+  for (const std::string& m : skipped) sol.note += "; member " + m + " skipped";
+  if (!best_ok) sol.note += "; the fastest plan is above mu = " + num(opt.mu);
+  return sol;
+}
+
+}  // namespace
+
+// The bytes objective's best placement, searched with the time mode's effort
+// (the bytes mode's own 40x larger effort changed no step:
+// docs/bounds.md#balanced_bytes-constants), with its predicted step.
+Candidate BalancedBytes::bytes_mode_candidate(const SolveInput& in, const std::vector<MemberResult>& members) const {
+  BalancedBytes bytes_mode = with_objective(Objective::bytes);
+  bytes_mode.opt_.effort = opt_.effort > 0 ? opt_.effort : kTimeEffort;
+  std::vector<Candidate> own;
+  Candidate c = bytes_mode.solve_grid(in, own, members);
+  c.origin = "bytes:" + c.origin;
+  // Its predicted step, by the same model as the others.
+  const ByteModel model(*in.grid(), 1.0, 1.0);
+  const TimeObjective to = time_objective(*in.time_prices(), *in.grid(), opt_.spread);
+  c.predicted_s = State(model, c.rank, balance_cap(*in.grid(), opt_.mu), 0.0, &to).max_rank_time();
+  return c;
+}
+
+// The members on their own shardings (static), each once: their plans as
+// they are, and searched on their grids while those stay small enough to
+// search quickly (the search's candidates there carry their predicted step).
+void BalancedBytes::search_member_grids(const SolveInput& in, const std::vector<MemberResult>& members,
+                                        std::vector<Candidate>& seen) const {
   for (const MemberResult& m : members) {
-    if (settled_early) break;
     if (m.assignment.grid.get() == in.grid().get()) continue;  // searched above
-    // The same dispatch as an earlier member (static's two-level dispatch on
-    // one node is its one-level one): nothing new to search or price.
-    bool repeat = false;
-    for (const MemberResult& e : members) {
-      if (&e == &m) break;
-      repeat = repeat || (e.assignment.grid->sharding().blocks == m.assignment.grid->sharding().blocks &&
-                          e.assignment.grid->sharding().host == m.assignment.grid->sharding().host &&
-                          e.assignment.rank == m.assignment.rank);
-    }
-    if (repeat) continue;
-    // A member on its own sharding (static): its plan as it is, and searched
-    // on its grid while that grid stays small enough to search quickly (the
-    // search's candidates there carry their predicted step).
+    if (repeats_earlier_member(members, m)) continue;          // nothing new to search or price
     if (m.assignment.grid->num_tasks() > kMemberGridSearchTasks) {
       seen.push_back({m.name, m.assignment.rank, 0, 0.0, m.assignment.grid});
       continue;
@@ -440,107 +537,62 @@ Solution BalancedBytes::solve_time(const SolveInput& in) const {
       seen.push_back(std::move(c));
     }
   }
+}
 
-  // mu caps the search; plans are judged by their step time alone (a rank
-  // above the cap is priced in it), and the result says whether it meets mu.
-  auto meets_mu = [&](const Candidate& c) { return balance_cap(*c.grid, opt_.mu) >= max_load(*c.grid, c.rank); };
-  const Candidate* best = nullptr;
-  double best_step = std::numeric_limits<double>::infinity();
-  int best_stages = first_stages;
-  int best_relay = relay_options.front();
+// Time mode: searched placements of every start (and of the members that
+// dispatch tokens, on their own grids) are priced as plans by the cost model's
+// timing model (plan_pricing.hpp); the fastest plan wins, with its stage count
+// when the host lets the solver choose (stages 0 = auto).
+Solution BalancedBytes::solve_time(const SolveInput& in) const {
+  std::vector<Candidate> seen;
+  std::vector<std::string> skipped;
+  const std::vector<MemberResult> members = solve_members(in, skipped);
+  solve_grid(in, seen, members);
+  // The bytes objective's best placement is a candidate too: the search's
+  // per-rank estimate of time is a model, the plan's timing is the judge.
+  // (Not on grids too large for the members.)
+  std::optional<Candidate> bytes_candidate;
+  if (in.grid()->num_tasks() <= opt_.member_max_tasks) bytes_candidate = bytes_mode_candidate(in, members);
+
+  // Stages: the host's count, or (auto) every candidate at 1 stage (as the
+  // other solvers plan: never slower than one of them), the kAutoFinalists
+  // fastest also at kAutoStages, and the winner at every count of
+  // kStageChoices (its step is not unimodal in the count: walking from 3
+  // stages while the step fell missed a faster 2 on the step-time benchmark).
+  const bool auto_stages = in.shape().auto_stages();
+  const int first_stages = auto_stages ? 1 : in.shape().stages;
+  // Relays: the host's setting, or (auto) each candidate priced without and
+  // with them when the ranks span several nodes.
+  const std::vector<int> relay_options = relay_options_of(in);
+  // On grids beyond member_max_tasks (P = 1024 causal: 4M tasks) one plan
+  // build costs seconds and latencies are a rounding error of the step: the
+  // best predicted candidate is taken without pricing it.
+  const bool unpriced = in.grid()->num_tasks() > opt_.member_max_tasks;
+  std::optional<PlanPricer> pricer;
+  if (!unpriced) pricer.emplace(*in.pricing(), relay_options, opt_.threads, opt_.settle);
+
+  // Where a probed plan comes within `settle` of the compute bound (one full
+  // or causal sequence: their plans balance well), nothing more is searched or
+  // priced.
+  if (pricer && auto_stages && opt_.settle > 0) price_probe(*pricer, seen, bytes_candidate, relay_options.front());
+  const bool settled_early = pricer && pricer->settled();
+  if (!settled_early) search_member_grids(in, members, seen);
+
+  TimeChoice choice{nullptr, std::numeric_limits<double>::infinity(), first_stages, relay_options.front()};
   if (unpriced) {
-    best = &seen.front();  // (no bytes candidate on such grids)
+    choice.best = &seen.front();  // (no bytes candidate on such grids)
     for (const Candidate& c : seen)
-      if (c.predicted_s < best->predicted_s) best = &c;
-    best_step = best->predicted_s;
+      if (c.predicted_s < choice.best->predicted_s) choice.best = &c;
+    choice.step = choice.best->predicted_s;
   } else {
-    if (!settled_early) {
-      // Which candidates to price as plans: every start as it is (owner,
-      // usp, the members: the plan never loses to one of them) and the bytes
-      // objective's result; of the searched placements, the `priced_plans`
-      // best by predicted step (the search's model ignores latencies and HBM
-      // kernels: the timing model judges).
-      std::vector<const Candidate*> finals, searched;
-      for (const Candidate& c : seen) {
-        if (!c.searched) finals.push_back(&c);
-        else searched.push_back(&c);
-      }
-      if (bytes_candidate) finals.push_back(&*bytes_candidate);
-      std::stable_sort(searched.begin(), searched.end(),
-                       [](const Candidate* x, const Candidate* y) { return x->predicted_s < y->predicted_s; });
-      int priced_searched = 0;
-      for (const Candidate* c : searched) {
-        if (priced_searched == opt_.priced_plans) break;
-        const bool repeat =
-            std::any_of(finals.begin(), finals.end(), [&](const Candidate* f) { return same_placement(*f, *c); });
-        if (!repeat) finals.push_back(c), ++priced_searched;
-      }
-      pricer->add(finals);
-      // Every final at the first stage count, the most promising (lowest bound)
-      // first, so that the bound rules out more of the rest.
-      const std::vector<std::size_t> order = pricer->by_bound();
-      std::vector<PlanPricer::Job> first;
-      for (std::size_t i : order)
-        for (int relay : relay_options) first.push_back({i, first_stages, relay});
-      first = pricer->price(std::move(first));
-      if (auto_stages) {
-        // The finalists at kAutoStages (more stages change which plan is
-        // fastest: a plan with a small local stage gains most from pipelining):
-        // the fastest at one stage without relays, of those priced.
-        std::vector<const PlanPricer::Job*> at_first;
-        for (const PlanPricer::Job& j : first)
-          if (j.relay == relay_options.front() && j.step < std::numeric_limits<double>::infinity())
-            at_first.push_back(&j);
-        std::stable_sort(at_first.begin(), at_first.end(),
-                         [](const PlanPricer::Job* x, const PlanPricer::Job* y) { return x->step < y->step; });
-        std::vector<PlanPricer::Job> more;
-        for (std::size_t i = 0; i < at_first.size() && i < kAutoFinalists; ++i)
-          for (int relay : relay_options) more.push_back({at_first[i]->final_index, kAutoStages, relay});
-        pricer->price(std::move(more));
-        std::vector<PlanPricer::Job> counts;
-        for (int st : kStageChoices)
-          if (st != 1 && st != kAutoStages) counts.push_back({pricer->best().final_index, st, pricer->best().relay});
-        pricer->price(std::move(counts));
-      }
-    }
-    best = &pricer->final_at(pricer->best().final_index);
-    best_step = pricer->best().step;
-    best_stages = pricer->best().stages;
-    best_relay = pricer->best().relay;
+    if (!settled_early)
+      price_finals(*pricer, plan_finals(seen, bytes_candidate, opt_.priced_plans), first_stages, auto_stages,
+                   relay_options);
+    const PlanPricer::Job& b = pricer->best();
+    choice = {&pricer->final_at(b.final_index), b.step, b.stages, b.relay};
   }
-  const bool best_ok = meets_mu(*best);
-  Solution sol;
-  Assignment& a = sol.assignment;
-  a.grid = best->grid;
-  a.rank = best->rank;
-  sol.feasible = best_ok;
-  // The choice where the host left one open (stages auto, relays auto).
-  sol.shape = PlanShape::fixed(auto_stages ? best_stages : first_stages, asked.auto_relay() ? best_relay : 0);
-  const int stages = sol.shape.stages;
-  sol.figures.set("predicted_step_s", best_step);
-  if (pricer) {
-    sol.figures.set("compute_bound_s", pricer->compute_bound());
-    sol.figures.set("candidates", static_cast<double>(pricer->size()));
-    sol.figures.set("plans_priced", static_cast<double>(pricer->priced()));
-    sol.figures.set("plans_skipped_by_bound", static_cast<double>(pricer->skipped_by_bound()));
-  }
-  sol.figures.set("stages", stages);
-  sol.figures.set("relay_node_size", best_relay);
-  sol.figures.set("blocks_per_rank", a.grid->problem().grid.blocks_per_rank);
-  sol.note = "balanced_bytes (time): " + best->origin + " on " + std::to_string(a.grid->problem().grid.blocks_per_rank) +
-             " block(s) per rank, " + std::to_string(stages) + " stage(s)" +
-             (best_relay > 0 ? ", relays on nodes of " + std::to_string(best_relay) : std::string()) +
-             ", predicted step " + num(best_step * 1e3, "%.4f") + " ms ";
-  if (unpriced)
-    sol.note += "by the search's model (grid above member_max_tasks: no plan priced)";
-  else
-    sol.note += "of " + std::to_string(pricer->size()) + " candidates (" + std::to_string(pricer->priced()) +
-              " plans priced, " + std::to_string(pricer->skipped_by_bound()) + " skipped by their step bound" +
-              (pricer->settled() ? "; within " + num(100 * opt_.settle) + " % of the compute bound" : "") +
-              (settled_early ? ", so no member grid was searched" : "") + ")";
-  for (const std::string& m : skipped) sol.note += "; member " + m + " skipped";
-  if (!best_ok) sol.note += "; the fastest plan is above mu = " + num(opt_.mu);
-  return sol;
+  return time_solution(choice, opt_, in.shape(), auto_stages, first_stages, pricer ? &*pricer : nullptr,
+                       settled_early, skipped);
 }
 
 }  // namespace cpsched::search

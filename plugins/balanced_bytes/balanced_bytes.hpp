@@ -89,6 +89,11 @@ class BalancedBytes final : public Solver {
   std::vector<std::string> member_names(Layout layout) const;
   Solution solve_bytes(const SolveInput& in) const;
   Solution solve_time(const SolveInput& in) const;
+  // solve_time's steps: the bytes objective's candidate, and the searches on
+  // the grids of members that dispatch tokens.
+  Candidate bytes_mode_candidate(const SolveInput& in, const std::vector<MemberResult>& members) const;
+  void search_member_grids(const SolveInput& in, const std::vector<MemberResult>& members,
+                           std::vector<Candidate>& seen) const;
   // The same solver with another objective (auto resolved; the bytes candidate).
   BalancedBytes with_objective(Objective o) const;
   Options opt_;

@@ -80,117 +80,173 @@ bool check_shape(const GroupCollectiveArg& g, const TaskGrid& grid, Token local_
   return ok;
 }
 
-}  // namespace
-
-std::vector<RankMaps> check_comm(const Assignment& a, const Plan& plan, bool fwd, Problems& pr) {
-  const TaskGrid& grid = *a.grid;
-  const auto P = static_cast<std::size_t>(grid.cp_size());
-  const auto N = static_cast<std::size_t>(plan.num_stages);
-  std::vector<RankMaps> maps(P);
-  const std::vector<RangeSet> shard = grid.sharding().all_rank_tokens();
-  for (std::size_t r = 0; r < P; ++r) {
-    for (Range x : shard[r].ranges()) maps[r].local.append(x, -1);
-    for (int k = 0; k < 2; ++k) maps[r].end[k].assign(N + 1, 0);
-  }
-  std::vector<std::vector<Expect>> expect(P);
-  std::vector<Token> stage_begin(P), got(P);
-  std::vector<bool> usable(P);
-  // Output splits of rank r's `g` against what the senders' input splits
-  // naming r give (expect[r]); appends the rows to r's remote map.
-  auto receive = [&](std::size_t r, const GroupCollectiveArg& g, const char* where, int k) {
-    const std::vector<Expect>& ex = expect[r];
-    for (const Expect& e : ex) got[r] += e.size;
-    if (usable[r]) {
-      const std::size_t n = std::min(ex.size(), g.output_split_sizes.size());
-      std::size_t j = 0;
-      while (j < n && ex[j].src == g.src_index[j] && ex[j].size == g.output_split_sizes[j] &&
-             ex[j].group == g.output_groups[j])
-        ++j;
-      if (j < g.output_split_sizes.size() || j < ex.size()) {
-        const std::string want = j < ex.size() ? fmt::format("src {}, {} tokens, group {}", ex[j].src,
-                                                             ex[j].size, ex[j].group)
-                                               : std::string("nothing");
-        const std::string have = j < g.output_split_sizes.size()
-                                     ? fmt::format("src {}, {} tokens, group {}", g.src_index[j],
-                                                   g.output_split_sizes[j], g.output_groups[j])
-                                     : std::string("nothing");
-        pr.add("{} {} rank {}: output split {} is ({}) but the senders' input splits naming rank {} give ({}) "
-               "({} output splits declared, {} sent)",
-               where, kind_name(k), r, j, have, r, want, g.output_split_sizes.size(), ex.size());
-      }
+// check_comm's state for one pass: every rank's buffer maps, and per stage
+// and kind what the senders' input splits give each receiver.
+class CommChecker {
+ public:
+  CommChecker(const TaskGrid& grid, const Plan& plan, bool fwd, Problems& pr)
+      : grid_(grid),
+        plan_(plan),
+        fwd_(fwd),
+        pr_(pr),
+        P_(static_cast<std::size_t>(grid.cp_size())),
+        N_(static_cast<std::size_t>(plan.num_stages)),
+        maps_(P_),
+        expect_(P_),
+        stage_begin_(P_),
+        got_(P_),
+        usable_(P_) {
+    const std::vector<RangeSet> shard = grid.sharding().all_rank_tokens();
+    for (std::size_t r = 0; r < P_; ++r) {
+      for (Range x : shard[r].ranges()) maps_[r].local.append(x, -1);
+      for (int k = 0; k < 2; ++k) maps_[r].end[k].assign(N_ + 1, 0);
     }
-    // The receive buffer holds what the senders send, in the documented order.
-    for (const Expect& e : ex)
-      for (Range x : e.global) maps[r].remote[k].append(x, e.group);
-  };
-  for (std::size_t s = 0; s < N; ++s) {
-    const std::string where = fmt::format("{} stage {}", pass_name(fwd), s + 1);
+  }
+
+  std::size_t num_stages() const { return N_; }
+  std::vector<RankMaps> take_maps() { return std::move(maps_); }
+
+  // Stage s + 1, both kinds, each with its first phase and forwarding phase.
+  void check_stage(std::size_t s) {
+    const std::string where = fmt::format("{} stage {}", pass_name(fwd_), s + 1);
     const std::string where_fwd = where + " forwarding";
     for (int k = 0; k < 2; ++k) {
       // First phase: input splits index the local shard.
-      for (auto& e : expect) e.clear();
-      for (std::size_t r = 0; r < P; ++r) {
-        const GroupCollectiveArg& g = arg_of(pass_of(plan.ranks[r], fwd).comm.stages[s], k);
-        usable[r] = check_shape(g, grid, maps[r].local.size(), static_cast<Rank>(r), where.c_str(), k, pr);
-        if (!usable[r]) continue;
-        for (std::size_t i = 0; i < g.input_ranges.size(); ++i) {
-          Expect e{static_cast<Rank>(r), g.input_split_sizes[i], g.input_groups[i], {}};
-          const Range x = g.input_ranges[i];
-          if (x.begin < 0 || x.end > maps[r].local.size() || x.empty()) continue;
-          maps[r].local.walk(x, [&](Range b, Token gb, int) { e.global.push_back({gb, gb + b.size()}); });
-          for (Rank d : g.dst_indices[i])
-            if (d >= 0 && static_cast<std::size_t>(d) < P && static_cast<std::size_t>(d) != r)
-              expect[static_cast<std::size_t>(d)].push_back(e);
-        }
-      }
-      for (std::size_t r = 0; r < P; ++r) {
-        const StageComm& sc = pass_of(plan.ranks[r], fwd).comm.stages[s];
-        const Token off = k == 0 ? sc.qo_recv_offset : sc.kv_recv_offset;
-        if (off != maps[r].remote[k].size())
-          pr.add("{} {} rank {}: receive offset is {} but stages before it receive {} tokens", where, kind_name(k),
-                 r, off, maps[r].remote[k].size());
-        stage_begin[r] = maps[r].remote[k].size();
-        got[r] = 0;
-        receive(r, arg_of(sc, k), where.c_str(), k);
-      }
+      expect_first_phase(s, k, where);
+      receive_first_phase(s, k, where);
       // Forwarding phase (relays): input splits index the relay's rows of
       // this stage's first phase, and carry their data and head group on.
-      for (auto& e : expect) e.clear();
-      for (std::size_t r = 0; r < P; ++r) {
-        const GroupCollectiveArg& g = forwarding(pass_of(plan.ranks[r], fwd).comm.stages[s], k == 0 ? RowKind::qo
-                                                                                                  : RowKind::kv);
-        const Token first = maps[r].remote[k].size() - stage_begin[r];
-        usable[r] = check_shape(g, grid, first, static_cast<Rank>(r), where_fwd.c_str(), k, pr);
-        if (!usable[r]) continue;
-        for (std::size_t i = 0; i < g.input_ranges.size(); ++i) {
-          Expect e{static_cast<Rank>(r), g.input_split_sizes[i], g.input_groups[i], {}};
-          const Range x = g.input_ranges[i];
-          if (x.begin < 0 || x.end > first || x.empty()) continue;
-          bool same_group = true;
-          maps[r].remote[k].walk({stage_begin[r] + x.begin, stage_begin[r] + x.end}, [&](Range b, Token gb, int grp) {
-            e.global.push_back({gb, gb + b.size()});
-            same_group = same_group && grp == g.input_groups[i];
-          });
-          if (!same_group)
-            pr.add("{} {} rank {}: forwarding input split {} (group {}) covers received rows of another head group",
-                   where_fwd, kind_name(k), r, i, g.input_groups[i]);
-          for (Rank d : g.dst_indices[i])
-            if (d >= 0 && static_cast<std::size_t>(d) < P && static_cast<std::size_t>(d) != r)
-              expect[static_cast<std::size_t>(d)].push_back(e);
-        }
-      }
-      for (std::size_t r = 0; r < P; ++r) {
-        const StageComm& sc = pass_of(plan.ranks[r], fwd).comm.stages[s];
-        receive(r, forwarding(sc, k == 0 ? RowKind::qo : RowKind::kv), where_fwd.c_str(), k);
-        const Token declared = k == 0 ? sc.num_remote_qo_tokens : sc.num_remote_kv_tokens;
-        if (declared != got[r])
-          pr.add("{} {} rank {}: num_remote_{}_tokens is {} but {} tokens are sent to it", where, kind_name(k), r,
-                 k == 0 ? "qo" : "kv", declared, got[r]);
-        maps[r].end[k][s + 1] = maps[r].remote[k].size();
+      expect_forwarding(s, k, where_fwd);
+      receive_forwarding(s, k, where, where_fwd);
+    }
+  }
+
+ private:
+  const StageComm& stage_of(std::size_t r, std::size_t s) const {
+    return pass_of(plan_.ranks[r], fwd_).comm.stages[s];
+  }
+
+  // Hands `e` (rank r's split i of `g`) to each valid destination.
+  void send_expect(std::size_t r, const GroupCollectiveArg& g, std::size_t i, const Expect& e) {
+    for (Rank d : g.dst_indices[i])
+      if (d >= 0 && static_cast<std::size_t>(d) < P_ && static_cast<std::size_t>(d) != r)
+        expect_[static_cast<std::size_t>(d)].push_back(e);
+  }
+
+  void expect_first_phase(std::size_t s, int k, const std::string& where) {
+    for (auto& e : expect_) e.clear();
+    for (std::size_t r = 0; r < P_; ++r) {
+      const GroupCollectiveArg& g = arg_of(stage_of(r, s), k);
+      usable_[r] = check_shape(g, grid_, maps_[r].local.size(), static_cast<Rank>(r), where.c_str(), k, pr_);
+      if (!usable_[r]) continue;
+      for (std::size_t i = 0; i < g.input_ranges.size(); ++i) {
+        Expect e{static_cast<Rank>(r), g.input_split_sizes[i], g.input_groups[i], {}};
+        const Range x = g.input_ranges[i];
+        if (x.begin < 0 || x.end > maps_[r].local.size() || x.empty()) continue;
+        maps_[r].local.walk(x, [&](Range b, Token gb, int) { e.global.push_back({gb, gb + b.size()}); });
+        send_expect(r, g, i, e);
       }
     }
   }
-  return maps;
+
+  void receive_first_phase(std::size_t s, int k, const std::string& where) {
+    for (std::size_t r = 0; r < P_; ++r) {
+      const StageComm& sc = stage_of(r, s);
+      const Token off = k == 0 ? sc.qo_recv_offset : sc.kv_recv_offset;
+      if (off != maps_[r].remote[k].size())
+        pr_.add("{} {} rank {}: receive offset is {} but stages before it receive {} tokens", where, kind_name(k),
+                r, off, maps_[r].remote[k].size());
+      stage_begin_[r] = maps_[r].remote[k].size();
+      got_[r] = 0;
+      receive(r, arg_of(sc, k), where.c_str(), k);
+    }
+  }
+
+  void expect_forwarding(std::size_t s, int k, const std::string& where_fwd) {
+    for (auto& e : expect_) e.clear();
+    for (std::size_t r = 0; r < P_; ++r) {
+      const GroupCollectiveArg& g = forwarding(stage_of(r, s), k == 0 ? RowKind::qo : RowKind::kv);
+      const Token first = maps_[r].remote[k].size() - stage_begin_[r];
+      usable_[r] = check_shape(g, grid_, first, static_cast<Rank>(r), where_fwd.c_str(), k, pr_);
+      if (!usable_[r]) continue;
+      for (std::size_t i = 0; i < g.input_ranges.size(); ++i) {
+        Expect e{static_cast<Rank>(r), g.input_split_sizes[i], g.input_groups[i], {}};
+        const Range x = g.input_ranges[i];
+        if (x.begin < 0 || x.end > first || x.empty()) continue;
+        bool same_group = true;
+        maps_[r].remote[k].walk({stage_begin_[r] + x.begin, stage_begin_[r] + x.end}, [&](Range b, Token gb, int grp) {
+          e.global.push_back({gb, gb + b.size()});
+          same_group = same_group && grp == g.input_groups[i];
+        });
+        if (!same_group)
+          pr_.add("{} {} rank {}: forwarding input split {} (group {}) covers received rows of another head group",
+                  where_fwd, kind_name(k), r, i, g.input_groups[i]);
+        send_expect(r, g, i, e);
+      }
+    }
+  }
+
+  void receive_forwarding(std::size_t s, int k, const std::string& where, const std::string& where_fwd) {
+    for (std::size_t r = 0; r < P_; ++r) {
+      const StageComm& sc = stage_of(r, s);
+      receive(r, forwarding(sc, k == 0 ? RowKind::qo : RowKind::kv), where_fwd.c_str(), k);
+      const Token declared = k == 0 ? sc.num_remote_qo_tokens : sc.num_remote_kv_tokens;
+      if (declared != got_[r])
+        pr_.add("{} {} rank {}: num_remote_{}_tokens is {} but {} tokens are sent to it", where, kind_name(k), r,
+                k == 0 ? "qo" : "kv", declared, got_[r]);
+      maps_[r].end[k][s + 1] = maps_[r].remote[k].size();
+    }
+  }
+
+  // Output splits of rank r's `g` against what the senders' input splits
+  // naming r give (expect_[r]); appends the rows to r's remote map.
+  void receive(std::size_t r, const GroupCollectiveArg& g, const char* where, int k) {
+    const std::vector<Expect>& ex = expect_[r];
+    for (const Expect& e : ex) got_[r] += e.size;
+    if (usable_[r]) check_received(r, g, where, k);
+    // The receive buffer holds what the senders send, in the documented order.
+    for (const Expect& e : ex)
+      for (Range x : e.global) maps_[r].remote[k].append(x, e.group);
+  }
+
+  // Reports the first output split of `g` that differs from expect_[r].
+  void check_received(std::size_t r, const GroupCollectiveArg& g, const char* where, int k) {
+    const std::vector<Expect>& ex = expect_[r];
+    const std::size_t n = std::min(ex.size(), g.output_split_sizes.size());
+    std::size_t j = 0;
+    while (j < n && ex[j].src == g.src_index[j] && ex[j].size == g.output_split_sizes[j] &&
+           ex[j].group == g.output_groups[j])
+      ++j;
+    if (j >= g.output_split_sizes.size() && j >= ex.size()) return;
+    const std::string want = j < ex.size() ? fmt::format("src {}, {} tokens, group {}", ex[j].src,
+                                                         ex[j].size, ex[j].group)
+                                           : std::string("nothing");
+    const std::string have = j < g.output_split_sizes.size()
+                                 ? fmt::format("src {}, {} tokens, group {}", g.src_index[j],
+                                               g.output_split_sizes[j], g.output_groups[j])
+                                 : std::string("nothing");
+    pr_.add("{} {} rank {}: output split {} is ({}) but the senders' input splits naming rank {} give ({}) "
+            "({} output splits declared, {} sent)",
+            where, kind_name(k), r, j, have, r, want, g.output_split_sizes.size(), ex.size());
+  }
+
+  const TaskGrid& grid_;
+  const Plan& plan_;
+  const bool fwd_;
+  Problems& pr_;
+  const std::size_t P_, N_;
+  std::vector<RankMaps> maps_;
+  std::vector<std::vector<Expect>> expect_;
+  std::vector<Token> stage_begin_, got_;
+  std::vector<bool> usable_;
+};
+
+}  // namespace
+
+std::vector<RankMaps> check_comm(const Assignment& a, const Plan& plan, bool fwd, Problems& pr) {
+  CommChecker c(*a.grid, plan, fwd, pr);
+  for (std::size_t s = 0; s < c.num_stages(); ++s) c.check_stage(s);
+  return c.take_maps();
 }
 
 }  // namespace validate_detail

@@ -279,106 +279,139 @@ class PassSim {
   // start (rank and peers ready), transfer ends, unpack or merge. fwd: the
   // forwarding phase of relays (a collective of its own).
   void run_comm(OpKind op, int stage, bool fwd) {
-    const bool reduce = op == OpKind::reduce;
-    // 1. Port loads. Messages: one per (peer, tensor) in each part, per direction.
+    // 1. Port loads and readiness.
     for (int r = 0; r < P_; ++r) {
-      double* ob = &w_.out_bytes[port(r, 0)];
-      double* ib = &w_.in_bytes[port(r, 0)];
-      std::int64_t* om = &w_.out_msgs[port(r, 0)];
-      std::int64_t* im = &w_.in_msgs[port(r, 0)];
-      ob[0] = ob[1] = ib[0] = ib[1] = 0;
-      om[0] = om[1] = im[0] = im[1] = 0;
-      std::uint32_t e = 0;
-      int tensors = 0;
-      for_each_transfer(
-          r, op, stage, fwd,
-          [&](RowKind kind) {
-            e = next_epoch();
-            tensors = tensors_of(pass_, kind, reduce);
-          },
-          [&](Rank p, double bytes, bool sends) {
-            const int c = link_class(r, p);
-            (sends ? ob : ib)[c] += bytes;
-            std::uint32_t& m = (sends ? w_.mark_out : w_.mark_in)[static_cast<std::size_t>(p)];
-            if (m != e) {  // first split of this part with this peer in this direction
-              m = e;
-              (sends ? om : im)[c] += tensors;
-            }
-          });
-      for (int c = 0; c < 2; ++c) {
-        w_.t_out[port(r, c)] = om[c] > 0 ? lat_[c] + ob[c] * inv_bw_[c] : 0.0;
-        w_.t_in[port(r, c)] = im[c] > 0 ? lat_[c] + ib[c] * inv_bw_[c] : 0.0;
-      }
-      double& ready = w_.ready[static_cast<std::size_t>(r)];
-      ready = -1.0;
-      if (om[0] + om[1] + im[0] + im[1] == 0) continue;
-      const auto& f = w_.free[static_cast<std::size_t>(r)];
-      double t = f[static_cast<std::size_t>(comm_stream())];
-      if (reduce) t = std::max(t, f[static_cast<std::size_t>(compute_stream())]);
-      const double pack = kPackFactor * (ob[0] + ob[1]) * hbm_;
-      if (out_ && pack > 0)
-        out_->ranks[static_cast<std::size_t>(r)].comm.push_back({OpKind::pack, stage, t, t + pack, ob[0] + ob[1], 0, fwd});
-      ready = t + pack;
+      count_ports(r, op, stage, fwd);
+      set_ready(r, op, stage, fwd);
     }
     // 2. Start: the rank and every peer it exchanges data with are ready.
-    for (int r = 0; r < P_; ++r) {
-      const double ready = w_.ready[static_cast<std::size_t>(r)];
-      double& start = w_.start[static_cast<std::size_t>(r)];
-      start = ready;
-      if (ready < 0) continue;
-      for_each_transfer(
-          r, op, stage, fwd, [](RowKind) {},
-          [&](Rank p, double, bool) { start = std::max(start, w_.ready[static_cast<std::size_t>(p)]); });
-    }
-    // 3. Ends: each transfer ends at max(start of both ends) + the slower of
-    // its two ports; the rank's part ends with its last transfer.
-    for (int r = 0; r < P_; ++r) {
-      const auto R = static_cast<std::size_t>(r);
-      const double start = w_.start[R];
-      if (start < 0) continue;
-      double end = start;
-      for_each_transfer(
-          r, op, stage, fwd, [](RowKind) {},
-          [&](Rank p, double, bool sends) {
-            const int c = link_class(r, p);
-            const double ps = w_.t_out[port(sends ? r : p, c)], pr = w_.t_in[port(sends ? p : r, c)];
-            end = std::max(end, std::max(start, w_.start[static_cast<std::size_t>(p)]) + std::max(ps, pr));
-          });
-      const double sent = w_.out_bytes[port(r, 0)] + w_.out_bytes[port(r, 1)];
-      const double recv = w_.in_bytes[port(r, 0)] + w_.in_bytes[port(r, 1)];
-      if (reduce && fwd) {
-        w_.reduce_end[R] = std::max(w_.reduce_end[R], end);
-      } else if (reduce) {
-        w_.reduce_end[R] = std::max(w_.reduce_end[R], end);
-        w_.merge[R] += kMergeFactor * recv * hbm_;
-        w_.merge_bytes[R] += recv;
-      } else {
-        end += kUnpackFactor * recv * hbm_;
-        w_.cast_end[2 * R + static_cast<std::size_t>(stage & 1)] = end;
-      }
-      w_.free[R][static_cast<std::size_t>(comm_stream())] = end;
-      if (reduce && fwd && recv > 0) {
-        // A relay merges the forwarded partials into its rows before they go
-        // on to the source: on its compute stream once they are in, as
-        // cuda_nccl issues it; its part of the first phase's reduce waits.
-        double& cs = w_.free[R][static_cast<std::size_t>(compute_stream())];
-        const double m0 = std::max(cs, end);
-        cs = m0 + kMergeFactor * recv * hbm_;
-        if (out_) out_->ranks[R].compute.push_back({OpKind::merge, stage, m0, cs, recv, 0, true});
-      }
-      if (out_) {
-        const std::int64_t msgs = w_.out_msgs[port(r, 0)] + w_.out_msgs[port(r, 1)] + w_.in_msgs[port(r, 0)] +
-                                  w_.in_msgs[port(r, 1)];
-        out_->ranks[R].comm.push_back({op, stage, start, end, sent + recv, msgs, fwd});
-      }
-    }
+    for (int r = 0; r < P_; ++r) set_start(r, op, stage, fwd);
+    // 3. Ends, and what follows them.
+    for (int r = 0; r < P_; ++r) finish_comm(r, op, stage, fwd);
     // A rank that skips cast(s) has its data at once: compute(s) must not
     // wait for an older cast's end kept in the same slot (a rank skipping the
     // forwarding phase keeps its first phase's end).
-    if (!reduce && !fwd)
+    if (op != OpKind::reduce && !fwd)
       for (int r = 0; r < P_; ++r)
         if (w_.start[static_cast<std::size_t>(r)] < 0)
           w_.cast_end[2 * static_cast<std::size_t>(r) + static_cast<std::size_t>(stage & 1)] = 0.0;
+  }
+
+  // Rank r's port loads and times in the collective. Messages: one per (peer,
+  // tensor) in each part, per direction.
+  void count_ports(int r, OpKind op, int stage, bool fwd) {
+    const bool reduce = op == OpKind::reduce;
+    double* ob = &w_.out_bytes[port(r, 0)];
+    double* ib = &w_.in_bytes[port(r, 0)];
+    std::int64_t* om = &w_.out_msgs[port(r, 0)];
+    std::int64_t* im = &w_.in_msgs[port(r, 0)];
+    ob[0] = ob[1] = ib[0] = ib[1] = 0;
+    om[0] = om[1] = im[0] = im[1] = 0;
+    std::uint32_t e = 0;
+    int tensors = 0;
+    for_each_transfer(
+        r, op, stage, fwd,
+        [&](RowKind kind) {
+          e = next_epoch();
+          tensors = tensors_of(pass_, kind, reduce);
+        },
+        [&](Rank p, double bytes, bool sends) {
+          const int c = link_class(r, p);
+          (sends ? ob : ib)[c] += bytes;
+          std::uint32_t& m = (sends ? w_.mark_out : w_.mark_in)[static_cast<std::size_t>(p)];
+          if (m != e) {  // first split of this part with this peer in this direction
+            m = e;
+            (sends ? om : im)[c] += tensors;
+          }
+        });
+    for (int c = 0; c < 2; ++c) {
+      w_.t_out[port(r, c)] = om[c] > 0 ? lat_[c] + ob[c] * inv_bw_[c] : 0.0;
+      w_.t_in[port(r, c)] = im[c] > 0 ? lat_[c] + ib[c] * inv_bw_[c] : 0.0;
+    }
+  }
+
+  // When rank r is ready for the collective (after count_ports): its comm
+  // stream (and for a reduce its compute stream) free, then its pack done;
+  // -1 where it moves nothing.
+  void set_ready(int r, OpKind op, int stage, bool fwd) {
+    const double* ob = &w_.out_bytes[port(r, 0)];
+    const std::int64_t* om = &w_.out_msgs[port(r, 0)];
+    const std::int64_t* im = &w_.in_msgs[port(r, 0)];
+    double& ready = w_.ready[static_cast<std::size_t>(r)];
+    ready = -1.0;
+    if (om[0] + om[1] + im[0] + im[1] == 0) return;
+    const auto& f = w_.free[static_cast<std::size_t>(r)];
+    double t = f[static_cast<std::size_t>(comm_stream())];
+    if (op == OpKind::reduce) t = std::max(t, f[static_cast<std::size_t>(compute_stream())]);
+    const double pack = kPackFactor * (ob[0] + ob[1]) * hbm_;
+    if (out_ && pack > 0)
+      out_->ranks[static_cast<std::size_t>(r)].comm.push_back(
+          {OpKind::pack, stage, t, t + pack, ob[0] + ob[1], 0, fwd});
+    ready = t + pack;
+  }
+
+  // Rank r starts once it and every peer it exchanges data with are ready.
+  void set_start(int r, OpKind op, int stage, bool fwd) {
+    const double ready = w_.ready[static_cast<std::size_t>(r)];
+    double& start = w_.start[static_cast<std::size_t>(r)];
+    start = ready;
+    if (ready < 0) return;
+    for_each_transfer(
+        r, op, stage, fwd, [](RowKind) {},
+        [&](Rank p, double, bool) { start = std::max(start, w_.ready[static_cast<std::size_t>(p)]); });
+  }
+
+  // Each transfer of rank r ends at max(start of both ends) + the slower of
+  // its two ports; the rank's part ends with its last transfer.
+  double last_transfer_end(int r, OpKind op, int stage, bool fwd, double start) const {
+    double end = start;
+    for_each_transfer(
+        r, op, stage, fwd, [](RowKind) {},
+        [&](Rank p, double, bool sends) {
+          const int c = link_class(r, p);
+          const double ps = w_.t_out[port(sends ? r : p, c)], pr = w_.t_in[port(sends ? p : r, c)];
+          end = std::max(end, std::max(start, w_.start[static_cast<std::size_t>(p)]) + std::max(ps, pr));
+        });
+    return end;
+  }
+
+  // Rank r's end of the collective (when it started) and what it owes after:
+  // a cast's unpack, a reduce's merge at the pass end, a relay's merge.
+  void finish_comm(int r, OpKind op, int stage, bool fwd) {
+    const bool reduce = op == OpKind::reduce;
+    const auto R = static_cast<std::size_t>(r);
+    const double start = w_.start[R];
+    if (start < 0) return;
+    double end = last_transfer_end(r, op, stage, fwd, start);
+    const double sent = w_.out_bytes[port(r, 0)] + w_.out_bytes[port(r, 1)];
+    const double recv = w_.in_bytes[port(r, 0)] + w_.in_bytes[port(r, 1)];
+    if (reduce && fwd) {
+      w_.reduce_end[R] = std::max(w_.reduce_end[R], end);
+    } else if (reduce) {
+      w_.reduce_end[R] = std::max(w_.reduce_end[R], end);
+      w_.merge[R] += kMergeFactor * recv * hbm_;
+      w_.merge_bytes[R] += recv;
+    } else {
+      end += kUnpackFactor * recv * hbm_;
+      w_.cast_end[2 * R + static_cast<std::size_t>(stage & 1)] = end;
+    }
+    w_.free[R][static_cast<std::size_t>(comm_stream())] = end;
+    if (reduce && fwd && recv > 0) relay_merge(R, stage, end, recv);
+    if (out_) {
+      const std::int64_t msgs = w_.out_msgs[port(r, 0)] + w_.out_msgs[port(r, 1)] + w_.in_msgs[port(r, 0)] +
+                                w_.in_msgs[port(r, 1)];
+      out_->ranks[R].comm.push_back({op, stage, start, end, sent + recv, msgs, fwd});
+    }
+  }
+
+  // A relay merges the forwarded partials (`recv` bytes) into its rows before
+  // they go on to the source: on its compute stream once they are in (`end`),
+  // as cuda_nccl issues it; its part of the first phase's reduce waits.
+  void relay_merge(std::size_t R, int stage, double end, double recv) {
+    double& cs = w_.free[R][static_cast<std::size_t>(compute_stream())];
+    const double m0 = std::max(cs, end);
+    cs = m0 + kMergeFactor * recv * hbm_;
+    if (out_) out_->ranks[R].compute.push_back({OpKind::merge, stage, m0, cs, recv, 0, true});
   }
 
   // A fresh tag for the marks of one part (every mark differs from it).

@@ -85,10 +85,390 @@ int RankPipeline::num_launches(Pass p) const {
   return n;
 }
 
+// prepare()'s state for one pass: the transfer metadata of every stage and the
+// attention launches, gathered in one arena (their offsets kept pending) and
+// uploaded in one piece, then resolved to device pointers.
+class RankPipeline::PassBuilder {
+ public:
+  PassBuilder(RankPipeline& rp, Pass pass, const PassPlan& plan)
+      : rp_(rp),
+        h_(rp.h_),
+        which_pass_(pass),
+        plan_(plan),
+        pp_(rp.pass_[static_cast<int>(pass)]),
+        lists_(rp.lists_[static_cast<int>(pass)]),
+        stg_(rp.sizes_.staging[static_cast<int>(pass)]),
+        lb_(rp.local_),
+        rb_(pp_.rb),
+        n_(static_cast<int>(plan.comm.stages.size())),
+        rg_(h_.groups > 1 ? 0 : -1),
+        pending_(static_cast<std::size_t>(n_)) {}
+
+  void build_stages();
+  void build_launches();
+  void upload_and_resolve();
+
+ private:
+  // Arena offsets of a stage's segment tables, resolved after the upload.
+  struct PendingStage {
+    std::size_t pack = 0, fwd_pack = 0;
+    std::vector<std::size_t> qo_unpack, kv_unpack, qo_fwd_unpack, kv_fwd_unpack;
+  };
+  struct PendingLaunch {
+    std::size_t s, i;
+    std::size_t tiles, begins, entries, t_ptr, t_rows;
+  };
+  // The q and k sides every attention launch of the pass reads.
+  struct Operands {
+    QSide q_local, q_remote;
+    KSide k_local, k_remote;
+  };
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+
+  std::uint8_t* local_src(Tensor t) const;
+  std::uint8_t* remote_buf(Tensor t) const;
+  // Where a buffer-side chunk starts: its row of the remote tensor.
+  std::uint8_t* remote_row(const Chunk& c) const { return remote_buf(c.tensor) + c.row * h_.row_bytes(c.tensor, rg_); }
+
+  // First phase: pack local rows (one head group of all heads), reduce into
+  // the local accumulators at the rows' head offset.
+  CopySeg local_pack(const Segment& g) const;
+  MergeSeg local_merge(const Segment& o) const;
+  SumSeg local_sum(const Segment& g) const;
+  // Forwarding phase (relays): remote rows hold the group's heads only, so
+  // whole rows are forwarded, and what comes back goes into the relay's
+  // remote accumulators (rows of q_heads / kv_heads heads) after `off`.
+  CopySeg relay_pack(Token off, const Segment& g) const;
+  MergeSeg relay_merge(Token off, const Segment& o) const;
+  SumSeg relay_sum(Token off, const Segment& g) const;
+
+  void build_stage(std::size_t i);
+  template <class PackFrom>
+  void add_cast(const KindLists& kl, std::uint8_t* base, std::vector<CopySeg>& pack, std::vector<P2POp>& ops,
+                PackFrom&& pack_from);
+  template <class MergeInto, class SumInto>
+  void add_reduce(const KindLists& kl, RowKind kind, std::uint8_t* base, std::vector<P2POp>& ops,
+                  std::vector<std::size_t>& un, std::vector<Unpack>& uu, const char* phase, MergeInto&& merge_into,
+                  SumInto&& sum_into);
+  template <class MergeInto>
+  std::vector<MergeSeg> merge_segs(const Message& m, const std::uint8_t* mb, const char* phase,
+                                   MergeInto&& merge_into) const;
+  template <class SumInto>
+  std::vector<SumSeg> sum_segs(const Message& m, const std::uint8_t* mb, SumInto&& sum_into) const;
+  template <class Seg>
+  void add_unpack(const std::vector<Seg>& segs, std::vector<std::size_t>& un, std::vector<Unpack>& uu);
+
+  Operands operands() const;
+  void add_launch(std::size_t s, AttnKernel k, const WorkList& w, int major, const Operands& ops);
+
+  RankPipeline& rp_;
+  const HeadLayout& h_;
+  const Pass which_pass_;
+  const PassPlan& plan_;
+  PassPrep& pp_;
+  const PassLists& lists_;
+  const std::vector<StageStaging>& stg_;
+  const LocalBuffers& lb_;
+  const RemoteBuffers& rb_;
+  const int n_;   // communication stages
+  const int rg_;  // group shape of remote rows
+  MetaArena arena_;
+  std::vector<PendingStage> pending_;
+  std::vector<PendingLaunch> pl_;
+  std::size_t indices_at_ = kNone;
+};
+
+std::uint8_t* RankPipeline::PassBuilder::local_src(Tensor t) const {
+  switch (t) {
+    case Tensor::q: return bytes_of(lb_.q);
+    case Tensor::k: return bytes_of(lb_.k);
+    case Tensor::v: return bytes_of(lb_.v);
+    case Tensor::o: return bytes_of(lb_.o);
+    case Tensor::d_o: return bytes_of(lb_.d_o);
+    case Tensor::lse: return bytes_of(lb_.lse_acc);
+    default: break;
+  }
+  throw Error(fmt::format("cuda_nccl (internal): no local source for tensor {}", to_string(t)));
+}
+
+// Remote tensors the group-cast receives into and the group-reduce sends from.
+std::uint8_t* RankPipeline::PassBuilder::remote_buf(Tensor t) const {
+  switch (t) {
+    case Tensor::q: return bytes_of(rb_.q);
+    case Tensor::k: return bytes_of(rb_.k);
+    case Tensor::v: return bytes_of(rb_.v);
+    case Tensor::o: return which_pass_ == Pass::fwd ? bytes_of(rb_.o_wire) : bytes_of(rb_.o);
+    case Tensor::d_o: return bytes_of(rb_.d_o);
+    case Tensor::lse: return which_pass_ == Pass::fwd ? bytes_of(rb_.lse_acc) : bytes_of(rb_.lse);
+    case Tensor::dq: return bytes_of(rb_.dq_wire);
+    case Tensor::dk: return bytes_of(rb_.dk_wire);
+    case Tensor::dv: return bytes_of(rb_.dv_wire);
+  }
+  return nullptr;
+}
+
+CopySeg RankPipeline::PassBuilder::local_pack(const Segment& g) const {
+  const Bytes rowb = h_.row_bytes(g.tensor, g.group);
+  const Bytes head_off =
+      static_cast<Bytes>(h_.head_offset(g.tensor, g.group)) * h_.elems_per_head(g.tensor) * h_.elem_bytes(g.tensor);
+  return CopySeg{local_src(g.tensor) + g.row * h_.local_row_bytes(g.tensor) + head_off, nullptr, g.rows,
+                 h_.local_row_bytes(g.tensor), rowb, rowb};
+}
+
+MergeSeg RankPipeline::PassBuilder::local_merge(const Segment& o) const {
+  const int off = h_.head_offset(Tensor::o, o.group);
+  return MergeSeg{lb_.o_acc + (o.row * h_.hq + off) * h_.dim, lb_.lse_acc + o.row * h_.hq + off, nullptr, nullptr,
+                  o.rows, static_cast<i64>(h_.hq) * h_.dim, h_.hq, h_.heads(Tensor::o, o.group), h_.dim};
+}
+
+SumSeg RankPipeline::PassBuilder::local_sum(const Segment& g) const {
+  float* acc = g.tensor == Tensor::dq ? lb_.dq_acc : g.tensor == Tensor::dk ? lb_.dk_acc : lb_.dv_acc;
+  const int heads = h_.local_heads(g.tensor);
+  const int off = h_.head_offset(g.tensor, g.group);
+  return SumSeg{acc + (g.row * heads + off) * h_.dim, nullptr, g.rows, static_cast<i64>(heads) * h_.dim,
+                static_cast<i64>(h_.heads(g.tensor, g.group)) * h_.dim};
+}
+
+CopySeg RankPipeline::PassBuilder::relay_pack(Token off, const Segment& g) const {
+  const Bytes rowb = h_.row_bytes(g.tensor, rg_);
+  return CopySeg{remote_buf(g.tensor) + (off + g.row) * rowb, nullptr, g.rows, rowb, rowb, rowb};
+}
+
+MergeSeg RankPipeline::PassBuilder::relay_merge(Token off, const Segment& o) const {
+  const i64 qh = pp_.shape.q_heads, row = off + o.row;
+  return MergeSeg{rb_.o_acc + row * qh * h_.dim, rb_.lse_acc + row * qh, nullptr, nullptr, o.rows, qh * h_.dim, qh,
+                  static_cast<int>(qh), h_.dim};
+}
+
+SumSeg RankPipeline::PassBuilder::relay_sum(Token off, const Segment& g) const {
+  const bool q_side = g.tensor == Tensor::dq;
+  float* acc = q_side ? rb_.dq_acc : g.tensor == Tensor::dk ? rb_.dk_acc : rb_.dv_acc;
+  const i64 width = static_cast<i64>(q_side ? pp_.shape.q_heads : pp_.shape.kv_heads) * h_.dim;
+  return SumSeg{acc + (off + g.row) * width, nullptr, g.rows, width, width};
+}
+
+// One unpack launch per received message (peers may return the same rows).
+template <class Seg>
+void RankPipeline::PassBuilder::add_unpack(const std::vector<Seg>& segs, std::vector<std::size_t>& un,
+                                           std::vector<Unpack>& uu) {
+  if (segs.empty()) return;
+  un.push_back(arena_.add(segs));
+  uu.push_back({nullptr, static_cast<int>(segs.size())});
+}
+
+// A group-cast: pack what `kl` sends into its messages at `base` (pack_from
+// gives a segment's source, strides and row bytes), send their chunks, and
+// receive straight into the remote tensors.
+template <class PackFrom>
+void RankPipeline::PassBuilder::add_cast(const KindLists& kl, std::uint8_t* base, std::vector<CopySeg>& pack,
+                                         std::vector<P2POp>& ops, PackFrom&& pack_from) {
+  for (const Message& m : kl.cast_send.messages) {
+    for (const Segment& g : m.segments) {
+      if (g.rows == 0) continue;
+      CopySeg cs = pack_from(g);
+      cs.dst = base + m.offset + g.offset;
+      pack.push_back(cs);
+    }
+    for (const Chunk& c : m.chunks)
+      if (c.bytes > 0) ops.push_back({true, m.peer, base + m.offset + c.offset, c.bytes});
+  }
+  for (const Message& m : kl.cast_recv.messages)
+    for (const Chunk& c : m.chunks)
+      if (c.bytes > 0) ops.push_back({false, m.peer, remote_row(c), c.bytes});
+}
+
+// A group-reduce: send straight from the remote wire tensors, receive each
+// peer's message into staging at `base`, then merge (forward O, lse) into
+// the accumulators merge_into names or sum (backward) into sum_into's.
+template <class MergeInto, class SumInto>
+void RankPipeline::PassBuilder::add_reduce(const KindLists& kl, RowKind kind, std::uint8_t* base,
+                                           std::vector<P2POp>& ops, std::vector<std::size_t>& un,
+                                           std::vector<Unpack>& uu, const char* phase, MergeInto&& merge_into,
+                                           SumInto&& sum_into) {
+  for (const Message& m : kl.reduce_send.messages)
+    for (const Chunk& c : m.chunks)
+      if (c.bytes > 0) ops.push_back({true, m.peer, remote_row(c), c.bytes});
+  for (const Message& m : kl.reduce_recv.messages) {
+    for (const Chunk& c : m.chunks)
+      if (c.bytes > 0) ops.push_back({false, m.peer, base + m.offset + c.offset, c.bytes});
+    const std::uint8_t* mb = base + m.offset;
+    if (which_pass_ == Pass::fwd && kind == RowKind::qo)
+      add_unpack(merge_segs(m, mb, phase, merge_into), un, uu);
+    else if (which_pass_ == Pass::bwd)
+      add_unpack(sum_segs(m, mb, sum_into), un, uu);
+  }
+}
+
+// Forward O and lse of a received message, staged at `mb`.
+template <class MergeInto>
+std::vector<MergeSeg> RankPipeline::PassBuilder::merge_segs(const Message& m, const std::uint8_t* mb,
+                                                            const char* phase, MergeInto&& merge_into) const {
+  // Segments are tensor-major: every split's O, then every split's lse.
+  const std::size_t n = m.segments.size() / 2;
+  std::vector<MergeSeg> segs;
+  for (std::size_t i = 0; i < n; ++i) {
+    const Segment& o = m.segments[i];
+    const Segment& l = m.segments[n + i];
+    if (o.tensor != Tensor::o || l.tensor != Tensor::lse || o.split != l.split)
+      throw Error(fmt::format("cuda_nccl (internal): {} reduce message is not (O..., lse...) per split", phase));
+    if (o.rows == 0) continue;
+    MergeSeg ms = merge_into(o);
+    ms.o = reinterpret_cast<const bf16*>(mb + o.offset);
+    ms.lse = reinterpret_cast<const float*>(mb + l.offset);
+    segs.push_back(ms);
+  }
+  return segs;
+}
+
+// Backward gradients of a received message, staged at `mb`.
+template <class SumInto>
+std::vector<SumSeg> RankPipeline::PassBuilder::sum_segs(const Message& m, const std::uint8_t* mb,
+                                                        SumInto&& sum_into) const {
+  std::vector<SumSeg> segs;
+  for (const Segment& g : m.segments) {
+    if (g.rows == 0) continue;
+    SumSeg ss = sum_into(g);
+    ss.src = reinterpret_cast<const bf16*>(mb + g.offset);
+    segs.push_back(ss);
+  }
+  return segs;
+}
+
+void RankPipeline::PassBuilder::build_stages() {
+  pp_.stages.assign(static_cast<std::size_t>(n_), Stage{});
+  for (std::size_t i = 0; i < static_cast<std::size_t>(n_); ++i) build_stage(i);
+}
+
+// Stage i + 1: both phases of both kinds, qo then kv (the arena's order).
+void RankPipeline::PassBuilder::build_stage(std::size_t i) {
+  const StageComm& sc = plan_.comm.stages[i];
+  const StageLists& sl = lists_.stages[i];
+  const StageStaging& ss = stg_[i];
+  Stage& st = pp_.stages[i];
+  PendingStage& pd = pending_[i];
+  st.qo_off = sc.qo_recv_offset;
+  st.qo_rows = sc.num_remote_qo_tokens;
+  st.kv_off = sc.kv_recv_offset;
+  st.kv_rows = sc.num_remote_kv_tokens;
+  st.qo_after = sc.qo_reduce_after;
+  st.kv_after = sc.kv_reduce_after;
+  std::uint8_t* stage_base = rb_.staging + ss.offset;
+  std::vector<CopySeg> pack, fwd_pack;
+  for (RowKind kind : {RowKind::qo, RowKind::kv}) {
+    const bool q = kind == RowKind::qo;
+    add_cast(sl.of(kind), stage_base + (q ? ss.qo_cast : ss.kv_cast), pack, st.cast_ops,
+             [&](const Segment& g) { return local_pack(g); });
+    add_reduce(
+        sl.of(kind), kind, stage_base + (q ? ss.qo_reduce : ss.kv_reduce), q ? st.qo_reduce_ops : st.kv_reduce_ops,
+        q ? pd.qo_unpack : pd.kv_unpack, q ? st.qo_unpack : st.kv_unpack, "forward",
+        [&](const Segment& o) { return local_merge(o); }, [&](const Segment& g) { return local_sum(g); });
+
+    const Token off = q ? sc.qo_recv_offset : sc.kv_recv_offset;
+    add_cast(sl.fwd_of(kind), stage_base + (q ? ss.qo_fwd_cast : ss.kv_fwd_cast), fwd_pack, st.fwd_cast_ops,
+             [&](const Segment& g) { return relay_pack(off, g); });
+    add_reduce(
+        sl.fwd_of(kind), kind, stage_base + (q ? ss.qo_fwd_reduce : ss.kv_fwd_reduce),
+        q ? st.qo_fwd_reduce_ops : st.kv_fwd_reduce_ops, q ? pd.qo_fwd_unpack : pd.kv_fwd_unpack,
+        q ? st.qo_fwd_unpack : st.kv_fwd_unpack, "forwarding", [&](const Segment& o) { return relay_merge(off, o); },
+        [&](const Segment& g) { return relay_sum(off, g); });
+  }
+  st.n_pack = static_cast<int>(pack.size());
+  if (!pack.empty()) pd.pack = arena_.add(pack);
+  st.n_fwd_pack = static_cast<int>(fwd_pack.size());
+  if (!fwd_pack.empty()) pd.fwd_pack = arena_.add(fwd_pack);
+}
+
+RankPipeline::PassBuilder::Operands RankPipeline::PassBuilder::operands() const {
+  const Pass pass = which_pass_;
+  const LocalBuffers& lb = lb_;
+  const RemoteBuffers& rb = rb_;
+  const Token rows = rp_.rows_;
+  const RemoteShape& sh = pp_.shape;
+  const QSide q_local =
+      pass == Pass::fwd
+          ? QSide{lb.q, nullptr, nullptr, nullptr, nullptr, lb.o_acc, lb.lse_acc, nullptr, rows, h_.hq, 0}
+          : QSide{lb.q, lb.o, lb.d_o, lb.lse_acc, lb.delta, nullptr, nullptr, lb.dq_acc, rows, h_.hq, 0};
+  const QSide q_remote =
+      pass == Pass::fwd
+          ? QSide{rb.q, nullptr, nullptr, nullptr, nullptr, rb.o_acc, rb.lse_acc, nullptr, sh.qo_rows, sh.q_heads, 0}
+          : QSide{rb.q, rb.o, rb.d_o, rb.lse, rb.delta, nullptr, nullptr, rb.dq_acc, sh.qo_rows, sh.q_heads, 0};
+  const KSide k_local{lb.k, lb.v, pass == Pass::bwd ? lb.dk_acc : nullptr, pass == Pass::bwd ? lb.dv_acc : nullptr,
+                      rows, h_.hkv, 0};
+  const KSide k_remote{rb.k, rb.v, rb.dk_acc, rb.dv_acc, sh.kv_rows, sh.kv_heads, 0};
+  return Operands{q_local, q_remote, k_local, k_remote};
+}
+
+// Attention launches of every stage.
+void RankPipeline::PassBuilder::build_launches() {
+  const Operands ops = operands();
+  // Index args' keys: the pass's CalcMeta::indices, uploaded once with the
+  // rest of the metadata (every q-major launch of the pass reads them).
+  indices_at_ = plan_.calc.indices.empty() ? kNone : arena_.add(plan_.calc.indices);
+  const std::span<const std::int32_t> indices(plan_.calc.indices);
+  pp_.launches.assign(static_cast<std::size_t>(n_) + 1, {});
+  for (int s = 0; s <= n_; ++s) {
+    const std::vector<AttnArg>& args =
+        s == 0 ? plan_.calc.local_attn_args : plan_.calc.remote_attn_args[static_cast<std::size_t>(s - 1)];
+    const auto at = static_cast<std::size_t>(s);
+    if (which_pass_ == Pass::fwd) {
+      add_launch(at, AttnKernel::fwd, q_major(args, BufferId::local, indices), 0, ops);
+      add_launch(at, AttnKernel::fwd, q_major(args, BufferId::remote, indices), 1, ops);
+    } else {
+      add_launch(at, AttnKernel::dq, q_major(args, BufferId::local, indices), 0, ops);
+      add_launch(at, AttnKernel::dq, q_major(args, BufferId::remote, indices), 1, ops);
+      add_launch(at, AttnKernel::dkdv, k_major(args, BufferId::local, indices), 0, ops);
+      add_launch(at, AttnKernel::dkdv, k_major(args, BufferId::remote, indices), 1, ops);
+    }
+  }
+}
+
+// A launch of stage `s` over `w` (major 0: local rows tiled, 1: remote rows).
+void RankPipeline::PassBuilder::add_launch(std::size_t s, AttnKernel k, const WorkList& w, int major,
+                                           const Operands& ops) {
+  if (w.empty()) return;
+  const bool q_major = k != AttnKernel::dkdv;
+  const int slots = q_major ? (major == 0 ? h_.hq : pp_.shape.q_heads) : (major == 0 ? h_.hkv : pp_.shape.kv_heads);
+  Launch L{k,
+           AttnLaunch{{ops.q_local, ops.q_remote}, {ops.k_local, ops.k_remote}, nullptr, nullptr, nullptr, nullptr,
+                      nullptr, nullptr, w.num_tiles(), major, h_.hq, h_.hkv, h_.groups, slots,
+                      1.0f / std::sqrt(static_cast<float>(h_.dim))},
+           grid_of(w, slots)};
+  auto& v = pp_.launches[s];
+  pl_.push_back({s, v.size(), arena_.add(w.tile_start), arena_.add(w.entry_begin), arena_.add(w.entries),
+                 w.t_ptr.empty() ? kNone : arena_.add(w.t_ptr), w.t_rows.empty() ? kNone : arena_.add(w.t_rows)});
+  v.push_back(L);
+}
+
+void RankPipeline::PassBuilder::upload_and_resolve() {
+  rp_.meta_bytes_ += static_cast<Bytes>(arena_.size());
+  arena_.commit(rp_.be_);
+  auto resolve = [&](std::vector<Unpack>& uu, const std::vector<std::size_t>& un) {
+    for (std::size_t i = 0; i < uu.size(); ++i) uu[i].segs = arena_.at<void>(un[i]);
+  };
+  for (int s = 0; s < n_; ++s) {
+    Stage& st = pp_.stages[static_cast<std::size_t>(s)];
+    const PendingStage& pd = pending_[static_cast<std::size_t>(s)];
+    if (st.n_pack > 0) st.pack = arena_.at<CopySeg>(pd.pack);
+    if (st.n_fwd_pack > 0) st.fwd_pack = arena_.at<CopySeg>(pd.fwd_pack);
+    resolve(st.qo_unpack, pd.qo_unpack);
+    resolve(st.kv_unpack, pd.kv_unpack);
+    resolve(st.qo_fwd_unpack, pd.qo_fwd_unpack);
+    resolve(st.kv_fwd_unpack, pd.kv_fwd_unpack);
+  }
+  for (const PendingLaunch& x : pl_) {
+    AttnLaunch& p = pp_.launches[x.s][x.i].p;
+    p.tile_start = arena_.at<i64>(x.tiles);
+    p.entry_begin = arena_.at<std::int32_t>(x.begins);
+    p.entries = arena_.at<WorkEntry>(x.entries);
+    if (indices_at_ != kNone) p.indices = arena_.at<std::int32_t>(indices_at_);
+    if (x.t_ptr != kNone) p.t_ptr = arena_.at<i64>(x.t_ptr);
+    if (x.t_rows != kNone) p.t_rows = arena_.at<std::int32_t>(x.t_rows);
+  }
+}
+
 void RankPipeline::prepare(Pass pass, const PassPlan& plan) {
   const int pi = static_cast<int>(pass);
   PassPrep& pp = pass_[pi];
-  const PassLists& lists = lists_[pi];
   const int N = static_cast<int>(plan.comm.stages.size());
   if (static_cast<int>(plan.calc.remote_attn_args.size()) != N)
     throw Error(fmt::format("cuda_nccl: rank {} {}: {} communication stages but {} remote compute stages",
@@ -101,264 +481,10 @@ void RankPipeline::prepare(Pass pass, const PassPlan& plan) {
     ptr = static_cast<P>(be_.alloc(n));
   });
 
-  const RemoteBuffers& rb = pp.rb;
-  const LocalBuffers& lb = local_;
-  const int rg = h_.groups > 1 ? 0 : -1;  // group shape of remote rows
-  auto local_src = [&](Tensor t) -> std::uint8_t* {
-    switch (t) {
-      case Tensor::q: return bytes_of(lb.q);
-      case Tensor::k: return bytes_of(lb.k);
-      case Tensor::v: return bytes_of(lb.v);
-      case Tensor::o: return bytes_of(lb.o);
-      case Tensor::d_o: return bytes_of(lb.d_o);
-      case Tensor::lse: return bytes_of(lb.lse_acc);
-      default: break;
-    }
-    throw Error(fmt::format("cuda_nccl (internal): no local source for tensor {}", to_string(t)));
-  };
-  // Remote tensors the group-cast receives into and the group-reduce sends from.
-  auto remote_buf = [&](Tensor t) -> std::uint8_t* {
-    switch (t) {
-      case Tensor::q: return bytes_of(rb.q);
-      case Tensor::k: return bytes_of(rb.k);
-      case Tensor::v: return bytes_of(rb.v);
-      case Tensor::o: return pass == Pass::fwd ? bytes_of(rb.o_wire) : bytes_of(rb.o);
-      case Tensor::d_o: return bytes_of(rb.d_o);
-      case Tensor::lse: return pass == Pass::fwd ? bytes_of(rb.lse_acc) : bytes_of(rb.lse);
-      case Tensor::dq: return bytes_of(rb.dq_wire);
-      case Tensor::dk: return bytes_of(rb.dk_wire);
-      case Tensor::dv: return bytes_of(rb.dv_wire);
-    }
-    return nullptr;
-  };
-
-  // Where a buffer-side chunk starts: its row of the remote tensor.
-  auto remote_row = [&](const Chunk& c) { return remote_buf(c.tensor) + c.row * h_.row_bytes(c.tensor, rg); };
-
-  MetaArena arena;
-  struct Pending {
-    std::size_t pack = 0, fwd_pack = 0;
-    std::vector<std::size_t> qo_unpack, kv_unpack, qo_fwd_unpack, kv_fwd_unpack;
-  };
-  std::vector<Pending> pending(static_cast<std::size_t>(N));
-  // One unpack launch per received message (peers may return the same rows).
-  auto add_unpack = [&](const auto& segs, std::vector<std::size_t>& un, std::vector<Unpack>& uu) {
-    if (segs.empty()) return;
-    un.push_back(arena.add(segs));
-    uu.push_back({nullptr, static_cast<int>(segs.size())});
-  };
-  // A group-cast: pack what `kl` sends into its messages at `base` (pack_from
-  // gives a segment's source, strides and row bytes), send their chunks, and
-  // receive straight into the remote tensors.
-  auto add_cast = [&](const KindLists& kl, std::uint8_t* base, std::vector<CopySeg>& pack, std::vector<P2POp>& ops,
-                      auto&& pack_from) {
-    for (const Message& m : kl.cast_send.messages) {
-      for (const Segment& g : m.segments) {
-        if (g.rows == 0) continue;
-        CopySeg cs = pack_from(g);
-        cs.dst = base + m.offset + g.offset;
-        pack.push_back(cs);
-      }
-      for (const Chunk& c : m.chunks)
-        if (c.bytes > 0) ops.push_back({true, m.peer, base + m.offset + c.offset, c.bytes});
-    }
-    for (const Message& m : kl.cast_recv.messages)
-      for (const Chunk& c : m.chunks)
-        if (c.bytes > 0) ops.push_back({false, m.peer, remote_row(c), c.bytes});
-  };
-  // A group-reduce: send straight from the remote wire tensors, receive each
-  // peer's message into staging at `base`, then merge (forward O, lse) into
-  // the accumulators merge_into names or sum (backward) into sum_into's.
-  auto add_reduce = [&](const KindLists& kl, RowKind kind, std::uint8_t* base, std::vector<P2POp>& ops,
-                        std::vector<std::size_t>& un, std::vector<Unpack>& uu, const char* phase, auto&& merge_into,
-                        auto&& sum_into) {
-    for (const Message& m : kl.reduce_send.messages)
-      for (const Chunk& c : m.chunks)
-        if (c.bytes > 0) ops.push_back({true, m.peer, remote_row(c), c.bytes});
-    for (const Message& m : kl.reduce_recv.messages) {
-      for (const Chunk& c : m.chunks)
-        if (c.bytes > 0) ops.push_back({false, m.peer, base + m.offset + c.offset, c.bytes});
-      const std::uint8_t* mb = base + m.offset;
-      if (pass == Pass::fwd && kind == RowKind::qo) {
-        // Segments are tensor-major: every split's O, then every split's lse.
-        const std::size_t n = m.segments.size() / 2;
-        std::vector<MergeSeg> segs;
-        for (std::size_t i = 0; i < n; ++i) {
-          const Segment& o = m.segments[i];
-          const Segment& l = m.segments[n + i];
-          if (o.tensor != Tensor::o || l.tensor != Tensor::lse || o.split != l.split)
-            throw Error(fmt::format("cuda_nccl (internal): {} reduce message is not (O..., lse...) per split", phase));
-          if (o.rows == 0) continue;
-          MergeSeg ms = merge_into(o);
-          ms.o = reinterpret_cast<const bf16*>(mb + o.offset);
-          ms.lse = reinterpret_cast<const float*>(mb + l.offset);
-          segs.push_back(ms);
-        }
-        add_unpack(segs, un, uu);
-      } else if (pass == Pass::bwd) {
-        std::vector<SumSeg> segs;
-        for (const Segment& g : m.segments) {
-          if (g.rows == 0) continue;
-          SumSeg ss = sum_into(g);
-          ss.src = reinterpret_cast<const bf16*>(mb + g.offset);
-          segs.push_back(ss);
-        }
-        add_unpack(segs, un, uu);
-      }
-    }
-  };
-
-  // First phase: pack local rows (one head group of all heads), reduce into
-  // the local accumulators at the rows' head offset.
-  auto local_pack = [&](const Segment& g) {
-    const Bytes rowb = h_.row_bytes(g.tensor, g.group);
-    const Bytes head_off =
-        static_cast<Bytes>(h_.head_offset(g.tensor, g.group)) * h_.elems_per_head(g.tensor) * h_.elem_bytes(g.tensor);
-    return CopySeg{local_src(g.tensor) + g.row * h_.local_row_bytes(g.tensor) + head_off, nullptr, g.rows,
-                   h_.local_row_bytes(g.tensor), rowb, rowb};
-  };
-  auto local_merge = [&](const Segment& o) {
-    const int off = h_.head_offset(Tensor::o, o.group);
-    return MergeSeg{lb.o_acc + (o.row * h_.hq + off) * h_.dim, lb.lse_acc + o.row * h_.hq + off, nullptr, nullptr,
-                    o.rows, static_cast<i64>(h_.hq) * h_.dim, h_.hq, h_.heads(Tensor::o, o.group), h_.dim};
-  };
-  auto local_sum = [&](const Segment& g) {
-    float* acc = g.tensor == Tensor::dq ? lb.dq_acc : g.tensor == Tensor::dk ? lb.dk_acc : lb.dv_acc;
-    const int heads = h_.local_heads(g.tensor);
-    const int off = h_.head_offset(g.tensor, g.group);
-    return SumSeg{acc + (g.row * heads + off) * h_.dim, nullptr, g.rows, static_cast<i64>(heads) * h_.dim,
-                  static_cast<i64>(h_.heads(g.tensor, g.group)) * h_.dim};
-  };
-
-  pp.stages.assign(static_cast<std::size_t>(N), Stage{});
-  for (int s = 1; s <= N; ++s) {
-    const StageComm& sc = plan.comm.stages[static_cast<std::size_t>(s - 1)];
-    const StageLists& sl = lists.stages[static_cast<std::size_t>(s - 1)];
-    const StageStaging& ss = stg[static_cast<std::size_t>(s - 1)];
-    Stage& st = pp.stages[static_cast<std::size_t>(s - 1)];
-    Pending& pd = pending[static_cast<std::size_t>(s - 1)];
-    st.qo_off = sc.qo_recv_offset;
-    st.qo_rows = sc.num_remote_qo_tokens;
-    st.kv_off = sc.kv_recv_offset;
-    st.kv_rows = sc.num_remote_kv_tokens;
-    st.qo_after = sc.qo_reduce_after;
-    st.kv_after = sc.kv_reduce_after;
-    std::uint8_t* stage_base = rb.staging + ss.offset;
-    std::vector<CopySeg> pack, fwd_pack;
-    for (RowKind kind : {RowKind::qo, RowKind::kv}) {
-      const bool q = kind == RowKind::qo;
-      add_cast(sl.of(kind), stage_base + (q ? ss.qo_cast : ss.kv_cast), pack, st.cast_ops, local_pack);
-      add_reduce(sl.of(kind), kind, stage_base + (q ? ss.qo_reduce : ss.kv_reduce),
-                 q ? st.qo_reduce_ops : st.kv_reduce_ops, q ? pd.qo_unpack : pd.kv_unpack,
-                 q ? st.qo_unpack : st.kv_unpack, "forward", local_merge, local_sum);
-
-      // Forwarding phase (relays): remote rows hold the group's heads only, so
-      // whole rows are forwarded, and what comes back goes into the relay's
-      // remote accumulators (rows of q_heads / kv_heads heads).
-      const Token off = q ? sc.qo_recv_offset : sc.kv_recv_offset;
-      auto relay_pack = [&](const Segment& g) {
-        const Bytes rowb = h_.row_bytes(g.tensor, rg);
-        return CopySeg{remote_buf(g.tensor) + (off + g.row) * rowb, nullptr, g.rows, rowb, rowb, rowb};
-      };
-      auto relay_merge = [&](const Segment& o) {
-        const i64 qh = pp.shape.q_heads, row = off + o.row;
-        return MergeSeg{rb.o_acc + row * qh * h_.dim, rb.lse_acc + row * qh, nullptr, nullptr, o.rows, qh * h_.dim, qh,
-                        static_cast<int>(qh), h_.dim};
-      };
-      auto relay_sum = [&](const Segment& g) {
-        const bool q_side = g.tensor == Tensor::dq;
-        float* acc = q_side ? rb.dq_acc : g.tensor == Tensor::dk ? rb.dk_acc : rb.dv_acc;
-        const i64 width = static_cast<i64>(q_side ? pp.shape.q_heads : pp.shape.kv_heads) * h_.dim;
-        return SumSeg{acc + (off + g.row) * width, nullptr, g.rows, width, width};
-      };
-      add_cast(sl.fwd_of(kind), stage_base + (q ? ss.qo_fwd_cast : ss.kv_fwd_cast), fwd_pack, st.fwd_cast_ops,
-               relay_pack);
-      add_reduce(sl.fwd_of(kind), kind, stage_base + (q ? ss.qo_fwd_reduce : ss.kv_fwd_reduce),
-                 q ? st.qo_fwd_reduce_ops : st.kv_fwd_reduce_ops, q ? pd.qo_fwd_unpack : pd.kv_fwd_unpack,
-                 q ? st.qo_fwd_unpack : st.kv_fwd_unpack, "forwarding", relay_merge, relay_sum);
-    }
-    st.n_pack = static_cast<int>(pack.size());
-    if (!pack.empty()) pd.pack = arena.add(pack);
-    st.n_fwd_pack = static_cast<int>(fwd_pack.size());
-    if (!fwd_pack.empty()) pd.fwd_pack = arena.add(fwd_pack);
-  }
-
-  // Attention launches of every stage.
-  const QSide q_local = pass == Pass::fwd
-                            ? QSide{lb.q, nullptr, nullptr, nullptr, nullptr, lb.o_acc, lb.lse_acc, nullptr, rows_, h_.hq, 0}
-                            : QSide{lb.q, lb.o, lb.d_o, lb.lse_acc, lb.delta, nullptr, nullptr, lb.dq_acc, rows_, h_.hq, 0};
-  const QSide q_remote =
-      pass == Pass::fwd
-          ? QSide{rb.q, nullptr, nullptr, nullptr, nullptr, rb.o_acc, rb.lse_acc, nullptr, pp.shape.qo_rows,
-                  pp.shape.q_heads, 0}
-          : QSide{rb.q, rb.o, rb.d_o, rb.lse, rb.delta, nullptr, nullptr, rb.dq_acc, pp.shape.qo_rows, pp.shape.q_heads, 0};
-  const KSide k_local{lb.k, lb.v, pass == Pass::bwd ? lb.dk_acc : nullptr, pass == Pass::bwd ? lb.dv_acc : nullptr,
-                      rows_, h_.hkv, 0};
-  const KSide k_remote{rb.k, rb.v, rb.dk_acc, rb.dv_acc, pp.shape.kv_rows, pp.shape.kv_heads, 0};
-  struct PendingLaunch {
-    std::size_t s, i;
-    std::size_t tiles, begins, entries, t_ptr, t_rows;
-  };
-  std::vector<PendingLaunch> pl;
-  // Index args' keys: the pass's CalcMeta::indices, uploaded once with the
-  // rest of the metadata (every q-major launch of the pass reads them).
-  constexpr std::size_t kNone = static_cast<std::size_t>(-1);
-  const std::size_t indices_at = plan.calc.indices.empty() ? kNone : arena.add(plan.calc.indices);
-  const std::span<const std::int32_t> indices(plan.calc.indices);
-  pp.launches.assign(static_cast<std::size_t>(N) + 1, {});
-  for (int s = 0; s <= N; ++s) {
-    const std::vector<AttnArg>& args =
-        s == 0 ? plan.calc.local_attn_args : plan.calc.remote_attn_args[static_cast<std::size_t>(s - 1)];
-    auto add = [&](AttnKernel k, WorkList w, int major) {
-      if (w.empty()) return;
-      const bool q_major = k != AttnKernel::dkdv;
-      const int slots = q_major ? (major == 0 ? h_.hq : pp.shape.q_heads) : (major == 0 ? h_.hkv : pp.shape.kv_heads);
-      Launch L{k,
-               AttnLaunch{{q_local, q_remote}, {k_local, k_remote}, nullptr, nullptr, nullptr, nullptr, nullptr,
-                          nullptr, w.num_tiles(), major, h_.hq, h_.hkv, h_.groups, slots,
-                          1.0f / std::sqrt(static_cast<float>(h_.dim))},
-               grid_of(w, slots)};
-      auto& v = pp.launches[static_cast<std::size_t>(s)];
-      pl.push_back({static_cast<std::size_t>(s), v.size(), arena.add(w.tile_start), arena.add(w.entry_begin),
-                    arena.add(w.entries), w.t_ptr.empty() ? kNone : arena.add(w.t_ptr),
-                    w.t_rows.empty() ? kNone : arena.add(w.t_rows)});
-      v.push_back(L);
-    };
-    if (pass == Pass::fwd) {
-      add(AttnKernel::fwd, q_major(args, BufferId::local, indices), 0);
-      add(AttnKernel::fwd, q_major(args, BufferId::remote, indices), 1);
-    } else {
-      add(AttnKernel::dq, q_major(args, BufferId::local, indices), 0);
-      add(AttnKernel::dq, q_major(args, BufferId::remote, indices), 1);
-      add(AttnKernel::dkdv, k_major(args, BufferId::local, indices), 0);
-      add(AttnKernel::dkdv, k_major(args, BufferId::remote, indices), 1);
-    }
-  }
-
-  meta_bytes_ += static_cast<Bytes>(arena.size());
-  arena.commit(be_);
-  auto resolve = [&](std::vector<Unpack>& uu, const std::vector<std::size_t>& un) {
-    for (std::size_t i = 0; i < uu.size(); ++i) uu[i].segs = arena.at<void>(un[i]);
-  };
-  for (int s = 0; s < N; ++s) {
-    Stage& st = pp.stages[static_cast<std::size_t>(s)];
-    const Pending& pd = pending[static_cast<std::size_t>(s)];
-    if (st.n_pack > 0) st.pack = arena.at<CopySeg>(pd.pack);
-    if (st.n_fwd_pack > 0) st.fwd_pack = arena.at<CopySeg>(pd.fwd_pack);
-    resolve(st.qo_unpack, pd.qo_unpack);
-    resolve(st.kv_unpack, pd.kv_unpack);
-    resolve(st.qo_fwd_unpack, pd.qo_fwd_unpack);
-    resolve(st.kv_fwd_unpack, pd.kv_fwd_unpack);
-  }
-  for (const PendingLaunch& x : pl) {
-    AttnLaunch& p = pp.launches[x.s][x.i].p;
-    p.tile_start = arena.at<i64>(x.tiles);
-    p.entry_begin = arena.at<std::int32_t>(x.begins);
-    p.entries = arena.at<WorkEntry>(x.entries);
-    if (indices_at != kNone) p.indices = arena.at<std::int32_t>(indices_at);
-    if (x.t_ptr != kNone) p.t_ptr = arena.at<i64>(x.t_ptr);
-    if (x.t_rows != kNone) p.t_rows = arena.at<std::int32_t>(x.t_rows);
-  }
+  PassBuilder b(*this, pass, plan);
+  b.build_stages();
+  b.build_launches();
+  b.upload_and_resolve();
 }
 
 void RankPipeline::set_inputs(const RankInputs& in) {

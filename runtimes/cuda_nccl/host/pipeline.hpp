@@ -102,6 +102,8 @@ class RankPipeline {
     Event t0, t1;
   };
 
+  class PassBuilder;  // prepare()'s per-pass state and steps (pipeline.cpp)
+
   void prepare(Pass pass, const PassPlan& plan);
   void run_pass(Pass pass);
   void issue_cast(PassPrep& pp, int s, std::vector<Event>& done);

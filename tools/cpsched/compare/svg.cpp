@@ -126,28 +126,42 @@ std::vector<double> log_ticks(double lo, double hi) {
   return out;
 }
 
-std::string render_line_chart(const LineChart& c) {
-  std::vector<std::string> notes = c.notes;
-  // Data range (log axes: positive values only).
+namespace {
+
+// A point a log axis cannot show (value <= 0) or that is not finite: not drawn.
+bool undrawable(const LineChart& c, double x, double y) {
+  return (c.log_y && !(y > 0)) || (c.log_x && !(x > 0)) || !std::isfinite(y) || !std::isfinite(x);
+}
+
+// The range of the drawable points (and of the explicit x ticks).
+struct DataRange {
   double xmin = std::numeric_limits<double>::infinity(), xmax = -xmin;
   double ymin = xmin, ymax = -xmin;
-  int dropped = 0;
+  int dropped = 0;  // points not drawable
+};
+
+DataRange data_range(const LineChart& c) {
+  DataRange d;
   for (const auto& s : c.series)
     for (const auto& [x, y] : s.points) {
-      if ((c.log_y && !(y > 0)) || (c.log_x && !(x > 0)) || !std::isfinite(y) || !std::isfinite(x)) {
-        ++dropped;
+      if (undrawable(c, x, y)) {
+        ++d.dropped;
         continue;
       }
-      xmin = std::min(xmin, x);
-      xmax = std::max(xmax, x);
-      ymin = std::min(ymin, y);
-      ymax = std::max(ymax, y);
+      d.xmin = std::min(d.xmin, x);
+      d.xmax = std::max(d.xmax, x);
+      d.ymin = std::min(d.ymin, y);
+      d.ymax = std::max(d.ymax, y);
     }
   for (double x : c.x_ticks) {
-    xmin = std::min(xmin, x);
-    xmax = std::max(xmax, x);
+    d.xmin = std::min(d.xmin, x);
+    d.xmax = std::max(d.xmax, x);
   }
-  // Series with identical values hide each other: say which.
+  return d;
+}
+
+// Series with identical values hide each other: a note says which.
+void note_identical_series(const LineChart& c, std::vector<std::string>& notes) {
   std::vector<bool> grouped(c.series.size(), false);
   for (std::size_t i = 0; i < c.series.size(); ++i) {
     if (grouped[i]) continue;
@@ -161,25 +175,14 @@ std::string render_line_chart(const LineChart& c) {
       }
     if (n > 1) notes.push_back("same values, drawn on top of each other: " + names);
   }
-  if (dropped > 0)
-    notes.push_back(fmt::format("{} point(s) with value 0 are not drawn on the logarithmic scale", dropped));
-  const bool empty = !(ymax >= ymin);
-  if (empty) {
-    ymin = c.log_y ? 1 : 0;
-    ymax = c.log_y ? 10 : 1;
-    if (!(xmax >= xmin)) xmin = 1, xmax = 2;
-    notes.push_back("no data to draw");
-  }
+}
 
-  const double height = kTop + kPlotH + kBottom + kNoteLine * static_cast<double>(notes.size());
-  Axis ax, ay;
-  ax.log = c.log_x;
-  ay.log = c.log_y;
+// x: a margin so that the end points do not sit on the frame.
+Axis x_axis(bool log, double xmin, double xmax) {
+  Axis ax;
+  ax.log = log;
   ax.p0 = kLeft;
   ax.p1 = kWidth - kRight;
-  ay.p0 = kTop + kPlotH;
-  ay.p1 = kTop;
-  // x: a margin so that the end points do not sit on the frame.
   if (ax.log) {
     const double f = xmax > xmin ? std::pow(xmax / xmin, 0.05) : 2.0;
     ax.lo = xmin / f;
@@ -189,80 +192,119 @@ std::string render_line_chart(const LineChart& c) {
     ax.lo = xmin - pad;
     ax.hi = xmax + pad;
   }
-  // y: ticks on nice values, and the frame a little beyond them so that no
-  // point sits on the frame.
-  std::vector<double> yt, y_minor;
+  return ax;
+}
+
+// The y axis with its ticks, unlabelled minor grid lines (log scale) and the
+// decimals of its tick labels (linear scale).
+struct YAxis {
+  Axis axis;
+  std::vector<double> ticks, minor;
+  int decimals = 0;
+};
+
+// Unlabelled grid lines at 2..9 x 10^k help reading values between ticks.
+std::vector<double> minor_log_lines(double lo, double hi) {
+  std::vector<double> out;
+  const int e0 = static_cast<int>(std::floor(std::log10(lo)));
+  const int e1 = static_cast<int>(std::ceil(std::log10(hi)));
+  if (e1 - e0 <= 4)
+    for (int e = e0; e <= e1; ++e)
+      for (int m = 1; m <= 9; ++m) {
+        const double v = m * std::pow(10.0, e);
+        if (v > lo && v < hi) out.push_back(v);
+      }
+  return out;
+}
+
+// Linear ticks share the decimals of their step ("1.0, 1.2", not "1, 1.2").
+int linear_decimals(const std::vector<double>& yt) {
+  int y_decimals = 0;
+  if (yt.size() > 1) y_decimals = std::clamp(static_cast<int>(std::ceil(-std::log10(yt[1] - yt[0]) - 1e-9)), 0, 6);
+  if (yt.size() > 1 && std::fabs(std::round((yt[1] - yt[0]) * std::pow(10.0, y_decimals)) -
+                                 (yt[1] - yt[0]) * std::pow(10.0, y_decimals)) > 1e-6)
+    ++y_decimals;  // steps of 2.5 x 10^k need one more
+  return y_decimals;
+}
+
+// y: ticks on nice values, and the frame a little beyond them so that no
+// point sits on the frame.
+YAxis y_axis(bool log, double ymin, double ymax) {
+  YAxis y;
+  Axis& ay = y.axis;
+  ay.log = log;
+  ay.p0 = kTop + kPlotH;
+  ay.p1 = kTop;
   if (ay.log) {
     double lo = nice125(ymin, false), hi = nice125(ymax, true);
     if (hi <= lo) hi = lo * 2;
-    yt = log_ticks(lo, hi);
+    y.ticks = log_ticks(lo, hi);
     const double pad = std::pow(hi / lo, 0.03);
     ay.lo = lo / pad;
     ay.hi = hi * pad;
-    // Unlabelled grid lines at 2..9 x 10^k help reading values between ticks.
-    const int e0 = static_cast<int>(std::floor(std::log10(ay.lo)));
-    const int e1 = static_cast<int>(std::ceil(std::log10(ay.hi)));
-    if (e1 - e0 <= 4)
-      for (int e = e0; e <= e1; ++e)
-        for (int m = 1; m <= 9; ++m) {
-          const double v = m * std::pow(10.0, e);
-          if (v > ay.lo && v < ay.hi) y_minor.push_back(v);
-        }
+    y.minor = minor_log_lines(ay.lo, ay.hi);
   } else {
-    yt = linear_ticks(ymin, ymax);
-    const double lo = yt.front(), hi = yt.back() > yt.front() ? yt.back() : yt.front() + 1;
+    y.ticks = linear_ticks(ymin, ymax);
+    const double lo = y.ticks.front(), hi = y.ticks.back() > y.ticks.front() ? y.ticks.back() : y.ticks.front() + 1;
     ay.lo = lo - 0.03 * (hi - lo);
     ay.hi = hi + 0.03 * (hi - lo);
+    y.decimals = linear_decimals(y.ticks);
   }
-  // Linear ticks share the decimals of their step ("1.0, 1.2", not "1, 1.2").
-  int y_decimals = 0;
-  if (!ay.log && yt.size() > 1)
-    y_decimals = std::clamp(static_cast<int>(std::ceil(-std::log10(yt[1] - yt[0]) - 1e-9)), 0, 6);
-  if (!ay.log && yt.size() > 1 && std::fabs(std::round((yt[1] - yt[0]) * std::pow(10.0, y_decimals)) -
-                                            (yt[1] - yt[0]) * std::pow(10.0, y_decimals)) > 1e-6)
-    ++y_decimals;  // steps of 2.5 x 10^k need one more
-  std::vector<double> xt = c.x_ticks;
-  if (xt.empty()) xt = ax.log ? log_ticks(xmin, xmax) : linear_ticks(xmin, xmax);
+  return y;
+}
 
-  std::string o;
+void chart_header(std::string& o, const LineChart& c, double height) {
   o += fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
       "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\"12\">\n",
       kWidth, height);
   o += fmt::format("<title>{}</title>\n", xml_escape(c.title));
   o += fmt::format("<rect x=\"0\" y=\"0\" width=\"{}\" height=\"{}\" fill=\"white\"/>\n", kWidth, height);
-  o += fmt::format("<text x=\"{}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">{}</text>\n", kLeft, xml_escape(c.title));
+  o += fmt::format("<text x=\"{}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">{}</text>\n", kLeft,
+                   xml_escape(c.title));
   if (!c.subtitle.empty())
-    o += fmt::format("<text x=\"{}\" y=\"43\" font-size=\"11\" fill=\"#555\">{}</text>\n", kLeft, xml_escape(c.subtitle));
+    o += fmt::format("<text x=\"{}\" y=\"43\" font-size=\"11\" fill=\"#555\">{}</text>\n", kLeft,
+                     xml_escape(c.subtitle));
+}
 
-  // Grid and ticks.
+// Grid lines, the frame, tick marks with their labels, the axis labels.
+void grid_and_ticks(std::string& o, const LineChart& c, const Axis& ax, const YAxis& y, const std::vector<double>& xt) {
+  static constexpr char kLine[] = "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\"/>\n";
+  const Axis& ay = y.axis;
+  const std::vector<double>& yt = y.ticks;
   const double x0 = ax.p0, x1 = ax.p1, y0 = ay.p0, y1 = ay.p1;
   o += "<g stroke=\"#f1f1f1\" stroke-width=\"1\">\n";
-  for (double v : y_minor) o += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\"/>\n", x0, ay.px(v), x1, ay.px(v));
+  for (double v : y.minor) o += fmt::format(kLine, x0, ay.px(v), x1, ay.px(v));
   o += "</g>\n";
   o += "<g stroke=\"#dcdcdc\" stroke-width=\"1\">\n";
-  for (double v : yt) o += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\"/>\n", x0, ay.px(v), x1, ay.px(v));
-  for (double v : xt) o += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\"/>\n", ax.px(v), y0, ax.px(v), y1);
+  for (double v : yt) o += fmt::format(kLine, x0, ay.px(v), x1, ay.px(v));
+  for (double v : xt) o += fmt::format(kLine, ax.px(v), y0, ax.px(v), y1);
   o += "</g>\n";
   o += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" stroke=\"#333\"/>\n",
                    x0, y1, x1 - x0, y0 - y1);
   o += "<g fill=\"#222\">\n";
   for (double v : yt) {
-    o += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#333\"/>", x0 - 5, ay.px(v), x0, ay.px(v));
+    o += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#333\"/>", x0 - 5, ay.px(v),
+                     x0, ay.px(v));
     o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", x0 - 8, ay.px(v) + 4,
-                     ay.log ? tick_label(v) : fmt::format("{:.{}f}", v, y_decimals));
+                     ay.log ? tick_label(v) : fmt::format("{:.{}f}", v, y.decimals));
   }
   for (double v : xt) {
-    o += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#333\"/>", ax.px(v), y0, ax.px(v), y0 + 5);
-    o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", ax.px(v), y0 + 19, tick_label(v));
+    o += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#333\"/>", ax.px(v), y0,
+                     ax.px(v), y0 + 5);
+    o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", ax.px(v), y0 + 19,
+                     tick_label(v));
   }
   o += "</g>\n";
   o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}{}</text>\n", (x0 + x1) / 2, y0 + 40,
                    xml_escape(c.x_label), c.log_x ? " (log scale)" : "");
   o += fmt::format("<text transform=\"translate({:.1f},{:.1f}) rotate(-90)\" text-anchor=\"middle\">{}{}</text>\n", 18.0,
                    (y0 + y1) / 2, xml_escape(c.y_label), c.log_y ? " (log scale)" : "");
+}
 
-  // Series, clipped to the plot area.
+// Series, clipped to the plot area.
+void series_lines(std::string& o, const LineChart& c, const Axis& ax, const Axis& ay) {
+  const double x0 = ax.p0, x1 = ax.p1, y0 = ay.p0, y1 = ay.p1;
   o += fmt::format("<clipPath id=\"plot\"><rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\"/></clipPath>\n",
                    x0 - 4, y1 - 4, x1 - x0 + 8, y0 - y1 + 8);
   o += "<g clip-path=\"url(#plot)\">\n";
@@ -271,7 +313,7 @@ std::string render_line_chart(const LineChart& c) {
     const int my_shape = s.markers ? shape++ : 0;
     std::vector<std::pair<double, double>> pts;
     for (const auto& [x, y] : s.points)
-      if (!((c.log_y && !(y > 0)) || (c.log_x && !(x > 0)) || !std::isfinite(y) || !std::isfinite(x))) pts.emplace_back(x, y);
+      if (!undrawable(c, x, y)) pts.emplace_back(x, y);
     if (pts.empty()) continue;
     std::string path;
     for (const auto& [x, y] : pts) path += fmt::format("{}{:.1f},{:.1f}", path.empty() ? "" : " ", ax.px(x), ay.px(y));
@@ -279,15 +321,16 @@ std::string render_line_chart(const LineChart& c) {
                      dash_attr(s.dash));
     if (s.markers)
       for (const auto& [x, y] : pts)
-        o += marker(my_shape, ax.px(x), ay.px(y), s.color, fmt::format("{} at {}: {:.4g}", xml_escape(s.name), tick_label(x), y)) +
+        o += marker(my_shape, ax.px(x), ay.px(y), s.color,
+                    fmt::format("{} at {}: {:.4g}", xml_escape(s.name), tick_label(x), y)) +
              "\n";
   }
   o += "</g>\n";
+}
 
-  // Legend, right of the plot.
-  const double lx = x1 + 16;
-  double ly = y1 + 8;
-  shape = 0;
+// Legend, from (lx, ly) right of the plot.
+void series_legend(std::string& o, const LineChart& c, double lx, double ly) {
+  int shape = 0;
   for (const auto& s : c.series) {
     const int my_shape = s.markers ? shape++ : 0;
     const bool drawn = std::any_of(s.points.begin(), s.points.end(), [&](const auto& p) {
@@ -300,7 +343,37 @@ std::string render_line_chart(const LineChart& c) {
                      drawn ? "" : " (no data)");
     ly += 20;
   }
-  double ny = y0 + 58;
+}
+
+}  // namespace
+
+std::string render_line_chart(const LineChart& c) {
+  std::vector<std::string> notes = c.notes;
+  // Data range (log axes: positive values only).
+  DataRange d = data_range(c);
+  note_identical_series(c, notes);
+  if (d.dropped > 0)
+    notes.push_back(fmt::format("{} point(s) with value 0 are not drawn on the logarithmic scale", d.dropped));
+  const bool empty = !(d.ymax >= d.ymin);
+  if (empty) {
+    d.ymin = c.log_y ? 1 : 0;
+    d.ymax = c.log_y ? 10 : 1;
+    if (!(d.xmax >= d.xmin)) d.xmin = 1, d.xmax = 2;
+    notes.push_back("no data to draw");
+  }
+
+  const double height = kTop + kPlotH + kBottom + kNoteLine * static_cast<double>(notes.size());
+  const Axis ax = x_axis(c.log_x, d.xmin, d.xmax);
+  const YAxis y = y_axis(c.log_y, d.ymin, d.ymax);
+  std::vector<double> xt = c.x_ticks;
+  if (xt.empty()) xt = ax.log ? log_ticks(d.xmin, d.xmax) : linear_ticks(d.xmin, d.xmax);
+
+  std::string o;
+  chart_header(o, c, height);
+  grid_and_ticks(o, c, ax, y, xt);
+  series_lines(o, c, ax, y.axis);
+  series_legend(o, c, ax.p1 + 16, y.axis.p1 + 8);
+  double ny = y.axis.p0 + 58;
   for (const auto& n : notes) {
     o += fmt::format("<text x=\"{}\" y=\"{:.1f}\" font-size=\"11\" fill=\"#a33\">{}</text>\n", kLeft, ny, xml_escape(n));
     ny += kNoteLine;

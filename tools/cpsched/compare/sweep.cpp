@@ -351,14 +351,10 @@ std::string join_names(const std::vector<std::string>& v) {
   return s;
 }
 
-}  // namespace
-
-CompareResult run_compare(const Config& cfg, const CompareSpec& spec, const Registry& reg, const ConfigLoader& load,
-                          Progress& progress) {
-  CompareResult res;
-  res.hardware = spec.hardware;
-
-  // The hardware axis (one unnamed slot when there is none).
+// The hardware axis (one unnamed slot when there is none), each profile with
+// its timing runner where timing is on.
+std::vector<HwSlot> hardware_slots(const CompareSpec& spec, const Registry& reg, const ConfigLoader& load,
+                                   CompareResult& res) {
   std::vector<HwSlot> slots(spec.hardware.empty() ? 1 : spec.hardware.size());
   for (std::size_t i = 0; i < spec.hardware.size(); ++i) {
     slots[i].name = spec.hardware[i];
@@ -376,133 +372,211 @@ CompareResult run_compare(const Config& cfg, const CompareSpec& spec, const Regi
     else
       res.warnings.push_back("timing columns left empty: " + why);
   }
+  return slots;
+}
 
-  // Cost models: validated as `run` does, then one per profile when the plugin takes `hardware`.
+// Cost models: validated as `run` does, then one per profile when the plugin
+// takes `hardware`. The groups point into `slots`.
+std::vector<CostGroup> cost_groups(const Config& cfg, const CompareSpec& spec, const Registry& reg,
+                                   const std::vector<HwSlot>& slots, CompareResult& res) {
   const Params cost_params = resolve_selection(reg, static_cast<int>(PluginKind::cost_model), cfg.cost_model);
   std::vector<CostGroup> groups(cost_group_count(spec));
   if (!spec.cost_model_hardware || spec.hardware.empty()) {
     groups[0].cost = reg.make_cost_model(cfg.cost_model.name, cost_params);
     for (const auto& slot : slots) groups[0].slots.push_back(&slot);
-  } else {
-    res.solved_per_hardware = true;
-    const PluginInfo& info = reg.find(PluginKind::cost_model, cfg.cost_model.name);
-    for (std::size_t g = 0; g < groups.size(); ++g) {
-      Params given = cfg.cost_model.given_params();
-      given.set("hardware", slots[g].spec);
-      try {
-        groups[g].cost = reg.make_cost_model(cfg.cost_model.name, reg.resolve_params(info, given));
-      } catch (const Error& e) {
-        throw Error(fmt::format("compare.hardware: cost model '{}' with hardware '{}': {}", cfg.cost_model.name,
-                                slots[g].name, e.what()));
+    return groups;
+  }
+  res.solved_per_hardware = true;
+  const PluginInfo& info = reg.find(PluginKind::cost_model, cfg.cost_model.name);
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    Params given = cfg.cost_model.given_params();
+    given.set("hardware", slots[g].spec);
+    try {
+      groups[g].cost = reg.make_cost_model(cfg.cost_model.name, reg.resolve_params(info, given));
+    } catch (const Error& e) {
+      throw Error(fmt::format("compare.hardware: cost model '{}' with hardware '{}': {}", cfg.cost_model.name,
+                              slots[g].name, e.what()));
+    }
+    groups[g].slots = {&slots[g]};
+  }
+  return groups;
+}
+
+// The compared solvers, where ilp and the reference are among them, and the
+// reference's own handle where it is not.
+struct SweepSolvers {
+  std::vector<SolverHandle> handles;
+  std::size_t ilp_index = 0;  // handles.size(): not compared
+  bool ref_listed = false;
+  std::size_t ref_index = 0;
+  SolverHandle ref_handle;
+};
+
+SweepSolvers sweep_solvers(const CompareSpec& spec, const Registry& reg, const ConfigLoader& load,
+                           CompareResult& res) {
+  SweepSolvers sv;
+  for (const auto& name : spec.solvers) sv.handles.push_back(make_handle(name, reg, load, spec));
+  const auto ilp_it = std::find(spec.solvers.begin(), spec.solvers.end(), kIlpSolver);
+  sv.ilp_index = static_cast<std::size_t>(ilp_it - spec.solvers.begin());
+  const auto ref_it = std::find(spec.solvers.begin(), spec.solvers.end(), spec.reference);
+  sv.ref_listed = ref_it != spec.solvers.end();
+  sv.ref_index = static_cast<std::size_t>(ref_it - spec.solvers.begin());
+  if (spec.reference.empty())
+    res.warnings.push_back("no `usp` solver plugin was found: the usp-placement columns are left empty");
+  else if (!sv.ref_listed)
+    sv.ref_handle = make_handle(spec.reference, reg, load, spec);
+  return sv;
+}
+
+// Every (heads, mask, P, pack) point of the sweep: each solver on each cost
+// group, rows appended to res.per_pack in sweep order.
+class PointSweep {
+ public:
+  PointSweep(const Config& cfg, const CompareSpec& spec, const std::vector<CostGroup>& groups,
+             const SweepSolvers& solvers, Progress& progress, CompareResult& res)
+      : cfg_(cfg), spec_(spec), groups_(groups), sv_(solvers), progress_(progress), res_(res) {}
+
+  void run() {
+    for (const auto& h : spec_.heads)
+      for (MaskKind kind : spec_.masks) {
+        const bool packed = mask_uses_packs(cfg_.mask, kind);
+        const std::vector<int> packs = packed ? spec_.packs : std::vector<int>{cfg_.mask.pack};
+        for (int P : spec_.cp_sizes)
+          for (int pack : packs) {
+            CompareRow base;
+            base.mask = std::string(to_string(kind));
+            base.cp_size = P;
+            base.heads = h;
+            base.pack = packed ? pack : -1;
+            run_point(base, h, kind, P, pack);
+          }
       }
-      groups[g].slots = {&slots[g]};
+  }
+
+ private:
+  using Volumes = std::optional<std::pair<double, double>>;  // the reference's (fwd, bwd) send
+  using GroupRows = std::vector<std::vector<CompareRow>>;    // [group]: rows [profile][stage count]
+
+  void run_point(const CompareRow& base, const HeadConfig& h, MaskKind kind, int P, int pack) {
+    std::shared_ptr<const Problem> problem;
+    std::string problem_error;
+    try {
+      problem = make_point_problem(cfg_, kind, P, h, pack);
+    } catch (const Error& e) {
+      problem_error = e.what();
+    }
+    // out[solver][group]. The reference runs first: every row of this point
+    // needs its volumes.
+    std::vector<GroupRows> out(sv_.handles.size(), GroupRows(groups_.size()));
+    std::vector<Volumes> ref(groups_.size());
+    if (sv_.ref_listed) {
+      out[sv_.ref_index] = run_index(sv_.ref_index, base, problem, problem_error);
+      for (std::size_t g = 0; g < groups_.size(); ++g)
+        if (const CompareRow& r = out[sv_.ref_index][g].front(); r.ok)
+          ref[g] = std::make_pair(r.f.fwd_send, r.f.bwd_send);
+    } else if (problem && !spec_.reference.empty()) {
+      unlisted_reference(problem, ref);
+    }
+    for (std::size_t i = 0; i < sv_.handles.size(); ++i)
+      if (!(sv_.ref_listed && i == sv_.ref_index)) out[i] = run_index(i, base, problem, problem_error);
+    for (std::size_t g = 0; g < groups_.size(); ++g) fill_baselines(out, g, ref[g]);
+    // Sweep order within a point: solver, profile, stage count.
+    for (auto& per_solver : out)
+      for (auto& rows : per_solver)
+        for (auto& r : rows) res_.per_pack.push_back(std::move(r));
+  }
+
+  // Solver i on every cost group (without a problem: its rows fail with
+  // problem_error).
+  GroupRows run_index(std::size_t i, const CompareRow& base, const std::shared_ptr<const Problem>& problem,
+                      const std::string& problem_error) {
+    const SolverHandle& h = sv_.handles[i];
+    GroupRows rows(groups_.size());
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      if (!problem) {
+        rows[g] = point_rows(base, h.name, groups_[g].slots, spec_.stages);
+        for (auto& r : rows[g]) {
+          r.ok = false;
+          r.error = problem_error;
+        }
+      } else {
+        rows[g] = run_solver(h, problem, *groups_[g].cost, spec_, groups_[g].slots, base);
+      }
+      progress_.step(point_label(base) + " " + h.name +
+                     (groups_.size() > 1 ? " " + groups_[g].slots.front()->name : std::string()));
+    }
+    return rows;
+  }
+
+  // The reference's volumes on every cost group when it is not compared.
+  void unlisted_reference(const std::shared_ptr<const Problem>& problem, std::vector<Volumes>& ref) {
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      std::string why;
+      ref[g] = reference_volumes(sv_.ref_handle, problem, *groups_[g].cost, why);
+      // Not a compared solver, so no row shows its failure: say it once per message.
+      if (!ref[g] && ref_failures_.insert(why).second)
+        res_.warnings.push_back(fmt::format("baseline `{}` failed (its columns are left empty where it did): {}",
+                                            spec_.reference, why));
     }
   }
 
-  std::vector<SolverHandle> handles;
-  for (const auto& name : spec.solvers) handles.push_back(make_handle(name, reg, load, spec));
-  const auto ilp_it = std::find(spec.solvers.begin(), spec.solvers.end(), kIlpSolver);
-  const std::size_t ilp_index = static_cast<std::size_t>(ilp_it - spec.solvers.begin());  // size(): not compared
-  const auto ref_it = std::find(spec.solvers.begin(), spec.solvers.end(), spec.reference);
-  const bool ref_listed = ref_it != spec.solvers.end();
-  const std::size_t ref_index = static_cast<std::size_t>(ref_it - spec.solvers.begin());
-  SolverHandle ref_handle;
-  if (spec.reference.empty())
-    res.warnings.push_back("no `usp` solver plugin was found: the usp-placement columns are left empty");
-  else if (!ref_listed)
-    ref_handle = make_handle(spec.reference, reg, load, spec);
-
-  std::set<std::string> ref_failures;
-  const std::size_t ns = spec.stages.size();
-  for (const auto& h : spec.heads)
-    for (MaskKind kind : spec.masks) {
-      const bool packed = mask_uses_packs(cfg.mask, kind);
-      const std::vector<int> packs = packed ? spec.packs : std::vector<int>{cfg.mask.pack};
-      for (int P : spec.cp_sizes)
-        for (int pack : packs) {
-          CompareRow base;
-          base.mask = std::string(to_string(kind));
-          base.cp_size = P;
-          base.heads = h;
-          base.pack = packed ? pack : -1;
-          std::shared_ptr<const Problem> problem;
-          std::string problem_error;
-          try {
-            problem = make_point_problem(cfg, kind, P, h, pack);
-          } catch (const Error& e) {
-            problem_error = e.what();
-          }
-          // out[solver][group]: rows [profile][stage count]. The reference
-          // runs first: every row of this point needs its volumes.
-          std::vector<std::vector<std::vector<CompareRow>>> out(handles.size(),
-                                                                std::vector<std::vector<CompareRow>>(groups.size()));
-          std::vector<std::optional<std::pair<double, double>>> ref(groups.size());
-          auto run_index = [&](std::size_t i) {
-            for (std::size_t g = 0; g < groups.size(); ++g) {
-              if (!problem) {
-                out[i][g] = point_rows(base, handles[i].name, groups[g].slots, spec.stages);
-                for (auto& r : out[i][g]) {
-                  r.ok = false;
-                  r.error = problem_error;
-                }
-              } else {
-                out[i][g] = run_solver(handles[i], problem, *groups[g].cost, spec, groups[g].slots, base);
-              }
-              progress.step(point_label(base) + " " + handles[i].name +
-                            (groups.size() > 1 ? " " + groups[g].slots.front()->name : std::string()));
-            }
-          };
-          if (ref_listed) {
-            run_index(ref_index);
-            for (std::size_t g = 0; g < groups.size(); ++g)
-              if (const CompareRow& r = out[ref_index][g].front(); r.ok) ref[g] = std::make_pair(r.f.fwd_send, r.f.bwd_send);
-          } else if (problem && !spec.reference.empty()) {
-            for (std::size_t g = 0; g < groups.size(); ++g) {
-              std::string why;
-              ref[g] = reference_volumes(ref_handle, problem, *groups[g].cost, why);
-              // Not a compared solver, so no row shows its failure: say it once per message.
-              if (!ref[g] && ref_failures.insert(why).second)
-                res.warnings.push_back(fmt::format(
-                    "baseline `{}` failed (its columns are left empty where it did): {}", spec.reference, why));
-            }
-          }
-          for (std::size_t i = 0; i < handles.size(); ++i)
-            if (!(ref_listed && i == ref_index)) run_index(i);
-          for (std::size_t g = 0; g < groups.size(); ++g) {
-            // ilp's forward send per stage count (the same on every profile of
-            // the group: one solve), where it ran and met its balance target.
-            std::vector<std::optional<double>> ilp_fwd(ns);
-            if (ilp_index < out.size())
-              for (std::size_t s = 0; s < ns && s < out[ilp_index][g].size(); ++s)
-                if (const CompareRow& r = out[ilp_index][g][s]; r.ok && r.f.feasible_packs == 1) ilp_fwd[s] = r.f.fwd_send;
-            for (auto& per_solver : out)
-              for (std::size_t k = 0; k < per_solver[g].size(); ++k) {
-                CompareRow& r = per_solver[g][k];
-                if (r.ok) r.f.ilp_fwd = ilp_fwd[k % ns];
-                if (r.ok && ref[g]) {
-                  r.f.ref_fwd = ref[g]->first;
-                  r.f.ref_bwd = ref[g]->second;
-                }
-              }
-          }
-          // Sweep order within a point: solver, profile, stage count.
-          for (auto& per_solver : out)
-            for (auto& rows : per_solver)
-              for (auto& r : rows) res.per_pack.push_back(std::move(r));
+  // The ilp and reference columns of cost group g's rows.
+  void fill_baselines(std::vector<GroupRows>& out, std::size_t g, const Volumes& ref) const {
+    const std::size_t ns = spec_.stages.size();
+    // ilp's forward send per stage count (the same on every profile of
+    // the group: one solve), where it ran and met its balance target.
+    std::vector<std::optional<double>> ilp_fwd(ns);
+    if (sv_.ilp_index < out.size())
+      for (std::size_t s = 0; s < ns && s < out[sv_.ilp_index][g].size(); ++s)
+        if (const CompareRow& r = out[sv_.ilp_index][g][s]; r.ok && r.f.feasible_packs == 1) ilp_fwd[s] = r.f.fwd_send;
+    for (auto& per_solver : out)
+      for (std::size_t k = 0; k < per_solver[g].size(); ++k) {
+        CompareRow& r = per_solver[g][k];
+        if (r.ok) r.f.ilp_fwd = ilp_fwd[k % ns];
+        if (r.ok && ref) {
+          r.f.ref_fwd = ref->first;
+          r.f.ref_bwd = ref->second;
         }
-    }
+      }
+  }
 
-  // Group by (heads, mask, P, stages, hardware, solver) in order of first appearance.
+  const Config& cfg_;
+  const CompareSpec& spec_;
+  const std::vector<CostGroup>& groups_;
+  const SweepSolvers& sv_;
+  Progress& progress_;
+  CompareResult& res_;
+  std::set<std::string> ref_failures_;
+};
+
+// Groups the per-pack rows by (heads, mask, P, stages, hardware, solver) in
+// order of first appearance, one aggregated row each.
+std::vector<CompareRow> aggregate_rows(const std::vector<CompareRow>& per_pack) {
   using Key = std::tuple<int, int, int, std::string, int, int, std::string, std::string>;
   std::map<Key, std::size_t> index;
   std::vector<std::vector<const CompareRow*>> agg_groups;
-  for (const auto& r : res.per_pack) {
+  for (const auto& r : per_pack) {
     const Key k{r.heads.q, r.heads.kv, r.heads.dim, r.mask, r.cp_size, r.stages, r.hardware, r.solver};
     auto [it, fresh] = index.emplace(k, agg_groups.size());
     if (fresh) agg_groups.emplace_back();
     agg_groups[it->second].push_back(&r);
   }
-  for (const auto& g : agg_groups) res.aggregated.push_back(aggregate(g));
+  std::vector<CompareRow> out;
+  for (const auto& g : agg_groups) out.push_back(aggregate(g));
+  return out;
+}
+
+}  // namespace
+
+CompareResult run_compare(const Config& cfg, const CompareSpec& spec, const Registry& reg, const ConfigLoader& load,
+                          Progress& progress) {
+  CompareResult res;
+  res.hardware = spec.hardware;
+  const std::vector<HwSlot> slots = hardware_slots(spec, reg, load, res);
+  const std::vector<CostGroup> groups = cost_groups(cfg, spec, reg, slots, res);
+  const SweepSolvers solvers = sweep_solvers(spec, reg, load, res);
+  PointSweep(cfg, spec, groups, solvers, progress, res).run();
+  res.aggregated = aggregate_rows(res.per_pack);
   return res;
 }
 
