@@ -2,11 +2,13 @@
 // metrics per mask, with the plan cache in front.
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <optional>
 
 #include <fmt/format.h>
 
 #include "cpsched/session/session.hpp"
+#include "ahead_queue.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/io/input_file.hpp"
 #include "cpsched/timing/hardware.hpp"
@@ -34,6 +36,7 @@ void check_options(const SessionOptions& o) {
     throw Error(fmt::format("session: rank must be -1 (every rank's plan) or in [0, cp_size = {}), got {}", o.cp_size,
                             o.rank));
   if (o.seqlen < 0) throw Error(fmt::format("session: seqlen must not be negative, got {}", o.seqlen));
+  if (o.ahead_queue < 1) throw Error("session: ahead_queue must be at least 1, got 0");
   // Folders the caller names must exist (a typo would otherwise only mean "plugin not found").
   for (std::size_t i = 0; i < o.plugin_paths.size(); ++i) {
     try {
@@ -61,6 +64,10 @@ struct Session::Impl {
   std::shared_ptr<const SolveResult> last;
   bool last_cached = false;
   double last_ms = 0.0;
+  // One solve at a time: the solver, cost model and pricer are shared by
+  // solve() and the planning-ahead thread.
+  std::mutex run_mu;
+  std::unique_ptr<detail::AheadQueue> ahead;  // made by the first solve_async; destroyed first
 
   Impl(SessionOptions o, std::shared_ptr<Registry> r, const Config* cfg)
       : opt(std::move(o)), reg(std::move(r)), cache(opt.cache_size) {
@@ -82,19 +89,43 @@ struct Session::Impl {
     path = std::make_unique<SolvePath>(*solver, *cost, *reg);
   }
 
-  const SolveResult& solve(const RangeMask& mask) {
-    const auto t0 = std::chrono::steady_clock::now();
+  ~Impl() { ahead.reset(); }  // joins the planning-ahead thread while the solver is alive
+
+  PlanKey range_key(const RangeMask& mask) const {
     if (mask.seqlen() <= 0) throw Error(fmt::format("session: sequence length must be positive, got {}", mask.seqlen()));
     const Sharding sh = opt.host_ranges.empty()
                             ? Sharding::sequential(mask.seqlen(), opt.cp_size, opt.grid.blocks_per_rank)
                             : Sharding::of_host_ranges(mask.seqlen(), opt.host_ranges);
-    const PlanKey key = make_plan_key(mask.seqlen(), mask.slices(), opt.heads, opt.grid, sh, opt.layout, opt.solver,
-                                      solver_params, opt.cost_model, cost_params, opt.plan,
-                                      opt.uses.value_or(default_uses(opt.layout)));
-    if (const SolveResult* r = cached(key, t0)) return *r;
+    return make_plan_key(mask.seqlen(), mask.slices(), opt.heads, opt.grid, sh, opt.layout, opt.solver, solver_params,
+                         opt.cost_model, cost_params, opt.plan, opt.uses.value_or(default_uses(opt.layout)));
+  }
+
+  std::shared_ptr<const Problem> range_problem(const RangeMask& mask) const {
     Problem p = Problem::make(mask, opt.cp_size, opt.heads, opt.grid);
     p.set_layout(opt.layout, opt.host_ranges);
-    return solve_problem(std::make_shared<const Problem>(std::move(p)), &key, t0);
+    return std::make_shared<const Problem>(std::move(p));
+  }
+
+  std::shared_ptr<const SolveResult> run(std::shared_ptr<const Problem> problem) {
+    std::lock_guard lock(run_mu);
+    return std::make_shared<const SolveResult>(path->run(
+        std::move(problem),
+        {.shape = opt.plan, .uses = opt.uses, .validate = opt.validate, .rank = opt.rank, .solver_name = opt.solver}));
+  }
+
+  const SolveResult& solve(const RangeMask& mask) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const PlanKey key = range_key(mask);
+    if (const SolveResult* r = cached(key, t0)) return *r;
+    return solve_problem(range_problem(mask), &key, t0);
+  }
+
+  detail::ResultFuture solve_async(const RangeMask& mask) {
+    const PlanKey key = range_key(mask);
+    if (!ahead)
+      ahead = std::make_unique<detail::AheadQueue>([this](std::shared_ptr<const Problem> p) { return run(std::move(p)); },
+                                                   cache, opt.ahead_queue);
+    return ahead->submit(key, [&] { return range_problem(mask); });
   }
 
   // Index masks are not cached: an indexer's selection changes every step,
@@ -126,9 +157,13 @@ struct Session::Impl {
     return solve_problem(std::move(problem), nullptr, t0);
   }
 
-  // The cache's entry for `key` as the last result, or null.
+  // The cache's entry for `key` (or the result of the same mask planned
+  // ahead, once it is done) as the last result, or null.
   const SolveResult* cached(const PlanKey& key, std::chrono::steady_clock::time_point t0) {
-    auto hit = cache.find(key);
+    std::shared_ptr<const SolveResult> hit;
+    if (ahead)
+      if (auto f = ahead->in_flight(key)) hit = f->get();  // rethrows the solver's error
+    if (!hit) hit = cache.find(key);
     if (!hit) return nullptr;
     last = std::move(hit);
     last_cached = true;
@@ -138,8 +173,7 @@ struct Session::Impl {
 
   const SolveResult& solve_problem(std::shared_ptr<const Problem> problem, const PlanKey* key,
                                    std::chrono::steady_clock::time_point t0) {
-    auto out = std::make_shared<SolveResult>(path->run(std::move(problem),
-                   {.shape = opt.plan, .uses = opt.uses, .validate = opt.validate, .rank = opt.rank, .solver_name = opt.solver}));
+    auto out = run(std::move(problem));
     if (key != nullptr) cache.insert(*key, out);
     last = std::move(out);
     last_cached = false;
@@ -196,21 +230,41 @@ SessionOptions Session::options_from(const Config& c) {
   return o;
 }
 
-const SolveResult& Session::solve(const std::vector<Range>& q_ranges, const std::vector<Range>& k_ranges,
-                                 const std::vector<MaskType>& types) {
+namespace {
+
+// The seed's three lists as a range mask; S: the session's, or the largest range end.
+RangeMask seed_lists_mask(Token seqlen, const std::vector<Range>& q_ranges, const std::vector<Range>& k_ranges,
+                          const std::vector<MaskType>& types) {
   if (q_ranges.size() != k_ranges.size() || q_ranges.size() != types.size())
     throw Error(fmt::format("session: {} q ranges, {} k ranges and {} mask types (must be equal)", q_ranges.size(),
                             k_ranges.size(), types.size()));
   std::vector<Slice> slices(q_ranges.size());
-  Token S = impl_->opt.seqlen;
+  Token S = seqlen;
   for (std::size_t i = 0; i < slices.size(); ++i) {
     slices[i] = Slice{q_ranges[i], k_ranges[i], types[i]};
-    if (impl_->opt.seqlen == 0) S = std::max({S, q_ranges[i].end, k_ranges[i].end});
+    if (seqlen == 0) S = std::max({S, q_ranges[i].end, k_ranges[i].end});
   }
-  return impl_->solve(RangeMask(S, std::move(slices)));
+  return RangeMask(S, std::move(slices));
+}
+
+}  // namespace
+
+const SolveResult& Session::solve(const std::vector<Range>& q_ranges, const std::vector<Range>& k_ranges,
+                                 const std::vector<MaskType>& types) {
+  return impl_->solve(seed_lists_mask(impl_->opt.seqlen, q_ranges, k_ranges, types));
+}
+
+std::shared_future<std::shared_ptr<const SolveResult>> Session::solve_async(const std::vector<Range>& q_ranges,
+                                                                            const std::vector<Range>& k_ranges,
+                                                                            const std::vector<MaskType>& types) {
+  return impl_->solve_async(seed_lists_mask(impl_->opt.seqlen, q_ranges, k_ranges, types));
 }
 
 const SolveResult& Session::solve(const RangeMask& mask) { return impl_->solve(mask); }
+
+std::shared_future<std::shared_ptr<const SolveResult>> Session::solve_async(const RangeMask& mask) {
+  return impl_->solve_async(mask);
+}
 const SolveResult& Session::solve(const IndexMask& mask) { return impl_->solve(mask); }
 const SolveResult& Session::solve(std::shared_ptr<const Problem> problem) { return impl_->solve(std::move(problem)); }
 

@@ -20,6 +20,7 @@
 // A Session loads its solver and cost model plugins once and keeps them; it
 // is not thread safe (use one Session per thread; they may share a Registry).
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <span>
 #include <string>
@@ -72,6 +73,9 @@ struct SessionOptions {
   // deterministic), so no broadcast is needed. -1: all ranks' plans.
   Rank rank = -1;
   std::size_t cache_size = 64;     // plan cache entries; 0 disables the cache
+  // solve_async: masks that may wait to be planned ahead; a caller that
+  // would queue more waits for a slot.
+  std::size_t ahead_queue = 4;
   // Plugin folders scanned besides the build's / installation's and CPSCHED_PLUGIN_PATH
   // (only when the Session makes its own Registry).
   std::vector<std::filesystem::path> plugin_paths;
@@ -119,6 +123,22 @@ class Session {
   // (make_problem): what `cpsched plan` and `cpsched run` solve. A Session
   // built from a Config; else an error.
   const SolveResult& solve_config_mask();
+
+  // Plans a range mask ahead of need (step t + 1's mask while step t runs):
+  // one background thread solves queued masks in order, and each result
+  // lands in the plan cache before the future is ready, so solve() of the
+  // same mask then is a cache hit (and one still in flight waits for it
+  // instead of solving it again). Identical masks in flight share one solve;
+  // a mask already cached is ready at once. At most `ahead_queue` masks
+  // wait; a caller that would queue more waits for a slot. The solves of
+  // one Session run one at a time (solve() waits for the one in progress).
+  // Mask errors are thrown here; the solver's from the future. The last
+  // result (calc_meta, ...) is unchanged. Destroying the Session finishes
+  // the solve in progress and fails the waiting ones.
+  std::shared_future<std::shared_ptr<const SolveResult>> solve_async(const RangeMask& mask);
+  std::shared_future<std::shared_ptr<const SolveResult>> solve_async(const std::vector<Range>& q_ranges,
+                                                                     const std::vector<Range>& k_ranges,
+                                                                     const std::vector<MaskType>& types);
 
   // Results of the last solve (an error before the first).
   const CalcMeta& calc_meta(Rank rank, Pass pass = Pass::fwd) const;
