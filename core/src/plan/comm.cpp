@@ -322,27 +322,11 @@ void set_recv_offsets(std::vector<PassPlan*>& pass, Rank only = -1) {
   }
 }
 
-}  // namespace
-
-XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, int stages,
-                       const RelayOptions& relay, std::vector<PassPlan*>& pass, bool summary, Rank only) {
-  const Sharding& sh = a.grid->sharding();
-  const bool flat = a.grid->flattened();
-  for (std::size_t r = 0; r < pass.size(); ++r)
-    if (only < 0 || static_cast<Rank>(r) == only) pass[r]->comm.stages.assign(static_cast<std::size_t>(stages), StageComm{});
-  const std::vector<Token> block_off = block_local_offsets(sh);
-  std::vector<std::pair<std::int32_t, XferRun>> runs;
-  std::vector<Forward> forwards;
-  std::vector<Rank> fwd_dsts;
-  std::vector<std::int32_t> fwd_xs;
-  if (!summary) runs.reserve(tr.xfers.size());
-  Emitter em{sh, block_off, pass, relay, runs, forwards, fwd_dsts, fwd_xs, std::vector<Bytes>(pass.size(), 0), {}, {}, {},
-             summary, {}, only};
-
-  // Senders emit in (kind, stage, host, block, group) order and receivers
-  // append as they go, so every receiver's splits come ordered by source.
-  const std::vector<std::int32_t> ids = emit_order(tr, stage, stages, sh, a.grid->num_groups());
-
+// Emits every run of transfers that share (kind, stage, host, block, group)
+// in `ids` order: one piece per range when one destination or all need the
+// same rows, else the refiner's pieces.
+void emit_runs(Emitter& em, const Transfers& tr, const std::vector<std::int32_t>& ids, const std::vector<int>& stage,
+               bool flat, const RelayOptions& relay, Rank only) {
   std::vector<const Xfer*> run;
   std::vector<std::int32_t> run_ids;
   std::vector<Rank> one_d(1), all_d;
@@ -401,12 +385,12 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
     }
     i0 = i1;
   }
-  em.emit_forwards();
+}
 
-  set_recv_offsets(pass, only);
-  if (summary) return {};
-
-  // Runs grouped by xfer (counting sort), in token order, adjacent ones merged.
+// Runs grouped by xfer (counting sort), in token order, adjacent ones merged;
+// offsets in the receiver's stage buffer.
+XferLayout group_runs_by_xfer(const std::vector<std::pair<std::int32_t, XferRun>>& runs, const Transfers& tr,
+                              const std::vector<int>& stage, const std::vector<PassPlan*>& pass) {
   XferLayout out;
   out.begin.assign(tr.xfers.size() + 1, 0);
   for (const auto& [x, r] : runs) ++out.begin[static_cast<std::size_t>(x) + 1];
@@ -444,6 +428,34 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
   out.begin[tr.xfers.size()] = w;
   out.runs.resize(w);
   return out;
+}
+
+}  // namespace
+
+XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, int stages,
+                       const RelayOptions& relay, std::vector<PassPlan*>& pass, bool summary, Rank only) {
+  const Sharding& sh = a.grid->sharding();
+  const bool flat = a.grid->flattened();
+  for (std::size_t r = 0; r < pass.size(); ++r)
+    if (only < 0 || static_cast<Rank>(r) == only) pass[r]->comm.stages.assign(static_cast<std::size_t>(stages), StageComm{});
+  const std::vector<Token> block_off = block_local_offsets(sh);
+  std::vector<std::pair<std::int32_t, XferRun>> runs;
+  std::vector<Forward> forwards;
+  std::vector<Rank> fwd_dsts;
+  std::vector<std::int32_t> fwd_xs;
+  if (!summary) runs.reserve(tr.xfers.size());
+  Emitter em{sh, block_off, pass, relay, runs, forwards, fwd_dsts, fwd_xs, std::vector<Bytes>(pass.size(), 0), {}, {}, {},
+             summary, {}, only};
+
+  // Senders emit in (kind, stage, host, block, group) order and receivers
+  // append as they go, so every receiver's splits come ordered by source.
+  emit_runs(em, tr, emit_order(tr, stage, stages, sh, a.grid->num_groups()), stage, flat, relay, only);
+
+  em.emit_forwards();
+
+  set_recv_offsets(pass, only);
+  if (summary) return {};
+  return group_runs_by_xfer(runs, tr, stage, pass);
 }
 
 void summary_comm(const Transfers& tr, const std::vector<int>& stage, int stages, std::vector<PassPlan*>& pass) {
