@@ -145,7 +145,7 @@ def train_distributed(args):
                                                      solver="balanced_bytes", cost_model="area", stages=2))
     else:
         loader_session = cpsched.Session(cp_size=P, seqlen=P * args.seqlen_per_rank, heads=heads, solver="static",
-                                         cost_model="area", stages=2)
+                                         cost_model="area", stages=2, layout="planned")
     losses, t0, dispatched = [], time.time(), 0
     for step in range(args.steps):
         tokens, labels, pos, masks = step_data(step, P, args.seqlen_per_rank, args.layout)

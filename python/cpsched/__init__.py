@@ -10,8 +10,12 @@ Bad input raises ValueError, a plugin's own failure RuntimeError, with the CLI's
 """
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
+import queue
+import threading
+import weakref
 from collections import namedtuple
 
 import numpy as np
@@ -265,6 +269,30 @@ def _stages(s):
     return _int(s, "stages", 1, 64)
 
 
+def _layout(v):
+    if not isinstance(v, str) or v not in ("fixed", "planned"):
+        raise ValueError(f"layout: expected 'fixed' (the shards stay where the caller holds them) or 'planned' "
+                         f"(the solver may re-lay out the tokens), got {v!r}")
+    return v
+
+
+def _uses(v):
+    # Python's encoding for the extension: -1 = by the layout, 0 = ahead, n = n attention calls.
+    if v is None:
+        return -1
+    if isinstance(v, str) and v == "ahead":
+        return 0
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise ValueError(f"uses: expected the attention calls that run each plan (>= 1), 'ahead' or None, got {v!r}")
+    return _int(v, "uses", 1, _INT32_MAX)
+
+
+def _rank(v, cp_size):
+    if v is None:
+        return -1
+    return _int(v, "rank", 0, cp_size - 1)
+
+
 def _pass(p):
     if not isinstance(p, str) or p not in ("fwd", "bwd"):
         raise ValueError(f"pass_: expected 'fwd' or 'bwd', got {p!r}")
@@ -482,6 +510,12 @@ class Result:
     feasible = property(lambda self: self._r.feasible)
     note = property(lambda self: self._r.note)
     solver = property(lambda self: self._r.solver)
+    layout = property(lambda self: self._r.layout,
+                      doc="'fixed' (the caller's shards) or 'planned' (dispatch the inputs as host_ranges say)")
+    rank = property(lambda self: self._r.rank,
+                    doc="the rank whose plan alone was built (Session(rank=...)), or None: every rank's")
+    host_ranges = property(lambda self: self._r.host_ranges,
+                           doc="per rank, the global (begin, end) token ranges it holds during the call")
 
     def __repr__(self):
         m = self.metrics
@@ -492,19 +526,56 @@ class Result:
 
 # ---- sessions ----------------------------------------------------------------------------------
 
+def _resolve(fut, handle):
+    try:
+        fut.set_result(Result(handle.get()))
+    except BaseException as e:  # the solver's error belongs to the Future
+        fut.set_exception(e)
+
+
+class _AheadWaiter:
+    """One daemon thread per Session that resolves solve_async's Futures in the order the masks were queued
+    (the C++ queue solves them in that order); it holds no reference to the Session and ends after the
+    Session is collected (the Futures still waiting then fail: the Session closed)."""
+
+    def __init__(self):
+        self._q = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="cpsched-ahead", daemon=True).start()
+
+    def put(self, fut, handle):
+        self._q.put((fut, handle))
+
+    def _run(self):
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            _resolve(*item)
+            del item  # no reference to the last Future or handle while waiting (nanobind's leak check at exit)
+
+    def close(self):
+        self._q.put(None)
+
+
 class Session:
     """Loads its solver and cost model plugins once, then solves one mask per call; a repeated mask is
     a plan-cache hit. Separate Sessions may solve on separate threads (the GIL is released while
     solving); one Session serialises its own calls."""
 
-    __slots__ = ("_s", "__weakref__")
+    __slots__ = ("_s", "_ahead", "__weakref__")
 
     def __init__(self, cp_size=8, seqlen=0, heads=(64, 8, 128, "bf16"), solver="balanced_bytes",
                  solver_params=None, cost_model="area", cost_params=None, stages=1, *,
                  flatten_head_groups=True, blocks_per_rank=1, relay_node_size=0, cache_size=64, plugin_paths=(),
-                 validate=False):
+                 validate=False, layout="fixed", uses=None, rank=None, ahead_queue=4):
+        """layout: 'fixed' (each rank keeps its sequential shard; what a mask made inside a layer needs) or
+        'planned' (the solver may re-lay out the tokens; dispatch the inputs as the plan's host_ranges say).
+        uses: attention calls that run each plan, or 'ahead' (made ahead of need); None: 1 when fixed, ahead
+        when planned. rank: build only this rank's CalcMeta/CommMeta (every rank solves the same input to the
+        same plan); None: every rank's. ahead_queue: masks that may wait in solve_async's queue. docs/python.md."""
         hq, hkv, dim, dtype_bytes, dim_v, kv_shared = _heads(heads)
-        self._s = _cpsched._Session(_int(cp_size, "cp_size", 1, _MAX_RANKS), _int(seqlen, "seqlen", 0, _MAX_SEQLEN),
+        cp_size = _int(cp_size, "cp_size", 1, _MAX_RANKS)
+        self._s = _cpsched._Session(cp_size, _int(seqlen, "seqlen", 0, _MAX_SEQLEN),
                                     hq, hkv, dim, dtype_bytes, dim_v, kv_shared,
                                     _bool(flatten_head_groups, "flatten_head_groups"),
                                     _int(blocks_per_rank, "blocks_per_rank", 1, _MAX_BLOCKS_PER_RANK),
@@ -513,7 +584,9 @@ class Session:
                                     _stages(stages), _int(relay_node_size, "relay_node_size", -1, _MAX_RANKS),
                                     _int(cache_size, "cache_size", 0, _INT32_MAX),
                                     _folders(plugin_paths, "plugin_paths"),
-                                    _bool(validate, "validate"))
+                                    _bool(validate, "validate"), _layout(layout), _uses(uses),
+                                    _rank(rank, cp_size), _int(ahead_queue, "ahead_queue", 1, 1 << 20))
+        self._ahead = None
 
     @classmethod
     def from_config(cls, path, overrides=None):
@@ -521,6 +594,7 @@ class Session:
         cost model, stages, cache and plugin paths. `overrides`: {"key.path": value}."""
         self = cls.__new__(cls)
         self._s = _cpsched._Session.from_config(_path(path, "path"), _overrides(overrides))
+        self._ahead = None
         return self
 
     def solve(self, q_ranges, k_ranges, types):
@@ -534,6 +608,28 @@ class Session:
         # The Session keeps no Python reference to its results: a plan is freed when the caller drops
         # it (or the cache evicts it), never inside the next solve call.
         return Result(self._s.solve(q, k, _types(types, len(q))))
+
+    def solve_async(self, q_ranges, k_ranges, types):
+        """Plans a mask ahead of need (step t + 1's while step t runs) on the Session's background thread;
+        returns a concurrent.futures.Future of its Result. The result lands in the plan cache, so a later
+        solve() of the same mask is a cache hit (one still in flight waits for it instead of solving again).
+        Identical masks in flight are solved once; a full queue (ahead_queue) makes this call wait for a slot.
+        Mask errors raise here; the solver's are the Future's exception."""
+        q = _ranges(q_ranges, "q_ranges")
+        k = _ranges(k_ranges, "k_ranges")
+        if len(q) == 0 and len(k) == 0:
+            raise ValueError("q_ranges, k_ranges: no slice: the mask selects no (query, key) pair, nothing to plan")
+        handle = self._s.solve_async(q, k, _types(types, len(q)))
+        fut = concurrent.futures.Future()
+        fut.set_running_or_notify_cancel()
+        if handle.done():
+            _resolve(fut, handle)
+        else:
+            if self._ahead is None:
+                self._ahead = _AheadWaiter()
+                weakref.finalize(self, self._ahead.close)
+            self._ahead.put(fut, handle)
+        return fut
 
     def solve_config(self):
         """Solves the config's own mask (Session.from_config), exactly as `cpsched plan` does."""

@@ -257,6 +257,9 @@ class Result {
     const Plan& plan = *plan_->plan;
     if (r < 0 || static_cast<std::size_t>(r) >= plan.ranks.size())
       throw Error("session: rank " + std::to_string(r) + " is outside [0, " + std::to_string(plan.ranks.size()) + ")");
+    if (plan.only_rank >= 0 && r != plan.only_rank)
+      throw Error("session: this session builds rank " + std::to_string(plan.only_rank) +
+                  "'s plan only (Session(rank=...)), not rank " + std::to_string(r) + "'s");
     return parse_pass(p) == Pass::fwd ? plan.ranks[static_cast<std::size_t>(r)].fwd
                                       : plan.ranks[static_cast<std::size_t>(r)].bwd;
   }
@@ -319,6 +322,27 @@ class Result {
   double call_ms_;
 };
 
+// A mask being planned ahead (Session::solve_async): the future of its
+// result; get() waits with the GIL released.
+class AsyncSolve {
+ public:
+  AsyncSolve(std::shared_future<std::shared_ptr<const SolveResult>> f, std::shared_ptr<const SolverInfo> info)
+      : future_(std::move(f)), info_(std::move(info)) {}
+  bool done() const { return future_.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }
+  Result get() const {
+    std::shared_ptr<const SolveResult> r;
+    {
+      nb::gil_scoped_release release;
+      r = future_.get();  // the solver's error, if any, is rethrown here
+    }
+    return Result(std::move(r), info_, false, 0.0);
+  }
+
+ private:
+  std::shared_future<std::shared_ptr<const SolveResult>> future_;
+  std::shared_ptr<const SolverInfo> info_;
+};
+
 // A Session behind a mutex: the C++ Session is not thread safe, and with the
 // GIL released two Python threads could otherwise enter the same one.
 class PySession {
@@ -337,6 +361,14 @@ class PySession {
     std::lock_guard<std::mutex> lock(mu_);
     session_->solve(qr, kr, types);
     return last();
+  }
+
+  AsyncSolve solve_async(const Int64Rows& q, const Int64Rows& k, const Int32Vec& t) {
+    std::vector<Range> qr = ranges_from(q), kr = ranges_from(k);
+    std::vector<MaskType> types = types_from(t);
+    nb::gil_scoped_release release;  // a full queue waits for a slot
+    std::lock_guard<std::mutex> lock(mu_);
+    return AsyncSolve(session_->solve_async(qr, kr, types), info_);
   }
 
   // The config's own mask, built as the CLI builds it (errors located in the file).
@@ -390,6 +422,11 @@ class PySession {
     d["stages"] = o.plan.stages;
     d["relay_node_size"] = o.plan.auto_relay() ? -1 : o.plan.relay_node_size();
     d["cache_size"] = o.cache_size;
+    d["layout"] = std::string(to_string(o.layout));
+    if (o.uses) d["uses"] = o.uses->is_ahead() ? nb::object(nb::str("ahead")) : nb::object(nb::int_(o.uses->uses));
+    else d["uses"] = nb::none();
+    d["rank"] = o.rank >= 0 ? nb::object(nb::int_(o.rank)) : nb::none();
+    d["ahead_queue"] = o.ahead_queue;
     return d;
   }
 
@@ -568,7 +605,26 @@ NB_MODULE(_cpsched, m) {
         for (const auto& [name, value] : r.plan().figures) d[name.c_str()] = value;
         return d;
       })
-      .def_prop_ro("solver", [](const Result& r) { return r.info().solver; });
+      .def_prop_ro("solver", [](const Result& r) { return r.info().solver; })
+      .def_prop_ro("layout", [](const Result& r) { return std::string(to_string(r.plan().plan->layout)); })
+      .def_prop_ro("rank", [](const Result& r) {
+        return r.plan().plan->only_rank >= 0 ? nb::object(nb::int_(r.plan().plan->only_rank)) : nb::none();
+      })
+      .def_prop_ro("host_ranges", [](const Result& r) {
+        nb::list ranks;
+        const Sharding& sh = r.plan().assignment->grid->sharding();
+        for (Rank k = 0; k < sh.cp_size; ++k) {
+          nb::list rs;
+          const RangeSet held = sh.rank_tokens(k);
+          for (const Range& x : held.ranges()) rs.append(nb::make_tuple(x.begin, x.end));
+          ranks.append(rs);
+        }
+        return ranks;
+      });
+
+  nb::class_<AsyncSolve>(m, "_AsyncSolve")
+      .def("done", &AsyncSolve::done)
+      .def("get", &AsyncSolve::get);
 
   nb::class_<PySession>(m, "_Session")
       .def(
@@ -577,7 +633,8 @@ NB_MODULE(_cpsched, m) {
              bool kv_shared, bool flatten,
              int blocks_per_rank, const std::string& solver, nb::handle solver_params, const std::string& cost_model,
              nb::handle cost_params, int stages, int relay_node_size, std::int64_t cache_size,
-             std::vector<std::string> plugin_paths, bool validate) {
+             std::vector<std::string> plugin_paths, bool validate, const std::string& layout, int uses, int rank,
+             int ahead_queue) {
             if (cache_size < 0) throw Error("session: cache_size must not be negative, got " + std::to_string(cache_size));
             SessionOptions o;
             o.cp_size = cp_size;
@@ -600,13 +657,19 @@ NB_MODULE(_cpsched, m) {
             o.cache_size = static_cast<std::size_t>(cache_size);
             for (auto& p : plugin_paths) o.plugin_paths.emplace_back(p);
             o.validate = validate;
+            o.layout = layout == "planned" ? Layout::planned : Layout::fixed;
+            // uses: -1 = by the layout, 0 = ahead, n = n calls (checked in Python).
+            if (uses >= 0) o.uses = PlanUses{uses};
+            o.rank = rank;
+            o.ahead_queue = static_cast<std::size_t>(ahead_queue);
             nb::gil_scoped_release release;  // loading plugins reads files
             new (self) PySession(std::move(o));
           },
           "cp_size"_a, "seqlen"_a, "hq"_a, "hkv"_a, "dim"_a, "dtype_bytes"_a, "dim_v"_a, "kv_shared"_a,
           "flatten_head_groups"_a,
           "blocks_per_rank"_a, "solver"_a, "solver_params"_a.none(), "cost_model"_a, "cost_params"_a.none(), "stages"_a,
-          "relay_node_size"_a, "cache_size"_a, "plugin_paths"_a, "validate"_a)
+          "relay_node_size"_a, "cache_size"_a, "plugin_paths"_a, "validate"_a, "layout"_a, "uses"_a, "rank"_a,
+          "ahead_queue"_a)
       .def_static(
           "from_config",
           [](const std::string& path, const std::vector<std::string>& overrides) {
@@ -616,6 +679,7 @@ NB_MODULE(_cpsched, m) {
           },
           "path"_a, "overrides"_a)
       .def("solve", &PySession::solve, "q_ranges"_a, "k_ranges"_a, "types"_a)
+      .def("solve_async", &PySession::solve_async, "q_ranges"_a, "k_ranges"_a, "types"_a)
       .def("solve_config", &PySession::solve_config)
       .def("solve_topk", &PySession::solve_topk, "indices"_a, "causal"_a = true)
       .def("options", &PySession::options)

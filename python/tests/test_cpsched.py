@@ -1,5 +1,6 @@
 """What a PyTorch user relies on: the CLI's plans and messages, every input form, errors, lifetime,
 threads and the plan cache (issue 14)."""
+import concurrent.futures
 import enum
 import gc
 import json
@@ -29,6 +30,8 @@ T = ["causal", "causal", "full"]
 def small_session(**kw):
     opts = dict(cp_size=4, heads=(8, 2, 64, "bf16"), solver="binary_greedy")
     opts.update(kw)
+    if opts["solver"] == "static":
+        opts.setdefault("layout", "planned")  # static dispatches the tokens: only a planned layout allows it
     return cpsched.Session(**opts)
 
 
@@ -67,7 +70,7 @@ CONFIGS = [
     {"solver.name": "binary_greedy", "plan.stages": 2, "cost_model.name": "area"},
     {"solver.name": "usp", "problem.cp_size": 16, "problem.seqlen_per_rank": 2048, "cost_model.name": "area"},
     {"solver.name": "static", "problem.mask": "{kind: sliding_window, window: [512, 0], lengths: [40000, 25536]}",
-     "cost_model.name": "area"},
+     "cost_model.name": "area", "problem.layout": "planned"},
     {"problem.cp_size": 16, "problem.seqlen_per_rank": 2048, "plan.relay": "on"},  # relays: two nodes of 8
 ]
 
@@ -581,6 +584,15 @@ def test_example_plan_layer_runs():
     assert "rank 0" in p.stdout and "stage 1" in p.stdout
 
 
+def test_example_plan_ahead_runs_and_every_plan_is_a_cache_hit():
+    p = subprocess.run([sys.executable, str(ROOT / "examples" / "python" / "plan_ahead.py"), "--steps", "3", "--cp", "4",
+                        "--step-ms", "10"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    rows = [line.split() for line in p.stdout.splitlines()[2:5]]
+    assert [r[0] for r in rows] == ["0", "1", "2"] and all(r[5] == "True" for r in rows)
+    assert "cache hits: 3" in p.stdout
+
+
 def test_package_version_is_the_libraries():
     # pyproject.toml's version is written by hand: it must follow CMake's
     # project version, which the plugins' build signature carries.
@@ -591,3 +603,84 @@ def test_package_version_is_the_libraries():
     assert m, "no version in pyproject.toml"
     cm = re.search(r"project\(cpsched VERSION ([0-9.]+)", (ROOT / "CMakeLists.txt").read_text())
     assert m.group(1) == cm.group(1) == cpsched.__version__
+
+
+# ---- layout, uses and per-rank plans (docs/python.md) ------------------------------------------
+
+def test_fixed_layout_keeps_the_sequential_shards_and_planned_may_dispatch():
+    fixed = small_session(solver="balanced_bytes", cost_model="time").solve(Q, K, T)
+    assert fixed.layout == "fixed"
+    seq = [[(b, e)] for b, e in cpsched._cpsched.sharding_ranges(8192, 4)]
+    assert fixed.host_ranges == seq
+    planned = small_session(solver="static").solve(Q, K, T)
+    assert planned.layout == "planned" and planned.host_ranges != seq
+    assert sorted(r for rs in planned.host_ranges for r in rs)[-1][1] == 8192
+    assert json.loads(planned.to_json())["problem"]["layout"] == "planned"
+    with pytest.raises(RuntimeError, match="problem.layout: fixed rules out"):
+        small_session(solver="static", layout="fixed").solve(Q, K, T)
+
+
+def test_rank_session_builds_that_ranks_plan_only_and_it_equals_the_full_plans():
+    full = small_session(solver="balanced_bytes", stages=2).solve(Q, K, T)
+    for r in range(4):
+        mine = small_session(solver="balanced_bytes", stages=2, rank=r).solve(Q, K, T)
+        assert mine.rank == r and full.rank is None
+        assert json.loads(mine.to_json())["ranks"] == [json.loads(full.to_json())["ranks"][r]]
+        for p in ("fwd", "bwd"):
+            assert repr(mine.calc_meta(r, p)) == repr(full.calc_meta(r, p))
+        with pytest.raises(ValueError, match=f"builds rank {r}'s plan only"):
+            mine.calc_meta((r + 1) % 4)
+
+
+def test_layout_uses_and_rank_options_are_checked_and_reported():
+    s = small_session(layout="planned", uses="ahead", rank=3)
+    assert (s.options["layout"], s.options["uses"], s.options["rank"]) == ("planned", "ahead", 3)
+    assert small_session(uses=32).options["uses"] == 32
+    assert small_session().options["uses"] is None and small_session().options["rank"] is None
+    with pytest.raises(ValueError, match="layout: expected 'fixed'"):
+        small_session(layout="dispatched")
+    with pytest.raises(ValueError, match="uses"):
+        small_session(uses=0)
+    with pytest.raises(ValueError, match="uses"):
+        small_session(uses="later")
+    with pytest.raises(ValueError, match="rank"):
+        small_session(rank=4)
+
+
+# ---- planning ahead: solve_async ---------------------------------------------------------------
+
+def _docs(cut, S=8192):
+    return [[0, cut], [cut, S]], [[0, cut], [cut, S]], ["causal", "causal"]
+
+
+def test_solve_async_plans_what_solve_plans_and_solve_then_hits_the_cache():
+    ahead = small_session(solver="balanced_bytes", cost_model="time", stages="auto")
+    futs = [ahead.solve_async(*_docs(c)) for c in (1000, 3000, 1000, 6000)]
+    assert all(isinstance(f, concurrent.futures.Future) for f in futs)
+    results = [f.result(timeout=120) for f in futs]
+    now = small_session(solver="balanced_bytes", cost_model="time", stages="auto")
+    for c, r in zip((1000, 3000, 1000, 6000), results):
+        assert r.to_json(solve_ms=0) == now.solve(*_docs(c)).to_json(solve_ms=0)
+    again = ahead.solve(*_docs(3000))
+    assert again.cached
+    assert ahead.solve_async(*_docs(3000)).done()  # cached: ready at once
+    assert ahead.cache_stats["size"] == 3
+
+
+def test_solve_async_errors_and_a_collected_session_leaves_no_future_waiting():
+    s = small_session(ahead_queue=1)
+    with pytest.raises(ValueError, match="1 q ranges, 2 k ranges"):
+        s.solve_async([[0, 10]], [[0, 10], [10, 20]], ["full"])
+    with pytest.raises(ValueError, match="ahead_queue"):
+        small_session(ahead_queue=0)
+    bad = small_session(solver="static", layout="fixed")
+    with pytest.raises(RuntimeError, match="problem.layout: fixed rules out"):
+        bad.solve_async(*_docs(2000)).result(timeout=60)  # the solver's error is the Future's
+    futs = [s.solve_async(*_docs(c)) for c in (500, 1500, 2500, 3500)]
+    del s
+    gc.collect()
+    done, not_done = concurrent.futures.wait(futs, timeout=120)
+    assert not not_done
+    for f in futs:
+        e = f.exception()
+        assert e is None or "closed before this mask" in str(e)

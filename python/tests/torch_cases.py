@@ -59,6 +59,9 @@ def session(spec, P):
               solver_params=spec.get("solver_params"), cost_model=spec.get("cost", "area"),
               stages=spec.get("stages", 1), relay_node_size=spec.get("relay", 0),
               flatten_head_groups=spec.get("flatten", True))
+    # static dispatches, and the time cost model's default may: those cases plan the layout.
+    dispatching = kw["solver"] == "static" or kw["cost_model"] == "time"
+    kw["layout"] = spec.get("layout", "planned" if dispatching else "fixed")
     return cpsched.Session(**kw)
 
 
