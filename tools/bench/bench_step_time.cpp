@@ -9,7 +9,14 @@
 //   bench_step_time [--hardware h100_8x_nvlink,cluster_8gpu_ib] [--cp 8,16,32,64,128]
 //                   [--masks full,causal,full_document,causal_document] [--packs 20]
 //                   [--solvers balanced_bytes,binary_greedy,usp,static,owner]
-//                   [--stages N|auto] [--relay off|on|auto] [--data-dir DIR]
+//                   [--stages N|auto] [--relay off|on|auto] [--layout planned|fixed]
+//                   [--uses N|ahead] [--rank R] [--data-dir DIR]
+// --layout as problem.layout (planned: the solver may re-lay out the tokens;
+// fixed: sequential shards, what a per-layer mask needs); a solver that
+// refuses the layout (static under fixed) prints "-". --uses as plan.uses
+// (default: by the layout) adds, when a number, the cost per use
+// (path / uses + step) / bound. --rank builds that rank's plan only, so the
+// latency is one rank's whole path.
 // Stages and relays as plan.stages / plan.relay: `auto` lets a solver choose
 // (balanced_bytes does; the others plan 1 stage without relays).
 // The first solver gets the `time` cost model, the others the seed's `area`
@@ -18,6 +25,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +35,7 @@
 #include "cpsched/base/error.hpp"
 #include "cpsched/timing/hardware.hpp"
 #include "cpsched/mask/generators.hpp"
+#include "cpsched/plan/builder.hpp"
 #include "cpsched/session/solve_path.hpp"
 #include "cpsched/plugin/registry.hpp"
 #include "cpsched/timing/model.hpp"
@@ -78,6 +87,17 @@ int main(int argc, char** argv) {
     const std::string relay_arg = bench::arg(argc, argv, "--relay", "off");
     if (relay_arg != "off" && relay_arg != "on" && relay_arg != "auto")
       throw Error("bench_step_time: --relay must be off, on or auto, got '" + relay_arg + "'");
+    const std::string layout_arg = bench::arg(argc, argv, "--layout", "planned");
+    if (layout_arg != "planned" && layout_arg != "fixed")
+      throw Error("bench_step_time: --layout must be planned or fixed, got '" + layout_arg + "'");
+    const Layout layout = layout_arg == "fixed" ? Layout::fixed : Layout::planned;
+    const std::string uses_arg = bench::arg(argc, argv, "--uses", "");
+    std::optional<PlanUses> uses;
+    if (uses_arg == "ahead") uses = PlanUses::ahead();
+    else if (!uses_arg.empty()) uses = PlanUses{std::stoi(uses_arg)};
+    if (uses) uses->validate("bench_step_time: --uses");
+    const bool per_use = uses && !uses->is_ahead();
+    const Rank rank = std::stoi(bench::arg(argc, argv, "--rank", "-1"));
 
     Registry reg;
     reg.scan_default_folders();
@@ -85,10 +105,13 @@ int main(int argc, char** argv) {
     for (const auto& s : solver_args) specs.push_back(parse_solver(s, specs.empty()));
 
     const DocHistogram hist = DocHistogram::load_csv(bench::data_file(argc, argv, "doc_length_distribution.csv"));
-    fmt::print("step / compute bound (mean over packs), 8192 tokens/rank, GQA 64:8, D 128, bf16, stages {}, relays {}\n",
-               stages_arg, relay_arg);
+    fmt::print("step / compute bound (mean over packs), 8192 tokens/rank, GQA 64:8, D 128, bf16, stages {}, relays {}, "
+               "layout {}, uses {}{}\n",
+               stages_arg, relay_arg, layout_arg, uses ? uses->str() : "by layout",
+               rank >= 0 ? fmt::format(", rank {}'s plan only", rank) : std::string());
+    if (per_use) fmt::print("[per use]: (path / uses + step) / bound\n");
     fmt::print("{:<16} {:<16} {:>4}", "hardware", "mask", "P");
-    for (const auto& s : specs) fmt::print(" {:>22}", s.label.substr(0, 22));
+    for (const auto& s : specs) fmt::print(" {:>22}{}", s.label.substr(0, 22), per_use ? "  per use" : "");
     fmt::print("  {:>9} {:>12}\n", "bound ms", "behind>1%");
 
     for (const std::string& hw_name : hardware) {
@@ -108,7 +131,8 @@ int main(int argc, char** argv) {
           const int P = std::stoi(cp);
           const Token S = Token{8192} * P;
           const int n = packed ? packs : 1;
-          std::vector<double> ratio_sum(specs.size(), 0.0);
+          std::vector<double> ratio_sum(specs.size(), 0.0), per_use_sum(specs.size(), 0.0);
+          std::vector<bool> refused(specs.size(), false);
           std::vector<std::vector<double>> latency(specs.size());
           double bound_sum = 0;
           int behind = 0;
@@ -119,9 +143,12 @@ int main(int argc, char** argv) {
             spec.histogram = hist;
             spec.seed = 42;
             spec.pack = pack;
-            auto problem = std::make_shared<const Problem>(Problem::make(make_mask(spec, S), P, Heads{64, 8, 128, 2}));
-            std::vector<double> steps(specs.size());
+            Problem made = Problem::make(make_mask(spec, S), P, Heads{64, 8, 128, 2});
+            made.set_layout(layout);
+            auto problem = std::make_shared<const Problem>(std::move(made));
+            std::vector<double> steps(specs.size(), 1e300);
             for (std::size_t i = 0; i < specs.size(); ++i) {
+              if (refused[i]) continue;
               const auto t0 = std::chrono::steady_clock::now();
               const CostModel& c = specs[i].time_cost ? *cost : static_cast<const CostModel&>(area);
               PlanShape shape;
@@ -130,11 +157,26 @@ int main(int argc, char** argv) {
                             : relay_arg == "on" ? PlanShape::Relay::on
                                                 : PlanShape::Relay::off;
               shape.node_size = hw.gpus_per_node;
-              const SolveResult r = SolvePath(*solvers[i], c, reg).run(problem, {.shape = shape, .uses = std::nullopt, .solver_name = specs[i].label});
-              latency[i].push_back(ms_since(t0));
-              const StepEstimate e = estimate_step(r.assignment->grid->problem(), *r.plan, hw);
+              SolveResult r;
+              try {
+                r = SolvePath(*solvers[i], c, reg)
+                        .run(problem, {.shape = shape, .uses = uses, .rank = rank, .solver_name = specs[i].label});
+              } catch (const PluginError& e) {
+                if (layout != Layout::fixed) throw;
+                refused[i] = true;  // a solver that must re-lay out the tokens (static)
+                continue;
+              }
+              const double path_ms = ms_since(t0);
+              latency[i].push_back(path_ms);
+              // A rank plan holds one rank's metas: price the whole plan's step from the same assignment.
+              std::optional<Plan> whole;
+              if (rank >= 0)
+                whole = build_plan(*r.assignment, {.stages = r.shape.stages, .relay_node_size = r.shape.relay_node_size()});
+              const Plan& priced = whole ? *whole : *r.plan;
+              const StepEstimate e = estimate_step(r.assignment->grid->problem(), priced, hw);
               steps[i] = e.step();
               ratio_sum[i] += e.ratio();
+              if (per_use) per_use_sum[i] += (e.step() + 1e-3 * path_ms / uses->uses) / e.compute_bound;
               if (i == 0) bound_sum += e.compute_bound;
             }
             double best_other = 1e300;
@@ -149,8 +191,13 @@ int main(int argc, char** argv) {
           fmt::print("{:<16} {:<16} {:>4}", hw_name, m, P);
           for (std::size_t i = 0; i < specs.size(); ++i) {
             auto& v = latency[i];
+            if (refused[i]) {
+              fmt::print(" {:>22}{}", "-", per_use ? fmt::format(" {:>8}", "-") : std::string());
+              continue;
+            }
             std::sort(v.begin(), v.end());
             fmt::print(" {:>9.3f} ({:>8.2f}ms)", ratio_sum[i] / n, v[v.size() / 2]);
+            if (per_use) fmt::print(" {:>8.3f}", per_use_sum[i] / n);
           }
           fmt::print("  {:>9.2f} {:>5}/{:<3}{}\n", 1e3 * bound_sum / n, behind, n, worst);
           std::fflush(stdout);
