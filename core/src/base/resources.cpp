@@ -247,13 +247,18 @@ MemoryBudget memory_budget_or_default(std::int64_t configured, std::string sourc
   return configured > 0 ? MemoryBudget{configured, std::move(source)} : default_memory_budget();
 }
 
-MemoryBudget default_memory_budget() {
+MemoryBudget configured_memory_budget() {
   {
     const std::lock_guard<std::mutex> lock(g_budget_mutex);
     if (g_budget.bytes > 0) return g_budget;
   }
   if (const char* env = std::getenv("CPSCHED_MEMORY_BUDGET"); env != nullptr && *env != '\0')
     return {parse_memory_size(env, "CPSCHED_MEMORY_BUDGET"), "CPSCHED_MEMORY_BUDGET"};
+  return {0, "unlimited"};
+}
+
+MemoryBudget default_memory_budget() {
+  if (MemoryBudget b = configured_memory_budget(); b.bytes > 0) return b;
   std::ifstream in("/proc/meminfo");
   std::string key;
   std::int64_t kb = 0;
@@ -314,9 +319,16 @@ void check_resources(const Problem& p, const ResourceEstimate& e, const MemoryBu
 }
 
 void check_resources(const Problem& p, bool sim_numeric, bool validate) {
-  const MemoryBudget b = default_memory_budget();
+  const ResourceEstimate e = estimate_resources(p);
+  MemoryBudget b = configured_memory_budget();
+  if (b.bytes <= 0) {
+    // Reading /proc/meminfo costs more than a small solve; what needs less
+    // than kMemAvailableFloor fits any machine that runs the planner.
+    if (e.total_bytes(sim_numeric, validate) < kMemAvailableFloor) return;
+    b = default_memory_budget();
+  }
   if (b.bytes <= 0) return;
-  check_resources(p, estimate_resources(p), b, sim_numeric, validate);
+  check_resources(p, e, b, sim_numeric, validate);
 }
 
 }  // namespace cpsched

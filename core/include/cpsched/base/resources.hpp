@@ -58,6 +58,12 @@ struct MemoryBudget {
 // The process's setting, else CPSCHED_MEMORY_BUDGET, else MemAvailable, else
 // unlimited. Throws Error on a malformed CPSCHED_MEMORY_BUDGET.
 MemoryBudget default_memory_budget();
+// The process's setting, else CPSCHED_MEMORY_BUDGET, else unlimited (no
+// /proc/meminfo read).
+MemoryBudget configured_memory_budget();
+// Estimates below this are not checked against MemAvailable (only against a
+// budget the caller set): a solve that small fits wherever the planner runs.
+inline constexpr std::int64_t kMemAvailableFloor = std::int64_t{256} << 20;
 // Sets the process's budget (bytes > 0; `source` names where it came from in
 // error messages); 0 clears it. Thread safe.
 void set_memory_budget(std::int64_t bytes, std::string source);
