@@ -223,6 +223,42 @@ TEST_CASE("every solver x mask generator x P in {2, 3, 4, 8} x stages {1, 2}: eq
   MESSAGE(runs, " plans checked numerically");
 }
 
+TEST_CASE("the fixed layout: every solver that keeps it (and the default) x mask generator x P in {2, 3, 4, 8}") {
+  // The tokens stay on their sequential shards (static refuses: it dispatches).
+  Solvers solvers;
+  Registry& reg = solvers.reg;
+  std::unique_ptr<Solver> bb;
+  for (const PluginInfo& p : reg.plugins())
+    if (p.kind == PluginKind::solver && p.name == "balanced_bytes") bb = reg.make_solver(p.name, reg.resolve_params(p, {}));
+  std::vector<std::pair<std::string, Solver*>> list;
+  for (auto& [name, solver] : solvers.list)
+    if (name != "static") list.emplace_back(name, solver.get());
+  if (bb) list.emplace_back("balanced_bytes", bb.get());
+  std::mt19937_64 rng(78);
+  int runs = 0;
+  for (const auto& [name, solver] : list)
+    for (const std::string& kind_name : mask_kind_names()) {
+      MaskKind kind{};
+      REQUIRE(parse_mask_kind(kind_name, kind));
+      for (int P : {2, 3, 4, 8}) {
+        auto grid = test::random_grid(kind, P, Heads{4, 2, 8, 2}, rng, Layout::fixed);
+        for (const PlanUses uses : {PlanUses{1}, PlanUses::ahead()}) {
+          const Solution sol = SolvePath(*solver, solvers.cost, reg).solve(grid, PlanShape{2}, uses);
+          CAPTURE(name);
+          CAPTURE(kind_name);
+          CAPTURE(P);
+          CAPTURE(uses.str());
+          CHECK(sol.assignment.grid->sharding().same_layout(grid->sharding()));
+          const Outcome o = run_numeric(grid->problem(), build_plan(sol.assignment, 2));
+          INFO(o.str());
+          CHECK(o.passed());
+          ++runs;
+        }
+      }
+    }
+  MESSAGE(runs, " fixed-layout plans checked numerically");
+}
+
 TEST_CASE("unflattened head groups and several blocks per rank") {
   Solvers solvers;
   std::mt19937_64 rng(5);
