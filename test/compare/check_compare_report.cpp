@@ -94,14 +94,15 @@ bool close(double a, double b, double rel = 1e-6, double abs = 1e-9) {
 }
 
 const std::vector<std::string> kColumns = {
-    "row", "mask", "cp_size", "heads_q", "heads_kv", "head_dim", "stages", "hardware", "solver", "pack", "packs", "status",
+    "row", "mask", "cp_size", "heads_q", "heads_kv", "head_dim", "stages", "hardware", "layout", "uses", "solver", "pack", "packs",
+    "status",
     "fwd_send_gib", "fwd_bottleneck_gib", "bwd_send_gib", "bwd_bottleneck_gib",
     "usp_closed_form_fwd_gib", "usp_placement_fwd_gib", "usp_placement_bwd_gib",
     "fwd_reduction_vs_usp_closed_pct", "fwd_reduction_vs_usp_placement_pct", "bwd_reduction_vs_usp_placement_pct",
     "imbalance", "stage0_share", "feasible_packs",
     "latency_ms", "grid_ms", "solve_ms", "plan_ms",
     "fwd_step_ms", "bwd_step_ms", "step_ms", "fwd_exposed_comm_ms", "bwd_exposed_comm_ms", "exposed_comm_ms",
-    "compute_bound_ms", "step_over_bound",
+    "compute_bound_ms", "step_over_bound", "rank_path_ms", "cost_per_use",
     "gap_to_ilp_pct", "ilp_fwd_gib", "ilp_bound_gib", "ilp_proven",
     "error", "note"};
 
@@ -281,6 +282,11 @@ TEST_CASE("the quick CSV is consistent: reductions, USP closed form, baselines a
     CHECK(bound > 0);
     CHECK(close(num(r, "step_over_bound"), num(r, "step_ms") / bound, 1e-8, 1e-12));
     CHECK(num(r, "step_over_bound") >= 1.0 - 1e-9);
+    // The quick config plans the layout ahead (problem.layout: planned, no plan.uses): a use costs the step.
+    CHECK(r.at("layout") == "planned");
+    CHECK(r.at("uses") == "ahead");
+    CHECK(close(num(r, "cost_per_use"), num(r, "step_over_bound"), 1e-12, 1e-12));
+    CHECK(r.at("rank_path_ms").empty());  // compare.rank_path is off
     // ilp is not compared here: nothing to measure a gap against.
     for (const char* col : {"gap_to_ilp_pct", "ilp_fwd_gib", "ilp_bound_gib", "ilp_proven"})
       CHECK_MESSAGE(r.at(col).empty(), col);
@@ -399,6 +405,37 @@ TEST_CASE("a cost model that takes `hardware` is made per profile: every chart i
   for (const auto& hw : s.hardware)
     for (const char* m : {"fwd_send", "latency", "imbalance", "step_time"})
       CHECK_MESSAGE(svgs.count(std::string("causal_document_") + m + "_" + hw + ".svg"), m << " " << hw);
+}
+
+TEST_CASE("layout and uses axes: every (layout, uses) per point, static skipped under fixed, cost per use") {
+  const Csv csv = read_csv(fs::path(COMPARE_ONLINE_DIR) / "results.csv");
+  REQUIRE(csv.header == kColumns);
+  CHECK_FALSE(csv.ragged);
+  std::map<std::string, int> per_variant;
+  int static_skipped = 0;
+  for (const auto& r : csv.rows) {
+    CAPTURE(r.at("row") + " " + r.at("solver") + " " + r.at("layout") + " " + r.at("uses") + " P" + r.at("cp_size"));
+    ++per_variant[r.at("layout") + "/" + r.at("uses")];
+    if (r.at("solver") == "static" && r.at("layout") == "fixed") {
+      CHECK(r.at("status") == "skipped");
+      CHECK(r.at("error").find("problem.layout: fixed rules out") != std::string::npos);
+      ++static_skipped;
+      continue;
+    }
+    REQUIRE(r.at("status") == "ok");
+    // Each rank's own path: grid + solve + its plan, at most the whole path's parts plus a rank's build.
+    const double rank_path = num(r, "rank_path_ms");
+    CHECK(rank_path >= num(r, "grid_ms") + num(r, "solve_ms") - 1e-9);
+    const double ratio = num(r, "step_over_bound");
+    const double bound = num(r, "compute_bound_ms");
+    const std::string uses = r.at("uses");
+    const double want = uses == "ahead" ? ratio : ratio + rank_path / std::stod(uses) / bound;
+    CHECK(close(num(r, "cost_per_use"), want, 1e-8, 1e-12));
+  }
+  for (const char* v : {"fixed/1", "fixed/8", "fixed/ahead", "planned/1", "planned/8", "planned/ahead"})
+    CHECK_MESSAGE(per_variant[v] == per_variant["fixed/1"], v);
+  CHECK(per_variant.size() == 6);
+  CHECK(static_skipped == 3 * (2 * 2 + 2));  // 3 uses x (2 P x 2 packs + 2 mean rows)
 }
 
 TEST_CASE("a solver that cannot run is reported on every row, not skipped") {

@@ -97,7 +97,9 @@ std::vector<ChartFile> write_compare_charts(const std::filesystem::path& dir, co
   std::vector<std::string> solvers;
   std::set<std::tuple<int, int, int>> heads;
   std::vector<int> stages;
+  std::set<std::pair<int, std::string>> variants;  // (layout, uses): one chart set each
   for (const auto& r : res.aggregated) {
+    variants.insert({static_cast<int>(r.layout), r.uses.str()});
     if (std::find(solvers.begin(), solvers.end(), r.solver) == solvers.end()) solvers.push_back(r.solver);
     if (std::find(stages.begin(), stages.end(), r.stages) == stages.end()) stages.push_back(r.stages);
     heads.insert({r.heads.q, r.heads.kv, r.heads.dim});
@@ -108,12 +110,12 @@ std::vector<ChartFile> write_compare_charts(const std::filesystem::path& dir, co
   };
   const char* const kDashes[] = {"", "7 4", "2 3", "10 3 2 3"};
 
-  // Groups (heads, mask) in order of appearance.
-  using Key = std::tuple<int, int, int, std::string>;
+  // Groups (heads, mask, layout, uses) in order of appearance.
+  using Key = std::tuple<int, int, int, std::string, int, std::string>;
   std::vector<Key> order;
   std::map<Key, std::vector<const CompareRow*>> groups;
   for (const auto& r : res.aggregated) {
-    const Key k{r.heads.q, r.heads.kv, r.heads.dim, r.mask};
+    const Key k{r.heads.q, r.heads.kv, r.heads.dim, r.mask, static_cast<int>(r.layout), r.uses.str()};
     if (!groups.count(k)) order.push_back(k);
     groups[k].push_back(&r);
   }
@@ -138,6 +140,10 @@ std::vector<ChartFile> write_compare_charts(const std::filesystem::path& dir, co
     if (heads.size() > 1) stem += fmt::format("_{}x{}d{}", first.heads.q, first.heads.kv, first.heads.dim);
     std::string sub = fmt::format("mask {}, heads {}:{}, D {}", first.mask, first.heads.q, first.heads.kv, first.heads.dim);
     if (first.packs > 1) sub += fmt::format(", mean of {} packs", first.packs);
+    if (variants.size() > 1) {
+      stem += fmt::format("_{}_uses_{}", to_string(first.layout), first.uses.str());
+      sub += fmt::format(", layout {}, uses {}", to_string(first.layout), first.uses.str());
+    }
     std::set<double> ps;
     for (const CompareRow* r : all_rows) ps.insert(r->cp_size);
 

@@ -13,14 +13,14 @@ namespace cpsched::cli {
 
 const std::vector<std::string>& compare_csv_columns() {
   static const std::vector<std::string> cols = {
-      "row", "mask", "cp_size", "heads_q", "heads_kv", "head_dim", "stages", "hardware", "solver", "pack", "packs", "status",
+      "row", "mask", "cp_size", "heads_q", "heads_kv", "head_dim", "stages", "hardware", "layout", "uses", "solver", "pack", "packs", "status",
       "fwd_send_gib", "fwd_bottleneck_gib", "bwd_send_gib", "bwd_bottleneck_gib",
       "usp_closed_form_fwd_gib", "usp_placement_fwd_gib", "usp_placement_bwd_gib",
       "fwd_reduction_vs_usp_closed_pct", "fwd_reduction_vs_usp_placement_pct", "bwd_reduction_vs_usp_placement_pct",
       "imbalance", "stage0_share", "feasible_packs",
       "latency_ms", "grid_ms", "solve_ms", "plan_ms",
       "fwd_step_ms", "bwd_step_ms", "step_ms", "fwd_exposed_comm_ms", "bwd_exposed_comm_ms", "exposed_comm_ms",
-      "compute_bound_ms", "step_over_bound",
+      "compute_bound_ms", "step_over_bound", "rank_path_ms", "cost_per_use",
       "gap_to_ilp_pct", "ilp_fwd_gib", "ilp_bound_gib", "ilp_proven",
       "error", "note"};
   return cols;
@@ -57,6 +57,7 @@ std::vector<std::string> record(const CompareRow& r) {
       std::to_string(r.cp_size),           std::to_string(r.heads.q),
       std::to_string(r.heads.kv),          std::to_string(r.heads.dim),
       std::to_string(r.stages),            r.hardware,
+      to_string(r.layout),                 r.uses.str(),
       r.solver,
       r.pack >= 0 ? std::to_string(r.pack) : std::string(),
       std::to_string(r.packs),             r.ok ? "ok" : (r.skipped ? "skipped" : "error")};
@@ -71,7 +72,7 @@ std::vector<std::string> record(const CompareRow& r) {
         num(f.fwd_step_ms), num(f.bwd_step_ms), num(sum(f.fwd_step_ms, f.bwd_step_ms)),
         num(f.fwd_exposed_ms), num(f.bwd_exposed_ms), num(sum(f.fwd_exposed_ms, f.bwd_exposed_ms)),
         // Mean rows: ratio of means (mean step over mean bound), as the gap to ilp.
-        num(f.compute_bound_ms), num(step_over_bound(f)),
+        num(f.compute_bound_ms), num(step_over_bound(f)), num(f.rank_path_ms), num(cost_per_use(r)),
         // Mean rows: ratio of means (mean fwd send over mean ilp fwd send).
         num(gap_to_ilp_pct(f.fwd_send, f.ilp_fwd)), gib_of(f.ilp_fwd), gib_of(f.ilp_bound),
         // Mean rows: 1 only when every pack was proven optimal.

@@ -98,7 +98,7 @@ class Reader {
 
 const std::vector<std::string> kKeys = {"solvers", "masks",   "cp_sizes",  "packs",  "heads",
                                         "stages",  "repeats", "reference", "timing", "max_cp_size",
-                                        "repeats_per_solver", "hardware"};
+                                        "repeats_per_solver", "hardware", "layouts", "uses", "rank_path"};
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
@@ -302,6 +302,38 @@ CompareSpec read_compare_spec(const Config& cfg, const Registry& reg, const std:
   }
   check_unique(r, spec.stages, "stages");
   spec.relay = cfg.plan.relay;
+
+  if (const auto n = get("layouts"); n.IsDefined() && !n.IsNull()) {
+    for (const auto& e : r.list(n, "layouts")) {
+      const std::string v = r.to_string(e, "layouts");
+      if (v == "fixed") spec.layouts.push_back(Layout::fixed);
+      else if (v == "planned") spec.layouts.push_back(Layout::planned);
+      else r.fail("layouts", fmt::format("'{}' is not a layout (fixed or planned)", v));
+    }
+  } else {
+    spec.layouts = {cfg.layout};
+  }
+  {
+    std::vector<std::string> names;
+    for (Layout l : spec.layouts) names.emplace_back(to_string(l));
+    check_unique(r, names, "layouts");
+  }
+  if (const auto n = get("uses"); n.IsDefined() && !n.IsNull()) {
+    for (const auto& e : r.list(n, "uses"))
+      spec.uses.push_back(e.IsScalar() && e.Scalar() == "ahead" ? PlanUses::ahead() : PlanUses{r.to_int(e, "uses", 1)});
+  } else {
+    spec.uses = {cfg.uses};
+  }
+  {
+    std::vector<std::string> names;
+    for (const auto& u : spec.uses) names.push_back(u ? u->str() : "by layout");
+    check_unique(r, names, "uses");
+  }
+  if (const auto n = get("rank_path"); n.IsDefined() && !n.IsNull()) {
+    if (!n.IsScalar() || (n.Scalar() != "true" && n.Scalar() != "false"))
+      r.fail("rank_path", "expected true or false, got " + Reader::describe(n));
+    spec.rank_path = n.Scalar() == "true";
+  }
 
   if (const auto n = get("repeats"); n.IsDefined() && !n.IsNull()) spec.repeats = r.to_int(n, "repeats", 1);
   // An explicit baseline must exist; the default one may be missing (its

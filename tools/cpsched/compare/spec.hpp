@@ -9,6 +9,9 @@
 //     packs: 20                         # count (packs 0..n-1) or list [0, 3]; default: problem.mask.pack
 //     heads: [{q: 64, kv: 8}]           # optional dim too; default: problem.heads
 //     stages: [1, 2]                    # plan stages; default: plan.stages
+//     layouts: [fixed, planned]         # problem.layout per row; default: problem.layout
+//     uses: [1, 8, ahead]               # plan.uses per row; default: plan.uses (absent: by the layout)
+//     rank_path: true                   # also time each rank's own plan (the slowest rank's whole path)
 //     repeats: 5                        # solve-latency repeats (median)
 //     repeats_per_solver: {ilp: 1}      # per-solver override; default: 1 for a solver with a
 //                                       # `time_limit_s` parameter (its solve costs that long), else `repeats`
@@ -27,11 +30,14 @@
 // `hardware` parameter the solvers see a cost model per profile (so they are
 // solved per profile), otherwise one solve per point is timed on every profile.
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cpsched/config/config.hpp"
 #include "cpsched/plan/shape.hpp"
+#include "cpsched/plan/uses.hpp"
+#include "cpsched/problem/problem.hpp"
 #include "cpsched/timing/hardware.hpp"
 #include "cpsched/plugin/registry.hpp"
 
@@ -50,6 +56,12 @@ struct CompareSpec {
   std::vector<int> packs;
   std::vector<HeadConfig> heads;
   std::vector<int> stages;
+  std::vector<Layout> layouts;
+  std::vector<std::optional<PlanUses>> uses;  // nullopt: by the layout (fixed: 1, planned: ahead)
+  // Time every rank's own plan (PlanOptions::rank) after the solve: the
+  // per-rank whole path is grid + solve + the slowest rank's plan. P builds
+  // per point, so off by default.
+  bool rank_path = false;
   // plan.relay for every row: off, on (nodes of the profile's size) or auto
   // (a solver that prices plans chooses; the others plan without).
   PlanShape::Relay relay = PlanShape::Relay::off;

@@ -12,6 +12,7 @@
 #include "compare/progress.hpp"
 #include "compare/timing.hpp"
 #include "cpsched/base/error.hpp"
+#include "cpsched/plan/builder.hpp"
 #include "cpsched/problem/metrics.hpp"
 #include "cpsched/session/solve_path.hpp"
 #include "cpsched/timing/model.hpp"
@@ -22,6 +23,14 @@ namespace cpsched::cli {
 std::optional<double> step_over_bound(const CompareFigures& f) {
   if (!f.fwd_step_ms || !f.bwd_step_ms || !f.compute_bound_ms || *f.compute_bound_ms <= 0) return std::nullopt;
   return (*f.fwd_step_ms + *f.bwd_step_ms) / *f.compute_bound_ms;
+}
+
+std::optional<double> cost_per_use(const CompareRow& r) {
+  const std::optional<double> ratio = step_over_bound(r.f);
+  if (!ratio) return std::nullopt;
+  if (r.uses.is_ahead()) return ratio;
+  const double path = r.f.rank_path_ms ? *r.f.rank_path_ms : r.f.latency_ms;
+  return *ratio + path / r.uses.uses / *r.f.compute_bound_ms;
 }
 
 std::optional<double> reduction_pct(double value, std::optional<double> baseline) {
@@ -88,10 +97,11 @@ SolverHandle make_handle(const std::string& name, const Registry& reg, const Con
 }
 
 // The problem of one sweep point: the config's problem with the mask kind, P,
-// heads and pack replaced.
+// heads, pack and layout replaced.
 std::shared_ptr<const Problem> make_point_problem(const Config& cfg, MaskKind kind, int cp_size,
-                                                  const HeadConfig& h, int pack) {
+                                                  const HeadConfig& h, int pack, Layout layout) {
   Config c = cfg;
+  c.layout = layout;
   c.cp_size = cp_size;
   c.heads.q = h.q;
   c.heads.kv = h.kv;
@@ -114,6 +124,26 @@ std::vector<CompareRow> point_rows(const CompareRow& base, const std::string& so
       rows.push_back(std::move(r));
     }
   return rows;
+}
+
+// Per stage count: grid + solve + the slowest rank's own plan (each rank
+// computes the transfers and builds only its CalcMeta and CommMeta,
+// PlanOptions::rank).
+std::vector<std::optional<double>> rank_path_ms(const Assignment& a, const PlanShape& solved,
+                                                const std::vector<int>& stages, double grid_and_solve_ms) {
+  std::vector<std::optional<double>> out;
+  for (int st : stages) {
+    PlanOptions o{st == PlanShape::kAutoStages ? solved.stages : st, solved.relay_node_size()};
+    double slowest = 0;
+    for (Rank r = 0; r < a.grid->cp_size(); ++r) {
+      o.rank = r;
+      const auto t0 = Clock::now();
+      const Plan p = PlanBuilder(a).build(o);  // what the rank computes alone: its transfers too
+      slowest = std::max(slowest, ms_since(t0));
+    }
+    out.push_back(grid_and_solve_ms + slowest);
+  }
+  return out;
 }
 
 // One solver on one problem: `h.repeats` runs of the whole path (grid, solve,
@@ -157,7 +187,7 @@ std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<
   try {
     const SolvePath path(*h.solver, cost, *h.registry);
     for (int rep = 0; rep < h.repeats; ++rep) {
-      result = path.run(problem, {.shape = shape, .uses = std::nullopt, .validate = false, .rank = -1, .solver_name = h.name});
+      result = path.run(problem, {.shape = shape, .uses = base.asked_uses, .rank = -1, .solver_name = h.name});
       grid_ms.push_back(result.grid_ms);
       solve_ms.push_back(result.solve_ms);
       for (std::size_t s = 0; s < ns; ++s) {
@@ -174,9 +204,19 @@ std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<
         total_ms[s].push_back(grid_ms.back() + solve_ms.back() + plan_ms[s].back());
       }
     }
+  } catch (const PluginError& e) {
+    // A solver that must re-lay out the tokens (static) refuses the fixed layout: not run, by design.
+    if (problem->layout == Layout::fixed) {
+      for (auto& r : rows) r.skipped = true;
+    }
+    return fail_all(e.what());
   } catch (const Error& e) {
     return fail_all(e.what());
   }
+  const std::vector<std::optional<double>> rank_path = spec.rank_path
+                                                           ? rank_path_ms(*result.assignment, result.shape, spec.stages,
+                                                                          median(grid_ms) + median(solve_ms))
+                                                           : std::vector<std::optional<double>>(ns);
 
   const Assignment& a = *result.assignment;
   const Metrics& m = result.metrics;
@@ -199,6 +239,8 @@ std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<
     f.solve_ms = median(solve_ms);
     f.plan_ms = median(plan_ms[s]);
     f.latency_ms = median(total_ms[s]);
+    f.rank_path_ms = rank_path[s];
+    row.uses = result.uses;
     row.note = result.feasible ? "" : "balance target not met";
     if (!result.note.empty() && !result.feasible) row.note += ": " + result.note;
     if (h.name == kIlpSolver && result.feasible) {
@@ -330,6 +372,9 @@ CompareRow aggregate(const std::vector<const CompareRow*>& group) {
     f.bwd_exposed_ms = mean_of(&CompareFigures::bwd_exposed_ms);
   }
   if (have_cb) f.compute_bound_ms = mean_of(&CompareFigures::compute_bound_ms);
+  bool have_rank_path = true;
+  for (const CompareRow* r : group) have_rank_path = have_rank_path && r->f.rank_path_ms;
+  if (have_rank_path) f.rank_path_ms = mean_of(&CompareFigures::rank_path_ms);
   if (f.feasible_packs < out.packs)
     out.note = fmt::format("balance target not met on {} of {} packs", out.packs - f.feasible_packs, out.packs);
   else if (f.ilp_proven_packs && *f.ilp_proven_packs < out.packs)
@@ -442,14 +487,19 @@ class PointSweep {
         const bool packed = mask_uses_packs(cfg_.mask, kind);
         const std::vector<int> packs = packed ? spec_.packs : std::vector<int>{cfg_.mask.pack};
         for (int P : spec_.cp_sizes)
-          for (int pack : packs) {
-            CompareRow base;
-            base.mask = std::string(to_string(kind));
-            base.cp_size = P;
-            base.heads = h;
-            base.pack = packed ? pack : -1;
-            run_point(base, h, kind, P, pack);
-          }
+          for (int pack : packs)
+            for (Layout layout : spec_.layouts)
+              for (const std::optional<PlanUses>& uses : spec_.uses) {
+                CompareRow base;
+                base.mask = std::string(to_string(kind));
+                base.cp_size = P;
+                base.heads = h;
+                base.pack = packed ? pack : -1;
+                base.layout = layout;
+                base.asked_uses = uses;
+                base.uses = uses ? *uses : default_uses(layout);
+                run_point(base, h, kind, P, pack);
+              }
       }
   }
 
@@ -461,7 +511,7 @@ class PointSweep {
     std::shared_ptr<const Problem> problem;
     std::string problem_error;
     try {
-      problem = make_point_problem(cfg_, kind, P, h, pack);
+      problem = make_point_problem(cfg_, kind, P, h, pack, base.layout);
     } catch (const Error& e) {
       problem_error = e.what();
     }
@@ -549,14 +599,15 @@ class PointSweep {
   std::set<std::string> ref_failures_;
 };
 
-// Groups the per-pack rows by (heads, mask, P, stages, hardware, solver) in
+// Groups the per-pack rows by (heads, mask, P, stages, hardware, layout, uses, solver) in
 // order of first appearance, one aggregated row each.
 std::vector<CompareRow> aggregate_rows(const std::vector<CompareRow>& per_pack) {
-  using Key = std::tuple<int, int, int, std::string, int, int, std::string, std::string>;
+  using Key = std::tuple<int, int, int, std::string, int, int, std::string, int, std::string, std::string>;
   std::map<Key, std::size_t> index;
   std::vector<std::vector<const CompareRow*>> agg_groups;
   for (const auto& r : per_pack) {
-    const Key k{r.heads.q, r.heads.kv, r.heads.dim, r.mask, r.cp_size, r.stages, r.hardware, r.solver};
+    const Key k{r.heads.q, r.heads.kv, r.heads.dim, r.mask,   r.cp_size,
+                r.stages,  r.hardware, static_cast<int>(r.layout), r.uses.str(), r.solver};
     auto [it, fresh] = index.emplace(k, agg_groups.size());
     if (fresh) agg_groups.emplace_back();
     agg_groups[it->second].push_back(&r);
@@ -585,7 +636,7 @@ long compare_work_units(const Config& cfg, const CompareSpec& spec) {
   for (MaskKind kind : spec.masks)
     n += static_cast<long>(mask_uses_packs(cfg.mask, kind) ? spec.packs.size() : 1);
   return n * static_cast<long>(spec.heads.size() * spec.cp_sizes.size() * spec.solvers.size() *
-                               cost_group_count(spec));
+                               cost_group_count(spec) * spec.layouts.size() * spec.uses.size());
 }
 
 }  // namespace cpsched::cli

@@ -41,6 +41,9 @@ struct CompareFigures {
   // total compute / P, free communication); absent without a profile.
   // Aggregated: the mean, so step / bound on a mean row is a ratio of means.
   std::optional<double> compute_bound_ms;
+  // compare.rank_path: grid + solve + the slowest rank's own plan (median of
+  // the repeats' solves, one timing of each rank's build). Aggregated: the mean.
+  std::optional<double> rank_path_ms;
 };
 
 // Step time over the compute bound (>= 1 up to the imbalance); nullopt when
@@ -53,6 +56,9 @@ struct CompareRow {
   HeadConfig heads;
   int stages = 1;
   std::string hardware;     // the profile as given in compare.hardware; empty: no hardware axis
+  Layout layout = Layout::fixed;           // problem.layout of the row
+  std::optional<PlanUses> asked_uses;      // compare.uses' entry (nullopt: by the layout)
+  PlanUses uses;                           // what the solve was told, resolved
   std::string solver;
   int pack = -1;            // -1: the mask does not depend on the pack
   bool aggregate = false;   // the mean over packs
@@ -63,6 +69,11 @@ struct CompareRow {
   std::string note;         // the solver's remark, a timing problem, ...
   CompareFigures f;
 };
+
+// What one use of the plan costs against the bound: (path / uses + step) /
+// bound, with the per-rank path when measured, else the whole path; a plan
+// made ahead costs its step. nullopt without a step or bound.
+std::optional<double> cost_per_use(const CompareRow& r);
 
 // Percent saved against a baseline: 100 x (1 - value / baseline).
 std::optional<double> reduction_pct(double value, std::optional<double> baseline);

@@ -31,6 +31,8 @@ std::string section_title(const CompareRow& r, int packs) {
 
 std::vector<TextTable> summary_tables(const CompareResult& res, const CompareSpec& spec) {
   const bool many_stages = spec.stages.size() > 1;
+  const bool many_layouts = spec.layouts.size() > 1;
+  const bool with_uses = spec.uses.size() > 1 || spec.uses.front().has_value();
   const bool timing = !res.timing_label.empty();
   const bool with_ilp = std::find(spec.solvers.begin(), spec.solvers.end(), kIlpSolver) != spec.solvers.end();
   std::vector<TextTable> tables;
@@ -48,6 +50,14 @@ std::vector<TextTable> summary_tables(const CompareResult& res, const CompareSpe
         t.headers.push_back("stages");
         t.units.push_back("");
       }
+      if (many_layouts) {
+        t.headers.push_back("layout");
+        t.units.push_back("");
+      }
+      if (with_uses) {
+        t.headers.push_back("uses");
+        t.units.push_back("");
+      }
       for (const char* h : {"solver", "fwd send", "fwd bneck", "bwd send", "bwd bneck", "vs USP", "vs usp pl.",
                             "imbalance", "stage-0", "latency"}) {
         t.headers.emplace_back(h);
@@ -63,6 +73,14 @@ std::vector<TextTable> summary_tables(const CompareResult& res, const CompareSpe
         t.headers.insert(t.headers.end(), {"step", "bound", "step/bound", "exposed"});
         t.units.insert(t.units.end(), {"ms", "ms", "", "ms"});
       }
+      if (spec.rank_path) {
+        t.headers.emplace_back("rank path");
+        t.units.emplace_back("ms");
+      }
+      if (timing && with_uses) {
+        t.headers.emplace_back("per use");
+        t.units.emplace_back("/bound");
+      }
       t.headers.emplace_back("note");
       t.units.emplace_back("");
       tables.push_back(std::move(t));
@@ -70,6 +88,8 @@ std::vector<TextTable> summary_tables(const CompareResult& res, const CompareSpe
     TextTable& t = tables[it->second];
     std::vector<std::string> row = {std::to_string(r.cp_size)};
     if (many_stages) row.push_back(std::to_string(r.stages));
+    if (many_layouts) row.emplace_back(to_string(r.layout));
+    if (with_uses) row.push_back(r.uses.str());
     row.push_back(r.solver);
     const CompareFigures& f = r.f;
     if (r.ok) {
@@ -96,9 +116,12 @@ std::vector<TextTable> summary_tables(const CompareResult& res, const CompareSpe
                           ? fmt::format("{:.3f}", *f.fwd_exposed_ms + *f.bwd_exposed_ms)
                           : "-");
       }
+      if (spec.rank_path) row.push_back(opt_fmt(f.rank_path_ms, "{:.2f}"));
+      if (timing && with_uses) row.push_back(opt_fmt(cost_per_use(r), "{:.3f}"));
       row.push_back(r.note);
     } else {
-      const std::size_t values = 9 + (timing ? 4 : 0) + (with_ilp ? 1 : 0);
+      const std::size_t values =
+          9 + (timing ? 4 : 0) + (with_ilp ? 1 : 0) + (spec.rank_path ? 1 : 0) + (timing && with_uses ? 1 : 0);
       row.insert(row.end(), values, "-");
       row.push_back(r.skipped ? r.error : "FAILED: " + r.error);
     }
@@ -184,6 +207,18 @@ void write_compare_markdown(const std::filesystem::path& file, const std::vector
        << "; *bound* the compute bound on the section's hardware (the plan's total attention compute / P: "
           "perfect balance, free communication) and *step/bound* how far the step is above it (1 is the "
           "ideal; on these mean rows a ratio of means)";
+  bool rank_path = false, per_use = false;
+  for (const TextTable& t : tables)
+    for (const auto& h : t.headers) {
+      rank_path = rank_path || h == "rank path";
+      per_use = per_use || h == "per use";
+    }
+  if (rank_path)
+    md << "; *rank path* the slowest rank's whole path when each rank builds only its own plan (grid + solve + "
+          "its transfers, CalcMeta and CommMeta)";
+  if (per_use)
+    md << "; *per use* what one attention call pays against the bound: (path / uses + step) / bound, with the "
+          "rank path where measured, else the whole path (a plan made ahead: step / bound)";
   md << ".\n\n";
   for (const auto& w : ctx.warnings) md << "> note: " << md_escape(w) << "\n\n";
   for (const TextTable& t : tables) {
