@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cpsched/base/stopwatch.hpp"
 #include "cpsched/config/config.hpp"
 #include "cpsched/session/session.hpp"
 #include "cpsched/base/error.hpp"
@@ -231,10 +232,6 @@ std::shared_ptr<Registry> scanned_registry(const std::vector<std::string>& extra
   auto reg = std::make_shared<Registry>();
   reg->scan_default_folders(std::vector<std::filesystem::path>(extra.begin(), extra.end()));
   return reg;
-}
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 
 #include "bench_common.hpp"
+#include "cpsched/base/stopwatch.hpp"
 #include "cpsched/session/solve_path.hpp"
 #include "cpsched/session/session.hpp"
 #include "cpsched/base/error.hpp"
@@ -78,10 +79,6 @@ RangeMask full_stripes(std::int64_t n) {
   slices.reserve(static_cast<std::size_t>(n));
   for (Token j = 0; j < n; ++j) slices.push_back({{0, n}, {j, j + 1}, MaskType::full});
   return RangeMask(n, std::move(slices));
-}
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "bench_common.hpp"
+#include "cpsched/base/stopwatch.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/timing/hardware.hpp"
 #include "cpsched/mask/generators.hpp"
@@ -28,10 +29,6 @@
 using namespace cpsched;
 
 namespace {
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Destination and source entries of every collective of both passes: the
 // size the simulation is linear in.

@@ -32,6 +32,7 @@
 #include <fmt/format.h>
 
 #include "bench_common.hpp"
+#include "cpsched/base/stopwatch.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/timing/hardware.hpp"
 #include "cpsched/mask/generators.hpp"
@@ -43,10 +44,6 @@
 using namespace cpsched;
 
 namespace {
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 struct SolverSpec {
   std::string label;        // as given: "name:param=value+param=value" (params.hpp's spec syntax)

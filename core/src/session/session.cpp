@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "cpsched/base/stopwatch.hpp"
 #include "cpsched/session/session.hpp"
 #include "ahead_queue.hpp"
 #include "cpsched/base/error.hpp"
@@ -17,10 +18,6 @@
 namespace cpsched {
 
 namespace {
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 std::shared_ptr<Registry> default_registry(const std::vector<std::filesystem::path>& extra) {
   auto reg = std::make_shared<Registry>();

@@ -1,3 +1,4 @@
+#include "cpsched/base/stopwatch.hpp"
 #include "cpsched/session/solve_path.hpp"
 
 #include <chrono>
@@ -14,12 +15,6 @@
 namespace cpsched {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 // The node size that relays (on or auto) group by when the shape leaves it
 // open: the cost model's cluster, else the default profile's.

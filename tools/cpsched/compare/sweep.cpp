@@ -11,6 +11,7 @@
 #include "compare/ilp.hpp"
 #include "compare/progress.hpp"
 #include "compare/timing.hpp"
+#include "cpsched/base/stopwatch.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/problem/metrics.hpp"
@@ -39,12 +40,6 @@ std::optional<double> reduction_pct(double value, std::optional<double> baseline
 }
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
