@@ -526,6 +526,16 @@ class Result:
 
 # ---- sessions ----------------------------------------------------------------------------------
 
+def _seed_lists(q_ranges, k_ranges, types):
+    """The seed's three lists, checked and converted for the extension."""
+    q = _ranges(q_ranges, "q_ranges")
+    k = _ranges(k_ranges, "k_ranges")
+    if len(q) == 0 and len(k) == 0:
+        # An empty workload is an error, as `slices: []` is in a config (nothing to plan).
+        raise ValueError("q_ranges, k_ranges: no slice: the mask selects no (query, key) pair, nothing to plan")
+    return q, k, _types(types, len(q))
+
+
 def _resolve(fut, handle):
     try:
         fut.set_result(Result(handle.get()))
@@ -600,14 +610,9 @@ class Session:
     def solve(self, q_ranges, k_ranges, types):
         """Solves one mask given as the seed's three lists: global (begin, end) token ranges of Q and K
         and one mask type per slice (a name, 0-3, the seed's AttnMaskType, or one for all slices)."""
-        q = _ranges(q_ranges, "q_ranges")
-        k = _ranges(k_ranges, "k_ranges")
-        if len(q) == 0 and len(k) == 0:
-            # An empty workload is an error, as `slices: []` is in a config (nothing to plan).
-            raise ValueError("q_ranges, k_ranges: no slice: the mask selects no (query, key) pair, nothing to plan")
         # The Session keeps no Python reference to its results: a plan is freed when the caller drops
         # it (or the cache evicts it), never inside the next solve call.
-        return Result(self._s.solve(q, k, _types(types, len(q))))
+        return Result(self._s.solve(*_seed_lists(q_ranges, k_ranges, types)))
 
     def solve_async(self, q_ranges, k_ranges, types):
         """Plans a mask ahead of need (step t + 1's while step t runs) on the Session's background thread;
@@ -615,11 +620,7 @@ class Session:
         solve() of the same mask is a cache hit (one still in flight waits for it instead of solving again).
         Identical masks in flight are solved once; a full queue (ahead_queue) makes this call wait for a slot.
         Mask errors raise here; the solver's are the Future's exception."""
-        q = _ranges(q_ranges, "q_ranges")
-        k = _ranges(k_ranges, "k_ranges")
-        if len(q) == 0 and len(k) == 0:
-            raise ValueError("q_ranges, k_ranges: no slice: the mask selects no (query, key) pair, nothing to plan")
-        handle = self._s.solve_async(q, k, _types(types, len(q)))
+        handle = self._s.solve_async(*_seed_lists(q_ranges, k_ranges, types))
         fut = concurrent.futures.Future()
         fut.set_running_or_notify_cancel()
         if handle.done():

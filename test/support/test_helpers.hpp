@@ -2,6 +2,7 @@
 // Small helpers several unit tests share.
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,13 @@ inline Registry& build_registry() {
     return r;
   }();
   return *reg;
+}
+
+// A registry of its own with the build's plugins, for a Session.
+inline std::shared_ptr<Registry> new_build_registry() {
+  auto reg = std::make_shared<Registry>();
+  reg->scan(CPSCHED_PLUGIN_BUILD_DIR);
+  return reg;
 }
 
 // The solver plugins of the build, by name (sorted).

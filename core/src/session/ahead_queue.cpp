@@ -7,9 +7,7 @@
 namespace cpsched::detail {
 
 AheadQueue::AheadQueue(Run run, PlanCache& cache, std::size_t capacity)
-    : run_(std::move(run)), cache_(cache), capacity_(capacity) {
-  if (capacity_ == 0) throw Error("session: ahead_queue must be at least 1");
-}
+    : run_(std::move(run)), cache_(cache), capacity_(capacity) {}
 
 AheadQueue::~AheadQueue() {
   std::deque<std::shared_ptr<Job>> left;

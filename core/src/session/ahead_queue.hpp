@@ -26,7 +26,8 @@ using ResultFuture = std::shared_future<std::shared_ptr<const SolveResult>>;
 class AheadQueue {
  public:
   // `run` solves one problem (on the background thread); `cache` receives
-  // every result under its key. `capacity` >= 1 masks may wait.
+  // every result under its key. `capacity` >= 1 masks may wait (the
+  // Session checks SessionOptions::ahead_queue).
   using Run = std::function<std::shared_ptr<const SolveResult>(std::shared_ptr<const Problem>)>;
   AheadQueue(Run run, PlanCache& cache, std::size_t capacity);
   // Finishes the mask being solved; the ones still waiting fail with an

@@ -8,6 +8,7 @@
 #include "cpsched/io/plan_json.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/session/session.hpp"
+#include "test_helpers.hpp"
 
 using namespace cpsched;
 
@@ -39,8 +40,7 @@ std::string plan_of(const std::shared_ptr<Registry>& reg, const std::string& sol
 }  // namespace
 
 TEST_CASE("the same input, layout and uses give the same plan at 1, 2 and 8 threads") {
-  auto reg = std::make_shared<Registry>();
-  reg->scan(CPSCHED_PLUGIN_BUILD_DIR);
+  const auto reg = test::new_build_registry();
   int compared = 0;
   for (const MaskKind kind : {MaskKind::causal_document, MaskKind::full_document, MaskKind::sliding_window}) {
     MaskSpec spec;

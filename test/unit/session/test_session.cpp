@@ -6,17 +6,14 @@
 
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/session/session.hpp"
+#include "test_helpers.hpp"
 #include "cpsched/base/error.hpp"
 
 using namespace cpsched;
 
 namespace {
 
-std::shared_ptr<Registry> registry() {
-  auto reg = std::make_shared<Registry>();
-  reg->scan(CPSCHED_PLUGIN_BUILD_DIR);
-  return reg;
-}
+std::shared_ptr<Registry> registry() { return test::new_build_registry(); }
 
 SessionOptions options() {
   SessionOptions o;

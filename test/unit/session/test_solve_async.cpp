@@ -9,16 +9,13 @@
 #include "cpsched/base/error.hpp"
 #include "cpsched/io/plan_json.hpp"
 #include "cpsched/session/session.hpp"
+#include "test_helpers.hpp"
 
 using namespace cpsched;
 
 namespace {
 
-std::shared_ptr<Registry> registry() {
-  auto reg = std::make_shared<Registry>();
-  reg->scan(CPSCHED_PLUGIN_BUILD_DIR);
-  return reg;
-}
+std::shared_ptr<Registry> registry() { return test::new_build_registry(); }
 
 SessionOptions options(std::size_t queue = 4) {
   SessionOptions o;
