@@ -230,6 +230,25 @@ def _workspace(dp, pass_, dt):
     return ws
 
 
+def _pipelined_stages(comm, pp, bufs, sources, keep):
+    """The pass's stage order, the same forward and backward: yields (0, None) once stage 1's casts are in
+    flight (stage 0's local work overlaps them), then (s, its StageComm) for each remote stage s once its rows
+    (and the relays' forwarded ones) are unpacked, with stage s + 1's casts already issued."""
+    rqo, rkv = bufs
+    N = len(pp.comm)
+    works = _issue_casts(comm, pp.comm[0], bufs, sources, keep) if N else []
+    yield 0, None
+    for s in range(1, N + 1):
+        st = pp.comm[s - 1]
+        _wait(works)
+        fw = _issue_forwarding(comm, st, bufs, keep)
+        works = _issue_casts(comm, pp.comm[s], bufs, sources, keep) if s < N else []
+        _wait(fw)
+        rqo.unpack(*_stage_rows(st, "qo"))
+        rkv.unpack(*_stage_rows(st, "kv"))
+        yield s, st
+
+
 def run_forward(dp, q, k, v, backend, comm, scale):
     """Forward pass of this rank: returns O (q's dtype) [L, hq, dv] and lse (fp32) [L, hq]."""
     tp, pp = dp.tp, dp.fwd
@@ -241,24 +260,15 @@ def run_forward(dp, q, k, v, backend, comm, scale):
     k_rows = k.reshape(L * G, kpg * g.dqk)
     kv_src = [k_rows] if g.shared else [k_rows, v.reshape(L * G, kpg * g.dv)]
     ws = _workspace(dp, "fwd", dt)
-    rqo, rkv = ws.rqo, ws.rkv
     b = ws.reset()
     b.q, b.k, b.v, b.scale = q, k, v, scale
-    bufs, sources = (rqo, rkv), (_Table([q_rows]), _Table(kv_src))
+    bufs, sources = (ws.rqo, ws.rkv), (_Table([q_rows]), _Table(kv_src))
     o_fields = [("lse", torch.float32, (qpg,)), ("o", dt, (qpg, g.dv))]
     keep, finals = [], []
-    N = len(pp.comm)
-    works = _issue_casts(comm, pp.comm[0], bufs, sources, keep) if N else []
-    backend.forward_stage(pp.stage0, b)
-    for s in range(1, N + 1):
-        st = pp.comm[s - 1]
-        _wait(works)
-        fw = _issue_forwarding(comm, st, bufs, keep)
-        works = _issue_casts(comm, pp.comm[s], bufs, sources, keep) if s < N else []
-        _wait(fw)
-        rqo.unpack(*_stage_rows(st, "qo"))
-        rkv.unpack(*_stage_rows(st, "kv"))
-        backend.forward_stage(pp.stages[s - 1], b)
+    for s, _ in _pipelined_stages(comm, pp, bufs, sources, keep):
+        backend.forward_stage(pp.stages[s - 1] if s else pp.stage0, b)
+        if not s:
+            continue
         for s2, kind in pp.reduces.get(s, ()):
             if kind != "qo":
                 continue
@@ -303,10 +313,9 @@ def run_backward(dp, q, k, v, out, lse, dout, backend, comm, scale):
     k_rows = k.reshape(L * G, kpg * g.dqk)
     kv_src = [k_rows] if g.shared else [k_rows, v.reshape(L * G, kpg * g.dv)]
     ws = _workspace(dp, "bwd", dt)
-    rqo, rkv = ws.rqo, ws.rkv
     b = ws.reset()
     b.q, b.k, b.v, b.lse, b.out, b.dout, b.delta, b.scale = q, k, v, lse, out, dout, delta, scale
-    bufs, sources = (rqo, rkv), (_Table(qo_src), _Table(kv_src))
+    bufs, sources = (ws.rqo, ws.rkv), (_Table(qo_src), _Table(kv_src))
     dq_fields = [("dq", dt, (qpg, g.dqk))]
     dkv_fields = [("dk", dt, (kpg, g.dqk))] + ([] if g.shared else [("dv", dt, (kpg, g.dv))])
 
@@ -327,18 +336,11 @@ def run_backward(dp, q, k, v, out, lse, dout, backend, comm, scale):
             tv.index_add_(0, idx, f["dv"].to(cdt))
 
     keep, finals = [], []
-    N = len(pp.comm)
-    works = _issue_casts(comm, pp.comm[0], bufs, sources, keep) if N else []
-    backend.backward_stage(pp.stage0, b)
-    for s in range(1, N + 1):
-        st = pp.comm[s - 1]
-        _wait(works)
-        fw = _issue_forwarding(comm, st, bufs, keep)
-        works = _issue_casts(comm, pp.comm[s], bufs, sources, keep) if s < N else []
-        _wait(fw)
+    for s, st in _pipelined_stages(comm, pp, bufs, sources, keep):
+        if not s:
+            backend.backward_stage(pp.stage0, b)
+            continue
         r0, r1 = _stage_rows(st, "qo")
-        rqo.unpack(r0, r1)
-        rkv.unpack(*_stage_rows(st, "kv"))
         if r1 > r0:
             b.rdelta[r0:r1] = (b.rdout[r0:r1].to(cdt) * b.rout[r0:r1].to(cdt)).sum(-1)
         backend.backward_stage(pp.stages[s - 1], b)

@@ -57,6 +57,24 @@ def _rows_per_chunk(lq, heads, width):
     return max(1, min(lq, SCORE_BUDGET // max(1, heads * width)))
 
 
+def _range_chunks(mtype, lq, hq, lk):
+    """(i0, i1, c0, c1): the chunks of query rows of a range arg with their key-column hull, skipping a
+    chunk that sees no key."""
+    step = _rows_per_chunk(lq, hq, lk)
+    for i0 in range(0, lq, step):
+        i1 = min(lq, i0 + step)
+        c0, c1 = col_hull(mtype, i0, i1, lq, lk)
+        if c1 > c0:
+            yield i0, i1, c0, c1
+
+
+def _by_kv_head(x, hk, r):
+    """Rows [n, hk * r, ...] -> [hk, r * n, ...]: each KV head's query heads as one batch of rows."""
+    n = x.shape[0]
+    rest = x.shape[2:]
+    return x.reshape(n, hk, r, *rest).permute(1, 2, 0, *range(3, 3 + len(rest))).reshape(hk, r * n, *rest)
+
+
 def range_forward(q, k, v, mtype, scale):
     """q [lq, hq, dqk], k [lk, hk, dqk], v [lk, hk, dv] -> O [lq, hq, dv], lse [lq, hq] (fp32 or fp64)."""
     lq, hq, dqk = q.shape
@@ -70,14 +88,9 @@ def range_forward(q, k, v, mtype, scale):
         return o, lse
     kh = k.to(cdt).permute(1, 0, 2)
     vh = v.to(cdt).permute(1, 0, 2)
-    step = _rows_per_chunk(lq, hq, lk)
-    for i0 in range(0, lq, step):
-        i1 = min(lq, i0 + step)
-        c0, c1 = col_hull(mtype, i0, i1, lq, lk)
-        if c1 <= c0:
-            continue
+    for i0, i1, c0, c1 in _range_chunks(mtype, lq, hq, lk):
         n = i1 - i0
-        qc = q[i0:i1].to(cdt).reshape(n, hk, r, dqk).permute(1, 2, 0, 3).reshape(hk, r * n, dqk)
+        qc = _by_kv_head(q[i0:i1].to(cdt), hk, r)
         s = torch.matmul(qc, kh[:, c0:c1].transpose(1, 2)).mul_(scale).view(hk, r, n, c1 - c0)
         m = chunk_mask(mtype, i0, i1, c0, c1, lq, lk, q.device)
         if m is not None:
@@ -103,19 +116,14 @@ def range_backward(q, k, v, do, lse, delta, mtype, scale, dq, dk, dv):
     cdt = dq.dtype
     kh = k.to(cdt).permute(1, 0, 2)
     vh = v.to(cdt).permute(1, 0, 2)
-    step = _rows_per_chunk(lq, hq, lk)
     dkh = torch.zeros((hk, lk, dqk), dtype=cdt, device=q.device)
     dvh = torch.zeros((hk, lk, dvd), dtype=cdt, device=q.device)
-    for i0 in range(0, lq, step):
-        i1 = min(lq, i0 + step)
-        c0, c1 = col_hull(mtype, i0, i1, lq, lk)
-        if c1 <= c0:
-            continue
+    for i0, i1, c0, c1 in _range_chunks(mtype, lq, hq, lk):
         n = i1 - i0
-        qc = q[i0:i1].to(cdt).reshape(n, hk, r, dqk).permute(1, 2, 0, 3).reshape(hk, r * n, dqk)
-        doc = do[i0:i1].to(cdt).reshape(n, hk, r, dvd).permute(1, 2, 0, 3).reshape(hk, r * n, dvd)
-        lc = lse[i0:i1].to(cdt).reshape(n, hk, r).permute(1, 2, 0).reshape(hk, r * n, 1)
-        dc = delta[i0:i1].to(cdt).reshape(n, hk, r).permute(1, 2, 0).reshape(hk, r * n, 1)
+        qc = _by_kv_head(q[i0:i1].to(cdt), hk, r)
+        doc = _by_kv_head(do[i0:i1].to(cdt), hk, r)
+        lc = _by_kv_head(lse[i0:i1].to(cdt), hk, r).unsqueeze(-1)
+        dc = _by_kv_head(delta[i0:i1].to(cdt), hk, r).unsqueeze(-1)
         s = torch.matmul(qc, kh[:, c0:c1].transpose(1, 2)).mul_(scale)
         p = torch.exp(s - torch.where(torch.isinf(lc), torch.zeros_like(lc), lc))
         m = chunk_mask(mtype, i0, i1, c0, c1, lq, lk, q.device)
