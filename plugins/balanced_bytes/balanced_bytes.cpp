@@ -1,6 +1,7 @@
 #include "balanced_bytes.hpp"
 #include "plan_pricing.hpp"
 #include "run_jobs.hpp"
+#include "time_mode.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -52,11 +53,6 @@ std::vector<std::int64_t> rank_loads(const TaskGrid& g, const std::vector<Rank>&
   std::vector<std::int64_t> load(static_cast<std::size_t>(g.cp_size()), 0);
   for (TaskId t = 0; t < g.num_tasks(); ++t) load[static_cast<std::size_t>(rank[static_cast<std::size_t>(t)])] += g.load(t);
   return load;
-}
-
-std::int64_t max_load(const TaskGrid& g, const std::vector<Rank>& rank) {
-  const std::vector<std::int64_t> load = rank_loads(g, rank);
-  return load.empty() ? 0 : *std::max_element(load.begin(), load.end());
 }
 
 // a strictly better than b: meeting the cap first, then less load above it,
@@ -164,37 +160,45 @@ BalancedBytes BalancedBytes::with_objective(Objective o) const {
   return b;  // shares the loaded member solvers
 }
 
-namespace {
+std::int64_t max_load(const TaskGrid& g, const std::vector<Rank>& rank) {
+  const std::vector<std::int64_t> load = rank_loads(g, rank);
+  return load.empty() ? 0 : *std::max_element(load.begin(), load.end());
+}
 
-// Time-mode prices of a grid under a time cost model.
+// Load = area x q heads; FLOPs = load x FLOPs per pair forward (4 D under
+// GQA), the head geometry's backward ratio (2.5 under GQA) x that backward.
 TimeObjective time_objective(const TimePrices& tp, const TaskGrid& grid, double spread) {
   TimeObjective to;
   to.nodes = tp.nodes;
   to.byte_s[0] = tp.byte_s[0];
   to.byte_s[1] = tp.byte_s[1];
-  // Load = area x q heads; FLOPs = load x FLOPs per pair forward (4 D under
-  // GQA), the head geometry's backward ratio (2.5 under GQA) x that backward.
   const Heads& h = grid.problem().heads;
   to.load_s = h.fwd_flops_per_pair() * (tp.flop_s[0] + h.bwd_flops_ratio() * tp.flop_s[1]);
   to.spread = spread;
   return to;
 }
 
-}  // namespace
-
-std::vector<MemberResult> BalancedBytes::solve_members(const SolveInput& in, std::vector<std::string>& skipped) const {
+std::vector<MemberResult> BalancedBytes::solve_members(const SolveInput& in, std::vector<std::string>& skipped,
+                                                       SolvedMembers solved) const {
   std::vector<MemberResult> out;
   if (in.grid()->num_tasks() > opt_.member_max_tasks) return out;
-  // The members solve in parallel (each its own slot: the same results in the
-  // same order for any thread count).
+  // The members not solved yet solve in parallel (each its own slot: the same
+  // results in the same order for any thread count).
   const std::vector<std::string> names = member_names(in.grid()->problem().layout);
-  const std::size_t n = names.size();
-  std::vector<std::optional<Solution>> got(n);
-  std::vector<std::string> why(n);
-  run_jobs(n, opt_.threads, [&](std::size_t i) { got[i] = members_->solve(names[i], in, why[i]); });
-  for (std::size_t i = 0; i < n; ++i) {
-    if (got[i]) out.push_back({names[i], std::move(got[i]->assignment), in.grid().get()});
-    else skipped.push_back(names[i] + " (" + why[i] + ")");
+  std::vector<std::string> to_solve;
+  for (const std::string& name : names)
+    if (!solved.got.contains(name)) to_solve.push_back(name);
+  std::vector<std::optional<Solution>> got(to_solve.size());
+  std::vector<std::string> why(to_solve.size());
+  run_jobs(to_solve.size(), opt_.threads, [&](std::size_t i) { got[i] = members_->solve(to_solve[i], in, why[i]); });
+  for (std::size_t i = 0; i < to_solve.size(); ++i) {
+    solved.got[to_solve[i]] = std::move(got[i]);
+    solved.why[to_solve[i]] = std::move(why[i]);
+  }
+  for (const std::string& name : names) {
+    std::optional<Solution>& sol = solved.got[name];
+    if (sol) out.push_back({name, std::move(sol->assignment), in.grid().get()});
+    else skipped.push_back(name + " (" + solved.why[name] + ")");
   }
   return out;
 }
@@ -477,6 +481,7 @@ Solution time_solution(const TimeChoice& c, const Options& opt, const PlanShape&
     sol.figures.set("plans_skipped_by_bound", static_cast<double>(pricer->skipped_by_bound()));
   }
   sol.figures.set("stages", stages);
+  sol.figures.set("full_search", 1);
   sol.figures.set("relay_node_size", c.relay);
   sol.figures.set("blocks_per_rank", a.grid->problem().grid.blocks_per_rank);
   sol.note = "balanced_bytes (time): " + c.best->origin + " on " +
@@ -544,9 +549,11 @@ void BalancedBytes::search_member_grids(const SolveInput& in, const std::vector<
 // timing model (plan_pricing.hpp); the fastest plan wins, with its stage count
 // when the host lets the solver choose (stages 0 = auto).
 Solution BalancedBytes::solve_time(const SolveInput& in) const {
+  SolvedMembers solved;
+  if (std::optional<Solution> quick = solve_time_quick(in, solved)) return std::move(*quick);
   std::vector<Candidate> seen;
   std::vector<std::string> skipped;
-  const std::vector<MemberResult> members = solve_members(in, skipped);
+  const std::vector<MemberResult> members = solve_members(in, skipped, std::move(solved));
   solve_grid(in, seen, members);
   // The bytes objective's best placement is a candidate too: the search's
   // per-rank estimate of time is a model, the plan's timing is the judge.

@@ -6,7 +6,9 @@
 // shards are cut into more blocks and the search runs again on the finer grid.
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +68,13 @@ inline bool same_placement(const Candidate& a, const Candidate& b) {
 
 class MemberSolvers;
 
+// Member solutions already made (time mode: the quick path's, reused by the
+// full search), by member name; nullopt where the member failed, with `why`.
+struct SolvedMembers {
+  std::map<std::string, std::optional<Solution>> got;
+  std::map<std::string, std::string> why;
+};
+
 struct MemberResult {
   std::string name;
   Assignment assignment;
@@ -85,10 +94,17 @@ class BalancedBytes final : public Solver {
   // member_grid: the grid of a member that dispatches tokens (time mode).
   Candidate solve_grid(const SolveInput& in, std::vector<Candidate>& seen, const std::vector<MemberResult>& members,
                        bool member_grid = false) const;
-  std::vector<MemberResult> solve_members(const SolveInput& in, std::vector<std::string>& skipped) const;
+  // Every member's result, in member_names' order; those in `solved` are not solved again.
+  std::vector<MemberResult> solve_members(const SolveInput& in, std::vector<std::string>& skipped,
+                                          SolvedMembers solved = {}) const;
   std::vector<std::string> member_names(Layout layout) const;
   Solution solve_bytes(const SolveInput& in) const;
   Solution solve_time(const SolveInput& in) const;
+  // The time mode used a few times (uses >= 1): the starts, and the phases
+  // that pay for their weighted planning time (effort.hpp); nullopt where the
+  // full search pays (and always when made ahead).
+  // `solved`: the members it ran, for the full search.
+  std::optional<Solution> solve_time_quick(const SolveInput& in, SolvedMembers& solved) const;
   // solve_time's steps: the bytes objective's candidate, and the searches on
   // the grids of members that dispatch tokens.
   Candidate bytes_mode_candidate(const SolveInput& in, const std::vector<MemberResult>& members) const;

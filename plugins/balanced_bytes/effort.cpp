@@ -1,0 +1,35 @@
+#include "effort.hpp"
+
+namespace cpsched::search {
+
+// Coefficients measured on the 2-core benchmark machine (bench_step_time,
+// fixed layout, P = 8 ... 128, docs/bounds.md#uses-and-effort): seconds per
+// task, per rank and per rank squared of each phase.
+namespace {
+constexpr double kPriceBase = 50e-6;          // one area-only plan build and the timing model on it
+constexpr double kPricePerTask = 0.2e-6;
+constexpr double kPricePerRank = 8e-6;        // (P x stages descriptions, splits)
+constexpr double kGreedyPerRank2 = 5e-6;      // binary_greedy as a member (time prices: an edge per rank pair)
+constexpr double kStaticPerTask = 4e-6;       // static's dispatched grid, solve and prediction, per input task
+constexpr double kShortSearchBase = 50e-6;    // a State, the repair and 250 moves from one start
+constexpr double kShortSearchPerTask = 0.1e-6;
+constexpr double kShortSearchPerRank = 5e-6;
+constexpr double kFullSearchBase = 1.5e-3;    // the searched starts and the bytes candidate at the time effort
+constexpr double kFullSearchPerTask = 4e-6;
+constexpr double kFullPlansPriced = 30;       // plans the full solve prices (starts, finals, stage choices)
+constexpr double kMemberGridsPerTask = 100e-6;  // planned: searching and pricing on static's 8x finer grids
+}  // namespace
+
+PhaseCosts predict_phase_costs(std::int64_t tasks, int ranks, bool planned) {
+  const double T = static_cast<double>(tasks), P = ranks;
+  PhaseCosts c;
+  c.price_plan = kPriceBase + kPricePerTask * T + kPricePerRank * P;
+  c.member = kGreedyPerRank2 * P * P;
+  c.dispatch = kStaticPerTask * T;
+  c.short_search = kShortSearchBase + kShortSearchPerTask * T + kShortSearchPerRank * P;
+  c.full = c.member + kFullSearchBase + kFullSearchPerTask * T + kFullPlansPriced * c.price_plan;
+  if (planned) c.full += 2 * c.dispatch + kMemberGridsPerTask * T;  // static's two members and their grids
+  return c;
+}
+
+}  // namespace cpsched::search

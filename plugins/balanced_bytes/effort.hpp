@@ -1,0 +1,64 @@
+#pragma once
+// How much the time mode spends on a plan, planned before it spends it.
+//
+// What a user pays per attention call is (the planning time on the critical
+// path) x planning_weight + the step, with planning_weight = 1 / uses (0 when
+// the plan is made ahead: plan/uses.hpp). So each phase of the solve is run
+// only when it is expected to shorten the step by more than its own weighted
+// time. Both sides are predicted from counts, never from a clock (the same
+// input gives the same plan on any machine and at any load):
+//  * the cost of a phase: a linear model in the grid's tasks T and ranks P
+//    whose coefficients were measured on the 2-core benchmark machine
+//    (docs/bounds.md#uses-and-effort);
+//  * its gain: a fixed fraction of the gap between the best step found so far
+//    and the compute bound (the phase's measured share of that gap on the
+//    benchmark workload, same section).
+// A phase runs iff weight x cost < gain. Made ahead (weight 0) every phase
+// runs: the full search, exactly as without a uses count.
+#include <cstdint>
+
+namespace cpsched::search {
+
+struct PhaseCosts {
+  // Seconds of one phase on a grid of `tasks` tasks over `ranks` ranks.
+  double price_plan = 0;     // the timing model on one placement at one shape (an area-only plan)
+  double member = 0;         // the binary_greedy member's solve
+  double dispatch = 0;       // a member that dispatches (static): its grid, solve and plan
+  double short_search = 0;   // repair, descent and a short iterated search from one start
+  double full = 0;           // the full time-mode solve (members, searches, pricing)
+};
+
+// planned: the layout is the solver's (problem.layout), so the full solve
+// also runs and searches the members that dispatch.
+PhaseCosts predict_phase_costs(std::int64_t tasks, int ranks, bool planned);
+
+// The expected share of (best step - compute bound) that each phase recovers.
+struct PhaseGains {
+  static constexpr double price = 0.25;  // pricing the best predicted starts (the model misranks some)
+  // A member solver beside the starts, when the ranks fit in one node and
+  // when they span several: binary_greedy prices every byte alike (the
+  // seed's), so across nodes its placements send over the NIC what usp and
+  // hybrid keep inside a node, and it rarely wins there.
+  // static's dispatch (planned layout) keeps documents on their ranks, the
+  // largest gain there, but across nodes it too rarely beats the starts.
+  static constexpr double member_one_node = 0.3;
+  static constexpr double dispatch_one_node = 0.5;
+  static constexpr double member_nodes = 0.1;
+  // A short search from the best start, which is above the balance cap: its
+  // repair is what pays (a start within the cap is rarely beaten by a short
+  // search, so none is run from one), mostly on the most imbalanced starts,
+  // whose gap to the bound is widest.
+  static constexpr double short_search = 0.05;
+  static constexpr double full = 0.35;  // the full search
+  // Placements predicted within this fraction of the best are priced to
+  // choose among them (the search's model misranks such near ties); beyond
+  // it the prediction alone decides.
+  static constexpr double near_tie = 0.05;
+};
+
+// Whether a phase pays for itself: weight x cost < gain x (best - bound).
+inline bool worth(double cost_s, double weight, double gain_share, double best_s, double bound_s) {
+  return weight * cost_s < gain_share * (best_s - bound_s);
+}
+
+}  // namespace cpsched::search

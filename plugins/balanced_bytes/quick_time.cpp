@@ -1,0 +1,196 @@
+// The time mode when the planning time counts (uses >= 1, not ahead): the
+// cheap starts as they are, then only the phases that pay for their own
+// weighted time (effort.hpp); where the full search would pay, it runs.
+#include "balanced_bytes.hpp"
+#include "effort.hpp"
+#include "time_mode.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <optional>
+
+#include "cpsched/search/byte_model.hpp"
+#include "cpsched/search/members.hpp"
+#include "cpsched/search/placements.hpp"
+#include "cpsched/search/search.hpp"
+#include "cpsched/search/state.hpp"
+
+namespace cpsched::search {
+
+namespace {
+
+// Move evaluations of the short search (beside its repair, which is bounded
+// on its own: search.hpp).
+constexpr std::int64_t kShortSearchMoves = 250;
+
+std::string ms(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", s * 1e3);
+  return buf;
+}
+
+// A placement with its predicted step (the search's model, no plan built).
+Candidate predicted(std::string origin, std::shared_ptr<const TaskGrid> grid, std::vector<Rank> rank,
+                    const ByteModel& model, const TimePrices& prices, const Options& opt) {
+  const TimeObjective to = time_objective(prices, *grid, opt.spread);
+  const State st(model, rank, balance_cap(*grid, opt.mu), 0.0, &to);
+  Candidate c{std::move(origin), std::move(rank), st.excess(), st.objective(), std::move(grid)};
+  c.predicted_s = st.max_rank_time();
+  return c;
+}
+
+// All compute / P in the search's prices: no placement's predicted step is below it.
+double predicted_compute_bound(const TaskGrid& grid, const TimeObjective& to) {
+  double load = 0;
+  for (TaskId t = 0; t < grid.num_tasks(); ++t) load += static_cast<double>(grid.load(t));
+  return to.load_s * load / grid.cp_size();
+}
+
+}  // namespace
+
+std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, SolvedMembers& solved) const {
+  const double weight = in.uses().planning_weight();
+  const TaskGrid& grid = *in.grid();
+  if (weight <= 0 || grid.num_tasks() > opt_.member_max_tasks) return std::nullopt;
+  const TimePrices& prices = *in.time_prices();
+  const TimeObjective to = time_objective(prices, grid, opt_.spread);
+  const double bound = predicted_compute_bound(grid, to);
+  const PhaseCosts cost = predict_phase_costs(grid.num_tasks(), grid.cp_size(), grid.problem().layout == Layout::planned);
+
+  const ByteModel model(grid, 1.0, 1.0);
+  std::vector<Candidate> cands;
+  cands.push_back(predicted("owner", in.grid(), owner_placement(grid), model, prices, opt_));
+  if (grid.flattened()) {
+    cands.push_back(predicted("usp", in.grid(), usp_placement(grid, opt_.usp_max_degree), model, prices, opt_));
+    cands.push_back(predicted("hybrid", in.grid(),
+                              hybrid_placement(grid, opt_.usp_max_degree, to.byte_s, to.nodes.gpus_per_node), model,
+                              prices, opt_));
+  }
+  auto best_predicted = [&]() -> const Candidate& {
+    return *std::min_element(cands.begin(), cands.end(),
+                             [](const Candidate& a, const Candidate& b) { return a.predicted_s < b.predicted_s; });
+  };
+
+  std::string note;
+  double members_cost = 0;  // predicted seconds of the members run here
+  const bool one_node = grid.cp_size() <= to.nodes.gpus_per_node;
+  // Members that dispatch first: where they run (one node, planned layout)
+  // their plans are the fastest, which leaves less for the others to gain.
+  std::vector<std::string> names = member_names(grid.problem().layout);
+  std::stable_partition(names.begin(), names.end(), [](const std::string& n) { return n.rfind("static", 0) == 0; });
+  for (const std::string& name : names) {
+    const bool dispatches = name.rfind("static", 0) == 0;
+    // (On one node static's two-level dispatch is its one-level one.)
+    if (dispatches && one_node && name != "static") continue;
+    const double c = dispatches ? cost.dispatch : cost.member;
+    const double gain = !one_node ? PhaseGains::member_nodes
+                        : dispatches ? PhaseGains::dispatch_one_node
+                                     : PhaseGains::member_one_node;
+    if (!worth(c, weight, gain, best_predicted().predicted_s, bound)) {
+      note += "; member " + name + " not run (" + ms(c) + " ms predicted)";
+      continue;
+    }
+    std::string why;
+    std::optional<Solution> sol = members_->solve(name, in, why);
+    members_cost += c;
+    solved.got[name] = sol;
+    solved.why[name] = why;
+    if (!sol) {
+      note += "; member " + name + " skipped (" + why + ")";
+      continue;
+    }
+    const bool own_grid = sol->assignment.grid.get() == in.grid().get();
+    std::optional<ByteModel> member_model;
+    if (!own_grid) member_model.emplace(*sol->assignment.grid, 1.0, 1.0);
+    cands.push_back(predicted(name, sol->assignment.grid, std::move(sol->assignment.rank),
+                              own_grid ? model : *member_model, prices, opt_));
+  }
+
+  // Where the full search is expected to pay for itself, it runs (the members
+  // run here are not solved again; the starts are priced again, a small part of it).
+  if (worth(cost.full - members_cost, weight, PhaseGains::full, best_predicted().predicted_s, bound))
+    return std::nullopt;
+
+  // The short search, from the best predicted start on the input grid.
+  const Candidate* from = nullptr;
+  for (const Candidate& c : cands)
+    if (c.grid.get() == in.grid().get() && (from == nullptr || c.predicted_s < from->predicted_s)) from = &c;
+  const int stages = in.shape().auto_stages() ? 1 : in.shape().stages;
+  const int relay = in.shape().auto_relay() ? 0 : in.shape().relay_node_size();
+  if (from->excess > 0 &&
+      worth(cost.short_search + cost.price_plan, weight, PhaseGains::short_search, from->predicted_s, bound)) {
+    State st(model, from->rank, balance_cap(grid, opt_.mu), 0.0, &to);
+    Budget budget{kShortSearchMoves};
+    repair(st, budget);
+    descend(st, budget);
+    iterate(st, budget, opt_.seed);
+    Candidate c{from->origin + "+short", st.placement(), st.excess(), st.objective(), in.grid(), true};
+    c.predicted_s = st.max_rank_time();
+    // Repairing to the cap can cost more bytes than it saves compute: priced
+    // only where the model predicts a gain.
+    if (c.predicted_s < from->predicted_s) cands.push_back(std::move(c));
+  }
+
+  // Pricing: the placements predicted within near_tie of the best, and the
+  // short search's (it competes only priced: the search's model can rank it
+  // ahead of a start whose plan is faster), each placement once.
+  std::vector<const Candidate*> order;
+  for (const Candidate& c : cands) order.push_back(&c);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Candidate* a, const Candidate* b) { return a->predicted_s < b->predicted_s; });
+  const Candidate* first_start = nullptr;  // the best predicted placement as it is
+  for (const Candidate* c : order)
+    if (!c->searched) {
+      first_start = c;
+      break;
+    }
+  std::vector<const Candidate*> to_price;
+  for (const Candidate* c : order) {
+    const bool repeat =
+        std::any_of(to_price.begin(), to_price.end(), [&](const Candidate* p) { return same_placement(*p, *c); });
+    const bool near = c->predicted_s <= (1 + PhaseGains::near_tie) * first_start->predicted_s;
+    if (!repeat && (near || c->searched)) to_price.push_back(c);
+  }
+  const bool priced = to_price.size() >= 2 &&
+                      worth(static_cast<double>(to_price.size()) * cost.price_plan, weight, PhaseGains::price,
+                            best_predicted().predicted_s, bound);
+  double step = std::numeric_limits<double>::infinity(), compute_bound = 0;
+  std::size_t plans = 0;
+  const Candidate* best = first_start;
+  if (priced) {
+    for (const Candidate* c : to_price) {
+      const PlanPrice p = in.pricing()->price(in.pricing()->add(c->grid, c->rank), PlanShape::fixed(stages, relay));
+      ++plans;
+      compute_bound = p.compute_bound;
+      if (p.step < step * (1 - 1e-12)) step = p.step, best = c;
+    }
+  }
+
+  Solution sol;
+  sol.assignment.grid = best->grid;
+  sol.assignment.rank = best->rank;
+  sol.feasible = balance_cap(*best->grid, opt_.mu) >= max_load(*best->grid, best->rank);
+  sol.shape = PlanShape::fixed(stages, relay);
+  sol.figures.set("predicted_step_s", priced ? step : best->predicted_s);
+  if (priced) sol.figures.set("compute_bound_s", compute_bound);
+  sol.figures.set("candidates", static_cast<double>(cands.size()));
+  sol.figures.set("plans_priced", static_cast<double>(plans));
+  sol.figures.set("stages", stages);
+  sol.figures.set("relay_node_size", relay);
+  sol.figures.set("blocks_per_rank", best->grid->problem().grid.blocks_per_rank);
+  sol.figures.set("full_search", 0);
+  std::string how = "by the search's model";
+  if (priced) how = std::to_string(plans) + " plans priced";
+  sol.note = "balanced_bytes (time): " + best->origin + " on " +
+             std::to_string(best->grid->problem().grid.blocks_per_rank) + " block(s) per rank, " +
+             std::to_string(stages) + " stage(s), predicted step " + ms(priced ? step : best->predicted_s) + " ms ";
+  sol.note += how;
+  sol.note += "; planned for " + in.uses().str() + " use(s): no full search (" + ms(cost.full) +
+              " ms of planning predicted, more than it is expected to save)";
+  sol.note += note;
+  if (!sol.feasible) sol.note += "; the chosen plan is above mu = " + std::to_string(opt_.mu);
+  return sol;
+}
+
+}  // namespace cpsched::search

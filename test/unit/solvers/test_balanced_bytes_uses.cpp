@@ -1,0 +1,71 @@
+// balanced_bytes spends planning time by the plan's uses (plugins/balanced_bytes/
+// effort.hpp): used once, a small problem's plan skips the full search and is
+// still as fast as the cheap solvers' plans; made ahead it runs the full
+// search and is at least as fast as the plan used once.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/session/session.hpp"
+#include "cpsched/timing/hardware.hpp"
+#include "cpsched/timing/model.hpp"
+#include "test_helpers.hpp"
+
+using namespace cpsched;
+
+namespace {
+
+struct Planned {
+  double step = 0;  // seconds, the timing model on the whole plan
+  double full_search = -1;
+  double plans_priced = 0;
+};
+
+Planned plan_of(const std::shared_ptr<Registry>& reg, const std::string& solver, PlanUses uses, int P,
+                const RangeMask& mask) {
+  SessionOptions o;
+  o.cp_size = P;
+  o.heads = {64, 8, 128, 2};
+  o.solver = solver;
+  o.cost_model = "time";
+  o.cost_params.set("hardware", std::string("h100_8x_nvlink"));
+  o.layout = Layout::fixed;
+  o.uses = uses;
+  Session s(o, reg);
+  const SolveResult& r = s.solve(mask);
+  Planned p;
+  p.step = estimate_step(r.assignment->grid->problem(), *r.plan, resolve_hardware_profile("h100_8x_nvlink")).step();
+  p.full_search = r.figures.get("full_search").value_or(-1);
+  p.plans_priced = r.figures.get("plans_priced").value_or(0);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("balanced_bytes plans a mask used once cheaply, and one made ahead fully") {
+  const auto reg = test::new_build_registry();
+  const DocHistogram hist = DocHistogram::load_csv((std::filesystem::path(CPSCHED_SOURCE_DIR) / "configs" / "data" / "doc_length_distribution.csv").string());
+  for (const int P : {8, 16}) {
+    MaskSpec spec;
+    spec.kind = MaskKind::causal_document;
+    spec.histogram = hist;
+    spec.seed = 42;
+    const RangeMask mask = make_mask(spec, Token{8192} * P);
+    CAPTURE(P);
+    const Planned once = plan_of(reg, "balanced_bytes", PlanUses{1}, P, mask);
+    const Planned ahead = plan_of(reg, "balanced_bytes", PlanUses::ahead(), P, mask);
+    // Used once, the full search's tens of plans cost more than they save.
+    CHECK(once.full_search == 0);
+    CHECK(once.plans_priced <= 3);
+    CHECK(ahead.full_search == 1);
+    CHECK(ahead.plans_priced > once.plans_priced);
+    // Made ahead, more effort: never slower than the plan made for one use.
+    CHECK(ahead.step <= once.step * (1 + 1e-9));
+    // The cheap plan is no slower than the cheap solvers' (its starts).
+    const double usp = plan_of(reg, "usp", PlanUses{1}, P, mask).step;
+    const double greedy = plan_of(reg, "binary_greedy", PlanUses{1}, P, mask).step;
+    CHECK(once.step <= std::min(usp, greedy) * 1.01);
+  }
+}
