@@ -432,10 +432,11 @@ TEST_CASE("layout and uses axes: every (layout, uses) per point, static skipped 
     const double want = uses == "ahead" ? ratio : ratio + rank_path / std::stod(uses) / bound;
     CHECK(close(num(r, "cost_per_use"), want, 1e-8, 1e-12));
   }
-  for (const char* v : {"fixed/1", "fixed/8", "fixed/ahead", "planned/1", "planned/8", "planned/ahead"})
+  for (const char* v : {"fixed/1", "fixed/8", "fixed/32", "fixed/ahead", "planned/1", "planned/8", "planned/32",
+                        "planned/ahead"})
     CHECK_MESSAGE(per_variant[v] == per_variant["fixed/1"], v);
-  CHECK(per_variant.size() == 6);
-  CHECK(static_skipped == 3 * (2 * 2 + 2));  // 3 uses x (2 P x 2 packs + 2 mean rows)
+  CHECK(per_variant.size() == 8);
+  CHECK(static_skipped == 4 * (2 * 2 + 2));  // 4 uses x (2 P x 2 packs + 2 mean rows)
 }
 
 TEST_CASE("a solver that cannot run is reported on every row, not skipped") {
