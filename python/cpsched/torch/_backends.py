@@ -36,8 +36,9 @@ def flex_available():
 class _FlashBatch:
     """Full or causal range args of one stage with the same mask type and buffers: one varlen sequence each.
     Row indices (local rows flattened with their head group, or remote rows) and cu_seqlens are built once
-    per plan and device and cached on the plan's arg list."""
-    __slots__ = ("causal", "q_remote", "k_remote", "q_idx", "k_idx", "cu_q", "cu_k", "max_q", "max_k")
+    per plan and device and cached on the plan's arg list, and so are the gradient buffers the backward
+    kernel writes (per dtype; they are consumed by the same stage's adds, so every call can reuse them)."""
+    __slots__ = ("causal", "q_remote", "k_remote", "q_idx", "k_idx", "cu_q", "cu_k", "max_q", "max_k", "grads")
 
     def __init__(self, args, G, device):
         import numpy as np
@@ -55,17 +56,49 @@ class _FlashBatch:
         self.cu_q = torch.tensor([0] + lq, dtype=torch.int32).cumsum(0, dtype=torch.int32).to(device)
         self.cu_k = torch.tensor([0] + lk, dtype=torch.int32).cumsum(0, dtype=torch.int32).to(device)
         self.max_q, self.max_k = max(lq), max(lk)
+        self.grads = {}
+
+    def grad_buffers(self, q, k, v):
+        key = (q.dtype, q.shape[1:], k.shape[1:], v.shape[1:])
+        g = self.grads.get(key)
+        if g is None:
+            g = self.grads[key] = (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
+        return g
+
+
+class _FlashStage:
+    """A stage's args split for the flash backend: its batches, the args left to the torch kernels, and per
+    q buffer (local, remote) the batches' rows concatenated for one merge (with the index scatter_merge
+    takes), all built once per plan and device."""
+    __slots__ = ("batches", "rest", "merge")
+
+    def __init__(self, args, G, qpg, device):
+        groups, self.rest = {}, []
+        for a in args:
+            if a.index_width == 0 and a.type in (0, 1) and a.q1 > a.q0 and a.k1 > a.k0:
+                groups.setdefault((a.type, a.q_remote, a.k_remote), []).append(a)
+            else:
+                self.rest.append(a)
+        self.batches = [_FlashBatch(batch, G, device) for batch in groups.values()]
+        self.merge = {}
+        for remote in (False, True):
+            mine = [x for x in self.batches if x.q_remote == remote]
+            if mine:
+                idx = torch.cat([x.q_idx for x in mine]) if len(mine) > 1 else mine[0].q_idx
+                self.merge[remote] = (idx, idx.view(-1, 1, 1).expand(-1, qpg, 1).contiguous())
 
 
 class FlashBackend(TorchBackend):
     """flash-attn varlen: the full and the causal range args of a stage are batched, per mask type and
     (q buffer, k buffer), into one varlen call each (flash's causal is bottom-right aligned, as the plan's),
     returning lse; a batch's rows are gathered with one index_select per tensor from indices cached on the
-    plan, and its outputs are merged into the accumulators with one lse-weighted scatter per buffer. The
-    backward calls flash's varlen backward per batch with the *final* O and lse of the rows (the merged ones),
-    which is the exact gradient of each arg's share, and adds dQ, dK, dV back with index_add. inv_causal /
-    bi_causal and index args run on the torch kernels. GPU, fp16 / bf16. Not run in this repository (no GPU):
-    `kernel` / `bwd_kernel` can be replaced (the tests use a torch stand-in, the benchmark meta stubs)."""
+    plan. Forward outputs for remote rows are merged into the accumulators with one lse-weighted scatter per
+    stage; those of local rows are handed to the executor, which merges them with the returned partials in
+    one scatter at the end of the pass. The backward calls flash's varlen backward per batch with the *final*
+    O and lse of the rows (the merged ones), which is the exact gradient of each arg's share, and adds dQ, dK,
+    dV back with index_add. inv_causal / bi_causal and index args run on the torch kernels. GPU, fp16 / bf16.
+    Not run in this repository (no GPU): `kernel` / `bwd_kernel` can be replaced (the tests use a torch
+    stand-in, the benchmark meta stubs)."""
 
     name = "flash"
 
@@ -73,18 +106,13 @@ class FlashBackend(TorchBackend):
         self.kernel = kernel
         self.bwd_kernel = bwd_kernel
 
-    def _split(self, args, G, device):
+    def _split(self, args, b):
+        device = b.q.device
         key = "_flash_" + str(device)
         hit = getattr(args, key, None) if hasattr(args, "__dict__") else None
         if hit is not None:
             return hit
-        groups, rest = {}, []
-        for a in args:
-            if a.index_width == 0 and a.type in (0, 1) and a.q1 > a.q0 and a.k1 > a.k0:
-                groups.setdefault((a.type, a.q_remote, a.k_remote), []).append(a)
-            else:
-                rest.append(a)
-        out = ([_FlashBatch(batch, G, device) for batch in groups.values()], rest)
+        out = _FlashStage(args, b.q.shape[1] // b.qpg, b.qpg, device)
         if hasattr(args, "__dict__"):
             setattr(args, key, out)
         return out
@@ -100,68 +128,58 @@ class FlashBackend(TorchBackend):
             return out, lse.transpose(0, 1)  # flash's varlen lse is [heads, total_q]
         return run
 
-    @staticmethod
-    def _flat(b):
-        G = b.q.shape[1] // b.qpg
-        L = b.q.shape[0]
-        return G, L
-
     def forward_stage(self, args, b):
-        G, L = self._flat(b)
-        batches, rest = self._split(args, G, b.q.device)
-        super().forward_stage(rest, b)
-        if not batches:
+        st = self._split(args, b)
+        if st.rest:
+            super().forward_stage(st.rest, b)
+        if not st.batches:
             return
         kern = self._fwd_kernel()
-        qf = b.q.reshape(L * G, b.qpg, b.q.shape[-1])
-        kf = b.k.reshape(L * G, b.kpg, b.k.shape[-1])
-        vf = b.v.reshape(L * G, b.kpg, b.v.shape[-1])
+        qf, kf, vf = b.flat("q"), b.flat("k"), b.flat("v")
         parts = {False: [], True: []}
-        for x in batches:
+        for x in st.batches:
             q = (b.rq if x.q_remote else qf).index_select(0, x.q_idx)
             k = (b.rk if x.k_remote else kf).index_select(0, x.k_idx)
             v = (b.rv if x.k_remote else vf).index_select(0, x.k_idx)
             o, lse = kern(q, k, v, x.cu_q, x.cu_k, x.max_q, x.max_k, b.scale, x.causal)
-            parts[x.q_remote].append((o, lse, x.q_idx))
-        for remote, lst in parts.items():
-            if not lst:
-                continue
+            if x.q_remote:
+                parts[True].append((o, lse))
+            else:
+                b.merge_local(o, lse, x.q_idx)
+        lst = parts[True]
+        if lst:
+            idx, exp = st.merge[True]
             o = torch.cat([p[0] for p in lst]) if len(lst) > 1 else lst[0][0]
             lse = torch.cat([p[1] for p in lst]) if len(lst) > 1 else lst[0][1]
-            idx = torch.cat([p[2] for p in lst]) if len(lst) > 1 else lst[0][2]
-            acc_o = b.ro if remote else b.o.view(L * G, b.qpg, b.o.shape[-1])
-            acc_l = b.rlse if remote else b.lse.view(L * G, b.qpg)
-            scatter_merge(acc_o, acc_l, idx, o.to(acc_o.dtype), lse.to(acc_l.dtype))
+            scatter_merge(b.ro, b.rlse_rows, idx, o, lse.unsqueeze(-1), exp)
 
     def backward_stage(self, args, b):
-        G, L = self._flat(b)
-        batches, rest = self._split(args, G, b.q.device)
-        super().backward_stage(rest, b)
-        if not batches:
+        st = self._split(args, b)
+        if st.rest:
+            super().backward_stage(st.rest, b)
+        if not st.batches:
             return
-        dvd = b.v.shape[-1]
-        qf = b.q.reshape(L * G, b.qpg, b.q.shape[-1])
-        of = b.out.reshape(L * G, b.qpg, dvd)
-        dof = b.dout.reshape(L * G, b.qpg, dvd)
-        lf = b.lse.view(L * G, b.qpg)
-        kf = b.k.reshape(L * G, b.kpg, b.k.shape[-1])
-        vf = b.v.reshape(L * G, b.kpg, dvd)
-        dqf = b.dq.view(L * G, b.qpg, -1)
-        dkf = b.dk.view(L * G, b.kpg, -1)
-        dvf = b.dv.view(L * G, b.kpg, dvd)
-        for x in batches:
-            qs = (b.rq if x.q_remote else qf)
+        cdt = b.rdq.dtype
+        for x in st.batches:
+            if x.q_remote:
+                qs, os_, dos, ls, dqa = b.rq, b.rout, b.rdout, b.rlse, b.rdq
+            else:
+                qs, os_, dos, ls, dqa = b.flat("q"), b.flat("out"), b.flat("dout"), b.flat("lse"), b.dq_rows
+            if x.k_remote:
+                ks, vs, dka, dva = b.rk, b.rv, b.rdk, b.rdv
+            else:
+                ks, vs, dka, dva = b.flat("k"), b.flat("v"), b.dk_rows, b.dv_rows
             q = qs.index_select(0, x.q_idx)
-            o = (b.rout if x.q_remote else of).index_select(0, x.q_idx)
-            do = (b.rdout if x.q_remote else dof).index_select(0, x.q_idx)
-            lse = (b.rlse if x.q_remote else lf).index_select(0, x.q_idx).float()
-            k = (b.rk if x.k_remote else kf).index_select(0, x.k_idx)
-            v = (b.rv if x.k_remote else vf).index_select(0, x.k_idx)
-            dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+            o = os_.index_select(0, x.q_idx)
+            do = dos.index_select(0, x.q_idx)
+            lse = ls.index_select(0, x.q_idx).float()
+            k = ks.index_select(0, x.k_idx)
+            v = vs.index_select(0, x.k_idx)
+            dq, dk, dv = x.grad_buffers(q, k, v)
             self._bwd(do, q, k, v, o, lse, dq, dk, dv, x.cu_q, x.cu_k, x.max_q, x.max_k, b.scale, x.causal)
-            (b.rdq if x.q_remote else dqf).index_add_(0, x.q_idx, dq.to(b.rdq.dtype))
-            (b.rdk if x.k_remote else dkf).index_add_(0, x.k_idx, dk.to(b.rdk.dtype))
-            (b.rdv if x.k_remote else dvf).index_add_(0, x.k_idx, dv.to(b.rdk.dtype))
+            dqa.index_add_(0, x.q_idx, dq.to(cdt))
+            dka.index_add_(0, x.k_idx, dk.to(cdt))
+            dva.index_add_(0, x.k_idx, dv.to(cdt))
 
     def _bwd(self, do, q, k, v, o, lse, dq, dk, dv, cu_q, cu_k, mq, mk, scale, causal):
         if self.bwd_kernel is not None:
