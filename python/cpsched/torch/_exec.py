@@ -169,11 +169,9 @@ class _Workspace:
             self.lacc = {"o": o.view(L * G, qpg, dv), "lse": lse.view(L * G, qpg, 1)}
             self.racc3 = {"o": ro, "lse": rlse.unsqueeze(-1)}
             self.b = Buffers(rq=self.rqo.typed["q"], rk=rk, rv=rv, o=o, lse=lse, ro=ro, rlse=rlse, indices=pp.indices,
-                             qpg=qpg, kpg=kpg, shared=shared, o_rows=self.lacc["o"], lse_rows=self.lacc["lse"],
-                             rlse_rows=self.racc3["lse"])
+                             qpg=qpg, kpg=kpg, shared=shared, rlse_rows=self.racc3["lse"])
             red_fields = {"qo": [("lse", f32, (qpg,)), ("o", dt, (qpg, dv))]}
             racc = {"lse": rlse, "o": ro}
-            self.merge_idx = {}  # the local merge's rows (returns and backends' parts), per list of parts
         else:
             shapes = [(L, hq, dqk), (L, hkv, dqk)] + ([] if shared else [(L, hkv, dv)]) + \
                 [(Nq, qpg, dqk), (Nk, kpg, dqk)] + ([] if shared else [(Nk, kpg, dv)]) + [(Nq, qpg)]
@@ -188,8 +186,7 @@ class _Workspace:
                          "dv": None if shared else dv_.view(L * G, kpg, dv)}
             self.b = Buffers(rq=self.rqo.typed["q"], rk=rk, rv=rv, rlse=self.rqo.typed["lse"], rout=self.rqo.typed["o"],
                              rdout=self.rqo.typed["do"], rdelta=rdelta, dq=dq, dk=dk, dv=dv_, rdq=rdq, rdk=rdk,
-                             rdv=rdv, indices=pp.indices, qpg=qpg, kpg=kpg, shared=shared, dq_rows=self.lacc["dq"],
-                             dk_rows=self.lacc["dk"], dv_rows=self.lacc["dv"])
+                             rdv=rdv, indices=pp.indices, qpg=qpg, kpg=kpg, shared=shared)
             self.lse_blk = None
             dkv = [("dk", dt, (kpg, dqk))] + ([] if shared else [("dv", dt, (kpg, dv))])
             red_fields = {"qo": [("dq", dt, (qpg, dqk))], "kv": dkv}
@@ -201,6 +198,7 @@ class _Workspace:
                 r = slice(st.qo_off, st.qo_off + st.qo_rows)
                 self.rdelta_of.append((rdelta[r], self.b.rdout[r], self.b.rout[r]) if st.qo_rows else None)
 
+        self.merge_idx = {}  # the final merge's / add's rows (returns and backends' parts), per list of parts
         recv = {"qo": self.rqo, "kv": self.rkv}
         fields = {"qo": qo_fields, "kv": kv_fields}
         # first-phase casts: every stage's send rows in one buffer per kind, filled once per pass
@@ -256,33 +254,42 @@ class _Workspace:
             if relay is not None or first is not None:
                 self.reduces.setdefault(t, []).append((kind, relay, first))
 
+        self.fill_fields = [(name, idx, t, self.row_shape[name]) for idx, send in self.fill
+                            for name, t in send.typed.items()]
+        self.fill_loose = [send for _, send in self.fill if send.loose]
+
     def reset(self):
         self.acc.zero_()
         if self.lse_blk is not None:
             self.lse_blk.fill_(NEG_INF)
         return self.b
 
-    def merge_rows(self, idxs):
-        """The rows of a local merge of parts whose rows are `idxs` (tensors fixed per plan: the returns'
-        and the backend's cached batch rows), concatenated and expanded for scatter_merge once per list."""
+    def merge_rows(self, idxs, expand=False):
+        """The rows of a local merge or add of parts whose rows are `idxs` (tensors fixed per plan: the
+        returns' and a backend's cached batch rows), concatenated (and expanded for scatter_merge) once per
+        list of parts."""
         key = tuple(map(id, idxs))
         hit = self.merge_idx.get(key)
         if hit is None or any(a is not b for a, b in zip(hit[0], idxs)):
             idx = torch.cat(idxs) if len(idxs) > 1 else idxs[0]
-            qpg = self.lacc["lse"].shape[1]
-            hit = (list(idxs), idx, idx.view(-1, 1, 1).expand(-1, qpg, 1).contiguous())
-            if len(self.merge_idx) >= 8:  # a backend whose parts' rows change between calls
+            exp = None
+            if expand:
+                qpg = self.lacc["lse"].shape[1]
+                exp = idx.view(-1, 1, 1).expand(-1, qpg, 1).contiguous()
+            hit = (list(idxs), idx, exp)
+            if len(self.merge_idx) >= 16:  # a backend whose parts' rows change between calls
                 self.merge_idx.clear()
             self.merge_idx[key] = hit
         return hit[1], hit[2]
 
     def pack(self, src):
         """Every first-phase send row of the pass from this rank's inputs (`src`: field name -> tensor)."""
-        for idx, send in self.fill:
-            for name, t in send.typed.items():
-                x = src[name]
-                sh = self.row_shape[name]
-                torch.index_select(x if x.shape == sh else x.reshape(sh), 0, idx, out=t)
+        for name, idx, t, sh in self.fill_fields:
+            x = src[name]
+            if x.shape != sh:
+                x = x.view(sh) if x.is_contiguous() else x.reshape(sh)
+            torch.index_select(x, 0, idx, out=t)
+        for send in self.fill_loose:
             send.push()
 
     def pipeline(self, comm):
@@ -351,7 +358,7 @@ def _forward(ws, b, pp, backend, comm, src):
         fin[0].pull()
     if b.local_parts:  # the backend's partials of local rows and the returned ones: one merge
         parts = ([(fin[0].typed["o"], fin[0].typed["lse"], fin[1])] if fin is not None else []) + b.local_parts
-        idx, exp = ws.merge_rows([p[2] for p in parts])
+        idx, exp = ws.merge_rows([p[2] for p in parts], True)
         o = torch.cat([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
         lse = torch.cat([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
         scatter_merge(ws.lacc["o"], ws.lacc["lse"], idx, o, lse.unsqueeze(-1), exp)
@@ -403,8 +410,16 @@ def _backward(ws, b, pp, backend, comm, src):
             if first is not None:
                 finals.append(first.issue(comm))
     _wait(finals)
-    for back, idx, _, _ in ws.finals.values():  # every stage's returns of a kind at once: one index_add per field
+    # every stage's returns of a field and the backend's gradients of local rows at once: one index_add
+    parts = {name: list(g) for name, g in b.local_grads.items()}
+    for back, idx, _, _ in ws.finals.values():
         back.pull()
         for name, g in back.typed.items():
-            ws.lacc[name].index_add_(0, idx, g.to(cdt))
+            parts[name].insert(0, (g, idx))
+    for name, lst in parts.items():
+        if not lst:
+            continue
+        idx, _ = ws.merge_rows([p[1] for p in lst])
+        g = torch.cat([p[0] for p in lst]) if len(lst) > 1 else lst[0][0]
+        ws.lacc[name].index_add_(0, idx, g.to(cdt))
     return b.dq.to(dt, copy=True), b.dk.to(dt, copy=True), (None if ws.shared else b.dv.to(dt, copy=True))

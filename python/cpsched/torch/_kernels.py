@@ -254,13 +254,15 @@ class Buffers:
     executor queues each stage's remote rows with `defer_rdelta` once they have arrived.
 
     Batched backends address rows flattened with their head group ([rows * G, heads per group, ...]): `flat`
-    gives this call's local tensors so (one view per call, none when G = 1), `*_rows` are the accumulators'
-    views (fixed per workspace), and `merge_local` hands the executor partial results of local rows to merge
-    with the returned ones in a single scatter at the end of the forward pass."""
+    gives this call's local tensors so (one view per call, none when G = 1), `rlse_rows` is rlse with a
+    trailing 1 (as scatter_merge takes it), and `merge_local` / `add_local` hand the executor partial results / gradients
+    of local rows, which it merges / adds with the returned ones at once at the end of the pass (one scatter,
+    one index_add per field, whatever the number of batches)."""
     __slots__ = ("q", "k", "v", "rq", "rk", "rv", "o", "lse", "ro", "rlse",
                  "out", "dout", "rout", "rdout", "_delta", "_rdelta", "_rdelta_todo",
                  "dq", "dk", "dv", "rdq", "rdk", "rdv", "indices", "qpg", "kpg", "scale", "shared",
-                 "o_rows", "lse_rows", "rlse_rows", "dq_rows", "dk_rows", "dv_rows", "_flat", "local_parts")
+                 "rlse_rows", "_flat", "local_parts",
+                 "local_grads")
 
     def __init__(self, **kw):
         for k in self.__slots__:
@@ -271,6 +273,7 @@ class Buffers:
         self._rdelta_todo = []
         self._flat = {}
         self.local_parts = []
+        self.local_grads = {"dq": [], "dk": [], "dv": []}
 
     def release(self, *names):
         """Drops the call's tensors (`names`) and what was derived from them once its pass is over: the
@@ -282,6 +285,8 @@ class Buffers:
         self._rdelta_todo.clear()
         self._flat.clear()
         self.local_parts.clear()
+        for g in self.local_grads.values():
+            g.clear()
 
     @property
     def delta(self):
@@ -311,7 +316,10 @@ class Buffers:
         if t is None:
             x = getattr(self, name)
             per = self.kpg if name in ("k", "v") else self.qpg
-            t = x if x.shape[1] == per else x.reshape(x.shape[0] * (x.shape[1] // per), per, *x.shape[2:])
+            if x.shape[1] != per:
+                sh = (x.shape[0] * (x.shape[1] // per), per, *x.shape[2:])
+                x = x.view(sh) if x.is_contiguous() else x.reshape(sh)
+            t = x
             self._flat[name] = t
         return t
 
@@ -319,6 +327,12 @@ class Buffers:
         """A partial result (o [n, heads per group, dv], lse [n, heads per group]) of local rows idx (flattened
         with their group), merged by the executor with every other at the end of the forward pass."""
         self.local_parts.append((o, lse, idx))
+
+    def add_local(self, name, grad, idx):
+        """A gradient ('dq', 'dk' or 'dv'; [n, heads per group, d], any float dtype) of local rows idx, added
+        by the executor with every other at the end of the backward pass. `grad` must stay unchanged until
+        then (the pass's own buffer)."""
+        self.local_grads[name].append((grad, idx))
 
 
 def _heads(a, per_group):
