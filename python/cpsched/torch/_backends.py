@@ -215,7 +215,8 @@ class FlashBackend(TorchBackend):
             self._bwd(v["do"], v["q"], v["k"], v["v"], v["o"], v["lse"], v["dq"], v["dk"], v["dv"], x.cu_q, x.cu_k,
                       x.max_q, x.max_k, b.scale, x.causal)
         cdt = b.rdq.dtype
-        for side, rows, names, acc in (("q", st.q_side, ("dq",), (b.rdq,)), ("k", st.k_side, ("dk", "dv"), (b.rdk, b.rdv))):
+        sides = (("q", st.q_side, ("dq",), (b.rdq,)), ("k", st.k_side, ("dk", "dv"), (b.rdk, b.rdv)))
+        for side, rows, names, acc in sides:
             for remote, (idx, _) in rows.items():
                 for name, a in zip(names, acc):
                     g = io[side][remote][name]

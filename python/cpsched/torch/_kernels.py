@@ -255,9 +255,9 @@ class Buffers:
 
     Batched backends address rows flattened with their head group ([rows * G, heads per group, ...]): `flat`
     gives this call's local tensors so (one view per call, none when G = 1), `rlse_rows` is rlse with a
-    trailing 1 (as scatter_merge takes it), and `merge_local` / `add_local` hand the executor partial results / gradients
-    of local rows, which it merges / adds with the returned ones at once at the end of the pass (one scatter,
-    one index_add per field, whatever the number of batches)."""
+    trailing 1 (as scatter_merge takes it), and `merge_local` / `add_local` hand the executor partial results
+    / gradients of local rows, which it merges / adds with the returned ones at once at the end of the pass
+    (one scatter, one index_add per field, whatever the number of batches)."""
     __slots__ = ("q", "k", "v", "rq", "rk", "rv", "o", "lse", "ro", "rlse",
                  "out", "dout", "rout", "rdout", "_delta", "_rdelta", "_rdelta_todo",
                  "dq", "dk", "dv", "rdq", "rdk", "rdv", "indices", "qpg", "kpg", "scale", "shared",
