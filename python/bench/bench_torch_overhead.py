@@ -6,9 +6,12 @@ receive buffers, the collective launches and the lse merges, with collectives th
 
 Workload: causal_document packs of the bundled histogram, balanced_bytes under the area cost model, stages 1
 and 2 (and relays at P = 64 in nodes of 8); per P the rank with the most args is timed, median of --calls
-calls. Tensors are on the CPU and small (--tokens per rank, --heads q kv dim; bf16) so that the ops' own work
-is a small part of each op: what remains is the host's dispatch, the same work a GPU launch costs the host.
-The table also gives the aten ops one call dispatches and the time of one small op on this machine now.
+calls. Tensors are on the CPU and small (--tokens per rank, default 64; --heads q kv dim; bf16) so that the
+ops' own work is a small part of each op: what remains is the host's dispatch, the same work a GPU launch
+costs the host. (At 512 tokens per rank and P = 64 the busiest rank receives about 10k rows per pass and the
+CPU's copies and index_adds of them dominate: that is device work on a GPU.) The table also gives the aten ops
+one call dispatches, the time of one small op on this machine now, and the floor any torch.autograd.Function
+pays here: a Function with the same inputs and outputs that computes nothing, forward + backward.
 
 Backends: `none` is the executor alone (stage kernels skipped); `flash` is the flash backend's host side (its
 varlen batches, cu_seqlens cached on the plan, gathers and merges) with the two flash-attn kernels replaced by
@@ -57,31 +60,40 @@ def _meta_flash_bwd(do, q, k, v, o, lse, dq, dk, dv, cu_q, cu_k, mq, mk, scale, 
     return None
 
 
-def time_calls(tp, backend, n, warm=20, device="cpu"):
-    dp = tp.on(device)
+def _inputs(tp, device):
     L = tp.rows
     dt = torch.bfloat16
     q = torch.zeros(L, tp.hq, tp.dqk, dtype=dt, device=device, requires_grad=True)
     k = torch.zeros(L, tp.hkv, tp.dqk, dtype=dt, device=device, requires_grad=True)
     v = torch.zeros(L, tp.hkv, tp.dv, dtype=dt, device=device, requires_grad=True)
     do = torch.zeros(L, tp.hq, tp.dv, dtype=dt, device=device)
-    comm = FakeComm()
+    return q, k, v, do
+
+
+def _calls(tp, backend, n, inputs, comm, device="cpu"):
+    """Host time of each of n calls: the checks, forward and backward (grads accumulate into q, k, v)."""
+    dp = tp.on(device)
+    q, k, v, do = inputs
     scale = 1.0 / tp.dqk ** 0.5
     times = []
-    for i in range(warm + n):
+    for _ in range(n):
         t0 = time.perf_counter()
         err = cpt.check_inputs(tp, q, k, v, tp.cp_size, tp.rank, None, None)
         assert err is None, err
         out, _ = _Attention.apply(q, k, v, dp, backend, comm, scale)
         out.backward(do)
-        t1 = time.perf_counter()
-        if i >= warm:
-            times.append(t1 - t0)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def time_calls(tp, backend, n, warm=20, device="cpu"):
+    comm = FakeComm()
+    times = _calls(tp, backend, warm + n, _inputs(tp, device), comm, device)[warm:]
     return statistics.median(times) * 1e6, comm.calls // (warm + n)
 
 
 def count_ops(tp, backend):
-    """aten ops one call (forward + backward) dispatches."""
+    """aten ops one call (forward + backward, the gradients' accumulation included) dispatches."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Count(TorchDispatchMode):
@@ -90,9 +102,10 @@ def count_ops(tp, backend):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             Count.n += 1
             return func(*args, **(kwargs or {}))
-    time_calls(tp, backend, 1, warm=1)
+    inputs, comm = _inputs(tp, "cpu"), FakeComm()
+    _calls(tp, backend, 2, inputs, comm)  # first-call set-up, and grads that exist (accumulated as every later call)
     with Count():
-        time_calls(tp, backend, 1, warm=0)
+        _calls(tp, backend, 1, inputs, comm)
     return Count.n
 
 
@@ -108,16 +121,50 @@ def op_baseline():
     return statistics.median(ts) * 1e6
 
 
+class _Empty(torch.autograd.Function):
+    """The call's autograd frame alone: same inputs, outputs and saved tensors, no work."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        ctx.save_for_backward(q, k, v)
+        lse = q.new_empty(q.shape[:2], dtype=torch.float32)
+        ctx.mark_non_differentiable(lse)
+        return torch.empty_like(q), lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v = ctx.saved_tensors
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def autograd_floor(L, heads, n=1000):
+    """Median us of forward + backward of _Empty on this rank's shapes."""
+    hq, hkv, d = heads
+    q = torch.zeros(L, hq, d, dtype=torch.bfloat16, requires_grad=True)
+    k = torch.zeros(L, hkv, d, dtype=torch.bfloat16, requires_grad=True)
+    v = torch.zeros(L, hkv, d, dtype=torch.bfloat16, requires_grad=True)
+    do = torch.zeros(L, hq, d, dtype=torch.bfloat16)
+    ts = []
+    for i in range(n + 50):
+        t0 = time.perf_counter()
+        out, _ = _Empty.apply(q, k, v)
+        out.backward(do)
+        if i >= 50:
+            ts.append(time.perf_counter() - t0)
+    return statistics.median(ts) * 1e6
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", type=int, nargs="*", default=[8, 64])
     ap.add_argument("--calls", type=int, default=200)
-    ap.add_argument("--tokens", type=int, default=512, help="tokens per rank")
+    ap.add_argument("--tokens", type=int, default=64, help="tokens per rank")
     ap.add_argument("--heads", type=int, nargs=3, default=[8, 8, 16], help="q, kv, dim")
     args = ap.parse_args()
     torch.set_num_threads(1)
     cfg = os.path.join(ROOT, "configs", "quickstart.yaml")
-    print(f"one small aten op (index_select) takes {op_baseline():.1f} us here now; "
+    print(f"one small aten op (index_select) takes {op_baseline():.1f} us here now, an autograd.Function that "
+          f"computes nothing {autograd_floor(args.tokens, args.heads):.0f} us (forward + backward); "
           f"tokens per rank {args.tokens}, heads {args.heads}")
     print(f"{'P':>3} {'stages':>6} {'relay':>5} {'rank':>4} {'args':>5} {'a2a':>4} {'none us':>8} {'ops':>4} "
           f"{'flash us':>8} {'ops':>4}  {'torch us/arg':>12}")
@@ -137,7 +184,7 @@ def main():
                 flash_us, _ = time_calls(tp, cpt.FlashBackend(kernel=_meta_flash, bwd_kernel=_meta_flash_bwd),
                                          args.calls)
                 n_args = weight(tp)
-                # the torch reference backend on meta tensors: its per-arg host cost
+                # the torch reference backend: its host cost per arg (on these small tensors)
                 torch_us, _ = time_calls(tp, cpt.TorchBackend(), max(10, args.calls // 10), warm=3)
                 n_none = count_ops(tp, cpt.NullBackend())
                 n_flash = count_ops(tp, cpt.FlashBackend(kernel=_meta_flash, bwd_kernel=_meta_flash_bwd))

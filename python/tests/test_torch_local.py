@@ -120,6 +120,25 @@ def test_one_rank_plan_runs_without_torch_distributed():
         cpt.attention(q, k, v, r4)
 
 
+def test_a_call_leaves_none_of_its_tensors_in_the_cached_plan():
+    """The plan's reusable buffers hold no reference to a call's inputs, outputs or graph: they are freed as
+    soon as the caller drops them (no cycle through the plan), after forward + backward and after a forward
+    alone, while the plan stays cached for the next call."""
+    import weakref
+    r = cpsched.Session(cp_size=1, seqlen=96, heads=(4, 2, 16, "fp32"), cost_model="area").solve(
+        [(0, 96)], [(0, 96)], ["causal"])
+    tp = cpt.prepare(r, 0)
+    for backward in (True, False):
+        q, k, v = (torch.randn(96, h, 16, requires_grad=True) for h in (4, 2, 2))
+        out = cpt.attention(q, k, v, tp)
+        if backward:
+            out.sum().backward()
+        refs = [weakref.ref(x) for x in (q, k, v, out)]
+        del q, k, v, out
+        assert all(x() is None for x in refs), [x() is None for x in refs]
+    assert cpt.prepare(r, 0) is tp
+
+
 def test_dispatch_undispatch_and_layout_tags_across_ranks():
     assert get_pool(3).values("layout_case", timeout=60) == [True] * 3
 

@@ -57,15 +57,87 @@ class _FlashBatch:
         self.max_q, self.max_k = max(lq), max(lk)
 
 
+def _side(batches, remote, attr):
+    """Rows of buffer `remote` that the batches read on one side (q_idx or k_idx), concatenated, and each
+    reading batch's range in them."""
+    mine = [x for x in batches if getattr(x, attr[0]) == remote]
+    if not mine:
+        return None
+    idxs = [getattr(x, attr[1]) for x in mine]
+    at, ranges = 0, {}
+    for x, i in zip(mine, idxs):
+        ranges[id(x)] = (at, at + i.numel())
+        at += i.numel()
+    return torch.cat(idxs) if len(idxs) > 1 else idxs[0], ranges
+
+
+class _FlashStage:
+    """A stage's args split for the flash backend, built once per plan and device: its batches, the args left
+    to the torch kernels, and per side (q, k) and buffer (local, remote) the rows the batches read, so that a
+    stage gathers each field of a buffer with one index_select into a buffer of the stage (`io`) whose rows
+    are the batches' inputs, and adds each gradient back with one index_add (or hands it to the executor)."""
+    __slots__ = ("batches", "rest", "q_side", "k_side", "merge", "io")
+
+    def __init__(self, args, G, qpg, device):
+        groups, self.rest = {}, []
+        for a in args:
+            if a.index_width == 0 and a.type in (0, 1) and a.q1 > a.q0 and a.k1 > a.k0:
+                groups.setdefault((a.type, a.q_remote, a.k_remote), []).append(a)
+            else:
+                self.rest.append(a)
+        self.batches = [_FlashBatch(batch, G, device) for batch in groups.values()]
+        self.q_side = {r: x for r in (False, True) if (x := _side(self.batches, r, ("q_remote", "q_idx"))) is not None}
+        self.k_side = {r: x for r in (False, True) if (x := _side(self.batches, r, ("k_remote", "k_idx"))) is not None}
+        rq = self.q_side.get(True)
+        self.merge = None if rq is None else (rq[0], rq[0].view(-1, 1, 1).expand(-1, qpg, 1).contiguous())
+        self.io = {}
+
+    def buffers(self, pass_, b):
+        """The stage's gathered inputs (and, backward, the kernels' gradient outputs) for this pass and
+        dtype: per buffer and field one tensor, per batch its views. They are the stage's own until its
+        gradients are added, so every call reuses them (the executor adds local gradients at the end of the
+        pass, before the next call)."""
+        dt, dev = b.rk.dtype, b.rk.device
+        dqk, dv = b.rq.shape[-1], b.rv.shape[-1]
+        key = (pass_, dt, str(dev), b.qpg, b.kpg, dqk, dv)
+        io = self.io.get(key)
+        if io is None:
+            if pass_ == "fwd":
+                qf = [("q", dt, (b.qpg, dqk))]
+                kf = [("k", dt, (b.kpg, dqk)), ("v", dt, (b.kpg, dv))]
+            else:
+                qf = [("q", dt, (b.qpg, dqk)), ("o", dt, (b.qpg, dv)), ("do", dt, (b.qpg, dv)),
+                      ("lse", torch.float32, (b.qpg,)), ("dq", dt, (b.qpg, dqk))]
+                kf = [("k", dt, (b.kpg, dqk)), ("v", dt, (b.kpg, dv)), ("dk", dt, (b.kpg, dqk)),
+                      ("dv", dt, (b.kpg, dv))]
+            io = {"q": {}, "k": {}}
+            for side, fields, rows in (("q", qf, self.q_side), ("k", kf, self.k_side)):
+                for remote, (idx, _) in rows.items():
+                    io[side][remote] = {name: torch.empty((idx.numel(),) + tail, dtype=t, device=dev)
+                                        for name, t, tail in fields}
+            views = []
+            for x in self.batches:
+                v = {}
+                for side, rows, rem in (("q", self.q_side, x.q_remote), ("k", self.k_side, x.k_remote)):
+                    lo, hi = rows[rem][1][id(x)]
+                    v.update({name: t[lo:hi] for name, t in io[side][rem].items()})
+                views.append(v)
+            io = self.io[key] = (io, views)
+        return io
+
+
 class FlashBackend(TorchBackend):
     """flash-attn varlen: the full and the causal range args of a stage are batched, per mask type and
     (q buffer, k buffer), into one varlen call each (flash's causal is bottom-right aligned, as the plan's),
-    returning lse; a batch's rows are gathered with one index_select per tensor from indices cached on the
-    plan, and its outputs are merged into the accumulators with one lse-weighted scatter per buffer. The
-    backward calls flash's varlen backward per batch with the *final* O and lse of the rows (the merged ones),
-    which is the exact gradient of each arg's share, and adds dQ, dK, dV back with index_add. inv_causal /
-    bi_causal and index args run on the torch kernels. GPU, fp16 / bf16. Not run in this repository (no GPU):
-    `kernel` / `bwd_kernel` can be replaced (the tests use a torch stand-in, the benchmark meta stubs)."""
+    returning lse. A stage gathers each field of each buffer its batches read with one index_select (rows
+    cached on the plan) into a buffer of the stage whose rows are the batches' inputs. Forward outputs for
+    remote rows are merged into the accumulators with one lse-weighted scatter per stage; those of local rows
+    are handed to the executor, which merges them with the returned partials in one scatter at the end of
+    the pass. The backward calls flash's varlen backward per batch with the *final* O and lse of the rows (the
+    merged ones), which is the exact gradient of each arg's share; each gradient is added back with one
+    index_add per stage and buffer (local rows: by the executor, once per pass). inv_causal / bi_causal and
+    index args run on the torch kernels. GPU, fp16 / bf16. Not run in this repository (no GPU): `kernel` /
+    `bwd_kernel` can be replaced (the tests use a torch stand-in, the benchmark meta stubs)."""
 
     name = "flash"
 
@@ -73,18 +145,13 @@ class FlashBackend(TorchBackend):
         self.kernel = kernel
         self.bwd_kernel = bwd_kernel
 
-    def _split(self, args, G, device):
+    def _split(self, args, b):
+        device = b.q.device
         key = "_flash_" + str(device)
         hit = getattr(args, key, None) if hasattr(args, "__dict__") else None
         if hit is not None:
             return hit
-        groups, rest = {}, []
-        for a in args:
-            if a.index_width == 0 and a.type in (0, 1) and a.q1 > a.q0 and a.k1 > a.k0:
-                groups.setdefault((a.type, a.q_remote, a.k_remote), []).append(a)
-            else:
-                rest.append(a)
-        out = ([_FlashBatch(batch, G, device) for batch in groups.values()], rest)
+        out = _FlashStage(args, b.q.shape[1] // b.qpg, b.qpg, device)
         if hasattr(args, "__dict__"):
             setattr(args, key, out)
         return out
@@ -100,68 +167,63 @@ class FlashBackend(TorchBackend):
             return out, lse.transpose(0, 1)  # flash's varlen lse is [heads, total_q]
         return run
 
-    @staticmethod
-    def _flat(b):
-        G = b.q.shape[1] // b.qpg
-        L = b.q.shape[0]
-        return G, L
-
     def forward_stage(self, args, b):
-        G, L = self._flat(b)
-        batches, rest = self._split(args, G, b.q.device)
-        super().forward_stage(rest, b)
-        if not batches:
+        st = self._split(args, b)
+        if st.rest:
+            super().forward_stage(st.rest, b)
+        if not st.batches:
             return
         kern = self._fwd_kernel()
-        qf = b.q.reshape(L * G, b.qpg, b.q.shape[-1])
-        kf = b.k.reshape(L * G, b.kpg, b.k.shape[-1])
-        vf = b.v.reshape(L * G, b.kpg, b.v.shape[-1])
-        parts = {False: [], True: []}
-        for x in batches:
-            q = (b.rq if x.q_remote else qf).index_select(0, x.q_idx)
-            k = (b.rk if x.k_remote else kf).index_select(0, x.k_idx)
-            v = (b.rv if x.k_remote else vf).index_select(0, x.k_idx)
-            o, lse = kern(q, k, v, x.cu_q, x.cu_k, x.max_q, x.max_k, b.scale, x.causal)
-            parts[x.q_remote].append((o, lse, x.q_idx))
-        for remote, lst in parts.items():
-            if not lst:
-                continue
-            o = torch.cat([p[0] for p in lst]) if len(lst) > 1 else lst[0][0]
-            lse = torch.cat([p[1] for p in lst]) if len(lst) > 1 else lst[0][1]
-            idx = torch.cat([p[2] for p in lst]) if len(lst) > 1 else lst[0][2]
-            acc_o = b.ro if remote else b.o.view(L * G, b.qpg, b.o.shape[-1])
-            acc_l = b.rlse if remote else b.lse.view(L * G, b.qpg)
-            scatter_merge(acc_o, acc_l, idx, o.to(acc_o.dtype), lse.to(acc_l.dtype))
+        io, views = st.buffers("fwd", b)
+        for remote, (idx, _) in st.q_side.items():
+            torch.index_select(b.rq if remote else b.flat("q"), 0, idx, out=io["q"][remote]["q"])
+        for remote, (idx, _) in st.k_side.items():
+            t = io["k"][remote]
+            torch.index_select(b.rk if remote else b.flat("k"), 0, idx, out=t["k"])
+            torch.index_select(b.rv if remote else b.flat("v"), 0, idx, out=t["v"])
+        remote_parts = []
+        for x, v in zip(st.batches, views):
+            o, lse = kern(v["q"], v["k"], v["v"], x.cu_q, x.cu_k, x.max_q, x.max_k, b.scale, x.causal)
+            if x.q_remote:
+                remote_parts.append((o, lse))
+            else:  # merged with the pass's other partials of local rows at its end
+                b.merge_local(o, lse, x.q_idx)
+        if remote_parts:  # the order of the batches reading remote rows: that of the merge's rows
+            idx, exp = st.merge
+            o = torch.cat([p[0] for p in remote_parts]) if len(remote_parts) > 1 else remote_parts[0][0]
+            lse = torch.cat([p[1] for p in remote_parts]) if len(remote_parts) > 1 else remote_parts[0][1]
+            scatter_merge(b.ro, b.rlse_rows, idx, o, lse.unsqueeze(-1), exp)
 
     def backward_stage(self, args, b):
-        G, L = self._flat(b)
-        batches, rest = self._split(args, G, b.q.device)
-        super().backward_stage(rest, b)
-        if not batches:
+        st = self._split(args, b)
+        if st.rest:
+            super().backward_stage(st.rest, b)
+        if not st.batches:
             return
-        dvd = b.v.shape[-1]
-        qf = b.q.reshape(L * G, b.qpg, b.q.shape[-1])
-        of = b.out.reshape(L * G, b.qpg, dvd)
-        dof = b.dout.reshape(L * G, b.qpg, dvd)
-        lf = b.lse.view(L * G, b.qpg)
-        kf = b.k.reshape(L * G, b.kpg, b.k.shape[-1])
-        vf = b.v.reshape(L * G, b.kpg, dvd)
-        dqf = b.dq.view(L * G, b.qpg, -1)
-        dkf = b.dk.view(L * G, b.kpg, -1)
-        dvf = b.dv.view(L * G, b.kpg, dvd)
-        for x in batches:
-            qs = (b.rq if x.q_remote else qf)
-            q = qs.index_select(0, x.q_idx)
-            o = (b.rout if x.q_remote else of).index_select(0, x.q_idx)
-            do = (b.rdout if x.q_remote else dof).index_select(0, x.q_idx)
-            lse = (b.rlse if x.q_remote else lf).index_select(0, x.q_idx).float()
-            k = (b.rk if x.k_remote else kf).index_select(0, x.k_idx)
-            v = (b.rv if x.k_remote else vf).index_select(0, x.k_idx)
-            dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-            self._bwd(do, q, k, v, o, lse, dq, dk, dv, x.cu_q, x.cu_k, x.max_q, x.max_k, b.scale, x.causal)
-            (b.rdq if x.q_remote else dqf).index_add_(0, x.q_idx, dq.to(b.rdq.dtype))
-            (b.rdk if x.k_remote else dkf).index_add_(0, x.k_idx, dk.to(b.rdk.dtype))
-            (b.rdv if x.k_remote else dvf).index_add_(0, x.k_idx, dv.to(b.rdk.dtype))
+        io, views = st.buffers("bwd", b)
+        for remote, (idx, _) in st.q_side.items():
+            t = io["q"][remote]
+            srcs = (b.rq, b.rout, b.rdout, b.rlse) if remote else \
+                (b.flat("q"), b.flat("out"), b.flat("dout"), b.flat("lse"))
+            for name, src in zip(("q", "o", "do", "lse"), srcs):
+                torch.index_select(src, 0, idx, out=t[name])
+        for remote, (idx, _) in st.k_side.items():
+            t = io["k"][remote]
+            torch.index_select(b.rk if remote else b.flat("k"), 0, idx, out=t["k"])
+            torch.index_select(b.rv if remote else b.flat("v"), 0, idx, out=t["v"])
+        for x, v in zip(st.batches, views):
+            self._bwd(v["do"], v["q"], v["k"], v["v"], v["o"], v["lse"], v["dq"], v["dk"], v["dv"], x.cu_q, x.cu_k,
+                      x.max_q, x.max_k, b.scale, x.causal)
+        cdt = b.rdq.dtype
+        sides = (("q", st.q_side, ("dq",), (b.rdq,)), ("k", st.k_side, ("dk", "dv"), (b.rdk, b.rdv)))
+        for side, rows, names, acc in sides:
+            for remote, (idx, _) in rows.items():
+                for name, a in zip(names, acc):
+                    g = io[side][remote][name]
+                    if remote:
+                        a.index_add_(0, idx, g.to(cdt))
+                    else:  # added with the pass's other gradients of local rows at its end
+                        b.add_local(name, g, idx)
 
     def _bwd(self, do, q, k, v, o, lse, dq, dk, dv, cu_q, cu_k, mq, mk, scale, causal):
         if self.bwd_kernel is not None:

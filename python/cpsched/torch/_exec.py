@@ -14,6 +14,13 @@ counts have them (docs/design.md#metrics, docs/heads.md): forward QO cast Q; for
 K and V (the latent once when shared); backward QO cast lse, Q, O, dO; backward QO reduce dQ; backward KV
 reduce dK and dV. Elements are the inputs' dtype, lse fp32, so what goes over the wire is exactly the plan's
 bytes.
+
+Everything a pass does besides the kernels is laid out once per (plan, device, dtype) in a `_Workspace`: the
+receive buffers, one send buffer per kind holding every stage's first-phase rows (filled at the start of a
+pass with one index_select per field into its typed view: the sources are this rank's inputs, which do not
+change during the pass), the relays' forwarding and every reduce's send and return buffers, the row indices
+of the merges and the views the collectives read and write. A call allocates only its outputs; its ops are a
+fixed few per field and collective, whatever the number of args.
 """
 from __future__ import annotations
 
@@ -25,6 +32,7 @@ import torch.distributed as dist
 from ._kernels import Buffers, compute_dtype, scatter_merge
 
 NEG_INF = float("-inf")
+_U8 = torch.uint8
 
 
 class Comm:
@@ -37,70 +45,46 @@ class Comm:
         return dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.group, async_op=True)
 
 
-class _Rows:
-    """A receive buffer of n packed rows and typed views of its fields (copies when a field is not aligned
-    to its element size inside the row, refreshed by `unpack` once rows have arrived)."""
+class _Packed:
+    """n rows of fields side by side as bytes, `buf` [n, row bytes] uint8 (what a collective moves), and a
+    typed [n, *tail] tensor per field in `typed`. A field aligned to its element size inside the row is a view
+    of buf; one that is not (odd sizes) lives beside it ("loose"), and push / pull copy it to / from the
+    bytes after writing / receiving."""
 
-    __slots__ = ("buf", "typed", "fields", "aligned", "row_bytes")
+    __slots__ = ("buf", "typed", "loose")
 
-    def __init__(self, n, fields, device):
-        self.fields = []
-        off = 0
+    def __init__(self, buf, typed, loose):
+        self.buf, self.typed, self.loose = buf, typed, loose
+
+    @classmethod
+    def alloc(cls, n, fields, device):
+        layout, off = [], 0
         for name, dtype, tail in fields:
             nb = dtype.itemsize * math.prod(tail)
-            self.fields.append((name, dtype, tail, off, nb))
+            layout.append((name, dtype, tail, off, nb))
             off += nb
-        self.row_bytes = off
-        self.buf = torch.empty((n, off), dtype=torch.uint8, device=device)
-        self.aligned = all(o % dt.itemsize == 0 and off % dt.itemsize == 0 for _, dt, _, o, _ in self.fields)
-        self.typed = {}
-        for name, dtype, tail, o, nb in self.fields:
-            if self.aligned:
-                self.typed[name] = self.buf[:, o:o + nb].view(dtype).view(n, *tail)
+        buf = torch.empty((n, off), dtype=_U8, device=device)
+        typed, loose = {}, []
+        for name, dtype, tail, o, nb in layout:
+            if o % dtype.itemsize == 0 and off % dtype.itemsize == 0:
+                typed[name] = buf[:, o:o + nb].view(dtype).view(n, *tail)
             else:
-                self.typed[name] = torch.empty((n, *tail), dtype=dtype, device=device)
+                typed[name] = torch.empty((n, *tail), dtype=dtype, device=device)
+                loose.append((name, o, nb))
+        return cls(buf, typed, loose)
 
-    def unpack(self, r0, r1):
-        if self.aligned or r1 <= r0:
-            return
-        for name, dtype, tail, o, nb in self.fields:
-            self.typed[name][r0:r1] = self.buf[r0:r1, o:o + nb].contiguous().view(dtype).view(r1 - r0, *tail)
+    def rows(self, a, b):
+        return _Packed(self.buf[a:b], {k: t[a:b] for k, t in self.typed.items()}, self.loose)
 
+    def push(self):
+        for name, o, nb in self.loose:
+            t = self.typed[name]
+            self.buf[:, o:o + nb].copy_(t.reshape(t.shape[0], nb // t.element_size()).view(_U8))
 
-def _pack(parts):
-    """[n, ...] tensors -> one [n, bytes] uint8 tensor, fields side by side."""
-    bs = [(p if p.dim() == 2 and p.is_contiguous() else p.reshape(p.shape[0], math.prod(p.shape[1:])).contiguous())
-          .view(torch.uint8) for p in parts]
-    return bs[0] if len(bs) == 1 else torch.cat(bs, dim=1)
-
-
-def _unpack(buf, fields):
-    """The typed fields (name, dtype, tail) of a packed [n, bytes] buffer read once (views or copies)."""
-    out = {}
-    off = 0
-    n = buf.shape[0]
-    for name, dtype, tail in fields:
-        nb = dtype.itemsize * math.prod(tail)
-        sub = buf[:, off:off + nb]
-        try:
-            out[name] = sub.view(dtype).view(n, *tail)
-        except RuntimeError:
-            out[name] = sub.contiguous().view(dtype).view(n, *tail)
-        off += nb
-    return out
-
-
-class _Geo:
-    __slots__ = ("L", "G", "qpg", "kpg", "hq", "hkv", "dqk", "dv", "shared", "dt", "cdt", "dev")
-
-    def __init__(self, tp, q):
-        self.L = q.shape[0]
-        self.G, self.qpg, self.kpg = tp.G, tp.qpg, tp.kpg
-        self.hq, self.hkv, self.dqk, self.dv = tp.hq, tp.hkv, tp.dqk, tp.dv
-        self.shared = tp.kv_shared
-        self.dt = q.dtype
-        self.cdt = compute_dtype(q.dtype)
-        self.dev = q.device
+    def pull(self):
+        for name, o, nb in self.loose:
+            t = self.typed[name]
+            t.copy_(self.buf[:, o:o + nb].contiguous().view(t.dtype).view(t.shape))
 
 
 def _wait(works):
@@ -109,116 +93,223 @@ def _wait(works):
             w.wait()
 
 
-class _Table:
-    """This rank's rows of one kind packed as the collectives send them ([L * G, row bytes] uint8), built on
-    first use in a pass (one copy of the fields side by side), so that each stage's send buffer is one
-    index_select of it."""
-    __slots__ = ("parts", "table")
-
-    def __init__(self, parts):
-        self.parts = parts
-        self.table = None
-
-    def get(self):
-        if self.table is None:
-            self.table = _pack(self.parts)
-        return self.table
+def _carve(block, shapes):
+    out, at = [], 0
+    for sh in shapes:
+        n = math.prod(sh)
+        out.append(block[at:at + n].view(*sh))
+        at += n
+    return out
 
 
-def _issue_casts(comm, st, bufs, sources, keep):
-    """First phase of a stage: per kind, pack this rank's rows and issue the all_to_all."""
-    works = []
-    for coll, rows, src in ((st.qo, bufs[0], sources[0]), (st.kv, bufs[1], sources[1])):
-        if not coll.active:
-            continue
-        send = src.get().index_select(0, coll.send_rows)
-        keep.append(send)
-        out = rows.buf[coll.recv_at:coll.recv_at + coll.n_recv]
-        works.append(comm.a2a(out, send, coll.out_splits, coll.in_splits))
-    return works
+def _merge_views(back, idx):
+    """What scatter_merge takes every call for returns `back` merged at rows `idx`: lse with a trailing 1 and
+    idx expanded to it (None when the returns carry no lse: gradients are added)."""
+    lse = back.typed.get("lse")
+    if lse is None:
+        return None, None
+    return lse.unsqueeze(-1), idx.view(-1, 1).expand(lse.shape).contiguous().unsqueeze(-1)
 
 
-def _issue_forwarding(comm, st, bufs, keep):
-    """Relays' forwarding phase of a stage: rows of the relay's receive buffer, to the node's other receivers,
-    appended after their first-phase rows."""
-    works = []
-    for coll, rows in ((st.qo_fwd, bufs[0]), (st.kv_fwd, bufs[1])):
-        if coll is None or not coll.active:
-            continue
-        send = rows.buf.index_select(0, coll.send_rows)
-        keep.append(send)
-        out = rows.buf[coll.recv_at:coll.recv_at + coll.n_recv]
-        works.append(comm.a2a(out, send, coll.out_splits, coll.in_splits))
-    return works
+class _Reduce:
+    """The group-reduce of one (stage, kind) on this rank: its send buffer (filled from the remote
+    accumulators' rows of the stage with one copy per field), where its returns land, and the split lists.
+    `relay`: the same for the forwarded rows' return to this relay, merged (forward) or added (backward) into
+    the remote accumulators at `idx` before the first phase goes back to the hosts."""
 
+    __slots__ = ("send", "copies", "back", "out_splits", "in_splits", "idx", "lse3", "idx_exp")
 
-def _reduce(comm, coll, send, dev):
-    """The transpose of a cast: what this rank received goes back to where it came from."""
-    back = torch.empty((coll.n_send, send.shape[1]), dtype=torch.uint8, device=dev)
-    return back, comm.a2a(back, send, coll.in_splits, coll.out_splits)
+    def __init__(self, c, fields, acc, back, dev):
+        rows = slice(c.recv_at, c.recv_at + c.n_recv)
+        self.send = _Packed.alloc(c.n_recv, fields, dev)
+        self.copies = [(self.send.typed[name], acc[name][rows]) for name, _, _ in fields]
+        self.back = back if back is not None else _Packed.alloc(c.n_send, fields, dev)
+        self.out_splits, self.in_splits = c.in_splits, c.out_splits  # the cast's, transposed
+        self.idx = c.send_rows
+        self.lse3, self.idx_exp = _merge_views(self.back, c.send_rows) if back is None else (None, None)
 
-
-def _stage_rows(st, kind):
-    return (st.qo_off, st.qo_off + st.qo_rows) if kind == "qo" else (st.kv_off, st.kv_off + st.kv_rows)
+    def issue(self, comm):
+        for d, x in self.copies:
+            d.copy_(x)
+        self.send.push()
+        return comm.a2a(self.back.buf, self.send.buf, self.out_splits, self.in_splits)
 
 
 class _Workspace:
-    """A pass's receive buffers and fp32 accumulators for one (plan, device, dtype), allocated once and reused
-    by every call (each call zeroes them with one or two fills): a call allocates only its outputs. One call
-    at a time uses a plan's workspace on a device (calls of one process group are sequential)."""
+    """One pass's program for one (plan, device, dtype), laid out once and reused by every call (each call
+    zeroes the accumulators with one or two fills and allocates only its outputs). One call at a time uses a
+    plan's workspace on a device (calls of one process group are sequential). A pass's buffers are all
+    written and read inside the pass (every collective is waited for before it returns), so nothing that
+    autograd saves for the backward lives here."""
 
     def __init__(self, tp, pp, pass_, dt, dev):
         L, G, qpg, kpg = tp.rows, tp.G, tp.qpg, tp.kpg
         hq, hkv, dqk, dv, shared = tp.hq, tp.hkv, tp.dqk, tp.dv, tp.kv_shared
         Nq, Nk = pp.qo_rows, pp.kv_rows
+        N = len(pp.comm)
         cdt = compute_dtype(dt)
+        f32 = torch.float32
+        self.dt, self.cdt, self.N, self.shared, self.dv = dt, cdt, N, shared, dv
         kv_fields = [("k", dt, (kpg, dqk))] + ([] if shared else [("v", dt, (kpg, dv))])
-        self.rkv = _Rows(Nk, kv_fields, dev)
+        if pass_ == "fwd":
+            qo_fields = [("q", dt, (qpg, dqk))]
+        else:
+            qo_fields = [("lse", f32, (qpg,)), ("q", dt, (qpg, dqk)), ("o", dt, (qpg, dv)), ("do", dt, (qpg, dv))]
+        self.rqo = _Packed.alloc(Nq, qo_fields, dev)
+        self.rkv = _Packed.alloc(Nk, kv_fields, dev)
         rk = self.rkv.typed["k"]
         rv = rk[..., :dv] if shared else self.rkv.typed["v"]
-
-        def carve(block, shapes):
-            out, at = [], 0
-            for sh in shapes:
-                n = math.prod(sh)
-                out.append(block[at:at + n].view(*sh))
-                at += n
-            return out
+        # this rank's rows of each field as the casts send them ((row, head group) flattened)
+        self.row_shape = {name: torch.Size((L * G,) + tail) for name, _, tail in qo_fields + kv_fields}
         if pass_ == "fwd":
-            self.rqo = _Rows(Nq, [("q", dt, (qpg, dqk))], dev)
             self.acc = torch.empty(L * hq * dv + Nq * qpg * dv, dtype=cdt, device=dev)
             self.lse_blk = torch.empty(L * hq + Nq * qpg, dtype=cdt, device=dev)
-            o, ro = carve(self.acc, [(L, hq, dv), (Nq, qpg, dv)])
-            lse, rlse = carve(self.lse_blk, [(L, hq), (Nq, qpg)])
+            o, ro = _carve(self.acc, [(L, hq, dv), (Nq, qpg, dv)])
+            lse, rlse = _carve(self.lse_blk, [(L, hq), (Nq, qpg)])
+            self.lacc = {"o": o.view(L * G, qpg, dv), "lse": lse.view(L * G, qpg, 1)}
+            self.racc3 = {"o": ro, "lse": rlse.unsqueeze(-1)}
             self.b = Buffers(rq=self.rqo.typed["q"], rk=rk, rv=rv, o=o, lse=lse, ro=ro, rlse=rlse, indices=pp.indices,
-                             qpg=qpg, kpg=kpg, shared=shared)
-            self.o_flat = o.view(L * G, qpg, dv)
-            self.lse_flat = lse.view(L * G, qpg)
+                             qpg=qpg, kpg=kpg, shared=shared, rlse_rows=self.racc3["lse"])
+            red_fields = {"qo": [("lse", f32, (qpg,)), ("o", dt, (qpg, dv))]}
+            racc = {"lse": rlse, "o": ro}
         else:
-            self.rqo = _Rows(Nq, [("lse", torch.float32, (qpg,)), ("q", dt, (qpg, dqk)), ("o", dt, (qpg, dv)),
-                                  ("do", dt, (qpg, dv))], dev)
             shapes = [(L, hq, dqk), (L, hkv, dqk)] + ([] if shared else [(L, hkv, dv)]) + \
                 [(Nq, qpg, dqk), (Nk, kpg, dqk)] + ([] if shared else [(Nk, kpg, dv)]) + [(Nq, qpg)]
             self.acc = torch.empty(sum(math.prod(x) for x in shapes), dtype=cdt, device=dev)
-            parts = carve(self.acc, shapes)
+            parts = _carve(self.acc, shapes)
             if shared:
                 dq, dk, rdq, rdk, rdelta = parts
                 dv_, rdv = None, None
             else:
                 dq, dk, dv_, rdq, rdk, rdv, rdelta = parts
+            self.lacc = {"dq": dq.view(L * G, qpg, dqk), "dk": dk.view(L * G, kpg, dqk),
+                         "dv": None if shared else dv_.view(L * G, kpg, dv)}
             self.b = Buffers(rq=self.rqo.typed["q"], rk=rk, rv=rv, rlse=self.rqo.typed["lse"], rout=self.rqo.typed["o"],
                              rdout=self.rqo.typed["do"], rdelta=rdelta, dq=dq, dk=dk, dv=dv_, rdq=rdq, rdk=rdk,
                              rdv=rdv, indices=pp.indices, qpg=qpg, kpg=kpg, shared=shared)
-            self.dq_flat = dq.view(L * G, qpg, dqk)
-            self.dk_flat = dk.view(L * G, kpg, dqk)
-            self.dv_flat = None if shared else dv_.view(L * G, kpg, dv)
             self.lse_blk = None
+            dkv = [("dk", dt, (kpg, dqk))] + ([] if shared else [("dv", dt, (kpg, dv))])
+            red_fields = {"qo": [("dq", dt, (qpg, dqk))], "kv": dkv}
+            racc = {"dq": rdq, "dk": rdk, "dv": rdv}
+            self.racc3 = racc
+            # rowsum(dO O) of each stage's remote rows, computed when a backend reads b.rdelta
+            self.rdelta_of = []
+            for st in pp.comm:
+                r = slice(st.qo_off, st.qo_off + st.qo_rows)
+                self.rdelta_of.append((rdelta[r], self.b.rdout[r], self.b.rout[r]) if st.qo_rows else None)
+
+        self.merge_idx = {}  # the final merge's / add's rows (returns and backends' parts), per list of parts
+        recv = {"qo": self.rqo, "kv": self.rkv}
+        fields = {"qo": qo_fields, "kv": kv_fields}
+        # first-phase casts: every stage's send rows in one buffer per kind, filled once per pass
+        self.fill = []  # (idx, packed send buffer)
+        self.casts = [[] for _ in range(N)]  # per stage: (out, inp, out_splits, in_splits)
+        self.forwards = [[] for _ in range(N)]  # per stage: (rows, idx, send, out, out_splits, in_splits)
+        self.pulls = [[] for _ in range(N)]  # per stage: receive rows to unpack (loose fields only)
+        for kind in ("qo", "kv"):
+            rows = recv[kind]
+            colls = [(s, getattr(st, kind)) for s, st in enumerate(pp.comm) if getattr(st, kind).active]
+            send = _Packed.alloc(sum(c.n_send for _, c in colls), fields[kind], dev)
+            if send.buf.shape[0]:
+                self.fill.append((torch.cat([c.send_rows for _, c in colls]), send))
+            at = 0
+            for s, c in colls:
+                self.casts[s].append((rows.buf[c.recv_at:c.recv_at + c.n_recv], send.buf[at:at + c.n_send],
+                                      c.out_splits, c.in_splits))
+                at += c.n_send
+            for s, st in enumerate(pp.comm):
+                c = getattr(st, kind + "_fwd")
+                if c is not None and c.active:
+                    fs = torch.empty((c.n_send, rows.buf.shape[1]), dtype=_U8, device=dev)
+                    self.forwards[s].append((rows.buf, c.send_rows, fs, rows.buf[c.recv_at:c.recv_at + c.n_recv],
+                                             c.out_splits, c.in_splits))
+                r0 = st.qo_off if kind == "qo" else st.kv_off
+                n = st.qo_rows if kind == "qo" else st.kv_rows
+                if rows.loose and n:
+                    self.pulls[s].append(rows.rows(r0, r0 + n))
+
+        # reduces, in the order the pass issues them; the first phase's returns of a kind land side by side
+        # in one buffer, merged (forward) or added (backward) once at the end of the pass
+        order = [(t, s2, kind) for t in sorted(pp.reduces) for s2, kind in pp.reduces[t]]
+        self.reduces = {}
+        self.finals = {}
+        for kind in ("qo", "kv"):
+            firsts = [getattr(pp.comm[s2 - 1], kind) for _, s2, kd in order if kd == kind]
+            firsts = [c for c in firsts if c.active]
+            if not firsts:
+                continue
+            back = _Packed.alloc(sum(c.n_send for c in firsts), red_fields[kind], dev)
+            idx = torch.cat([c.send_rows for c in firsts])
+            self.finals[kind] = (back, idx) + _merge_views(back, idx)
+        at = {"qo": 0, "kv": 0}
+        for t, s2, kind in order:
+            st = pp.comm[s2 - 1]
+            c_fwd, c = getattr(st, kind + "_fwd"), getattr(st, kind)
+            relay = _Reduce(c_fwd, red_fields[kind], racc, None, dev) if c_fwd is not None and c_fwd.active else None
+            first = None
+            if c.active:
+                back = self.finals[kind][0].rows(at[kind], at[kind] + c.n_send)
+                at[kind] += c.n_send
+                first = _Reduce(c, red_fields[kind], racc, back, dev)
+            if relay is not None or first is not None:
+                self.reduces.setdefault(t, []).append((kind, relay, first))
+
+        self.fill_fields = [(name, idx, t, self.row_shape[name]) for idx, send in self.fill
+                            for name, t in send.typed.items()]
+        self.fill_loose = [send for _, send in self.fill if send.loose]
 
     def reset(self):
         self.acc.zero_()
         if self.lse_blk is not None:
             self.lse_blk.fill_(NEG_INF)
         return self.b
+
+    def merge_rows(self, idxs, expand=False):
+        """The rows of a local merge or add of parts whose rows are `idxs` (tensors fixed per plan: the
+        returns' and a backend's cached batch rows), concatenated (and expanded for scatter_merge) once per
+        list of parts."""
+        key = tuple(map(id, idxs))
+        hit = self.merge_idx.get(key)
+        if hit is None or any(a is not b for a, b in zip(hit[0], idxs)):
+            idx = torch.cat(idxs) if len(idxs) > 1 else idxs[0]
+            exp = None
+            if expand:
+                qpg = self.lacc["lse"].shape[1]
+                exp = idx.view(-1, 1, 1).expand(-1, qpg, 1).contiguous()
+            hit = (list(idxs), idx, exp)
+            if len(self.merge_idx) >= 16:  # a backend whose parts' rows change between calls
+                self.merge_idx.clear()
+            self.merge_idx[key] = hit
+        return hit[1], hit[2]
+
+    def pack(self, src):
+        """Every first-phase send row of the pass from this rank's inputs (`src`: field name -> tensor)."""
+        for name, idx, t, sh in self.fill_fields:
+            x = src[name]
+            if x.shape != sh:
+                x = x.view(sh) if x.is_contiguous() else x.reshape(sh)
+            torch.index_select(x, 0, idx, out=t)
+        for send in self.fill_loose:
+            send.push()
+
+    def pipeline(self, comm):
+        """The pass's stage order, the same forward and backward: yields 0 once stage 1's casts are in flight
+        (stage 0's local work overlaps them), then each remote stage s once its rows (and the relays'
+        forwarded ones) have arrived, with stage s + 1's casts already issued."""
+        N = self.N
+        works = [comm.a2a(*x) for x in self.casts[0]] if N else []
+        yield 0
+        for s in range(1, N + 1):
+            _wait(works)
+            fw = []
+            for rows, idx, send, out, osp, isp in self.forwards[s - 1]:
+                torch.index_select(rows, 0, idx, out=send)
+                fw.append(comm.a2a(out, send, osp, isp))
+            works = [comm.a2a(*x) for x in self.casts[s]] if s < N else []
+            _wait(fw)
+            for p in self.pulls[s - 1]:
+                p.pull()
+            yield s
 
 
 def _workspace(dp, pass_, dt):
@@ -230,150 +321,105 @@ def _workspace(dp, pass_, dt):
     return ws
 
 
-def _pipelined_stages(comm, pp, bufs, sources, keep):
-    """The pass's stage order, the same forward and backward: yields (0, None) once stage 1's casts are in
-    flight (stage 0's local work overlaps them), then (s, its StageComm) for each remote stage s once its rows
-    (and the relays' forwarded ones) are unpacked, with stage s + 1's casts already issued."""
-    rqo, rkv = bufs
-    N = len(pp.comm)
-    works = _issue_casts(comm, pp.comm[0], bufs, sources, keep) if N else []
-    yield 0, None
-    for s in range(1, N + 1):
-        st = pp.comm[s - 1]
-        _wait(works)
-        fw = _issue_forwarding(comm, st, bufs, keep)
-        works = _issue_casts(comm, pp.comm[s], bufs, sources, keep) if s < N else []
-        _wait(fw)
-        rqo.unpack(*_stage_rows(st, "qo"))
-        rkv.unpack(*_stage_rows(st, "kv"))
-        yield s, st
-
-
 def run_forward(dp, q, k, v, backend, comm, scale):
     """Forward pass of this rank: returns O (q's dtype) [L, hq, dv] and lse (fp32) [L, hq]."""
-    tp, pp = dp.tp, dp.fwd
-    g = _Geo(tp, q)
-    L, G, qpg, kpg, dt, cdt, dev = g.L, g.G, g.qpg, g.kpg, g.dt, g.cdt, g.dev
-    if g.shared:
-        v = k[..., :g.dv]
-    q_rows = q.reshape(L * G, qpg * g.dqk)
-    k_rows = k.reshape(L * G, kpg * g.dqk)
-    kv_src = [k_rows] if g.shared else [k_rows, v.reshape(L * G, kpg * g.dv)]
+    pp = dp.fwd
+    dt = q.dtype
     ws = _workspace(dp, "fwd", dt)
     b = ws.reset()
+    if ws.shared:
+        v = k[..., :ws.dv]
     b.q, b.k, b.v, b.scale = q, k, v, scale
-    bufs, sources = (ws.rqo, ws.rkv), (_Table([q_rows]), _Table(kv_src))
-    o_fields = [("lse", torch.float32, (qpg,)), ("o", dt, (qpg, g.dv))]
-    keep, finals = [], []
-    for s, _ in _pipelined_stages(comm, pp, bufs, sources, keep):
+    try:
+        return _forward(ws, b, pp, backend, comm, {"q": q, "k": k, "v": v})
+    finally:
+        b.release("q", "k", "v")
+
+
+def _forward(ws, b, pp, backend, comm, src):
+    dt = ws.dt
+    ws.pack(src)
+    finals = []
+    racc = ws.racc3
+    for s in ws.pipeline(comm):
         backend.forward_stage(pp.stages[s - 1] if s else pp.stage0, b)
-        if not s:
-            continue
-        for s2, kind in pp.reduces.get(s, ()):
-            if kind != "qo":
-                continue
-            st2 = pp.comm[s2 - 1]
-            c = st2.qo_fwd
-            if c is not None and c.active:  # forwarded partials back to the relays, merged there first
-                rows = slice(c.recv_at, c.recv_at + c.n_recv)
-                send = _pack([b.rlse[rows].float(), b.ro[rows].to(dt)])
-                back, w = _reduce(comm, c, send, dev)
-                w.wait()
-                f = _unpack(back, o_fields)
-                scatter_merge(b.ro, b.rlse, c.send_rows, f["o"].to(cdt), f["lse"].to(cdt))
-            c = st2.qo
-            if c.active:
-                rows = slice(c.recv_at, c.recv_at + c.n_recv)
-                send = _pack([b.rlse[rows].float(), b.ro[rows].to(dt)])
-                keep.append(send)
-                back, w = _reduce(comm, c, send, dev)
-                finals.append((w, back, c.send_rows))
-    _wait([w for w, _, _ in finals])
-    if finals:
-        back = torch.cat([x for _, x, _ in finals]) if len(finals) > 1 else finals[0][1]
-        idx = torch.cat([i for _, _, i in finals]) if len(finals) > 1 else finals[0][2]
-        f = _unpack(back, o_fields)
-        scatter_merge(ws.o_flat, ws.lse_flat, idx, f["o"].to(cdt), f["lse"].to(cdt))
+        for _, relay, first in ws.reduces.get(s, ()):
+            if relay is not None:  # forwarded partials back to the relay, merged there first
+                w = relay.issue(comm)
+                if w is not None:
+                    w.wait()
+                relay.back.pull()
+                scatter_merge(racc["o"], racc["lse"], relay.idx, relay.back.typed["o"], relay.lse3, relay.idx_exp)
+            if first is not None:
+                finals.append(first.issue(comm))
+    _wait(finals)
+    fin = ws.finals.get("qo")
+    if fin is not None:
+        fin[0].pull()
+    if b.local_parts:  # the backend's partials of local rows and the returned ones: one merge
+        parts = ([(fin[0].typed["o"], fin[0].typed["lse"], fin[1])] if fin is not None else []) + b.local_parts
+        idx, exp = ws.merge_rows([p[2] for p in parts], True)
+        o = torch.cat([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
+        lse = torch.cat([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
+        scatter_merge(ws.lacc["o"], ws.lacc["lse"], idx, o, lse.unsqueeze(-1), exp)
+    elif fin is not None:
+        back, idx, lse3, exp = fin
+        scatter_merge(ws.lacc["o"], ws.lacc["lse"], idx, back.typed["o"], lse3, exp)
     return b.o.to(dt, copy=True), b.lse.to(torch.float32, copy=True)
 
 
 def run_backward(dp, q, k, v, out, lse, dout, backend, comm, scale):
     """Backward pass of this rank: dQ, dK, dV (None when K and V share the latent: dV is inside dK)."""
-    tp, pp = dp.tp, dp.bwd
-    g = _Geo(tp, q)
-    L, G, qpg, kpg, dt, cdt, dev = g.L, g.G, g.qpg, g.kpg, g.dt, g.cdt, g.dev
-    if g.shared:
-        v = k[..., :g.dv]
+    pp = dp.bwd
+    dt = q.dtype
+    ws = _workspace(dp, "bwd", dt)
+    b = ws.reset()
+    if ws.shared:
+        v = k[..., :ws.dv]
     out = out.to(dt)
     dout = dout.to(dt)
     lse = lse.float()
-    delta = (dout.to(cdt) * out.to(cdt)).sum(-1)
-    qo_src = [lse.reshape(L * G, qpg), q.reshape(L * G, qpg * g.dqk), out.reshape(L * G, qpg * g.dv),
-              dout.reshape(L * G, qpg * g.dv)]
-    k_rows = k.reshape(L * G, kpg * g.dqk)
-    kv_src = [k_rows] if g.shared else [k_rows, v.reshape(L * G, kpg * g.dv)]
-    ws = _workspace(dp, "bwd", dt)
-    b = ws.reset()
-    b.q, b.k, b.v, b.lse, b.out, b.dout, b.delta, b.scale = q, k, v, lse, out, dout, delta, scale
-    bufs, sources = (ws.rqo, ws.rkv), (_Table(qo_src), _Table(kv_src))
-    dq_fields = [("dq", dt, (qpg, g.dqk))]
-    dkv_fields = [("dk", dt, (kpg, g.dqk))] + ([] if g.shared else [("dv", dt, (kpg, g.dv))])
+    b.q, b.k, b.v, b.lse, b.out, b.dout, b.scale = q, k, v, lse, out, dout, scale
+    try:
+        return _backward(ws, b, pp, backend, comm, {"lse": lse, "q": q, "o": out, "do": dout, "k": k, "v": v})
+    finally:
+        b.release("q", "k", "v", "lse", "out", "dout")
 
-    def grads_of(kind, rows):
-        if kind == "qo":
-            return [b.rdq[rows].to(dt)]
-        return [b.rdk[rows].to(dt)] + ([] if g.shared else [b.rdv[rows].to(dt)])
 
-    def add_into(kind, f, idx, local):
-        if kind == "qo":
-            target = ws.dq_flat if local else b.rdq
-            target.index_add_(0, idx, f["dq"].to(cdt))
-            return
-        tk = ws.dk_flat if local else b.rdk
-        tk.index_add_(0, idx, f["dk"].to(cdt))
-        if not g.shared:
-            tv = ws.dv_flat if local else b.rdv
-            tv.index_add_(0, idx, f["dv"].to(cdt))
-
-    keep, finals = [], []
-    for s, st in _pipelined_stages(comm, pp, bufs, sources, keep):
-        if not s:
-            backend.backward_stage(pp.stage0, b)
-            continue
-        r0, r1 = _stage_rows(st, "qo")
-        if r1 > r0:
-            b.rdelta[r0:r1] = (b.rdout[r0:r1].to(cdt) * b.rout[r0:r1].to(cdt)).sum(-1)
-        backend.backward_stage(pp.stages[s - 1], b)
-        todo = pp.reduces.get(s, ())
+def _backward(ws, b, pp, backend, comm, src):
+    dt, cdt = ws.dt, ws.cdt
+    ws.pack(src)
+    racc = ws.racc3
+    finals = []
+    for s in ws.pipeline(comm):
+        if s:
+            d = ws.rdelta_of[s - 1]
+            if d is not None:
+                b.defer_rdelta(*d)
+        backend.backward_stage(pp.stages[s - 1] if s else pp.stage0, b)
+        todo = ws.reduces.get(s, ()) if s else ()
         # forwarded gradients back to their relays first (summed there), then the first phase to the hosts
-        fwd_works = []
-        for s2, kind in todo:
-            st2 = pp.comm[s2 - 1]
-            c = st2.qo_fwd if kind == "qo" else st2.kv_fwd
-            if c is None or not c.active:
-                continue
-            send = _pack(grads_of(kind, slice(c.recv_at, c.recv_at + c.n_recv)))
-            keep.append(send)
-            back, w = _reduce(comm, c, send, dev)
-            fwd_works.append((w, back, c, kind))
-        for w, back, c, kind in fwd_works:
-            w.wait()
-            add_into(kind, _unpack(back, dq_fields if kind == "qo" else dkv_fields), c.send_rows, False)
-        for s2, kind in todo:
-            st2 = pp.comm[s2 - 1]
-            c = st2.qo if kind == "qo" else st2.kv
-            if not c.active:
-                continue
-            send = _pack(grads_of(kind, slice(c.recv_at, c.recv_at + c.n_recv)))
-            keep.append(send)
-            back, w = _reduce(comm, c, send, dev)
-            finals.append((w, back, c, kind))
-    _wait([w for w, _, _, _ in finals])
-    for kind in ("qo", "kv"):  # every stage's returns of a kind at once: one unpack, one index_add per field
-        got = [(back, c.send_rows) for _, back, c, kd in finals if kd == kind]
-        if not got:
+        fwd_works = [(relay, relay.issue(comm)) for _, relay, _ in todo if relay is not None]
+        for relay, w in fwd_works:
+            if w is not None:
+                w.wait()
+            relay.back.pull()
+            for name, g in relay.back.typed.items():
+                racc[name].index_add_(0, relay.idx, g.to(cdt))
+        for _, _, first in todo:
+            if first is not None:
+                finals.append(first.issue(comm))
+    _wait(finals)
+    # every stage's returns of a field and the backend's gradients of local rows at once: one index_add
+    parts = {name: list(g) for name, g in b.local_grads.items()}
+    for back, idx, _, _ in ws.finals.values():
+        back.pull()
+        for name, g in back.typed.items():
+            parts[name].insert(0, (g, idx))
+    for name, lst in parts.items():
+        if not lst:
             continue
-        back = torch.cat([x for x, _ in got]) if len(got) > 1 else got[0][0]
-        idx = torch.cat([i for _, i in got]) if len(got) > 1 else got[0][1]
-        add_into(kind, _unpack(back, dq_fields if kind == "qo" else dkv_fields), idx, True)
-    return b.dq.to(dt, copy=True), b.dk.to(dt, copy=True), (None if g.shared else b.dv.to(dt, copy=True))
+        idx, _ = ws.merge_rows([p[1] for p in lst])
+        g = torch.cat([p[0] for p in lst]) if len(lst) > 1 else lst[0][0]
+        ws.lacc[name].index_add_(0, idx, g.to(cdt))
+    return b.dq.to(dt, copy=True), b.dk.to(dt, copy=True), (None if ws.shared else b.dv.to(dt, copy=True))

@@ -216,20 +216,30 @@ def merge_into(o_acc, lse_acc, o, lse):
     lse_acc.copy_(ms + torch.log(den))
 
 
-def scatter_merge(o_acc, lse_acc, idx, o, lse):
+def scatter_merge(o_acc, lse_acc, idx, o, lse, idx_exp=None):
     """Merges partial rows (o [n, H, dv], lse [n, H]) into accumulator rows idx (o_acc [M, H, dv],
-    lse_acc [M, H]); rows of idx may repeat (a row cast to several ranks comes back from each)."""
+    lse_acc [M, H]); rows of idx may repeat (a row cast to several ranks comes back from each). The lse
+    tensors may also come with a trailing 1 ([M, H, 1], [n, H, 1]) and `idx_exp` be idx expanded to lse's
+    shape: callers that merge the same rows every call keep those views and save their ops. o may be of a
+    lower precision than o_acc (it is weighted in o_acc's dtype)."""
     if idx.numel() == 0:
         return
-    m = lse_acc.scatter_reduce(0, idx.view(-1, *([1] * (lse.dim() - 1))).expand_as(lse), lse, "amax",
-                               include_self=True)
-    ms = torch.where(torch.isinf(m), torch.zeros_like(m), m)
-    wa = torch.exp(lse_acc - ms)
-    wb = torch.exp(lse - ms[idx])
+    if lse_acc.dim() < o_acc.dim():
+        lse_acc, lse, idx_exp = lse_acc.unsqueeze(-1), lse.unsqueeze(-1), None
+    if lse.dtype != lse_acc.dtype:
+        lse = lse.to(lse_acc.dtype)
+    if idx_exp is None:
+        idx_exp = idx.view(-1, *([1] * (lse.dim() - 1))).expand_as(lse)
+    m = lse_acc.scatter_reduce(0, idx_exp, lse, "amax", include_self=True)
+    # a row that is -inf everywhere gets a finite shift: its weights stay exp(-inf) = 0, O = 0, lse = -inf
+    m.clamp_(min=torch.finfo(m.dtype).min)
+    wa = torch.sub(lse_acc, m).exp_()
+    wb = torch.sub(lse, m.index_select(0, idx)).exp_()
     den = wa.index_add(0, idx, wb)
-    num = (o_acc * wa.unsqueeze(-1)).index_add_(0, idx, o * wb.unsqueeze(-1))
-    o_acc.copy_(num / den.clamp_min(1e-38).unsqueeze(-1))
-    lse_acc.copy_(ms + torch.log(den))
+    o_acc.mul_(wa)
+    o_acc.index_add_(0, idx, o * wb)
+    o_acc.div_(den.clamp_min(1e-38))
+    torch.add(m, den.log_(), out=lse_acc)
 
 
 # ---- stage backends ----------------------------------------------------------------------------
@@ -237,14 +247,92 @@ def scatter_merge(o_acc, lse_acc, idx, o, lse):
 
 class Buffers:
     """What a stage's args read and write. Local tensors hold every head of the rank's rows; remote ones
-    the heads of one head group per row. Accumulators are fp32 (fp64 for fp64 inputs)."""
+    the heads of one head group per row. Accumulators are fp32 (fp64 for fp64 inputs).
+
+    `delta` (rowsum(dO O) of the local rows) and `rdelta` (of the remote rows) are computed on first read:
+    a backend that never reads them (flash computes its own, `none` nothing) costs no ops for them. The
+    executor queues each stage's remote rows with `defer_rdelta` once they have arrived.
+
+    Batched backends address rows flattened with their head group ([rows * G, heads per group, ...]): `flat`
+    gives this call's local tensors so (one view per call, none when G = 1), `rlse_rows` is rlse with a
+    trailing 1 (as scatter_merge takes it), and `merge_local` / `add_local` hand the executor partial results
+    / gradients of local rows, which it merges / adds with the returned ones at once at the end of the pass
+    (one scatter, one index_add per field, whatever the number of batches)."""
     __slots__ = ("q", "k", "v", "rq", "rk", "rv", "o", "lse", "ro", "rlse",
-                 "out", "dout", "delta", "rout", "rdout", "rdelta",
-                 "dq", "dk", "dv", "rdq", "rdk", "rdv", "indices", "qpg", "kpg", "scale", "shared")
+                 "out", "dout", "rout", "rdout", "_delta", "_rdelta", "_rdelta_todo",
+                 "dq", "dk", "dv", "rdq", "rdk", "rdv", "indices", "qpg", "kpg", "scale", "shared",
+                 "rlse_rows", "_flat", "local_parts",
+                 "local_grads")
 
     def __init__(self, **kw):
         for k in self.__slots__:
-            setattr(self, k, kw.get(k))
+            if not k.startswith("_"):
+                setattr(self, k, kw.get(k))
+        self._delta = kw.get("delta")
+        self._rdelta = kw.get("rdelta")
+        self._rdelta_todo = []
+        self._flat = {}
+        self.local_parts = []
+        self.local_grads = {"dq": [], "dk": [], "dv": []}
+
+    def release(self, *names):
+        """Drops the call's tensors (`names`) and what was derived from them once its pass is over: the
+        workspace must not keep a call's activations alive, nor hold (through a saved output's grad_fn) the
+        autograd node that holds the plan."""
+        for n in names:
+            setattr(self, n, None)
+        self._delta = None
+        self._rdelta_todo.clear()
+        self._flat.clear()
+        self.local_parts.clear()
+        for g in self.local_grads.values():
+            g.clear()
+
+    @property
+    def delta(self):
+        if self._delta is None and self.dout is not None:
+            self._delta = torch.sum(self.dout.to(compute_dtype(self.dout.dtype)) * self.out, -1)
+        return self._delta
+
+    @delta.setter
+    def delta(self, x):
+        self._delta = x
+
+    @property
+    def rdelta(self):
+        todo = self._rdelta_todo
+        if todo:
+            for d, do, o in todo:  # views of rdelta, rdout and rout over one stage's rows
+                torch.sum(do.to(d.dtype) * o, -1, out=d)
+            todo.clear()
+        return self._rdelta
+
+    def defer_rdelta(self, d, do, o):
+        self._rdelta_todo.append((d, do, o))
+
+    def flat(self, name):
+        """This call's local `name` ('q', 'k', 'v', 'out', 'dout', 'lse') as [rows * G, heads per group, ...]."""
+        t = self._flat.get(name)
+        if t is None:
+            x = getattr(self, name)
+            per = self.kpg if name in ("k", "v") else self.qpg
+            if x.shape[1] != per:
+                sh = (x.shape[0] * (x.shape[1] // per), per, *x.shape[2:])
+                x = x.view(sh) if x.is_contiguous() else x.reshape(sh)
+            t = x
+            self._flat[name] = t
+        return t
+
+    def merge_local(self, o, lse, idx):
+        """A partial result (o [n, heads per group, dv], lse [n, heads per group]) of local rows idx (flattened
+        with their group), merged by the executor with every other at the end of the forward pass."""
+        self.local_parts.append((o, lse, idx))
+
+    def add_local(self, name, grad, idx):
+        """A gradient ('dq', 'dk' or 'dv'; [n, heads per group, d], any float dtype) of local rows idx, added
+        by the executor with every other at the end of the backward pass. `grad` must stay unchanged until
+        then (the pass's own buffer)."""
+        self.local_grads[name].append((grad, idx))
 
 
 def _heads(a, per_group):
