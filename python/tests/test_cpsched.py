@@ -422,11 +422,11 @@ def test_one_session_shared_by_threads_is_serialised():
 
 
 def test_the_gil_is_released_while_solving(quickstart):
-    # A solve of ~0.1 s (P = 64): while it runs this thread keeps running. With the GIL held, the
-    # longest gap between two of its iterations would be the whole solve; released, only the OS's
+    # A solve of ~0.1 s (P = 64, made ahead: the full search): while it runs this thread keeps running.
+    # With the GIL held, the longest gap between two of its iterations would be the whole solve; released, only the OS's
     # scheduling (the solver's own threads share the cores) separates them. Three tries absorb a
     # busy machine; a held GIL fails all three.
-    s = cpsched.Session.from_config(quickstart, {"problem.cp_size": 64, "plan.cache_size": 0})
+    s = cpsched.Session.from_config(quickstart, {"problem.cp_size": 64, "plan.cache_size": 0, "plan.uses": "ahead"})
     m = cpsched.mask_from_config(quickstart, {"problem.cp_size": 64})
     seen = []
     for _ in range(3):
