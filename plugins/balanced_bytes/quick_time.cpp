@@ -42,9 +42,7 @@ Candidate predicted(std::string origin, std::shared_ptr<const TaskGrid> grid, st
 
 // All compute / P in the search's prices: no placement's predicted step is below it.
 double predicted_compute_bound(const TaskGrid& grid, const TimeObjective& to) {
-  double load = 0;
-  for (TaskId t = 0; t < grid.num_tasks(); ++t) load += static_cast<double>(grid.load(t));
-  return to.load_s * load / grid.cp_size();
+  return to.load_s * static_cast<double>(grid.total_load()) / grid.cp_size();
 }
 
 }  // namespace

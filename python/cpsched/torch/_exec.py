@@ -321,14 +321,17 @@ def _workspace(dp, pass_, dt):
     return ws
 
 
+def _begin(dp, pass_, q, k, v):
+    """The pass's workspace, reset for a call, and V (a view of K's latent when K and V share it)."""
+    ws = _workspace(dp, pass_, q.dtype)
+    b = ws.reset()
+    return ws, b, (k[..., :ws.dv] if ws.shared else v)
+
+
 def run_forward(dp, q, k, v, backend, comm, scale):
     """Forward pass of this rank: returns O (q's dtype) [L, hq, dv] and lse (fp32) [L, hq]."""
     pp = dp.fwd
-    dt = q.dtype
-    ws = _workspace(dp, "fwd", dt)
-    b = ws.reset()
-    if ws.shared:
-        v = k[..., :ws.dv]
+    ws, b, v = _begin(dp, "fwd", q, k, v)
     b.q, b.k, b.v, b.scale = q, k, v, scale
     try:
         return _forward(ws, b, pp, backend, comm, {"q": q, "k": k, "v": v})
@@ -372,10 +375,7 @@ def run_backward(dp, q, k, v, out, lse, dout, backend, comm, scale):
     """Backward pass of this rank: dQ, dK, dV (None when K and V share the latent: dV is inside dK)."""
     pp = dp.bwd
     dt = q.dtype
-    ws = _workspace(dp, "bwd", dt)
-    b = ws.reset()
-    if ws.shared:
-        v = k[..., :ws.dv]
+    ws, b, v = _begin(dp, "bwd", q, k, v)
     out = out.to(dt)
     dout = dout.to(dt)
     lse = lse.float()
