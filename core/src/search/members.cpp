@@ -33,7 +33,14 @@ std::optional<Solution> MemberSolvers::solve(const std::string& spec, const Solv
   }
   std::lock_guard<std::mutex> lock(*busy);
   try {
-    Solution sol = s->solve(in);
+    // A member prices with the seed's area model, as it does on its own: its
+    // placement is then the standalone solver's, and the host's timing model
+    // judges it anyway (binary_greedy under time prices weighs every rank
+    // pair apart, several times slower for the same kind of placement).
+    static const AreaCostModel area;
+    SolveInput member_in = in;
+    member_in.with_cost(area);
+    Solution sol = s->solve(member_in);
     sol.assignment.validate();
     return sol;
   } catch (const std::exception& e) {

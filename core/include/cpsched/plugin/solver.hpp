@@ -42,6 +42,7 @@ class SolveInput {
  public:
   SolveInput(std::shared_ptr<const TaskGrid> grid, const CostModel& cost) : grid_(std::move(grid)), cost_(&cost) {}
 
+  SolveInput& with_cost(const CostModel& c) { cost_ = &c; return *this; }
   SolveInput& with_shape(const PlanShape& s) { shape_ = s; return *this; }
   SolveInput& with_uses(const PlanUses& u) { uses_ = u; return *this; }
   SolveInput& with_time_prices(const TimePrices& p) { time_ = p; return *this; }
