@@ -9,7 +9,9 @@ namespace {
 constexpr double kPriceBase = 50e-6;          // one area-only plan build and the timing model on it
 constexpr double kPricePerTask = 0.2e-6;
 constexpr double kPricePerRank = 8e-6;        // (P x stages descriptions, splits)
-constexpr double kGreedyPerRank2 = 5e-6;      // binary_greedy as a member (time prices: an edge per rank pair)
+constexpr double kGreedyBase = 0.15e-3;       // binary_greedy as a member (area prices, one thread)
+constexpr double kGreedyPerRank = 20e-6;
+constexpr double kGreedyPerRank2 = 0.3e-6;
 constexpr double kStaticPerTask = 4e-6;       // static's dispatched grid, solve and prediction, per input task
 constexpr double kShortSearchBase = 50e-6;    // a State, the repair and 250 moves from one start
 constexpr double kShortSearchPerTask = 0.1e-6;
@@ -24,7 +26,7 @@ PhaseCosts predict_phase_costs(std::int64_t tasks, int ranks, bool planned) {
   const double T = static_cast<double>(tasks), P = ranks;
   PhaseCosts c;
   c.price_plan = kPriceBase + kPricePerTask * T + kPricePerRank * P;
-  c.member = kGreedyPerRank2 * P * P;
+  c.member = kGreedyBase + kGreedyPerRank * P + kGreedyPerRank2 * P * P;
   c.dispatch = kStaticPerTask * T;
   c.short_search = kShortSearchBase + kShortSearchPerTask * T + kShortSearchPerRank * P;
   c.full = c.member + kFullSearchBase + kFullSearchPerTask * T + kFullPlansPriced * c.price_plan;

@@ -43,7 +43,7 @@ struct PhaseGains {
   // largest gain there, but across nodes it too rarely beats the starts.
   static constexpr double member_one_node = 0.3;
   static constexpr double dispatch_one_node = 0.5;
-  static constexpr double member_nodes = 0.1;
+  static constexpr double member_nodes = 0.03;
   // A short search from the best start, which is above the balance cap: its
   // repair is what pays (a start within the cap is rarely beaten by a short
   // search, so none is run from one), mostly on the most imbalanced starts,

@@ -65,6 +65,7 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
                               hybrid_placement(grid, opt_.usp_max_degree, to.byte_s, to.nodes.gpus_per_node), model,
                               prices, opt_));
   }
+  const std::size_t starts = cands.size();
   auto best_predicted = [&]() -> const Candidate& {
     return *std::min_element(cands.begin(), cands.end(),
                              [](const Candidate& a, const Candidate& b) { return a.predicted_s < b.predicted_s; });
@@ -110,10 +111,13 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   if (worth(cost.full - members_cost, weight, PhaseGains::full, best_predicted().predicted_s, bound))
     return std::nullopt;
 
-  // The short search, from the best predicted start on the input grid.
-  const Candidate* from = nullptr;
-  for (const Candidate& c : cands)
-    if (c.grid.get() == in.grid().get() && (from == nullptr || c.predicted_s < from->predicted_s)) from = &c;
+  // The short search, from the best predicted start (owner, usp, hybrid):
+  // where that start is above the balance cap its repair is what pays, and a
+  // member predicted ahead of it does not make it pay less.
+  const Candidate* from = &*std::min_element(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(starts),
+                                             [](const Candidate& a, const Candidate& b) {
+                                               return a.predicted_s < b.predicted_s;
+                                             });
   const int stages = in.shape().auto_stages() ? 1 : in.shape().stages;
   const int relay = in.shape().auto_relay() ? 0 : in.shape().relay_node_size();
   if (from->excess > 0 &&
