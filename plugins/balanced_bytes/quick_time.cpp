@@ -191,7 +191,11 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   sol.note += "; planned for " + in.uses().str() + " use(s): no full search (" + ms(cost.full) +
               " ms of planning predicted, more than it is expected to save)";
   sol.note += note;
-  if (!sol.feasible) sol.note += "; the chosen plan is above mu = " + std::to_string(opt_.mu);
+  if (!sol.feasible) {
+    char mu[32];
+    std::snprintf(mu, sizeof mu, "%g", opt_.mu);
+    sol.note += std::string("; the chosen plan is above mu = ") + mu;
+  }
   return sol;
 }
 
