@@ -66,9 +66,9 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
                               prices, opt_));
   }
   const std::size_t starts = cands.size();
+  const auto by_predicted = [](const Candidate& a, const Candidate& b) { return a.predicted_s < b.predicted_s; };
   auto best_predicted = [&]() -> const Candidate& {
-    return *std::min_element(cands.begin(), cands.end(),
-                             [](const Candidate& a, const Candidate& b) { return a.predicted_s < b.predicted_s; });
+    return *std::min_element(cands.begin(), cands.end(), by_predicted);
   };
 
   std::string note;
@@ -114,10 +114,8 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   // The short search, from the best predicted start (owner, usp, hybrid):
   // where that start is above the balance cap its repair is what pays, and a
   // member predicted ahead of it does not make it pay less.
-  const Candidate* from = &*std::min_element(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(starts),
-                                             [](const Candidate& a, const Candidate& b) {
-                                               return a.predicted_s < b.predicted_s;
-                                             });
+  const Candidate* from =
+      &*std::min_element(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(starts), by_predicted);
   const int stages = in.shape().auto_stages() ? 1 : in.shape().stages;
   const int relay = in.shape().auto_relay() ? 0 : in.shape().relay_node_size();
   if (from->excess > 0 &&
