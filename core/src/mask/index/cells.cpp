@@ -45,6 +45,7 @@ struct Counter {
   const std::vector<Range>& blocks;
   int cell_heads;  // kv_heads per head, 1 merged
   std::int64_t nb, words;
+  Token row0;      // query token of the array's first row (0: the whole mask)
 
   // Per thread.
   struct State {
@@ -63,9 +64,9 @@ struct Counter {
     const Range q = blocks[static_cast<std::size_t>(qb)];
     bool sorted_rows = true;  // the last row's layout
     for (std::int64_t i = q.begin; i < q.end; ++i) {
-      if (fe.before(i * H * k)) return;
-        for (std::int64_t h = 0; h < H; ++h) {
-        const std::int32_t* row = m.indices.data + (i * H + h) * k;
+      if (fe.before((i - row0) * H * k)) return;
+      for (std::int64_t h = 0; h < H; ++h) {
+        const std::int32_t* row = m.indices.data + ((i - row0) * H + h) * k;
         const std::int64_t ch = cell_heads == 1 ? 0 : h;
         Token* area = st.area.data() + ch * nb;
         Token* last = st.last.data() + ch * nb;
@@ -125,7 +126,7 @@ struct Counter {
           }, sorted_rows);
         }
         if (bad >= 0) {
-          fe.report(t, (i * H + h) * k + bad, topk_entry_error(m, i, h, bad));
+          fe.report(t, ((i - row0) * H + h) * k + bad, topk_entry_error(m, i, h, bad, row0));
           return;
         }
       }
@@ -179,20 +180,6 @@ struct FullLut {
   std::int64_t operator()(std::int64_t v) const { return block[v]; }
 };
 
-void check_blocks(const std::vector<Range>& blocks, Token S) {
-  if (blocks.empty()) throw Error("count_index_cells: no blocks (they must tile [0, S))");
-  Token at = 0;
-  for (std::size_t b = 0; b < blocks.size(); ++b) {
-    if (blocks[b].begin != at || blocks[b].end <= blocks[b].begin)
-      throw Error(fmt::format("count_index_cells: block {} = [{}, {}) does not continue the tiling of [0, {}) at {}", b,
-                              blocks[b].begin, blocks[b].end, S, at));
-    at = blocks[b].end;
-  }
-  if (at != S) throw Error(fmt::format("count_index_cells: the blocks end at {}, not at S = {}", at, S));
-  if (blocks.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
-    throw Error("count_index_cells: too many blocks");
-}
-
 // The lookup that suits the blocks (see above), built once per pass.
 struct BlockLuts {
   bool coarse = false;
@@ -233,25 +220,27 @@ struct BlockLuts {
 
 }  // namespace
 
-std::vector<IndexCell> count_index_cells(const IndexMask& mask, const std::vector<Range>& blocks,
-                                         IndexCountOptions options) {
-  if (mask.kind != IndexMaskKind::topk)
-    throw Error(fmt::format("count_index_cells: a {} mask is a range mask per head; use block_selection_masks",
-                            to_string(mask.kind)));
-  check_structure(mask);
+namespace index_detail {
+
+// The cells of the query blocks [qb0, qb1), whose rows the mask's array holds
+// from query token row0 on (checked by the callers).
+std::vector<IndexCell> count_cells(const IndexMask& mask, Token row0, std::int64_t qb0, std::int64_t qb1,
+                                   const std::vector<Range>& blocks, IndexCountOptions options) {
   const Token S = mask.seqlen;
-  check_blocks(blocks, S);
   const std::int64_t nb = static_cast<std::int64_t>(blocks.size());
-  Counter counter{mask, blocks, options.per_head ? mask.kv_heads : 1, nb, (S + 63) / 64};
+  Counter counter{mask, blocks, options.per_head ? mask.kv_heads : 1, nb, (S + 63) / 64, row0};
 
   const BlockLuts luts(blocks, S);
-  // Contiguous runs of query blocks of about S / T rows each.
-  const int T = static_cast<int>(std::min<std::int64_t>(resolve_threads(options.threads), nb));
-  std::vector<std::int64_t> first(static_cast<std::size_t>(T) + 1, nb);
+  // Contiguous runs of query blocks of about rows / T rows each.
+  const int T = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(resolve_threads(options.threads), qb1 - qb0)));
+  const Token r0 = qb0 < qb1 ? blocks[static_cast<std::size_t>(qb0)].begin : 0;
+  const Token r1 = qb0 < qb1 ? blocks[static_cast<std::size_t>(qb1 - 1)].end : 0;
+  std::vector<std::int64_t> first(static_cast<std::size_t>(T) + 1, qb1);
   for (int t = 0; t < T; ++t) {
-    const Token target = S * t / T;
+    const Token target = r0 + (r1 - r0) * t / T;
     first[static_cast<std::size_t>(t)] =
-        std::lower_bound(blocks.begin(), blocks.end(), target, [](Range r, Token x) { return r.begin < x; }) - blocks.begin();
+        std::lower_bound(blocks.begin() + qb0, blocks.begin() + qb1, target, [](Range r, Token x) { return r.begin < x; }) -
+        blocks.begin();
   }
   std::vector<std::vector<IndexCell>> per_block(static_cast<std::size_t>(nb));
   FirstError fe(T);
@@ -278,12 +267,39 @@ std::vector<IndexCell> count_index_cells(const IndexMask& mask, const std::vecto
   out.reserve(total);
   std::vector<std::size_t> cursor(static_cast<std::size_t>(nb), 0);
   for (int h = 0; h < counter.cell_heads; ++h)
-    for (std::int64_t qb = 0; qb < nb; ++qb) {
+    for (std::int64_t qb = qb0; qb < qb1; ++qb) {
       auto& v = per_block[static_cast<std::size_t>(qb)];
       std::size_t& c = cursor[static_cast<std::size_t>(qb)];
       while (c < v.size() && v[c].head == h) out.push_back(std::move(v[c++]));
     }
   return out;
+}
+
+void check_blocks(const std::vector<Range>& blocks, Token S) {
+  if (blocks.empty()) throw Error("count_index_cells: no blocks (they must tile [0, S))");
+  Token at = 0;
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    if (blocks[b].begin != at || blocks[b].end <= blocks[b].begin)
+      throw Error(fmt::format("count_index_cells: block {} = [{}, {}) does not continue the tiling of [0, {}) at {}", b,
+                              blocks[b].begin, blocks[b].end, S, at));
+    at = blocks[b].end;
+  }
+  if (at != S) throw Error(fmt::format("count_index_cells: the blocks end at {}, not at S = {}", at, S));
+  if (blocks.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
+    throw Error("count_index_cells: too many blocks");
+}
+
+
+}  // namespace index_detail
+
+std::vector<IndexCell> count_index_cells(const IndexMask& mask, const std::vector<Range>& blocks,
+                                         IndexCountOptions options) {
+  if (mask.kind != IndexMaskKind::topk)
+    throw Error(fmt::format("count_index_cells: a {} mask is a range mask per head; use block_selection_masks",
+                            to_string(mask.kind)));
+  check_structure(mask);
+  check_blocks(blocks, mask.seqlen);
+  return count_cells(mask, 0, 0, static_cast<std::int64_t>(blocks.size()), blocks, options);
 }
 
 IndexPlanCounts count_index_plan(const IndexMask& mask, const std::vector<Range>& blocks, IndexCountOptions options) {

@@ -59,6 +59,12 @@ void FirstError::rethrow() const {
   if (best) throw Error(best->second);
 }
 
+void check_array_data(const IndexArray& a, const char* name) {
+  for (std::int64_t d : a.shape)
+    if (d < 0) throw Error(fmt::format("{}: {} shape {} has a negative dimension", source_of(a, name), name, shape_string(a.shape)));
+  if (a.size() > 0 && a.data == nullptr) throw Error(fmt::format("{}: {} has shape {} but no data", source_of(a, name), name, shape_string(a.shape)));
+}
+
 namespace {
 
 std::string index_string(std::int64_t flat, const std::vector<std::int64_t>& shape) {
@@ -69,12 +75,6 @@ std::string index_string(std::int64_t flat, const std::vector<std::int64_t>& sha
     flat /= n;
   }
   return shape_string(idx);
-}
-
-void check_array_data(const IndexArray& a, const char* name) {
-  for (std::int64_t d : a.shape)
-    if (d < 0) throw Error(fmt::format("{}: {} shape {} has a negative dimension", source_of(a, name), name, shape_string(a.shape)));
-  if (a.size() > 0 && a.data == nullptr) throw Error(fmt::format("{}: {} has shape {} but no data", source_of(a, name), name, shape_string(a.shape)));
 }
 
 // One indptr array of a bsr mask: rank, size, rows start at 0 and never
@@ -169,16 +169,20 @@ void check_structure(const IndexMask& m) {
   }
 }
 
-std::string topk_entry_error(const IndexMask& m, std::int64_t i, std::int64_t h, std::int64_t j) {
+std::string topk_entry_error(const IndexMask& m, std::int64_t i, std::int64_t h, std::int64_t j, std::int64_t row0) {
   const std::int64_t k = m.indices.shape[2];
-  const std::int32_t* row = m.indices.data + (i * m.kv_heads + h) * k;
+  const std::int32_t* row = m.indices.data + ((i - row0) * m.kv_heads + h) * k;
   const std::int64_t v = row[j];
-  const std::string at = fmt::format("{}: indices[{}, {}, {}] = {}", source_of(m.indices, "indices"), i, h, j, v);
+  const std::string at =
+      row0 == 0 ? fmt::format("{}: indices[{}, {}, {}] = {}", source_of(m.indices, "indices"), i, h, j, v)
+                : fmt::format("{}: indices[{}, {}, {}] = {} (query token {})", source_of(m.indices, "indices"),
+                              i - row0, h, j, v, i);
   if (v < 0 || v >= m.seqlen) return fmt::format("{} is outside [0, {})", at, m.seqlen);
   if (m.causal && v > i) return fmt::format("{} selects a key after query {} (causal: true)", at, i);
   std::int64_t j0 = 0;
   while (j0 < j && row[j0] != v) ++j0;
-  return fmt::format("{} selects key {} twice in row [{}, {}] (also indices[{}, {}, {}])", at, v, i, h, i, h, j0);
+  return fmt::format("{} selects key {} twice in row [{}, {}] (also indices[{}, {}, {}])", at, v, i - row0, h, i - row0,
+                     h, j0);
 }
 
 void validate_topk_entries(const IndexMask& m, int threads) {

@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cpsched/mask/index/cells.hpp"
 #include "cpsched/mask/index/index_mask.hpp"
 
 namespace cpsched::index_detail {
@@ -136,8 +137,22 @@ inline std::int64_t scan_topk_row(const std::int32_t* row, std::int64_t k, std::
   }
 }
 
-// The error for entry j of row (i, h) found bad by check_topk_row.
-std::string topk_entry_error(const IndexMask& m, std::int64_t i, std::int64_t h, std::int64_t j);
+// The error for entry j of row (i, h) found bad by check_topk_row. i is the
+// query token; the array's first row is query token `row0` (a rank's rows,
+// summary.hpp: the message then gives both the array's row and the token).
+std::string topk_entry_error(const IndexMask& m, std::int64_t i, std::int64_t h, std::int64_t j, std::int64_t row0 = 0);
+
+// The shape and data checks of one array (no negative dimension, data present).
+void check_array_data(const IndexArray& a, const char* name);
+
+// count_index_cells' checks of `blocks`: they tile [0, S) in order.
+void check_blocks(const std::vector<Range>& blocks, Token S);
+// count_index_cells over the query blocks [qb0, qb1) (the mask's structure
+// and the blocks checked by the caller), whose rows the mask's array holds
+// from query token row0 on: the cells of those query blocks, sorted by
+// (head, qblock, kblock), their entries validated.
+std::vector<IndexCell> count_cells(const IndexMask& mask, Token row0, std::int64_t qb0, std::int64_t qb1,
+                                   const std::vector<Range>& blocks, IndexCountOptions options);
 
 // Validates the entries of a topk mask (no counting).
 void validate_topk_entries(const IndexMask& m, int threads);

@@ -1,0 +1,54 @@
+#pragma once
+// Per-rank ingestion of a token top-k mask. In a run each rank holds only the
+// indexer's output for its own queries, [S/P, H_kv, k]; gathering the whole
+// [S, H_kv, k] tensor on every rank moves S x H_kv x k x 4 bytes per layer
+// (1 GiB at S = 128k, k = 2048). Instead each rank counts its rows into the
+// cells of its query blocks (area, rows, distinct keys: what the grid needs),
+// the ranks exchange these summaries (one all-gather in a run, a loop in one
+// process), and merging them gives exactly count_index_cells of the whole
+// mask. Summaries are counted on fine blocks and coarsened to whichever
+// sharding a solver picks, so one exchange serves every grid.
+#include <cstdint>
+#include <vector>
+
+#include "cpsched/base/range.hpp"
+#include "cpsched/mask/index/cells.hpp"
+#include "cpsched/mask/index/index_mask.hpp"
+
+namespace cpsched {
+
+// One rank's rows of a token top-k mask over S tokens: `indices` (int32
+// [rows, H_kv, k], -1 padded, global key positions) holds the queries
+// [first_row, first_row + rows). The entries mean what IndexMask's do.
+struct TopkRows {
+  Token seqlen = 0;
+  Token first_row = 0;
+  bool causal = true;
+  IndexArray indices;
+  Range rows() const { return {first_row, first_row + (indices.shape.empty() ? 0 : indices.shape[0])}; }
+};
+
+// The cells of the query blocks that `rows` covers, equal to those cells of
+// count_index_cells over the whole mask (same order: head, qblock, kblock).
+// `blocks` tile [0, S); the rows must start and end on block boundaries (a
+// rank's shard, or a multiple of its blocks). Validates the rows' entries as
+// IndexMask::validate does the whole mask's; errors name the array's row and
+// the query token, e.g.
+//   "rank3.npy: indices[5, 0, 2] = 70000 (query token 12293) is outside [0, 65536)".
+std::vector<IndexCell> summarize_topk_rows(const TopkRows& rows, const std::vector<Range>& blocks,
+                                           IndexCountOptions options = {});
+
+// The cells of several summaries over the same blocks as one list sorted by
+// (head, qblock, kblock); cells with the same key (two summaries of the same
+// rows) add their areas and unite their rows and keys. Merging every rank's
+// summary gives count_index_cells of the whole mask.
+std::vector<IndexCell> merge_index_cells(const std::vector<std::vector<IndexCell>>& parts);
+
+// Cells counted on `fine` blocks as they are on `coarse` blocks, where every
+// coarse block is a union of consecutive fine ones (both tile [0, S)): areas
+// add, rows and keys unite. Throws cpsched::Error naming the first coarse
+// boundary that is not a fine one.
+std::vector<IndexCell> coarsen_index_cells(const std::vector<IndexCell>& cells, const std::vector<Range>& fine,
+                                           const std::vector<Range>& coarse);
+
+}  // namespace cpsched
