@@ -108,6 +108,24 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
   if (options.rank >= static_cast<Rank>(P))
     throw Error(fmt::format("plan: rank {} is outside [0, {})", options.rank, P));
   plan.ranks.resize(P);
+  if (const Problem& pr = a.grid->problem(); pr.index_summary && options.index_rows && !options.area_only) {
+    // One rank's index rows (per-rank ingestion): only that rank's plan, and
+    // only of its own queries.
+    const Range mine = a.grid->selection().queries();
+    const Rank own = a.grid->sharding().host[static_cast<std::size_t>(
+        std::lower_bound(plan.sharding.blocks.begin(), plan.sharding.blocks.end(), mine.begin,
+                         [](Range r, Token x) { return r.begin < x; }) -
+        plan.sharding.blocks.begin())];
+    if (options.rank != own)
+      throw Error(fmt::format("plan: the problem holds rank {}'s index rows only (per-rank summaries): build rank {}'s "
+                              "plan (PlanOptions::rank), not {}",
+                              own, own, options.rank < 0 ? std::string("every rank's") : fmt::format("rank {}'s", options.rank)));
+    for (TaskId t = 0; t < a.grid->num_tasks(); ++t)
+      if (a.rank[static_cast<std::size_t>(t)] == own && a.grid->q_host(t) != own)
+        throw Error(fmt::format("plan: task {} computes queries of rank {} on rank {}, which holds only its own index "
+                                "rows (per-rank summaries: every query must stay on its host, owner's placement)",
+                                t, a.grid->q_host(t), own));
+  }
 
   // The stage cut depends on the bytes per token only through the QO : KV
   // ratio, and not at all when nothing but KV moves.

@@ -155,7 +155,7 @@ void Problem::validate() const {
   // An empty workload is an error wherever it comes from (YAML, .npy, C++,
   // Python): a plan of 0 tasks that "passes" hides the mistake. Index masks
   // are checked when made (Problem::make), where their area is counted once.
-  if (!index_mask && head_masks.empty() && mask.area_wide() == 0)
+  if (!index_topk() && head_masks.empty() && mask.area_wide() == 0)
     throw Error(mask.slices().empty()
                     ? std::string("mask: no slice: the mask selects no (query, key) pair, nothing to plan")
                     : fmt::format("mask: its {} slice{} hold no unmasked (query, key) pair: nothing to plan",

@@ -76,4 +76,68 @@ Problem make_index_problem(std::shared_ptr<const IndexMask> mask, int cp_size, H
   return p;
 }
 
+Problem Problem::make(std::shared_ptr<const IndexSummary> summary, const TopkRows& own_rows, int cp_size, Heads heads,
+                     GridOptions grid) {
+  if (!summary) throw Error("problem: no index summary given");
+  const IndexSummary& s = *summary;
+  const Token S = s.seqlen;
+  if (S < 1) throw Error(fmt::format("problem: the index summary has S = {} tokens (must be >= 1)", S));
+  if (cp_size < 1) throw Error(fmt::format("problem: cp_size must be at least 1, got {}", cp_size));
+  if (s.kv_heads != 1 && s.kv_heads != heads.kv)
+    throw Error(fmt::format("problem: the index summary selects for {} KV heads but heads.kv = {}: a selection is "
+                            "shared by all heads (1 head) or one per KV head",
+                            s.kv_heads, heads.kv));
+  if (s.kv_heads > 1 && !grid.flatten_head_groups)
+    throw Error(fmt::format("problem: the index summary selects per KV head ({} heads), which needs flattened head "
+                            "groups (problem.grid.flatten_head_groups: true)",
+                            s.kv_heads));
+  if (grid.blocks_per_rank >= 1 && S < std::int64_t{cp_size} * grid.blocks_per_rank)
+    throw Error(fmt::format("problem: the index summary has S = {} tokens, fewer than the {} blocks of the grid", S,
+                            std::int64_t{cp_size} * grid.blocks_per_rank));
+  Problem p;
+  p.heads = heads;
+  p.grid = grid;
+  p.sharding = Sharding::sequential(S, cp_size, grid.blocks_per_rank);
+  p.mask = RangeMask(S, {});
+  // The grid's blocks must be unions of the summary's (TaskGrid coarsens them).
+  coarsen_index_cells({}, s.blocks, p.sharding.blocks);
+  const std::int64_t nb = static_cast<std::int64_t>(s.blocks.size());
+  __int128 total = 0;
+  for (const IndexCell& c : s.cells) {
+    if (c.head < 0 || c.head >= s.kv_heads || c.qblock < 0 || c.qblock >= nb || c.kblock < 0 || c.kblock >= nb)
+      throw Error(fmt::format("problem: the index summary's cell (head {}, qblock {}, kblock {}) is outside its {} "
+                              "heads and {} blocks",
+                              c.head, c.qblock, c.kblock, s.kv_heads, nb));
+    total += c.area;
+  }
+  if (total == 0) throw Error("problem: the index summary selects no (query, key) pair: nothing to plan");
+  // This rank's rows: one rank's shard, the rows it summarised.
+  const std::string src = own_rows.indices.source.empty() ? std::string("<indices>") : own_rows.indices.source;
+  if (own_rows.seqlen != S)
+    throw Error(fmt::format("{}: the rank's rows are of a sequence of S = {} tokens, the summary's of {}", src,
+                            own_rows.seqlen, S));
+  const Range mine = own_rows.rows();
+  const Sharding ranks = Sharding::sequential(S, cp_size, 1);
+  if (std::find(ranks.blocks.begin(), ranks.blocks.end(), mine) == ranks.blocks.end())
+    throw Error(fmt::format("{}: the rows [{}, {}) are not one rank's shard of S = {} over {} ranks", src, mine.begin,
+                            mine.end, S, cp_size));
+  if (own_rows.indices.shape.size() != 3 || own_rows.indices.shape[1] != s.kv_heads)
+    throw Error(fmt::format("{}: the rank's rows have shape [{}], not [rows, {} (the summary's KV heads), k]", src,
+                            fmt::join(own_rows.indices.shape, ", "), s.kv_heads));
+  auto rows = std::make_unique<const SelectionRows>(own_rows);
+  Token mine_area = 0;
+  for (const IndexCell& c : s.cells) {
+    const Range q = s.blocks[static_cast<std::size_t>(c.qblock)];
+    if (q.begin >= mine.begin && q.end <= mine.end) mine_area += c.area;
+  }
+  if (mine_area != rows->keys())
+    throw Error(fmt::format("{}: the rank's rows [{}, {}) select {} keys but the gathered summary gives them {}: the "
+                            "summary is not of these rows",
+                            src, mine.begin, mine.end, rows->keys(), mine_area));
+  p.index_summary = std::move(summary);
+  p.selection_rows = std::make_shared<const SelectionRowsCache>(std::move(rows));
+  p.validate();
+  return p;
+}
+
 }  // namespace cpsched

@@ -1,5 +1,7 @@
 #include "cpsched/problem/task_grid.hpp"
 
+#include "cpsched/mask/index/summary.hpp"
+
 #include <algorithm>
 #include <unordered_map>
 
@@ -111,7 +113,9 @@ void TaskGrid::build() {
     check_resources(*problem_, est, default_memory_budget());
   }
   total_task_area_ = 0;
-  const int selection_heads = p.index_mask ? p.index_mask->kv_heads : static_cast<int>(p.head_masks.size());
+  const int selection_heads = p.index_mask      ? p.index_mask->kv_heads
+                              : p.index_summary ? p.index_summary->kv_heads
+                                                : static_cast<int>(p.head_masks.size());
   per_group_ = selection_heads > 1;
   if (per_group_ && !flattened())
     throw Error(fmt::format("task grid: the mask selects per KV head ({} heads), which needs flattened head groups "
@@ -125,10 +129,14 @@ void TaskGrid::build() {
   // One cell list per head group (or one shared by all).
   std::vector<std::vector<Cell>> per(per_group_ ? static_cast<std::size_t>(groups_) : 1);
   Token area = 0;
-  if (p.index_mask) {
+  if (p.index_topk()) {
     IndexCountOptions o;
     o.per_head = per_group_;
-    for (IndexCell& c : count_index_cells(*p.index_mask, sharding_.blocks, o)) {
+    std::vector<IndexCell> counted;
+    if (p.index_mask) counted = count_index_cells(*p.index_mask, sharding_.blocks, o);
+    else if (p.index_summary->blocks == sharding_.blocks) counted = p.index_summary->cells;
+    else counted = coarsen_index_cells(p.index_summary->cells, p.index_summary->blocks, sharding_.blocks);
+    for (IndexCell& c : counted) {
       if (__builtin_add_overflow(area, c.area, &area))
         throw LimitError("mask", "task grid: the mask area does not fit 64 bits");
       per[static_cast<std::size_t>(c.head)].push_back(
@@ -179,6 +187,7 @@ void TaskGrid::build() {
 }
 
 const SelectionRows& TaskGrid::selection() const {
+  if (problem_->index_summary) return *problem_->selection_rows->made();  // this rank's rows (Problem::make)
   if (!problem_->index_mask) throw Error("task grid: selection() of a grid without an index mask");
   return (problem_->selection_rows ? *problem_->selection_rows : own_selection_).get(*problem_->index_mask);
 }

@@ -14,6 +14,7 @@
 #include "cpsched/io/input_file.hpp"
 #include "cpsched/timing/hardware.hpp"
 #include "cpsched/mask/generators.hpp"
+#include "cpsched/mask/index/summary.hpp"
 
 namespace cpsched {
 
@@ -87,6 +88,24 @@ struct Session::Impl {
   }
 
   ~Impl() { ahead.reset(); }  // joins the planning-ahead thread while the solver is alive
+
+  // Per-rank top-k summaries: owner's placement (every query on its host),
+  // this rank's plan only.
+  std::unique_ptr<Solver> owner;
+  std::unique_ptr<SolvePath> owner_path;
+  const SolveResult& solve_owner(std::shared_ptr<const Problem> problem, std::chrono::steady_clock::time_point t0) {
+    std::lock_guard lock(run_mu);
+    if (!owner) {
+      owner = reg->make_solver("owner", reg->resolve_params(reg->find(PluginKind::solver, "owner"), {}));
+      owner_path = std::make_unique<SolvePath>(*owner, *cost, *reg);
+    }
+    last = std::make_shared<const SolveResult>(owner_path->run(
+        std::move(problem),
+        {.shape = opt.plan, .uses = opt.uses, .validate = false, .rank = opt.rank, .solver_name = "owner"}));
+    last_cached = false;
+    last_ms = ms_since(t0);
+    return *last;
+  }
 
   PlanKey range_key(const RangeMask& mask) const {
     if (mask.seqlen() <= 0) throw Error(fmt::format("session: sequence length must be positive, got {}", mask.seqlen()));
@@ -277,6 +296,69 @@ const SolveResult& Session::solve_topk(std::span<const std::int32_t> indices, To
   const auto k = static_cast<std::int64_t>(indices.size()) / (seqlen * kv_heads);
   m.indices = IndexArray::view(indices, {seqlen, kv_heads, k}, "<indices>");
   return impl_->solve(m);
+}
+
+namespace {
+
+// This rank's rows of a top-k mask as borrowed, checked against the session.
+TopkRows own_topk_rows(const SessionOptions& o, std::span<const std::int32_t> rows, Token S, int kv_heads, bool causal) {
+  if (o.rank < 0)
+    throw Error("session: per-rank top-k summaries need the session's rank (SessionOptions::rank, Python rank=)");
+  if (S <= 0 || kv_heads <= 0)
+    throw Error(fmt::format("session: S = {} and kv_heads = {} must be positive", S, kv_heads));
+  if (o.seqlen > 0 && S != o.seqlen)
+    throw Error(fmt::format("session: the index mask has S = {} tokens but the session's seqlen is {}", S, o.seqlen));
+  const Range mine = Sharding::sequential(S, o.cp_size, 1).blocks.at(static_cast<std::size_t>(o.rank));
+  const std::int64_t per_row = mine.size() * kv_heads;
+  if (per_row == 0 || static_cast<std::int64_t>(rows.size()) % per_row != 0)
+    throw Error(fmt::format("session: rank {}'s {} top-k indices are not its rows [{}, {}) as [{}, kv_heads = {}, k]",
+                            o.rank, rows.size(), mine.begin, mine.end, mine.size(), kv_heads));
+  TopkRows t;
+  t.seqlen = S;
+  t.first_row = mine.begin;
+  t.causal = causal;
+  t.indices = IndexArray::view(rows, {mine.size(), kv_heads, static_cast<std::int64_t>(rows.size()) / per_row},
+                               fmt::format("<rank {} indices>", o.rank));
+  return t;
+}
+
+}  // namespace
+
+std::vector<IndexCell> Session::summarize_topk(std::span<const std::int32_t> own_rows, Token seqlen, int kv_heads,
+                                               bool causal) const {
+  const SessionOptions& o = impl_->opt;
+  const TopkRows t = own_topk_rows(o, own_rows, seqlen, kv_heads, causal);
+  return summarize_topk_rows(t, Sharding::sequential(seqlen, o.cp_size, o.grid.blocks_per_rank).blocks);
+}
+
+const SolveResult& Session::solve_topk_summaries(const std::vector<std::vector<IndexCell>>& summaries,
+                                                 std::span<const std::int32_t> own_rows, Token seqlen, int kv_heads,
+                                                 bool causal) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const SessionOptions& o = impl_->opt;
+  const TopkRows t = own_topk_rows(o, own_rows, seqlen, kv_heads, causal);
+  if (summaries.size() != static_cast<std::size_t>(o.cp_size))
+    throw Error(fmt::format("session: {} top-k summaries given for P = {} ranks (one per rank, in rank order)",
+                            summaries.size(), o.cp_size));
+  if (!o.host_ranges.empty())
+    throw Error("session: per-rank top-k summaries plan the sequential shards; the session has host_ranges");
+  auto summary = std::make_shared<IndexSummary>();
+  summary->seqlen = seqlen;
+  summary->kv_heads = kv_heads;
+  summary->causal = causal;
+  summary->blocks = Sharding::sequential(seqlen, o.cp_size, o.grid.blocks_per_rank).blocks;
+  // Each rank's summary holds only its own query blocks.
+  const std::int64_t per_rank = o.grid.blocks_per_rank;
+  for (std::size_t r = 0; r < summaries.size(); ++r)
+    for (const IndexCell& c : summaries[r])
+      if (c.qblock / per_rank != static_cast<std::int64_t>(r))
+        throw Error(fmt::format("session: summary {} holds a cell of query block {}, which is rank {}'s: summaries "
+                                "must come in rank order, each of its rank's own rows",
+                                r, c.qblock, c.qblock / per_rank));
+  summary->cells = merge_index_cells(summaries);
+  Problem p = Problem::make(std::shared_ptr<const IndexSummary>(std::move(summary)), t, o.cp_size, o.heads, o.grid);
+  p.set_layout(Layout::fixed);
+  return impl_->solve_owner(std::make_shared<const Problem>(std::move(p)), t0);
 }
 
 const SolveResult& Session::solve_config_mask() {

@@ -8,6 +8,7 @@
 
 #include "cpsched/mask/index/cells.hpp"
 #include "cpsched/mask/index/index_mask.hpp"
+#include "cpsched/mask/index/summary.hpp"
 #include "cpsched/mask/mask.hpp"
 #include "cpsched/base/range.hpp"
 
@@ -103,6 +104,13 @@ struct Problem {
   std::shared_ptr<const IndexMask> index_mask;
   // Its sorted rows, shared by the problem's grids (set by make).
   std::shared_ptr<const SelectionRowsCache> selection_rows;
+  // Token top-k selections known from the ranks' summaries instead
+  // (per-rank ingestion, mask/index/summary.hpp): the grids' cells come from
+  // it, and selection_rows holds this rank's own rows only, so only this
+  // rank's plan can be built, of placements that compute every query on its
+  // host (owner's).
+  std::shared_ptr<const IndexSummary> index_summary;
+  bool index_topk() const { return index_mask != nullptr || index_summary != nullptr; }
   // Per KV head range masks (block selections of several heads, converted by
   // block_selection_masks): head group g of a flattened grid uses
   // head_masks[g]; empty: `mask` for every head.
@@ -136,6 +144,13 @@ struct Problem {
   // one is shared by all heads, else `head_masks`. Validates the mask (its
   // errors name the array and entry) and checks kv_heads is 1 or heads.kv.
   static Problem make(std::shared_ptr<const IndexMask> mask, int cp_size, Heads heads, GridOptions grid = {});
+  // A token top-k problem from the ranks' gathered summaries and this rank's
+  // own rows (the rows it summarised: one rank's shard of the sequential
+  // layout). Checks the summary against the problem's blocks and heads, and
+  // the own rows against their part of the summary (the same number of
+  // selected pairs); errors name what differs.
+  static Problem make(std::shared_ptr<const IndexSummary> summary, const TopkRows& own_rows, int cp_size, Heads heads,
+                      GridOptions grid = {});
 };
 
 // Computed pairs of each query chunk [i c, min(S, (i + 1) c)) over every

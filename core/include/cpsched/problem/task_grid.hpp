@@ -62,7 +62,7 @@ class TaskGrid {
   bool per_group_cells() const { return per_group_; }
   // Token top-k mask: args are index args (Problem::index_mask), built from
   // its sorted rows (made on first use, thread safe).
-  bool index_cells() const { return problem_->index_mask != nullptr; }
+  bool index_cells() const { return problem_->index_topk(); }
   const SelectionRows& selection() const;
   int group_of(TaskId t) const { return flattened() ? t % groups_ : -1; }
   Token area(TaskId t) const { return cell_of(t).area; }

@@ -119,6 +119,20 @@ class Session {
   const SolveResult& solve(std::shared_ptr<const Problem> problem);
   // Token top-k indices [S, kv_heads, k] (row-major, -1 padded), borrowed.
   const SolveResult& solve_topk(std::span<const std::int32_t> indices, Token seqlen, int kv_heads, bool causal = true);
+  // Per-rank ingestion of a token top-k mask (mask/index/summary.hpp), for
+  // a session of one rank (SessionOptions::rank): each rank summarises its
+  // own rows [rows, kv_heads, k] with summarize_topk (no collective), the
+  // caller gathers the P summaries (one all-gather; a loop in one process)
+  // and every rank passes them, in rank order, with its own rows. The plan
+  // is this rank's part only, and every query stays on its host (owner's
+  // placement, whatever the session's solver: a rank holds only its own
+  // queries' indices, so it can build args for them alone). Not cached.
+  // Throws cpsched::Error naming the rank and what differs.
+  std::vector<IndexCell> summarize_topk(std::span<const std::int32_t> own_rows, Token seqlen, int kv_heads,
+                                        bool causal = true) const;
+  const SolveResult& solve_topk_summaries(const std::vector<std::vector<IndexCell>>& summaries,
+                                          std::span<const std::int32_t> own_rows, Token seqlen, int kv_heads,
+                                          bool causal = true);
   // The config's mask, range or index kind, built with located errors
   // (make_problem): what `cpsched plan` and `cpsched run` solve. A Session
   // built from a Config; else an error.

@@ -5,38 +5,59 @@
 
 #include "cpsched/base/error.hpp"
 #include "cpsched/mask/index/cells.hpp"
+#include "cpsched/mask/index/summary.hpp"
 #include "mask/index/internal.hpp"
 
 namespace cpsched {
 
-SelectionRows::SelectionRows(const IndexMask& mask, int threads) : heads_(mask.kv_heads), seqlen_(mask.seqlen) {
+SelectionRows::SelectionRows(const IndexMask& mask, int threads)
+    : heads_(mask.kv_heads), seqlen_(mask.seqlen), first_(0), rows_(mask.seqlen) {
   if (mask.kind != IndexMaskKind::topk)
     throw Error(fmt::format("selection rows: a {} mask is planned as range masks (block_selection_masks)",
                             to_string(mask.kind)));
-  const Token S = seqlen_;
+  build(mask.indices.data, mask.indices.shape.size() == 3 ? mask.indices.shape[2] : 0, threads);
+}
+
+SelectionRows::SelectionRows(const TopkRows& rows, int threads)
+    : heads_(rows.indices.shape.size() == 3 ? static_cast<int>(rows.indices.shape[1]) : 1),
+      seqlen_(rows.seqlen),
+      first_(rows.first_row),
+      rows_(rows.rows().size()) {
+  if (rows.indices.shape.size() != 3)
+    throw Error(fmt::format("selection rows: {}: expected a rank's rows [rows, H_kv, k]",
+                            index_detail::source_of(rows.indices, "indices")));
+  build(rows.indices.data, rows.indices.shape[2], threads);
+}
+
+void SelectionRows::not_held(Token q) const {
+  throw Error(fmt::format("selection rows: query {} is not among the rows held, [{}, {}) (one rank's rows: its plan "
+                          "can only compute its own queries)",
+                          q, first_, first_ + rows_));
+}
+
+// Row (h, q) reads idx[(q - first_), h, :]. Counts first (one pass), then the keys.
+void SelectionRows::build(const std::int32_t* idx, std::int64_t k, int threads) {
+  const Token n = rows_;
   const auto H = static_cast<std::size_t>(heads_);
-  const std::int64_t k = mask.indices.shape.size() == 3 ? mask.indices.shape[2] : 0;
-  const std::int32_t* idx = mask.indices.data;
-  const auto rows = H * static_cast<std::size_t>(S);
-  // Row (h, q) reads indices[q, h, :]. Counts first (one pass), then the keys.
+  const auto rows = H * static_cast<std::size_t>(n);
   offset_.assign(rows + 1, 0);
-  for (Token q = 0; q < S; ++q)
+  for (Token q = 0; q < n; ++q)
     for (std::size_t h = 0; h < H; ++h) {
       const std::int32_t* r = idx + (static_cast<std::size_t>(q) * H + h) * static_cast<std::size_t>(k);
-      std::int64_t n = 0;
-      for (std::int64_t j = 0; j < k; ++j) n += r[j] >= 0;
-      offset_[h * static_cast<std::size_t>(S) + static_cast<std::size_t>(q) + 1] = n;
+      std::int64_t c = 0;
+      for (std::int64_t j = 0; j < k; ++j) c += r[j] >= 0;
+      offset_[h * static_cast<std::size_t>(n) + static_cast<std::size_t>(q) + 1] = c;
     }
   for (std::size_t i = 0; i < rows; ++i) offset_[i + 1] += offset_[i];
   keys_.resize(static_cast<std::size_t>(offset_[rows]));
   // At least 4096 queries per thread; each thread fills its own rows.
   const int workers =
-      std::min(index_detail::resolve_threads(threads), static_cast<int>(std::min<Token>(S / 4096 + 1, 64)));
+      std::min(index_detail::resolve_threads(threads), static_cast<int>(std::min<Token>(n / 4096 + 1, 64)));
   index_detail::run_threads(workers, [&](int w) {
-    for (Token q = S * w / workers; q < S * (w + 1) / workers; ++q)
+    for (Token q = n * w / workers; q < n * (w + 1) / workers; ++q)
       for (std::size_t h = 0; h < H; ++h) {
         const std::int32_t* r = idx + (static_cast<std::size_t>(q) * H + h) * static_cast<std::size_t>(k);
-        std::int32_t* out = keys_.data() + offset_[h * static_cast<std::size_t>(S) + static_cast<std::size_t>(q)];
+        std::int32_t* out = keys_.data() + offset_[h * static_cast<std::size_t>(n) + static_cast<std::size_t>(q)];
         std::int32_t* o = out;
         for (std::int64_t j = 0; j < k; ++j)
           if (r[j] >= 0) *o++ = r[j];

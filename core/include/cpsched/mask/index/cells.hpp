@@ -14,6 +14,8 @@
 
 namespace cpsched {
 
+struct TopkRows;  // summary.hpp: one rank's rows
+
 struct IndexCell {
   std::int32_t qblock = 0;
   std::int32_t kblock = 0;
@@ -59,22 +61,32 @@ IndexPlanCounts count_index_plan(const IndexMask& mask, const std::vector<Range>
 // q), ascending, for the plan builder, the validator and the simulator
 // (which look up a query's keys inside a block). Built once per grid, on
 // first use; the mask must be valid (validate() / count_index_cells first).
+// From one rank's rows (TopkRows, summary.hpp) it holds only those queries:
+// asking for another is an error (a plan arg of a query the rank does not
+// hold).
 class SelectionRows {
  public:
   explicit SelectionRows(const IndexMask& mask, int threads = 0);
+  explicit SelectionRows(const TopkRows& rows, int threads = 0);
   int heads() const { return heads_; }
   Token seqlen() const { return seqlen_; }
+  Range queries() const { return {first_, first_ + rows_}; }
+  std::int64_t keys() const { return static_cast<std::int64_t>(keys_.size()); }
   std::span<const std::int32_t> row(int head, Token q) const {
-    const auto i = static_cast<std::size_t>(head) * static_cast<std::size_t>(seqlen_) + static_cast<std::size_t>(q);
+    if (q < first_ || q >= first_ + rows_) not_held(q);
+    const auto i = static_cast<std::size_t>(head) * static_cast<std::size_t>(rows_) + static_cast<std::size_t>(q - first_);
     return {keys_.data() + offset_[i], static_cast<std::size_t>(offset_[i + 1] - offset_[i])};
   }
   // The keys of row (head, q) inside [k.begin, k.end).
   std::span<const std::int32_t> row(int head, Token q, Range k) const;
 
  private:
+  void build(const std::int32_t* idx, std::int64_t k, int threads);
+  [[noreturn]] void not_held(Token q) const;
   int heads_ = 1;
   Token seqlen_ = 0;
-  std::vector<std::int64_t> offset_;  // [heads * S + 1]
+  Token first_ = 0, rows_ = 0;        // the queries held: [first_, first_ + rows_)
+  std::vector<std::int64_t> offset_;  // [heads * rows + 1]
   std::vector<std::int32_t> keys_;
 };
 
@@ -82,14 +94,22 @@ class SelectionRows {
 // problem (the solvers' own shardings included). Thread safe.
 class SelectionRowsCache {
  public:
+  SelectionRowsCache() = default;
+  // Rows made already (one rank's, summary.hpp): get() returns them.
+  explicit SelectionRowsCache(std::unique_ptr<const SelectionRows> made) : rows_(std::move(made)), made_(true) {
+    std::call_once(once_, [] {});
+  }
   const SelectionRows& get(const IndexMask& mask) const {
     std::call_once(once_, [&] { rows_ = std::make_unique<const SelectionRows>(mask); });
     return *rows_;
   }
+  // The rows given at construction, or null (then get() makes them).
+  const SelectionRows* made() const { return made_ ? rows_.get() : nullptr; }
 
  private:
   mutable std::once_flag once_;
   mutable std::unique_ptr<const SelectionRows> rows_;
+  bool made_ = false;
 };
 
 }  // namespace cpsched

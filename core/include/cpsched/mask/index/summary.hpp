@@ -28,6 +28,17 @@ struct TopkRows {
   Range rows() const { return {first_row, first_row + (indices.shape.empty() ? 0 : indices.shape[0])}; }
 };
 
+// A whole mask's cells gathered from every rank's summary: what the grids
+// of a problem need from a token top-k mask, without its indices
+// (Problem::make of a summary).
+struct IndexSummary {
+  Token seqlen = 0;
+  int kv_heads = 1;               // selection heads (1: one shared by every head)
+  bool causal = true;
+  std::vector<Range> blocks;      // the blocks the cells were counted on (tile [0, S))
+  std::vector<IndexCell> cells;   // merge_index_cells of the ranks' summaries, counted per head
+};
+
 // The cells of the query blocks that `rows` covers, equal to those cells of
 // count_index_cells over the whole mask (same order: head, qblock, kblock).
 // `blocks` tile [0, S); the rows must start and end on block boundaries (a

@@ -1,0 +1,125 @@
+// Per-rank ingestion of a token top-k mask: each rank summarises its own
+// index rows, the P summaries are gathered (here: a loop), and each rank
+// plans from them and its own rows alone. Its plan must be exactly its part
+// of the plan made from the whole [S, H, k] tensor with owner's placement.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cpsched/base/error.hpp"
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/session/session.hpp"
+
+using namespace cpsched;
+
+namespace {
+
+IndexMask dsa(Token S, int kv_heads, int pack) {
+  MaskSpec spec;
+  spec.kind = MaskKind::dsa;
+  spec.topk = 48;
+  spec.sink = 4;
+  spec.local = 16;
+  spec.kv_heads = kv_heads;
+  spec.pack = pack;
+  spec.lengths = {S / 2 + 11, S / 4 - 11, S - S / 2 - S / 4};
+  return make_index_mask(spec, S);
+}
+
+std::span<const std::int32_t> rows_of(const IndexMask& m, Range r) {
+  const std::int64_t per = m.indices.shape[1] * m.indices.shape[2];
+  return {m.indices.data + r.begin * per, static_cast<std::size_t>(r.size() * per)};
+}
+
+SessionOptions options(int P, int bpr, int stages, const std::string& solver, Rank rank) {
+  SessionOptions o;
+  o.cp_size = P;
+  o.heads = Heads{4, 2, 8, 2};
+  o.grid.blocks_per_rank = bpr;
+  o.solver = solver;
+  o.cost_model = "time";
+  o.plan.stages = stages;
+  o.rank = rank;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("a rank's plan from the gathered summaries and its own rows is its part of the whole tensor's plan") {
+  int checked = 0;
+  for (int P : {2, 3, 4, 8}) {
+    const Token S = Token{64} * P + 5;  // uneven shards
+    for (int H : {1, 2}) {
+      const IndexMask mask = dsa(S, H, P + H);
+      const std::span<const std::int32_t> all(mask.indices.data, static_cast<std::size_t>(mask.indices.size()));
+      for (int bpr : {1, 2}) {
+        for (int stages : {1, PlanShape::kAutoStages}) {
+          CAPTURE(P);
+          CAPTURE(H);
+          CAPTURE(bpr);
+          CAPTURE(stages);
+          Session whole(options(P, bpr, stages, "owner", -1));
+          whole.solve_topk(all, S, H);
+          const Sharding shards = Sharding::sequential(S, P, 1);
+          std::vector<Session> ranks;
+          std::vector<std::vector<IndexCell>> summaries;
+          for (Rank r = 0; r < P; ++r) {
+            // The session's solver is not what plans from summaries: owner's placement is.
+            ranks.emplace_back(options(P, bpr, stages, "balanced_bytes", r));
+            summaries.push_back(ranks.back().summarize_topk(rows_of(mask, shards.blocks[static_cast<std::size_t>(r)]), S, H));
+          }
+          for (Rank r = 0; r < P; ++r) {
+            CAPTURE(r);
+            Session& mine = ranks[static_cast<std::size_t>(r)];
+            mine.solve_topk_summaries(summaries, rows_of(mask, shards.blocks[static_cast<std::size_t>(r)]), S, H);
+            CHECK(mine.plan().only_rank == r);
+            CHECK(mine.plan().num_stages == whole.plan().num_stages);
+            CHECK(mine.assignment().rank == whole.assignment().rank);
+            for (Pass pass : {Pass::fwd, Pass::bwd}) {
+              CHECK(mine.calc_meta(r, pass) == whole.calc_meta(r, pass));
+              CHECK(mine.comm_meta(r, pass) == whole.comm_meta(r, pass));
+            }
+            CHECK(mine.metrics().fwd.total_send == whole.metrics().fwd.total_send);
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  CHECK(checked == 2 * 2 * 2 * (2 + 3 + 4 + 8));
+}
+
+TEST_CASE("per-rank summaries: a session without a rank, wrong counts, order or rows are refused by name") {
+  const int P = 4;
+  const Token S = 256;
+  const IndexMask mask = dsa(S, 1, 3);
+  const Sharding shards = Sharding::sequential(S, P, 1);
+  std::vector<Session> ranks;
+  std::vector<std::vector<IndexCell>> summaries;
+  for (Rank r = 0; r < P; ++r) {
+    ranks.emplace_back(options(P, 1, 1, "balanced_bytes", r));
+    summaries.push_back(ranks.back().summarize_topk(rows_of(mask, shards.blocks[static_cast<std::size_t>(r)]), S, 1));
+  }
+  const auto own = rows_of(mask, shards.blocks[1]);
+  Session& one = ranks[1];
+
+  Session no_rank(options(P, 1, 1, "owner", -1));
+  CHECK_THROWS_WITH_AS(no_rank.summarize_topk(own, S, 1),
+                       "session: per-rank top-k summaries need the session's rank (SessionOptions::rank, Python rank=)",
+                       Error);
+  CHECK_THROWS_WITH_AS(one.summarize_topk(own.subspan(0, own.size() - 1), S, 1),
+                       "session: rank 1's 3071 top-k indices are not its rows [64, 128) as [64, kv_heads = 1, k]", Error);
+  CHECK_THROWS_WITH_AS(one.solve_topk_summaries({summaries.begin(), summaries.begin() + 3}, own, S, 1),
+                       "session: 3 top-k summaries given for P = 4 ranks (one per rank, in rank order)", Error);
+  std::vector<std::vector<IndexCell>> swapped = summaries;
+  std::swap(swapped[0], swapped[2]);
+  CHECK_THROWS_WITH_AS(one.solve_topk_summaries(swapped, own, S, 1),
+                       doctest::Contains("session: summary 0 holds a cell of query block 2, which is rank 2's"), Error);
+  // Rows that are not the ones summarised: another rank's.
+  CHECK_THROWS_WITH_AS(one.solve_topk_summaries(summaries, rows_of(mask, shards.blocks[2]), S, 1),
+                       doctest::Contains("the summary is not of these rows"), Error);
+  one.solve_topk_summaries(summaries, own, S, 1);
+  CHECK_THROWS_WITH_AS(one.calc_meta(2), doctest::Contains("builds rank 1's plan only"), Error);
+}
