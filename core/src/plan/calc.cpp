@@ -71,6 +71,28 @@ struct Map {
   }
 };
 
+// The widest row of queries `run` inside the kv block (their keys there).
+std::size_t run_width(const SelectionRows& sel, int head, Range run, Range kblock) {
+  std::size_t width = 0;
+  for (Token q = run.begin; q < run.end; ++q) width = std::max(width, sel.row(head, q, kblock).size());
+  return width;
+}
+
+// The index-pool entries emit_index_args will append for one task (rows x
+// width per run), so that the pool is allocated once: grown by doubling and
+// trimmed, a rank's pool of a DSA layer (32 MiB at S = 32k, P = 8) was
+// written about three times over.
+std::size_t index_pool_entries(const SelectionRows& sel, int head, const Cell& c, Range kblock, const Map& qm,
+                               std::vector<Map::Run>& runs) {
+  std::size_t n = 0;
+  for (Range rows : c.rows.ranges()) {
+    if (!qm.runs(rows, runs)) return n;  // emit_index_args reports it
+    for (const Map::Run& run : runs)
+      n += static_cast<std::size_t>(run.global.size()) * run_width(sel, head, run.global, kblock);
+  }
+  return n;
+}
+
 // Index args of one task (token top-k masks): per run of its query rows that
 // is contiguous in the q buffer, one arg whose rows list their selected keys
 // inside the task's kv block as kv-buffer rows, -1 padded to the run's widest
@@ -185,6 +207,18 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
   for (std::size_t d = 0; d + 1 < tr.rank_begin.size(); ++d) {
     CalcMeta& calc = pass[d]->calc;
     if (area_only) std::fill(stage_area.begin(), stage_area.end(), 0);
+    if (index && index_rows && !area_only && mine(d)) {
+      std::size_t entries = 0;
+      for (std::size_t i = tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i) {
+        const auto t = static_cast<TaskId>(tr.task_order[i]);
+        const Cell& c = g.cell_of(t);
+        const int grp = flat ? static_cast<int>(static_cast<std::size_t>(t) % G) : -1;
+        entries += index_pool_entries(g.selection(), g.per_group_cells() ? grp : 0, c,
+                                      sh.blocks[static_cast<std::size_t>(c.kblock)],
+                                      map_of(tr.task_q[static_cast<std::size_t>(t)], c.qblock), runs);
+      }
+      calc.indices.reserve(entries);
+    }
     for (std::size_t i = tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i) {
       const auto t = static_cast<TaskId>(tr.task_order[i]);
       const Cell& c = g.cell_of(t);
@@ -216,10 +250,7 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
         for (const Slice& x : tight) sink.emit(x, qm, km, grp, out);
       }
     }
-    // The pool grew by doubling: trim it to its size (resources.hpp counts
-    // one rank's slack at a time, not every rank's).
     if (!mine(d)) continue;
-    if (index && index_rows) calc.indices.shrink_to_fit();
     if (area_only)
       for (int st = 0; st <= stages; ++st) {
         const Token area = stage_area[static_cast<std::size_t>(st)];
