@@ -25,7 +25,7 @@ from . import _cpsched
 __version__ = _cpsched.__version__
 
 __all__ = [
-    "Session", "Result", "CalcMeta", "CommMeta", "StageComm", "GroupCollectiveArg", "AttnArgs",
+    "Session", "Result", "TopkSummary", "CalcMeta", "CommMeta", "StageComm", "GroupCollectiveArg", "AttnArgs",
     "plugins", "plugin_problems", "run", "mask_from_config", "MASK_TYPES", "__version__",
 ]
 
@@ -125,6 +125,48 @@ def _env_bool(var, default):
 
 
 # ---- input normalisation -------------------------------------------------------------------
+
+def _int32_keys(a, name):
+    """Key positions as C-contiguous int32 (exact), or a ValueError naming the first value outside int32 with
+    its index and value as given (a uint64 2^63 is not -2^63); the C++ side reports the rest (range,
+    causality, duplicates) by entry."""
+    if a.dtype.itemsize > 4 or a.dtype == np.uint32:
+        lo, hi = a.min(), a.max()
+        if hi > _INT32_MAX or lo < -(1 << 31):
+            flat = int(np.flatnonzero((a.ravel() > _INT32_MAX) | (a.ravel() < -(1 << 31)))[0])
+            idx = np.unravel_index(flat, a.shape)
+            raise ValueError(f"{name}[{', '.join(str(int(i)) for i in idx)}] = {int(a.ravel()[flat])} is outside "
+                             f"int32 (key positions are < 2^31)")
+    if a.dtype != np.int32 or not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a, dtype=np.int32)  # in range: exact
+    return a
+
+
+class TopkSummary:
+    """One rank's summary of its top-k index rows (Session.summarize_topk): per cell of its query blocks
+    (head, query block, key block) the selected pairs, the query rows and the distinct keys, as int64 arrays
+    (`arrays`: cells [n, 4], row_offsets [n + 1], rows [m, 2], col_offsets [n + 1], cols [m', 2]). Kilobytes
+    where the rows are megabytes; picklable, for an all-gather."""
+
+    __slots__ = ("rank", "arrays")
+
+    def __init__(self, rank, arrays):
+        self.rank = int(rank)
+        self.arrays = tuple(arrays)
+
+    @property
+    def nbytes(self):
+        return sum(int(a.nbytes) for a in self.arrays)
+
+    def __getstate__(self):
+        return (self.rank, self.arrays)
+
+    def __setstate__(self, state):
+        self.rank, self.arrays = int(state[0]), tuple(state[1])
+
+    def __repr__(self):
+        return f"TopkSummary(rank={self.rank}, cells={len(self.arrays[0])}, {self.nbytes} bytes)"
+
 
 def _host_array(x, name):
     """Any array-like on the host as a numpy array, without importing torch."""
@@ -660,18 +702,54 @@ class Session:
                              f"selection is shared by every head (1) or one per KV head ({o['heads'][1]})")
         if width == 0 or a.size == 0:
             raise ValueError(f"indices: shape {a.shape} selects no (query, key) pair: nothing to plan")
-        # Values outside int32 are reported here, with their index and value as given (a uint64 2^63 is not
-        # -2^63); the C++ side reports the rest (range, causality, duplicates) by entry.
-        if a.dtype.itemsize > 4 or a.dtype == np.uint32:
-            lo, hi = a.min(), a.max()
-            if hi > _INT32_MAX or lo < -(1 << 31):
-                flat = int(np.flatnonzero((a.ravel() > _INT32_MAX) | (a.ravel() < -(1 << 31)))[0])
-                idx = np.unravel_index(flat, a.shape)
-                raise ValueError(f"indices[{', '.join(str(int(i)) for i in idx)}] = {int(a.ravel()[flat])} is outside "
-                                 f"int32 (key positions are < 2^31)")
-        if a.dtype != np.int32 or not a.flags.c_contiguous:
-            a = np.ascontiguousarray(a, dtype=np.int32)  # in range: exact
-        return Result(self._s.solve_topk(a, causal))
+        return Result(self._s.solve_topk(_int32_keys(a, "indices"), causal))
+
+    def summarize_topk(self, rows, causal=True):
+        """This rank's summary of its own top-k rows (per-rank ingestion, docs/masks.md): `rows` are the
+        indexer's output for the queries this rank hosts in the sequential layout, [S/P, H_kv, k], -1 padded,
+        global key positions. No collective: gather the P summaries (they are picklable; e.g.
+        torch.distributed.all_gather_object) and pass them to solve_topk_summaries. Needs the Session's rank
+        and seqlen. Errors name the row of `rows` and its query token."""
+        a = self._own_rows(rows, causal)
+        return TopkSummary(self._s.options()["rank"], self._s.summarize_topk(a, causal))
+
+    def solve_topk_summaries(self, summaries, rows, causal=True):
+        """This rank's plan of a top-k mask from every rank's TopkSummary (in rank order) and its own rows
+        (those it summarised): its part of the plan only, with every query on its host (owner's placement,
+        whatever the Session's solver: a rank holds only its own queries' indices). Nothing of size S x k
+        crosses between ranks. Not cached."""
+        a = self._own_rows(rows, causal)
+        P = self._s.options()["cp_size"]
+        if not isinstance(summaries, (list, tuple)) or len(summaries) != P:
+            n = len(summaries) if isinstance(summaries, (list, tuple)) else type(summaries).__name__
+            raise ValueError(f"summaries: expected a list of the {P} ranks' TopkSummary (rank order), got {n}")
+        for r, x in enumerate(summaries):
+            if not isinstance(x, TopkSummary):
+                raise ValueError(f"summaries[{r}]: expected a TopkSummary (Session.summarize_topk), got "
+                                 f"{type(x).__name__}")
+            if x.rank != r:
+                raise ValueError(f"summaries[{r}]: it is rank {x.rank}'s summary; the list must be in rank order")
+        return Result(self._s.solve_topk_summaries([x.arrays for x in summaries], a, causal))
+
+    def _own_rows(self, rows, causal):
+        _bool(causal, "causal")
+        o = self._s.options()
+        if o["rank"] is None:
+            raise ValueError("session: per-rank top-k summaries need the Session's rank (Session(..., rank=r))")
+        if not o["seqlen"]:
+            raise ValueError("session: per-rank top-k summaries need the Session's seqlen (S)")
+        a = _host_array(rows, "rows")
+        if a.ndim != 3:
+            raise ValueError(f"rows: expected shape [rows, H_kv, k], got shape {a.shape}")
+        if a.dtype.kind not in "iu":
+            raise ValueError(f"rows: expected int32 or int64 key positions, got dtype {a.dtype}")
+        lo, hi = (int(x) for x in _cpsched.sharding_ranges(o["seqlen"], o["cp_size"])[o["rank"]])
+        if a.shape[0] != hi - lo:
+            raise ValueError(f"rows: rank {o['rank']} hosts the {hi - lo} tokens [{lo}, {hi}) of S = {o['seqlen']} "
+                             f"in the sequential layout, the rows have {a.shape[0]}")
+        if a.shape[1] not in (1, o["heads"][1]):
+            raise ValueError(f"rows: {a.shape[1]} selection heads (shape[1]) but heads.kv = {o['heads'][1]}")
+        return _int32_keys(a, "rows")
 
     @property
     def options(self):

@@ -206,6 +206,8 @@ nb::dict params_to_py(const Params& p) {
 
 using Int64Rows = nb::ndarray<const std::int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 using Int32Vec = nb::ndarray<const std::int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using Int64Vec = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using Int32Rows3 = nb::ndarray<const std::int32_t, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
 
 std::vector<Range> ranges_from(const Int64Rows& a) {
   const std::size_t n = a.shape(0);
@@ -278,14 +280,16 @@ class Result {
   }
 
   nb::dict metrics() const { return metrics_dict(plan_->metrics); }
+  // The solver that made this plan: the session's, or owner's for per-rank top-k summaries.
+  std::string solver() const { return plan_->solver.empty() ? info_->solver : plan_->solver; }
 
   std::string to_json(int indent, std::optional<double> solve_ms) const {
     PlanExport e;
     e.assignment = plan_->assignment.get();
     e.metrics = &plan_->metrics;
     e.plan = plan_->plan.get();
-    e.solver = info_->solver;
-    e.solver_params = info_->solver_params;
+    e.solver = solver();
+    if (e.solver == info_->solver) e.solver_params = info_->solver_params;  // else owner's (top-k summaries)
     e.solve_ms = solve_ms ? *solve_ms : plan_->solve_ms;
     e.feasible = plan_->feasible;
     e.note = plan_->note;
@@ -297,7 +301,7 @@ class Result {
     o.groups = std::move(groups);
     o.title = title;
     if (max_groups > 0) o.max_groups = max_groups;
-    o.solver = info_->solver;
+    o.solver = solver();
     o.stages = plan_->plan->num_stages;
     o.feasible = plan_->feasible;
     write_plan_svg(path, *plan_->assignment, plan_->metrics, o);
@@ -400,6 +404,78 @@ class PySession {
     nb::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(mu_);
     session_->solve(m);
+    return last();
+  }
+
+  // Per-rank top-k summaries (mask/index/summary.hpp). A summary crosses
+  // to Python as five int64 arrays: cells [n, 4] (head, qblock, kblock,
+  // area), row_offsets [n + 1] into rows [m, 2] (global token ranges), and
+  // col_offsets [n + 1] into cols [m', 2]; the Python side wraps them
+  // (cpsched.TopkSummary, picklable for an all-gather).
+  nb::tuple summarize_topk(const Int32Rows3& rows, bool causal) {
+    const Token S = session_->options().seqlen;
+    std::vector<IndexCell> cells;
+    {
+      nb::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mu_);
+      cells = session_->summarize_topk({rows.data(), rows.size()}, S, static_cast<int>(rows.shape(1)), causal);
+    }
+    std::vector<Token> head(cells.size() * 4), roff{0}, coff{0}, rr, cr;
+    for (std::size_t i = 0; i < cells.size(); ++i) {
+      const IndexCell& c = cells[i];
+      head[4 * i] = c.head;
+      head[4 * i + 1] = c.qblock;
+      head[4 * i + 2] = c.kblock;
+      head[4 * i + 3] = c.area;
+      for (Range r : c.rows.ranges()) rr.insert(rr.end(), {r.begin, r.end});
+      for (Range r : c.cols.ranges()) cr.insert(cr.end(), {r.begin, r.end});
+      roff.push_back(static_cast<Token>(rr.size() / 2));
+      coff.push_back(static_cast<Token>(cr.size() / 2));
+    }
+    const std::size_t n = cells.size(), nr = rr.size() / 2, nc = cr.size() / 2;
+    return nb::make_tuple(numpy_from(std::move(head), n, 4), numpy_from(std::move(roff), n + 1, 0),
+                          numpy_from(std::move(rr), nr, 2), numpy_from(std::move(coff), n + 1, 0),
+                          numpy_from(std::move(cr), nc, 2));
+  }
+
+  Result solve_topk_summaries(const std::vector<nb::tuple>& summaries, const Int32Rows3& rows, bool causal) {
+    std::vector<std::vector<IndexCell>> parts(summaries.size());
+    for (std::size_t s = 0; s < summaries.size(); ++s) {
+      const nb::tuple& t = summaries[s];
+      auto where = [&](const std::string& what) { return "summaries[" + std::to_string(s) + "]: " + what; };
+      if (t.size() != 5) throw Error(where("expected the 5 arrays of Session.summarize_topk"));
+      const auto cells = nb::cast<Int64Rows>(t[0]), rr = nb::cast<Int64Rows>(t[2]), cr = nb::cast<Int64Rows>(t[4]);
+      const auto roff = nb::cast<Int64Vec>(t[1]), coff = nb::cast<Int64Vec>(t[3]);
+      const std::size_t n = cells.shape(0);
+      if (cells.shape(1) != 4 || roff.shape(0) != n + 1 || coff.shape(0) != n + 1 || rr.shape(1) != 2 ||
+          cr.shape(1) != 2)
+        throw Error(where("the arrays' shapes do not fit together (cells [n, 4], offsets [n + 1], ranges [m, 2])"));
+      auto ranges = [&](const Int64Vec& off, const Int64Rows& r, std::size_t i, const char* name) {
+        const std::int64_t a = off.data()[i], b = off.data()[i + 1];
+        if (a < 0 || b < a || static_cast<std::size_t>(b) > r.shape(0))
+          throw Error(where(std::string(name) + " offsets [" + std::to_string(a) + ", " + std::to_string(b) +
+                            ") of cell " + std::to_string(i) + " are outside its " + std::to_string(r.shape(0)) +
+                            " ranges"));
+        std::vector<Range> v;
+        for (std::int64_t x = a; x < b; ++x) v.push_back({r.data()[2 * x], r.data()[2 * x + 1]});
+        return RangeSet(std::move(v));
+      };
+      parts[s].resize(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        IndexCell& c = parts[s][i];
+        const std::int64_t* x = cells.data() + 4 * i;
+        c.head = static_cast<int>(x[0]);
+        c.qblock = static_cast<std::int32_t>(x[1]);
+        c.kblock = static_cast<std::int32_t>(x[2]);
+        c.area = x[3];
+        c.rows = ranges(roff, rr, i, "rows");
+        c.cols = ranges(coff, cr, i, "cols");
+      }
+    }
+    const Token S = session_->options().seqlen;
+    nb::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    session_->solve_topk_summaries(parts, {rows.data(), rows.size()}, S, static_cast<int>(rows.shape(1)), causal);
     return last();
   }
 
@@ -602,7 +678,7 @@ NB_MODULE(_cpsched, m) {
         for (const auto& [name, value] : r.plan().figures) d[name.c_str()] = value;
         return d;
       })
-      .def_prop_ro("solver", [](const Result& r) { return r.info().solver; })
+      .def_prop_ro("solver", [](const Result& r) { return r.solver(); })
       .def_prop_ro("layout", [](const Result& r) { return std::string(to_string(r.plan().plan->layout)); })
       .def_prop_ro("rank", [](const Result& r) {
         return r.plan().plan->only_rank >= 0 ? nb::object(nb::int_(r.plan().plan->only_rank)) : nb::none();
@@ -679,6 +755,8 @@ NB_MODULE(_cpsched, m) {
       .def("solve_async", &PySession::solve_async, "q_ranges"_a, "k_ranges"_a, "types"_a)
       .def("solve_config", &PySession::solve_config)
       .def("solve_topk", &PySession::solve_topk, "indices"_a, "causal"_a = true)
+      .def("summarize_topk", &PySession::summarize_topk, "rows"_a, "causal"_a = true)
+      .def("solve_topk_summaries", &PySession::solve_topk_summaries, "summaries"_a, "rows"_a, "causal"_a = true)
       .def("options", &PySession::options)
       .def("cache_stats", &PySession::cache_stats);
 

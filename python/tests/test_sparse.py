@@ -61,3 +61,57 @@ def test_the_dsa_config_solves_through_the_session():
     r = s.solve_config()
     assert r.validate() == []
     assert json.loads(r.to_json())["problem"]["index_mask"]["kind"] == "topk"
+
+
+def rank_sessions(P, S, **kw):
+    return [cpsched.Session(cp_size=P, seqlen=S, heads=(8, 2, 16, "bf16"), solver="balanced_bytes",
+                            cost_model="time", rank=r, **kw) for r in range(P)]
+
+
+@pytest.mark.parametrize("P,heads", [(2, 1), (3, 2), (4, 1)])
+def test_per_rank_summaries_plan_each_rank_as_the_whole_tensor_does(P, heads):
+    import pickle
+    S = 32 * P + 3
+    idx = causal_topk(S, heads, 6, seed=P)
+    whole = json.loads(cpsched.Session(cp_size=P, seqlen=S, heads=(8, 2, 16, "bf16"), solver="owner",
+                                       cost_model="time").solve_topk(idx).to_json())
+    ranges = cpsched._cpsched.sharding_ranges(S, P)
+    sessions = rank_sessions(P, S)
+    # what an all-gather would carry: pickled, a few hundred bytes each
+    summaries = [pickle.loads(pickle.dumps(s.summarize_topk(idx[lo:hi]))) for s, (lo, hi) in zip(sessions, ranges)]
+    assert all(isinstance(x, cpsched.TopkSummary) and x.rank == r and x.nbytes < 4096
+               for r, x in enumerate(summaries))
+    for r, (lo, hi) in enumerate(ranges):
+        res = sessions[r].solve_topk_summaries(summaries, idx[lo:hi].astype(np.int64))
+        mine = json.loads(res.to_json())
+        assert res.solver == "owner" and mine["solver"]["name"] == "owner"
+        assert [e["rank"] for e in mine["ranks"]] == [r]
+        assert mine["ranks"][0] == whole["ranks"][r]
+        assert mine["problem"]["index_summary"]["kv_heads"] == heads
+        assert mine["metrics"] == whole["metrics"]
+
+
+def test_per_rank_summaries_refuse_what_does_not_fit_by_name():
+    P, S = 4, 64
+    idx = causal_topk(S, 1, 4)
+    sessions = rank_sessions(P, S)
+    ranges = cpsched._cpsched.sharding_ranges(S, P)
+    summaries = [s.summarize_topk(idx[lo:hi]) for s, (lo, hi) in zip(sessions, ranges)]
+    lo, hi = ranges[1]
+    no_rank = cpsched.Session(cp_size=P, seqlen=S, heads=(8, 2, 16, "bf16"))
+    with pytest.raises(ValueError, match=r"need the Session's rank"):
+        no_rank.summarize_topk(idx[lo:hi])
+    with pytest.raises(ValueError, match=r"rank 1 hosts the 16 tokens \[16, 32\) of S = 64"):
+        sessions[1].summarize_topk(idx[lo:hi + 1])
+    bad = idx[lo:hi].copy()
+    bad[3, 0, 0] = 60  # a key after query 19
+    with pytest.raises(ValueError, match=r"indices\[3, 0, 0\] = 60 \(query token 19\) selects a key after query 19"):
+        sessions[1].summarize_topk(bad)
+    with pytest.raises(ValueError, match=r"summaries\[0\]: it is rank 2's summary"):
+        sessions[1].solve_topk_summaries([summaries[2], summaries[1], summaries[0], summaries[3]], idx[lo:hi])
+    with pytest.raises(ValueError, match=r"expected a list of the 4 ranks' TopkSummary"):
+        sessions[1].solve_topk_summaries(summaries[:3], idx[lo:hi])
+    with pytest.raises(ValueError, match=r"the summary is not of these rows"):
+        other = idx[lo:hi].copy()
+        other[-1, 0, :] = -1  # the last query selects nothing now
+        sessions[1].solve_topk_summaries(summaries, other)

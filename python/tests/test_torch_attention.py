@@ -39,6 +39,11 @@ for P in (2, 3, 4):
                       "spr": 96, "topk": 12, "stages": [1, 2, "auto"][P % 3], "module": True}))
     CASES.append((P, {"mask": "block_topk", "heads": {"q": 8, "kv": 4, "dim": 16}, "spr": 128,
                       "stages": [2, 1, "auto"][P % 3]}))
+    # per-rank ingestion: each rank summarises its own top-k rows, plans its own part from the gathered summaries
+    CASES.append((P, {"mask": "topk", "heads": {"q": 4, "kv": 1, "dim": 48, "dim_v": 32, "kv_shared": True},
+                      "spr": 96, "topk": 12, "stages": [2, "auto", 1][P % 3], "module": True, "summaries": True}))
+CASES.append((4, {"mask": "topk", "heads": {"q": 4, "kv": 2, "dim": 16}, "spr": 64, "topk": 10, "sel_heads": 2,
+                  "stages": 2, "module": True, "summaries": True}))
 # every solver, fixed layout (area cost model keeps the sequential sharding) and stages 1 / 2 / auto
 for P in (3, 4):
     for j, solver in enumerate(SOLVERS):

@@ -45,3 +45,11 @@ def test_one_bad_rank_makes_every_rank_raise(what):
     for r in (0, 2):
         assert out[r] is not None and "rank(s) [1] of the group rejected their inputs" in out[r], out[r]
     assert get_pool(P).values("error_case", timeout=60, what="none") == [None] * P
+
+
+def test_a_rank_with_bad_top_k_rows_makes_every_rank_raise_in_the_summary_exchange():
+    out = get_pool(P).values("topk_error_case", timeout=60, bad_rank=1)
+    assert "(query token" in out[1] and "selects a key after query" in out[1], out[1]
+    for r in (0, 2):
+        assert out[r] is not None and "rank(s) [1] of the group rejected their top-k rows" in out[r], out[r]
+    assert get_pool(P).values("topk_error_case", timeout=60, bad_rank=-1) == [None] * P

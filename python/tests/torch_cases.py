@@ -54,7 +54,8 @@ def topk_indices(spec, P):
     return idx
 
 
-def session(spec, P):
+def session(spec, P, rank=None):
+    """The case's Session; with `rank`, that rank's own (per-rank plans: top-k summaries)."""
     kw = dict(cp_size=P, seqlen=P * _spr(spec, P), heads=_heads(spec), solver=spec.get("solver", "balanced_bytes"),
               solver_params=spec.get("solver_params"), cost_model=spec.get("cost", "area"),
               stages=spec.get("stages", 1), relay_node_size=spec.get("relay", 0),
@@ -62,6 +63,8 @@ def session(spec, P):
     # static dispatches, and the time cost model's default may: those cases plan the layout.
     dispatching = kw["solver"] == "static" or kw["cost_model"] == "time"
     kw["layout"] = spec.get("layout", "planned" if dispatching else "fixed")
+    if rank is not None:
+        kw["rank"] = rank
     return cpsched.Session(**kw)
 
 
@@ -135,8 +138,11 @@ def attn_case(rank, P, spec):
     if spec.get("module"):
         if spec["mask"] == "topk":
             idx = torch.from_numpy(topk_indices(spec, P))[tp.layout.global_index(rank)]
-            mod = cpt.DistAttention(session(spec, P))
+            # summaries: the module's Session knows its rank, so ingest_topk exchanges per-rank summaries
+            mod = cpt.DistAttention(session(spec, P, rank if spec.get("summaries") else None))
             out = mod(ql, kl, vl, idx, backend=spec.get("backend", "auto"))
+            if spec.get("summaries"):
+                assert mod.last_plan.result.solver == "owner" and len(json.loads(mod.last_plan.result.to_json())["ranks"]) == 1
         else:
             m = range_mask(spec, P)
             mod = cpt.DistAttention(session(spec, P))
@@ -221,6 +227,23 @@ def bytes_case(rank, P, spec):
 
 
 # ---- errors ----------------------------------------------------------------------------------------
+
+
+def topk_error_case(rank, P, bad_rank):
+    """ingest_topk with per-rank summaries where `bad_rank`'s rows select a key after their query: returns
+    this rank's ValueError text (every rank must raise, none may wait in the exchange), or None."""
+    spec = {"mask": "topk", "heads": {"q": 4, "kv": 1, "dim": 48, "dim_v": 32, "kv_shared": True}, "spr": 96,
+            "topk": 12}
+    idx = torch.from_numpy(topk_indices(spec, P))
+    lo, hi = (int(x) for x in cpsched._cpsched.sharding_ranges(idx.shape[0], P)[rank])
+    mine = idx[lo:hi].clone()
+    if rank == bad_rank:
+        mine[5, 0, 0] = hi + 3
+    try:
+        cpt.ingest_topk(mine, session(spec, P, rank))
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 def error_case(rank, P, what, only_rank=None, check_peers=None):

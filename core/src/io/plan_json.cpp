@@ -194,6 +194,15 @@ void problem_json(JsonOut& j, const Problem& p, const Sharding& sh) {
     j.list(m.indices.shape);
     j.end_object();
   }
+  if (p.index_summary) {  // planned from the ranks' summaries (the rank's own index args are in its plan)
+    const IndexSummary& m = *p.index_summary;
+    j.key("index_summary");
+    j.begin_object();
+    j.field("causal", m.causal);
+    j.field("cells", static_cast<std::int64_t>(m.cells.size()));
+    j.field("kv_heads", m.kv_heads);
+    j.end_object();
+  }
   if (!p.heads.is_gqa()) j.field("kv_shared", p.heads.kv_shared);
   j.field("layout", to_string(p.layout));
   j.key("mask");

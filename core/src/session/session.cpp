@@ -99,9 +99,14 @@ struct Session::Impl {
       owner = reg->make_solver("owner", reg->resolve_params(reg->find(PluginKind::solver, "owner"), {}));
       owner_path = std::make_unique<SolvePath>(*owner, *cost, *reg);
     }
+    // No relays: a rank's own plan does not say which forwarding phases the
+    // other ranks run (a runtime issuing collectives from it must know).
+    PlanShape shape = opt.plan;
+    shape.relay = PlanShape::Relay::off;
+    shape.node_size = 0;
     last = std::make_shared<const SolveResult>(owner_path->run(
         std::move(problem),
-        {.shape = opt.plan, .uses = opt.uses, .validate = false, .rank = opt.rank, .solver_name = "owner"}));
+        {.shape = shape, .uses = opt.uses, .validate = false, .rank = opt.rank, .solver_name = "owner"}));
     last_cached = false;
     last_ms = ms_since(t0);
     return *last;
@@ -394,8 +399,10 @@ PlanExport Session::plan_export() const {
   e.assignment = r.assignment.get();
   e.metrics = &r.metrics;
   e.plan = r.plan.get();
-  e.solver = impl_->opt.solver;
-  e.solver_params = impl_->solver_params;
+  // Plans from top-k summaries are owner's, whatever the session's solver.
+  const bool own = r.solver.empty() || r.solver == impl_->opt.solver;
+  e.solver = own ? impl_->opt.solver : r.solver;
+  if (own) e.solver_params = impl_->solver_params;
   e.solve_ms = r.solve_ms;
   e.feasible = r.feasible;
   e.note = r.note;

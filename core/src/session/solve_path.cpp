@@ -92,6 +92,7 @@ SolveResult SolvePath::run(std::shared_ptr<const TaskGrid> grid, const Options& 
   Solved s = solve_step(std::move(grid), o.shape, o.uses);
   Solution& sol = s.solution;
   SolveResult r;
+  r.solver = o.solver_name;
   r.uses = s.uses;
   r.solve_ms = s.solve_ms;
   const auto t0 = Clock::now();

@@ -73,15 +73,32 @@ def remap_topk(tp, full, device):
     return pools
 
 
-def ingest_topk(indices, session, group=None, causal=True, check_peers=None, remap="device"):
+def ingest_topk(indices, session, group=None, causal=True, check_peers=None, remap=None, gather="auto"):
     """A token top-k mask (DSA's indexer output) given as this rank's own rows, solved into a plan.
 
     `indices`: int32 / int64 [rows, H_kv, k] on any device, -1 padded, global key positions; the rank's rows
-    of the sequential layout. Today: every rank all-gathers the index tensors (exact), every rank solves the
-    same deterministic plan with `Session.solve_topk`, and the plan's index pool already holds each rank's
-    selections remapped into its k-buffer rows (local shard or receive buffer), which the executor copies to
-    the device once. This is the one place to swap in per-rank summaries (cell areas, needed keys) once the C++
-    core can solve from them (docs/torch.md)."""
+    of the sequential layout. `gather` says what the ranks exchange:
+      * "summaries": each rank summarises its own rows (`Session.summarize_topk`: per cell of its query blocks
+        the selected pairs, rows and distinct keys, kilobytes), one all_gather_object exchanges them, and each
+        rank plans its own part from them and its rows (`Session.solve_topk_summaries`): nothing of size
+        S x k crosses, every query stays on its host (owner's placement), and the plan's index pool already
+        holds the rank's selections in its k-buffer rows. Needs the Session's rank (Session(..., rank=r)).
+      * "indices": every rank all-gathers the index tensors and solves the same deterministic plan with the
+        Session's solver (`Session.solve_topk`); `remap="device"` (its default) then remaps the rank's rows
+        into its k-buffer rows with torch ops on the indices' device, `"plan"` takes the plan's pool.
+      * "auto" (default): "summaries" when the Session has a rank, else "indices".
+    A rank whose rows are rejected makes every rank raise (no rank is left in a collective)."""
+    if gather == "auto":
+        gather = "summaries" if session.options.get("rank") is not None else "indices"
+    if gather not in ("summaries", "indices"):
+        raise ValueError(f"gather: expected 'auto', 'summaries' or 'indices', got {gather!r}")
+    if remap is None:
+        remap = "plan" if gather == "summaries" else "device"
+    if remap not in ("device", "plan"):
+        raise ValueError(f"remap: expected 'device' or 'plan', got {remap!r}")
+    if gather == "summaries" and remap == "device":
+        raise ValueError("remap: 'device' needs every rank's plan (gather='indices'); a plan from summaries is "
+                         "this rank's part, whose pool the C++ builder already remapped (remap='plan')")
     P = session.options["cp_size"]
     g, rank, size, bname = _group_info(group, P)
     err = None
@@ -103,6 +120,11 @@ def ingest_topk(indices, session, group=None, causal=True, check_peers=None, rem
             if indices.shape[0] != hi - lo:
                 err = (f"indices: this rank (rank {rank}) hosts {hi - lo} of S = {S} tokens in the sequential "
                        f"layout, the indices have {indices.shape[0]} rows")
+            elif gather == "summaries" and session.options.get("rank") != rank:
+                err = (f"session: the Session plans for rank {session.options.get('rank')}, this process is rank "
+                       f"{rank} of the group (Session(..., rank=group rank) for per-rank summaries)")
+    if gather == "summaries":
+        return _ingest_summaries(indices, session, g, rank, size, causal, err)
     if check_peers is None:
         check_peers = bname == "gloo"
     if check_peers and g is not None and size > 1:
@@ -136,9 +158,34 @@ def ingest_topk(indices, session, group=None, causal=True, check_peers=None, rem
     if remap == "device":  # the executor reads the pools remapped here instead of the plan's own
         dp = tp.on(indices.device)
         dp.fwd.indices, dp.bwd.indices = remap_topk(tp, full, indices.device)
-    elif remap != "plan":
-        raise ValueError(f"remap: expected 'device' or 'plan', got {remap!r}")
     return tp
+
+
+def _ingest_summaries(indices, session, g, rank, size, causal, err):
+    """ingest_topk's per-rank path: summarise, exchange the summaries (or each rank's error: one collective,
+    so a rejected rank stops every rank), plan this rank's part."""
+    rows = None
+    summary = None
+    if err is None:
+        try:
+            rows = indices.detach().cpu().contiguous().numpy()
+            summary = session.summarize_topk(rows, causal=causal)
+        except ValueError as e:
+            err = str(e)
+    mine = ("error", err) if err else ("summary", summary)
+    if g is not None and size > 1:
+        got = [None] * size
+        dist.all_gather_object(got, mine, group=g)
+    else:
+        got = [mine]
+    if err:
+        raise ValueError(err)
+    bad = [r for r, (kind, _) in enumerate(got) if kind == "error"]
+    if bad:
+        raise ValueError(f"rank(s) {bad} of the group rejected their top-k rows ({got[bad[0]][1]}); rank {rank} "
+                         f"stopped before any collective of the plan")
+    result = session.solve_topk_summaries([x for _, x in got], rows, causal=causal)
+    return prepare(result, rank)
 
 
 class DistAttention(torch.nn.Module):
@@ -170,6 +217,7 @@ class DistAttention(torch.nn.Module):
             self.rank = 0
         self.hits = 0
         self.misses = 0
+        self.last_plan = None
 
     def plan(self, mask):
         """The TorchPlan of a range mask for this rank (solved on a miss; for a data loader that dispatches)."""
@@ -204,5 +252,6 @@ class DistAttention(torch.nn.Module):
                              check_peers=kw.get("check_peers"))
         else:
             tp = self.plan(mask)
+        self.last_plan = tp  # the TorchPlan this call ran
         return attention(q, k, v, tp, self.group, **kw)
 

@@ -174,7 +174,18 @@ def _args_of(lst):
     return out
 
 
-def _any_send(ranks, pass_, s, key):
+def _any_send(ranks, pass_, s, key, own=None):
+    if ranks is None:
+        # A rank's own plan (see _pass_plan): a stage's cast of a kind runs on any rank iff some rank receives
+        # that kind in it, which is when its reduce_after (the same on every rank) is set. Forwarding phases
+        # are not known from one rank's plan: such plans are built without relays.
+        if key in ("qo", "kv"):
+            return int(own[f"{key}_reduce_after"]) > 0
+        c = own.get(key)
+        if c is not None and (any(c["input_split_sizes"]) or any(c["output_split_sizes"])):
+            raise ValueError("plan: a rank's own plan with relays (forwarding phases) cannot be run by "
+                             "cpsched.torch: the other ranks' phases are unknown; build it without relays")
+        return False
     for rk in ranks:
         c = rk[pass_]["comm"]["stages"][s].get(key)
         if c is not None and any(c["input_split_sizes"]):
@@ -182,10 +193,24 @@ def _any_send(ranks, pass_, s, key):
     return False
 
 
-def _pass_plan(d, rank, pass_, G):
+def _rank_entry(d, rank):
+    """`rank`'s entry of a plan's "ranks": its index in an all-ranks plan, or the one entry of a rank's own
+    plan (SessionOptions::rank, per-rank summaries), which names its rank."""
     ranks = d["ranks"]
-    P = len(ranks)
-    mine = ranks[rank][pass_]
+    if len(ranks) == int(d["problem"]["cp_size"]):
+        return ranks[rank]
+    for e in ranks:
+        if int(e.get("rank", -1)) == rank:
+            return e
+    raise ValueError(f"plan: it holds the plan of rank(s) {[e.get('rank') for e in ranks]} only, not rank {rank}'s")
+
+
+def _pass_plan(d, rank, pass_, G):
+    P = int(d["problem"]["cp_size"])
+    mine = _rank_entry(d, rank)[pass_]
+    # A rank's own plan does not list the other ranks' sends: _any_send then reads what every rank's plan
+    # says alike (the stages' reduce_after).
+    ranks = d["ranks"] if len(d["ranks"]) == P else None
     stages_json = mine["comm"]["stages"]
     N = len(stages_json)
     stages = []
@@ -195,13 +220,13 @@ def _pass_plan(d, rank, pass_, G):
         kv_first = sum(st["kv"]["output_split_sizes"])
         qo = _coll_of(stages_json, s, "qo", P, G, rank, st["qo_recv_offset"], False)
         kv = _coll_of(stages_json, s, "kv", P, G, rank, st["kv_recv_offset"], False)
-        qo.active = _any_send(ranks, pass_, s, "qo")
-        kv.active = _any_send(ranks, pass_, s, "kv")
+        qo.active = _any_send(ranks, pass_, s, "qo", st)
+        kv.active = _any_send(ranks, pass_, s, "kv", st)
         fwds = []
         for key, off, first in (("qo_fwd", st["qo_recv_offset"], qo_first), ("kv_fwd", st["kv_recv_offset"], kv_first)):
             # A rank that neither forwards nor receives forwarded rows may have no such key, while the phase
             # carries data elsewhere: it still takes part in the collective, with empty split lists.
-            active = _any_send(ranks, pass_, s, key)
+            active = _any_send(ranks, pass_, s, key, st)
             c = _coll_of(stages_json, s, key, P, G, rank, off + first, True)
             if c is None and active:
                 c = Coll([0] * P, [0] * P, torch.zeros(0, dtype=torch.int64), 0, 0, off + first, True)

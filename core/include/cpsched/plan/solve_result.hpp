@@ -21,6 +21,7 @@ struct SolveResult {
   PlanShape shape;       // the plan's shape, resolved (N stages, relays on or off)
   PlanUses uses;         // what the solver was told of its use
   bool feasible = true;  // the solver's balance target was met
+  std::string solver;    // the solver that made it (SolvePath::Options::solver_name)
   std::string note;      // the solver's remark, for people
   Figures figures;       // the solver's named figures, for tools
   double grid_ms = 0;    // wall times of the original solve's steps
