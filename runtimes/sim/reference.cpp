@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "cpsched/base/error.hpp"
 #include "attention_kernel.hpp"
 #include "index_kernel.hpp"
 #include "lse_merge.hpp"
@@ -56,6 +57,9 @@ GlobalOutputs boolean_reference(const Problem& p, const GlobalInputs& in, int th
 }  // namespace
 
 GlobalOutputs dense_reference(const Problem& p, const GlobalInputs& in, int threads) {
+  if (p.index_summary)
+    throw Error("sim: the problem holds one rank's top-k rows (made from per-rank summaries); the reference needs "
+                "the whole index mask");
   if (p.index_mask || !p.head_masks.empty()) return boolean_reference(p, in, threads);
   GlobalOutputs out = GlobalOutputs::like(in, 0.0f, -std::numeric_limits<float>::infinity());
   const KernelShape shape{in.hq, in.hkv, in.dim, in.dim_v, in.kv_shared};

@@ -1,7 +1,5 @@
 #include "cpsched/problem/task_grid.hpp"
 
-#include "cpsched/mask/index/summary.hpp"
-
 #include <algorithm>
 #include <unordered_map>
 
@@ -9,6 +7,7 @@
 
 #include "cpsched/base/error.hpp"
 #include "cpsched/mask/index/cells.hpp"
+#include "cpsched/mask/index/summary.hpp"
 #include "cpsched/base/limits.hpp"
 #include "cpsched/base/resources.hpp"
 
@@ -187,7 +186,11 @@ void TaskGrid::build() {
 }
 
 const SelectionRows& TaskGrid::selection() const {
-  if (problem_->index_summary) return *problem_->selection_rows->made();  // this rank's rows (Problem::make)
+  if (problem_->index_summary) {  // this rank's rows (Problem::make of a summary)
+    if (!problem_->selection_rows || problem_->selection_rows->made() == nullptr)
+      throw Error("task grid: a problem of index summaries without its rank's rows (make it with Problem::make)");
+    return *problem_->selection_rows->made();
+  }
   if (!problem_->index_mask) throw Error("task grid: selection() of a grid without an index mask");
   return (problem_->selection_rows ? *problem_->selection_rows : own_selection_).get(*problem_->index_mask);
 }
