@@ -85,6 +85,18 @@ int main(int argc, char** argv) {
                  solver == "owner" ? " (the per-rank path's)" : " (the whole-tensor path's)", e.step() * 1e3,
                  e.ratio(), hw.name);
     }
+    // What the all-gather carries: a summary as Python's TopkSummary holds it (int64 arrays).
+    std::int64_t most = 0, all_bytes = 0;
+    for (const auto& sm : summaries) {
+      std::int64_t b = 4 * 8 * static_cast<std::int64_t>(sm.size()) + 2 * 8 * (static_cast<std::int64_t>(sm.size()) + 1);
+      for (const IndexCell& c : sm)
+        b += 16 * static_cast<std::int64_t>(c.rows.ranges().size() + c.cols.ranges().size());
+      most = std::max(most, b);
+      all_bytes += b;
+    }
+    fmt::print("summaries: {} bytes in all, at most {} per rank (the all-gather of the rows would move {:.0f} MiB to "
+               "every rank)\n",
+               all_bytes, most, static_cast<double>(all.size_bytes()) / (1 << 20));
     fmt::print("{:>5} {:>13} {:>10} {:>15} {:>10} {:>15}\n", "rank", "summarise ms", "plan ms", "of it build ms",
                "total ms", "whole-path ms");
     double worst_total = 0, worst_whole = 0;
