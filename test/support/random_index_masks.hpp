@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "cpsched/mask/generators.hpp"
 #include "cpsched/mask/index/index_mask.hpp"
 
 namespace cpsched::test {
@@ -57,6 +58,20 @@ inline std::shared_ptr<const IndexMask> random_block_topk(Token S, int heads, in
   m->block_k = bk;
   m->indices = IndexArray::own(std::move(data), {heads, nq, n}, "<random>");
   return m;
+}
+
+// A small dsa mask (make_index_mask) over three documents whose boundaries
+// fall inside the ranks' shards: sinks, a local window and random keys.
+inline IndexMask small_dsa(Token S, int kv_heads, int pack, Token topk, Token sink, Token local) {
+  MaskSpec spec;
+  spec.kind = MaskKind::dsa;
+  spec.topk = topk;
+  spec.sink = sink;
+  spec.local = local;
+  spec.kv_heads = kv_heads;
+  spec.pack = pack;
+  spec.lengths = {S / 2 + 11, S / 4 - 11, S - S / 2 - S / 4};
+  return make_index_mask(spec, S);
 }
 
 }  // namespace cpsched::test

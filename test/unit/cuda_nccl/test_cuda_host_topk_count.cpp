@@ -11,6 +11,7 @@
 #include "cpsched/base/error.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "host/topk_count.hpp"
+#include "index_cell_checks.hpp"
 #include "random_index_masks.hpp"
 #include "test_helpers.hpp"
 
@@ -43,17 +44,7 @@ g::TopkDims dims_of(const IndexMask& m, bool per_head) {
 
 void expect_same(const IndexMask& m, const std::vector<Range>& blocks, bool per_head) {
   const std::vector<IndexCell> want = count_index_cells(m, blocks, IndexCountOptions{per_head, 2});
-  const std::vector<IndexCell> got = g::count_topk_on_host(m.indices.span(), dims_of(m, per_head), blocks, "<random>");
-  REQUIRE(got.size() == want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    CAPTURE(i);
-    CHECK(got[i].head == want[i].head);
-    CHECK(got[i].qblock == want[i].qblock);
-    CHECK(got[i].kblock == want[i].kblock);
-    CHECK(got[i].area == want[i].area);
-    CHECK(got[i].rows == want[i].rows);
-    CHECK(got[i].cols == want[i].cols);
-  }
+  test::check_same_cells(g::count_topk_on_host(m.indices.span(), dims_of(m, per_head), blocks, "<random>"), want);
 }
 
 }  // namespace

@@ -9,24 +9,14 @@
 #include <vector>
 
 #include "cpsched/base/error.hpp"
-#include "cpsched/mask/generators.hpp"
 #include "cpsched/session/session.hpp"
+#include "random_index_masks.hpp"
 
 using namespace cpsched;
 
 namespace {
 
-IndexMask dsa(Token S, int kv_heads, int pack) {
-  MaskSpec spec;
-  spec.kind = MaskKind::dsa;
-  spec.topk = 48;
-  spec.sink = 4;
-  spec.local = 16;
-  spec.kv_heads = kv_heads;
-  spec.pack = pack;
-  spec.lengths = {S / 2 + 11, S / 4 - 11, S - S / 2 - S / 4};
-  return make_index_mask(spec, S);
-}
+IndexMask dsa(Token S, int kv_heads, int pack) { return test::small_dsa(S, kv_heads, pack, 48, 4, 16); }
 
 std::span<const std::int32_t> rows_of(const IndexMask& m, Range r) {
   const std::int64_t per = m.indices.shape[1] * m.indices.shape[2];

@@ -16,6 +16,7 @@
 #include "cpsched/mask/index/cells.hpp"
 #include "cpsched/mask/index/index_mask.hpp"
 #include "cpsched/problem/problem.hpp"
+#include "index_cell_checks.hpp"
 #include "test_helpers.hpp"
 
 using namespace cpsched;
@@ -222,16 +223,7 @@ TEST_CASE("count_index_cells matches a brute-force count; any thread count gives
           }
           CHECK(total == m.area());
           for (int t : {2, 3, 7}) {
-            const auto other = count_index_cells(m, blocks, {per_head, t});
-            REQUIRE(other.size() == got.size());
-            for (std::size_t i = 0; i < got.size(); ++i) {
-              CHECK(other[i].head == got[i].head);
-              CHECK(other[i].qblock == got[i].qblock);
-              CHECK(other[i].kblock == got[i].kblock);
-              CHECK(other[i].area == got[i].area);
-              CHECK(other[i].rows == got[i].rows);
-              CHECK(other[i].cols == got[i].cols);
-            }
+            test::check_same_cells(count_index_cells(m, blocks, {per_head, t}), got);
           }
         }
       }

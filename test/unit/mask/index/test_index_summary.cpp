@@ -10,29 +10,17 @@
 #include <vector>
 
 #include "cpsched/base/error.hpp"
-#include "cpsched/mask/generators.hpp"
 #include "cpsched/mask/index/cells.hpp"
 #include "cpsched/mask/index/summary.hpp"
 #include "cpsched/problem/problem.hpp"
+#include "index_cell_checks.hpp"
+#include "random_index_masks.hpp"
 #include "test_helpers.hpp"
 
 using namespace cpsched;
 using test::error_of;
 
 namespace {
-
-void check_same(const std::vector<IndexCell>& got, const std::vector<IndexCell>& want) {
-  REQUIRE(got.size() == want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    CAPTURE(i);
-    CHECK(got[i].head == want[i].head);
-    CHECK(got[i].qblock == want[i].qblock);
-    CHECK(got[i].kblock == want[i].kblock);
-    CHECK(got[i].area == want[i].area);
-    CHECK(got[i].rows == want[i].rows);
-    CHECK(got[i].cols == want[i].cols);
-  }
-}
 
 // Rank r's rows of `mask` as that rank holds them: a view of its slice.
 TopkRows rows_of(const IndexMask& mask, Range rows, const std::string& src) {
@@ -57,17 +45,7 @@ std::vector<IndexCell> merged_summaries(const IndexMask& mask, int P, int blocks
   return merge_index_cells(parts);
 }
 
-IndexMask dsa_mask(Token S, int kv_heads, int pack) {
-  MaskSpec spec;
-  spec.kind = MaskKind::dsa;
-  spec.topk = 96;
-  spec.sink = 8;
-  spec.local = 32;
-  spec.kv_heads = kv_heads;
-  spec.pack = pack;
-  spec.lengths = {S / 2 + 37, S / 4 - 37, S / 4};  // documents crossing the ranks' boundaries
-  return make_index_mask(spec, S);
-}
+IndexMask dsa_mask(Token S, int kv_heads, int pack) { return test::small_dsa(S, kv_heads, pack, 96, 8, 32); }
 
 }  // namespace
 
@@ -86,7 +64,7 @@ TEST_CASE("summaries of every rank's rows merge into the whole tensor's cells") 
             CAPTURE(threads);
             const IndexCountOptions o{per_head, threads};
             const Sharding sh = Sharding::sequential(S, P, bpr);
-            check_same(merged_summaries(mask, P, bpr, o), count_index_cells(mask, sh.blocks, o));
+            test::check_same_cells(merged_summaries(mask, P, bpr, o), count_index_cells(mask, sh.blocks, o));
           }
         }
       }
@@ -104,7 +82,7 @@ TEST_CASE("fine summaries coarsen to the cells of coarser shardings") {
       CAPTURE(P);
       CAPTURE(bpr);
       const Sharding c = Sharding::sequential(S, P, bpr);
-      check_same(coarsen_index_cells(fine, f.blocks, c.blocks), count_index_cells(mask, c.blocks));
+      test::check_same_cells(coarsen_index_cells(fine, f.blocks, c.blocks), count_index_cells(mask, c.blocks));
     }
   }
 }
