@@ -126,6 +126,16 @@ def _env_bool(var, default):
 
 # ---- input normalisation -------------------------------------------------------------------
 
+def _keys_array(x, name, first_dim):
+    """A host array of top-k key positions [first_dim, H_kv, k] of an integer dtype, or a ValueError."""
+    a = _host_array(x, name)
+    if a.ndim != 3:
+        raise ValueError(f"{name}: expected shape [{first_dim}, H_kv, k], got shape {a.shape}")
+    if a.dtype.kind not in "iu":
+        raise ValueError(f"{name}: expected int32 or int64 key positions, got dtype {a.dtype}")
+    return a
+
+
 def _int32_keys(a, name):
     """Key positions as C-contiguous int32 (exact), or a ValueError naming the first value outside int32 with
     its index and value as given (a uint64 2^63 is not -2^63); the C++ side reports the rest (range,
@@ -684,11 +694,7 @@ class Session:
         keys indices[i, h, :]. A torch tensor on the GPU: call .cpu() first. Not cached (a selection
         changes every step); errors name the first offending entry (docs/masks.md)."""
         causal = _bool(causal, "causal")
-        a = _host_array(indices, "indices")
-        if a.ndim != 3:
-            raise ValueError(f"indices: expected shape [S, H_kv, k], got shape {a.shape}")
-        if a.dtype.kind not in "iu":
-            raise ValueError(f"indices: expected int32 or int64 key positions, got dtype {a.dtype}")
+        a = _keys_array(indices, "indices", "S")
         S, h_kv, width = (int(x) for x in a.shape)
         o = self._s.options()
         if o["seqlen"] and S != o["seqlen"]:
@@ -738,11 +744,7 @@ class Session:
             raise ValueError("session: per-rank top-k summaries need the Session's rank (Session(..., rank=r))")
         if not o["seqlen"]:
             raise ValueError("session: per-rank top-k summaries need the Session's seqlen (S)")
-        a = _host_array(rows, "rows")
-        if a.ndim != 3:
-            raise ValueError(f"rows: expected shape [rows, H_kv, k], got shape {a.shape}")
-        if a.dtype.kind not in "iu":
-            raise ValueError(f"rows: expected int32 or int64 key positions, got dtype {a.dtype}")
+        a = _keys_array(rows, "rows", "rows")
         lo, hi = (int(x) for x in _cpsched.sharding_ranges(o["seqlen"], o["cp_size"])[o["rank"]])
         if a.shape[0] != hi - lo:
             raise ValueError(f"rows: rank {o['rank']} hosts the {hi - lo} tokens [{lo}, {hi}) of S = {o['seqlen']} "

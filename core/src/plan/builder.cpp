@@ -112,10 +112,7 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
     // One rank's index rows (per-rank ingestion): only that rank's plan, and
     // only of its own queries.
     const Range mine = a.grid->selection().queries();
-    const Rank own = a.grid->sharding().host[static_cast<std::size_t>(
-        std::lower_bound(plan.sharding.blocks.begin(), plan.sharding.blocks.end(), mine.begin,
-                         [](Range r, Token x) { return r.begin < x; }) -
-        plan.sharding.blocks.begin())];
+    const Rank own = plan.sharding.host[static_cast<std::size_t>(plan.sharding.block_of(mine.begin))];
     if (options.rank != own)
       throw Error(fmt::format("plan: the problem holds rank {}'s index rows only (per-rank summaries): build rank {}'s "
                               "plan (PlanOptions::rank), not {}",
