@@ -1,5 +1,6 @@
 // A token top-k selection as sorted rows (index_cells.hpp).
 #include <algorithm>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -49,7 +50,8 @@ void SelectionRows::build(const std::int32_t* idx, std::int64_t k, int threads) 
       offset_[h * static_cast<std::size_t>(n) + static_cast<std::size_t>(q) + 1] = c;
     }
   for (std::size_t i = 0; i < rows; ++i) offset_[i + 1] += offset_[i];
-  keys_.resize(static_cast<std::size_t>(offset_[rows]));
+  num_keys_ = offset_[rows];
+  keys_ = std::make_unique_for_overwrite<std::int32_t[]>(static_cast<std::size_t>(num_keys_));
   // At least 4096 queries per thread; each thread fills its own rows.
   const int workers =
       std::min(index_detail::resolve_threads(threads), static_cast<int>(std::min<Token>(n / 4096 + 1, 64)));
@@ -57,7 +59,7 @@ void SelectionRows::build(const std::int32_t* idx, std::int64_t k, int threads) 
     for (Token q = n * w / workers; q < n * (w + 1) / workers; ++q)
       for (std::size_t h = 0; h < H; ++h) {
         const std::int32_t* r = idx + (static_cast<std::size_t>(q) * H + h) * static_cast<std::size_t>(k);
-        std::int32_t* out = keys_.data() + offset_[h * static_cast<std::size_t>(n) + static_cast<std::size_t>(q)];
+        std::int32_t* out = keys_.get() + offset_[h * static_cast<std::size_t>(n) + static_cast<std::size_t>(q)];
         std::int32_t* o = out;
         for (std::int64_t j = 0; j < k; ++j)
           if (r[j] >= 0) *o++ = r[j];

@@ -71,11 +71,11 @@ class SelectionRows {
   int heads() const { return heads_; }
   Token seqlen() const { return seqlen_; }
   Range queries() const { return {first_, first_ + rows_}; }
-  std::int64_t keys() const { return static_cast<std::int64_t>(keys_.size()); }
+  std::int64_t keys() const { return num_keys_; }
   std::span<const std::int32_t> row(int head, Token q) const {
     if (q < first_ || q >= first_ + rows_) not_held(q);
     const auto i = static_cast<std::size_t>(head) * static_cast<std::size_t>(rows_) + static_cast<std::size_t>(q - first_);
-    return {keys_.data() + offset_[i], static_cast<std::size_t>(offset_[i + 1] - offset_[i])};
+    return {keys_.get() + offset_[i], static_cast<std::size_t>(offset_[i + 1] - offset_[i])};
   }
   // The keys of row (head, q) inside [k.begin, k.end).
   std::span<const std::int32_t> row(int head, Token q, Range k) const;
@@ -87,7 +87,10 @@ class SelectionRows {
   Token seqlen_ = 0;
   Token first_ = 0, rows_ = 0;        // the queries held: [first_, first_ + rows_)
   std::vector<std::int64_t> offset_;  // [heads * rows + 1]
-  std::vector<std::int32_t> keys_;
+  // Written whole by build(), so allocated without the zero fill (a rank's
+  // DSA rows are 32 MiB: the fill was a pass of its own).
+  std::unique_ptr<std::int32_t[]> keys_;
+  std::int64_t num_keys_ = 0;
 };
 
 // SelectionRows made once, on first use, and shared by every grid of a
