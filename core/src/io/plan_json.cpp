@@ -314,6 +314,7 @@ void pass_json(JsonOut& j, const PassPlan& p) {
   j.begin_object();
   j.key("calc");
   j.begin_object();
+  if (p.calc.deferred_index_entries > 0) j.field("deferred_index_entries", p.calc.deferred_index_entries);
   if (!p.calc.indices.empty()) {  // index masks only
     j.key("indices");
     j.list(p.calc.indices);
@@ -327,6 +328,23 @@ void pass_json(JsonOut& j, const PassPlan& p) {
   j.end_object();
   j.key("comm");
   j.begin_object();
+  // Only in plans whose index rows the executor writes: others keep their JSON byte for byte.
+  auto remote_rows_json = [&](const char* key, const std::vector<RemoteRun>& runs) {
+    if (runs.empty()) return;
+    j.key(key);
+    j.begin_array();
+    for (const RemoteRun& r : runs) {
+      j.begin_array();
+      j.value(r.tokens.begin);
+      j.value(r.tokens.end);
+      j.value(r.row);
+      j.value(r.group);
+      j.end_array();
+    }
+    j.end_array();
+  };
+  remote_rows_json("remote_kv_rows", p.comm.remote_kv_rows);
+  remote_rows_json("remote_qo_rows", p.comm.remote_qo_rows);
   j.key("stages");
   j.begin_array();
   for (const StageComm& s : p.comm.stages) {

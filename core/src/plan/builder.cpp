@@ -14,6 +14,25 @@ namespace cpsched {
 
 namespace {
 
+// Where the remote rows of rank `r` come from (CommMeta::remote_*_rows),
+// from the layout of the xfers it receives.
+void fill_remote_rows(const Assignment& a, const plan_detail::Transfers& tr, const plan_detail::XferLayout& where,
+                      Rank r, PassPlan& pass) {
+  const bool flat = a.grid->flattened();
+  for (RowKind kind : {RowKind::qo, RowKind::kv}) {
+    std::vector<RemoteRun>& out = kind == RowKind::qo ? pass.comm.remote_qo_rows : pass.comm.remote_kv_rows;
+    out.clear();
+    for (std::size_t x = tr.dst_begin[static_cast<std::size_t>(r)]; x < tr.dst_begin[static_cast<std::size_t>(r) + 1];
+         ++x) {
+      const plan_detail::Xfer& xf = tr.xfers[x];
+      if (xf.kind != kind) continue;
+      for (std::size_t i = where.begin[x]; i < where.begin[x + 1]; ++i)
+        out.push_back({where.runs[i].global, where.runs[i].off, flat ? xf.group : -1});
+    }
+    std::sort(out.begin(), out.end(), [](const RemoteRun& u, const RemoteRun& v) { return u.row < v.row; });
+  }
+}
+
 void build_pass(const Assignment& a, const plan_detail::Transfers& tr, const std::vector<int>& stage, int stages,
                 const plan_detail::RelayOptions& relay, const PlanOptions& options, std::vector<PassPlan*>& pass) {
   if (options.area_only) {
@@ -27,6 +46,9 @@ void build_pass(const Assignment& a, const plan_detail::Transfers& tr, const std
   const plan_detail::XferLayout where =
       plan_detail::layout_comm(a, tr, stage, stages, relay, pass, /*summary=*/false, options.rank);
   plan_detail::build_calc(a, tr, stage, where, stages, pass, options.index_rows, /*area_only=*/false, options.rank);
+  // The executor writes the index rows of such a plan: it needs to know where each remote key landed.
+  if (a.grid->problem().index_row_runs && options.rank >= 0)
+    fill_remote_rows(a, tr, where, options.rank, *pass[static_cast<std::size_t>(options.rank)]);
 }
 
 void check_options(const PlanOptions& o) {
@@ -111,7 +133,7 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
   if (const Problem& pr = a.grid->problem(); pr.index_summary && options.index_rows && !options.area_only) {
     // One rank's index rows (per-rank ingestion): only that rank's plan, and
     // only of its own queries.
-    const Range mine = a.grid->selection().queries();
+    const Range mine = pr.own_index_queries();
     const Rank own = plan.sharding.host[static_cast<std::size_t>(plan.sharding.block_of(mine.begin))];
     if (options.rank != own)
       throw Error(fmt::format("plan: the problem holds rank {}'s index rows only (per-rank summaries): build rank {}'s "

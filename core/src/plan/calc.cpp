@@ -1,6 +1,8 @@
 // The attention args (CalcMeta) of every rank and stage.
 #include <algorithm>
 #include <limits>
+#include <optional>
+#include <tuple>
 #include <span>
 #include <fmt/format.h>
 
@@ -139,6 +141,62 @@ void emit_index_args(const SelectionRows& sel, int head, const Cell& c, Range kb
   }
 }
 
+// The runs of a rank's row runs (TopkRowRuns) by cell: where each cell's
+// runs start in width / area.
+class RunIndex {
+ public:
+  explicit RunIndex(const TopkRowRuns& r) : r_(r) {
+    std::size_t at = 0;
+    first_.reserve(r.cells.size());
+    for (const IndexCell& c : r.cells) {
+      first_.push_back(at);
+      at += c.rows.ranges().size();
+    }
+  }
+  // The cell (head, qblock, kblock) and the index of its first run.
+  std::pair<const IndexCell*, std::size_t> find(int head, std::int32_t qblock, std::int32_t kblock) const {
+    const auto key = std::make_tuple(head, qblock, kblock);
+    const auto it = std::lower_bound(r_.cells.begin(), r_.cells.end(), key, [](const IndexCell& c, const auto& k) {
+      return std::make_tuple(c.head, c.qblock, c.kblock) < k;
+    });
+    if (it == r_.cells.end() || std::make_tuple(it->head, it->qblock, it->kblock) != key)
+      throw Error(fmt::format("plan builder (internal): the row runs have no cell (head {}, qblock {}, kblock {})",
+                              head, qblock, kblock));
+    return {&*it, first_[static_cast<std::size_t>(it - r_.cells.begin())]};
+  }
+  const TopkRowRuns& runs() const { return r_; }
+
+ private:
+  const TopkRowRuns& r_;
+  std::vector<std::size_t> first_;
+};
+
+// Index args of one task whose rows the executor writes (row runs): the
+// shapes emit_index_args gives, from the runs' widths and pairs, with the
+// pool entries counted in `entries` instead of written.
+void emit_deferred_index_args(const RunIndex& index, int head, const Cell& c, const Map& qm, const Map& km, int group,
+                              std::vector<Map::Run>& runs, std::vector<AttnArg>& out, std::int64_t& entries) {
+  if (c.rows.empty()) return;  // a head group that selects nothing in the cell, where another one does
+  const auto [cell, first] = index.find(head, c.qblock, c.kblock);
+  if (cell->rows != c.rows)
+    throw Error(fmt::format("plan builder (internal): the grid's cell (qblock {}, kblock {}) has other rows than the "
+                            "row runs' (a grid of other blocks?)",
+                            c.qblock, c.kblock));
+  const Range k = {km.row_of(c.cols.ranges().front().begin), km.row_of(c.cols.ranges().back().end - 1) + 1};
+  std::size_t at = first;
+  for (Range rows : c.rows.ranges()) {
+    if (!qm.runs(rows, runs) || runs.size() != 1)
+      throw Error(fmt::format("plan builder (internal): rows [{}, {}) are not one run of the q buffer", rows.begin,
+                              rows.end));
+    const Map::Run& run = runs.front();
+    const std::int32_t width = index.runs().width[at];
+    out.push_back(AttnArg{{run.global.begin + run.shift, run.global.end + run.shift}, k, MaskType::full, qm.buf,
+                          km.buf, group, width, entries, index.runs().area[at]});
+    entries += static_cast<std::int64_t>(rows.size()) * width;
+    ++at;
+  }
+}
+
 struct ArgSink {
   std::vector<Map::Run> qr, kr;
   std::vector<Slice> sub;
@@ -184,6 +242,7 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
     PassPlan* p = pass[r];
     p->calc.local_attn_args.clear();
     p->calc.indices.clear();
+    p->calc.deferred_index_entries = 0;
     p->calc.remote_attn_args.assign(static_cast<std::size_t>(stages), {});
   }
   std::vector<int> last_q(static_cast<std::size_t>(stages) + 1, 0), last_k = last_q;
@@ -192,6 +251,9 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
   std::vector<Map::Run> runs;
   std::vector<std::span<const std::int32_t>> spans;
   const bool index = g.index_cells();
+  const TopkRowRuns* row_runs = index && !area_only ? g.problem().index_row_runs.get() : nullptr;
+  std::optional<RunIndex> run_index;
+  if (row_runs != nullptr) run_index.emplace(*row_runs);
 
   auto map_of = [&](std::int32_t x, std::int32_t block) {
     if (x < 0) {
@@ -207,7 +269,7 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
   for (std::size_t d = 0; d + 1 < tr.rank_begin.size(); ++d) {
     CalcMeta& calc = pass[d]->calc;
     if (area_only) std::fill(stage_area.begin(), stage_area.end(), 0);
-    if (index && index_rows && !area_only && mine(d)) {
+    if (index && index_rows && !area_only && row_runs == nullptr && mine(d)) {
       std::size_t entries = 0;
       for (std::size_t i = tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i) {
         const auto t = static_cast<TaskId>(tr.task_order[i]);
@@ -239,6 +301,11 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
       const Map qm = map_of(xq, c.qblock), km = map_of(xk, c.kblock);
       const Range qb = sh.blocks[static_cast<std::size_t>(c.qblock)];
       const Range kb = sh.blocks[static_cast<std::size_t>(c.kblock)];
+      if (row_runs != nullptr) {
+        emit_deferred_index_args(*run_index, g.per_group_cells() ? grp : 0, c, qm, km, grp, runs, out,
+                                 calc.deferred_index_entries);
+        continue;
+      }
       if (index) {
         emit_index_args(g.selection(), g.per_group_cells() ? grp : 0, c, kb, qm, km, grp, runs, spans, out,
                         index_rows ? &calc.indices : nullptr);

@@ -76,8 +76,11 @@ Problem make_index_problem(std::shared_ptr<const IndexMask> mask, int cp_size, H
   return p;
 }
 
-Problem Problem::make(std::shared_ptr<const IndexSummary> summary, const TopkRows& own_rows, int cp_size, Heads heads,
-                     GridOptions grid) {
+namespace {
+
+// A problem of the ranks' gathered summary, without the rank's own part yet:
+// the summary checked against the problem's blocks and heads.
+Problem summary_problem(const std::shared_ptr<const IndexSummary>& summary, int cp_size, Heads heads, GridOptions grid) {
   if (!summary) throw Error("problem: no index summary given");
   const IndexSummary& s = *summary;
   const Token S = s.seqlen;
@@ -111,25 +114,43 @@ Problem Problem::make(std::shared_ptr<const IndexSummary> summary, const TopkRow
     total += c.area;
   }
   if (total == 0) throw Error("problem: the index summary selects no (query, key) pair: nothing to plan");
-  // This rank's rows: one rank's shard, the rows it summarised.
-  const std::string src = own_rows.indices.source.empty() ? std::string("<indices>") : own_rows.indices.source;
-  if (own_rows.seqlen != S)
-    throw Error(fmt::format("{}: the rank's rows are of a sequence of S = {} tokens, the summary's of {}", src,
-                            own_rows.seqlen, S));
-  const Range mine = own_rows.rows();
-  const Sharding ranks = Sharding::sequential(S, cp_size, 1);
+  return p;
+}
+
+// Checks that `mine` (the rows of `src`) is one rank's shard of the summary's
+// sequence.
+void check_own_shard(const IndexSummary& s, const std::string& src, Token seqlen, Range mine, int cp_size) {
+  if (seqlen != s.seqlen)
+    throw Error(fmt::format("{}: the rank's rows are of a sequence of S = {} tokens, the summary's of {}", src, seqlen,
+                            s.seqlen));
+  const Sharding ranks = Sharding::sequential(s.seqlen, cp_size, 1);
   if (std::find(ranks.blocks.begin(), ranks.blocks.end(), mine) == ranks.blocks.end())
     throw Error(fmt::format("{}: the rows [{}, {}) are not one rank's shard of S = {} over {} ranks", src, mine.begin,
-                            mine.end, S, cp_size));
+                            mine.end, s.seqlen, cp_size));
+}
+
+bool in_rows(const IndexSummary& s, const IndexCell& c, Range mine) {
+  const Range q = s.blocks[static_cast<std::size_t>(c.qblock)];
+  return q.begin >= mine.begin && q.end <= mine.end;
+}
+
+}  // namespace
+
+Problem Problem::make(std::shared_ptr<const IndexSummary> summary, const TopkRows& own_rows, int cp_size, Heads heads,
+                     GridOptions grid) {
+  Problem p = summary_problem(summary, cp_size, heads, grid);
+  const IndexSummary& s = *summary;
+  // This rank's rows: one rank's shard, the rows it summarised.
+  const std::string src = own_rows.indices.source.empty() ? std::string("<indices>") : own_rows.indices.source;
+  const Range mine = own_rows.rows();
+  check_own_shard(s, src, own_rows.seqlen, mine, cp_size);
   if (own_rows.indices.shape.size() != 3 || own_rows.indices.shape[1] != s.kv_heads)
     throw Error(fmt::format("{}: the rank's rows have shape [{}], not [rows, {} (the summary's KV heads), k]", src,
                             fmt::join(own_rows.indices.shape, ", "), s.kv_heads));
   auto rows = std::make_unique<const SelectionRows>(own_rows);
   Token mine_area = 0;
-  for (const IndexCell& c : s.cells) {
-    const Range q = s.blocks[static_cast<std::size_t>(c.qblock)];
-    if (q.begin >= mine.begin && q.end <= mine.end) mine_area += c.area;
-  }
+  for (const IndexCell& c : s.cells)
+    if (in_rows(s, c, mine)) mine_area += c.area;
   if (mine_area != rows->keys())
     throw Error(fmt::format("{}: the rank's rows [{}, {}) select {} keys but the gathered summary gives them {}: the "
                             "summary is not of these rows",
@@ -138,6 +159,65 @@ Problem Problem::make(std::shared_ptr<const IndexSummary> summary, const TopkRow
   p.selection_rows = std::make_shared<const SelectionRowsCache>(std::move(rows));
   p.validate();
   return p;
+}
+
+Problem Problem::make(std::shared_ptr<const IndexSummary> summary, std::shared_ptr<const TopkRowRuns> own_runs,
+                     int cp_size, Heads heads, GridOptions grid) {
+  Problem p = summary_problem(summary, cp_size, heads, grid);
+  if (!own_runs) throw Error("problem: no row runs given");
+  const IndexSummary& s = *summary;
+  const TopkRowRuns& r = *own_runs;
+  const std::string src = "row runs";
+  check_own_shard(s, src, r.seqlen, r.rows, cp_size);
+  if (r.kv_heads != s.kv_heads)
+    throw Error(fmt::format("{}: they select for {} KV heads, the summary for {}", src, r.kv_heads, s.kv_heads));
+  if (r.causal != s.causal)
+    throw Error(fmt::format("{}: causal is {}, the summary's {}", src, r.causal, s.causal));
+  std::size_t ranges = 0;
+  for (const IndexCell& c : r.cells) ranges += c.rows.ranges().size();
+  if (r.width.size() != ranges || r.area.size() != ranges)
+    throw Error(fmt::format("{}: {} widths and {} areas for the {} runs of their cells' rows", src, r.width.size(),
+                            r.area.size(), ranges));
+  // The runs' cells are the summary's cells of the rank's query blocks.
+  std::vector<const IndexCell*> mine;
+  for (const IndexCell& c : s.cells)
+    if (in_rows(s, c, r.rows)) mine.push_back(&c);
+  if (mine.size() != r.cells.size())
+    throw Error(fmt::format("{}: {} cells, but the summary has {} of the rank's queries [{}, {}): the summary is not "
+                            "of these rows",
+                            src, r.cells.size(), mine.size(), r.rows.begin, r.rows.end));
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    const IndexCell& a = r.cells[i];
+    const IndexCell& b = *mine[i];
+    if (a.head != b.head || a.qblock != b.qblock || a.kblock != b.kblock || a.area != b.area || a.rows != b.rows)
+      throw Error(fmt::format("{}: cell {} (head {}, qblock {}, kblock {}, {} pairs) differs from the summary's (head "
+                              "{}, qblock {}, kblock {}, {} pairs): the summary is not of these rows",
+                              src, i, a.head, a.qblock, a.kblock, a.area, b.head, b.qblock, b.kblock, b.area));
+    Token area = 0;
+    for (Range run : a.rows.ranges()) {
+      const std::int32_t w = r.width[at];
+      const Token n = r.area[at];
+      if (w < 1 || n < run.size() || n > run.size() * w)
+        throw Error(fmt::format("{}: run {} (queries [{}, {}) of cell {}) has width {} and {} pairs: each of its rows "
+                                "selects between 1 and width keys",
+                                src, at, run.begin, run.end, i, w, n));
+      area += n;
+      ++at;
+    }
+    if (area != a.area)
+      throw Error(fmt::format("{}: the runs of cell {} hold {} pairs, the cell {}", src, i, area, a.area));
+  }
+  p.index_summary = std::move(summary);
+  p.index_row_runs = std::move(own_runs);
+  p.validate();
+  return p;
+}
+
+Range Problem::own_index_queries() const {
+  if (index_row_runs) return index_row_runs->rows;
+  if (index_summary && selection_rows && selection_rows->made() != nullptr) return selection_rows->made()->queries();
+  return {};
 }
 
 }  // namespace cpsched

@@ -187,6 +187,9 @@ void TaskGrid::build() {
 
 const SelectionRows& TaskGrid::selection() const {
   if (problem_->index_summary) {  // this rank's rows (Problem::make of a summary)
+    if (problem_->index_row_runs)
+      throw Error("task grid: the problem holds its rank's row runs, not its rows: its plan's index rows are the "
+                  "executor's to write (CalcMeta::deferred_index_entries)");
     if (!problem_->selection_rows || problem_->selection_rows->made() == nullptr)
       throw Error("task grid: a problem of index summaries without its rank's rows (make it with Problem::make)");
     return *problem_->selection_rows->made();

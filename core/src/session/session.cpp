@@ -336,12 +336,13 @@ std::vector<IndexCell> Session::summarize_topk(std::span<const std::int32_t> own
   return summarize_topk_rows(t, Sharding::sequential(seqlen, o.cp_size, o.grid.blocks_per_rank).blocks);
 }
 
-const SolveResult& Session::solve_topk_summaries(const std::vector<std::vector<IndexCell>>& summaries,
-                                                 std::span<const std::int32_t> own_rows, Token seqlen, int kv_heads,
-                                                 bool causal) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const SessionOptions& o = impl_->opt;
-  const TopkRows t = own_topk_rows(o, own_rows, seqlen, kv_heads, causal);
+namespace {
+
+// The ranks' summaries (in rank order, each of its own query blocks) merged
+// into the whole mask's.
+std::shared_ptr<const IndexSummary> merged_summary(const SessionOptions& o,
+                                                   const std::vector<std::vector<IndexCell>>& summaries, Token seqlen,
+                                                   int kv_heads, bool causal) {
   if (summaries.size() != static_cast<std::size_t>(o.cp_size))
     throw Error(fmt::format("session: {} top-k summaries given for P = {} ranks (one per rank, in rank order)",
                             summaries.size(), o.cp_size));
@@ -361,7 +362,44 @@ const SolveResult& Session::solve_topk_summaries(const std::vector<std::vector<I
                                 "must come in rank order, each of its rank's own rows",
                                 r, c.qblock, c.qblock / per_rank));
   summary->cells = merge_index_cells(summaries);
-  Problem p = Problem::make(std::shared_ptr<const IndexSummary>(std::move(summary)), t, o.cp_size, o.heads, o.grid);
+  return summary;
+}
+
+}  // namespace
+
+const SolveResult& Session::solve_topk_summaries(const std::vector<std::vector<IndexCell>>& summaries,
+                                                 std::span<const std::int32_t> own_rows, Token seqlen, int kv_heads,
+                                                 bool causal) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const SessionOptions& o = impl_->opt;
+  const TopkRows t = own_topk_rows(o, own_rows, seqlen, kv_heads, causal);
+  Problem p = Problem::make(merged_summary(o, summaries, seqlen, kv_heads, causal), t, o.cp_size, o.heads, o.grid);
+  p.set_layout(Layout::fixed);
+  return impl_->solve_owner(std::make_shared<const Problem>(std::move(p)), t0);
+}
+
+TopkRowRuns Session::summarize_topk_runs(std::span<const std::int32_t> own_rows, Token seqlen, int kv_heads,
+                                         bool causal) const {
+  const SessionOptions& o = impl_->opt;
+  const TopkRows t = own_topk_rows(o, own_rows, seqlen, kv_heads, causal);
+  return cpsched::summarize_topk_runs(t, Sharding::sequential(seqlen, o.cp_size, o.grid.blocks_per_rank).blocks);
+}
+
+const SolveResult& Session::solve_topk_runs(const std::vector<std::vector<IndexCell>>& summaries, TopkRowRuns own_runs) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const SessionOptions& o = impl_->opt;
+  if (o.rank < 0)
+    throw Error("session: per-rank top-k summaries need the session's rank (SessionOptions::rank, Python rank=)");
+  if (o.seqlen > 0 && own_runs.seqlen != o.seqlen)
+    throw Error(fmt::format("session: the row runs have S = {} tokens but the session's seqlen is {}", own_runs.seqlen,
+                            o.seqlen));
+  const Range mine = Sharding::sequential(own_runs.seqlen, o.cp_size, 1).blocks.at(static_cast<std::size_t>(o.rank));
+  if (own_runs.rows != mine)
+    throw Error(fmt::format("session: the row runs are of the queries [{}, {}), rank {}'s are [{}, {})",
+                            own_runs.rows.begin, own_runs.rows.end, o.rank, mine.begin, mine.end));
+  auto summary = merged_summary(o, summaries, own_runs.seqlen, own_runs.kv_heads, own_runs.causal);
+  Problem p = Problem::make(std::move(summary), std::make_shared<const TopkRowRuns>(std::move(own_runs)), o.cp_size,
+                            o.heads, o.grid);
   p.set_layout(Layout::fixed);
   return impl_->solve_owner(std::make_shared<const Problem>(std::move(p)), t0);
 }

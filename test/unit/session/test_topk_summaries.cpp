@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cpsched/base/error.hpp"
+#include "cpsched/plan/deferred_index.hpp"
 #include "cpsched/session/session.hpp"
 #include "random_index_masks.hpp"
 
@@ -79,6 +80,118 @@ TEST_CASE("a rank's plan from the gathered summaries and its own rows is its par
     }
   }
   CHECK(checked == 2 * 2 * 2 * (2 + 3 + 4 + 8));
+}
+
+namespace {
+
+// The args of a plan from row runs are those of the plan from the rows but
+// for `k`, the cell's key hull (the arg's own is known only with its keys).
+void check_same_args_but_k(const std::vector<AttnArg>& deferred, const std::vector<AttnArg>& rows, const CalcMeta& calc) {
+  REQUIRE(deferred.size() == rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    AttnArg a = deferred[i];
+    CHECK(a.k.begin <= rows[i].k.begin);
+    CHECK(a.k.end >= rows[i].k.end);
+    a.k = rows[i].k;
+    CHECK(a == rows[i]);
+    CHECK(arg_area(rows[i], calc) == a.index_area);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a rank's plan from row runs leaves its index pool to the executor, which writes what the builder would") {
+  int checked = 0;
+  for (int P : {2, 3, 4, 8}) {
+    const Token S = Token{64} * P + 5;
+    for (int H : {1, 2}) {
+      const IndexMask mask = dsa(S, H, P + H);
+      for (int bpr : {1, 2}) {
+        for (int stages : {1, PlanShape::kAutoStages}) {
+          CAPTURE(P);
+          CAPTURE(H);
+          CAPTURE(bpr);
+          CAPTURE(stages);
+          const Sharding shards = Sharding::sequential(S, P, 1);
+          std::vector<Session> ranks;
+          std::vector<std::vector<IndexCell>> summaries;
+          std::vector<TopkRowRuns> runs;
+          for (Rank r = 0; r < P; ++r) {
+            ranks.emplace_back(options(P, bpr, stages, "balanced_bytes", r));
+            const auto own = rows_of(mask, shards.blocks[static_cast<std::size_t>(r)]);
+            summaries.push_back(ranks.back().summarize_topk(own, S, H));
+            runs.push_back(ranks.back().summarize_topk_runs(own, S, H));
+            CHECK(runs.back().cells == summaries.back());
+          }
+          for (Rank r = 0; r < P; ++r) {
+            CAPTURE(r);
+            const Range mine = shards.blocks[static_cast<std::size_t>(r)];
+            Session by_rows(options(P, bpr, stages, "balanced_bytes", r));
+            by_rows.solve_topk_summaries(summaries, rows_of(mask, mine), S, H);
+            Session& by_runs = ranks[static_cast<std::size_t>(r)];
+            by_runs.solve_topk_runs(summaries, runs[static_cast<std::size_t>(r)]);
+            CHECK(by_runs.plan().only_rank == r);
+            CHECK(by_runs.assignment().rank == by_rows.assignment().rank);
+            CHECK(by_runs.metrics().fwd.total_send == by_rows.metrics().fwd.total_send);
+            TopkRows own;
+            own.seqlen = S;
+            own.first_row = mine.begin;
+            own.indices = IndexArray::view(rows_of(mask, mine), {mine.size(), H, mask.indices.shape[2]}, "own");
+            for (Pass pass : {Pass::fwd, Pass::bwd}) {
+              const PassPlan& d = pass_plan(by_runs.plan().ranks[static_cast<std::size_t>(r)], pass);
+              const PassPlan& w = pass_plan(by_rows.plan().ranks[static_cast<std::size_t>(r)], pass);
+              CHECK(d.calc.indices.empty());
+              CHECK(d.calc.deferred_index_entries == static_cast<std::int64_t>(w.calc.indices.size()));
+              check_same_args_but_k(d.calc.local_attn_args, w.calc.local_attn_args, w.calc);
+              REQUIRE(d.calc.remote_attn_args.size() == w.calc.remote_attn_args.size());
+              for (std::size_t st = 0; st < w.calc.remote_attn_args.size(); ++st)
+                check_same_args_but_k(d.calc.remote_attn_args[st], w.calc.remote_attn_args[st], w.calc);
+              CHECK(d.comm.stages == w.comm.stages);
+              Token kv_rows = 0;
+              for (const StageComm& st : d.comm.stages) kv_rows += st.num_remote_kv_tokens;
+              Token listed = 0;
+              for (const RemoteRun& x : d.comm.remote_kv_rows) listed += x.tokens.size();
+              CHECK(listed == kv_rows);
+              CHECK(write_deferred_index_rows(d, by_runs.plan().sharding, r, own) == w.calc.indices);
+            }
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  CHECK(checked == 2 * 2 * 2 * (2 + 3 + 4 + 8));
+}
+
+TEST_CASE("row runs that are not of the summarised rows are refused by name") {
+  const int P = 4;
+  const Token S = 256;
+  const IndexMask mask = dsa(S, 1, 3);
+  const Sharding shards = Sharding::sequential(S, P, 1);
+  std::vector<Session> ranks;
+  std::vector<std::vector<IndexCell>> summaries;
+  for (Rank r = 0; r < P; ++r) {
+    ranks.emplace_back(options(P, 1, 1, "balanced_bytes", r));
+    summaries.push_back(ranks.back().summarize_topk(rows_of(mask, shards.blocks[static_cast<std::size_t>(r)]), S, 1));
+  }
+  Session& one = ranks[1];
+  const TopkRowRuns good = one.summarize_topk_runs(rows_of(mask, shards.blocks[1]), S, 1);
+  CHECK_THROWS_WITH_AS(one.solve_topk_runs(summaries, ranks[2].summarize_topk_runs(rows_of(mask, shards.blocks[2]), S, 1)),
+                       "session: the row runs are of the queries [128, 192), rank 1's are [64, 128)", Error);
+  TopkRowRuns wide = good;
+  wide.width[0] = 0;
+  CHECK_THROWS_WITH_AS(one.solve_topk_runs(summaries, wide),
+                       doctest::Contains("row runs: run 0 (queries [64, "), Error);
+  TopkRowRuns short_runs = good;
+  short_runs.area.pop_back();
+  CHECK_THROWS_WITH_AS(one.solve_topk_runs(summaries, short_runs),
+                       doctest::Contains("areas for the"), Error);
+  std::vector<std::vector<IndexCell>> other = summaries;
+  other[1] = summaries[2];
+  for (IndexCell& c : other[1]) c.qblock = 1;
+  CHECK_THROWS_WITH_AS(one.solve_topk_runs(other, good), doctest::Contains("the summary is not of these rows"), Error);
+  one.solve_topk_runs(summaries, good);
+  CHECK(one.plan().ranks[1].fwd.calc.deferred_index_entries > 0);
 }
 
 TEST_CASE("per-rank summaries: a session without a rank, wrong counts, order or rows are refused by name") {

@@ -115,6 +115,14 @@ struct CalcMeta {
   std::vector<AttnArg> local_attn_args;                  // stage 0: local buffers only
   std::vector<std::vector<AttnArg>> remote_attn_args;    // [s-1]: args of remote stage s = 1..N
   std::vector<std::int32_t> indices;                     // the index args' rows (empty for range masks)
+  // > 0: the index args' rows are the executor's to write (a rank's plan
+  // from top-k row runs, problem.hpp), into a pool of this many entries;
+  // `indices` is then empty. An arg's rows are what the builder would have
+  // written: per query row, its selected keys inside the arg's key block in
+  // ascending order as k-buffer rows (CommMeta::remote_kv_rows says where a
+  // remote key landed), -1 padded to index_width; `k` is the hull of the
+  // cell's keys rather than of the arg's own.
+  std::int64_t deferred_index_entries = 0;
   friend bool operator==(const CalcMeta&, const CalcMeta&) = default;
 };
 
@@ -145,8 +153,23 @@ struct StageComm {
   friend bool operator==(const StageComm&, const StageComm&) = default;
 };
 
+// Rows [row, row + tokens.size()) of a rank's remote buffer of one kind hold
+// the global tokens `tokens` of head group `group` (-1: all heads).
+struct RemoteRun {
+  Range tokens;
+  Token row = 0;
+  int group = -1;
+  friend bool operator==(const RemoteRun&, const RemoteRun&) = default;
+};
+
 struct CommMeta {
   std::vector<StageComm> stages;  // [s-1]: remote stage s = 1..N
+  // Where the rank's remote QO / KV rows come from, sorted by row: filled in
+  // plans whose index rows the executor writes (CalcMeta::
+  // deferred_index_entries), which maps keys to k-buffer rows with it;
+  // empty otherwise (the splits say it only together with the senders').
+  std::vector<RemoteRun> remote_qo_rows;
+  std::vector<RemoteRun> remote_kv_rows;
   friend bool operator==(const CommMeta&, const CommMeta&) = default;
 };
 

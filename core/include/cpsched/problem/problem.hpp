@@ -110,6 +110,13 @@ struct Problem {
   // rank's plan can be built, of placements that compute every query on its
   // host (owner's).
   std::shared_ptr<const IndexSummary> index_summary;
+  // With a summary: this rank's row runs instead of its rows (Problem::make
+  // of row runs). Its plan's index args then have their shapes but the
+  // executor writes their rows (CalcMeta::deferred_index_entries).
+  std::shared_ptr<const TopkRowRuns> index_row_runs;
+  // The queries whose index rows this problem holds (rows or row runs of a
+  // summary's rank); empty for a whole mask.
+  Range own_index_queries() const;
   bool index_topk() const { return index_mask != nullptr || index_summary != nullptr; }
   // Per KV head range masks (block selections of several heads, converted by
   // block_selection_masks): head group g of a flattened grid uses
@@ -151,6 +158,11 @@ struct Problem {
   // selected pairs); errors name what differs.
   static Problem make(std::shared_ptr<const IndexSummary> summary, const TopkRows& own_rows, int cp_size, Heads heads,
                       GridOptions grid = {});
+  // The same from this rank's row runs (summarize_topk_runs) instead of its
+  // rows: the rank's plan leaves its index pool to the executor. Checks the
+  // runs' cells against the summary's cells of the rank's query blocks.
+  static Problem make(std::shared_ptr<const IndexSummary> summary, std::shared_ptr<const TopkRowRuns> own_runs,
+                      int cp_size, Heads heads, GridOptions grid = {});
 };
 
 // Computed pairs of each query chunk [i c, min(S, (i + 1) c)) over every

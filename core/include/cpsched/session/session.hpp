@@ -133,6 +133,14 @@ class Session {
   const SolveResult& solve_topk_summaries(const std::vector<std::vector<IndexCell>>& summaries,
                                           std::span<const std::int32_t> own_rows, Token seqlen, int kv_heads,
                                           bool causal = true);
+  // The same without the rows on the host: the rank's row runs
+  // (summarize_topk_runs, or the same counted where the rows live, e.g. on
+  // a device) instead. The plan's index args have their shapes and the
+  // executor writes their rows (CalcMeta::deferred_index_entries, with
+  // CommMeta::remote_kv_rows to find the keys that arrived).
+  TopkRowRuns summarize_topk_runs(std::span<const std::int32_t> own_rows, Token seqlen, int kv_heads,
+                                  bool causal = true) const;
+  const SolveResult& solve_topk_runs(const std::vector<std::vector<IndexCell>>& summaries, TopkRowRuns own_runs);
   // The config's mask, range or index kind, built with located errors
   // (make_problem): what `cpsched plan` and `cpsched run` solve. A Session
   // built from a Config; else an error.

@@ -23,6 +23,7 @@ struct IndexCell {
   Token area = 0;      // selected (query, key) pairs
   RangeSet rows;       // query tokens with any selected key in the cell (global)
   RangeSet cols;       // distinct selected keys in the cell (global)
+  friend bool operator==(const IndexCell&, const IndexCell&) = default;
 };
 
 struct IndexCountOptions {

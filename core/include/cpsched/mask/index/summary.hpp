@@ -39,6 +39,30 @@ struct IndexSummary {
   std::vector<IndexCell> cells;   // merge_index_cells of the ranks' summaries, counted per head
 };
 
+// One rank's own cells (its summary) with, per run of each cell's rows (a
+// range of cells[i].rows: consecutive queries that select keys in the cell),
+// the keys of the run's widest row inside the cell and the run's pairs. That
+// is all a rank's index args are (plan.hpp: one arg per run, its rows padded
+// to the widest) short of the keys themselves, so a plan made from the
+// gathered summaries and these (Problem::make of row runs) leaves writing its
+// index pool to the executor, which remaps the rank's rows where they live
+// (cpsched.torch does it on the device): the host never reads the rank's
+// S/P x k keys.
+struct TopkRowRuns {
+  Token seqlen = 0;
+  int kv_heads = 1;
+  bool causal = true;
+  Range rows;                       // the rank's queries (one rank's shard)
+  std::vector<IndexCell> cells;     // summarize_topk_rows of the rank's rows
+  std::vector<std::int32_t> width;  // per run: cells in order, each cell's rows.ranges() in order
+  std::vector<Token> area;          // per run: selected pairs
+  std::size_t runs() const { return width.size(); }
+};
+
+// summarize_topk_rows of `rows`, and each run's widest row and pairs (the
+// same validation and errors).
+TopkRowRuns summarize_topk_runs(const TopkRows& rows, const std::vector<Range>& blocks, IndexCountOptions options = {});
+
 // The cells of the query blocks that `rows` covers, equal to those cells of
 // count_index_cells over the whole mask (same order: head, qblock, kblock).
 // `blocks` tile [0, S); the rows must start and end on block boundaries (a
