@@ -25,7 +25,7 @@ from . import _cpsched
 __version__ = _cpsched.__version__
 
 __all__ = [
-    "Session", "Result", "TopkSummary", "CalcMeta", "CommMeta", "StageComm", "GroupCollectiveArg", "AttnArgs",
+    "Session", "Result", "TopkSummary", "TopkRowRuns", "CalcMeta", "CommMeta", "StageComm", "GroupCollectiveArg", "AttnArgs",
     "plugins", "plugin_problems", "run", "mask_from_config", "MASK_TYPES", "__version__",
 ]
 
@@ -176,6 +176,27 @@ class TopkSummary:
 
     def __repr__(self):
         return f"TopkSummary(rank={self.rank}, cells={len(self.arrays[0])}, {self.nbytes} bytes)"
+
+
+class TopkRowRuns:
+    """One rank's top-k rows as what its index args need, without the keys (Session.summarize_topk_runs, or
+    cpsched.torch.summarize_topk on the rows' device): `summary`, the rank's TopkSummary (what the ranks
+    all-gather), and per range of its cells' rows (a run of queries that select keys in a cell, cells in
+    order) the widest row's keys in the cell (`width`) and the run's selected pairs (`area`), int64 arrays.
+    Session.solve_topk_runs plans from them; the plan's index rows are then the executor's to write."""
+
+    __slots__ = ("summary", "width", "area", "kv_heads", "causal")
+
+    def __init__(self, summary, width, area, kv_heads, causal=True):
+        self.summary = summary
+        self.width = np.ascontiguousarray(width, dtype=np.int64)
+        self.area = np.ascontiguousarray(area, dtype=np.int64)
+        self.kv_heads = int(kv_heads)
+        self.causal = bool(causal)
+
+    def __repr__(self):
+        return (f"TopkRowRuns(rank={self.summary.rank}, cells={len(self.summary.arrays[0])}, "
+                f"runs={len(self.width)})")
 
 
 def _host_array(x, name):
@@ -725,6 +746,32 @@ class Session:
         whatever the Session's solver: a rank holds only its own queries' indices). Nothing of size S x k
         crosses between ranks. Not cached."""
         a = self._own_rows(rows, causal)
+        self._check_summaries(summaries)
+        return Result(self._s.solve_topk_summaries([x.arrays for x in summaries], a, causal))
+
+    def summarize_topk_runs(self, rows, causal=True):
+        """This rank's TopkRowRuns of its own top-k rows (as summarize_topk, plus per run of each cell's rows
+        its widest row and pairs), counted on the host; cpsched.torch.summarize_topk counts the same on the
+        rows' device."""
+        a = self._own_rows(rows, causal)
+        cells, width, area = self._s.summarize_topk_runs(a, causal)
+        return TopkRowRuns(TopkSummary(self._s.options()["rank"], cells), width, area, a.shape[1], causal)
+
+    def solve_topk_runs(self, summaries, runs):
+        """This rank's plan of a top-k mask from every rank's TopkSummary (in rank order) and its own
+        TopkRowRuns: as solve_topk_summaries, but the host never reads the rank's keys. The plan's index args
+        have their shapes; their rows are the executor's to write (calc `deferred_index_entries`, comm
+        `remote_kv_rows`; cpsched.torch does it on the device, docs/plan_format.md). Not cached."""
+        o = self._s.options()
+        if o["rank"] is None:
+            raise ValueError("session: per-rank top-k summaries need the Session's rank (Session(..., rank=r))")
+        if not isinstance(runs, TopkRowRuns):
+            raise ValueError(f"runs: expected a TopkRowRuns (Session.summarize_topk_runs), got {type(runs).__name__}")
+        self._check_summaries(summaries)
+        return Result(self._s.solve_topk_runs([x.arrays for x in summaries], runs.summary.arrays, runs.width,
+                                              runs.area, runs.kv_heads, runs.causal))
+
+    def _check_summaries(self, summaries):
         P = self._s.options()["cp_size"]
         if not isinstance(summaries, (list, tuple)) or len(summaries) != P:
             n = len(summaries) if isinstance(summaries, (list, tuple)) else type(summaries).__name__
@@ -735,7 +782,6 @@ class Session:
                                  f"{type(x).__name__}")
             if x.rank != r:
                 raise ValueError(f"summaries[{r}]: it is rank {x.rank}'s summary; the list must be in rank order")
-        return Result(self._s.solve_topk_summaries([x.arrays for x in summaries], a, causal))
 
     def _own_rows(self, rows, causal):
         _bool(causal, "causal")

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <memory>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -346,6 +347,72 @@ class AsyncSolve {
 
 // A Session behind a mutex: the C++ Session is not thread safe, and with the
 // GIL released two Python threads could otherwise enter the same one.
+namespace {
+
+// A summary crosses to Python as five int64 arrays: cells [n, 4] (head,
+// qblock, kblock, area), row_offsets [n + 1] into rows [m, 2] (global token
+// ranges), and col_offsets [n + 1] into cols [m', 2]; the Python side wraps
+// them (cpsched.TopkSummary, picklable for an all-gather).
+nb::tuple cells_to_numpy(const std::vector<IndexCell>& cells) {
+  std::vector<Token> head(cells.size() * 4), roff{0}, coff{0}, rr, cr;
+  for (std::size_t i = 0; i < cells.size(); ++i) {
+    const IndexCell& c = cells[i];
+    head[4 * i] = c.head;
+    head[4 * i + 1] = c.qblock;
+    head[4 * i + 2] = c.kblock;
+    head[4 * i + 3] = c.area;
+    for (Range r : c.rows.ranges()) rr.insert(rr.end(), {r.begin, r.end});
+    for (Range r : c.cols.ranges()) cr.insert(cr.end(), {r.begin, r.end});
+    roff.push_back(static_cast<Token>(rr.size() / 2));
+    coff.push_back(static_cast<Token>(cr.size() / 2));
+  }
+  const std::size_t n = cells.size(), nr = rr.size() / 2, nc = cr.size() / 2;
+  return nb::make_tuple(numpy_from(std::move(head), n, 4), numpy_from(std::move(roff), n + 1, 0),
+                        numpy_from(std::move(rr), nr, 2), numpy_from(std::move(coff), n + 1, 0),
+                        numpy_from(std::move(cr), nc, 2));
+}
+
+// The cells of one summary's five arrays; errors start with `where`.
+std::vector<IndexCell> cells_from(const nb::tuple& t, const std::string& where) {
+  auto fail = [&](const std::string& what) { return Error(where + what); };
+  if (t.size() != 5) throw fail("expected the 5 arrays of Session.summarize_topk");
+  const auto cells = nb::cast<Int64Rows>(t[0]), rr = nb::cast<Int64Rows>(t[2]), cr = nb::cast<Int64Rows>(t[4]);
+  const auto roff = nb::cast<Int64Vec>(t[1]), coff = nb::cast<Int64Vec>(t[3]);
+  const std::size_t n = cells.shape(0);
+  if (cells.shape(1) != 4 || roff.shape(0) != n + 1 || coff.shape(0) != n + 1 || rr.shape(1) != 2 || cr.shape(1) != 2)
+    throw fail("the arrays' shapes do not fit together (cells [n, 4], offsets [n + 1], ranges [m, 2])");
+  auto ranges = [&](const Int64Vec& off, const Int64Rows& r, std::size_t i, const char* name) {
+    const std::int64_t a = off.data()[i], b = off.data()[i + 1];
+    if (a < 0 || b < a || static_cast<std::size_t>(b) > r.shape(0))
+      throw fail(std::string(name) + " offsets [" + std::to_string(a) + ", " + std::to_string(b) + ") of cell " +
+                 std::to_string(i) + " are outside its " + std::to_string(r.shape(0)) + " ranges");
+    std::vector<Range> v;
+    for (std::int64_t x = a; x < b; ++x) v.push_back({r.data()[2 * x], r.data()[2 * x + 1]});
+    return RangeSet(std::move(v));
+  };
+  std::vector<IndexCell> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    IndexCell& c = out[i];
+    const std::int64_t* x = cells.data() + 4 * i;
+    c.head = static_cast<int>(x[0]);
+    c.qblock = static_cast<std::int32_t>(x[1]);
+    c.kblock = static_cast<std::int32_t>(x[2]);
+    c.area = x[3];
+    c.rows = ranges(roff, rr, i, "rows");
+    c.cols = ranges(coff, cr, i, "cols");
+  }
+  return out;
+}
+
+std::vector<std::vector<IndexCell>> summaries_from(const std::vector<nb::tuple>& summaries) {
+  std::vector<std::vector<IndexCell>> parts(summaries.size());
+  for (std::size_t s = 0; s < summaries.size(); ++s)
+    parts[s] = cells_from(summaries[s], "summaries[" + std::to_string(s) + "]: ");
+  return parts;
+}
+
+}  // namespace
+
 class PySession {
  public:
   explicit PySession(SessionOptions o) : session_(std::make_unique<Session>(std::move(o))) { init_info(); }
@@ -420,62 +487,59 @@ class PySession {
       std::lock_guard<std::mutex> lock(mu_);
       cells = session_->summarize_topk({rows.data(), rows.size()}, S, static_cast<int>(rows.shape(1)), causal);
     }
-    std::vector<Token> head(cells.size() * 4), roff{0}, coff{0}, rr, cr;
-    for (std::size_t i = 0; i < cells.size(); ++i) {
-      const IndexCell& c = cells[i];
-      head[4 * i] = c.head;
-      head[4 * i + 1] = c.qblock;
-      head[4 * i + 2] = c.kblock;
-      head[4 * i + 3] = c.area;
-      for (Range r : c.rows.ranges()) rr.insert(rr.end(), {r.begin, r.end});
-      for (Range r : c.cols.ranges()) cr.insert(cr.end(), {r.begin, r.end});
-      roff.push_back(static_cast<Token>(rr.size() / 2));
-      coff.push_back(static_cast<Token>(cr.size() / 2));
+    return cells_to_numpy(cells);
+  }
+
+  // A rank's row runs: its summary's five arrays, then width [m] and area
+  // [m] per range of the summary's rows (cpsched.TopkRowRuns).
+  nb::tuple summarize_topk_runs(const Int32Rows3& rows, bool causal) {
+    const Token S = session_->options().seqlen;
+    TopkRowRuns runs;
+    {
+      nb::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mu_);
+      runs = session_->summarize_topk_runs({rows.data(), rows.size()}, S, static_cast<int>(rows.shape(1)), causal);
     }
-    const std::size_t n = cells.size(), nr = rr.size() / 2, nc = cr.size() / 2;
-    return nb::make_tuple(numpy_from(std::move(head), n, 4), numpy_from(std::move(roff), n + 1, 0),
-                          numpy_from(std::move(rr), nr, 2), numpy_from(std::move(coff), n + 1, 0),
-                          numpy_from(std::move(cr), nc, 2));
+    std::vector<Token> width(runs.width.begin(), runs.width.end());
+    const std::size_t m = width.size();
+    return nb::make_tuple(cells_to_numpy(runs.cells), numpy_from(std::move(width), m, 0),
+                          numpy_from(std::move(runs.area), m, 0));
   }
 
   Result solve_topk_summaries(const std::vector<nb::tuple>& summaries, const Int32Rows3& rows, bool causal) {
-    std::vector<std::vector<IndexCell>> parts(summaries.size());
-    for (std::size_t s = 0; s < summaries.size(); ++s) {
-      const nb::tuple& t = summaries[s];
-      auto where = [&](const std::string& what) { return "summaries[" + std::to_string(s) + "]: " + what; };
-      if (t.size() != 5) throw Error(where("expected the 5 arrays of Session.summarize_topk"));
-      const auto cells = nb::cast<Int64Rows>(t[0]), rr = nb::cast<Int64Rows>(t[2]), cr = nb::cast<Int64Rows>(t[4]);
-      const auto roff = nb::cast<Int64Vec>(t[1]), coff = nb::cast<Int64Vec>(t[3]);
-      const std::size_t n = cells.shape(0);
-      if (cells.shape(1) != 4 || roff.shape(0) != n + 1 || coff.shape(0) != n + 1 || rr.shape(1) != 2 ||
-          cr.shape(1) != 2)
-        throw Error(where("the arrays' shapes do not fit together (cells [n, 4], offsets [n + 1], ranges [m, 2])"));
-      auto ranges = [&](const Int64Vec& off, const Int64Rows& r, std::size_t i, const char* name) {
-        const std::int64_t a = off.data()[i], b = off.data()[i + 1];
-        if (a < 0 || b < a || static_cast<std::size_t>(b) > r.shape(0))
-          throw Error(where(std::string(name) + " offsets [" + std::to_string(a) + ", " + std::to_string(b) +
-                            ") of cell " + std::to_string(i) + " are outside its " + std::to_string(r.shape(0)) +
-                            " ranges"));
-        std::vector<Range> v;
-        for (std::int64_t x = a; x < b; ++x) v.push_back({r.data()[2 * x], r.data()[2 * x + 1]});
-        return RangeSet(std::move(v));
-      };
-      parts[s].resize(n);
-      for (std::size_t i = 0; i < n; ++i) {
-        IndexCell& c = parts[s][i];
-        const std::int64_t* x = cells.data() + 4 * i;
-        c.head = static_cast<int>(x[0]);
-        c.qblock = static_cast<std::int32_t>(x[1]);
-        c.kblock = static_cast<std::int32_t>(x[2]);
-        c.area = x[3];
-        c.rows = ranges(roff, rr, i, "rows");
-        c.cols = ranges(coff, cr, i, "cols");
-      }
-    }
+    std::vector<std::vector<IndexCell>> parts = summaries_from(summaries);
     const Token S = session_->options().seqlen;
     nb::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(mu_);
     session_->solve_topk_summaries(parts, {rows.data(), rows.size()}, S, static_cast<int>(rows.shape(1)), causal);
+    return last();
+  }
+
+  Result solve_topk_runs(const std::vector<nb::tuple>& summaries, const nb::tuple& own, const Int64Vec& width,
+                         const Int64Vec& area, int kv_heads, bool causal) {
+    std::vector<std::vector<IndexCell>> parts = summaries_from(summaries);
+    const SessionOptions& o = session_->options();
+    if (o.rank < 0)
+      throw Error("session: per-rank top-k summaries need the session's rank (SessionOptions::rank, Python rank=)");
+    TopkRowRuns runs;
+    runs.seqlen = o.seqlen;
+    runs.kv_heads = kv_heads;
+    runs.causal = causal;
+    runs.rows = Sharding::sequential(o.seqlen, o.cp_size, 1).blocks.at(static_cast<std::size_t>(o.rank));
+    runs.cells = cells_from(own, "runs: ");
+    if (width.shape(0) != area.shape(0))
+      throw Error("runs: width has " + std::to_string(width.shape(0)) + " entries, area " +
+                  std::to_string(area.shape(0)));
+    for (std::size_t i = 0; i < width.shape(0); ++i) {
+      const std::int64_t w = width.data()[i];
+      if (w < 0 || w > std::numeric_limits<std::int32_t>::max())
+        throw Error("runs: width[" + std::to_string(i) + "] = " + std::to_string(w) + " is outside [0, 2^31)");
+      runs.width.push_back(static_cast<std::int32_t>(w));
+      runs.area.push_back(area.data()[i]);
+    }
+    nb::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    session_->solve_topk_runs(parts, std::move(runs));
     return last();
   }
 
@@ -757,6 +821,9 @@ NB_MODULE(_cpsched, m) {
       .def("solve_topk", &PySession::solve_topk, "indices"_a, "causal"_a = true)
       .def("summarize_topk", &PySession::summarize_topk, "rows"_a, "causal"_a = true)
       .def("solve_topk_summaries", &PySession::solve_topk_summaries, "summaries"_a, "rows"_a, "causal"_a = true)
+      .def("summarize_topk_runs", &PySession::summarize_topk_runs, "rows"_a, "causal"_a = true)
+      .def("solve_topk_runs", &PySession::solve_topk_runs, "summaries"_a, "own"_a, "width"_a, "area"_a,
+           "kv_heads"_a, "causal"_a = true)
       .def("options", &PySession::options)
       .def("cache_stats", &PySession::cache_stats);
 

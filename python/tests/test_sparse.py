@@ -115,3 +115,46 @@ def test_per_rank_summaries_refuse_what_does_not_fit_by_name():
         other = idx[lo:hi].copy()
         other[-1, 0, :] = -1  # the last query selects nothing now
         sessions[1].solve_topk_summaries(summaries, other)
+
+
+@pytest.mark.parametrize("P,heads,bpr", [(2, 1, 1), (3, 2, 1), (4, 1, 2)])
+def test_row_runs_plan_the_summaries_plan_and_leave_the_index_rows_to_the_executor(P, heads, bpr):
+    S = 32 * P + 3
+    idx = causal_topk(S, heads, 6, seed=P + 7)
+    ranges = cpsched._cpsched.sharding_ranges(S, P)
+    sessions = rank_sessions(P, S, blocks_per_rank=bpr)
+    runs = [s.summarize_topk_runs(idx[lo:hi]) for s, (lo, hi) in zip(sessions, ranges)]
+    summaries = [s.summarize_topk(idx[lo:hi]) for s, (lo, hi) in zip(sessions, ranges)]
+    for r in range(P):
+        assert all(np.array_equal(a, b) for a, b in zip(runs[r].summary.arrays, summaries[r].arrays))
+        assert len(runs[r].width) == len(runs[r].summary.arrays[2]) == len(runs[r].area)
+    for r, (lo, hi) in enumerate(ranges):
+        by_rows = json.loads(rank_sessions(P, S, blocks_per_rank=bpr)[r].solve_topk_summaries(summaries, idx[lo:hi])
+                             .to_json())["ranks"][0]
+        by_runs = json.loads(sessions[r].solve_topk_runs([x.summary for x in runs], runs[r]).to_json())["ranks"][0]
+        for p in ("fwd", "bwd"):
+            a, b = by_runs[p], by_rows[p]
+            assert "indices" not in a["calc"]
+            assert a["calc"]["deferred_index_entries"] == len(b["calc"]["indices"])
+            strip = lambda lst: [{k: v for k, v in x.items() if k != "k"} for x in lst]  # noqa: E731
+            assert strip(a["calc"]["local_attn_args"]) == strip(b["calc"]["local_attn_args"])
+            assert [strip(x) for x in a["calc"]["remote_attn_args"]] == [strip(x) for x in b["calc"]["remote_attn_args"]]
+            assert a["comm"]["stages"] == b["comm"]["stages"]
+            kv = sum(st["num_remote_kv_tokens"] for st in a["comm"]["stages"])
+            assert sum(e - b_ for b_, e, _, _ in a["comm"].get("remote_kv_rows", [])) == kv
+
+
+def test_row_runs_that_do_not_fit_are_refused_by_name():
+    P, S = 4, 64
+    idx = causal_topk(S, 1, 4)
+    sessions = rank_sessions(P, S)
+    ranges = cpsched._cpsched.sharding_ranges(S, P)
+    runs = [s.summarize_topk_runs(idx[lo:hi]) for s, (lo, hi) in zip(sessions, ranges)]
+    summaries = [x.summary for x in runs]
+    with pytest.raises(ValueError, match=r"runs: expected a TopkRowRuns"):
+        sessions[1].solve_topk_runs(summaries, summaries[1])
+    with pytest.raises(ValueError, match=r"row runs: .* the summary is not of these rows"):
+        sessions[1].solve_topk_runs(summaries, runs[2])
+    bad = cpsched.TopkRowRuns(runs[1].summary, runs[1].width[:-1], runs[1].area[:-1], 1)
+    with pytest.raises(ValueError, match=r"widths and .* areas for the .* runs"):
+        sessions[1].solve_topk_runs(summaries, bad)
