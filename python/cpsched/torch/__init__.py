@@ -23,7 +23,8 @@ from ._exec import Comm  # noqa: E402
 from ._kernels import NullBackend, TorchBackend  # noqa: E402
 from ._module import DistAttention, ingest_topk, remap_topk  # noqa: E402
 from ._plan import Layout, TorchPlan  # noqa: E402
+from ._topk import summarize_topk, write_index_rows  # noqa: E402
 
 __all__ = ["attention", "DistAttention", "dispatch", "undispatch", "layout_of", "prepare", "TorchPlan", "Layout",
-           "ingest_topk", "remap_topk", "TorchBackend", "FlashBackend", "FlexBackend", "NullBackend", "Comm", "flash_available",
+           "ingest_topk", "remap_topk", "summarize_topk", "write_index_rows", "TorchBackend", "FlashBackend", "FlexBackend", "NullBackend", "Comm", "flash_available",
            "flex_available", "check_inputs"]

@@ -279,6 +279,8 @@ def attention(q, k, v, plan, group=None, backend="auto", return_lse=False, *, la
         try:
             tp = prepare(plan, rank)
             err = check_inputs(tp, q, k, v, size, rank, bname, layout)
+            if err is None and isinstance(q, torch.Tensor):
+                err = tp.index_rows_missing(q.device)
             if err is None:
                 be = make_backend(backend, q.device, q.dtype, tp)
         except ValueError as e:

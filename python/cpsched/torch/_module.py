@@ -9,6 +9,7 @@ import torch.distributed as dist
 from .. import Mask, _ranges, _types
 from ._api import _group_info, attention, prepare
 from ._plan import TorchPlan
+from ._topk import summarize_topk, write_index_rows
 
 
 def remap_topk(tp, full, device):
@@ -78,11 +79,14 @@ def ingest_topk(indices, session, group=None, causal=True, check_peers=None, rem
 
     `indices`: int32 / int64 [rows, H_kv, k] on any device, -1 padded, global key positions; the rank's rows
     of the sequential layout. `gather` says what the ranks exchange:
-      * "summaries": each rank summarises its own rows (`Session.summarize_topk`: per cell of its query blocks
-        the selected pairs, rows and distinct keys, kilobytes), one all_gather_object exchanges them, and each
-        rank plans its own part from them and its rows (`Session.solve_topk_summaries`): nothing of size
-        S x k crosses, every query stays on its host (owner's placement), and the plan's index pool already
-        holds the rank's selections in its k-buffer rows. Needs the Session's rank (Session(..., rank=r)).
+      * "summaries": each rank summarises its own rows (per cell of its query blocks the selected pairs, rows
+        and distinct keys, kilobytes), one all_gather_object exchanges them, and each rank plans its own part
+        from them: nothing of size S x k crosses, every query stays on its host (owner's placement). With
+        `remap="device"` (its default) the summary and each run's widest row are counted with torch ops on
+        the indices' device (`summarize_topk`), the host plans from them alone (`Session.solve_topk_runs`)
+        and the plan's index rows are written on the device (`write_index_rows`): the host never reads the
+        keys. `"plan"` copies the rows to the host, which summarises them and writes the plan's index pool
+        (`Session.summarize_topk` / `solve_topk_summaries`). Needs the Session's rank (Session(..., rank=r)).
       * "indices": every rank all-gathers the index tensors and solves the same deterministic plan with the
         Session's solver (`Session.solve_topk`); `remap="device"` (its default) then remaps the rank's rows
         into its k-buffer rows with torch ops on the indices' device, `"plan"` takes the plan's pool.
@@ -93,12 +97,9 @@ def ingest_topk(indices, session, group=None, causal=True, check_peers=None, rem
     if gather not in ("summaries", "indices"):
         raise ValueError(f"gather: expected 'auto', 'summaries' or 'indices', got {gather!r}")
     if remap is None:
-        remap = "plan" if gather == "summaries" else "device"
+        remap = "device"
     if remap not in ("device", "plan"):
         raise ValueError(f"remap: expected 'device' or 'plan', got {remap!r}")
-    if gather == "summaries" and remap == "device":
-        raise ValueError("remap: 'device' needs every rank's plan (gather='indices'); a plan from summaries is "
-                         "this rank's part, whose pool the C++ builder already remapped (remap='plan')")
     P = session.options["cp_size"]
     g, rank, size, bname = _group_info(group, P)
     err = None
@@ -124,7 +125,7 @@ def ingest_topk(indices, session, group=None, causal=True, check_peers=None, rem
                 err = (f"session: the Session plans for rank {session.options.get('rank')}, this process is rank "
                        f"{rank} of the group (Session(..., rank=group rank) for per-rank summaries)")
     if gather == "summaries":
-        return _ingest_summaries(indices, session, g, rank, size, causal, err)
+        return _ingest_summaries(indices, session, g, rank, size, causal, err, remap == "device")
     if check_peers is None:
         check_peers = bname == "gloo"
     if check_peers and g is not None and size > 1:
@@ -161,15 +162,20 @@ def ingest_topk(indices, session, group=None, causal=True, check_peers=None, rem
     return tp
 
 
-def _ingest_summaries(indices, session, g, rank, size, causal, err):
+def _ingest_summaries(indices, session, g, rank, size, causal, err, on_device):
     """ingest_topk's per-rank path: summarise, exchange the summaries (or each rank's error: one collective,
-    so a rejected rank stops every rank), plan this rank's part."""
-    rows = None
+    so a rejected rank stops every rank), plan this rank's part (on_device: from its row runs counted where
+    the indices are, then write the plan's index rows there)."""
+    rows = runs = xs = None
     summary = None
     if err is None:
         try:
-            rows = indices.detach().cpu().contiguous().numpy()
-            summary = session.summarize_topk(rows, causal=causal)
+            if on_device:
+                runs, xs = summarize_topk(indices.detach(), session, causal)
+                summary = runs.summary
+            else:
+                rows = indices.detach().cpu().contiguous().numpy()
+                summary = session.summarize_topk(rows, causal=causal)
         except ValueError as e:
             err = str(e)
     mine = ("error", err) if err else ("summary", summary)
@@ -184,8 +190,12 @@ def _ingest_summaries(indices, session, g, rank, size, causal, err):
     if bad:
         raise ValueError(f"rank(s) {bad} of the group rejected their top-k rows ({got[bad[0]][1]}); rank {rank} "
                          f"stopped before any collective of the plan")
-    result = session.solve_topk_summaries([x for _, x in got], rows, causal=causal)
-    return prepare(result, rank)
+    if not on_device:
+        return prepare(session.solve_topk_summaries([x for _, x in got], rows, causal=causal), rank)
+    tp = prepare(session.solve_topk_runs([x for _, x in got], runs), rank)
+    dp = tp.on(indices.device)
+    dp.fwd.indices, dp.bwd.indices = write_index_rows(tp, xs)
+    return tp
 
 
 class DistAttention(torch.nn.Module):

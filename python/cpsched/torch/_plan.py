@@ -254,6 +254,11 @@ def _pass_plan(d, rank, pass_, G):
     indices = torch.tensor(pool, dtype=torch.int64) if pool else None
     pp = PassPlan(stage0, remote, qo_total, kv_total, indices)
     pp.stages_comm = stages
+    # A plan from top-k row runs: the index rows are written from the rank's rows where they live
+    # (_topk.write_index_rows), with the remote rows' tokens the plan lists.
+    pp.deferred_entries = int(calc.get("deferred_index_entries", 0))
+    pp.remote_rows = {kind: _remote_runs(mine["comm"].get(f"remote_{kind}_rows", []), total)
+                      for kind, total in (("qo", qo_total), ("kv", kv_total))}
     # reduce(t) sends back every stage s2 whose *_reduce_after is t (the same on every rank)
     red = {}
     for s2, st in enumerate(stages, start=1):
@@ -269,6 +274,21 @@ def _pass_plan(d, rank, pass_, G):
             red.setdefault(st.kv_after, []).append((s2, "kv"))
     pp.reduces = red
     return pp
+
+
+def _remote_runs(runs, total):
+    """(global token, head group) of each row of a remote buffer of `total` rows from the plan's runs
+    [[begin, end, row, group], ...] (CommMeta::remote_*_rows); None when the plan lists none."""
+    if not runs:
+        return None
+    g_all = np.full(total, -1, dtype=np.int64)
+    h_all = np.full(total, -1, dtype=np.int64)
+    for b, e, row, grp in runs:
+        if not (0 <= row and row + (e - b) <= total):
+            raise ValueError(f"plan: remote rows [{row}, {row + e - b}) are outside the buffer's {total} rows")
+        g_all[row:row + e - b] = np.arange(b, e, dtype=np.int64)
+        h_all[row:row + e - b] = grp
+    return torch.from_numpy(g_all), torch.from_numpy(h_all)
 
 
 def _remote_row_globals(d, rank, pass_, layout):
@@ -355,6 +375,9 @@ class TorchPlan:
         if self.index_mask is not None:  # what a device-side remap of top-k rows needs (remap_topk)
             for pp, name in ((self.fwd, "fwd"), (self.bwd, "bwd")):
                 pp.row_global = _remote_row_globals(d, self.rank, name, self.layout)
+        self.blocks_per_rank = int(pr.get("blocks_per_rank", 1))
+        # the index rows are the executor's to write (a plan from top-k row runs: cpsched.torch.ingest_topk)
+        self.deferred = self.fwd.deferred_entries > 0 or self.bwd.deferred_entries > 0
         # some rank forwards rows in some stage (the plan was built with relays and they carry data)
         self.relays = any(c is not None and c.active for pp in (self.fwd, self.bwd) for st in pp.stages_comm
                           for c in (st.qo_fwd, st.kv_fwd))
@@ -383,6 +406,18 @@ class TorchPlan:
             dp = _DevicePlan(self, torch.device(device))
             self._devices[key] = dp
         return dp
+
+    def index_rows_missing(self, device):
+        """An error text when the plan's index rows are the executor's to write and none were written for
+        `device` (cpsched.torch.ingest_topk writes them where the indices are), else None."""
+        if not self.deferred:
+            return None
+        dp = self._devices.get(str(device))
+        if dp is None or (self.fwd.deferred_entries and dp.fwd.indices is None) or \
+                (self.bwd.deferred_entries and dp.bwd.indices is None):
+            return (f"plan: its index rows are written from the rank's top-k rows on their device "
+                    f"(cpsched.torch.ingest_topk), and none were written on {device}")
+        return None
 
     def __repr__(self):
         return (f"<cpsched.torch.TorchPlan rank {self.rank} of P={self.cp_size} S={self.seqlen} "
