@@ -163,17 +163,33 @@ TEST_CASE("a rank's plan from row runs leaves its index pool to the executor, wh
   CHECK(checked == 2 * 2 * 2 * (2 + 3 + 4 + 8));
 }
 
-TEST_CASE("row runs that are not of the summarised rows are refused by name") {
-  const int P = 4;
-  const Token S = 256;
-  const IndexMask mask = dsa(S, 1, 3);
-  const Sharding shards = Sharding::sequential(S, P, 1);
+namespace {
+
+// Four ranks of one small DSA mask, each with its session and summary.
+struct FourRanks {
+  static constexpr int P = 4;
+  static constexpr Token S = 256;
+  IndexMask mask = dsa(S, 1, 3);
+  Sharding shards = Sharding::sequential(S, P, 1);
   std::vector<Session> ranks;
   std::vector<std::vector<IndexCell>> summaries;
-  for (Rank r = 0; r < P; ++r) {
-    ranks.emplace_back(options(P, 1, 1, "balanced_bytes", r));
-    summaries.push_back(ranks.back().summarize_topk(rows_of(mask, shards.blocks[static_cast<std::size_t>(r)]), S, 1));
+  FourRanks() {
+    for (Rank r = 0; r < P; ++r) {
+      ranks.emplace_back(options(P, 1, 1, "balanced_bytes", r));
+      summaries.push_back(ranks.back().summarize_topk(rows_of(mask, shards.blocks[static_cast<std::size_t>(r)]), S, 1));
+    }
   }
+};
+
+}  // namespace
+
+TEST_CASE("row runs that are not of the summarised rows are refused by name") {
+  FourRanks f;
+  const Token S = FourRanks::S;
+  const IndexMask& mask = f.mask;
+  const Sharding& shards = f.shards;
+  std::vector<Session>& ranks = f.ranks;
+  const std::vector<std::vector<IndexCell>>& summaries = f.summaries;
   Session& one = ranks[1];
   const TopkRowRuns good = one.summarize_topk_runs(rows_of(mask, shards.blocks[1]), S, 1);
   CHECK_THROWS_WITH_AS(one.solve_topk_runs(summaries, ranks[2].summarize_topk_runs(rows_of(mask, shards.blocks[2]), S, 1)),
@@ -195,16 +211,13 @@ TEST_CASE("row runs that are not of the summarised rows are refused by name") {
 }
 
 TEST_CASE("per-rank summaries: a session without a rank, wrong counts, order or rows are refused by name") {
-  const int P = 4;
-  const Token S = 256;
-  const IndexMask mask = dsa(S, 1, 3);
-  const Sharding shards = Sharding::sequential(S, P, 1);
-  std::vector<Session> ranks;
-  std::vector<std::vector<IndexCell>> summaries;
-  for (Rank r = 0; r < P; ++r) {
-    ranks.emplace_back(options(P, 1, 1, "balanced_bytes", r));
-    summaries.push_back(ranks.back().summarize_topk(rows_of(mask, shards.blocks[static_cast<std::size_t>(r)]), S, 1));
-  }
+  FourRanks f;
+  const int P = FourRanks::P;
+  const Token S = FourRanks::S;
+  const IndexMask& mask = f.mask;
+  const Sharding& shards = f.shards;
+  std::vector<Session>& ranks = f.ranks;
+  const std::vector<std::vector<IndexCell>>& summaries = f.summaries;
   const auto own = rows_of(mask, shards.blocks[1]);
   Session& one = ranks[1];
 
