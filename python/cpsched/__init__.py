@@ -540,15 +540,22 @@ class Result:
             self._metrics = self._r.metrics()
         return self._metrics
 
-    def to_json(self, indent=None, solve_ms=None):
+    def index_rows(self, rank, pass_="fwd"):
+        """The index pool of `rank`'s pass (the plan JSON's `indices`) as an int32 array; empty for range
+        masks and for plans whose index rows the executor writes."""
+        return self._r.index_rows(self._rank(rank), _pass(pass_))
+
+    def to_json(self, indent=None, solve_ms=None, tasks=True, index_rows=True):
         """The plan JSON (format cpsched-plan/1), byte for byte what `cpsched plan -o` writes for the
-        same plan. `solve_ms` replaces the measured solver time (e.g. to compare two exports)."""
+        same plan. `solve_ms` replaces the measured solver time (e.g. to compare two exports). `tasks` and
+        `index_rows` False leave out the per-task list and the index pools (see index_rows())."""
         if solve_ms is not None:
             if isinstance(solve_ms, (bool, np.bool_)) or not isinstance(solve_ms, (int, float, np.integer, np.floating)) \
                     or not np.isfinite(solve_ms):
                 raise ValueError(f"solve_ms: expected a finite number of milliseconds or None, got {solve_ms!r}")
             solve_ms = float(solve_ms)
-        return self._r.to_json(-1 if indent is None else _int(indent, "indent", 0, 64), solve_ms)
+        return self._r.to_json(-1 if indent is None else _int(indent, "indent", 0, 64), solve_ms,
+                               _bool(tasks, "tasks"), _bool(index_rows, "index_rows"))
 
     def write_svg(self, path, groups=None, title=None, max_groups=None):
         """Draws the Q x KV grid coloured by computing rank (as `cpsched plan --svg`); returns the path."""

@@ -274,6 +274,12 @@ class Result {
     return d;
   }
 
+  // A rank's index pool of one pass (int32; empty for range masks), without a trip through JSON.
+  nb::object index_rows(Rank r, const std::string& p) const {
+    const auto& pool = pass(r, p).calc.indices;
+    return numpy_from(std::vector<std::int32_t>(pool.begin(), pool.end()), pool.size(), 0);
+  }
+
   nb::list comm_meta(Rank r, const std::string& p) const {
     nb::list stages;
     for (const StageComm& s : pass(r, p).comm.stages) stages.append(to_py(s));
@@ -284,8 +290,10 @@ class Result {
   // The solver that made this plan: the session's, or owner's for per-rank top-k summaries.
   std::string solver() const { return plan_->solver.empty() ? info_->solver : plan_->solver; }
 
-  std::string to_json(int indent, std::optional<double> solve_ms) const {
+  std::string to_json(int indent, std::optional<double> solve_ms, bool tasks, bool index_rows) const {
     PlanExport e;
+    e.include_tasks = tasks;
+    e.include_index_rows = index_rows;
     e.assignment = plan_->assignment.get();
     e.metrics = &plan_->metrics;
     e.plan = plan_->plan.get();
@@ -722,7 +730,9 @@ NB_MODULE(_cpsched, m) {
       .def("calc_meta", &Result::calc_meta, "rank"_a, "pass_"_a = "fwd")
       .def("comm_meta", &Result::comm_meta, "rank"_a, "pass_"_a = "fwd")
       .def("metrics", &Result::metrics)
-      .def("to_json", &Result::to_json, "indent"_a = -1, "solve_ms"_a = nb::none())
+      .def("to_json", &Result::to_json, "indent"_a = -1, "solve_ms"_a = nb::none(), "tasks"_a = true,
+           "index_rows"_a = true)
+      .def("index_rows", &Result::index_rows, "rank"_a, "pass_"_a = "fwd")
       .def("write_svg", &Result::write_svg, "path"_a, "groups"_a = std::vector<int>{}, "title"_a = "",
            "max_groups"_a = 0)
       .def("validate", &Result::validate)

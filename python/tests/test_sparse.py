@@ -158,3 +158,19 @@ def test_row_runs_that_do_not_fit_are_refused_by_name():
     bad = cpsched.TopkRowRuns(runs[1].summary, runs[1].width[:-1], runs[1].area[:-1], 1)
     with pytest.raises(ValueError, match=r"widths and .* areas for the .* runs"):
         sessions[1].solve_topk_runs(summaries, bad)
+
+
+def test_index_rows_come_as_arrays_and_the_json_can_leave_them_and_the_tasks_out():
+    r = session().solve_topk(causal_topk(96, 2, 6))
+    full = json.loads(r.to_json())
+    lean = json.loads(r.to_json(tasks=False, index_rows=False))
+    assert "tasks" in full and "tasks" not in lean
+    for rank in range(4):
+        for p in ("fwd", "bwd"):
+            pool = r.index_rows(rank, p)
+            assert pool.dtype == np.int32 and pool.tolist() == full["ranks"][rank][p]["calc"]["indices"]
+            assert "indices" not in lean["ranks"][rank][p]["calc"]
+            calc = {k: v for k, v in full["ranks"][rank][p]["calc"].items() if k != "indices"}
+            assert lean["ranks"][rank][p]["calc"] == calc
+    with pytest.raises(ValueError, match="index_rows"):
+        r.to_json(index_rows="no")

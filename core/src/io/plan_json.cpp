@@ -310,12 +310,12 @@ void collective_json(JsonOut& j, const GroupCollectiveArg& g) {
   j.end_object();
 }
 
-void pass_json(JsonOut& j, const PassPlan& p) {
+void pass_json(JsonOut& j, const PassPlan& p, bool index_rows) {
   j.begin_object();
   j.key("calc");
   j.begin_object();
   if (p.calc.deferred_index_entries > 0) j.field("deferred_index_entries", p.calc.deferred_index_entries);
-  if (!p.calc.indices.empty()) {  // index masks only
+  if (index_rows && !p.calc.indices.empty()) {  // index masks only
     j.key("indices");
     j.list(p.calc.indices);
   }
@@ -396,9 +396,9 @@ void write_plan_json(std::ostream& out, const PlanExport& e, int indent) {
       if (e.plan->only_rank >= 0 && r != static_cast<std::size_t>(e.plan->only_rank)) continue;
       j.begin_object();
       j.key("bwd");
-      pass_json(j, e.plan->ranks[r].bwd);
+      pass_json(j, e.plan->ranks[r].bwd, e.include_index_rows);
       j.key("fwd");
-      pass_json(j, e.plan->ranks[r].fwd);
+      pass_json(j, e.plan->ranks[r].fwd, e.include_index_rows);
       j.field("rank", r);
       j.end_object();
     }

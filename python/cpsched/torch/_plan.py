@@ -205,7 +205,7 @@ def _rank_entry(d, rank):
     raise ValueError(f"plan: it holds the plan of rank(s) {[e.get('rank') for e in ranks]} only, not rank {rank}'s")
 
 
-def _pass_plan(d, rank, pass_, G):
+def _pass_plan(d, rank, pass_, G, pool=None):
     P = int(d["problem"]["cp_size"])
     mine = _rank_entry(d, rank)[pass_]
     # A rank's own plan does not list the other ranks' sends: _any_send then reads what every rank's plan
@@ -250,8 +250,11 @@ def _pass_plan(d, rank, pass_, G):
     remote = [_args_of(lst) for lst in calc["remote_attn_args"]]
     if len(remote) != N:
         raise ValueError(f"plan: {pass_} of rank {rank} has {len(remote)} remote arg lists for {N} stages")
-    pool = calc.get("indices")
-    indices = torch.tensor(pool, dtype=torch.int64) if pool else None
+    if pool is None:  # from the JSON (a plan given as text)
+        pool = calc.get("indices")
+        indices = torch.tensor(pool, dtype=torch.int64) if pool else None
+    else:
+        indices = torch.from_numpy(pool.astype(np.int64)) if len(pool) else None
     pp = PassPlan(stage0, remote, qo_total, kv_total, indices)
     pp.stages_comm = stages
     # A plan from top-k row runs: the index rows are written from the rank's rows where they live
@@ -342,7 +345,9 @@ class TorchPlan:
     `TorchPlan(result, rank)` (or let `cpsched.torch.attention` cache it) and pass it per call."""
 
     def __init__(self, result, rank, *, plan_json=None):
-        d = plan_json if plan_json is not None else json.loads(result.to_json())
+        # A Result's JSON without the per-task list and the index pools: this rank's pools come as arrays
+        # (a DSA layer's are millions of entries per rank, which JSON would spend seconds on).
+        d = plan_json if plan_json is not None else json.loads(result.to_json(tasks=False, index_rows=False))
         self.result = result  # keeps the Result (and its plugins) alive while the plan is in use
         self.solver = d.get("solver", {}).get("name", "?")
         pr = d["problem"]
@@ -370,8 +375,10 @@ class TorchPlan:
         m = d["metrics"]
         self.metrics = {p: {"send": list(m[p]["send"]), "recv": list(m[p]["recv"]),
                             "total_send": m[p]["total_send"]} for p in ("fwd", "bwd")}
-        self.fwd = _pass_plan(d, self.rank, "fwd", self.G)
-        self.bwd = _pass_plan(d, self.rank, "bwd", self.G)
+        pools = (None, None) if plan_json is not None else (result.index_rows(self.rank, "fwd"),
+                                                             result.index_rows(self.rank, "bwd"))
+        self.fwd = _pass_plan(d, self.rank, "fwd", self.G, pools[0])
+        self.bwd = _pass_plan(d, self.rank, "bwd", self.G, pools[1])
         if self.index_mask is not None:  # what a device-side remap of top-k rows needs (remap_topk)
             for pp, name in ((self.fwd, "fwd"), (self.bwd, "bwd")):
                 pp.row_global = _remote_row_globals(d, self.rank, name, self.layout)

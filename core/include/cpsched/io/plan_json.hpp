@@ -22,6 +22,10 @@ struct PlanExport {
   bool feasible = true;                    // the solver's balance target was met
   std::string note;                        // the solver's remark
   bool include_tasks = true;               // the "tasks" list (one entry per task)
+  // The index args' pools ("indices"): false for a reader that takes them
+  // another way (a rank's own, as an array: the pools of a DSA layer are
+  // millions of entries per rank).
+  bool include_index_rows = true;
 };
 
 // indent < 0: compact, one line. Throws cpsched::Error when a required pointer is null.
