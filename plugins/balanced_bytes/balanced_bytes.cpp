@@ -178,6 +178,20 @@ TimeObjective time_objective(const TimePrices& tp, const TaskGrid& grid, double 
   return to;
 }
 
+TimeObjective full_search_objective(const SolveInput& in, const TaskGrid& grid, double spread) {
+  TimeObjective to = time_objective(*in.time_prices(), grid, spread);
+  const bool across = grid.problem().layout == Layout::fixed && grid.cp_size() > to.nodes.gpus_per_node;
+  to.coupled = across;
+  if (!across) return to;
+  // Relays as the plans priced may have them: plan.relay on, or auto (priced
+  // with and without), on the hardware's nodes (the only ones the search's
+  // model of relays knows).
+  const PlanShape& s = in.shape();
+  const int node = s.node_size >= 2 ? s.node_size : to.nodes.gpus_per_node;
+  to.relays = (s.auto_relay() || s.relay == PlanShape::Relay::on) && node == to.nodes.gpus_per_node;
+  return to;
+}
+
 std::vector<MemberResult> BalancedBytes::solve_members(const SolveInput& in, std::vector<std::string>& skipped,
                                                        SolvedMembers solved) const {
   std::vector<MemberResult> out;
@@ -217,7 +231,7 @@ Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>
   const double bottleneck_weight = bottleneck ? 1e3 : opt_.bottleneck_weight;
   const std::int64_t total = search_budget(opt_, grid.num_tasks());
   std::optional<TimeObjective> to;
-  if (time) to = time_objective(*in.time_prices(), grid, opt_.spread);
+  if (time) to = full_search_objective(in, grid, opt_.spread);
 
   // The starts: placements of the portfolio's members on this grid. On a
   // member's own grid (time mode) the member's placement is priced as it is
@@ -514,7 +528,7 @@ Candidate BalancedBytes::bytes_mode_candidate(const SolveInput& in, const std::v
   c.origin = "bytes:" + c.origin;
   // Its predicted step, by the same model as the others.
   const ByteModel model(*in.grid(), 1.0, 1.0);
-  const TimeObjective to = time_objective(*in.time_prices(), *in.grid(), opt_.spread);
+  const TimeObjective to = full_search_objective(in, *in.grid(), opt_.spread);
   c.predicted_s = State(model, c.rank, balance_cap(*in.grid(), opt_.mu), 0.0, &to).max_rank_time();
   return c;
 }
