@@ -51,6 +51,7 @@ State::State(const ByteModel& model, const std::vector<Rank>& start, std::int64_
   if (time_) sec_.assign(P, RankSeconds{});
   relay_ = time_ && to_.relays && to_.nodes.gpus_per_node >= 2 && P_ > to_.nodes.gpus_per_node;
   coupled_ = time_ && to_.coupled;
+  if (coupled_ || relay_) rank_mark_.assign(P, 0);
   if (relay_) {
     const int nodes = node_of(P_ - 1) + 1;
     node_cnt_.reset(static_cast<std::size_t>(model.num_segments()), G_, nodes, expected);
@@ -201,7 +202,7 @@ double State::part(const RankSeconds& x, int i) {
 
 double State::coupled_now() const {
   double mx[4];
-  for (int i = 0; i < 4; ++i) mx[i] = P_ > 0 ? part(effective(part_tree_[i].best()), i) : 0.0;
+  for (int i = 0; i < 4; ++i) mx[i] = part_max_[i].max();
   return coupled_step(mx);
 }
 
@@ -241,7 +242,7 @@ void State::refresh_top() {
   if (!coupled_) return;
   for (int i = 0; i < 4; ++i) {
     for (Rank r = 0; r < P_; ++r) v[static_cast<std::size_t>(r)] = part(effective(r), i);
-    part_tree_[i].reset(v);
+    part_max_[i].reset(v, relay_ ? to_.nodes.gpus_per_node : 1);
   }
 }
 
@@ -497,7 +498,7 @@ void State::general_touch_move(TaskId t, Rank a, Rank b) {
       if (!top_deferred_) top_tree_.set(r, v);
     }
     if (coupled_ && !top_deferred_)
-      for (int i = 0; i < 4; ++i) part_tree_[i].set(r, part(x, i));
+      for (int i = 0; i < 4; ++i) part_max_[i].set(r, part(x, i));
   };
   for (Rank r : {a, b, in.qhost, in.khost}) refresh(r);
   for (int n : dirty_nodes_)
@@ -576,20 +577,15 @@ double State::general_time_delta(TaskId t, Rank a, Rank b) const {
       if (x.first == n) return true;
     return false;
   };
+  // rank_mark_: 1 + the rank's index in d_ranks_ (0: no change of its own).
+  for (std::size_t i = 0; i < d_ranks_.size(); ++i)
+    rank_mark_[static_cast<std::size_t>(d_ranks_[i].rank)] = static_cast<std::int32_t>(i + 1);
   double mx = 0.0, dsum = 0.0;
   double pmx[4] = {0, 0, 0, 0};
-  auto eval = [&](Rank r) {
-    const int n = node_of(r);
-    RankSeconds own = sec_[static_cast<std::size_t>(r)];
-    for (const Touched& x : d_ranks_)
-      if (x.rank == r) own += x.d;
-    RankSeconds x = own;
-    if (relay_) {
-      RankSeconds pool = pool_[static_cast<std::size_t>(n)];
-      for (const auto& d : d_pools_)
-        if (d.first == n) pool += d.second;
-      x = with_pool(r, own, pool);
-    }
+  auto eval = [&](Rank r, const RankSeconds* pool) {
+    RankSeconds x = sec_[static_cast<std::size_t>(r)];
+    if (const std::int32_t i = rank_mark_[static_cast<std::size_t>(r)]; i > 0) x += d_ranks_[static_cast<std::size_t>(i - 1)].d;
+    if (relay_) x = with_pool(r, x, pool ? *pool : pool_[static_cast<std::size_t>(node_of(r))]);
     const double v = x.time();
     mx = std::max(mx, v);
     if (coupled_)
@@ -597,25 +593,28 @@ double State::general_time_delta(TaskId t, Rank a, Rank b) const {
     dsum += v - rank_time_[static_cast<std::size_t>(r)];
   };
   for (const Touched& x : d_ranks_)
-    if (!dirty(node_of(x.rank))) eval(x.rank);
-  for (const auto& x : d_pools_)
-    for (Rank r = node_begin(x.first); r < node_end(x.first); ++r) eval(r);
-  auto touched = [&](Rank r) {
-    bool hit = relay_ && dirty(node_of(r));
-    for (const Touched& x : d_ranks_) hit = hit || x.rank == r;
-    return hit;
+    if (!dirty(node_of(x.rank))) eval(x.rank, nullptr);
+  for (const auto& x : d_pools_) {
+    RankSeconds pool = pool_[static_cast<std::size_t>(x.first)];
+    pool += x.second;
+    for (Rank r = node_begin(x.first); r < node_end(x.first); ++r) eval(r, &pool);
+  }
+  auto touched = [&](Rank r) { return (relay_ && dirty(node_of(r))) || rank_mark_[static_cast<std::size_t>(r)] != 0; };
+  auto unmark = [&] {
+    for (const Touched& x : d_ranks_) rank_mark_[static_cast<std::size_t>(x.rank)] = 0;
   };
   if (coupled_) {
-    for (int i = 0; i < 4; ++i) {
-      // (The largest rank is rarely touched: then it is the largest untouched.)
-      const Rank top = part_tree_[i].best();
-      const Rank r = touched(top) ? part_tree_[i].best_unless(touched) : top;
-      if (r >= 0) pmx[i] = std::max(pmx[i], part(effective(r), i));
-    }
+    // The largest untouched value of each part: groups are nodes with relays
+    // (whole nodes are touched), single ranks without.
+    auto skip_group = [&](int k) { return relay_ && dirty(k); };
+    auto skip_rank = [&](Rank r) { return rank_mark_[static_cast<std::size_t>(r)] != 0; };
+    for (int i = 0; i < 4; ++i) pmx[i] = std::max(pmx[i], part_max_[i].max_unless(skip_group, skip_rank));
+    unmark();
     return 1e9 * ((coupled_step(pmx) - coupled_now()) + to_.spread * dsum / P_);
   }
   const Rank top = top_tree_.best();
   const Rank r = touched(top) ? top_tree_.best_unless(touched) : top;
+  unmark();
   if (r >= 0) mx = std::max(mx, rank_time_[static_cast<std::size_t>(r)]);
   return 1e9 * ((mx - max_rank_time()) + to_.spread * dsum / P_);
 }

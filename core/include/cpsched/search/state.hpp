@@ -41,7 +41,7 @@
 // (remote_r = compute_r - local_r), which a placement cannot lower by
 // loading one rank's ports and another's compute. This is the prediction
 // (max_rank_time) and the objective's first term; the four maxima are kept in
-// tournament trees like the slowest ranks.
+// tournament trees over the nodes' maxima (grouped_max.hpp).
 #include <algorithm>
 #include <cstdint>
 #include <functional>
@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "cpsched/search/byte_model.hpp"
+#include "cpsched/search/grouped_max.hpp"
 #include "cpsched/timing/node_map.hpp"
 #include "cpsched/search/rank_tree.hpp"
 #include "cpsched/search/segment_counts.hpp"
@@ -234,7 +235,8 @@ class State {
   // either, moves and deltas take the general path (general_*).
   bool relay_ = false;
   bool coupled_ = false;
-  RankTree<double, std::greater<>> part_tree_[4];  // coupled: over part(i) of every rank
+  GroupedMax part_max_[4];                // coupled: part(i) of every rank, grouped by node with relays
+  mutable std::vector<std::int32_t> rank_mark_;  // general deltas: 1 + a rank's index in d_ranks_, else 0
   SegmentCounts node_cnt_, node_sum_;     // (segment, node, group): holders there, sum of their ranks mod 2^16
   std::vector<RankSeconds> pool_;         // per node: relayed seconds its ranks share
   std::vector<double> rank_time_;         // per rank: rank_time (kept with every move by the general path)
