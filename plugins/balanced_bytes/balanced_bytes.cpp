@@ -39,6 +39,11 @@ constexpr TaskId kMemberGridSearchTasks = 400000;
 // The time objective's default effort (move evaluations per solve up to 256 tasks).
 constexpr std::int64_t kTimeEffort = 10000;
 
+// Priced evaluations per task of a repair under the coupled step, before the
+// per-rank model takes over.
+constexpr std::int64_t kCoupledRepairPerTask = 8;
+constexpr std::int64_t kCoupledRepairMax = 32768;
+
 // plan.stages auto: candidates are priced at 1 stage, the kAutoFinalists
 // fastest at kAutoStages, the fastest of all then at each of kStageChoices:
 // doubling stages hide more with more of them, up to the per-stage latencies
@@ -178,6 +183,21 @@ TimeObjective time_objective(const TimePrices& tp, const TaskGrid& grid, double 
   return to;
 }
 
+TimeObjective full_search_objective(const SolveInput& in, const TaskGrid& grid, double spread, TaskId priced_tasks) {
+  TimeObjective to = time_objective(*in.time_prices(), grid, spread);
+  const bool across = grid.problem().layout == Layout::fixed && grid.cp_size() > to.nodes.gpus_per_node &&
+                      grid.num_tasks() <= priced_tasks;
+  to.coupled = across;
+  if (!across) return to;
+  // Relays as the plans priced may have them: plan.relay on, or auto (priced
+  // with and without), on the hardware's nodes (the only ones the search's
+  // model of relays knows).
+  const PlanShape& s = in.shape();
+  const int node = s.node_size >= 2 ? s.node_size : to.nodes.gpus_per_node;
+  to.relays = (s.auto_relay() || s.relay == PlanShape::Relay::on) && node == to.nodes.gpus_per_node;
+  return to;
+}
+
 std::vector<MemberResult> BalancedBytes::solve_members(const SolveInput& in, std::vector<std::string>& skipped,
                                                        SolvedMembers solved) const {
   std::vector<MemberResult> out;
@@ -217,7 +237,7 @@ Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>
   const double bottleneck_weight = bottleneck ? 1e3 : opt_.bottleneck_weight;
   const std::int64_t total = search_budget(opt_, grid.num_tasks());
   std::optional<TimeObjective> to;
-  if (time) to = time_objective(*in.time_prices(), grid, opt_.spread);
+  if (time) to = full_search_objective(in, grid, opt_.spread, opt_.member_max_tasks);
 
   // The starts: placements of the portfolio's members on this grid. On a
   // member's own grid (time mode) the member's placement is priced as it is
@@ -259,7 +279,22 @@ Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>
     raw[i] = {starts[i].origin, std::move(starts[i].rank), st->excess(), st->objective(), in.grid()};
     if (time) raw[i].predicted_s = st->max_rank_time();
     Budget budget{total / static_cast<std::int64_t>(2 * ns)};
-    repair(*st, budget);
+    if (to && to->coupled) {
+      // The coupled step prices the repair where it is short (document masks:
+      // 1-3 evaluations per task at P = 64); a long one (one causal sequence
+      // from its owners: up to 40 per task) goes on with the per-rank model,
+      // whose evaluations cost a fraction (docs/bounds.md#the-fixed-layout).
+      if (!repair_priced(*st, budget, std::min(kCoupledRepairMax, kCoupledRepairPerTask * grid.num_tasks())) &&
+          st->excess() > 0) {
+        TimeObjective per_rank = *to;
+        per_rank.coupled = per_rank.relays = false;
+        State pst(model, st->placement(), cap, bottleneck_weight, &per_rank);
+        repair(pst, budget);
+        st = std::make_unique<State>(model, pst.placement(), cap, bottleneck_weight, &*to);
+      }
+    } else {
+      repair(*st, budget);
+    }
     descend(*st, budget);
     iterate(*st, budget, opt_.seed + i);
     states[i] = std::move(st);
@@ -514,7 +549,7 @@ Candidate BalancedBytes::bytes_mode_candidate(const SolveInput& in, const std::v
   c.origin = "bytes:" + c.origin;
   // Its predicted step, by the same model as the others.
   const ByteModel model(*in.grid(), 1.0, 1.0);
-  const TimeObjective to = time_objective(*in.time_prices(), *in.grid(), opt_.spread);
+  const TimeObjective to = full_search_objective(in, *in.grid(), opt_.spread, opt_.member_max_tasks);
   c.predicted_s = State(model, c.rank, balance_cap(*in.grid(), opt_.mu), 0.0, &to).max_rank_time();
   return c;
 }

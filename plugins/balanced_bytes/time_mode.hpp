@@ -10,7 +10,19 @@
 
 namespace cpsched::search {
 
+// The search's time prices of `grid` under a time cost model (one rank's
+// predicted time each; the used-few-times path's model).
 TimeObjective time_objective(const TimePrices& tp, const TaskGrid& grid, double spread);
+
+// The full search's: the same, except across nodes in the fixed layout, where
+// the tails of long documents must cross the NICs: there it predicts the
+// coupled step (TimeObjective::coupled), which the per-rank model let the
+// search dodge by loading one rank's ports and another's compute, and prices
+// relays (TimeObjective::relays) where the plans priced may have them
+// (docs/bounds.md#the-fixed-layout). Only on grids of at most `priced_tasks`
+// tasks, whose candidates the timing model judges: above, the prediction alone
+// picks, and the per-rank one is what was measured there.
+TimeObjective full_search_objective(const SolveInput& in, const TaskGrid& grid, double spread, TaskId priced_tasks);
 
 // The largest load of a rank under `rank` (0 on an empty grid).
 std::int64_t max_load(const TaskGrid& g, const std::vector<Rank>& rank);

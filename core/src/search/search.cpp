@@ -193,15 +193,12 @@ bool repair_unpriced(State& st) {
 
 }  // namespace
 
-bool repair(State& st, Budget& budget) {
-  // Priced evaluations are bounded: in time mode by a fixed number (the cap
-  // is only the search's guide; plans are judged by their step time), in bytes
-  // mode by max(that, 4 per task); then the rest is moved unpriced, so that a
-  // large grid (P = 1024: 700k-4M tasks; P = 4096) repairs in bounded time.
+namespace {
+
+// repair() with at most `limit` priced evaluations; past them, the rest moves
+// unpriced where `unpriced_rest`, else it returns false.
+bool repair_within(State& st, Budget& budget, std::int64_t limit, bool unpriced_rest) {
   const auto T = static_cast<std::size_t>(st.model().tasks());
-  const std::int64_t limit =
-      st.time_mode() ? kTimeRepairEvaluations
-                     : std::max<std::int64_t>(kTimeRepairEvaluations, 4 * static_cast<std::int64_t>(T));
   const std::int64_t floor = budget.left - limit;
   RepairScratch scratch;
   scratch.version.assign(T, 0);
@@ -211,9 +208,27 @@ bool repair(State& st, Budget& budget) {
     for (Rank r = 0; r < st.ranks(); ++r)
       if (st.load(r) > st.cap() && (worst < 0 || st.load(r) > st.load(worst))) worst = r;
     if (worst < 0) return true;
-    if (budget.left < floor) return repair_unpriced(st);
-    if (!repair_rank(st, worst, budget, scratch, floor)) return budget.left < floor ? repair_unpriced(st) : false;
+    if (budget.left < floor) return unpriced_rest && repair_unpriced(st);
+    if (!repair_rank(st, worst, budget, scratch, floor))
+      return budget.left < floor && unpriced_rest ? repair_unpriced(st) : false;
   }
+}
+
+}  // namespace
+
+bool repair(State& st, Budget& budget) {
+  // Priced evaluations are bounded: in time mode by a fixed number (the cap
+  // is only the search's guide; plans are judged by their step time), in bytes
+  // mode by max(that, 4 per task); then the rest is moved unpriced, so that a
+  // large grid (P = 1024: 700k-4M tasks; P = 4096) repairs in bounded time.
+  const auto T = static_cast<std::int64_t>(st.model().tasks());
+  const std::int64_t limit =
+      st.time_mode() ? kTimeRepairEvaluations : std::max<std::int64_t>(kTimeRepairEvaluations, 4 * T);
+  return repair_within(st, budget, limit, true);
+}
+
+bool repair_priced(State& st, Budget& budget, std::int64_t priced) {
+  return repair_within(st, budget, std::min(priced, kTimeRepairEvaluations), false);
 }
 
 namespace {

@@ -49,6 +49,16 @@ State::State(const ByteModel& model, const std::vector<Rank>& start, std::int64_
   send_.assign(P, 0.0);
   recv_.assign(P, 0.0);
   if (time_) sec_.assign(P, RankSeconds{});
+  relay_ = time_ && to_.relays && to_.nodes.gpus_per_node >= 2 && P_ > to_.nodes.gpus_per_node;
+  coupled_ = time_ && to_.coupled;
+  if (coupled_ || relay_) rank_mark_.assign(P, 0);
+  if (relay_) {
+    const int nodes = node_of(P_ - 1) + 1;
+    node_cnt_.reset(static_cast<std::size_t>(model.num_segments()), G_, nodes, expected);
+    node_sum_.reset(static_cast<std::size_t>(model.num_segments()), G_, nodes, expected);
+    pool_.assign(static_cast<std::size_t>(nodes), RankSeconds{});
+    node_dirty_.assign(static_cast<std::size_t>(nodes), 0);
+  }
   on_.assign(P, {});
   for (auto& list : on_) list.reserve(static_cast<std::size_t>(T) / P + 16);
   pos_.assign(static_cast<std::size_t>(T), -1);
@@ -61,8 +71,10 @@ State::State(const ByteModel& model, const std::vector<Rank>& start, std::int64_
   }
   if (time_) {
     time_sum_ = 0;
-    for (const RankSeconds& x : sec_) time_sum_ += x.time();
+    rank_time_.assign(P, 0.0);
+    for (Rank r = 0; r < P_; ++r) time_sum_ += rank_time_[static_cast<std::size_t>(r)] = rank_time(r);
   }
+  clear_dirty();
   refresh_top();
   refresh_least();
 }
@@ -104,13 +116,18 @@ void State::add(TaskId t, Rank r, int sign) {
       const std::uint16_t c = cnt_.bump(s, in.group, r, sign);
       const bool flips = sign > 0 ? c == 0 : c == 1;
       if (!flips || r == h) continue;
-      double len = static_cast<double>(m_->segment(s).tokens.size()) * sign;
+      const auto tokens = static_cast<double>(m_->segment(s).tokens.size());
+      double len = tokens * sign;
       if (time_) {
         len *= to_.byte_s[to_.link_class(h, r)];
-        sec_[uh].cast_out += len * pr.out;
-        sec_[ur].cast_in += len * pr.out;
-        sec_[ur].red_out += len * pr.back;
-        sec_[uh].red_in += len * pr.back;
+        if (relay_ && !to_.nodes.same_node(h, r)) {
+          relay_add(s, in.group, h, r, sign, tokens, pr);
+        } else {
+          sec_[uh].cast_out += len * pr.out;
+          sec_[ur].cast_in += len * pr.out;
+          sec_[ur].red_out += len * pr.back;
+          sec_[uh].red_in += len * pr.back;
+        }
       }
       send_[uh] += len * pr.out;
       recv_[ur] += len * pr.out;
@@ -147,13 +164,65 @@ void State::add(TaskId t, Rank r, int sign) {
   }
 }
 
+State::RankSeconds& State::RankSeconds::operator+=(const RankSeconds& d) {
+  compute += d.compute;
+  local += d.local;
+  cast_in += d.cast_in;
+  cast_out += d.cast_out;
+  red_in += d.red_in;
+  red_out += d.red_out;
+  return *this;
+}
+
 double State::RankSeconds::time() const {
   return std::max(local, std::max(cast_in, cast_out)) + (compute - local) + std::max(red_in, red_out);
 }
 
-double State::rank_time(Rank r) const { return time_ ? sec_[static_cast<std::size_t>(r)].time() : 0.0; }
+State::RankSeconds State::effective(Rank r) const {
+  const RankSeconds& own = sec_[static_cast<std::size_t>(r)];
+  return relay_ ? with_pool(r, own, pool_[static_cast<std::size_t>(node_of(r))]) : own;
+}
 
-double State::max_rank_time() const { return top_.empty() ? 0.0 : rank_time(top_[0]); }
+double State::rank_time(Rank r) const { return time_ ? effective(r).time() : 0.0; }
+
+PortSeconds State::port_seconds(Rank r) const {
+  if (!time_) return {};
+  const RankSeconds x = effective(r);
+  return {x.compute, x.local, x.cast_in, x.cast_out, x.red_in, x.red_out};
+}
+
+double State::part(const RankSeconds& x, int i) {
+  switch (i) {
+    case 0: return x.compute;
+    case 1: return x.compute - x.local;
+    case 2: return std::max(x.cast_in, x.cast_out);
+    default: return std::max(x.red_in, x.red_out);
+  }
+}
+
+double State::coupled_now() const {
+  double mx[4];
+  for (int i = 0; i < 4; ++i) mx[i] = part_max_[i].max();
+  return coupled_step(mx);
+}
+
+// Rank r's seconds with its share of its node's pool.
+State::RankSeconds State::with_pool(Rank r, const RankSeconds& own, const RankSeconds& pool) const {
+  const int n = node_of(r);
+  const double f = 1.0 / static_cast<double>(node_end(n) - node_begin(n));
+  RankSeconds x = own;
+  x.cast_in += pool.cast_in * f;
+  x.cast_out += pool.cast_out * f;
+  x.red_in += pool.red_in * f;
+  x.red_out += pool.red_out * f;
+  return x;
+}
+
+double State::max_rank_time() const {
+  if (coupled_) return coupled_now();
+  if (relay_) return P_ > 0 ? rank_time_[static_cast<std::size_t>(top_tree_.best())] : 0.0;
+  return top_.empty() ? 0.0 : rank_time(top_[0]);
+}
 
 double State::objective() const {
   if (!time_) return total_ + bottleneck_weight_ * P_ * bottleneck();
@@ -170,6 +239,11 @@ void State::refresh_top() {
   for (Rank r = 0; r < P_; ++r) v[static_cast<std::size_t>(r)] = top_value(r);
   top_tree_.reset(v);
   top_tree_.top(std::min<std::size_t>(kTop, static_cast<std::size_t>(P_)), top_);
+  if (!coupled_) return;
+  for (int i = 0; i < 4; ++i) {
+    for (Rank r = 0; r < P_; ++r) v[static_cast<std::size_t>(r)] = part(effective(r), i);
+    part_max_[i].reset(v, relay_ ? to_.nodes.gpus_per_node : 1);
+  }
 }
 
 void State::defer_top(bool deferred) {
@@ -205,6 +279,7 @@ void State::rollback() {
 double State::delta(TaskId t, Rank b) const {
   const Rank a = rank(t);
   if (a == b) return 0.0;
+  if (relay_ || coupled_) return general_time_delta(t, a, b);
   if (time_) return time_delta(t, a, b);
   const TaskInfo& in = info_[static_cast<std::size_t>(t)];
   if (bottleneck_weight_ == 0.0) {
@@ -276,6 +351,10 @@ std::pair<double, double> State::closed_opened(const TaskInfo& in, RowKind dir, 
 
 // Moves t from a to b keeping the sum of rank times (time mode) and the top list.
 void State::touch_move(TaskId t, Rank a, Rank b) {
+  if (relay_ || coupled_) {
+    general_touch_move(t, a, b);
+    return;
+  }
   // A move changes the loads of a and b, and the bytes of a, b and t's hosts.
   const TaskInfo& in = info_[static_cast<std::size_t>(t)];
   Rank touched[4] = {a, b, in.qhost, in.khost};
@@ -343,6 +422,200 @@ double State::time_delta(TaskId t, Rank a, Rank b) const {
     mx = std::max(mx, v);
     dsum += v - rank_time(touched[i]);
   }
+  return 1e9 * ((mx - max_rank_time()) + to_.spread * dsum / P_);
+}
+
+namespace {
+
+// Adds a change of `recv` seconds per byte on the receiving side (cast in,
+// reduce out) and `send` on the sending side (cast out, reduce in), times the
+// bytes per token of each pass's direction.
+template <class Seconds>
+void add_ports(Seconds& x, double recv, double send, const Price& pr) {
+  x.cast_in += recv * pr.out;
+  x.red_out += recv * pr.back;
+  x.cast_out += send * pr.out;
+  x.red_in += send * pr.back;
+}
+
+}  // namespace
+
+template <class Acc, class Pool>
+void State::relay_flip(Rank h, Rank r, int sign, int others, std::uint16_t other_sum, double tokens, Acc&& acc,
+                       Pool&& pool) const {
+  const double sg = sign;
+  const double nic = tokens * to_.byte_s[1], nvl = tokens * to_.byte_s[0];
+  if (others == 0) {  // a lone holder: one direct NIC transfer, as without relays
+    acc(r, sg * nic, 0.0);
+    acc(h, 0.0, sg * nic);
+    return;
+  }
+  const int n = node_of(r);
+  if (others == 1) {  // the other holder goes between direct and relayed: the NIC transfer moves to the pool
+    acc(static_cast<Rank>(other_sum), -sg * (nic - nvl), 0.0);
+    pool(n, sg * (nic - nvl), 0.0);
+  }
+  pool(n, 0.0, sg * nvl);  // the relay's forward to r
+  acc(r, sg * nvl, 0.0);   // r's NVLink receive
+}
+
+void State::relay_add(std::int32_t s, int g, Rank h, Rank r, int sign, double tokens, const Price& pr) {
+  const int n = node_of(r);
+  const int before = node_cnt_.bump(s, g, n, sign);
+  const std::uint16_t sum_before = node_sum_.bump(s, g, n, sign * r);
+  const int others = sign > 0 ? before : before - 1;
+  const auto other_sum = static_cast<std::uint16_t>(sign > 0 ? sum_before : sum_before - r);
+  relay_flip(
+      h, r, sign, others, other_sum, tokens,
+      [&](Rank x, double recv, double send) { add_ports(sec_[static_cast<std::size_t>(x)], recv, send, pr); },
+      [&](int node, double recv, double send) { add_ports(pool_[static_cast<std::size_t>(node)], recv, send, pr); });
+  if (others >= 1 && node_dirty_[static_cast<std::size_t>(n)] == 0) {
+    node_dirty_[static_cast<std::size_t>(n)] = 1;
+    dirty_nodes_.push_back(n);
+  }
+}
+
+void State::clear_dirty() {
+  for (int n : dirty_nodes_) node_dirty_[static_cast<std::size_t>(n)] = 0;
+  dirty_nodes_.clear();
+}
+
+// touch_move with relays or the coupled step: the ranks whose time may change
+// are a, b, t's hosts and every rank of a node whose pool or relayed holders
+// changed.
+void State::general_touch_move(TaskId t, Rank a, Rank b) {
+  const TaskInfo& in = info_[static_cast<std::size_t>(t)];
+  clear_dirty();
+  add(t, a, -1);
+  add(t, b, +1);
+  auto refresh = [&](Rank r) {
+    const RankSeconds x = effective(r);
+    const double v = x.time();
+    double& old = rank_time_[static_cast<std::size_t>(r)];
+    if (v != old) {
+      time_sum_ += v - old;
+      old = v;
+      if (!top_deferred_) top_tree_.set(r, v);
+    }
+    if (coupled_ && !top_deferred_)
+      for (int i = 0; i < 4; ++i) part_max_[i].set(r, part(x, i));
+  };
+  for (Rank r : {a, b, in.qhost, in.khost}) refresh(r);
+  for (int n : dirty_nodes_)
+    for (Rank r = node_begin(n); r < node_end(n); ++r) refresh(r);
+  least_tree_.set(a, load_[static_cast<std::size_t>(a)]);
+  least_tree_.set(b, load_[static_cast<std::size_t>(b)]);
+  least_ = least_tree_.best();
+}
+
+// time_delta with relays or the coupled step: the changes of the touched ranks and node pools are
+// collected segment by segment (a's stop, then b's start, so that a and b on
+// one node see each other's change of the holder count), then the touched
+// ranks' times are recomputed; the slowest untouched rank comes from the top
+// list (longer than the touched ranks).
+double State::general_time_delta(TaskId t, Rank a, Rank b) const {
+  const TaskInfo& in = info_[static_cast<std::size_t>(t)];
+  d_ranks_.clear();
+  d_pools_.clear();
+  auto at = [&](Rank r) -> RankSeconds& {
+    for (Touched& x : d_ranks_)
+      if (x.rank == r) return x.d;
+    d_ranks_.push_back({r, RankSeconds{}});
+    return d_ranks_.back().d;
+  };
+  auto pool_at = [&](int n) -> RankSeconds& {
+    for (auto& x : d_pools_)
+      if (x.first == n) return x.second;
+    d_pools_.emplace_back(n, RankSeconds{});
+    return d_pools_.back().second;
+  };
+  const double c = static_cast<double>(m_->load(t)) * to_.load_s;
+  at(a).compute -= c;
+  if (in.qhost == a && in.khost == a) at(a).local -= c;
+  at(b).compute += c;
+  if (in.qhost == b && in.khost == b) at(b).local += c;
+  const int na = node_of(a), nb = node_of(b);
+  for (RowKind dir : {RowKind::qo, RowKind::kv}) {
+    const Rank h = dir == RowKind::qo ? in.qhost : in.khost;
+    const Price& pr = m_->price(dir);
+    auto acc = [&](Rank x, double recv, double send) { add_ports(at(x), recv, send, pr); };
+    auto pool = [&](int n, double recv, double send) { add_ports(pool_at(n), recv, send, pr); };
+    const auto segs = dir == RowKind::qo ? m_->qo_segments(in.cell) : m_->kv_segments(in.cell);
+    for (std::int32_t s : segs) {
+      const bool close = a != h && cnt_.get(s, in.group, a) == 1;
+      const bool open = b != h && cnt_.get(s, in.group, b) == 0;
+      if (!close && !open) continue;
+      const auto tokens = static_cast<double>(m_->segment(s).tokens.size());
+      int b_others = -1;  // holders on b's node other than b, once a's stop is counted
+      std::uint16_t b_sum = 0;
+      if (close) {
+        if (!relay_ || to_.nodes.same_node(a, h)) {
+          const double x = tokens * to_.byte_s[to_.link_class(h, a)];
+          acc(a, -x, 0.0);
+          acc(h, 0.0, -x);
+        } else {
+          const int others = node_cnt_.get(s, in.group, na) - 1;
+          const auto osum = static_cast<std::uint16_t>(node_sum_.get(s, in.group, na) - a);
+          relay_flip(h, a, -1, others, osum, tokens, acc, pool);
+          if (nb == na) b_others = others, b_sum = osum;
+        }
+      }
+      if (open) {
+        if (!relay_ || to_.nodes.same_node(b, h)) {
+          const double x = tokens * to_.byte_s[to_.link_class(h, b)];
+          acc(b, x, 0.0);
+          acc(h, 0.0, x);
+        } else {
+          if (b_others < 0) b_others = node_cnt_.get(s, in.group, nb), b_sum = node_sum_.get(s, in.group, nb);
+          relay_flip(h, b, +1, b_others, b_sum, tokens, acc, pool);
+        }
+      }
+    }
+  }
+  auto dirty = [&](int n) {
+    for (const auto& x : d_pools_)
+      if (x.first == n) return true;
+    return false;
+  };
+  // rank_mark_: 1 + the rank's index in d_ranks_ (0: no change of its own).
+  for (std::size_t i = 0; i < d_ranks_.size(); ++i)
+    rank_mark_[static_cast<std::size_t>(d_ranks_[i].rank)] = static_cast<std::int32_t>(i + 1);
+  double mx = 0.0, dsum = 0.0;
+  double pmx[4] = {0, 0, 0, 0};
+  auto eval = [&](Rank r, const RankSeconds* pool) {
+    RankSeconds x = sec_[static_cast<std::size_t>(r)];
+    if (const std::int32_t i = rank_mark_[static_cast<std::size_t>(r)]; i > 0) x += d_ranks_[static_cast<std::size_t>(i - 1)].d;
+    if (relay_) x = with_pool(r, x, pool ? *pool : pool_[static_cast<std::size_t>(node_of(r))]);
+    const double v = x.time();
+    mx = std::max(mx, v);
+    if (coupled_)
+      for (int i = 0; i < 4; ++i) pmx[i] = std::max(pmx[i], part(x, i));
+    dsum += v - rank_time_[static_cast<std::size_t>(r)];
+  };
+  for (const Touched& x : d_ranks_)
+    if (!dirty(node_of(x.rank))) eval(x.rank, nullptr);
+  for (const auto& x : d_pools_) {
+    RankSeconds pool = pool_[static_cast<std::size_t>(x.first)];
+    pool += x.second;
+    for (Rank r = node_begin(x.first); r < node_end(x.first); ++r) eval(r, &pool);
+  }
+  auto touched = [&](Rank r) { return (relay_ && dirty(node_of(r))) || rank_mark_[static_cast<std::size_t>(r)] != 0; };
+  auto unmark = [&] {
+    for (const Touched& x : d_ranks_) rank_mark_[static_cast<std::size_t>(x.rank)] = 0;
+  };
+  if (coupled_) {
+    // The largest untouched value of each part: groups are nodes with relays
+    // (whole nodes are touched), single ranks without.
+    auto skip_group = [&](int k) { return relay_ && dirty(k); };
+    auto skip_rank = [&](Rank r) { return rank_mark_[static_cast<std::size_t>(r)] != 0; };
+    for (int i = 0; i < 4; ++i) pmx[i] = std::max(pmx[i], part_max_[i].max_unless(skip_group, skip_rank));
+    unmark();
+    return 1e9 * ((coupled_step(pmx) - coupled_now()) + to_.spread * dsum / P_);
+  }
+  const Rank top = top_tree_.best();
+  const Rank r = touched(top) ? top_tree_.best_unless(touched) : top;
+  unmark();
+  if (r >= 0) mx = std::max(mx, rank_time_[static_cast<std::size_t>(r)]);
   return 1e9 * ((mx - max_rank_time()) + to_.spread * dsum / P_);
 }
 

@@ -2,7 +2,8 @@
 // counts kept in a hash table when the dense table would be large give the
 // same answers as the dense one, a State built on a large grid agrees with
 // its incremental updates, and bulk moves with the slowest-rank list deferred
-// (the unpriced repair) end where the same moves one by one do.
+// (the unpriced repair) end where the same moves one by one do, and a repair
+// with a limit on its priced evaluations stops there.
 #include <doctest/doctest.h>
 
 #include <limits>
@@ -11,6 +12,8 @@
 #include <tuple>
 
 #include "cpsched/search/byte_model.hpp"
+#include "cpsched/search/placements.hpp"
+#include "cpsched/search/search.hpp"
 #include "cpsched/search/segment_counts.hpp"
 #include "cpsched/search/state.hpp"
 #include "random_specs.hpp"
@@ -137,4 +140,24 @@ TEST_CASE("state: moves with the slowest-rank list deferred end where the same m
     const search::State fresh(model, one_by_one.placement(), cap, 0.0, &to);
     CHECK(one_by_one.max_rank_time() == doctest::Approx(fresh.max_rank_time()).epsilon(1e-9));
   }
+}
+
+TEST_CASE("repair_priced: stops at its limit with nothing moved unpriced, else meets the cap as repair does") {
+  using namespace cpsched;
+  std::mt19937_64 rng(21);
+  const auto grid = test::random_grid(MaskKind::causal, 16, Heads{16, 8, 64, 2}, rng);
+  const search::ByteModel model(*grid, 1.0, 1.0);
+  search::TimeObjective to;
+  to.byte_s[0] = 1e-11;
+  to.byte_s[1] = 1e-10;
+  to.load_s = 1e-9;
+  const std::vector<Rank> owner = search::owner_placement(*grid);
+  const std::int64_t cap = search::balance_cap(*grid, 1.1);
+  search::State limited(model, owner, cap, 0.0, &to), full(model, owner, cap, 0.0, &to);
+  REQUIRE(limited.excess() > 0);
+  search::Budget b1{1000}, b2{1000};
+  CHECK_FALSE(search::repair_priced(limited, b1, 3));
+  CHECK(limited.excess() > 0);       // the rest was left, not moved unpriced
+  CHECK(search::repair_priced(full, b2, std::int64_t{1} << 40));
+  CHECK(full.excess() == 0);
 }

@@ -27,6 +27,31 @@ class RankTree {
   }
   // The best rank (-1 when empty).
   int best() const { return n_ == 0 ? -1 : win_[1]; }
+  // The best rank for which skip(rank) is false (-1 when none): the same
+  // best-first walk as top(), stopped at the first rank not skipped, so
+  // O((skipped + 1) log P).
+  template <class Skip>
+  int best_unless(Skip&& skip) const {
+    if (n_ == 0) return -1;
+    auto worse = [&](std::size_t x, std::size_t y) { return pick(win_[x], win_[y]) == win_[y] && win_[x] != win_[y]; };
+    open_.clear();
+    open_.push_back(1);
+    while (!open_.empty()) {
+      std::pop_heap(open_.begin(), open_.end(), worse);
+      const std::size_t node = open_.back();
+      open_.pop_back();
+      if (node >= size_) {
+        if (!skip(win_[node])) return win_[node];
+        continue;
+      }
+      for (std::size_t c : {2 * node, 2 * node + 1}) {
+        if (win_[c] < 0) continue;
+        open_.push_back(c);
+        std::push_heap(open_.begin(), open_.end(), worse);
+      }
+    }
+    return -1;
+  }
   // The k best ranks, best first (best-first walk of the tree: O(k log P);
   // the walk's heap is kept between calls, so a move allocates nothing).
   void top(std::size_t k, std::vector<int>& out) const {

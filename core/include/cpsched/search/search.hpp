@@ -24,6 +24,10 @@ struct Budget {
 // above the cap then moves, largest tasks first, to the least loaded rank
 // with room. Returns true when every rank ends at or below the cap.
 bool repair(State& st, Budget& budget);
+// The same with at most `priced` priced evaluations (and never more than
+// repair's) and nothing moved unpriced: false when ranks are left above the
+// cap (for the caller to go on another way).
+bool repair_priced(State& st, Budget& budget, std::int64_t priced);
 
 // Improving relocations and swaps that put no rank above the cap, until none
 // is left or the budget ends. Tasks are examined from a work list: all of them

@@ -19,12 +19,37 @@
 // of the last stage is exposed). objective = max_r T_r + spread x mean_r T_r
 // (in nanoseconds): the slowest rank makes the step; the mean term steers the
 // search off plateaus of the max.
+//
+// With relays (TimeObjective::relays, as the plan builder makes them), the
+// copies of a (segment, group) that k >= 2 ranks of another node than its
+// host's need cross the NIC once, to one of them (the relay), which forwards
+// them over NVLink to the k - 1 others (and the reduce the other way). So the
+// host pays one NIC transfer per such node, each of the k holders one NVLink
+// receive, and the relay's NIC receive (less its own NVLink one) and its
+// k - 1 forwards go to a pool of the node, shared evenly by its ranks: the
+// builder gives each piece to the holder that has received the least over the
+// NIC so far, so relayed traffic spreads over the node. A lone holder (k = 1)
+// gets a direct NIC transfer, as without relays. Per (segment, group, node)
+// the state keeps the holder count and the sum of the holders' ranks (which
+// names the other holder when k goes between 1 and 2), so a move still costs
+// O(the task's segments), plus the node's ranks whose time a pool changed.
+//
+// Coupled (TimeObjective::coupled): a one-stage collective ends on a rank only
+// when its slowest peer's port is done, compute waits for it, and the reduce
+// starts once every peer has computed; so the step is about
+//     max(max_r compute_r, max_r cast_r + max_r remote_r) + max_r reduce_r
+// (remote_r = compute_r - local_r), which a placement cannot lower by
+// loading one rank's ports and another's compute. This is the prediction
+// (max_rank_time) and the objective's first term; the four maxima are kept in
+// tournament trees over the nodes' maxima (grouped_max.hpp).
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <utility>
 #include <vector>
 
 #include "cpsched/search/byte_model.hpp"
+#include "cpsched/search/grouped_max.hpp"
 #include "cpsched/timing/node_map.hpp"
 #include "cpsched/search/rank_tree.hpp"
 #include "cpsched/search/segment_counts.hpp"
@@ -37,7 +62,23 @@ struct TimeObjective {
   double byte_s[2] = {0, 0};      // seconds per byte: [inside a node, between nodes]
   double load_s = 0;              // compute seconds per unit of load (fwd + bwd)
   double spread = 0.25;           // weight of the mean rank time
+  // Prices relayed collectives across nodes (see the file comment): set where
+  // the plan will relay (plan.relay on or auto, ranks on several nodes of
+  // `nodes`); a State on a single node ignores it.
+  bool relays = false;
+  // The step as the ranks wait for each other (see the file comment): the
+  // busiest cast port, then the most remote compute, then the busiest reduce
+  // port, instead of each rank's own.
+  bool coupled = false;
   int link_class(Rank a, Rank b) const { return nodes.link_index(a, b); }
+};
+
+// Time mode: a rank's compute seconds (all, and of its local tasks) and the
+// seconds of its ports (send and receive), forward + backward, relayed
+// traffic included.
+struct PortSeconds {
+  double compute = 0, local = 0;
+  double cast_in = 0, cast_out = 0, reduce_in = 0, reduce_out = 0;
 };
 
 class State {
@@ -68,6 +109,8 @@ class State {
   // Time mode: the predicted time of rank r (seconds) and the largest one.
   double rank_time(Rank r) const;
   double max_rank_time() const;
+  PortSeconds port_seconds(Rank r) const;
+  bool relays() const { return relay_; }
   double bottleneck_weight() const { return bottleneck_weight_; }
 
   // Objective change if task t moved to rank b.
@@ -141,7 +184,31 @@ class State {
   struct RankSeconds {
     double compute = 0, local = 0, cast_in = 0, cast_out = 0, red_in = 0, red_out = 0;
     double time() const;
+    RankSeconds& operator+=(const RankSeconds& d);
   };
+  // Relays: where rank r (on another node than h) starts (sign +1) or stops
+  // (-1) needing a (segment, group) of `tokens` tokens while `others` other
+  // ranks of its node need it (their ranks summing to `other_sum` mod 2^16),
+  // calls acc(rank, recv, send) for each rank's port change and pool(node,
+  // recv, send) for its node's pool: tokens x seconds per byte on the
+  // receiving and sending side, to be multiplied by the price's bytes per
+  // token (out on cast, back on reduce).
+  template <class Acc, class Pool>
+  void relay_flip(Rank h, Rank r, int sign, int others, std::uint16_t other_sum, double tokens, Acc&& acc,
+                  Pool&& pool) const;
+  void relay_add(std::int32_t s, int g, Rank h, Rank r, int sign, double tokens, const Price& pr);
+  double general_time_delta(TaskId t, Rank a, Rank b) const;
+  RankSeconds with_pool(Rank r, const RankSeconds& own, const RankSeconds& pool) const;
+  RankSeconds effective(Rank r) const;
+  // Coupled: part i of a rank's seconds (0 compute, 1 remote compute, 2 cast
+  // port, 3 reduce port) and the prediction from the four maxima.
+  static double part(const RankSeconds& x, int i);
+  static double coupled_step(const double mx[4]) { return std::max(mx[0], mx[2] + mx[1]) + mx[3]; }
+  double coupled_now() const;
+  int node_of(Rank r) const { return to_.nodes.node_of(r); }
+  Rank node_begin(int n) const { return n * to_.nodes.gpus_per_node; }
+  Rank node_end(int n) const { return std::min(P_, (n + 1) * to_.nodes.gpus_per_node); }
+  void general_touch_move(TaskId t, Rank a, Rank b);
 
   const ByteModel* m_;
   int P_, G_, words_;
@@ -164,6 +231,25 @@ class State {
   TimeObjective to_;
   std::vector<RankSeconds> sec_;
   double time_sum_ = 0;                   // sum over ranks of rank_time
+  // Relays and the coupled step (time mode, see the file comment); with
+  // either, moves and deltas take the general path (general_*).
+  bool relay_ = false;
+  bool coupled_ = false;
+  GroupedMax part_max_[4];                // coupled: part(i) of every rank, grouped by node with relays
+  mutable std::vector<std::int32_t> rank_mark_;  // general deltas: 1 + a rank's index in d_ranks_, else 0
+  SegmentCounts node_cnt_, node_sum_;     // (segment, node, group): holders there, sum of their ranks mod 2^16
+  std::vector<RankSeconds> pool_;         // per node: relayed seconds its ranks share
+  std::vector<double> rank_time_;         // per rank: rank_time (kept with every move by the general path)
+  std::vector<int> dirty_nodes_;          // nodes whose pool or relayed holders the current move changed
+  std::vector<char> node_dirty_;          // per node: listed in dirty_nodes_
+  void clear_dirty();
+  // general_time_delta's scratch (one State is used by one thread at a time).
+  struct Touched {
+    Rank rank;
+    RankSeconds d;
+  };
+  mutable std::vector<Touched> d_ranks_;
+  mutable std::vector<std::pair<int, RankSeconds>> d_pools_;
   std::vector<std::vector<TaskId>> on_;
   std::vector<std::int32_t> pos_;         // index of t in on_[rank]
   std::vector<std::pair<TaskId, Rank>> journal_;  // (task, rank it left) since checkpoint
