@@ -144,7 +144,7 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
   const int node = options.relay_node_size >= 2 ? options.relay_node_size : 0;
   build_pass(a, tr, fwd_stage, stages, {node, fb.qo_out, fb.kv_out}, options, pass);
   if (bwd_stage == fwd_stage) {
-    // Same stage cut: the backward description is the forward one.
+    // Same stage cut: the backward description is the forward one (sharing its index pool).
     for (std::size_t r = 0; r < P; ++r)
       if (options.rank < 0 || static_cast<Rank>(r) == options.rank) plan.ranks[r].bwd = plan.ranks[r].fwd;
   } else {

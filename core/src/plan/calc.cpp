@@ -1,6 +1,7 @@
 // The attention args (CalcMeta) of every rank and stage.
 #include <algorithm>
 #include <limits>
+#include <memory>
 #include <span>
 #include <fmt/format.h>
 
@@ -45,12 +46,13 @@ struct Map {
     }
     return covered == r.size();
   }
-  // Buffer rows of ascending global tokens (all there), appended to `out`:
-  // one search, then a walk along the runs.
-  void rows_of(std::span<const std::int32_t> keys, std::vector<std::int32_t>& out) const {
+  // Buffer rows of ascending global tokens (all there), written to out[0, keys.size()): one search, then a walk
+  // along the runs.
+  void rows_of(std::span<const std::int32_t> keys, std::int32_t* out) const {
     if (keys.empty()) return;
     if (first == nullptr) {
-      for (std::int32_t t : keys) out.push_back(static_cast<std::int32_t>(t + shift));
+      const auto s = static_cast<std::int32_t>(shift);
+      for (std::size_t i = 0; i < keys.size(); ++i) out[i] = keys[i] + s;
       return;
     }
     auto it = std::upper_bound(first, last, Token{keys.front()}, [](Token v, const XferRun& x) { return v < x.global.end; });
@@ -58,7 +60,7 @@ struct Map {
       while (it != last && it->global.end <= t) ++it;
       if (it == last || !it->global.contains(t))
         throw Error(fmt::format("plan builder (internal): key {} is not in the kv buffer", t));
-      out.push_back(static_cast<std::int32_t>(t - it->global.begin + it->off));
+      *out++ = static_cast<std::int32_t>(t - it->global.begin + it->off);
     }
   }
   // Buffer row of global token t (which must be there).
@@ -93,15 +95,23 @@ std::size_t index_pool_entries(const SelectionRows& sel, int head, const Cell& c
   return n;
 }
 
+// Where emit_index_args writes a rank's pool: sized first (index_pool_entries),
+// so each entry is written once, in place.
+struct PoolWriter {
+  std::int32_t* base = nullptr;
+  std::size_t size = 0, capacity = 0;
+};
+
 // Index args of one task (token top-k masks): per run of its query rows that
 // is contiguous in the q buffer, one arg whose rows list their selected keys
 // inside the task's kv block as kv-buffer rows, -1 padded to the run's widest
 // row.
-// `spans`: scratch for the run's rows inside the kv block.
+// `spans`: scratch for the run's rows inside the kv block. `pool` null: shapes
+// and areas only (PlanOptions::index_rows = false).
 void emit_index_args(const SelectionRows& sel, int head, const Cell& c, Range kblock, const Map& qm,
                      const Map& km, int group, std::vector<Map::Run>& runs,
                      std::vector<std::span<const std::int32_t>>& spans, std::vector<AttnArg>& out,
-                     std::vector<std::int32_t>* pool) {
+                     PoolWriter* pool) {
   for (Range rows : c.rows.ranges()) {
     if (!qm.runs(rows, runs))
       throw Error(fmt::format("plan builder (internal): rows [{}, {}) are not all in the q buffer", rows.begin,
@@ -117,22 +127,33 @@ void emit_index_args(const SelectionRows& sel, int head, const Cell& c, Range kb
       }
       if (width == 0) continue;
       AttnArg a{{run.global.begin + run.shift, run.global.end + run.shift}, {0, 0}, MaskType::full, qm.buf, km.buf,
-                group, static_cast<std::int32_t>(width), pool ? static_cast<std::int64_t>(pool->size()) : 0, area};
-      if (pool == nullptr) {  // shape and area only (PlanOptions::index_rows = false): k is the cell's cols
+                group, static_cast<std::int32_t>(width), pool ? static_cast<std::int64_t>(pool->size) : 0, area};
+      if (pool == nullptr) {  // k is the cell's cols
         a.k = {km.row_of(c.cols.ranges().front().begin), km.row_of(c.cols.ranges().back().end - 1) + 1};
         out.push_back(a);
         continue;
       }
+      if (pool->size + spans.size() * width > pool->capacity)
+        throw Error("plan builder (internal): the index pool outgrew its count");
+      std::int32_t* row = pool->base + pool->size;
       Token lo = std::numeric_limits<Token>::max(), hi = std::numeric_limits<Token>::min();
       for (const auto keys : spans) {
-        const std::size_t at = pool->size();
-        km.rows_of(keys, *pool);  // (buffer rows need not ascend with the keys: relays append forwarded rows)
-        for (std::size_t e = at; e < pool->size(); ++e) {
-          lo = std::min<Token>(lo, (*pool)[e]);
-          hi = std::max<Token>(hi, (*pool)[e] + 1);
+        km.rows_of(keys, row);
+        if (km.first == nullptr) {  // local rows ascend with the keys
+          if (!keys.empty()) {
+            lo = std::min<Token>(lo, row[0]);
+            hi = std::max<Token>(hi, row[keys.size() - 1] + 1);
+          }
+        } else {  // (remote rows need not: relays append forwarded rows)
+          for (std::size_t e = 0; e < keys.size(); ++e) {
+            lo = std::min<Token>(lo, row[e]);
+            hi = std::max<Token>(hi, row[e] + 1);
+          }
         }
-        pool->insert(pool->end(), width - keys.size(), -1);
+        std::fill(row + keys.size(), row + width, -1);
+        row += width;
       }
+      pool->size += spans.size() * width;
       a.k = {lo, hi};
       out.push_back(a);
     }
@@ -183,7 +204,7 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
     if (!mine(r)) continue;
     PassPlan* p = pass[r];
     p->calc.local_attn_args.clear();
-    p->calc.indices.clear();
+    p->calc.indices = {};
     p->calc.remote_attn_args.assign(static_cast<std::size_t>(stages), {});
   }
   std::vector<int> last_q(static_cast<std::size_t>(stages) + 1, 0), last_k = last_q;
@@ -207,17 +228,23 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
   for (std::size_t d = 0; d + 1 < tr.rank_begin.size(); ++d) {
     CalcMeta& calc = pass[d]->calc;
     if (area_only) std::fill(stage_area.begin(), stage_area.end(), 0);
-    if (index && index_rows && !area_only && mine(d)) {
-      std::size_t entries = 0;
+    // The rank's pool, counted first and written in place.
+    std::shared_ptr<std::int32_t[]> store;
+    PoolWriter pool;
+    const bool write_pool = index && index_rows && !area_only && mine(d);
+    if (write_pool) {
       for (std::size_t i = tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i) {
         const auto t = static_cast<TaskId>(tr.task_order[i]);
         const Cell& c = g.cell_of(t);
         const int grp = flat ? static_cast<int>(static_cast<std::size_t>(t) % G) : -1;
-        entries += index_pool_entries(g.selection(), g.per_group_cells() ? grp : 0, c,
-                                      sh.blocks[static_cast<std::size_t>(c.kblock)],
-                                      map_of(tr.task_q[static_cast<std::size_t>(t)], c.qblock), runs);
+        pool.capacity += index_pool_entries(g.selection(), g.per_group_cells() ? grp : 0, c,
+                                            sh.blocks[static_cast<std::size_t>(c.kblock)],
+                                            map_of(tr.task_q[static_cast<std::size_t>(t)], c.qblock), runs);
       }
-      calc.indices.reserve(entries);
+      if (pool.capacity > 0) {
+        store = std::make_shared_for_overwrite<std::int32_t[]>(pool.capacity);  // every entry is written
+        pool.base = store.get();
+      }
     }
     for (std::size_t i = tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i) {
       const auto t = static_cast<TaskId>(tr.task_order[i]);
@@ -241,7 +268,7 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
       const Range kb = sh.blocks[static_cast<std::size_t>(c.kblock)];
       if (index) {
         emit_index_args(g.selection(), g.per_group_cells() ? grp : 0, c, kb, qm, km, grp, runs, spans, out,
-                        index_rows ? &calc.indices : nullptr);
+                        write_pool ? &pool : nullptr);
         continue;
       }
       for (const Slice& s : c.pieces) {
@@ -251,6 +278,7 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
       }
     }
     if (!mine(d)) continue;
+    if (write_pool) calc.indices = IndexPool(std::move(store), pool.size);
     if (area_only)
       for (int st = 0; st <= stages; ++st) {
         const Token area = stage_area[static_cast<std::size_t>(st)];
