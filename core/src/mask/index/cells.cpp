@@ -3,8 +3,11 @@
 // block, key block), the selected pairs, the query rows with any selection
 // and the distinct selected keys.
 //
-// Query blocks are split over threads in contiguous runs (each query block's
-// rows belong to one thread, so nothing is shared while counting). Per row,
+// The query rows are split over threads in contiguous runs of about equal
+// size, cut anywhere (a rank's rows are often one query block): each thread
+// counts the parts of the blocks it holds, and the parts of a block cut
+// between threads are then folded (areas add, rows and keys unite), so the
+// cells do not depend on the thread count. Per row,
 // one loop checks and counts each entry (range, causality, duplicates:
 // strictly increasing rows have none; rows in any order use per-thread row
 // stamps, see scan_topk_row). Per query block: a bitmap of the selected keys
@@ -18,6 +21,8 @@
 #include <algorithm>
 #include <bit>
 #include <limits>
+#include <tuple>
+#include <utility>
 
 #include "cpsched/base/error.hpp"
 #include "mask/index/internal.hpp"
@@ -58,10 +63,11 @@ struct Counter {
     std::vector<std::int32_t> touched;  // cells touched in this query block
   };
 
+  // The cells of the rows `q` of query block qb (all of it, or the part a thread holds).
   template <class Lut>
-  void count_block(State& st, const Lut& lut, std::int64_t qb, FirstError& fe, int t, std::vector<IndexCell>& out) const {
+  void count_block(State& st, const Lut& lut, std::int64_t qb, Range q, FirstError& fe, int t,
+                   std::vector<IndexCell>& out) const {
     const std::int64_t S = m.seqlen, H = m.kv_heads, k = m.indices.shape[2];
-    const Range q = blocks[static_cast<std::size_t>(qb)];
     bool sorted_rows = true;  // the last row's layout
     for (std::int64_t i = q.begin; i < q.end; ++i) {
       if (fe.before((i - row0) * H * k)) return;
@@ -218,6 +224,40 @@ struct BlockLuts {
   }
 };
 
+// The cells of one query block counted in parts (rows cut between threads,
+// each part sorted by (head, kblock)) as one list sorted so: cells of the
+// same (head, kblock) add their areas and unite their rows and keys.
+std::vector<IndexCell> fold_parts(const std::vector<std::vector<IndexCell>*>& parts) {
+  std::vector<IndexCell*> all;
+  for (std::vector<IndexCell>* p : parts)
+    for (IndexCell& c : *p) all.push_back(&c);
+  // Stable: equal keys keep the parts' order, so rows come in ascending order.
+  std::stable_sort(all.begin(), all.end(), [](const IndexCell* a, const IndexCell* b) {
+    return std::tie(a->head, a->kblock) < std::tie(b->head, b->kblock);
+  });
+  std::vector<IndexCell> out;
+  RangeSet::Builder rows, cols;
+  for (std::size_t i = 0; i < all.size();) {
+    std::size_t j = i + 1;
+    while (j < all.size() && all[j]->head == all[i]->head && all[j]->kblock == all[i]->kblock) ++j;
+    IndexCell c = std::move(*all[i]);
+    if (j > i + 1) {
+      rows.add(c.rows);
+      cols.add(c.cols);
+      for (std::size_t x = i + 1; x < j; ++x) {
+        c.area += all[x]->area;
+        rows.add(all[x]->rows);
+        cols.add(all[x]->cols);
+      }
+      c.rows = rows.build();
+      c.cols = cols.build();
+    }
+    out.push_back(std::move(c));
+    i = j;
+  }
+  return out;
+}
+
 }  // namespace
 
 namespace index_detail {
@@ -231,20 +271,24 @@ std::vector<IndexCell> count_cells(const IndexMask& mask, Token row0, std::int64
   Counter counter{mask, blocks, options.per_head ? mask.kv_heads : 1, nb, (S + 63) / 64, row0};
 
   const BlockLuts luts(blocks, S);
-  // Contiguous runs of query blocks of about rows / T rows each.
-  const int T = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(resolve_threads(options.threads), qb1 - qb0)));
   const Token r0 = qb0 < qb1 ? blocks[static_cast<std::size_t>(qb0)].begin : 0;
   const Token r1 = qb0 < qb1 ? blocks[static_cast<std::size_t>(qb1 - 1)].end : 0;
-  std::vector<std::int64_t> first(static_cast<std::size_t>(T) + 1, qb1);
-  for (int t = 0; t < T; ++t) {
-    const Token target = r0 + (r1 - r0) * t / T;
-    first[static_cast<std::size_t>(t)] =
-        std::lower_bound(blocks.begin() + qb0, blocks.begin() + qb1, target, [](Range r, Token x) { return r.begin < x; }) -
-        blocks.begin();
-  }
-  std::vector<std::vector<IndexCell>> per_block(static_cast<std::size_t>(nb));
+  // Contiguous runs of about equal rows: as many as asked (one row at
+  // least each), else as the hardware has, of at least kMinEntries entries
+  // each (below that a thread costs more than it counts).
+  constexpr std::int64_t kMinEntries = 1 << 16;
+  const std::int64_t per_row = std::max<std::int64_t>(1, mask.kv_heads * mask.indices.shape[2]);
+  const std::int64_t most = options.threads > 0 ? r1 - r0 : (r1 - r0) * per_row / kMinEntries;
+  const int T = static_cast<int>(std::clamp<std::int64_t>(most, 1, resolve_threads(options.threads)));
+  // Thread t's rows [cut[t], cut[t + 1]); its parts of blocks, in order: (block, cells).
+  std::vector<Token> cut(static_cast<std::size_t>(T) + 1);
+  for (int t = 0; t <= T; ++t) cut[static_cast<std::size_t>(t)] = r0 + (r1 - r0) * t / T;
+  using Part = std::pair<std::int64_t, std::vector<IndexCell>>;
+  std::vector<std::vector<Part>> parts(static_cast<std::size_t>(T));
   FirstError fe(T);
   run_threads(T, [&](int t) {
+    const Range mine{cut[static_cast<std::size_t>(t)], cut[static_cast<std::size_t>(t) + 1]};
+    if (mine.empty()) return;
     Counter::State st;
     st.seen.resize(S);
     st.stamps.resize(S);
@@ -253,12 +297,28 @@ std::vector<IndexCell> count_cells(const IndexMask& mask, Token row0, std::int64
     st.area.assign(cells, 0);
     st.last.assign(cells, -2);
     st.rows.resize(cells);
-    for (std::int64_t qb = first[static_cast<std::size_t>(t)]; qb < first[static_cast<std::size_t>(t) + 1]; ++qb) {
-      auto& out = per_block[static_cast<std::size_t>(qb)];
-      luts.visit([&](const auto& lut) { counter.count_block(st, lut, qb, fe, t, out); });
+    const auto first = std::upper_bound(blocks.begin() + qb0, blocks.begin() + qb1, mine.begin,
+                                        [](Token x, Range r) { return x < r.begin; }) - 1;
+    for (std::int64_t qb = first - blocks.begin(); qb < qb1 && blocks[static_cast<std::size_t>(qb)].begin < mine.end;
+         ++qb) {
+      Part& part = parts[static_cast<std::size_t>(t)].emplace_back(qb, std::vector<IndexCell>{});
+      const Range q = blocks[static_cast<std::size_t>(qb)].intersect(mine);
+      luts.visit([&](const auto& lut) { counter.count_block(st, lut, qb, q, fe, t, part.second); });
     }
   });
   fe.rethrow();
+
+  // Per block, its parts in thread order (each sorted by (head, kblock)),
+  // folded into one list where a block was cut between threads.
+  std::vector<std::vector<IndexCell>> per_block(static_cast<std::size_t>(nb));
+  std::vector<std::vector<std::vector<IndexCell>*>> cut_parts(static_cast<std::size_t>(nb));
+  for (auto& list : parts)
+    for (Part& p : list) cut_parts[static_cast<std::size_t>(p.first)].push_back(&p.second);
+  for (std::int64_t qb = qb0; qb < qb1; ++qb) {
+    auto& ps = cut_parts[static_cast<std::size_t>(qb)];
+    if (ps.size() == 1) per_block[static_cast<std::size_t>(qb)] = std::move(*ps.front());
+    else if (ps.size() > 1) per_block[static_cast<std::size_t>(qb)] = fold_parts(ps);
+  }
 
   // (head, qblock, kblock): each block's list is sorted by (head, kblock).
   std::vector<IndexCell> out;

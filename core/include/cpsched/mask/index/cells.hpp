@@ -29,7 +29,10 @@ struct IndexCountOptions {
   // Per head (mask.kv_heads cells per block pair), or merged: areas summed
   // over heads, rows and cols united (a task computes all heads).
   bool per_head = true;
-  int threads = 0;  // <= 0: the hardware's
+  // > 0: that many threads (at most one per query row); <= 0: the
+  // hardware's, fewer on small inputs. Rows are cut between threads
+  // anywhere, inside a query block too; the cells are the same.
+  int threads = 0;
 };
 
 // `blocks` tile [0, S) in order (Sharding::blocks). The non-empty cells,
