@@ -26,7 +26,8 @@ void build_pass(const Assignment& a, const plan_detail::Transfers& tr, const std
   }
   const plan_detail::XferLayout where =
       plan_detail::layout_comm(a, tr, stage, stages, relay, pass, /*summary=*/false, options.rank);
-  plan_detail::build_calc(a, tr, stage, where, stages, pass, options.index_rows, /*area_only=*/false, options.rank);
+  plan_detail::build_calc(a, tr, stage, where, stages, pass, options.index_rows, /*area_only=*/false, options.rank,
+                          options.buffers);
 }
 
 void check_options(const PlanOptions& o) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpsched/base/buffer_recycler.hpp"
 #include "cpsched/problem/assignment.hpp"
 #include "cpsched/problem/metrics.hpp"
 #include "cpsched/plan/plan.hpp"
@@ -87,9 +88,10 @@ void summary_comm(const Transfers& tr, const std::vector<int>& stage, int stages
 
 // Fills calc of every rank (only >= 0: of that rank) and the reduce_after
 // fields of comm (the same on every rank, so computed over all tasks).
+// Index pools are written into buffers from `buffers` (null: new ones).
 void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, const XferLayout& where,
                 int stages, std::vector<PassPlan*>& pass, bool index_rows = true, bool area_only = false,
-                Rank only = -1);
+                Rank only = -1, BufferRecycler* buffers = nullptr);
 
 // Offset of each block inside its host's local buffer.
 std::vector<Token> block_local_offsets(const Sharding& sh);

@@ -193,7 +193,8 @@ struct ArgSink {
 }  // namespace
 
 void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, const XferLayout& where,
-                int stages, std::vector<PassPlan*>& pass, bool index_rows, bool area_only, Rank only) {
+                int stages, std::vector<PassPlan*>& pass, bool index_rows, bool area_only, Rank only,
+                BufferRecycler* buffers) {
   const TaskGrid& g = *a.grid;
   const Sharding& sh = g.sharding();
   const std::vector<Token> block_off = block_local_offsets(sh);
@@ -242,7 +243,7 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
                                             map_of(tr.task_q[static_cast<std::size_t>(t)], c.qblock), runs);
       }
       if (pool.capacity > 0) {
-        store = std::make_shared_for_overwrite<std::int32_t[]>(pool.capacity);  // every entry is written
+        store = take_buffer(buffers, pool.capacity);  // (not zero-filled: every entry is written)
         pool.base = store.get();
       }
     }

@@ -77,7 +77,7 @@ Problem make_index_problem(std::shared_ptr<const IndexMask> mask, int cp_size, H
 }
 
 Problem Problem::make(std::shared_ptr<const IndexSummary> summary, const TopkRows& own_rows, int cp_size, Heads heads,
-                     GridOptions grid) {
+                     GridOptions grid, BufferRecycler* buffers) {
   if (!summary) throw Error("problem: no index summary given");
   const IndexSummary& s = *summary;
   const Token S = s.seqlen;
@@ -124,7 +124,7 @@ Problem Problem::make(std::shared_ptr<const IndexSummary> summary, const TopkRow
   if (own_rows.indices.shape.size() != 3 || own_rows.indices.shape[1] != s.kv_heads)
     throw Error(fmt::format("{}: the rank's rows have shape [{}], not [rows, {} (the summary's KV heads), k]", src,
                             fmt::join(own_rows.indices.shape, ", "), s.kv_heads));
-  auto rows = std::make_unique<const SelectionRows>(own_rows);
+  auto rows = std::make_unique<const SelectionRows>(own_rows, 0, buffers);
   Token mine_area = 0;
   for (const IndexCell& c : s.cells) {
     const Range q = s.blocks[static_cast<std::size_t>(c.qblock)];

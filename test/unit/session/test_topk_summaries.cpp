@@ -81,6 +81,39 @@ TEST_CASE("a rank's plan from the gathered summaries and its own rows is its par
   CHECK(checked == 2 * 2 * 2 * (2 + 3 + 4 + 8));
 }
 
+TEST_CASE("a rank's repeated plans reuse the session's buffers and stay the whole tensor's part") {
+  // The third call takes the buffers the first let go of (the second's
+  // result still held the ones it made): whatever they held before, the plan
+  // is written anew.
+  const int P = 4;
+  const Token S = Token{64} * P;
+  const IndexMask mask = dsa(S, 1, 5);
+  const std::span<const std::int32_t> all(mask.indices.data, static_cast<std::size_t>(mask.indices.size()));
+  Session whole(options(P, 1, 1, "owner", -1));
+  whole.solve_topk(all, S, 1);
+  const Sharding shards = Sharding::sequential(S, P, 1);
+  std::vector<Session> ranks;
+  std::vector<std::vector<IndexCell>> summaries;
+  for (Rank r = 0; r < P; ++r) {
+    ranks.emplace_back(options(P, 1, 1, "owner", r));
+    summaries.push_back(ranks.back().summarize_topk(rows_of(mask, shards.blocks[static_cast<std::size_t>(r)]), S, 1));
+  }
+  const Rank r = 2;
+  Session& mine = ranks[static_cast<std::size_t>(r)];
+  const auto own = rows_of(mask, shards.blocks[static_cast<std::size_t>(r)]);
+  std::vector<const std::int32_t*> pools;
+  for (int call = 0; call < 3; ++call) {
+    CAPTURE(call);
+    mine.solve_topk_summaries(summaries, own, S, 1);
+    CHECK(mine.calc_meta(r, Pass::fwd) == whole.calc_meta(r, Pass::fwd));
+    CHECK(mine.calc_meta(r, Pass::bwd) == whole.calc_meta(r, Pass::bwd));
+    CHECK(mine.calc_meta(r, Pass::bwd).indices.shares(mine.calc_meta(r, Pass::fwd).indices));
+    pools.push_back(mine.calc_meta(r, Pass::fwd).indices.data());  // compared as addresses only
+  }
+  CHECK(pools[1] != pools[0]);
+  CHECK(pools[2] == pools[0]);
+}
+
 TEST_CASE("per-rank summaries: a session without a rank, wrong counts, order or rows are refused by name") {
   const int P = 4;
   const Token S = 256;

@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "cpsched/base/buffer_recycler.hpp"
 #include "cpsched/mask/index/cells.hpp"
 #include "cpsched/mask/index/index_mask.hpp"
 #include "cpsched/mask/index/summary.hpp"
@@ -148,9 +149,10 @@ struct Problem {
   // own rows (the rows it summarised: one rank's shard of the sequential
   // layout). Checks the summary against the problem's blocks and heads, and
   // the own rows against their part of the summary (the same number of
-  // selected pairs); errors name what differs.
+  // selected pairs); errors name what differs. The rows' sorted copy takes
+  // its store from `buffers` when given (a Session's, reused call after call).
   static Problem make(std::shared_ptr<const IndexSummary> summary, const TopkRows& own_rows, int cp_size, Heads heads,
-                      GridOptions grid = {});
+                      GridOptions grid = {}, BufferRecycler* buffers = nullptr);
 };
 
 // Computed pairs of each query chunk [i c, min(S, (i + 1) c)) over every
