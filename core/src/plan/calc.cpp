@@ -13,6 +13,13 @@ namespace cpsched::plan_detail {
 
 namespace {
 
+// A transfer's rows in the remote buffer as a table over its key block:
+// row[t - begin] is token t's buffer row, -1 where t was not sent.
+struct DenseRows {
+  Token begin = 0;
+  std::vector<std::int32_t> row;
+};
+
 // Where global tokens of one block sit in a buffer: a single shift (local
 // shard), or the runs of a transfer's rows in the remote buffer.
 struct Map {
@@ -46,13 +53,27 @@ struct Map {
     }
     return covered == r.size();
   }
-  // Buffer rows of ascending global tokens (all there), written to out[0, keys.size()): one search, then a walk
-  // along the runs.
-  void rows_of(std::span<const std::int32_t> keys, std::int32_t* out) const {
+  // Buffer rows of ascending global tokens (all there), written to
+  // out[0, keys.size()). Local: a shift; remote: through `dense` when given
+  // (DenseRows: one load per key, -1 for a token not there), else one
+  // search, then a walk along the runs.
+  void rows_of(std::span<const std::int32_t> keys, std::int32_t* out, const DenseRows* dense) const {
     if (keys.empty()) return;
     if (first == nullptr) {
       const auto s = static_cast<std::int32_t>(shift);
       for (std::size_t i = 0; i < keys.size(); ++i) out[i] = keys[i] + s;
+      return;
+    }
+    if (dense != nullptr) {
+      const std::int32_t* row = dense->row.data() - dense->begin;
+      std::int32_t missing = 0;
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        out[i] = row[keys[i]];
+        missing |= out[i];  // -1 has the sign bit, no row has
+      }
+      if (missing < 0)
+        throw Error(fmt::format("plan builder (internal): a key of [{}, {}] is not in the kv buffer", keys.front(),
+                                keys.back()));
       return;
     }
     auto it = std::upper_bound(first, last, Token{keys.front()}, [](Token v, const XferRun& x) { return v < x.global.end; });
@@ -109,7 +130,7 @@ struct PoolWriter {
 // `spans`: scratch for the run's rows inside the kv block. `pool` null: shapes
 // and areas only (PlanOptions::index_rows = false).
 void emit_index_args(const SelectionRows& sel, int head, const Cell& c, Range kblock, const Map& qm,
-                     const Map& km, int group, std::vector<Map::Run>& runs,
+                     const Map& km, const DenseRows* dense, int group, std::vector<Map::Run>& runs,
                      std::vector<std::span<const std::int32_t>>& spans, std::vector<AttnArg>& out,
                      PoolWriter* pool) {
   for (Range rows : c.rows.ranges()) {
@@ -138,17 +159,20 @@ void emit_index_args(const SelectionRows& sel, int head, const Cell& c, Range kb
       std::int32_t* row = pool->base + pool->size;
       Token lo = std::numeric_limits<Token>::max(), hi = std::numeric_limits<Token>::min();
       for (const auto keys : spans) {
-        km.rows_of(keys, row);
+        km.rows_of(keys, row, dense);
         if (km.first == nullptr) {  // local rows ascend with the keys
           if (!keys.empty()) {
             lo = std::min<Token>(lo, row[0]);
             hi = std::max<Token>(hi, row[keys.size() - 1] + 1);
           }
         } else {  // (remote rows need not: relays append forwarded rows)
+          std::int32_t l = std::numeric_limits<std::int32_t>::max(), h = -1;
           for (std::size_t e = 0; e < keys.size(); ++e) {
-            lo = std::min<Token>(lo, row[e]);
-            hi = std::max<Token>(hi, row[e] + 1);
+            l = std::min(l, row[e]);
+            h = std::max(h, row[e]);
           }
+          lo = std::min<Token>(lo, l);
+          hi = std::max<Token>(hi, Token{h} + 1);
         }
         std::fill(row + keys.size(), row + width, -1);
         row += width;
@@ -214,6 +238,28 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
   std::vector<Map::Run> runs;
   std::vector<std::span<const std::int32_t>> spans;
   const bool index = g.index_cells();
+  // The dense table of the remote transfer last used (tasks of one transfer
+  // come together in a rank's order), for tasks with many keys: building it
+  // costs the key block once, and saves a search and a walk per key.
+  DenseRows dense;
+  std::int32_t dense_of = -1;
+  auto dense_for = [&](std::int32_t x, Range kblock, TaskId t) -> const DenseRows* {
+    if (x < 0 || g.area(t) < kblock.size() / 4) return nullptr;
+    if (x != dense_of) {
+      dense.begin = kblock.begin;
+      dense.row.assign(static_cast<std::size_t>(kblock.size()), -1);
+      const auto xi = static_cast<std::size_t>(x);
+      for (std::size_t i = where.begin[xi]; i < where.begin[xi + 1]; ++i) {
+        const XferRun& run = where.runs[i];
+        if (run.global.begin < kblock.begin || run.global.end > kblock.end)
+          throw Error("plan builder (internal): a transfer's rows leave its key block");
+        for (Token q = run.global.begin; q < run.global.end; ++q)
+          dense.row[static_cast<std::size_t>(q - kblock.begin)] = static_cast<std::int32_t>(q - run.global.begin + run.off);
+      }
+      dense_of = x;
+    }
+    return &dense;
+  };
 
   auto map_of = [&](std::int32_t x, std::int32_t block) {
     if (x < 0) {
@@ -268,8 +314,8 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
       const Range qb = sh.blocks[static_cast<std::size_t>(c.qblock)];
       const Range kb = sh.blocks[static_cast<std::size_t>(c.kblock)];
       if (index) {
-        emit_index_args(g.selection(), g.per_group_cells() ? grp : 0, c, kb, qm, km, grp, runs, spans, out,
-                        write_pool ? &pool : nullptr);
+        emit_index_args(g.selection(), g.per_group_cells() ? grp : 0, c, kb, qm, km,
+                        write_pool ? dense_for(xk, kb, t) : nullptr, grp, runs, spans, out, write_pool ? &pool : nullptr);
         continue;
       }
       for (const Slice& s : c.pieces) {

@@ -64,6 +64,14 @@ void SelectionRows::build(const std::int32_t* idx, std::int64_t k, int threads, 
   keys_ = take_buffer(buffers, static_cast<std::size_t>(num_keys_));
   each_row([&](const std::int32_t* r, std::size_t i) {
     std::int32_t* out = keys_.get() + offset_[i];
+    const std::int64_t c = offset_[i + 1] - offset_[i];
+    // The usual layout (the valid entries first, ascending, then -1s): one
+    // copy and one branch-free check. Ascending from >= 0, the first c are
+    // valid, so they are all of the row's.
+    std::copy_n(r, c, out);
+    int descents = c > 0 && out[0] < 0;
+    for (std::int64_t j = 1; j < c; ++j) descents |= out[j] < out[j - 1];
+    if (descents == 0) return;
     std::int32_t* o = out;
     for (std::int64_t j = 0; j < k; ++j)
       if (r[j] >= 0) *o++ = r[j];
