@@ -10,8 +10,10 @@
 // cells do not depend on the thread count. Per row,
 // one loop checks and counts each entry (range, causality, duplicates:
 // strictly increasing rows have none; rows in any order use per-thread row
-// stamps, see scan_topk_row). Per query block: a bitmap of the selected keys
-// per head gives the cols of each key block; rows grow as runs (a row
+// stamps, see scan_topk_row). Per query block: a byte per key and head
+// marks the selected keys, which give the cols of each key block (a byte
+// store per key; a bitmap's read-modify-write of one word per key chained
+// through memory, 3-6x slower on sorted rows); rows grow as runs (a row
 // touches a cell once). Extra memory is O(S) bytes per thread plus the
 // cells themselves, never O(indices).
 #include "cpsched/mask/index/cells.hpp"
@@ -20,6 +22,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 #include <limits>
 #include <tuple>
 #include <utility>
@@ -33,15 +36,20 @@ using namespace index_detail;
 
 namespace {
 
-// Next position in [p, end) whose bit equals `want`; `end` when none.
-Token next_bit(const std::vector<std::uint64_t>& w, std::size_t word0, Token p, Token end, bool want) {
-  while (p < end) {
-    std::uint64_t x = w[word0 + static_cast<std::size_t>(p >> 6)];
-    if (!want) x = ~x;
-    x &= ~std::uint64_t{0} << (p & 63);
-    if (x) return std::min<Token>(end, (p & ~Token{63}) + std::countr_zero(x));
-    p = (p & ~Token{63}) + 64;
+// Next position in [p, end) whose byte is nonzero (want) or zero (!want);
+// `end` when none. Eight bytes at a time.
+Token next_byte(const std::uint8_t* m, Token p, Token end, bool want) {
+  constexpr std::uint64_t kOnes = 0x0101010101010101;
+  for (; p < end && (p & 7) != 0; ++p)
+    if ((m[p] != 0) == want) return p;
+  for (; p + 8 <= end; p += 8) {
+    std::uint64_t x;
+    std::memcpy(&x, m + p, 8);
+    if (!want) x ^= kOnes;  // bytes are 0 or 1
+    if (x != 0) return p + std::countr_zero(x) / 8;
   }
+  for (; p < end; ++p)
+    if ((m[p] != 0) == want) return p;
   return end;
 }
 
@@ -49,19 +57,52 @@ struct Counter {
   const IndexMask& m;
   const std::vector<Range>& blocks;
   int cell_heads;  // kv_heads per head, 1 merged
-  std::int64_t nb, words;
+  std::int64_t nb;
   Token row0;      // query token of the array's first row (0: the whole mask)
 
   // Per thread.
   struct State {
     Bits seen;                          // this row's keys (duplicates), sorted rows
     RowStamps stamps;                   // the same, rows in any order
-    std::vector<std::uint64_t> cols;    // cell_heads x S bits: keys selected in this query block
+    std::vector<std::uint8_t> keys;     // cell_heads x S bytes, 1: the key is selected in this query block
     std::vector<Token> area;            // cell_heads x nb
     std::vector<Token> last;            // last row that touched the cell
     std::vector<RangeSet> rows;
     std::vector<std::int32_t> touched;  // cells touched in this query block
   };
+
+  // Keys of row i must be below this.
+  std::int64_t causal_end(std::int64_t i) const { return m.causal ? std::min<std::int64_t>(i + 1, m.seqlen) : m.seqlen; }
+
+  // A row in the usual layout, its valid keys first and strictly ascending,
+  // then -1s (DSA indexers' sorted output, and the dsa generator's), counted
+  // without a check per entry: the entries other than -1 are counted, and
+  // the row has that layout when its first c entries ascend strictly from
+  // >= 0 to < `end` (then those are all of its valid entries, and the row has
+  // no error). Each key block's part is found by a search. Returns false,
+  // having changed nothing, for a row of another layout (or with an error):
+  // the scan counts it.
+  template <class Lut, class Touch>
+  bool prefix_row(const std::int32_t* row, std::int64_t k, std::int64_t end, const Lut& lut, Token* area,
+                  std::uint8_t* keys, Touch& touch) const {
+    if (k > std::numeric_limits<std::int32_t>::max()) return false;
+    std::uint32_t n = 0;  // (32 bits: twice the lanes of a 64-bit count)
+    for (std::int64_t j = 0; j < k; ++j) n += row[j] != -1 ? 1 : 0;
+    const std::int64_t c = n;
+    if (c == 0) return true;
+    int descents = row[0] < 0 || row[c - 1] >= end;
+    for (std::int64_t j = 1; j < c; ++j) descents |= row[j] <= row[j - 1];
+    if (descents != 0) return false;
+    for (const std::int32_t *e = row, *stop = row + c; e < stop;) {
+      const std::int64_t b = lut(*e);
+      const Token b_end = blocks[static_cast<std::size_t>(b)].end;
+      const std::int32_t* part = stop[-1] < b_end ? stop : std::lower_bound(e, stop, static_cast<std::int32_t>(b_end));
+      touch(b);
+      area[b] += part - e;
+      for (; e < part; ++e) keys[*e] = 1;
+    }
+    return true;
+  }
 
   // The cells of the rows `q` of query block qb (all of it, or the part a thread holds).
   template <class Lut>
@@ -76,16 +117,14 @@ struct Counter {
         const std::int64_t ch = cell_heads == 1 ? 0 : h;
         Token* area = st.area.data() + ch * nb;
         Token* last = st.last.data() + ch * nb;
-        std::uint64_t* cols = st.cols.data() + ch * words;
-        // Sorted rows: consecutive keys mostly share a key block and a bitmap
-        // word, so count runs in registers and write once per run (a
-        // read-modify-write chain on one counter per entry is slow). Rows in
-        // any order: write per entry (the block changes at random, and a
-        // branch per change would mispredict). The previous row's layout
-        // picks; both count the same.
-        std::int64_t run_b = -1, word = -1;
+        std::uint8_t* keys = st.keys.data() + ch * m.seqlen;
+        // Sorted rows: consecutive keys mostly share a key block, so count
+        // runs in registers and write once per run (a read-modify-write chain
+        // on one counter per entry is slow). Rows in any order: write per
+        // entry (the block changes at random, and a branch per change would
+        // mispredict). The previous row's layout picks; both count the same.
+        std::int64_t run_b = -1;
         Token run_n = 0;
-        std::uint64_t bits = 0;
         // First touch of cell b by this row (a cell not yet touched in this
         // query block has area 0 and last < the block's first row).
         auto touch = [&](std::int64_t b) {
@@ -104,6 +143,7 @@ struct Counter {
           area[run_b] += run_n;
         };
         std::int64_t bad;
+        if (sorted_rows && prefix_row(row, k, causal_end(i), lut, area, keys, touch)) continue;
         if (sorted_rows) {
           bad = scan_topk_row<false>(row, k, i, S, m.causal, st.seen, [&](std::int64_t v) {
             const std::int64_t b = lut(v);
@@ -113,22 +153,16 @@ struct Counter {
               run_n = 0;
             }
             ++run_n;
-            if ((v >> 6) != word) {
-              if (word >= 0) cols[word] |= bits;
-              word = v >> 6;
-              bits = 0;
-            }
-            bits |= std::uint64_t{1} << (v & 63);
+            keys[v] = 1;
           }, sorted_rows);
           flush_run();
-          if (word >= 0) cols[word] |= bits;
         } else {
           st.stamps.next_row();
           bad = scan_topk_row<true>(row, k, i, S, m.causal, st.stamps, [&](std::int64_t v) {
             const std::int64_t b = lut(v);
             touch(b);
             ++area[b];
-            cols[v >> 6] |= std::uint64_t{1} << (v & 63);
+            keys[v] = 1;
           }, sorted_rows);
         }
         if (bad >= 0) {
@@ -148,20 +182,19 @@ struct Counter {
       cell.area = st.area[static_cast<std::size_t>(c)];
       cell.rows = std::move(st.rows[static_cast<std::size_t>(c)]);
       const Range kr = blocks[static_cast<std::size_t>(b)];
-      const std::size_t w0 = static_cast<std::size_t>(ch * words);
-      for (Token p = next_bit(st.cols, w0, kr.begin, kr.end, true); p < kr.end;) {
-        const Token e = next_bit(st.cols, w0, p, kr.end, false);
+      const std::uint8_t* keys = st.keys.data() + ch * m.seqlen;
+      for (Token p = next_byte(keys, kr.begin, kr.end, true); p < kr.end;) {
+        const Token e = next_byte(keys, p, kr.end, false);
         cell.cols.add({p, e});
-        p = next_bit(st.cols, w0, e, kr.end, true);
+        p = next_byte(keys, e, kr.end, true);
       }
       out.push_back(std::move(cell));
     }
-    // Reset what this block touched (after every cell read its cols: key
-    // blocks may share a bitmap word).
+    // Reset what this block touched.
     for (std::int32_t c : st.touched) {
       const std::int64_t ch = c / nb, b = c % nb;
       const Range kr = blocks[static_cast<std::size_t>(b)];
-      std::fill(st.cols.begin() + ch * words + (kr.begin >> 6), st.cols.begin() + ch * words + ((kr.end + 63) >> 6), 0);
+      std::fill(st.keys.begin() + ch * m.seqlen + kr.begin, st.keys.begin() + ch * m.seqlen + kr.end, 0);
       st.area[static_cast<std::size_t>(c)] = 0;
     }
     st.touched.clear();
@@ -268,7 +301,7 @@ std::vector<IndexCell> count_cells(const IndexMask& mask, Token row0, std::int64
                                    const std::vector<Range>& blocks, IndexCountOptions options) {
   const Token S = mask.seqlen;
   const std::int64_t nb = static_cast<std::int64_t>(blocks.size());
-  Counter counter{mask, blocks, options.per_head ? mask.kv_heads : 1, nb, (S + 63) / 64, row0};
+  Counter counter{mask, blocks, options.per_head ? mask.kv_heads : 1, nb, row0};
 
   const BlockLuts luts(blocks, S);
   const Token r0 = qb0 < qb1 ? blocks[static_cast<std::size_t>(qb0)].begin : 0;
@@ -293,7 +326,7 @@ std::vector<IndexCell> count_cells(const IndexMask& mask, Token row0, std::int64
     st.seen.resize(S);
     st.stamps.resize(S);
     const std::size_t cells = static_cast<std::size_t>(counter.cell_heads * nb);
-    st.cols.assign(static_cast<std::size_t>(counter.cell_heads * counter.words), 0);
+    st.keys.assign(static_cast<std::size_t>(counter.cell_heads * S), 0);
     st.area.assign(cells, 0);
     st.last.assign(cells, -2);
     st.rows.resize(cells);
