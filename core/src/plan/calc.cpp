@@ -94,33 +94,45 @@ struct Map {
   }
 };
 
-// The widest row of queries `run` inside the kv block (their keys there).
-std::size_t run_width(const SelectionRows& sel, int head, Range run, Range kblock) {
-  std::size_t width = 0;
-  for (Token q = run.begin; q < run.end; ++q) width = std::max(width, sel.row(head, q, kblock).size());
-  return width;
-}
+// A row's keys inside a key block: where they start in the row, how many.
+// Found once per (row, task) by two searches when the pool is counted, and
+// read back when it is written (the searches on a rank's 32 MiB of rows were
+// a sixth of its DSA plan's time, done twice).
+struct RowPart {
+  std::uint32_t offset = 0, count = 0;
+};
 
-// The index-pool entries emit_index_args will append for one task (rows x
+// The index-pool entries emit_index_args will write for one task (rows x
 // width per run), so that the pool is allocated once: grown by doubling and
 // trimmed, a rank's pool of a DSA layer (32 MiB at S = 32k, P = 8) was
-// written about three times over.
+// written about three times over. Appends each row's part to `parts`, in
+// the order emit_index_args reads them.
 std::size_t index_pool_entries(const SelectionRows& sel, int head, const Cell& c, Range kblock, const Map& qm,
-                               std::vector<Map::Run>& runs) {
+                               std::vector<Map::Run>& runs, std::vector<RowPart>& parts) {
   std::size_t n = 0;
   for (Range rows : c.rows.ranges()) {
     if (!qm.runs(rows, runs)) return n;  // emit_index_args reports it
-    for (const Map::Run& run : runs)
-      n += static_cast<std::size_t>(run.global.size()) * run_width(sel, head, run.global, kblock);
+    for (const Map::Run& run : runs) {
+      std::size_t width = 0;
+      for (Token q = run.global.begin; q < run.global.end; ++q) {
+        const auto all = sel.row(head, q);
+        const auto in = sel.row(head, q, kblock);
+        parts.push_back({static_cast<std::uint32_t>(in.data() - all.data()), static_cast<std::uint32_t>(in.size())});
+        width = std::max(width, in.size());
+      }
+      n += static_cast<std::size_t>(run.global.size()) * width;
+    }
   }
   return n;
 }
 
 // Where emit_index_args writes a rank's pool: sized first (index_pool_entries),
-// so each entry is written once, in place.
+// so each entry is written once, in place; `part` reads the rows' parts that
+// the count found, in order.
 struct PoolWriter {
   std::int32_t* base = nullptr;
   std::size_t size = 0, capacity = 0;
+  const RowPart* part = nullptr;
 };
 
 // Index args of one task (token top-k masks): per run of its query rows that
@@ -142,7 +154,12 @@ void emit_index_args(const SelectionRows& sel, int head, const Cell& c, Range kb
       Token area = 0;
       spans.clear();
       for (Token q = run.global.begin; q < run.global.end; ++q) {
-        spans.push_back(sel.row(head, q, kblock));
+        if (pool != nullptr) {
+          const RowPart part = *pool->part++;
+          spans.push_back(sel.row(head, q).subspan(part.offset, part.count));
+        } else {
+          spans.push_back(sel.row(head, q, kblock));
+        }
         width = std::max(width, spans.back().size());
         area += static_cast<Token>(spans.back().size());
       }
@@ -237,6 +254,7 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
   std::vector<Slice> tight;
   std::vector<Map::Run> runs;
   std::vector<std::span<const std::int32_t>> spans;
+  std::vector<RowPart> parts;
   const bool index = g.index_cells();
   // The dense table of the remote transfer last used (tasks of one transfer
   // come together in a rank's order), for tasks with many keys: building it
@@ -279,6 +297,7 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
     std::shared_ptr<std::int32_t[]> store;
     PoolWriter pool;
     const bool write_pool = index && index_rows && !area_only && mine(d);
+    parts.clear();
     if (write_pool) {
       for (std::size_t i = tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i) {
         const auto t = static_cast<TaskId>(tr.task_order[i]);
@@ -286,8 +305,9 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
         const int grp = flat ? static_cast<int>(static_cast<std::size_t>(t) % G) : -1;
         pool.capacity += index_pool_entries(g.selection(), g.per_group_cells() ? grp : 0, c,
                                             sh.blocks[static_cast<std::size_t>(c.kblock)],
-                                            map_of(tr.task_q[static_cast<std::size_t>(t)], c.qblock), runs);
+                                            map_of(tr.task_q[static_cast<std::size_t>(t)], c.qblock), runs, parts);
       }
+      pool.part = parts.data();
       if (pool.capacity > 0) {
         store = take_buffer(buffers, pool.capacity);  // (not zero-filled: every entry is written)
         pool.base = store.get();
