@@ -93,6 +93,20 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
                 int stages, std::vector<PassPlan*>& pass, bool index_rows = true, bool area_only = false,
                 Rank only = -1, BufferRecycler* buffers = nullptr);
 
+// Index args (token top-k masks) of rank d's tasks: args[i] are those of
+// task tr.task_order[tr.rank_begin[d] + i]; with `write_pool` also the
+// rank's pool (its buffer from `buffers`, null: a new one), else shapes and
+// areas only (PlanOptions::index_rows = false). The pool is counted, then
+// written in place, each task's part by one of up to the hardware's threads
+// (a DSA rank's pool is tens of MiB); the result does not depend on them.
+// (index_args.cpp)
+struct RankIndexArgs {
+  std::vector<std::vector<AttnArg>> args;
+  IndexPool pool;
+};
+RankIndexArgs rank_index_args(const Assignment& a, const Transfers& tr, const XferLayout& where, std::size_t d,
+                              bool write_pool, BufferRecycler* buffers);
+
 // Offset of each block inside its host's local buffer.
 std::vector<Token> block_local_offsets(const Sharding& sh);
 
