@@ -1,5 +1,6 @@
 // A token top-k selection as sorted rows (index_cells.hpp).
 #include <algorithm>
+#include <limits>
 #include <memory>
 
 #include <fmt/format.h>
@@ -56,7 +57,12 @@ void SelectionRows::build(const std::int32_t* idx, std::int64_t k, int threads, 
   };
   each_row([&](const std::int32_t* r, std::size_t i) {
     std::int64_t c = 0;
-    for (std::int64_t j = 0; j < k; ++j) c += r[j] >= 0;
+    for (std::int64_t j = 0; j < k;) {  // 32-bit counts: twice the lanes of 64-bit ones
+      const std::int64_t stop = std::min<std::int64_t>(k, j + std::numeric_limits<std::int32_t>::max());
+      std::uint32_t n = 0;
+      for (; j < stop; ++j) n += r[j] >= 0 ? 1 : 0;
+      c += n;
+    }
     offset_[i + 1] = c;
   });
   for (std::size_t i = 0; i < rows; ++i) offset_[i + 1] += offset_[i];
