@@ -12,6 +12,7 @@
 #include "mask/index/internal.hpp"
 #include "plan/buffer_map.hpp"
 #include "plan/builder_internal.hpp"
+#include "plan/stream_out.hpp"
 
 namespace cpsched::plan_detail {
 
@@ -44,28 +45,10 @@ struct DenseRows {
   }
 };
 
-// Buffer rows of ascending global tokens (all there), written to
-// out[0, keys.size()). Local: a shift; remote: through `dense` when given
-// (one load per key), else one search, then a walk along the runs.
-void rows_of(const BufferMap& m, std::span<const std::int32_t> keys, std::int32_t* out, const DenseRows* dense) {
+// Buffer rows of ascending global tokens (all there) through a transfer's
+// runs, written to out[0, keys.size()): one search, then a walk.
+void walk_rows(const BufferMap& m, std::span<const std::int32_t> keys, std::int32_t* out) {
   if (keys.empty()) return;
-  if (m.first == nullptr) {
-    const auto s = static_cast<std::int32_t>(m.shift);
-    for (std::size_t i = 0; i < keys.size(); ++i) out[i] = keys[i] + s;
-    return;
-  }
-  if (dense != nullptr) {
-    const std::int32_t* row = dense->row.data() - dense->begin;
-    std::int32_t missing = 0;
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      out[i] = row[keys[i]];
-      missing |= out[i];  // -1 has the sign bit, no row has
-    }
-    if (missing < 0)
-      throw Error(fmt::format("plan builder (internal): a key of [{}, {}] is not in the kv buffer", keys.front(),
-                              keys.back()));
-    return;
-  }
   auto it = std::upper_bound(m.first, m.last, Token{keys.front()}, [](Token v, const XferRun& x) { return v < x.global.end; });
   for (std::int32_t t : keys) {
     while (it != m.last && it->global.end <= t) ++it;
@@ -154,27 +137,40 @@ void emit_index_args(const SelectionRows& sel, int head, const Cell& c, Range kb
       }
       if (pool->size + spans.size() * width > pool->capacity)
         throw Error("plan builder (internal): the index pool outgrew its count");
-      std::int32_t* row = pool->base + pool->size;
+      // Local rows ascend with the keys; remote ones need not (relays
+      // append forwarded rows), so their hull is taken entry by entry.
+      StreamOut w(pool->base + pool->size);
       Token lo = std::numeric_limits<Token>::max(), hi = std::numeric_limits<Token>::min();
       for (const auto keys : spans) {
-        rows_of(km, keys, row, dense);
-        if (km.first == nullptr) {  // local rows ascend with the keys
+        if (km.first == nullptr) {
+          w.shifted(keys, static_cast<std::int32_t>(km.shift));
           if (!keys.empty()) {
-            lo = std::min<Token>(lo, row[0]);
-            hi = std::max<Token>(hi, row[keys.size() - 1] + 1);
+            lo = std::min<Token>(lo, keys.front() + km.shift);
+            hi = std::max<Token>(hi, keys.back() + km.shift + 1);
           }
-        } else {  // (remote rows need not: relays append forwarded rows)
+        } else {
           std::int32_t l = std::numeric_limits<std::int32_t>::max(), h = -1;
-          for (std::size_t e = 0; e < keys.size(); ++e) {
-            l = std::min(l, row[e]);
-            h = std::max(h, row[e]);
+          if (dense != nullptr) {
+            if (w.gathered(keys, dense->row.data() - dense->begin, l, h) < 0)  // -1: a key not sent
+              throw Error(fmt::format("plan builder (internal): a key of [{}, {}] is not in the kv buffer",
+                                      keys.front(), keys.back()));
+          } else {
+            std::int32_t* row = w.at();
+            walk_rows(km, keys, row);
+            for (std::size_t e = 0; e < keys.size(); ++e) {
+              l = std::min(l, row[e]);
+              h = std::max(h, row[e]);
+            }
+            w.skip(keys.size());
           }
-          lo = std::min<Token>(lo, l);
-          hi = std::max<Token>(hi, Token{h} + 1);
+          if (!keys.empty()) {
+            lo = std::min<Token>(lo, l);
+            hi = std::max<Token>(hi, Token{h} + 1);
+          }
         }
-        std::fill(row + keys.size(), row + width, -1);
-        row += width;
+        w.fill(width - keys.size(), -1);
       }
+      w.finish();
       pool->size += spans.size() * width;
       a.k = {lo, hi};
       out.push_back(a);
