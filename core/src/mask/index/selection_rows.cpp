@@ -59,9 +59,9 @@ void SelectionRows::build(const std::int32_t* idx, std::int64_t k, int threads, 
     std::int64_t c = 0;
     for (std::int64_t j = 0; j < k;) {  // 32-bit counts: twice the lanes of 64-bit ones
       const std::int64_t stop = std::min<std::int64_t>(k, j + std::numeric_limits<std::int32_t>::max());
-      std::uint32_t n = 0;
-      for (; j < stop; ++j) n += r[j] >= 0 ? 1 : 0;
-      c += n;
+      std::uint32_t valid = 0;
+      for (; j < stop; ++j) valid += r[j] >= 0 ? 1 : 0;
+      c += valid;
     }
     offset_[i + 1] = c;
   });
