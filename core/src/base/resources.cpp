@@ -114,11 +114,12 @@ void estimate_topk(const Problem& p, const Sharding& sh, ResourceEstimate& e) {
   e.mask_bytes = sat(__int128{m.indices.size()} * 4);
   e.selection_bytes = sat((H * S + 1) * 8 + __int128{c.pairs} * 4);
   // The index cells and their ranges (count_index_cells), count_index_cells'
-  // per-thread tables (area, last row, rows per cell; the block's key bitmap;
+  // per-thread tables (area, last row, rows per cell; the block's key bytes;
   // the row checks' bitmap and stamps), and the grid's own cells (per-group
-  // cells copy each head's and unite them per block pair).
-  const __int128 T = std::min<__int128>(hardware_threads(), nb);
-  const __int128 counting = T * (cell_heads * nb * (8 + 8 + 24) + cell_heads * ((S + 63) / 64) * 8 + S / 8 + S);
+  // cells copy each head's and unite them per block pair). Threads cut the
+  // rows anywhere, so each may hold every table.
+  const __int128 T = hardware_threads();
+  const __int128 counting = T * (cell_heads * nb * (8 + 8 + 24) + cell_heads * S + S / 8 + S);
   __int128 grid = __int128{c.cells} * (sizeof(IndexCell) + 2 * kHeapBlock) + ranges * sizeof(Range) + counting +
                   nb * (sizeof(Range) + sizeof(Rank) + 24);
   if (per_head) grid += tasks * sizeof(Cell) + union_cells * (sizeof(Cell) + 2 * kHeapBlock) + ranges * sizeof(Range);

@@ -82,10 +82,10 @@ class JsonOut {
     for (Range r : rs) range(r);
     end_array();
   }
-  template <class T>
-  void list(const std::vector<T>& xs) {
+  template <class Xs>  // a std::vector or an IndexPool
+  void list(const Xs& xs) {
     begin_array();
-    for (const T& x : xs) value(x);
+    for (const auto& x : xs) value(x);
     end_array();
   }
 

@@ -45,7 +45,8 @@ void build_pass(const Assignment& a, const plan_detail::Transfers& tr, const std
   }
   const plan_detail::XferLayout where =
       plan_detail::layout_comm(a, tr, stage, stages, relay, pass, /*summary=*/false, options.rank);
-  plan_detail::build_calc(a, tr, stage, where, stages, pass, options.index_rows, /*area_only=*/false, options.rank);
+  plan_detail::build_calc(a, tr, stage, where, stages, pass, options.index_rows, /*area_only=*/false, options.rank,
+                          options.buffers);
   // The executor writes the index rows of such a plan: it needs to know where each remote key landed.
   if (a.grid->problem().index_row_runs && options.rank >= 0)
     fill_remote_rows(a, tr, where, options.rank, *pass[static_cast<std::size_t>(options.rank)]);
@@ -166,7 +167,7 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
   const int node = options.relay_node_size >= 2 ? options.relay_node_size : 0;
   build_pass(a, tr, fwd_stage, stages, {node, fb.qo_out, fb.kv_out}, options, pass);
   if (bwd_stage == fwd_stage) {
-    // Same stage cut: the backward description is the forward one.
+    // Same stage cut: the backward description is the forward one (sharing its index pool).
     for (std::size_t r = 0; r < P; ++r)
       if (options.rank < 0 || static_cast<Rank>(r) == options.rank) plan.ranks[r].bwd = plan.ranks[r].fwd;
   } else {

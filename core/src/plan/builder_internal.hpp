@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpsched/base/buffer_recycler.hpp"
 #include "cpsched/problem/assignment.hpp"
 #include "cpsched/problem/metrics.hpp"
 #include "cpsched/plan/plan.hpp"
@@ -87,9 +88,30 @@ void summary_comm(const Transfers& tr, const std::vector<int>& stage, int stages
 
 // Fills calc of every rank (only >= 0: of that rank) and the reduce_after
 // fields of comm (the same on every rank, so computed over all tasks).
+// Index pools are written into buffers from `buffers` (null: new ones).
 void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, const XferLayout& where,
                 int stages, std::vector<PassPlan*>& pass, bool index_rows = true, bool area_only = false,
-                Rank only = -1);
+                Rank only = -1, BufferRecycler* buffers = nullptr);
+
+// Index args (token top-k masks) of rank d's tasks: args[i] are those of
+// task tr.task_order[tr.rank_begin[d] + i]; with `write_pool` also the
+// rank's pool (its buffer from `buffers`, null: a new one), else shapes and
+// areas only (PlanOptions::index_rows = false). The pool is counted, then
+// written in place, each task's part by one of up to the hardware's threads
+// (a DSA rank's pool is tens of MiB); the result does not depend on them.
+// (index_args.cpp)
+struct RankIndexArgs {
+  std::vector<std::vector<AttnArg>> args;
+  IndexPool pool;
+  std::int64_t deferred_entries = 0;  // rank_deferred_index_args: the pool the executor writes
+};
+RankIndexArgs rank_index_args(const Assignment& a, const Transfers& tr, const XferLayout& where, std::size_t d,
+                              bool write_pool, BufferRecycler* buffers);
+// The same shapes from the problem's row runs (Problem::index_row_runs),
+// without the rows: no pool, its size in deferred_entries (the executor
+// writes it, CalcMeta::deferred_index_entries). (deferred_index_args.cpp)
+RankIndexArgs rank_deferred_index_args(const Assignment& a, const Transfers& tr, const XferLayout& where,
+                                       std::size_t d);
 
 // Offset of each block inside its host's local buffer.
 std::vector<Token> block_local_offsets(const Sharding& sh);

@@ -1,207 +1,24 @@
 // The attention args (CalcMeta) of every rank and stage.
 #include <algorithm>
 #include <limits>
-#include <optional>
-#include <tuple>
+#include <memory>
 #include <span>
 #include <fmt/format.h>
 
 #include "cpsched/base/error.hpp"
 #include "cpsched/mask/slice_clip.hpp"
+#include "plan/buffer_map.hpp"
 #include "plan/builder_internal.hpp"
 
 namespace cpsched::plan_detail {
 
 namespace {
 
-// Where global tokens of one block sit in a buffer: a single shift (local
-// shard), or the runs of a transfer's rows in the remote buffer.
-struct Map {
-  BufferId buf = BufferId::local;
-  Token shift = 0;                    // local: buffer = global + shift
-  const XferRun* first = nullptr;     // remote: the xfer's runs, sorted by token
-  const XferRun* last = nullptr;
-
-  struct Run {
-    Range global;
-    Token shift;
-  };
-  // The runs of r in the buffer; false when some token of r is not there.
-  bool runs(Range r, std::vector<Run>& out) const {
-    out.clear();
-    if (first == nullptr) {
-      out.push_back({r, shift});
-      return true;
-    }
-    // Binary search for the first run that ends after r.begin: a piece
-    // costs O(log runs + its runs), not O(runs) (one-token stripes give
-    // transfers of thousands of ranges).
-    auto it = std::upper_bound(first, last, r.begin, [](Token v, const XferRun& x) { return v < x.global.end; });
-    Token covered = 0;
-    for (; it != last && it->global.begin < r.end; ++it) {
-      const Range y = it->global.intersect(r);
-      if (!y.empty()) {
-        out.push_back({y, it->off - it->global.begin});
-        covered += y.size();
-      }
-    }
-    return covered == r.size();
-  }
-  // Buffer rows of ascending global tokens (all there), appended to `out`:
-  // one search, then a walk along the runs.
-  void rows_of(std::span<const std::int32_t> keys, std::vector<std::int32_t>& out) const {
-    if (keys.empty()) return;
-    if (first == nullptr) {
-      for (std::int32_t t : keys) out.push_back(static_cast<std::int32_t>(t + shift));
-      return;
-    }
-    auto it = std::upper_bound(first, last, Token{keys.front()}, [](Token v, const XferRun& x) { return v < x.global.end; });
-    for (std::int32_t t : keys) {
-      while (it != last && it->global.end <= t) ++it;
-      if (it == last || !it->global.contains(t))
-        throw Error(fmt::format("plan builder (internal): key {} is not in the kv buffer", t));
-      out.push_back(static_cast<std::int32_t>(t - it->global.begin + it->off));
-    }
-  }
-  // Buffer row of global token t (which must be there).
-  Token row_of(Token t) const {
-    if (first == nullptr) return t + shift;
-    auto it = std::upper_bound(first, last, t, [](Token v, const XferRun& x) { return v < x.global.end; });
-    if (it == last || !it->global.contains(t))
-      throw Error(fmt::format("plan builder (internal): key {} is not in the kv buffer", t));
-    return t - it->global.begin + it->off;
-  }
-};
-
-// The widest row of queries `run` inside the kv block (their keys there).
-std::size_t run_width(const SelectionRows& sel, int head, Range run, Range kblock) {
-  std::size_t width = 0;
-  for (Token q = run.begin; q < run.end; ++q) width = std::max(width, sel.row(head, q, kblock).size());
-  return width;
-}
-
-// The index-pool entries emit_index_args will append for one task (rows x
-// width per run), so that the pool is allocated once: grown by doubling and
-// trimmed, a rank's pool of a DSA layer (32 MiB at S = 32k, P = 8) was
-// written about three times over.
-std::size_t index_pool_entries(const SelectionRows& sel, int head, const Cell& c, Range kblock, const Map& qm,
-                               std::vector<Map::Run>& runs) {
-  std::size_t n = 0;
-  for (Range rows : c.rows.ranges()) {
-    if (!qm.runs(rows, runs)) return n;  // emit_index_args reports it
-    for (const Map::Run& run : runs)
-      n += static_cast<std::size_t>(run.global.size()) * run_width(sel, head, run.global, kblock);
-  }
-  return n;
-}
-
-// Index args of one task (token top-k masks): per run of its query rows that
-// is contiguous in the q buffer, one arg whose rows list their selected keys
-// inside the task's kv block as kv-buffer rows, -1 padded to the run's widest
-// row.
-// `spans`: scratch for the run's rows inside the kv block.
-void emit_index_args(const SelectionRows& sel, int head, const Cell& c, Range kblock, const Map& qm,
-                     const Map& km, int group, std::vector<Map::Run>& runs,
-                     std::vector<std::span<const std::int32_t>>& spans, std::vector<AttnArg>& out,
-                     std::vector<std::int32_t>* pool) {
-  for (Range rows : c.rows.ranges()) {
-    if (!qm.runs(rows, runs))
-      throw Error(fmt::format("plan builder (internal): rows [{}, {}) are not all in the q buffer", rows.begin,
-                              rows.end));
-    for (const Map::Run& run : runs) {
-      std::size_t width = 0;
-      Token area = 0;
-      spans.clear();
-      for (Token q = run.global.begin; q < run.global.end; ++q) {
-        spans.push_back(sel.row(head, q, kblock));
-        width = std::max(width, spans.back().size());
-        area += static_cast<Token>(spans.back().size());
-      }
-      if (width == 0) continue;
-      AttnArg a{{run.global.begin + run.shift, run.global.end + run.shift}, {0, 0}, MaskType::full, qm.buf, km.buf,
-                group, static_cast<std::int32_t>(width), pool ? static_cast<std::int64_t>(pool->size()) : 0, area};
-      if (pool == nullptr) {  // shape and area only (PlanOptions::index_rows = false): k is the cell's cols
-        a.k = {km.row_of(c.cols.ranges().front().begin), km.row_of(c.cols.ranges().back().end - 1) + 1};
-        out.push_back(a);
-        continue;
-      }
-      Token lo = std::numeric_limits<Token>::max(), hi = std::numeric_limits<Token>::min();
-      for (const auto keys : spans) {
-        const std::size_t at = pool->size();
-        km.rows_of(keys, *pool);  // (buffer rows need not ascend with the keys: relays append forwarded rows)
-        for (std::size_t e = at; e < pool->size(); ++e) {
-          lo = std::min<Token>(lo, (*pool)[e]);
-          hi = std::max<Token>(hi, (*pool)[e] + 1);
-        }
-        pool->insert(pool->end(), width - keys.size(), -1);
-      }
-      a.k = {lo, hi};
-      out.push_back(a);
-    }
-  }
-}
-
-// The runs of a rank's row runs (TopkRowRuns) by cell: where each cell's
-// runs start in width / area.
-class RunIndex {
- public:
-  explicit RunIndex(const TopkRowRuns& r) : r_(r) {
-    std::size_t at = 0;
-    first_.reserve(r.cells.size());
-    for (const IndexCell& c : r.cells) {
-      first_.push_back(at);
-      at += c.rows.ranges().size();
-    }
-  }
-  // The cell (head, qblock, kblock) and the index of its first run.
-  std::pair<const IndexCell*, std::size_t> find(int head, std::int32_t qblock, std::int32_t kblock) const {
-    const auto key = std::make_tuple(head, qblock, kblock);
-    const auto it = std::lower_bound(r_.cells.begin(), r_.cells.end(), key, [](const IndexCell& c, const auto& k) {
-      return std::make_tuple(c.head, c.qblock, c.kblock) < k;
-    });
-    if (it == r_.cells.end() || std::make_tuple(it->head, it->qblock, it->kblock) != key)
-      throw Error(fmt::format("plan builder (internal): the row runs have no cell (head {}, qblock {}, kblock {})",
-                              head, qblock, kblock));
-    return {&*it, first_[static_cast<std::size_t>(it - r_.cells.begin())]};
-  }
-  const TopkRowRuns& runs() const { return r_; }
-
- private:
-  const TopkRowRuns& r_;
-  std::vector<std::size_t> first_;
-};
-
-// Index args of one task whose rows the executor writes (row runs): the
-// shapes emit_index_args gives, from the runs' widths and pairs, with the
-// pool entries counted in `entries` instead of written.
-void emit_deferred_index_args(const RunIndex& index, int head, const Cell& c, const Map& qm, const Map& km, int group,
-                              std::vector<Map::Run>& runs, std::vector<AttnArg>& out, std::int64_t& entries) {
-  if (c.rows.empty()) return;  // a head group that selects nothing in the cell, where another one does
-  const auto [cell, first] = index.find(head, c.qblock, c.kblock);
-  if (cell->rows != c.rows)
-    throw Error(fmt::format("plan builder (internal): the grid's cell (qblock {}, kblock {}) has other rows than the "
-                            "row runs' (a grid of other blocks?)",
-                            c.qblock, c.kblock));
-  const Range k = {km.row_of(c.cols.ranges().front().begin), km.row_of(c.cols.ranges().back().end - 1) + 1};
-  std::size_t at = first;
-  for (Range rows : c.rows.ranges()) {
-    if (!qm.runs(rows, runs) || runs.size() != 1)
-      throw Error(fmt::format("plan builder (internal): rows [{}, {}) are not one run of the q buffer", rows.begin,
-                              rows.end));
-    const Map::Run& run = runs.front();
-    const std::int32_t width = index.runs().width[at];
-    out.push_back(AttnArg{{run.global.begin + run.shift, run.global.end + run.shift}, k, MaskType::full, qm.buf,
-                          km.buf, group, width, entries, index.runs().area[at]});
-    entries += static_cast<std::int64_t>(rows.size()) * width;
-    ++at;
-  }
-}
-
 struct ArgSink {
-  std::vector<Map::Run> qr, kr;
+  std::vector<BufferMap::Run> qr, kr;
   std::vector<Slice> sub;
 
-  void push(std::vector<AttnArg>& out, const Slice& s, const Map& qm, Token dq, const Map& km, Token dk,
+  void push(std::vector<AttnArg>& out, const Slice& s, const BufferMap& qm, Token dq, const BufferMap& km, Token dk,
             int group) {
     out.push_back(AttnArg{{s.q.begin + dq, s.q.end + dq}, {s.k.begin + dk, s.k.end + dk}, s.type, qm.buf,
                           km.buf, group});
@@ -209,7 +26,7 @@ struct ArgSink {
 
   // A tight slice (global coords) as args in buffer coords; pieces that
   // straddle a discontinuity of either buffer are cut there.
-  void emit(const Slice& s, const Map& qm, const Map& km, int group, std::vector<AttnArg>& out) {
+  void emit(const Slice& s, const BufferMap& qm, const BufferMap& km, int group, std::vector<AttnArg>& out) {
     if (!qm.runs(s.q, qr) || !km.runs(s.k, kr))
       throw Error(fmt::format("plan builder (internal): rows [{}, {}) x cols [{}, {}) are not all in the buffers",
                               s.q.begin, s.q.end, s.k.begin, s.k.end));
@@ -218,8 +35,8 @@ struct ArgSink {
       return;
     }
     const Band b = band_of(s);
-    for (const Map::Run& q : qr)
-      for (const Map::Run& k : kr) {
+    for (const BufferMap::Run& q : qr)
+      for (const BufferMap::Run& k : kr) {
         sub.clear();
         band_to_slices(clip(b, q.global, k.global), sub);
         for (const Slice& x : sub) push(out, x, qm, q.shift, km, k.shift, group);
@@ -230,10 +47,10 @@ struct ArgSink {
 }  // namespace
 
 void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, const XferLayout& where,
-                int stages, std::vector<PassPlan*>& pass, bool index_rows, bool area_only, Rank only) {
+                int stages, std::vector<PassPlan*>& pass, bool index_rows, bool area_only, Rank only,
+                BufferRecycler* buffers) {
   const TaskGrid& g = *a.grid;
   const Sharding& sh = g.sharding();
-  const std::vector<Token> block_off = block_local_offsets(sh);
   const auto G = static_cast<std::size_t>(g.num_groups());
   const bool flat = g.flattened();
   auto mine = [&](std::size_t r) { return only < 0 || static_cast<Rank>(r) == only; };
@@ -241,45 +58,29 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
     if (!mine(r)) continue;
     PassPlan* p = pass[r];
     p->calc.local_attn_args.clear();
-    p->calc.indices.clear();
+    p->calc.indices = {};
     p->calc.deferred_index_entries = 0;
     p->calc.remote_attn_args.assign(static_cast<std::size_t>(stages), {});
   }
   std::vector<int> last_q(static_cast<std::size_t>(stages) + 1, 0), last_k = last_q;
   ArgSink sink;
   std::vector<Slice> tight;
-  std::vector<Map::Run> runs;
-  std::vector<std::span<const std::int32_t>> spans;
   const bool index = g.index_cells();
-  const TopkRowRuns* row_runs = index && !area_only ? g.problem().index_row_runs.get() : nullptr;
-  std::optional<RunIndex> run_index;
-  if (row_runs != nullptr) run_index.emplace(*row_runs);
-
-  auto map_of = [&](std::int32_t x, std::int32_t block) {
-    if (x < 0) {
-      const auto b = static_cast<std::size_t>(block);
-      return Map{BufferId::local, block_off[b] - sh.blocks[b].begin, nullptr, nullptr};
-    }
-    const auto xi = static_cast<std::size_t>(x);
-    const XferRun* base = where.runs.data();
-    return Map{BufferId::remote, 0, base + where.begin[xi], base + where.begin[xi + 1]};
-  };
+  const BufferMaps maps{sh, where};
 
   std::vector<Token> stage_area(static_cast<std::size_t>(stages) + 1);
   for (std::size_t d = 0; d + 1 < tr.rank_begin.size(); ++d) {
     CalcMeta& calc = pass[d]->calc;
     if (area_only) std::fill(stage_area.begin(), stage_area.end(), 0);
-    if (index && index_rows && !area_only && row_runs == nullptr && mine(d)) {
-      std::size_t entries = 0;
-      for (std::size_t i = tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i) {
-        const auto t = static_cast<TaskId>(tr.task_order[i]);
-        const Cell& c = g.cell_of(t);
-        const int grp = flat ? static_cast<int>(static_cast<std::size_t>(t) % G) : -1;
-        entries += index_pool_entries(g.selection(), g.per_group_cells() ? grp : 0, c,
-                                      sh.blocks[static_cast<std::size_t>(c.kblock)],
-                                      map_of(tr.task_q[static_cast<std::size_t>(t)], c.qblock), runs);
+    RankIndexArgs index_args;
+    if (index && !area_only && mine(d)) {
+      if (g.problem().index_row_runs) {  // the executor writes the rows (row runs: no rows here)
+        index_args = rank_deferred_index_args(a, tr, where, d);
+        calc.deferred_index_entries = index_args.deferred_entries;
+      } else {
+        index_args = rank_index_args(a, tr, where, d, index_rows, buffers);
+        calc.indices = std::move(index_args.pool);
       }
-      calc.indices.reserve(entries);
     }
     for (std::size_t i = tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i) {
       const auto t = static_cast<TaskId>(tr.task_order[i]);
@@ -298,19 +99,14 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
         continue;
       }
       std::vector<AttnArg>& out = st == 0 ? calc.local_attn_args : calc.remote_attn_args[static_cast<std::size_t>(st - 1)];
-      const Map qm = map_of(xq, c.qblock), km = map_of(xk, c.kblock);
+      if (index) {
+        const auto& args = index_args.args[i - tr.rank_begin[d]];
+        out.insert(out.end(), args.begin(), args.end());
+        continue;
+      }
+      const BufferMap qm = maps.of(xq, c.qblock), km = maps.of(xk, c.kblock);
       const Range qb = sh.blocks[static_cast<std::size_t>(c.qblock)];
       const Range kb = sh.blocks[static_cast<std::size_t>(c.kblock)];
-      if (row_runs != nullptr) {
-        emit_deferred_index_args(*run_index, g.per_group_cells() ? grp : 0, c, qm, km, grp, runs, out,
-                                 calc.deferred_index_entries);
-        continue;
-      }
-      if (index) {
-        emit_index_args(g.selection(), g.per_group_cells() ? grp : 0, c, kb, qm, km, grp, runs, spans, out,
-                        index_rows ? &calc.indices : nullptr);
-        continue;
-      }
       for (const Slice& s : c.pieces) {
         tight.clear();
         band_to_slices(clip(band_of(s), qb, kb), tight);

@@ -137,7 +137,7 @@ bool in_rows(const IndexSummary& s, const IndexCell& c, Range mine) {
 }  // namespace
 
 Problem Problem::make(std::shared_ptr<const IndexSummary> summary, const TopkRows& own_rows, int cp_size, Heads heads,
-                     GridOptions grid) {
+                     GridOptions grid, BufferRecycler* buffers) {
   Problem p = summary_problem(summary, cp_size, heads, grid);
   const IndexSummary& s = *summary;
   // This rank's rows: one rank's shard, the rows it summarised.
@@ -147,7 +147,7 @@ Problem Problem::make(std::shared_ptr<const IndexSummary> summary, const TopkRow
   if (own_rows.indices.shape.size() != 3 || own_rows.indices.shape[1] != s.kv_heads)
     throw Error(fmt::format("{}: the rank's rows have shape [{}], not [rows, {} (the summary's KV heads), k]", src,
                             fmt::join(own_rows.indices.shape, ", "), s.kv_heads));
-  auto rows = std::make_unique<const SelectionRows>(own_rows);
+  auto rows = std::make_unique<const SelectionRows>(own_rows, 0, buffers);
   Token mine_area = 0;
   for (const IndexCell& c : s.cells)
     if (in_rows(s, c, mine)) mine_area += c.area;

@@ -60,6 +60,10 @@ struct Session::Impl {
   PlanCache cache;
   std::optional<Config> config;  // a Session built from a Config
   std::shared_ptr<const SolveResult> last;
+  // Index pools and a rank's sorted top-k rows (tens of MiB each for a DSA
+  // layer) reuse the buffers of results already let go: mapped once, not
+  // faulted in on every call.
+  BufferRecycler buffers{4};
   bool last_cached = false;
   double last_ms = 0.0;
   // One solve at a time: the solver, cost model and pricer are shared by
@@ -106,7 +110,8 @@ struct Session::Impl {
     shape.node_size = 0;
     last = std::make_shared<const SolveResult>(owner_path->run(
         std::move(problem),
-        {.shape = shape, .uses = opt.uses, .validate = false, .rank = opt.rank, .solver_name = "owner"}));
+        {.shape = shape, .uses = opt.uses, .validate = false, .rank = opt.rank, .solver_name = "owner",
+         .buffers = &buffers}));
     last_cached = false;
     last_ms = ms_since(t0);
     return *last;
@@ -131,7 +136,8 @@ struct Session::Impl {
     std::lock_guard lock(run_mu);
     return std::make_shared<const SolveResult>(path->run(
         std::move(problem),
-        {.shape = opt.plan, .uses = opt.uses, .validate = opt.validate, .rank = opt.rank, .solver_name = opt.solver}));
+        {.shape = opt.plan, .uses = opt.uses, .validate = opt.validate, .rank = opt.rank, .solver_name = opt.solver,
+         .buffers = &buffers}));
   }
 
   const SolveResult& solve(const RangeMask& mask) {
@@ -373,7 +379,8 @@ const SolveResult& Session::solve_topk_summaries(const std::vector<std::vector<I
   const auto t0 = std::chrono::steady_clock::now();
   const SessionOptions& o = impl_->opt;
   const TopkRows t = own_topk_rows(o, own_rows, seqlen, kv_heads, causal);
-  Problem p = Problem::make(merged_summary(o, summaries, seqlen, kv_heads, causal), t, o.cp_size, o.heads, o.grid);
+  Problem p = Problem::make(merged_summary(o, summaries, seqlen, kv_heads, causal), t, o.cp_size, o.heads, o.grid,
+                            &impl_->buffers);
   p.set_layout(Layout::fixed);
   return impl_->solve_owner(std::make_shared<const Problem>(std::move(p)), t0);
 }

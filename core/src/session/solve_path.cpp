@@ -104,6 +104,7 @@ SolveResult SolvePath::run(std::shared_ptr<const TaskGrid> grid, const Options& 
   if (builder == nullptr) builder = (own = std::make_unique<PlanBuilder>(*a)).get();
   PlanOptions po{r.shape.stages, r.shape.relay_node_size()};
   po.rank = o.rank;
+  po.buffers = o.buffers;
   r.plan = std::make_shared<const Plan>(builder->build(po));
   r.metrics = compute_metrics(*a, builder->transfers());
   r.plan_ms = ms_since(t0);

@@ -27,8 +27,9 @@ namespace {
 // Host copies of all kernel metadata, uploaded in one piece.
 class MetaArena {
  public:
-  template <class T>
-  std::size_t add(const std::vector<T>& v) {
+  template <class Xs>  // a std::vector or an IndexPool
+  std::size_t add(const Xs& v) {
+    using T = typename Xs::value_type;
     static_assert(std::is_trivially_copyable_v<T>);
     bytes_.resize((bytes_.size() + 15) / 16 * 16);
     const std::size_t off = bytes_.size();
@@ -404,7 +405,7 @@ void RankPipeline::PassBuilder::build_launches() {
   // Index args' keys: the pass's CalcMeta::indices, uploaded once with the
   // rest of the metadata (every q-major launch of the pass reads them).
   indices_at_ = plan_.calc.indices.empty() ? kNone : arena_.add(plan_.calc.indices);
-  const std::span<const std::int32_t> indices(plan_.calc.indices);
+  const std::span<const std::int32_t> indices = plan_.calc.indices.span();
   pp_.launches.assign(static_cast<std::size_t>(n_) + 1, {});
   for (int s = 0; s <= n_; ++s) {
     const std::vector<AttnArg>& args =

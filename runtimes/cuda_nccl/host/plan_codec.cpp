@@ -21,10 +21,10 @@ class Writer {
     const auto* p = reinterpret_cast<const std::uint8_t*>(&v);
     out.insert(out.end(), p, p + sizeof(T));
   }
-  template <class T>
-  void vec(const std::vector<T>& v) {
+  template <class Xs>  // a std::vector or an IndexPool
+  void vec(const Xs& v) {
     pod(static_cast<std::uint64_t>(v.size()));
-    for (const T& x : v) item(x);
+    for (const auto& x : v) item(x);
   }
   void item(std::int32_t x) { pod(x); }
   void item(std::int64_t x) { pod(x); }
@@ -153,7 +153,7 @@ class Reader {
     PassPlan p;
     p.calc.local_attn_args = args();
     p.calc.remote_attn_args = vec<std::vector<AttnArg>>([&] { return args(); });
-    p.calc.indices = vec<std::int32_t>([&] { return pod<std::int32_t>(); });
+    p.calc.indices = IndexPool(vec<std::int32_t>([&] { return pod<std::int32_t>(); }));
     p.comm.stages = vec<StageComm>([&] { return stage(); });
     return p;
   }

@@ -90,27 +90,49 @@ TEST_CASE("the validator proves index args: a dropped or a foreign entry is foun
   // The plan of rank 1 (which needs rank 0's keys) has index args.
   const CalcMeta& calc = plan.ranks[1].fwd.calc;
   REQUIRE(!calc.indices.empty());
+  // One stage: the backward's stage cut is the forward's, and so is its pool (shared, not copied).
+  CHECK(plan.ranks[1].bwd.calc.indices.shares(calc.indices));
   bool any_index = false;
   for (const auto& args : calc.remote_attn_args)
     for (const AttnArg& x : args) any_index = any_index || x.is_index();
   CHECK(any_index);
 
-  auto first_entry = [](const Plan& p) -> std::int32_t& {
-    auto& pool = const_cast<Plan&>(p).ranks[1].fwd.calc.indices;
-    return *std::find_if(pool.begin(), pool.end(), [](std::int32_t e) { return e >= 0; });
-  };
   Plan dropped = plan;
-  first_entry(dropped) = -1;
+  {
+    // Pools are immutable and copies share them: a changed pool is a new one.
+    std::vector<std::int32_t> pool = dropped.ranks[1].fwd.calc.indices.to_vector();
+    *std::find_if(pool.begin(), pool.end(), [](std::int32_t e) { return e >= 0; }) = -1;
+    dropped.ranks[1].fwd.calc.indices = IndexPool(std::move(pool));
+  }
+  CHECK(plan.ranks[1].fwd.calc.indices != dropped.ranks[1].fwd.calc.indices);  // the original is untouched
   CHECK(test::joined(validate_plan(a, dropped)).find("is computed by no arg") != std::string::npos);
 
   Plan foreign = plan;
   // Another row of the same arg: a pair the mask does not select, or one computed twice.
   const AttnArg& x = foreign.ranks[1].fwd.calc.local_attn_args.empty() ? foreign.ranks[1].fwd.calc.remote_attn_args[0][0]
                                                                         : foreign.ranks[1].fwd.calc.local_attn_args[0];
-  std::int32_t& e = foreign.ranks[1].fwd.calc.indices[static_cast<std::size_t>(x.index_offset)];
+  std::vector<std::int32_t> pool = foreign.ranks[1].fwd.calc.indices.to_vector();
+  std::int32_t& e = pool[static_cast<std::size_t>(x.index_offset)];
   e = static_cast<std::int32_t>(e == x.k.begin ? x.k.end - 1 : x.k.begin);
+  foreign.ranks[1].fwd.calc.indices = IndexPool(std::move(pool));
   const std::string found = test::joined(validate_plan(a, foreign));
   CHECK(found.find("computed by no arg") != std::string::npos);
+}
+
+TEST_CASE("an index pool is shared by its copies and compares by its entries") {
+  const IndexPool a{3, -1, 7};
+  const IndexPool b = a;
+  CHECK(b.shares(a));
+  CHECK(b.data() == a.data());
+  const IndexPool c(std::vector<std::int32_t>{3, -1, 7});
+  CHECK(!c.shares(a));
+  CHECK(c == a);
+  CHECK(c != IndexPool{3, -1});
+  CHECK(IndexPool{} == IndexPool(std::vector<std::int32_t>{}));
+  CHECK(IndexPool{}.empty());
+  CHECK(std::vector<std::int32_t>(a.begin(), a.end()) == std::vector<std::int32_t>{3, -1, 7});
+  CHECK(a[2] == 7);
+  CHECK(a.span().size() == 3);
 }
 
 TEST_CASE("the validator checks index pairs in bounded chunks: the same verdicts with 1-pair and whole chunks") {
@@ -140,10 +162,11 @@ TEST_CASE("the validator checks index pairs in bounded chunks: the same verdicts
         // A dropped entry and a duplicated one, found in every chunking.
         Plan bad = plan;
         for (RankPlan& r : bad.ranks) {
-          auto& pool = r.fwd.calc.indices;
+          std::vector<std::int32_t> pool = r.fwd.calc.indices.to_vector();
           auto it = std::find_if(pool.begin(), pool.end(), [](std::int32_t e) { return e >= 0; });
           if (it != pool.end()) {
             *it = -1;
+            r.fwd.calc.indices = IndexPool(std::move(pool));
             break;
           }
         }

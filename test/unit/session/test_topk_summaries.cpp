@@ -82,6 +82,65 @@ TEST_CASE("a rank's plan from the gathered summaries and its own rows is its par
   CHECK(checked == 2 * 2 * 2 * (2 + 3 + 4 + 8));
 }
 
+TEST_CASE("a rank's pool large enough for several writer threads is its part of the whole tensor's plan") {
+  // Pools of over 2M entries are written by two threads or more (where the
+  // hardware has them); the args and the pool do not depend on it.
+  const int P = 2;
+  const Token S = 8192;
+  const IndexMask mask = test::small_dsa(S, 1, 1, 1024, 16, 128);
+  const std::span<const std::int32_t> all(mask.indices.data, static_cast<std::size_t>(mask.indices.size()));
+  Session whole(options(P, 1, 1, "owner", -1));
+  whole.solve_topk(all, S, 1);
+  const Sharding shards = Sharding::sequential(S, P, 1);
+  std::vector<Session> ranks;
+  std::vector<std::vector<IndexCell>> summaries;
+  for (Rank r = 0; r < P; ++r) {
+    ranks.emplace_back(options(P, 1, 1, "owner", r));
+    summaries.push_back(ranks.back().summarize_topk(rows_of(mask, shards.blocks[static_cast<std::size_t>(r)]), S, 1));
+  }
+  for (Rank r = 0; r < P; ++r) {
+    CAPTURE(r);
+    Session& mine = ranks[static_cast<std::size_t>(r)];
+    mine.solve_topk_summaries(summaries, rows_of(mask, shards.blocks[static_cast<std::size_t>(r)]), S, 1);
+    CHECK(mine.calc_meta(r, Pass::fwd) == whole.calc_meta(r, Pass::fwd));
+    CHECK(mine.calc_meta(r, Pass::bwd) == whole.calc_meta(r, Pass::bwd));
+  }
+  CHECK(ranks[1].calc_meta(1).indices.size() > (std::size_t{2} << 20));
+}
+
+TEST_CASE("a rank's repeated plans reuse the session's buffers and stay the whole tensor's part") {
+  // The third call takes the buffers the first let go of (the second's
+  // result still held the ones it made): whatever they held before, the plan
+  // is written anew.
+  const int P = 4;
+  const Token S = Token{64} * P;
+  const IndexMask mask = dsa(S, 1, 5);
+  const std::span<const std::int32_t> all(mask.indices.data, static_cast<std::size_t>(mask.indices.size()));
+  Session whole(options(P, 1, 1, "owner", -1));
+  whole.solve_topk(all, S, 1);
+  const Sharding shards = Sharding::sequential(S, P, 1);
+  std::vector<Session> ranks;
+  std::vector<std::vector<IndexCell>> summaries;
+  for (Rank r = 0; r < P; ++r) {
+    ranks.emplace_back(options(P, 1, 1, "owner", r));
+    summaries.push_back(ranks.back().summarize_topk(rows_of(mask, shards.blocks[static_cast<std::size_t>(r)]), S, 1));
+  }
+  const Rank r = 2;
+  Session& mine = ranks[static_cast<std::size_t>(r)];
+  const auto own = rows_of(mask, shards.blocks[static_cast<std::size_t>(r)]);
+  std::vector<const std::int32_t*> pools;
+  for (int call = 0; call < 3; ++call) {
+    CAPTURE(call);
+    mine.solve_topk_summaries(summaries, own, S, 1);
+    CHECK(mine.calc_meta(r, Pass::fwd) == whole.calc_meta(r, Pass::fwd));
+    CHECK(mine.calc_meta(r, Pass::bwd) == whole.calc_meta(r, Pass::bwd));
+    CHECK(mine.calc_meta(r, Pass::bwd).indices.shares(mine.calc_meta(r, Pass::fwd).indices));
+    pools.push_back(mine.calc_meta(r, Pass::fwd).indices.data());  // compared as addresses only
+  }
+  CHECK(pools[1] != pools[0]);
+  CHECK(pools[2] == pools[0]);
+}
+
 namespace {
 
 // The args of a plan from row runs are those of the plan from the rows but
@@ -152,7 +211,7 @@ TEST_CASE("a rank's plan from row runs leaves its index pool to the executor, wh
               Token listed = 0;
               for (const RemoteRun& x : d.comm.remote_kv_rows) listed += x.tokens.size();
               CHECK(listed == kv_rows);
-              CHECK(write_deferred_index_rows(d, by_runs.plan().sharding, r, own) == w.calc.indices);
+              CHECK(write_deferred_index_rows(d, by_runs.plan().sharding, r, own) == w.calc.indices.to_vector());
             }
             ++checked;
           }

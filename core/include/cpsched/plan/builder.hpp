@@ -37,6 +37,7 @@
 // buffer is cut further.
 #include <memory>
 
+#include "cpsched/base/buffer_recycler.hpp"
 #include "cpsched/problem/assignment.hpp"
 #include "cpsched/problem/metrics.hpp"
 #include "cpsched/plan/plan.hpp"
@@ -79,6 +80,10 @@ struct PlanOptions {
   // args cost the rank's own part only (with relays every split counts: the
   // NIC load so far picks the relays). -1: every rank.
   Rank rank = -1;
+  // Where the index pools' buffers come from: a Session's recycler
+  // (base/buffer_recycler.hpp), so that a rank's pool of tens of MiB reuses
+  // the memory of an earlier plan's; null: new buffers. The plan is the same.
+  BufferRecycler* buffers = nullptr;
 };
 
 // Throws cpsched::Error when the assignment is invalid, stages < 1 or

@@ -51,6 +51,7 @@
 
 #include "cpsched/base/row_kind.hpp"
 #include "cpsched/mask/mask.hpp"
+#include "cpsched/plan/index_pool.hpp"
 #include "cpsched/problem/problem.hpp"
 
 namespace cpsched {
@@ -114,7 +115,7 @@ struct GroupCollectiveArg {
 struct CalcMeta {
   std::vector<AttnArg> local_attn_args;                  // stage 0: local buffers only
   std::vector<std::vector<AttnArg>> remote_attn_args;    // [s-1]: args of remote stage s = 1..N
-  std::vector<std::int32_t> indices;                     // the index args' rows (empty for range masks)
+  IndexPool indices;  // the index args' rows (empty for range masks); copies share it (index_pool.hpp)
   // > 0: the index args' rows are the executor's to write (a rank's plan
   // from top-k row runs, problem.hpp), into a pool of this many entries;
   // `indices` is then empty. An arg's rows are what the builder would have

@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "cpsched/base/buffer_recycler.hpp"
 #include "cpsched/mask/index/cells.hpp"
 #include "cpsched/mask/index/index_mask.hpp"
 #include "cpsched/mask/index/summary.hpp"
@@ -155,9 +156,10 @@ struct Problem {
   // own rows (the rows it summarised: one rank's shard of the sequential
   // layout). Checks the summary against the problem's blocks and heads, and
   // the own rows against their part of the summary (the same number of
-  // selected pairs); errors name what differs.
+  // selected pairs); errors name what differs. The rows' sorted copy takes
+  // its store from `buffers` when given (a Session's, reused call after call).
   static Problem make(std::shared_ptr<const IndexSummary> summary, const TopkRows& own_rows, int cp_size, Heads heads,
-                      GridOptions grid = {});
+                      GridOptions grid = {}, BufferRecycler* buffers = nullptr);
   // The same from this rank's row runs (summarize_topk_runs) instead of its
   // rows: the rank's plan leaves its index pool to the executor. Checks the
   // runs' cells against the summary's cells of the rank's query blocks.

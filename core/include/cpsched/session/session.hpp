@@ -127,7 +127,11 @@ class Session {
   // is this rank's part only, and every query stays on its host (owner's
   // placement, whatever the session's solver: a rank holds only its own
   // queries' indices, so it can build args for them alone). Not cached.
-  // Throws cpsched::Error naming the rank and what differs.
+  // The rank's sorted rows and its index pool (tens of MiB for a DSA layer)
+  // take their memory from earlier results' buffers once those are let go
+  // (at most 4 idle, base/buffer_recycler.hpp): after the first few calls
+  // nothing that large is allocated. Throws cpsched::Error naming the rank
+  // and what differs.
   std::vector<IndexCell> summarize_topk(std::span<const std::int32_t> own_rows, Token seqlen, int kv_heads,
                                         bool causal = true) const;
   const SolveResult& solve_topk_summaries(const std::vector<std::vector<IndexCell>>& summaries,

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "cpsched/base/buffer_recycler.hpp"
 #include "cpsched/plan/plan.hpp"
 #include "cpsched/plan/solve_result.hpp"
 #include "cpsched/plan/shape.hpp"
@@ -38,6 +39,7 @@ class SolvePath {
     // Metrics stay those of the whole assignment.
     Rank rank = -1;
     std::string solver_name = "solver";  // for messages
+    BufferRecycler* buffers = nullptr;   // the index pools' buffers (PlanOptions::buffers)
   };
   // Builds the grid of `problem`, solves it, resolves the plan shape, builds
   // the plan once (from the pricing's transfers where the solver priced it)

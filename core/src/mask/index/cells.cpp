@@ -3,12 +3,17 @@
 // block, key block), the selected pairs, the query rows with any selection
 // and the distinct selected keys.
 //
-// Query blocks are split over threads in contiguous runs (each query block's
-// rows belong to one thread, so nothing is shared while counting). Per row,
+// The query rows are split over threads in contiguous runs of about equal
+// size, cut anywhere (a rank's rows are often one query block): each thread
+// counts the parts of the blocks it holds, and the parts of a block cut
+// between threads are then folded (areas add, rows and keys unite), so the
+// cells do not depend on the thread count. Per row,
 // one loop checks and counts each entry (range, causality, duplicates:
 // strictly increasing rows have none; rows in any order use per-thread row
-// stamps, see scan_topk_row). Per query block: a bitmap of the selected keys
-// per head gives the cols of each key block; rows grow as runs (a row
+// stamps, see scan_topk_row). Per query block: a byte per key and head
+// marks the selected keys, which give the cols of each key block (a byte
+// store per key; a bitmap's read-modify-write of one word per key chained
+// through memory, 3-6x slower on sorted rows); rows grow as runs (a row
 // touches a cell once). Extra memory is O(S) bytes per thread plus the
 // cells themselves, never O(indices).
 #include "cpsched/mask/index/cells.hpp"
@@ -17,7 +22,10 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 #include <limits>
+#include <tuple>
+#include <utility>
 
 #include "cpsched/base/error.hpp"
 #include "mask/index/internal.hpp"
@@ -28,15 +36,20 @@ using namespace index_detail;
 
 namespace {
 
-// Next position in [p, end) whose bit equals `want`; `end` when none.
-Token next_bit(const std::vector<std::uint64_t>& w, std::size_t word0, Token p, Token end, bool want) {
-  while (p < end) {
-    std::uint64_t x = w[word0 + static_cast<std::size_t>(p >> 6)];
-    if (!want) x = ~x;
-    x &= ~std::uint64_t{0} << (p & 63);
-    if (x) return std::min<Token>(end, (p & ~Token{63}) + std::countr_zero(x));
-    p = (p & ~Token{63}) + 64;
+// Next position in [p, end) whose byte is nonzero (want) or zero (!want);
+// `end` when none. Eight bytes at a time.
+Token next_byte(const std::uint8_t* m, Token p, Token end, bool want) {
+  constexpr std::uint64_t kOnes = 0x0101010101010101;
+  for (; p < end && (p & 7) != 0; ++p)
+    if ((m[p] != 0) == want) return p;
+  for (; p + 8 <= end; p += 8) {
+    std::uint64_t x;
+    std::memcpy(&x, m + p, 8);
+    if (!want) x ^= kOnes;  // bytes are 0 or 1
+    if (x != 0) return p + std::countr_zero(x) / 8;
   }
+  for (; p < end; ++p)
+    if ((m[p] != 0) == want) return p;
   return end;
 }
 
@@ -44,24 +57,58 @@ struct Counter {
   const IndexMask& m;
   const std::vector<Range>& blocks;
   int cell_heads;  // kv_heads per head, 1 merged
-  std::int64_t nb, words;
+  std::int64_t nb;
   Token row0;      // query token of the array's first row (0: the whole mask)
 
   // Per thread.
   struct State {
     Bits seen;                          // this row's keys (duplicates), sorted rows
     RowStamps stamps;                   // the same, rows in any order
-    std::vector<std::uint64_t> cols;    // cell_heads x S bits: keys selected in this query block
+    std::vector<std::uint8_t> keys;     // cell_heads x S bytes, 1: the key is selected in this query block
     std::vector<Token> area;            // cell_heads x nb
     std::vector<Token> last;            // last row that touched the cell
     std::vector<RangeSet> rows;
     std::vector<std::int32_t> touched;  // cells touched in this query block
   };
 
+  // Keys of row i must be below this.
+  std::int64_t causal_end(std::int64_t i) const { return m.causal ? std::min<std::int64_t>(i + 1, m.seqlen) : m.seqlen; }
+
+  // A row in the usual layout, its valid keys first and strictly ascending,
+  // then -1s (DSA indexers' sorted output, and the dsa generator's), counted
+  // without a check per entry: the entries other than -1 are counted, and
+  // the row has that layout when its first c entries ascend strictly from
+  // >= 0 to < `end` (then those are all of its valid entries, and the row has
+  // no error). Each key block's part is found by a search. Returns false,
+  // having changed nothing, for a row of another layout (or with an error):
+  // the scan counts it.
+  template <class Lut, class Touch>
+  bool prefix_row(const std::int32_t* row, std::int64_t k, std::int64_t end, const Lut& lut, Token* area,
+                  std::uint8_t* keys, Touch& touch) const {
+    if (k > std::numeric_limits<std::int32_t>::max()) return false;
+    std::uint32_t n = 0;  // (32 bits: twice the lanes of a 64-bit count)
+    for (std::int64_t j = 0; j < k; ++j) n += row[j] != -1 ? 1 : 0;
+    const std::int64_t c = n;
+    if (c == 0) return true;
+    int descents = row[0] < 0 || row[c - 1] >= end;
+    for (std::int64_t j = 1; j < c; ++j) descents |= row[j] <= row[j - 1];
+    if (descents != 0) return false;
+    for (const std::int32_t *e = row, *stop = row + c; e < stop;) {
+      const std::int64_t b = lut(*e);
+      const Token b_end = blocks[static_cast<std::size_t>(b)].end;
+      const std::int32_t* part = stop[-1] < b_end ? stop : std::lower_bound(e, stop, static_cast<std::int32_t>(b_end));
+      touch(b);
+      area[b] += part - e;
+      for (; e < part; ++e) keys[*e] = 1;
+    }
+    return true;
+  }
+
+  // The cells of the rows `q` of query block qb (all of it, or the part a thread holds).
   template <class Lut>
-  void count_block(State& st, const Lut& lut, std::int64_t qb, FirstError& fe, int t, std::vector<IndexCell>& out) const {
+  void count_block(State& st, const Lut& lut, std::int64_t qb, Range q, FirstError& fe, int t,
+                   std::vector<IndexCell>& out) const {
     const std::int64_t S = m.seqlen, H = m.kv_heads, k = m.indices.shape[2];
-    const Range q = blocks[static_cast<std::size_t>(qb)];
     bool sorted_rows = true;  // the last row's layout
     for (std::int64_t i = q.begin; i < q.end; ++i) {
       if (fe.before((i - row0) * H * k)) return;
@@ -70,16 +117,14 @@ struct Counter {
         const std::int64_t ch = cell_heads == 1 ? 0 : h;
         Token* area = st.area.data() + ch * nb;
         Token* last = st.last.data() + ch * nb;
-        std::uint64_t* cols = st.cols.data() + ch * words;
-        // Sorted rows: consecutive keys mostly share a key block and a bitmap
-        // word, so count runs in registers and write once per run (a
-        // read-modify-write chain on one counter per entry is slow). Rows in
-        // any order: write per entry (the block changes at random, and a
-        // branch per change would mispredict). The previous row's layout
-        // picks; both count the same.
-        std::int64_t run_b = -1, word = -1;
+        std::uint8_t* keys = st.keys.data() + ch * m.seqlen;
+        // Sorted rows: consecutive keys mostly share a key block, so count
+        // runs in registers and write once per run (a read-modify-write chain
+        // on one counter per entry is slow). Rows in any order: write per
+        // entry (the block changes at random, and a branch per change would
+        // mispredict). The previous row's layout picks; both count the same.
+        std::int64_t run_b = -1;
         Token run_n = 0;
-        std::uint64_t bits = 0;
         // First touch of cell b by this row (a cell not yet touched in this
         // query block has area 0 and last < the block's first row).
         auto touch = [&](std::int64_t b) {
@@ -98,6 +143,7 @@ struct Counter {
           area[run_b] += run_n;
         };
         std::int64_t bad;
+        if (sorted_rows && prefix_row(row, k, causal_end(i), lut, area, keys, touch)) continue;
         if (sorted_rows) {
           bad = scan_topk_row<false>(row, k, i, S, m.causal, st.seen, [&](std::int64_t v) {
             const std::int64_t b = lut(v);
@@ -107,22 +153,16 @@ struct Counter {
               run_n = 0;
             }
             ++run_n;
-            if ((v >> 6) != word) {
-              if (word >= 0) cols[word] |= bits;
-              word = v >> 6;
-              bits = 0;
-            }
-            bits |= std::uint64_t{1} << (v & 63);
+            keys[v] = 1;
           }, sorted_rows);
           flush_run();
-          if (word >= 0) cols[word] |= bits;
         } else {
           st.stamps.next_row();
           bad = scan_topk_row<true>(row, k, i, S, m.causal, st.stamps, [&](std::int64_t v) {
             const std::int64_t b = lut(v);
             touch(b);
             ++area[b];
-            cols[v >> 6] |= std::uint64_t{1} << (v & 63);
+            keys[v] = 1;
           }, sorted_rows);
         }
         if (bad >= 0) {
@@ -142,20 +182,19 @@ struct Counter {
       cell.area = st.area[static_cast<std::size_t>(c)];
       cell.rows = std::move(st.rows[static_cast<std::size_t>(c)]);
       const Range kr = blocks[static_cast<std::size_t>(b)];
-      const std::size_t w0 = static_cast<std::size_t>(ch * words);
-      for (Token p = next_bit(st.cols, w0, kr.begin, kr.end, true); p < kr.end;) {
-        const Token e = next_bit(st.cols, w0, p, kr.end, false);
+      const std::uint8_t* keys = st.keys.data() + ch * m.seqlen;
+      for (Token p = next_byte(keys, kr.begin, kr.end, true); p < kr.end;) {
+        const Token e = next_byte(keys, p, kr.end, false);
         cell.cols.add({p, e});
-        p = next_bit(st.cols, w0, e, kr.end, true);
+        p = next_byte(keys, e, kr.end, true);
       }
       out.push_back(std::move(cell));
     }
-    // Reset what this block touched (after every cell read its cols: key
-    // blocks may share a bitmap word).
+    // Reset what this block touched.
     for (std::int32_t c : st.touched) {
       const std::int64_t ch = c / nb, b = c % nb;
       const Range kr = blocks[static_cast<std::size_t>(b)];
-      std::fill(st.cols.begin() + ch * words + (kr.begin >> 6), st.cols.begin() + ch * words + ((kr.end + 63) >> 6), 0);
+      std::fill(st.keys.begin() + ch * m.seqlen + kr.begin, st.keys.begin() + ch * m.seqlen + kr.end, 0);
       st.area[static_cast<std::size_t>(c)] = 0;
     }
     st.touched.clear();
@@ -218,6 +257,40 @@ struct BlockLuts {
   }
 };
 
+// The cells of one query block counted in parts (rows cut between threads,
+// each part sorted by (head, kblock)) as one list sorted so: cells of the
+// same (head, kblock) add their areas and unite their rows and keys.
+std::vector<IndexCell> fold_parts(const std::vector<std::vector<IndexCell>*>& parts) {
+  std::vector<IndexCell*> all;
+  for (std::vector<IndexCell>* p : parts)
+    for (IndexCell& c : *p) all.push_back(&c);
+  // Stable: equal keys keep the parts' order, so rows come in ascending order.
+  std::stable_sort(all.begin(), all.end(), [](const IndexCell* a, const IndexCell* b) {
+    return std::tie(a->head, a->kblock) < std::tie(b->head, b->kblock);
+  });
+  std::vector<IndexCell> out;
+  RangeSet::Builder rows, cols;
+  for (std::size_t i = 0; i < all.size();) {
+    std::size_t j = i + 1;
+    while (j < all.size() && all[j]->head == all[i]->head && all[j]->kblock == all[i]->kblock) ++j;
+    IndexCell c = std::move(*all[i]);
+    if (j > i + 1) {
+      rows.add(c.rows);
+      cols.add(c.cols);
+      for (std::size_t x = i + 1; x < j; ++x) {
+        c.area += all[x]->area;
+        rows.add(all[x]->rows);
+        cols.add(all[x]->cols);
+      }
+      c.rows = rows.build();
+      c.cols = cols.build();
+    }
+    out.push_back(std::move(c));
+    i = j;
+  }
+  return out;
+}
+
 }  // namespace
 
 namespace index_detail {
@@ -228,37 +301,57 @@ std::vector<IndexCell> count_cells(const IndexMask& mask, Token row0, std::int64
                                    const std::vector<Range>& blocks, IndexCountOptions options) {
   const Token S = mask.seqlen;
   const std::int64_t nb = static_cast<std::int64_t>(blocks.size());
-  Counter counter{mask, blocks, options.per_head ? mask.kv_heads : 1, nb, (S + 63) / 64, row0};
+  Counter counter{mask, blocks, options.per_head ? mask.kv_heads : 1, nb, row0};
 
   const BlockLuts luts(blocks, S);
-  // Contiguous runs of query blocks of about rows / T rows each.
-  const int T = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(resolve_threads(options.threads), qb1 - qb0)));
   const Token r0 = qb0 < qb1 ? blocks[static_cast<std::size_t>(qb0)].begin : 0;
   const Token r1 = qb0 < qb1 ? blocks[static_cast<std::size_t>(qb1 - 1)].end : 0;
-  std::vector<std::int64_t> first(static_cast<std::size_t>(T) + 1, qb1);
-  for (int t = 0; t < T; ++t) {
-    const Token target = r0 + (r1 - r0) * t / T;
-    first[static_cast<std::size_t>(t)] =
-        std::lower_bound(blocks.begin() + qb0, blocks.begin() + qb1, target, [](Range r, Token x) { return r.begin < x; }) -
-        blocks.begin();
-  }
-  std::vector<std::vector<IndexCell>> per_block(static_cast<std::size_t>(nb));
+  // Contiguous runs of about equal rows: as many as asked (one row at
+  // least each), else as the hardware has, of at least kMinEntries entries
+  // each (below that a thread costs more than it counts).
+  constexpr std::int64_t kMinEntries = 1 << 16;
+  const std::int64_t per_row = std::max<std::int64_t>(1, mask.kv_heads * mask.indices.shape[2]);
+  const std::int64_t most = options.threads > 0 ? r1 - r0 : (r1 - r0) * per_row / kMinEntries;
+  const int T = static_cast<int>(std::clamp<std::int64_t>(most, 1, resolve_threads(options.threads)));
+  // Thread t's rows [cut[t], cut[t + 1]); its parts of blocks, in order: (block, cells).
+  std::vector<Token> cut(static_cast<std::size_t>(T) + 1);
+  for (int t = 0; t <= T; ++t) cut[static_cast<std::size_t>(t)] = r0 + (r1 - r0) * t / T;
+  using Part = std::pair<std::int64_t, std::vector<IndexCell>>;
+  std::vector<std::vector<Part>> parts(static_cast<std::size_t>(T));
   FirstError fe(T);
   run_threads(T, [&](int t) {
+    const Range mine{cut[static_cast<std::size_t>(t)], cut[static_cast<std::size_t>(t) + 1]};
+    if (mine.empty()) return;
     Counter::State st;
     st.seen.resize(S);
     st.stamps.resize(S);
     const std::size_t cells = static_cast<std::size_t>(counter.cell_heads * nb);
-    st.cols.assign(static_cast<std::size_t>(counter.cell_heads * counter.words), 0);
+    st.keys.assign(static_cast<std::size_t>(counter.cell_heads * S), 0);
     st.area.assign(cells, 0);
     st.last.assign(cells, -2);
     st.rows.resize(cells);
-    for (std::int64_t qb = first[static_cast<std::size_t>(t)]; qb < first[static_cast<std::size_t>(t) + 1]; ++qb) {
-      auto& out = per_block[static_cast<std::size_t>(qb)];
-      luts.visit([&](const auto& lut) { counter.count_block(st, lut, qb, fe, t, out); });
+    const auto first = std::upper_bound(blocks.begin() + qb0, blocks.begin() + qb1, mine.begin,
+                                        [](Token x, Range r) { return x < r.begin; }) - 1;
+    for (std::int64_t qb = first - blocks.begin(); qb < qb1 && blocks[static_cast<std::size_t>(qb)].begin < mine.end;
+         ++qb) {
+      Part& part = parts[static_cast<std::size_t>(t)].emplace_back(qb, std::vector<IndexCell>{});
+      const Range q = blocks[static_cast<std::size_t>(qb)].intersect(mine);
+      luts.visit([&](const auto& lut) { counter.count_block(st, lut, qb, q, fe, t, part.second); });
     }
   });
   fe.rethrow();
+
+  // Per block, its parts in thread order (each sorted by (head, kblock)),
+  // folded into one list where a block was cut between threads.
+  std::vector<std::vector<IndexCell>> per_block(static_cast<std::size_t>(nb));
+  std::vector<std::vector<std::vector<IndexCell>*>> cut_parts(static_cast<std::size_t>(nb));
+  for (auto& list : parts)
+    for (Part& p : list) cut_parts[static_cast<std::size_t>(p.first)].push_back(&p.second);
+  for (std::int64_t qb = qb0; qb < qb1; ++qb) {
+    auto& ps = cut_parts[static_cast<std::size_t>(qb)];
+    if (ps.size() == 1) per_block[static_cast<std::size_t>(qb)] = std::move(*ps.front());
+    else if (ps.size() > 1) per_block[static_cast<std::size_t>(qb)] = fold_parts(ps);
+  }
 
   // (head, qblock, kblock): each block's list is sorted by (head, kblock).
   std::vector<IndexCell> out;

@@ -2,6 +2,7 @@
 // offending entry whatever the thread count), area(), and count_index_cells
 // against a brute-force count on small random masks.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <cstdint>
 #include <algorithm>
@@ -169,6 +170,68 @@ TEST_CASE("count_index_cells: a duplicate in an unsorted row after many rows") {
           "u.npy: indices[650, 0, 2] = 0 selects key 0 twice in row [650, 0] (also indices[650, 0, 1])");
   v[650 * 3 + 2] = 1;
   CHECK(count_index_cells(m, {{0, 100}, {100, 700}}).size() == 3);
+}
+
+TEST_CASE("count_index_cells: rows in the usual layout (keys first, ascending, then -1) and their errors") {
+  // Such rows are counted without a check per entry; any other row, and any
+  // error, goes through the checked scan: the same errors as validate() and
+  // the same cells as brute force.
+  const Token S = 300;
+  const int k = 40;
+  std::mt19937_64 rng(11);
+  std::vector<std::int32_t> v(static_cast<std::size_t>(S * k), -1);
+  for (Token i = 0; i < S; ++i) {
+    std::vector<std::int32_t> keys;
+    for (Token x = 0; x <= i; ++x) keys.push_back(static_cast<std::int32_t>(x));
+    std::shuffle(keys.begin(), keys.end(), rng);
+    keys.resize(static_cast<std::size_t>(std::min<Token>(i + 1, std::uniform_int_distribution<int>(0, k)(rng))));
+    std::sort(keys.begin(), keys.end());
+    std::copy(keys.begin(), keys.end(), v.begin() + i * k);
+  }
+  IndexMask m = topk_mask(v, S, 1, k, true, "p.npy");
+  const auto blocks = Sharding::sequential(S, 3, 2).blocks;
+  auto check_counts = [&] {
+    const auto want = brute_count(m, blocks, true);
+    for (int t : {1, 2, 3}) {
+      const auto got = count_index_cells(m, blocks, {true, t});
+      REQUIRE(got.size() == want.size());
+      std::size_t x = 0;
+      for (const auto& [key, bc] : want) {
+        const IndexCell& cell = got[x++];
+        CHECK(CellKey{cell.head, cell.qblock, cell.kblock} == key);
+        CHECK(cell.area == bc.area);
+        CHECK(tokens_of(cell.rows) == bc.rows);
+        CHECK(tokens_of(cell.cols) == bc.cols);
+      }
+    }
+  };
+  check_counts();
+  auto at = [&](Token i, int j) -> std::int32_t& { return v[static_cast<std::size_t>(i * k + j)]; };
+  auto same_error = [&](const std::string& want) {
+    CHECK(error_of([&] { m.validate(); }) == want);
+    for (int t : {1, 2, 3}) CHECK(error_of([&] { count_index_cells(m, blocks, {true, t}); }) == want);
+  };
+  // The last key after the query, a duplicate, a bad negative entry.
+  const Token i = 200;
+  int c = 0;
+  while (c < k && at(i, c) >= 0) ++c;
+  REQUIRE(c >= 3);
+  const std::int32_t last = at(i, c - 1);
+  at(i, c - 1) = static_cast<std::int32_t>(i + 1);
+  same_error(fmt::format("p.npy: indices[200, 0, {}] = 201 selects a key after query 200 (causal: true)", c - 1));
+  at(i, c - 1) = at(i, c - 2);
+  same_error(fmt::format("p.npy: indices[200, 0, {}] = {} selects key {} twice in row [200, 0] (also indices[200, 0, {}])",
+                         c - 1, at(i, c - 2), at(i, c - 2), c - 2));
+  at(i, c - 1) = -2;
+  same_error(fmt::format("p.npy: indices[200, 0, {}] = -2 is outside [0, 300)", c - 1));
+  // A -1 among the keys and a row out of order: another layout, counted all the same.
+  at(i, c - 1) = last;
+  std::swap(at(i, 0), at(i, 1));
+  check_counts();
+  std::swap(at(i, 0), at(i, 1));
+  at(i, k - 1) = at(i, 1);
+  at(i, 1) = -1;
+  check_counts();
 }
 
 TEST_CASE("topk validate: shapes against S and kv_heads") {

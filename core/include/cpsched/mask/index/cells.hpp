@@ -9,8 +9,9 @@
 #include <span>
 #include <vector>
 
-#include "cpsched/mask/index/index_mask.hpp"
+#include "cpsched/base/buffer_recycler.hpp"
 #include "cpsched/base/range.hpp"
+#include "cpsched/mask/index/index_mask.hpp"
 
 namespace cpsched {
 
@@ -30,7 +31,10 @@ struct IndexCountOptions {
   // Per head (mask.kv_heads cells per block pair), or merged: areas summed
   // over heads, rows and cols united (a task computes all heads).
   bool per_head = true;
-  int threads = 0;  // <= 0: the hardware's
+  // > 0: that many threads (at most one per query row); <= 0: the
+  // hardware's, fewer on small inputs. Rows are cut between threads
+  // anywhere, inside a query block too; the cells are the same.
+  int threads = 0;
 };
 
 // `blocks` tile [0, S) in order (Sharding::blocks). The non-empty cells,
@@ -64,11 +68,12 @@ IndexPlanCounts count_index_plan(const IndexMask& mask, const std::vector<Range>
 // first use; the mask must be valid (validate() / count_index_cells first).
 // From one rank's rows (TopkRows, summary.hpp) it holds only those queries:
 // asking for another is an error (a plan arg of a query the rank does not
-// hold).
+// hold); its key store may come from `buffers` (a Session's recycler, reused
+// call after call; null: a new one).
 class SelectionRows {
  public:
   explicit SelectionRows(const IndexMask& mask, int threads = 0);
-  explicit SelectionRows(const TopkRows& rows, int threads = 0);
+  explicit SelectionRows(const TopkRows& rows, int threads = 0, BufferRecycler* buffers = nullptr);
   int heads() const { return heads_; }
   Token seqlen() const { return seqlen_; }
   Range queries() const { return {first_, first_ + rows_}; }
@@ -82,7 +87,7 @@ class SelectionRows {
   std::span<const std::int32_t> row(int head, Token q, Range k) const;
 
  private:
-  void build(const std::int32_t* idx, std::int64_t k, int threads);
+  void build(const std::int32_t* idx, std::int64_t k, int threads, BufferRecycler* buffers);
   [[noreturn]] void not_held(Token q) const;
   int heads_ = 1;
   Token seqlen_ = 0;
@@ -90,7 +95,7 @@ class SelectionRows {
   std::vector<std::int64_t> offset_;  // [heads * rows + 1]
   // Written whole by build(), so allocated without the zero fill (a rank's
   // DSA rows are 32 MiB: the fill was a pass of its own).
-  std::unique_ptr<std::int32_t[]> keys_;
+  std::shared_ptr<std::int32_t[]> keys_;
   std::int64_t num_keys_ = 0;
 };
 
