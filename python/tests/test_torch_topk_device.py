@@ -82,3 +82,19 @@ def test_invalid_rows_get_the_hosts_error_from_the_device_summary():
     mine[5, 0, 0] = lo + 8  # after its query, lo + 5
     with pytest.raises(ValueError, match=r"\(query token 37\) selects a key after query 37"):
         cpt.summarize_topk(mine, sessions(P, S, 1, 1)[1])
+
+
+def test_rows_other_than_the_plans_are_refused_when_written():
+    P, S = 2, 64
+    idx = dsa_like(S, 1, 5, seed=3)
+    ranges = cpsched._cpsched.sharding_ranges(S, P)
+    ss = sessions(P, S, 1, 1)
+    dev = [cpt.summarize_topk(torch.from_numpy(idx[lo:hi]), s) for s, (lo, hi) in zip(ss, ranges)]
+    tp = cpt.TorchPlan(ss[1].solve_topk_runs([r.summary for r, _ in dev], dev[1][0]), 1)
+    lo, hi = ranges[1]
+    mine = idx[lo:hi].copy()
+    unused = sorted(set(range(int(ranges[0][1]))) - set(mine[mine >= 0].tolist()))[0]  # rank 0 sends it no row
+    mine[0, 0, 0] = unused  # a key of rank 0's block that the plan received no row for
+    _, xs = cpt.summarize_topk(torch.from_numpy(mine), ss[1])
+    with pytest.raises(ValueError, match="rows other than those it was made from"):
+        cpt.write_index_rows(tp, xs)

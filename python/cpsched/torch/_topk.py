@@ -182,6 +182,7 @@ def write_index_rows(tp, xs):
             return t
 
         pool = torch.full((pp.deferred_entries,), -1, dtype=torch.int64, device=dev)
+        bad = torch.zeros((), dtype=torch.bool, device=dev)  # checked once at the end: one sync per pass
         for a in args:
             if a.q_remote:
                 raise ValueError("plan: an index arg of another rank's queries; a plan from row runs computes the "
@@ -204,10 +205,11 @@ def write_index_rows(tp, xs):
             else:
                 rows = keys - lo
             rows = torch.where(ok, rows, torch.full_like(rows, -1))
-            if bool(((c_hi - c_lo) > w).any()) or bool((ok & (rows < 0)).any()):
-                raise ValueError(f"indices: rank {tp.rank}'s rows select keys of [{int(klo)}, {int(khi)}) that its "
-                                 f"plan has no room or no buffer row for (rows other than those it was made from?)")
+            bad |= ((c_hi - c_lo) > w).any() | (ok & (rows < 0)).any()
             pool[a.index_offset:a.index_offset + (a.q1 - a.q0) * w] = rows.reshape(-1)
+        if bool(bad):
+            raise ValueError(f"indices: rank {tp.rank}'s rows select keys that its plan has no room or no buffer row "
+                             f"for (rows other than those it was made from?)")
         done[sig] = (pp.deferred_entries, pool)
         pools.append(pool)
     return pools
