@@ -50,7 +50,8 @@ double predicted_compute_bound(const TaskGrid& grid, const TimeObjective& to) {
 std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, SolvedMembers& solved) const {
   const double weight = in.uses().planning_weight();
   const TaskGrid& grid = *in.grid();
-  if (weight <= 0 || grid.num_tasks() > opt_.member_max_tasks) return std::nullopt;
+  if (weight <= 0) return std::nullopt;
+  if (grid.num_tasks() > opt_.member_max_tasks) return solve_time_huge(in);
   const TimePrices& prices = *in.time_prices();
   const TimeObjective to = time_objective(prices, grid, opt_.spread);
   const double bound = predicted_compute_bound(grid, to);
