@@ -55,7 +55,10 @@ void ByteModel::build_direction(RowKind dir) {
     for (std::size_t c = 0; c < nc; ++c) by_block[fill[block_of(cells[c])]++] = c;
   }
 
-  std::vector<std::vector<std::int32_t>> lists(nu);
+  // Each unit's list, in block order (a unit's block writes it whole), then
+  // copied out in unit order: one array instead of a vector per unit.
+  std::vector<std::int32_t> flat;
+  std::vector<std::size_t> list_at(nu, 0), list_len(nu, 0);
   std::vector<Token> cuts;
   std::vector<int> cover;
   std::vector<std::int32_t> seg_of_interval;
@@ -92,9 +95,10 @@ void ByteModel::build_direction(RowKind dir) {
     }
     for (std::size_t i = start[b]; i < start[b + 1]; ++i)
       for (std::size_t u = by_block[i] * per; u < (by_block[i] + 1) * per; ++u) {
-        auto& list = lists[u];
+        list_at[u] = flat.size();
         for (Range r : needed(u).ranges())
-          for (std::size_t k = index(r.begin), e = index(r.end); k < e; ++k) list.push_back(seg_of_interval[k]);
+          for (std::size_t k = index(r.begin), e = index(r.end); k < e; ++k) flat.push_back(seg_of_interval[k]);
+        list_len[u] = flat.size() - list_at[u];
       }
   }
 
@@ -105,9 +109,11 @@ void ByteModel::build_direction(RowKind dir) {
   for (std::size_t i = 0; i < nc; ++i) bc[i] = static_cast<std::int32_t>(by_block[i]);
 
   auto& off = dir == RowKind::qo ? qo_off_ : kv_off_;
+  seg_ids_.reserve(seg_ids_.size() + flat.size());
   for (std::size_t u = 0; u < nu; ++u) {
     off[u] = static_cast<std::int32_t>(seg_ids_.size());
-    seg_ids_.insert(seg_ids_.end(), lists[u].begin(), lists[u].end());
+    const auto first = flat.begin() + static_cast<std::ptrdiff_t>(list_at[u]);
+    seg_ids_.insert(seg_ids_.end(), first, first + static_cast<std::ptrdiff_t>(list_len[u]));
   }
   off[nu] = static_cast<std::int32_t>(seg_ids_.size());
 }
