@@ -72,7 +72,7 @@ State::State(const ByteModel& model, const std::vector<Rank>& start, std::int64_
   if (time_) {
     time_sum_ = 0;
     rank_time_.assign(P, 0.0);
-    for (Rank r = 0; r < P_; ++r) time_sum_ += rank_time_[static_cast<std::size_t>(r)] = rank_time(r);
+    for (Rank r = 0; r < P_; ++r) time_sum_ += rank_time_[static_cast<std::size_t>(r)] = effective(r).time();
   }
   clear_dirty();
   refresh_top();
@@ -183,7 +183,7 @@ State::RankSeconds State::effective(Rank r) const {
   return relay_ ? with_pool(r, own, pool_[static_cast<std::size_t>(node_of(r))]) : own;
 }
 
-double State::rank_time(Rank r) const { return time_ ? effective(r).time() : 0.0; }
+double State::rank_time(Rank r) const { return time_ ? rank_time_[static_cast<std::size_t>(r)] : 0.0; }
 
 PortSeconds State::port_seconds(Rank r) const {
   if (!time_) return {};
@@ -368,8 +368,12 @@ void State::touch_move(TaskId t, Rank a, Rank b) {
     for (int i = 0; i < n; ++i) time_sum_ -= rank_time(touched[i]);
   add(t, a, -1);
   add(t, b, +1);
+  // The touched ranks are the only ones whose seconds changed: their cached times are refreshed.
   if (time_)
-    for (int i = 0; i < n; ++i) time_sum_ += rank_time(touched[i]);
+    for (int i = 0; i < n; ++i) {
+      const auto r = static_cast<std::size_t>(touched[i]);
+      time_sum_ += rank_time_[r] = sec_[r].time();
+    }
   update_ranks(touched, n);
 }
 

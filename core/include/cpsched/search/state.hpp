@@ -239,7 +239,7 @@ class State {
   mutable std::vector<std::int32_t> rank_mark_;  // general deltas: 1 + a rank's index in d_ranks_, else 0
   SegmentCounts node_cnt_, node_sum_;     // (segment, node, group): holders there, sum of their ranks mod 2^16
   std::vector<RankSeconds> pool_;         // per node: relayed seconds its ranks share
-  std::vector<double> rank_time_;         // per rank: rank_time (kept with every move by the general path)
+  std::vector<double> rank_time_;         // time mode, per rank: rank_time, refreshed for the ranks each move touches
   std::vector<int> dirty_nodes_;          // nodes whose pool or relayed holders the current move changed
   std::vector<char> node_dirty_;          // per node: listed in dirty_nodes_
   void clear_dirty();
