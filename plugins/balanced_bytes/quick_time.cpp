@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <memory>
 #include <optional>
 
 #include "cpsched/search/byte_model.hpp"
@@ -30,13 +31,16 @@ std::string ms(double s) {
   return buf;
 }
 
-// A placement with its predicted step (the search's model, no plan built).
+// A placement with its predicted step (the search's model, no plan built);
+// its state is kept in `keep` where given (a short search may start from it).
 Candidate predicted(std::string origin, std::shared_ptr<const TaskGrid> grid, std::vector<Rank> rank,
-                    const ByteModel& model, const TimePrices& prices, const Options& opt) {
+                    const ByteModel& model, const TimePrices& prices, const Options& opt,
+                    std::unique_ptr<State>* keep = nullptr) {
   const TimeObjective to = time_objective(prices, *grid, opt.spread);
-  const State st(model, rank, balance_cap(*grid, opt.mu), 0.0, &to);
-  Candidate c{std::move(origin), std::move(rank), st.excess(), st.objective(), std::move(grid)};
-  c.predicted_s = st.max_rank_time();
+  auto st = std::make_unique<State>(model, rank, balance_cap(*grid, opt.mu), 0.0, &to);
+  Candidate c{std::move(origin), std::move(rank), st->excess(), st->objective(), std::move(grid)};
+  c.predicted_s = st->max_rank_time();
+  if (keep) *keep = std::move(st);
   return c;
 }
 
@@ -59,12 +63,16 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
 
   const ByteModel model(grid, 1.0, 1.0);
   std::vector<Candidate> cands;
-  cands.push_back(predicted("owner", in.grid(), owner_placement(grid), model, prices, opt_));
+  std::vector<std::unique_ptr<State>> start_state(3);  // the starts' states, for the short search
+  cands.push_back(predicted("owner", in.grid(), owner_placement(grid), model, prices, opt_, &start_state[0]));
   if (grid.flattened()) {
-    cands.push_back(predicted("usp", in.grid(), usp_placement(grid, opt_.usp_max_degree), model, prices, opt_));
-    cands.push_back(predicted("hybrid", in.grid(),
-                              hybrid_placement(grid, opt_.usp_max_degree, to.byte_s, to.nodes.gpus_per_node), model,
-                              prices, opt_));
+    cands.push_back(predicted("usp", in.grid(), usp_placement(grid, opt_.usp_max_degree), model, prices, opt_,
+                              &start_state[1]));
+    // hybrid takes owner's or usp's rows per q block: where it took the
+    // same for all (one causal sequence), it is that start again.
+    std::vector<Rank> hybrid = hybrid_placement(grid, opt_.usp_max_degree, to.byte_s, to.nodes.gpus_per_node);
+    if (hybrid != cands[0].rank && hybrid != cands[1].rank)
+      cands.push_back(predicted("hybrid", in.grid(), std::move(hybrid), model, prices, opt_, &start_state[2]));
   }
   const std::size_t starts = cands.size();
   const auto by_predicted = [](const Candidate& a, const Candidate& b) { return a.predicted_s < b.predicted_s; };
@@ -121,7 +129,7 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   const int relay = in.shape().auto_relay() ? 0 : in.shape().relay_node_size();
   if (from->excess > 0 &&
       worth(cost.short_search + cost.price_plan, weight, PhaseGains::short_search, from->predicted_s, bound)) {
-    State st(model, from->rank, balance_cap(grid, opt_.mu), 0.0, &to);
+    State& st = *start_state[static_cast<std::size_t>(from - cands.data())];
     Budget budget{kShortSearchMoves};
     repair(st, budget);
     descend(st, budget);
