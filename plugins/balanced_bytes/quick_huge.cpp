@@ -48,10 +48,8 @@ Solution BalancedBytes::solve_time_huge(const SolveInput& in) const {
 
   const int stages = in.shape().auto_stages() ? 1 : in.shape().stages;
   const int relay = in.shape().auto_relay() ? 0 : in.shape().relay_node_size();
-  const Option& b = options[best];
+  Option& b = options[best];
   Solution sol;
-  sol.assignment.grid = in.grid();
-  sol.assignment.rank = b.rank;
   sol.feasible = balance_cap(grid, opt_.mu) >= max_load(grid, b.rank);
   sol.shape = PlanShape::fixed(stages, relay);
   sol.figures.set("predicted_step_s", b.predicted_s);
@@ -71,6 +69,8 @@ Solution BalancedBytes::solve_time_huge(const SolveInput& in) const {
     std::snprintf(step, sizeof step, "%.3f", o.predicted_s * 1e3);
     if (&o != &b) sol.note += "; " + o.origin + " " + step + " ms";
   }
+  sol.assignment.grid = in.grid();
+  sol.assignment.rank = std::move(b.rank);  // (4M entries at P = 1024 causal)
   if (!sol.feasible) {
     std::snprintf(step, sizeof step, "%g", opt_.mu);
     sol.note += std::string("; the chosen plan is above mu = ") + step;
