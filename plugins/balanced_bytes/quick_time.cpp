@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "cpsched/search/byte_model.hpp"
 #include "cpsched/search/members.hpp"
@@ -87,10 +89,63 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   // their plans are the fastest, which leaves less for the others to gain.
   std::vector<std::string> names = member_names(grid.problem().layout);
   std::stable_partition(names.begin(), names.end(), [](const std::string& n) { return n.rfind("static", 0) == 0; });
+  // (On one node static's two-level dispatch is its one-level one.)
+  auto member_skipped = [&](const std::string& name) {
+    return name.rfind("static", 0) == 0 && one_node && name != "static";
+  };
+
+  // The short search, from the best predicted start (owner, usp, hybrid):
+  // where that start is above the balance cap its repair is what pays, and a
+  // member predicted ahead of it does not make it pay less.
+  const auto from_index = static_cast<std::size_t>(
+      std::min_element(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(starts), by_predicted) -
+      cands.begin());
+  const bool short_runs =
+      cands[from_index].excess > 0 && worth(cost.short_search + cost.price_plan, weight, PhaseGains::short_search,
+                                            cands[from_index].predicted_s, bound);
+  auto short_search = [&, origin = cands[from_index].origin, before = cands[from_index].predicted_s,
+                       st = start_state[from_index].get()]() -> std::optional<Candidate> {
+    Budget budget{kShortSearchMoves};
+    repair(*st, budget);
+    descend(*st, budget);
+    iterate(*st, budget, opt_.seed);
+    Candidate c{origin + "+short", st->placement(), st->excess(), st->objective(), in.grid(), true};
+    c.predicted_s = st->max_rank_time();
+    // Repairing to the cap can cost more bytes than it saves compute: priced
+    // only where the model predicts a gain.
+    if (c.predicted_s < before) return c;
+    return std::nullopt;
+  };
+  // It depends on the starts alone, so with a second thread it runs beside
+  // the members, where the full search cannot follow: members only lower the
+  // best prediction, and at most all their costs come off the full search's.
+  double all_members = 0;
+  for (const std::string& name : names)
+    if (!member_skipped(name)) all_members += name.rfind("static", 0) == 0 ? cost.dispatch : cost.member;
+  const bool full_possible =
+      worth(cost.full - all_members, weight, PhaseGains::full, best_predicted().predicted_s, bound);
+  std::optional<Candidate> short_found;
+  std::exception_ptr short_error;
+  std::thread beside;
+  if (short_runs && !full_possible && opt_.threads > 1)
+    beside = std::thread([&] {
+      try {
+        short_found = short_search();
+      } catch (...) {
+        short_error = std::current_exception();
+      }
+    });
+  // Joined on every way out (a member that throws included).
+  struct Join {
+    std::thread& t;
+    ~Join() {
+      if (t.joinable()) t.join();
+    }
+  } join{beside};
+
   for (const std::string& name : names) {
     const bool dispatches = name.rfind("static", 0) == 0;
-    // (On one node static's two-level dispatch is its one-level one.)
-    if (dispatches && one_node && name != "static") continue;
+    if (member_skipped(name)) continue;
     const double c = dispatches ? cost.dispatch : cost.member;
     const double gain = !one_node ? PhaseGains::member_nodes
                         : dispatches ? PhaseGains::dispatch_one_node
@@ -120,26 +175,15 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   if (worth(cost.full - members_cost, weight, PhaseGains::full, best_predicted().predicted_s, bound))
     return std::nullopt;
 
-  // The short search, from the best predicted start (owner, usp, hybrid):
-  // where that start is above the balance cap its repair is what pays, and a
-  // member predicted ahead of it does not make it pay less.
-  const Candidate* from =
-      &*std::min_element(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(starts), by_predicted);
   const int stages = in.shape().auto_stages() ? 1 : in.shape().stages;
   const int relay = in.shape().auto_relay() ? 0 : in.shape().relay_node_size();
-  if (from->excess > 0 &&
-      worth(cost.short_search + cost.price_plan, weight, PhaseGains::short_search, from->predicted_s, bound)) {
-    State& st = *start_state[static_cast<std::size_t>(from - cands.data())];
-    Budget budget{kShortSearchMoves};
-    repair(st, budget);
-    descend(st, budget);
-    iterate(st, budget, opt_.seed);
-    Candidate c{from->origin + "+short", st.placement(), st.excess(), st.objective(), in.grid(), true};
-    c.predicted_s = st.max_rank_time();
-    // Repairing to the cap can cost more bytes than it saves compute: priced
-    // only where the model predicts a gain.
-    if (c.predicted_s < from->predicted_s) cands.push_back(std::move(c));
+  if (beside.joinable()) {
+    beside.join();
+    if (short_error) std::rethrow_exception(short_error);
+  } else if (short_runs) {
+    short_found = short_search();
   }
+  if (short_found) cands.push_back(std::move(*short_found));
 
   // Pricing: the placements predicted within near_tie of the best, and the
   // short search's (it competes only priced: the search's model can rank it
