@@ -3,6 +3,7 @@
 // weighted time (effort.hpp); where the full search would pay, it runs.
 #include "balanced_bytes.hpp"
 #include "effort.hpp"
+#include "run_jobs.hpp"
 #include "time_mode.hpp"
 
 #include <algorithm>
@@ -212,11 +213,18 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   std::size_t plans = 0;
   const Candidate* best = first_start;
   if (priced) {
-    for (const Candidate* c : to_price) {
-      const PlanPrice p = in.pricing()->price(in.pricing()->add(c->grid, c->rank), PlanShape::fixed(stages, relay));
+    // The host prices different placements in parallel; the fastest is then
+    // taken in the same order as one by one.
+    std::vector<PlanPrice> prices_of(to_price.size());
+    run_jobs(to_price.size(), opt_.threads, [&](std::size_t i) {
+      const Candidate* c = to_price[i];
+      prices_of[i] = in.pricing()->price(in.pricing()->add(c->grid, c->rank), PlanShape::fixed(stages, relay));
+    });
+    for (std::size_t i = 0; i < to_price.size(); ++i) {
+      const PlanPrice& p = prices_of[i];
       ++plans;
       compute_bound = p.compute_bound;
-      if (p.step < step * (1 - 1e-12)) step = p.step, best = c;
+      if (p.step < step * (1 - 1e-12)) step = p.step, best = to_price[i];
     }
   }
 
