@@ -28,6 +28,11 @@ namespace {
 // on its own: search.hpp).
 constexpr std::int64_t kShortSearchMoves = 250;
 
+// Phases run on a second thread only where each is predicted to take at least
+// this long: on small grids a thread's start and join, and on a busy machine
+// its wait for a core, cost about what the overlap saves.
+constexpr double kThreadMinS = 1e-3;
+
 std::string ms(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3f", s * 1e3);
@@ -128,7 +133,8 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   std::optional<Candidate> short_found;
   std::exception_ptr short_error;
   std::thread beside;
-  if (short_runs && !full_possible && opt_.threads > 1)
+  if (short_runs && !full_possible && opt_.threads > 1 && cost.short_search >= kThreadMinS &&
+      cost.member >= kThreadMinS)
     beside = std::thread([&] {
       try {
         short_found = short_search();
@@ -216,7 +222,7 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
     // The host prices different placements in parallel; the fastest is then
     // taken in the same order as one by one.
     std::vector<PlanPrice> prices_of(to_price.size());
-    run_jobs(to_price.size(), opt_.threads, [&](std::size_t i) {
+    run_jobs(to_price.size(), cost.price_plan >= kThreadMinS ? opt_.threads : 1, [&](std::size_t i) {
       const Candidate* c = to_price[i];
       prices_of[i] = in.pricing()->price(in.pricing()->add(c->grid, c->rank), PlanShape::fixed(stages, relay));
     });
