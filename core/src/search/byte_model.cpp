@@ -65,9 +65,14 @@ void ByteModel::build_direction(RowKind dir) {
   for (std::size_t b = 0; b < nb; ++b) {
     if (start[b] == start[b + 1]) continue;
     cuts.clear();
+    // (A range equal to the one just added adds no cut: a block's cells often
+    // need the same rows, e.g. all of them on a causal mask.)
+    Range last{-1, -1};
     for (std::size_t i = start[b]; i < start[b + 1]; ++i)
       for (std::size_t u = by_block[i] * per; u < (by_block[i] + 1) * per; ++u)
         for (Range r : needed(u).ranges()) {
+          if (r == last) continue;
+          last = r;
           cuts.push_back(r.begin);
           cuts.push_back(r.end);
         }
@@ -77,10 +82,14 @@ void ByteModel::build_direction(RowKind dir) {
       return static_cast<std::size_t>(std::lower_bound(cuts.begin(), cuts.end(), t) - cuts.begin());
     };
     // Which elementary intervals some unit needs: the others are gaps.
+    // (Only whether an interval is covered matters: a repeated range is skipped.)
     cover.assign(cuts.size(), 0);
+    last = Range{-1, -1};
     for (std::size_t i = start[b]; i < start[b + 1]; ++i)
       for (std::size_t u = by_block[i] * per; u < (by_block[i] + 1) * per; ++u)
         for (Range r : needed(u).ranges()) {
+          if (r == last) continue;
+          last = r;
           ++cover[index(r.begin)];
           --cover[index(r.end)];
         }
@@ -93,11 +102,15 @@ void ByteModel::build_direction(RowKind dir) {
       seg_of_interval[k] = static_cast<std::int32_t>(segments_.size());
       segments_.push_back(Segment{{cuts[k], cuts[k + 1]}, host, static_cast<std::int32_t>(b), dir});
     }
+    last = Range{-1, -1};
+    std::size_t last_k = 0, last_e = 0;  // the intervals of `last`
     for (std::size_t i = start[b]; i < start[b + 1]; ++i)
       for (std::size_t u = by_block[i] * per; u < (by_block[i] + 1) * per; ++u) {
         list_at[u] = flat.size();
-        for (Range r : needed(u).ranges())
-          for (std::size_t k = index(r.begin), e = index(r.end); k < e; ++k) flat.push_back(seg_of_interval[k]);
+        for (Range r : needed(u).ranges()) {
+          if (r != last) last = r, last_k = index(r.begin), last_e = index(r.end);
+          for (std::size_t k = last_k; k < last_e; ++k) flat.push_back(seg_of_interval[k]);
+        }
         list_len[u] = flat.size() - list_at[u];
       }
   }
