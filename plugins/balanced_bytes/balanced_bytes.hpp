@@ -105,6 +105,9 @@ class BalancedBytes final : public Solver {
   // full search pays (and always when made ahead).
   // `solved`: the members it ran, for the full search.
   std::optional<Solution> solve_time_quick(const SolveInput& in, SolvedMembers& solved) const;
+  // The same on a grid above member_max_tasks (quick_huge.cpp): the starts
+  // and the best one balanced row by row, by prediction alone.
+  Solution solve_time_huge(const SolveInput& in) const;
   // solve_time's steps: the bytes objective's candidate, and the searches on
   // the grids of members that dispatch tokens.
   Candidate bytes_mode_candidate(const SolveInput& in, const std::vector<MemberResult>& members) const;

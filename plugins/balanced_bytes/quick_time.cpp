@@ -3,12 +3,16 @@
 // weighted time (effort.hpp); where the full search would pay, it runs.
 #include "balanced_bytes.hpp"
 #include "effort.hpp"
+#include "run_jobs.hpp"
 #include "time_mode.hpp"
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <limits>
+#include <memory>
 #include <optional>
+#include <thread>
 
 #include "cpsched/search/byte_model.hpp"
 #include "cpsched/search/members.hpp"
@@ -24,19 +28,27 @@ namespace {
 // on its own: search.hpp).
 constexpr std::int64_t kShortSearchMoves = 250;
 
+// Phases run on a second thread only where each is predicted to take at least
+// this long: on small grids a thread's start and join, and on a busy machine
+// its wait for a core, cost about what the overlap saves.
+constexpr double kThreadMinS = 1e-3;
+
 std::string ms(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3f", s * 1e3);
   return buf;
 }
 
-// A placement with its predicted step (the search's model, no plan built).
+// A placement with its predicted step (the search's model, no plan built);
+// its state is kept in `keep` where given (a short search may start from it).
 Candidate predicted(std::string origin, std::shared_ptr<const TaskGrid> grid, std::vector<Rank> rank,
-                    const ByteModel& model, const TimePrices& prices, const Options& opt) {
+                    const ByteModel& model, const TimePrices& prices, const Options& opt,
+                    std::unique_ptr<State>* keep = nullptr) {
   const TimeObjective to = time_objective(prices, *grid, opt.spread);
-  const State st(model, rank, balance_cap(*grid, opt.mu), 0.0, &to);
-  Candidate c{std::move(origin), std::move(rank), st.excess(), st.objective(), std::move(grid)};
-  c.predicted_s = st.max_rank_time();
+  auto st = std::make_unique<State>(model, rank, balance_cap(*grid, opt.mu), 0.0, &to);
+  Candidate c{std::move(origin), std::move(rank), st->excess(), st->objective(), std::move(grid)};
+  c.predicted_s = st->max_rank_time();
+  if (keep) *keep = std::move(st);
   return c;
 }
 
@@ -50,7 +62,8 @@ double predicted_compute_bound(const TaskGrid& grid, const TimeObjective& to) {
 std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, SolvedMembers& solved) const {
   const double weight = in.uses().planning_weight();
   const TaskGrid& grid = *in.grid();
-  if (weight <= 0 || grid.num_tasks() > opt_.member_max_tasks) return std::nullopt;
+  if (weight <= 0) return std::nullopt;
+  if (grid.num_tasks() > opt_.member_max_tasks) return solve_time_huge(in);
   const TimePrices& prices = *in.time_prices();
   const TimeObjective to = time_objective(prices, grid, opt_.spread);
   const double bound = predicted_compute_bound(grid, to);
@@ -58,12 +71,16 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
 
   const ByteModel model(grid, 1.0, 1.0);
   std::vector<Candidate> cands;
-  cands.push_back(predicted("owner", in.grid(), owner_placement(grid), model, prices, opt_));
+  std::vector<std::unique_ptr<State>> start_state(3);  // the starts' states, for the short search
+  cands.push_back(predicted("owner", in.grid(), owner_placement(grid), model, prices, opt_, &start_state[0]));
   if (grid.flattened()) {
-    cands.push_back(predicted("usp", in.grid(), usp_placement(grid, opt_.usp_max_degree), model, prices, opt_));
-    cands.push_back(predicted("hybrid", in.grid(),
-                              hybrid_placement(grid, opt_.usp_max_degree, to.byte_s, to.nodes.gpus_per_node), model,
-                              prices, opt_));
+    cands.push_back(predicted("usp", in.grid(), usp_placement(grid, opt_.usp_max_degree), model, prices, opt_,
+                              &start_state[1]));
+    // hybrid takes owner's or usp's rows per q block: where it took the
+    // same for all (one causal sequence), it is that start again.
+    std::vector<Rank> hybrid = hybrid_placement(grid, opt_.usp_max_degree, to.byte_s, to.nodes.gpus_per_node);
+    if (hybrid != cands[0].rank && hybrid != cands[1].rank)
+      cands.push_back(predicted("hybrid", in.grid(), std::move(hybrid), model, prices, opt_, &start_state[2]));
   }
   const std::size_t starts = cands.size();
   const auto by_predicted = [](const Candidate& a, const Candidate& b) { return a.predicted_s < b.predicted_s; };
@@ -78,10 +95,64 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   // their plans are the fastest, which leaves less for the others to gain.
   std::vector<std::string> names = member_names(grid.problem().layout);
   std::stable_partition(names.begin(), names.end(), [](const std::string& n) { return n.rfind("static", 0) == 0; });
+  // (On one node static's two-level dispatch is its one-level one.)
+  auto member_skipped = [&](const std::string& name) {
+    return name.rfind("static", 0) == 0 && one_node && name != "static";
+  };
+
+  // The short search, from the best predicted start (owner, usp, hybrid):
+  // where that start is above the balance cap its repair is what pays, and a
+  // member predicted ahead of it does not make it pay less.
+  const auto from_index = static_cast<std::size_t>(
+      std::min_element(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(starts), by_predicted) -
+      cands.begin());
+  const bool short_runs =
+      cands[from_index].excess > 0 && worth(cost.short_search + cost.price_plan, weight, PhaseGains::short_search,
+                                            cands[from_index].predicted_s, bound);
+  auto short_search = [&, origin = cands[from_index].origin, before = cands[from_index].predicted_s,
+                       st = start_state[from_index].get()]() -> std::optional<Candidate> {
+    Budget budget{kShortSearchMoves};
+    repair(*st, budget);
+    descend(*st, budget);
+    iterate(*st, budget, opt_.seed);
+    Candidate c{origin + "+short", st->placement(), st->excess(), st->objective(), in.grid(), true};
+    c.predicted_s = st->max_rank_time();
+    // Repairing to the cap can cost more bytes than it saves compute: priced
+    // only where the model predicts a gain.
+    if (c.predicted_s < before) return c;
+    return std::nullopt;
+  };
+  // It depends on the starts alone, so with a second thread it runs beside
+  // the members, where the full search cannot follow: members only lower the
+  // best prediction, and at most all their costs come off the full search's.
+  double all_members = 0;
+  for (const std::string& name : names)
+    if (!member_skipped(name)) all_members += name.rfind("static", 0) == 0 ? cost.dispatch : cost.member;
+  const bool full_possible =
+      worth(cost.full - all_members, weight, PhaseGains::full, best_predicted().predicted_s, bound);
+  std::optional<Candidate> short_found;
+  std::exception_ptr short_error;
+  std::thread beside;
+  if (short_runs && !full_possible && opt_.threads > 1 && cost.short_search >= kThreadMinS &&
+      cost.member >= kThreadMinS)
+    beside = std::thread([&] {
+      try {
+        short_found = short_search();
+      } catch (...) {
+        short_error = std::current_exception();
+      }
+    });
+  // Joined on every way out (a member that throws included).
+  struct Join {
+    std::thread& t;
+    ~Join() {
+      if (t.joinable()) t.join();
+    }
+  } join{beside};
+
   for (const std::string& name : names) {
     const bool dispatches = name.rfind("static", 0) == 0;
-    // (On one node static's two-level dispatch is its one-level one.)
-    if (dispatches && one_node && name != "static") continue;
+    if (member_skipped(name)) continue;
     const double c = dispatches ? cost.dispatch : cost.member;
     const double gain = !one_node ? PhaseGains::member_nodes
                         : dispatches ? PhaseGains::dispatch_one_node
@@ -111,26 +182,15 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   if (worth(cost.full - members_cost, weight, PhaseGains::full, best_predicted().predicted_s, bound))
     return std::nullopt;
 
-  // The short search, from the best predicted start (owner, usp, hybrid):
-  // where that start is above the balance cap its repair is what pays, and a
-  // member predicted ahead of it does not make it pay less.
-  const Candidate* from =
-      &*std::min_element(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(starts), by_predicted);
   const int stages = in.shape().auto_stages() ? 1 : in.shape().stages;
   const int relay = in.shape().auto_relay() ? 0 : in.shape().relay_node_size();
-  if (from->excess > 0 &&
-      worth(cost.short_search + cost.price_plan, weight, PhaseGains::short_search, from->predicted_s, bound)) {
-    State st(model, from->rank, balance_cap(grid, opt_.mu), 0.0, &to);
-    Budget budget{kShortSearchMoves};
-    repair(st, budget);
-    descend(st, budget);
-    iterate(st, budget, opt_.seed);
-    Candidate c{from->origin + "+short", st.placement(), st.excess(), st.objective(), in.grid(), true};
-    c.predicted_s = st.max_rank_time();
-    // Repairing to the cap can cost more bytes than it saves compute: priced
-    // only where the model predicts a gain.
-    if (c.predicted_s < from->predicted_s) cands.push_back(std::move(c));
+  if (beside.joinable()) {
+    beside.join();
+    if (short_error) std::rethrow_exception(short_error);
+  } else if (short_runs) {
+    short_found = short_search();
   }
+  if (short_found) cands.push_back(std::move(*short_found));
 
   // Pricing: the placements predicted within near_tie of the best, and the
   // short search's (it competes only priced: the search's model can rank it
@@ -159,11 +219,18 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   std::size_t plans = 0;
   const Candidate* best = first_start;
   if (priced) {
-    for (const Candidate* c : to_price) {
-      const PlanPrice p = in.pricing()->price(in.pricing()->add(c->grid, c->rank), PlanShape::fixed(stages, relay));
+    // The host prices different placements in parallel; the fastest is then
+    // taken in the same order as one by one.
+    std::vector<PlanPrice> prices_of(to_price.size());
+    run_jobs(to_price.size(), cost.price_plan >= kThreadMinS ? opt_.threads : 1, [&](std::size_t i) {
+      const Candidate* c = to_price[i];
+      prices_of[i] = in.pricing()->price(in.pricing()->add(c->grid, c->rank), PlanShape::fixed(stages, relay));
+    });
+    for (std::size_t i = 0; i < to_price.size(); ++i) {
+      const PlanPrice& p = prices_of[i];
       ++plans;
       compute_bound = p.compute_bound;
-      if (p.step < step * (1 - 1e-12)) step = p.step, best = c;
+      if (p.step < step * (1 - 1e-12)) step = p.step, best = to_price[i];
     }
   }
 

@@ -48,6 +48,16 @@ Transfers collect_transfers(const Assignment& a) {
   // Rows of each xfer come from its tasks' cells out of token order (KV cols
   // by q block): collected and merged once per xfer.
   std::vector<RangeSet::Builder> rows;
+  // The set each xfer was given last: the many tasks of one xfer mostly need
+  // equal rows (one causal kv block: the whole block, from every q block), and
+  // adding them again changes nothing but the builder's work.
+  std::vector<const RangeSet*> last;
+  auto add = [&](std::int32_t x, const RangeSet& s) {
+    const RangeSet*& l = last[static_cast<std::size_t>(x)];
+    if (l != nullptr && *l == s) return;
+    rows[static_cast<std::size_t>(x)].add(s);
+    l = &s;
+  };
   auto xfer_for = [&](RowKind kind, std::int32_t block, std::size_t grp, Rank d) {
     const std::size_t key = (static_cast<std::size_t>(index_of(kind)) * nb + static_cast<std::size_t>(block)) * G + grp;
     if (stamp[key] != d) {
@@ -56,6 +66,7 @@ Transfers collect_transfers(const Assignment& a) {
       tr.xfers.push_back(Xfer{kind, block, static_cast<std::int32_t>(grp),
                               g.sharding().host[static_cast<std::size_t>(block)], d, {}});
       rows.emplace_back();
+      last.push_back(nullptr);
     }
     return slot[key];
   };
@@ -68,12 +79,12 @@ Transfers collect_transfers(const Assignment& a) {
       const auto rank = static_cast<Rank>(d);
       if (g.q_host(t) != rank) {
         const std::int32_t x = xfer_for(RowKind::qo, c.qblock, grp, rank);
-        rows[static_cast<std::size_t>(x)].add(c.rows);
+        add(x, c.rows);
         tr.task_q[static_cast<std::size_t>(t)] = x;
       }
       if (g.k_host(t) != rank) {
         const std::int32_t x = xfer_for(RowKind::kv, c.kblock, grp, rank);
-        rows[static_cast<std::size_t>(x)].add(c.cols);
+        add(x, c.cols);
         tr.task_k[static_cast<std::size_t>(t)] = x;
       }
     }

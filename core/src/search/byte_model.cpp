@@ -55,16 +55,24 @@ void ByteModel::build_direction(RowKind dir) {
     for (std::size_t c = 0; c < nc; ++c) by_block[fill[block_of(cells[c])]++] = c;
   }
 
-  std::vector<std::vector<std::int32_t>> lists(nu);
+  // Each unit's list, in block order (a unit's block writes it whole), then
+  // copied out in unit order: one array instead of a vector per unit.
+  std::vector<std::int32_t> flat;
+  std::vector<std::size_t> list_at(nu, 0), list_len(nu, 0);
   std::vector<Token> cuts;
   std::vector<int> cover;
   std::vector<std::int32_t> seg_of_interval;
   for (std::size_t b = 0; b < nb; ++b) {
     if (start[b] == start[b + 1]) continue;
     cuts.clear();
+    // (A range equal to the one just added adds no cut: a block's cells often
+    // need the same rows, e.g. all of them on a causal mask.)
+    Range last{-1, -1};
     for (std::size_t i = start[b]; i < start[b + 1]; ++i)
       for (std::size_t u = by_block[i] * per; u < (by_block[i] + 1) * per; ++u)
         for (Range r : needed(u).ranges()) {
+          if (r == last) continue;
+          last = r;
           cuts.push_back(r.begin);
           cuts.push_back(r.end);
         }
@@ -74,10 +82,14 @@ void ByteModel::build_direction(RowKind dir) {
       return static_cast<std::size_t>(std::lower_bound(cuts.begin(), cuts.end(), t) - cuts.begin());
     };
     // Which elementary intervals some unit needs: the others are gaps.
+    // (Only whether an interval is covered matters: a repeated range is skipped.)
     cover.assign(cuts.size(), 0);
+    last = Range{-1, -1};
     for (std::size_t i = start[b]; i < start[b + 1]; ++i)
       for (std::size_t u = by_block[i] * per; u < (by_block[i] + 1) * per; ++u)
         for (Range r : needed(u).ranges()) {
+          if (r == last) continue;
+          last = r;
           ++cover[index(r.begin)];
           --cover[index(r.end)];
         }
@@ -90,11 +102,16 @@ void ByteModel::build_direction(RowKind dir) {
       seg_of_interval[k] = static_cast<std::int32_t>(segments_.size());
       segments_.push_back(Segment{{cuts[k], cuts[k + 1]}, host, static_cast<std::int32_t>(b), dir});
     }
+    last = Range{-1, -1};
+    std::size_t last_k = 0, last_e = 0;  // the intervals of `last`
     for (std::size_t i = start[b]; i < start[b + 1]; ++i)
       for (std::size_t u = by_block[i] * per; u < (by_block[i] + 1) * per; ++u) {
-        auto& list = lists[u];
-        for (Range r : needed(u).ranges())
-          for (std::size_t k = index(r.begin), e = index(r.end); k < e; ++k) list.push_back(seg_of_interval[k]);
+        list_at[u] = flat.size();
+        for (Range r : needed(u).ranges()) {
+          if (r != last) last = r, last_k = index(r.begin), last_e = index(r.end);
+          for (std::size_t k = last_k; k < last_e; ++k) flat.push_back(seg_of_interval[k]);
+        }
+        list_len[u] = flat.size() - list_at[u];
       }
   }
 
@@ -105,9 +122,11 @@ void ByteModel::build_direction(RowKind dir) {
   for (std::size_t i = 0; i < nc; ++i) bc[i] = static_cast<std::int32_t>(by_block[i]);
 
   auto& off = dir == RowKind::qo ? qo_off_ : kv_off_;
+  seg_ids_.reserve(seg_ids_.size() + flat.size());
   for (std::size_t u = 0; u < nu; ++u) {
     off[u] = static_cast<std::int32_t>(seg_ids_.size());
-    seg_ids_.insert(seg_ids_.end(), lists[u].begin(), lists[u].end());
+    const auto first = flat.begin() + static_cast<std::ptrdiff_t>(list_at[u]);
+    seg_ids_.insert(seg_ids_.end(), first, first + static_cast<std::ptrdiff_t>(list_len[u]));
   }
   off[nu] = static_cast<std::int32_t>(seg_ids_.size());
 }

@@ -20,7 +20,13 @@ State::State(const ByteModel& model, const std::vector<Rank>& start, std::int64_
       bottleneck_weight_(bottleneck_weight),
       cap_(cap),
       time_(time != nullptr) {
-  if (time_) to_ = *time;
+  if (time_) {
+    to_ = *time;
+    // Each rank's node once: the link class of a (host, rank) pair is read on
+    // every evaluation, and node_of divides.
+    node_.resize(static_cast<std::size_t>(P_));
+    for (Rank r = 0; r < P_; ++r) node_[static_cast<std::size_t>(r)] = to_.nodes.node_of(r);
+  }
   const TaskGrid& g = model.grid();
   const TaskId T = g.num_tasks();
   if (static_cast<TaskId>(start.size()) != T)
@@ -72,7 +78,7 @@ State::State(const ByteModel& model, const std::vector<Rank>& start, std::int64_
   if (time_) {
     time_sum_ = 0;
     rank_time_.assign(P, 0.0);
-    for (Rank r = 0; r < P_; ++r) time_sum_ += rank_time_[static_cast<std::size_t>(r)] = rank_time(r);
+    for (Rank r = 0; r < P_; ++r) time_sum_ += rank_time_[static_cast<std::size_t>(r)] = effective(r).time();
   }
   clear_dirty();
   refresh_top();
@@ -119,8 +125,8 @@ void State::add(TaskId t, Rank r, int sign) {
       const auto tokens = static_cast<double>(m_->segment(s).tokens.size());
       double len = tokens * sign;
       if (time_) {
-        len *= to_.byte_s[to_.link_class(h, r)];
-        if (relay_ && !to_.nodes.same_node(h, r)) {
+        len *= to_.byte_s[link(h, r)];
+        if (relay_ && link(h, r) != 0) {
           relay_add(s, in.group, h, r, sign, tokens, pr);
         } else {
           sec_[uh].cast_out += len * pr.out;
@@ -183,7 +189,7 @@ State::RankSeconds State::effective(Rank r) const {
   return relay_ ? with_pool(r, own, pool_[static_cast<std::size_t>(node_of(r))]) : own;
 }
 
-double State::rank_time(Rank r) const { return time_ ? effective(r).time() : 0.0; }
+double State::rank_time(Rank r) const { return time_ ? rank_time_[static_cast<std::size_t>(r)] : 0.0; }
 
 PortSeconds State::port_seconds(Rank r) const {
   if (!time_) return {};
@@ -368,8 +374,12 @@ void State::touch_move(TaskId t, Rank a, Rank b) {
     for (int i = 0; i < n; ++i) time_sum_ -= rank_time(touched[i]);
   add(t, a, -1);
   add(t, b, +1);
+  // The touched ranks are the only ones whose seconds changed: their cached times are refreshed.
   if (time_)
-    for (int i = 0; i < n; ++i) time_sum_ += rank_time(touched[i]);
+    for (int i = 0; i < n; ++i) {
+      const auto r = static_cast<std::size_t>(touched[i]);
+      time_sum_ += rank_time_[r] = sec_[r].time();
+    }
   update_ranks(touched, n);
 }
 
@@ -399,8 +409,8 @@ double State::time_delta(TaskId t, Rank a, Rank b) const {
     const int ih = at(h);
     const Price& pr = m_->price(dir);
     auto [closed, opened] = closed_opened(in, dir, h, a, b);
-    closed *= to_.byte_s[to_.link_class(h, a)];
-    opened *= to_.byte_s[to_.link_class(h, b)];
+    closed *= to_.byte_s[link(h, a)];
+    opened *= to_.byte_s[link(h, b)];
     next[ih].cast_out += (opened - closed) * pr.out;
     next[ih].red_in += (opened - closed) * pr.back;
     next[ib].cast_in += opened * pr.out;
@@ -549,8 +559,8 @@ double State::general_time_delta(TaskId t, Rank a, Rank b) const {
       int b_others = -1;  // holders on b's node other than b, once a's stop is counted
       std::uint16_t b_sum = 0;
       if (close) {
-        if (!relay_ || to_.nodes.same_node(a, h)) {
-          const double x = tokens * to_.byte_s[to_.link_class(h, a)];
+        if (!relay_ || link(a, h) == 0) {
+          const double x = tokens * to_.byte_s[link(h, a)];
           acc(a, -x, 0.0);
           acc(h, 0.0, -x);
         } else {
@@ -561,8 +571,8 @@ double State::general_time_delta(TaskId t, Rank a, Rank b) const {
         }
       }
       if (open) {
-        if (!relay_ || to_.nodes.same_node(b, h)) {
-          const double x = tokens * to_.byte_s[to_.link_class(h, b)];
+        if (!relay_ || link(b, h) == 0) {
+          const double x = tokens * to_.byte_s[link(h, b)];
           acc(b, x, 0.0);
           acc(h, 0.0, x);
         } else {

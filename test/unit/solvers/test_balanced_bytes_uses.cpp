@@ -25,8 +25,9 @@ struct Planned {
 };
 
 Planned plan_of(const std::shared_ptr<Registry>& reg, const std::string& solver, PlanUses uses, int P,
-                const RangeMask& mask, const std::string& cost_model = "time") {
+                const RangeMask& mask, const std::string& cost_model = "time", const Params& params = {}) {
   SessionOptions o;
+  o.solver_params = params;
   o.cp_size = P;
   o.heads = {64, 8, 128, 2};
   o.solver = solver;
@@ -69,6 +70,25 @@ TEST_CASE("balanced_bytes plans a mask used once cheaply, and one made ahead ful
     const double greedy = plan_of(reg, "binary_greedy", PlanUses{1}, P, mask).step;
     CHECK(once.step <= std::min(usp, greedy) * 1.01);
   }
+}
+
+// Above member_max_tasks (P = 1024 causal by default; here a small limit), used
+// once: no State, no search and no plan priced, the best start balanced by
+// rows where it is above the mean load; its plan is faster than the starts'.
+TEST_CASE("balanced_bytes used once on a grid above member_max_tasks balances its best start by rows") {
+  const auto reg = test::new_build_registry();
+  const int P = 32;
+  MaskSpec spec;
+  spec.kind = MaskKind::causal;
+  const RangeMask mask = make_mask(spec, Token{8192} * P);
+  Params small;
+  small.set("member_max_tasks", std::int64_t{1000});
+  const Planned once = plan_of(reg, "balanced_bytes", PlanUses{1}, P, mask, "time", small);
+  CHECK(once.full_search == 0);
+  CHECK(once.plans_priced == 0);
+  const double usp = plan_of(reg, "usp", PlanUses{1}, P, mask).step;
+  const double owner = plan_of(reg, "owner", PlanUses{1}, P, mask).step;
+  CHECK(once.step < 0.8 * std::min(usp, owner));
 }
 
 // The portfolio runs binary_greedy as the seed does (area prices), so its

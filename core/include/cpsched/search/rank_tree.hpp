@@ -63,19 +63,22 @@ class RankTree {
     open_.push_back(1);
     while (!open_.empty() && out.size() < k) {
       std::pop_heap(open_.begin(), open_.end(), worse);
-      const std::size_t node = open_.back();
+      std::size_t node = open_.back();
       open_.pop_back();
-      if (node >= size_) {
-        out.push_back(win_[node]);
-        continue;
+      // The node's winner is next. Down its path to its leaf, each level's
+      // other child holds the next candidates of that subtree (the path's
+      // own nodes would only be popped again for the same winner).
+      const int w = win_[node];
+      while (node < size_) {
+        const std::size_t on = win_[2 * node] == w ? 2 * node : 2 * node + 1;
+        const std::size_t off = on ^ 1U;
+        if (win_[off] >= 0) {
+          open_.push_back(off);
+          std::push_heap(open_.begin(), open_.end(), worse);
+        }
+        node = on;
       }
-      // The node's winner comes from one child; both children's subtrees
-      // hold the next candidates.
-      for (std::size_t c : {2 * node, 2 * node + 1}) {
-        if (win_[c] < 0) continue;
-        open_.push_back(c);
-        std::push_heap(open_.begin(), open_.end(), worse);
-      }
+      out.push_back(w);
     }
   }
 

@@ -205,7 +205,8 @@ class State {
   static double part(const RankSeconds& x, int i);
   static double coupled_step(const double mx[4]) { return std::max(mx[0], mx[2] + mx[1]) + mx[3]; }
   double coupled_now() const;
-  int node_of(Rank r) const { return to_.nodes.node_of(r); }
+  int node_of(Rank r) const { return node_[static_cast<std::size_t>(r)]; }
+  int link(Rank a, Rank b) const { return node_of(a) == node_of(b) ? 0 : 1; }  // TimeObjective::link_class
   Rank node_begin(int n) const { return n * to_.nodes.gpus_per_node; }
   Rank node_end(int n) const { return std::min(P_, (n + 1) * to_.nodes.gpus_per_node); }
   void general_touch_move(TaskId t, Rank a, Rank b);
@@ -239,7 +240,8 @@ class State {
   mutable std::vector<std::int32_t> rank_mark_;  // general deltas: 1 + a rank's index in d_ranks_, else 0
   SegmentCounts node_cnt_, node_sum_;     // (segment, node, group): holders there, sum of their ranks mod 2^16
   std::vector<RankSeconds> pool_;         // per node: relayed seconds its ranks share
-  std::vector<double> rank_time_;         // per rank: rank_time (kept with every move by the general path)
+  std::vector<int> node_;                 // time mode, per rank: its node (to_.nodes)
+  std::vector<double> rank_time_;         // time mode, per rank: rank_time, refreshed for the ranks each move touches
   std::vector<int> dirty_nodes_;          // nodes whose pool or relayed holders the current move changed
   std::vector<char> node_dirty_;          // per node: listed in dirty_nodes_
   void clear_dirty();
