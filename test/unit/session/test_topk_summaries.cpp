@@ -36,6 +36,22 @@ SessionOptions options(int P, int bpr, int stages, const std::string& solver, Ra
   return o;
 }
 
+// P ranks of `mask`, each with its session (of `solver`, one block per rank,
+// one stage) and its summary.
+struct RankSessions {
+  Sharding shards;
+  std::vector<Session> ranks;
+  std::vector<std::vector<IndexCell>> summaries;
+  RankSessions(const IndexMask& mask, int P, const std::string& solver)
+      : shards(Sharding::sequential(mask.seqlen, P, 1)) {
+    for (Rank r = 0; r < P; ++r) {
+      ranks.emplace_back(options(P, 1, 1, solver, r));
+      summaries.push_back(ranks.back().summarize_topk(rows_of(mask, shards.blocks[static_cast<std::size_t>(r)]),
+                                                      mask.seqlen, mask.kv_heads));
+    }
+  }
+};
+
 }  // namespace
 
 TEST_CASE("a rank's plan from the gathered summaries and its own rows is its part of the whole tensor's plan") {
@@ -91,13 +107,10 @@ TEST_CASE("a rank's pool large enough for several writer threads is its part of 
   const std::span<const std::int32_t> all(mask.indices.data, static_cast<std::size_t>(mask.indices.size()));
   Session whole(options(P, 1, 1, "owner", -1));
   whole.solve_topk(all, S, 1);
-  const Sharding shards = Sharding::sequential(S, P, 1);
-  std::vector<Session> ranks;
-  std::vector<std::vector<IndexCell>> summaries;
-  for (Rank r = 0; r < P; ++r) {
-    ranks.emplace_back(options(P, 1, 1, "owner", r));
-    summaries.push_back(ranks.back().summarize_topk(rows_of(mask, shards.blocks[static_cast<std::size_t>(r)]), S, 1));
-  }
+  RankSessions rs(mask, P, "owner");
+  const Sharding& shards = rs.shards;
+  std::vector<Session>& ranks = rs.ranks;
+  const std::vector<std::vector<IndexCell>>& summaries = rs.summaries;
   for (Rank r = 0; r < P; ++r) {
     CAPTURE(r);
     Session& mine = ranks[static_cast<std::size_t>(r)];
@@ -118,13 +131,10 @@ TEST_CASE("a rank's repeated plans reuse the session's buffers and stay the whol
   const std::span<const std::int32_t> all(mask.indices.data, static_cast<std::size_t>(mask.indices.size()));
   Session whole(options(P, 1, 1, "owner", -1));
   whole.solve_topk(all, S, 1);
-  const Sharding shards = Sharding::sequential(S, P, 1);
-  std::vector<Session> ranks;
-  std::vector<std::vector<IndexCell>> summaries;
-  for (Rank r = 0; r < P; ++r) {
-    ranks.emplace_back(options(P, 1, 1, "owner", r));
-    summaries.push_back(ranks.back().summarize_topk(rows_of(mask, shards.blocks[static_cast<std::size_t>(r)]), S, 1));
-  }
+  RankSessions rs(mask, P, "owner");
+  const Sharding& shards = rs.shards;
+  std::vector<Session>& ranks = rs.ranks;
+  const std::vector<std::vector<IndexCell>>& summaries = rs.summaries;
   const Rank r = 2;
   Session& mine = ranks[static_cast<std::size_t>(r)];
   const auto own = rows_of(mask, shards.blocks[static_cast<std::size_t>(r)]);
@@ -229,15 +239,10 @@ struct FourRanks {
   static constexpr int P = 4;
   static constexpr Token S = 256;
   IndexMask mask = dsa(S, 1, 3);
-  Sharding shards = Sharding::sequential(S, P, 1);
-  std::vector<Session> ranks;
-  std::vector<std::vector<IndexCell>> summaries;
-  FourRanks() {
-    for (Rank r = 0; r < P; ++r) {
-      ranks.emplace_back(options(P, 1, 1, "balanced_bytes", r));
-      summaries.push_back(ranks.back().summarize_topk(rows_of(mask, shards.blocks[static_cast<std::size_t>(r)]), S, 1));
-    }
-  }
+  RankSessions rs{mask, P, "balanced_bytes"};
+  Sharding& shards = rs.shards;
+  std::vector<Session>& ranks = rs.ranks;
+  std::vector<std::vector<IndexCell>>& summaries = rs.summaries;
 };
 
 }  // namespace

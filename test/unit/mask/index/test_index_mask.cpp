@@ -89,6 +89,23 @@ std::set<Token> tokens_of(const RangeSet& s) {
   return out;
 }
 
+// Checks counted cells against brute_count's (std::map order = (head,
+// qblock, kblock)); returns the pairs they hold.
+__int128 check_brute(const std::vector<IndexCell>& got, const std::map<CellKey, BruteCell>& want) {
+  REQUIRE(got.size() == want.size());
+  __int128 total = 0;
+  std::size_t x = 0;
+  for (const auto& [key, bc] : want) {
+    const IndexCell& cell = got[x++];
+    CHECK(CellKey{cell.head, cell.qblock, cell.kblock} == key);
+    CHECK(cell.area == bc.area);
+    CHECK(tokens_of(cell.rows) == bc.rows);
+    CHECK(tokens_of(cell.cols) == bc.cols);
+    total += cell.area;
+  }
+  return total;
+}
+
 }  // namespace
 
 TEST_CASE("IndexArray: size, view, copy, int64 narrowing") {
@@ -193,16 +210,7 @@ TEST_CASE("count_index_cells: rows in the usual layout (keys first, ascending, t
   auto check_counts = [&] {
     const auto want = brute_count(m, blocks, true);
     for (int t : {1, 2, 3}) {
-      const auto got = count_index_cells(m, blocks, {true, t});
-      REQUIRE(got.size() == want.size());
-      std::size_t x = 0;
-      for (const auto& [key, bc] : want) {
-        const IndexCell& cell = got[x++];
-        CHECK(CellKey{cell.head, cell.qblock, cell.kblock} == key);
-        CHECK(cell.area == bc.area);
-        CHECK(tokens_of(cell.rows) == bc.rows);
-        CHECK(tokens_of(cell.cols) == bc.cols);
-      }
+      check_brute(count_index_cells(m, blocks, {true, t}), want);
     }
   };
   check_counts();
@@ -273,18 +281,7 @@ TEST_CASE("count_index_cells matches a brute-force count; any thread count gives
         for (bool per_head : {true, false}) {
           const auto want = brute_count(m, blocks, per_head);
           const auto got = count_index_cells(m, blocks, {per_head, 1});
-          REQUIRE(got.size() == want.size());
-          __int128 total = 0;
-          std::size_t x = 0;
-          for (const auto& [key, bc] : want) {  // std::map order = (head, qblock, kblock)
-            const IndexCell& cell = got[x++];
-            CHECK(CellKey{cell.head, cell.qblock, cell.kblock} == key);
-            CHECK(cell.area == bc.area);
-            CHECK(tokens_of(cell.rows) == bc.rows);
-            CHECK(tokens_of(cell.cols) == bc.cols);
-            total += cell.area;
-          }
-          CHECK(total == m.area());
+          CHECK(check_brute(got, want) == m.area());
           for (int t : {2, 3, 7}) {
             test::check_same_cells(count_index_cells(m, blocks, {per_head, t}), got);
           }
@@ -303,16 +300,7 @@ TEST_CASE("count_index_cells: blocks of >= 64 tokens (the coarse token-to-block 
     for (auto blocks : {Sharding::sequential(S, 3).blocks, Sharding::sequential(S, 3, 2).blocks,
                         std::vector<Range>{{0, 64}, {64, 200}, {200, 264}, {264, 389}}}) {
       const auto want = brute_count(m, blocks, true);
-      const auto got = count_index_cells(m, blocks, {true, 2});
-      REQUIRE(got.size() == want.size());
-      std::size_t x = 0;
-      for (const auto& [key, bc] : want) {
-        const IndexCell& cell = got[x++];
-        CHECK(CellKey{cell.head, cell.qblock, cell.kblock} == key);
-        CHECK(cell.area == bc.area);
-        CHECK(tokens_of(cell.rows) == bc.rows);
-        CHECK(tokens_of(cell.cols) == bc.cols);
-      }
+      check_brute(count_index_cells(m, blocks, {true, 2}), want);
     }
   }
 }
