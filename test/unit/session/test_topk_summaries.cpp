@@ -52,6 +52,13 @@ struct RankSessions {
   }
 };
 
+// The plan of the whole tensor with owner's placement, every rank's.
+Session whole_owner(const IndexMask& mask, int P) {
+  Session whole(options(P, 1, 1, "owner", -1));
+  whole.solve_topk({mask.indices.data, static_cast<std::size_t>(mask.indices.size())}, mask.seqlen, mask.kv_heads);
+  return whole;
+}
+
 }  // namespace
 
 TEST_CASE("a rank's plan from the gathered summaries and its own rows is its part of the whole tensor's plan") {
@@ -104,21 +111,16 @@ TEST_CASE("a rank's pool large enough for several writer threads is its part of 
   const int P = 2;
   const Token S = 8192;
   const IndexMask mask = test::small_dsa(S, 1, 1, 1024, 16, 128);
-  const std::span<const std::int32_t> all(mask.indices.data, static_cast<std::size_t>(mask.indices.size()));
-  Session whole(options(P, 1, 1, "owner", -1));
-  whole.solve_topk(all, S, 1);
+  const Session whole = whole_owner(mask, P);
   RankSessions rs(mask, P, "owner");
-  const Sharding& shards = rs.shards;
-  std::vector<Session>& ranks = rs.ranks;
-  const std::vector<std::vector<IndexCell>>& summaries = rs.summaries;
   for (Rank r = 0; r < P; ++r) {
     CAPTURE(r);
-    Session& mine = ranks[static_cast<std::size_t>(r)];
-    mine.solve_topk_summaries(summaries, rows_of(mask, shards.blocks[static_cast<std::size_t>(r)]), S, 1);
+    Session& mine = rs.ranks[static_cast<std::size_t>(r)];
+    mine.solve_topk_summaries(rs.summaries, rows_of(mask, rs.shards.blocks[static_cast<std::size_t>(r)]), S, 1);
     CHECK(mine.calc_meta(r, Pass::fwd) == whole.calc_meta(r, Pass::fwd));
     CHECK(mine.calc_meta(r, Pass::bwd) == whole.calc_meta(r, Pass::bwd));
   }
-  CHECK(ranks[1].calc_meta(1).indices.size() > (std::size_t{2} << 20));
+  CHECK(rs.ranks[1].calc_meta(1).indices.size() > (std::size_t{2} << 20));
 }
 
 TEST_CASE("a rank's repeated plans reuse the session's buffers and stay the whole tensor's part") {
@@ -128,20 +130,15 @@ TEST_CASE("a rank's repeated plans reuse the session's buffers and stay the whol
   const int P = 4;
   const Token S = Token{64} * P;
   const IndexMask mask = dsa(S, 1, 5);
-  const std::span<const std::int32_t> all(mask.indices.data, static_cast<std::size_t>(mask.indices.size()));
-  Session whole(options(P, 1, 1, "owner", -1));
-  whole.solve_topk(all, S, 1);
+  const Session whole = whole_owner(mask, P);
   RankSessions rs(mask, P, "owner");
-  const Sharding& shards = rs.shards;
-  std::vector<Session>& ranks = rs.ranks;
-  const std::vector<std::vector<IndexCell>>& summaries = rs.summaries;
   const Rank r = 2;
-  Session& mine = ranks[static_cast<std::size_t>(r)];
-  const auto own = rows_of(mask, shards.blocks[static_cast<std::size_t>(r)]);
+  Session& mine = rs.ranks[static_cast<std::size_t>(r)];
+  const auto own = rows_of(mask, rs.shards.blocks[static_cast<std::size_t>(r)]);
   std::vector<const std::int32_t*> pools;
   for (int call = 0; call < 3; ++call) {
     CAPTURE(call);
-    mine.solve_topk_summaries(summaries, own, S, 1);
+    mine.solve_topk_summaries(rs.summaries, own, S, 1);
     CHECK(mine.calc_meta(r, Pass::fwd) == whole.calc_meta(r, Pass::fwd));
     CHECK(mine.calc_meta(r, Pass::bwd) == whole.calc_meta(r, Pass::bwd));
     CHECK(mine.calc_meta(r, Pass::bwd).indices.shares(mine.calc_meta(r, Pass::fwd).indices));
