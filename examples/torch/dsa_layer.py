@@ -69,22 +69,25 @@ def main():
     tp = attn.last_plan
     print(f"rank {rank}: {tp!r}; planned by {tp.result.solver}, {sum(1 for lst in [tp.fwd.stage0] + tp.fwd.stages for x in lst if x.index_width > 0)} "
           f"index args, pool of {tp.fwd.deferred_entries} entries written on {idx.device}", flush=True)
-    if a.check:
-        got = {n: [torch.empty_like(x) for _ in range(P)] for n, x in
-               (("out", out.detach()), ("dq", ql.grad), ("dkv", kvl.grad), ("idx", idx))}
-        for n, x in (("out", out.detach()), ("dq", ql.grad), ("dkv", kvl.grad), ("idx", idx)):
-            dist.all_gather(got[n], x.contiguous())
-        if rank == 0:
-            qr, kr = q.double().requires_grad_(), kv.double().requires_grad_()
-            ref = dense_attention(qr, kr, kr[..., :DV], topk_matrix(torch.cat(got["idx"])))
-            ref.backward(do.double())
-            err = {"out": (torch.cat(got["out"]) - ref).abs().max().item(),
-                   "dq": (torch.cat(got["dq"]) - qr.grad).abs().max().item(),
-                   "dkv": (torch.cat(got["dkv"]) - kr.grad).abs().max().item()}
-            print("max |distributed - dense|: " + ", ".join(f"{n} {e:.2e}" for n, e in err.items()), flush=True)
-            if max(err.values()) > a.tol:
-                raise SystemExit(f"dsa_layer: the distributed layer differs from the dense one by more than {a.tol}")
-    dist.destroy_process_group()
+    try:
+        if a.check:
+            got = {n: [torch.empty_like(x) for _ in range(P)] for n, x in
+                   (("out", out.detach()), ("dq", ql.grad), ("dkv", kvl.grad), ("idx", idx))}
+            for n, x in (("out", out.detach()), ("dq", ql.grad), ("dkv", kvl.grad), ("idx", idx)):
+                dist.all_gather(got[n], x.contiguous())
+            if rank == 0:
+                qr, kr = q.double().requires_grad_(), kv.double().requires_grad_()
+                ref = dense_attention(qr, kr, kr[..., :DV], topk_matrix(torch.cat(got["idx"])))
+                ref.backward(do.double())
+                err = {"out": (torch.cat(got["out"]) - ref).abs().max().item(),
+                       "dq": (torch.cat(got["dq"]) - qr.grad).abs().max().item(),
+                       "dkv": (torch.cat(got["dkv"]) - kr.grad).abs().max().item()}
+                print("max |distributed - dense|: " + ", ".join(f"{n} {e:.2e}" for n, e in err.items()), flush=True)
+                if max(err.values()) > a.tol:
+                    raise SystemExit(f"dsa_layer: the distributed layer differs from the dense one by more than {a.tol}")
+    finally:  # the ranks close gloo's connections together, after rank 0's check (train_packed.py says why)
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

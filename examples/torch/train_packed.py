@@ -205,24 +205,29 @@ def main():
     dist.init_process_group("gloo")
     losses, dispatched = train_distributed(args)
     rc = 0
-    if dist.get_rank() == 0:
-        out = {"distributed": losses, "layout": args.layout, "P": dist.get_world_size(),
-               "dispatched_steps": dispatched}
-        if args.check:
-            ref = train_reference(args, dist.get_world_size())
-            out["reference"] = ref
-            diff = max(abs(a - b) for a, b in zip(losses, ref))
-            out["max_abs_diff"] = diff
-            print(f"\n| step | single process | {dist.get_world_size()} ranks ({args.layout}) | diff |")
-            print("|---:|---:|---:|---:|")
-            for i, (a, b) in enumerate(zip(ref, losses)):
-                print(f"| {i} | {a:.6f} | {b:.6f} | {b - a:+.1e} |")
-            print(f"max |diff| = {diff:.2e} (tolerance {args.tol:g})", flush=True)
-            if not diff <= args.tol or any(math.isnan(x) for x in losses):
-                rc = 1
-        if args.json:
-            json.dump(out, open(args.json, "w"))
-    dist.destroy_process_group()
+    try:
+        if dist.get_rank() == 0:
+            out = {"distributed": losses, "layout": args.layout, "P": dist.get_world_size(),
+                   "dispatched_steps": dispatched}
+            if args.check:
+                ref = train_reference(args, dist.get_world_size())
+                out["reference"] = ref
+                diff = max(abs(a - b) for a, b in zip(losses, ref))
+                out["max_abs_diff"] = diff
+                print(f"\n| step | single process | {dist.get_world_size()} ranks ({args.layout}) | diff |")
+                print("|---:|---:|---:|---:|")
+                for i, (a, b) in enumerate(zip(ref, losses)):
+                    print(f"| {i} | {a:.6f} | {b:.6f} | {b - a:+.1e} |")
+                print(f"max |diff| = {diff:.2e} (tolerance {args.tol:g})", flush=True)
+                if not diff <= args.tol or any(math.isnan(x) for x in losses):
+                    rc = 1
+            if args.json:
+                json.dump(out, open(args.json, "w"))
+    finally:
+        # Every rank waits for rank 0's reference, so gloo's connections close together: a rank that tears its
+        # process group down while a peer is still connected can abort at exit.
+        dist.barrier()
+        dist.destroy_process_group()
     return rc
 
 
