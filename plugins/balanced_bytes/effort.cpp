@@ -19,7 +19,7 @@ constexpr double kShortSearchPerRank = 5e-6;
 constexpr double kFullSearchBase = 1.5e-3;    // the searched starts and the bytes candidate at the time effort
 constexpr double kFullSearchPerTask = 4e-6;
 constexpr double kFullPlansPriced = 30;       // plans the full solve prices (starts, finals, stage choices)
-constexpr double kMemberGridsPerTask = 100e-6;  // planned: searching and pricing on static's 8x finer grids
+constexpr double kMemberGridsPerTask = 30e-6;   // planned: searching and pricing on static's 8x finer grids
 }  // namespace
 
 PhaseCosts predict_phase_costs(std::int64_t tasks, int ranks, bool planned) {

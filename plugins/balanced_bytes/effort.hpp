@@ -39,17 +39,30 @@ struct PhaseGains {
   // when they span several: binary_greedy prices every byte alike (the
   // seed's), so across nodes its placements send over the NIC what usp and
   // hybrid keep inside a node, and it rarely wins there.
-  // static's dispatch (planned layout) keeps documents on their ranks, the
-  // largest gain there, but across nodes it too rarely beats the starts.
   static constexpr double member_one_node = 0.3;
-  static constexpr double dispatch_one_node = 0.5;
   static constexpr double member_nodes = 0.03;
+  // static's dispatch (planned layout) keeps documents on their ranks: the
+  // largest gain on one node; across nodes its two members (one- and
+  // two-level) win on about half the full_document packs, by up to half the
+  // gap, and rarely on causal_document, while each costs 5-25 % of the bound
+  // at P = 64.
+  static constexpr double dispatch_one_node = 0.5;
+  static constexpr double dispatch_nodes = 0.05;
   // A short search from the best start, which is above the balance cap: its
   // repair is what pays (a start within the cap is rarely beaten by a short
   // search, so none is run from one), mostly on the most imbalanced starts,
   // whose gap to the bound is widest.
   static constexpr double short_search = 0.05;
-  static constexpr double full = 0.35;  // the full search
+  // The full search, in the fixed layout (whose floor, the NIC's share of a
+  // node's q rows, it cannot pass) and in the planned one (where it re-lays
+  // out the documents across nodes; on one node the starts' dispatch already
+  // does most of that).
+  static constexpr double full_fixed = 0.3;
+  static constexpr double full_planned_one_node = 0.35;
+  static constexpr double full_planned_nodes = 0.75;
+  static double full(bool planned, bool one_node) {
+    return !planned ? full_fixed : one_node ? full_planned_one_node : full_planned_nodes;
+  }
   // Placements predicted within this fraction of the best are priced to
   // choose among them (the search's model misranks such near ties); beyond
   // it the prediction alone decides.

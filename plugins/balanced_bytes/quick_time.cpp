@@ -91,6 +91,7 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   std::string note;
   double members_cost = 0;  // predicted seconds of the members run here
   const bool one_node = grid.cp_size() <= to.nodes.gpus_per_node;
+  const double full_gain = PhaseGains::full(grid.problem().layout == Layout::planned, one_node);
   // Members that dispatch first: where they run (one node, planned layout)
   // their plans are the fastest, which leaves less for the others to gain.
   std::vector<std::string> names = member_names(grid.problem().layout);
@@ -129,7 +130,7 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   for (const std::string& name : names)
     if (!member_skipped(name)) all_members += name.rfind("static", 0) == 0 ? cost.dispatch : cost.member;
   const bool full_possible =
-      worth(cost.full - all_members, weight, PhaseGains::full, best_predicted().predicted_s, bound);
+      worth(cost.full - all_members, weight, full_gain, best_predicted().predicted_s, bound);
   std::optional<Candidate> short_found;
   std::exception_ptr short_error;
   std::thread beside;
@@ -154,9 +155,8 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
     const bool dispatches = name.rfind("static", 0) == 0;
     if (member_skipped(name)) continue;
     const double c = dispatches ? cost.dispatch : cost.member;
-    const double gain = !one_node ? PhaseGains::member_nodes
-                        : dispatches ? PhaseGains::dispatch_one_node
-                                     : PhaseGains::member_one_node;
+    const double gain = dispatches ? (one_node ? PhaseGains::dispatch_one_node : PhaseGains::dispatch_nodes)
+                                   : (one_node ? PhaseGains::member_one_node : PhaseGains::member_nodes);
     if (!worth(c, weight, gain, best_predicted().predicted_s, bound)) {
       note += "; member " + name + " not run (" + ms(c) + " ms predicted)";
       continue;
@@ -179,7 +179,7 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
 
   // Where the full search is expected to pay for itself, it runs (the members
   // run here are not solved again; the starts are priced again, a small part of it).
-  if (worth(cost.full - members_cost, weight, PhaseGains::full, best_predicted().predicted_s, bound))
+  if (worth(cost.full - members_cost, weight, full_gain, best_predicted().predicted_s, bound))
     return std::nullopt;
 
   const int stages = in.shape().auto_stages() ? 1 : in.shape().stages;
