@@ -72,10 +72,13 @@ struct PlanBuilder::State {
   mutable std::optional<plan_detail::SendOrder> fwd_order, bwd_order;
 };
 
-PlanBuilder::PlanBuilder(Assignment a) : s_(std::make_unique<State>()) {
+PlanBuilder::PlanBuilder(Assignment a) : PlanBuilder(std::move(a), 0) {}
+
+PlanBuilder::PlanBuilder(Assignment a, int threads) : s_(std::make_unique<State>()) {
+  if (threads < 0) throw Error(fmt::format("plan: threads must be 0 (by the grid's size) or more, got {}", threads));
   a.validate();
   s_->a = std::move(a);
-  s_->tr = plan_detail::collect_transfers(s_->a);
+  s_->tr = plan_detail::collect_transfers(s_->a, threads);
   const Problem& p = s_->a.grid->problem();
   s_->fb = fwd_bytes_per_token(p);
   s_->bb = bwd_bytes_per_token(p);

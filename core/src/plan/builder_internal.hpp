@@ -34,7 +34,9 @@ struct Transfers {
   std::vector<std::size_t> rank_begin;   // tasks of rank d: task_order[rank_begin[d] .. rank_begin[d+1])
 };
 
-Transfers collect_transfers(const Assignment& a);
+// threads: 0 for one per million tasks, up to the hardware's; the result is
+// the same at any count.
+Transfers collect_transfers(const Assignment& a, int threads = 0);
 
 // The order in which each receiver's xfers are sent for a pass whose out
 // bytes per token are (qo_out, kv_out): steps 1-2 of the stage rule in

@@ -1,9 +1,11 @@
 // Which rows travel where (token-granular transfers), and in which stage.
 #include <algorithm>
+#include <iterator>
 #include <numeric>
 #include <span>
 #include <tuple>
 
+#include "mask/index/internal.hpp"
 #include "plan/builder_internal.hpp"
 
 namespace cpsched::plan_detail {
@@ -19,32 +21,25 @@ std::vector<Token> block_local_offsets(const Sharding& sh) {
   return off;
 }
 
-Transfers collect_transfers(const Assignment& a) {
-  const TaskGrid& g = *a.grid;
-  const auto P = static_cast<std::size_t>(g.cp_size());
-  const auto T = static_cast<std::size_t>(g.num_tasks());
+namespace {
+
+// The xfers of the receivers [d0, d1), numbered from 0 in receiver order: what
+// collect_transfers does for all of them, for one thread's share.
+struct XferPart {
+  std::vector<Xfer> xfers;
+  std::vector<std::size_t> dst_begin;  // per receiver of the part, local numbering
+};
+
+XferPart collect_part(const TaskGrid& g, const Transfers& tr, std::size_t d0, std::size_t d1,
+                      std::vector<std::int32_t>& task_q, std::vector<std::int32_t>& task_k) {
   const auto G = static_cast<std::size_t>(g.num_groups());
   const auto nb = static_cast<std::size_t>(g.sharding().num_blocks());
-  Transfers tr;
-
-  // Tasks by computing rank (counting sort keeps task order inside a rank).
-  tr.rank_begin.assign(P + 1, 0);
-  for (Rank r : a.rank) ++tr.rank_begin[static_cast<std::size_t>(r) + 1];
-  std::partial_sum(tr.rank_begin.begin(), tr.rank_begin.end(), tr.rank_begin.begin());
-  tr.task_order.resize(T);
-  {
-    std::vector<std::size_t> fill(tr.rank_begin.begin(), tr.rank_begin.end() - 1);
-    for (std::size_t t = 0; t < T; ++t)
-      tr.task_order[fill[static_cast<std::size_t>(a.rank[t])]++] = static_cast<std::int32_t>(t);
-  }
-
+  XferPart part;
+  part.dst_begin.reserve(d1 - d0);
   // One xfer per (kind, block, group) and dst. Ranks are visited in order, so a
   // slot stamped with the current rank already holds that rank's xfer.
   std::vector<std::int32_t> slot(2 * nb * G, -1);
   std::vector<Rank> stamp(2 * nb * G, -1);
-  tr.task_q.assign(T, -1);
-  tr.task_k.assign(T, -1);
-  tr.dst_begin.assign(P + 1, 0);
   // Rows of each xfer come from its tasks' cells out of token order (KV cols
   // by q block): collected and merged once per xfer.
   std::vector<RangeSet::Builder> rows;
@@ -62,16 +57,16 @@ Transfers collect_transfers(const Assignment& a) {
     const std::size_t key = (static_cast<std::size_t>(index_of(kind)) * nb + static_cast<std::size_t>(block)) * G + grp;
     if (stamp[key] != d) {
       stamp[key] = d;
-      slot[key] = static_cast<std::int32_t>(tr.xfers.size());
-      tr.xfers.push_back(Xfer{kind, block, static_cast<std::int32_t>(grp),
-                              g.sharding().host[static_cast<std::size_t>(block)], d, {}});
+      slot[key] = static_cast<std::int32_t>(part.xfers.size());
+      part.xfers.push_back(Xfer{kind, block, static_cast<std::int32_t>(grp),
+                                g.sharding().host[static_cast<std::size_t>(block)], d, {}});
       rows.emplace_back();
       last.push_back(nullptr);
     }
     return slot[key];
   };
-  for (std::size_t d = 0; d < P; ++d) {
-    tr.dst_begin[d] = tr.xfers.size();
+  for (std::size_t d = d0; d < d1; ++d) {
+    part.dst_begin.push_back(part.xfers.size());
     for (std::size_t i = tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i) {
       const auto t = static_cast<TaskId>(tr.task_order[i]);
       const Cell& c = g.cell_of(t);
@@ -80,20 +75,94 @@ Transfers collect_transfers(const Assignment& a) {
       if (g.q_host(t) != rank) {
         const std::int32_t x = xfer_for(RowKind::qo, c.qblock, grp, rank);
         add(x, c.rows);
-        tr.task_q[static_cast<std::size_t>(t)] = x;
+        task_q[static_cast<std::size_t>(t)] = x;
       }
       if (g.k_host(t) != rank) {
         const std::int32_t x = xfer_for(RowKind::kv, c.kblock, grp, rank);
         add(x, c.cols);
-        tr.task_k[static_cast<std::size_t>(t)] = x;
+        task_k[static_cast<std::size_t>(t)] = x;
       }
     }
   }
-  tr.dst_begin[P] = tr.xfers.size();
-  for (std::size_t i = 0; i < tr.xfers.size(); ++i) {
-    tr.xfers[i].rows = rows[i].build();
-    tr.xfers[i].tokens = tr.xfers[i].rows.size();
+  for (std::size_t i = 0; i < part.xfers.size(); ++i) {
+    part.xfers[i].rows = rows[i].build();
+    part.xfers[i].tokens = part.xfers[i].rows.size();
   }
+  return part;
+}
+
+// Threads for collecting the xfers of T tasks: one per million tasks, at most
+// the hardware's (a thread's start costs more than a smaller share saves).
+int collect_threads(std::size_t T) {
+  return static_cast<int>(std::clamp<std::size_t>(T >> 20, 1, static_cast<std::size_t>(index_detail::resolve_threads(0))));
+}
+
+}  // namespace
+
+Transfers collect_transfers(const Assignment& a, int threads) {
+  const TaskGrid& g = *a.grid;
+  const auto P = static_cast<std::size_t>(g.cp_size());
+  const auto T = static_cast<std::size_t>(g.num_tasks());
+  Transfers tr;
+
+  // Tasks by computing rank (counting sort keeps task order inside a rank).
+  tr.rank_begin.assign(P + 1, 0);
+  for (Rank r : a.rank) ++tr.rank_begin[static_cast<std::size_t>(r) + 1];
+  std::partial_sum(tr.rank_begin.begin(), tr.rank_begin.end(), tr.rank_begin.begin());
+  tr.task_order.resize(T);
+  {
+    std::vector<std::size_t> fill(tr.rank_begin.begin(), tr.rank_begin.end() - 1);
+    for (std::size_t t = 0; t < T; ++t)
+      tr.task_order[fill[static_cast<std::size_t>(a.rank[t])]++] = static_cast<std::int32_t>(t);
+  }
+  tr.task_q.assign(T, -1);
+  tr.task_k.assign(T, -1);
+
+  // Receivers in contiguous runs of about equal task counts, one per thread;
+  // each numbers its xfers from 0, and the runs are joined in receiver order,
+  // so the xfers are the same at any thread count.
+  const int W = std::max(1, std::min<int>(threads > 0 ? threads : collect_threads(T), static_cast<int>(P)));
+  std::vector<std::size_t> cut(static_cast<std::size_t>(W) + 1, P);
+  cut[0] = 0;
+  for (int w = 1; w < W; ++w) {
+    const std::size_t want = T * static_cast<std::size_t>(w) / static_cast<std::size_t>(W);
+    cut[static_cast<std::size_t>(w)] = static_cast<std::size_t>(
+        std::lower_bound(tr.rank_begin.begin(), tr.rank_begin.end(), want) - tr.rank_begin.begin());
+    cut[static_cast<std::size_t>(w)] = std::clamp(cut[static_cast<std::size_t>(w)], cut[static_cast<std::size_t>(w) - 1], P);
+  }
+  std::vector<XferPart> parts(static_cast<std::size_t>(W));
+  index_detail::run_threads(W, [&](int w) {
+    const auto i = static_cast<std::size_t>(w);
+    parts[i] = collect_part(g, tr, cut[i], cut[i + 1], tr.task_q, tr.task_k);
+  });
+
+  tr.dst_begin.assign(P + 1, 0);
+  std::vector<std::int32_t> base(static_cast<std::size_t>(W), 0);
+  std::size_t total = 0;
+  for (int w = 0; w < W; ++w) {
+    base[static_cast<std::size_t>(w)] = static_cast<std::int32_t>(total);
+    total += parts[static_cast<std::size_t>(w)].xfers.size();
+  }
+  tr.xfers.reserve(total);
+  for (int w = 0; w < W; ++w) {
+    const auto i = static_cast<std::size_t>(w);
+    for (std::size_t d = cut[i]; d < cut[i + 1]; ++d)
+      tr.dst_begin[d] = static_cast<std::size_t>(base[i]) + parts[i].dst_begin[d - cut[i]];
+    std::move(parts[i].xfers.begin(), parts[i].xfers.end(), std::back_inserter(tr.xfers));
+  }
+  tr.dst_begin[P] = total;
+  // The later parts' tasks point at their part's xfers: shift them to the joined numbering.
+  if (W > 1)
+    index_detail::run_threads(W, [&](int w) {
+      const auto i = static_cast<std::size_t>(w);
+      const std::int32_t b = base[i];
+      if (b == 0) return;
+      for (std::size_t k = tr.rank_begin[cut[i]]; k < tr.rank_begin[cut[i + 1]]; ++k) {
+        const auto t = static_cast<std::size_t>(tr.task_order[k]);
+        if (tr.task_q[t] >= 0) tr.task_q[t] += b;
+        if (tr.task_k[t] >= 0) tr.task_k[t] += b;
+      }
+    });
   return tr;
 }
 

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <random>
+#include <tuple>
 
 #include "brute_force.hpp"
 #include "cpsched/base/error.hpp"
@@ -138,6 +139,41 @@ TEST_CASE("random masks and placements, uneven shards: valid plans, exactly-once
     CAPTURE(stages);
     check_valid(a, stages);
   }
+}
+
+// The transfers are collected by several threads on large grids (one per
+// million tasks); each takes a run of receivers and the runs are joined in
+// order, so the plans must not depend on the count.
+TEST_CASE("the plan builder's plans are the same whatever the threads that collect its transfers") {
+  std::mt19937_64 rng(77);
+  for (int it = 0; it < 12; ++it) {
+    const int P = 3 + static_cast<int>(rng() % 9);
+    const Token S = P * 7 + static_cast<Token>(rng() % 23);
+    auto g = make_grid(test::random_document_mask(S, rng), P, {4, 2, 8, 2}, {rng() % 2 == 0, 1 + static_cast<int>(rng() % 2)});
+    const Assignment a = random_assignment(g, rng);
+    PlanOptions o{1 + static_cast<int>(rng() % 3), it % 3 == 0 && P >= 4 ? 2 : 0};
+    CAPTURE(it);
+    CAPTURE(P);
+    CAPTURE(o.stages);
+    CAPTURE(o.relay_node_size);
+    const PlanBuilder one(a, 1);
+    const Plan ref = one.build(o);
+    for (const int threads : {2, 3, P, 2 * P}) {
+      CAPTURE(threads);
+      const PlanBuilder many(a, threads);
+      const Plan p = many.build(o);
+      CHECK(p.ranks == ref.ranks);
+      const auto key = [](const std::vector<Transfer>& v) {
+        std::vector<std::tuple<RowKind, std::int32_t, std::int32_t, Rank, Rank, Token>> out;
+        for (const Transfer& t : v) out.emplace_back(t.kind, t.block, t.group, t.host, t.dst, t.tokens);
+        return out;
+      };
+      CHECK(key(many.transfers()) == key(one.transfers()));
+    }
+  }
+  auto g = make_grid(test::random_document_mask(20, rng), 2);
+  CHECK_THROWS_WITH_AS(PlanBuilder(owner_assignment(g), -1), "plan: threads must be 0 (by the grid's size) or more, got -1",
+                       Error);
 }
 
 TEST_CASE("the CommMeta moves exactly the token-granular transfers of the metrics") {

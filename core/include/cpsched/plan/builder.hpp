@@ -99,6 +99,9 @@ Plan build_plan(const Assignment& a, const PlanOptions& options);
 class PlanBuilder {
  public:
   explicit PlanBuilder(Assignment a);  // validates the assignment (throws cpsched::Error)
+  // Collecting the transfers on `threads` threads (0: one per million tasks,
+  // up to the hardware's); the plans are the same at any count.
+  PlanBuilder(Assignment a, int threads);
   ~PlanBuilder();
   PlanBuilder(PlanBuilder&&) noexcept;
   PlanBuilder& operator=(PlanBuilder&&) noexcept;
