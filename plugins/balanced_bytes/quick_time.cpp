@@ -17,6 +17,7 @@
 #include "cpsched/search/byte_model.hpp"
 #include "cpsched/search/members.hpp"
 #include "cpsched/search/placements.hpp"
+#include "cpsched/search/predict.hpp"
 #include "cpsched/search/search.hpp"
 #include "cpsched/search/state.hpp"
 
@@ -49,6 +50,22 @@ Candidate predicted(std::string origin, std::shared_ptr<const TaskGrid> grid, st
   Candidate c{std::move(origin), std::move(rank), st->excess(), st->objective(), std::move(grid)};
   c.predicted_s = st->max_rank_time();
   if (keep) *keep = std::move(st);
+  return c;
+}
+
+// A member's placement with its predicted step, in one pass without a State
+// (a member is not searched here, and building a State on static's finer grid
+// cost more than the rest of its prediction); the same prediction.
+Candidate predicted_once(std::string origin, std::shared_ptr<const TaskGrid> grid, std::vector<Rank> rank,
+                         const ByteModel& model, const TimePrices& prices, const Options& opt) {
+  const TimeObjective to = time_objective(prices, *grid, opt.spread);
+  const std::int64_t cap = balance_cap(*grid, opt.mu);
+  std::vector<std::int64_t> load(static_cast<std::size_t>(grid->cp_size()), 0);
+  for (TaskId t = 0; t < grid->num_tasks(); ++t) load[static_cast<std::size_t>(rank[static_cast<std::size_t>(t)])] += grid->load(t);
+  std::int64_t excess = 0;
+  for (const std::int64_t l : load) excess += std::max<std::int64_t>(0, l - cap);
+  Candidate c{std::move(origin), std::move(rank), excess, 0.0, std::move(grid)};
+  c.predicted_s = predict_max_rank_time(model, c.rank, to);
   return c;
 }
 
@@ -173,8 +190,8 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
     const bool own_grid = sol->assignment.grid.get() == in.grid().get();
     std::optional<ByteModel> member_model;
     if (!own_grid) member_model.emplace(*sol->assignment.grid, 1.0, 1.0);
-    cands.push_back(predicted(name, sol->assignment.grid, std::move(sol->assignment.rank),
-                              own_grid ? model : *member_model, prices, opt_));
+    cands.push_back(predicted_once(name, sol->assignment.grid, std::move(sol->assignment.rank),
+                                   own_grid ? model : *member_model, prices, opt_));
   }
 
   // Where the full search is expected to pay for itself, it runs (the members
