@@ -40,23 +40,10 @@ std::string ms(double s) {
   return buf;
 }
 
-// A placement with its predicted step (the search's model, no plan built);
-// its state is kept in `keep` where given (a short search may start from it).
+// A placement with its predicted step (the search's model, no plan built), in
+// one pass without a State: the State's prediction, without its trees and
+// lists, which only the short search needs (it builds its own, from one start).
 Candidate predicted(std::string origin, std::shared_ptr<const TaskGrid> grid, std::vector<Rank> rank,
-                    const ByteModel& model, const TimePrices& prices, const Options& opt,
-                    std::unique_ptr<State>* keep = nullptr) {
-  const TimeObjective to = time_objective(prices, *grid, opt.spread);
-  auto st = std::make_unique<State>(model, rank, balance_cap(*grid, opt.mu), 0.0, &to);
-  Candidate c{std::move(origin), std::move(rank), st->excess(), st->objective(), std::move(grid)};
-  c.predicted_s = st->max_rank_time();
-  if (keep) *keep = std::move(st);
-  return c;
-}
-
-// A member's placement with its predicted step, in one pass without a State
-// (a member is not searched here, and building a State on static's finer grid
-// cost more than the rest of its prediction); the same prediction.
-Candidate predicted_once(std::string origin, std::shared_ptr<const TaskGrid> grid, std::vector<Rank> rank,
                          const ByteModel& model, const TimePrices& prices, const Options& opt) {
   const TimeObjective to = time_objective(prices, *grid, opt.spread);
   const std::int64_t cap = balance_cap(*grid, opt.mu);
@@ -88,16 +75,14 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
 
   const ByteModel model(grid, 1.0, 1.0);
   std::vector<Candidate> cands;
-  std::vector<std::unique_ptr<State>> start_state(3);  // the starts' states, for the short search
-  cands.push_back(predicted("owner", in.grid(), owner_placement(grid), model, prices, opt_, &start_state[0]));
+  cands.push_back(predicted("owner", in.grid(), owner_placement(grid), model, prices, opt_));
   if (grid.flattened()) {
-    cands.push_back(predicted("usp", in.grid(), usp_placement(grid, opt_.usp_max_degree), model, prices, opt_,
-                              &start_state[1]));
+    cands.push_back(predicted("usp", in.grid(), usp_placement(grid, opt_.usp_max_degree), model, prices, opt_));
     // hybrid takes owner's or usp's rows per q block: where it took the
     // same for all (one causal sequence), it is that start again.
     std::vector<Rank> hybrid = hybrid_placement(grid, opt_.usp_max_degree, to.byte_s, to.nodes.gpus_per_node);
     if (hybrid != cands[0].rank && hybrid != cands[1].rank)
-      cands.push_back(predicted("hybrid", in.grid(), std::move(hybrid), model, prices, opt_, &start_state[2]));
+      cands.push_back(predicted("hybrid", in.grid(), std::move(hybrid), model, prices, opt_));
   }
   const std::size_t starts = cands.size();
   const auto by_predicted = [](const Candidate& a, const Candidate& b) { return a.predicted_s < b.predicted_s; };
@@ -127,8 +112,10 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   const bool short_runs =
       cands[from_index].excess > 0 && worth(cost.short_search + cost.price_plan, weight, PhaseGains::short_search,
                                             cands[from_index].predicted_s, bound);
+  // (Its start is copied: the members' candidates are appended to `cands` meanwhile.)
   auto short_search = [&, origin = cands[from_index].origin, before = cands[from_index].predicted_s,
-                       st = start_state[from_index].get()]() -> std::optional<Candidate> {
+                       start = cands[from_index].rank]() -> std::optional<Candidate> {
+    auto st = std::make_unique<State>(model, start, balance_cap(grid, opt_.mu), 0.0, &to);
     Budget budget{kShortSearchMoves};
     repair(*st, budget);
     descend(*st, budget);
@@ -190,8 +177,8 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
     const bool own_grid = sol->assignment.grid.get() == in.grid().get();
     std::optional<ByteModel> member_model;
     if (!own_grid) member_model.emplace(*sol->assignment.grid, 1.0, 1.0);
-    cands.push_back(predicted_once(name, sol->assignment.grid, std::move(sol->assignment.rank),
-                                   own_grid ? model : *member_model, prices, opt_));
+    cands.push_back(predicted(name, sol->assignment.grid, std::move(sol->assignment.rank),
+                              own_grid ? model : *member_model, prices, opt_));
   }
 
   // Where the full search is expected to pay for itself, it runs (the members
