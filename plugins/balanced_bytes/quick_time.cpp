@@ -44,11 +44,12 @@ std::string ms(double s) {
 // one pass without a State: the State's prediction, without its trees and
 // lists, which only the short search needs (it builds its own, from one start).
 Candidate predicted(std::string origin, std::shared_ptr<const TaskGrid> grid, std::vector<Rank> rank,
-                         const ByteModel& model, const TimePrices& prices, const Options& opt) {
+                    const ByteModel& model, const TimePrices& prices, const Options& opt) {
   const TimeObjective to = time_objective(prices, *grid, opt.spread);
   const std::int64_t cap = balance_cap(*grid, opt.mu);
   std::vector<std::int64_t> load(static_cast<std::size_t>(grid->cp_size()), 0);
-  for (TaskId t = 0; t < grid->num_tasks(); ++t) load[static_cast<std::size_t>(rank[static_cast<std::size_t>(t)])] += grid->load(t);
+  for (TaskId t = 0; t < grid->num_tasks(); ++t)
+    load[static_cast<std::size_t>(rank[static_cast<std::size_t>(t)])] += grid->load(t);
   std::int64_t excess = 0;
   for (const std::int64_t l : load) excess += std::max<std::int64_t>(0, l - cap);
   Candidate c{std::move(origin), std::move(rank), excess, 0.0, std::move(grid)};
@@ -115,13 +116,13 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   // (Its start is copied: the members' candidates are appended to `cands` meanwhile.)
   auto short_search = [&, origin = cands[from_index].origin, before = cands[from_index].predicted_s,
                        start = cands[from_index].rank]() -> std::optional<Candidate> {
-    auto st = std::make_unique<State>(model, start, balance_cap(grid, opt_.mu), 0.0, &to);
+    State st(model, start, balance_cap(grid, opt_.mu), 0.0, &to);
     Budget budget{kShortSearchMoves};
-    repair(*st, budget);
-    descend(*st, budget);
-    iterate(*st, budget, opt_.seed);
-    Candidate c{origin + "+short", st->placement(), st->excess(), st->objective(), in.grid(), true};
-    c.predicted_s = st->max_rank_time();
+    repair(st, budget);
+    descend(st, budget);
+    iterate(st, budget, opt_.seed);
+    Candidate c{origin + "+short", st.placement(), st.excess(), st.objective(), in.grid(), true};
+    c.predicted_s = st.max_rank_time();
     // Repairing to the cap can cost more bytes than it saves compute: priced
     // only where the model predicts a gain.
     if (c.predicted_s < before) return c;
