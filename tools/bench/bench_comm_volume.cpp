@@ -61,6 +61,7 @@ double target_reduction(const std::string& solver, int P, MaskKind m) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+  bench::check_args(argc, argv, "bench_comm_volume", {"--packs", "--max-p", "--seed", "--solvers"});
   const int packs = std::max(1, std::atoi(bench::arg(argc, argv, "--packs", "20").c_str()));
   const int max_p = std::atoi(bench::arg(argc, argv, "--max-p", "64").c_str());
   const auto seed = static_cast<std::uint64_t>(std::strtoull(bench::arg(argc, argv, "--seed", "42").c_str(), nullptr, 10));

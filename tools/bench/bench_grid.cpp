@@ -11,6 +11,7 @@
 using namespace cpsched;
 
 int main(int argc, char** argv) {
+  bench::check_args(argc, argv, "bench_grid", {});
   const auto hist = DocHistogram::load_csv(bench::data_file(argc, argv, "doc_length_distribution.csv"));
   const int packs = 5, repeats = 21;
   fmt::print("TaskGrid construction: causal_document, 8192 tokens/rank, GQA 64:8 flattened\n");

@@ -85,6 +85,7 @@ std::vector<std::int32_t> fill_indices(Token S, Token k) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench::check_args(argc, argv, "bench_index_ingest", {"--seqlen", "--topk", "--threads", "--repeats", "--source"}, {"--shuffle"});
   const Token S = std::stoll(bench::arg(argc, argv, "--seqlen", "131072"));
   const Token k = std::stoll(bench::arg(argc, argv, "--topk", "2048"));
   const int threads = std::stoi(bench::arg(argc, argv, "--threads", "2"));

@@ -31,6 +31,7 @@
 using namespace cpsched;
 
 int main(int argc, char** argv) {
+  bench::check_args(argc, argv, "bench_rank_ingest", {"--config", "--repeats", "--set"}, {"--no-whole"});
   try {
     const std::string file = bench::arg(argc, argv, "--config",
 #ifdef CPSCHED_SOURCE_DIR

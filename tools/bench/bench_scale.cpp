@@ -84,6 +84,7 @@ RangeMask full_stripes(std::int64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench::check_args(argc, argv, "bench_scale", {"--slices", "--cp", "--repeats", "--solver", "--mask", "--flatten", "--cost", "--hardware"});
   try {
     using bench::arg;
     const std::int64_t n = std::stoll(arg(argc, argv, "--slices", "1000000"));

@@ -51,6 +51,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+  bench::check_args(argc, argv, "bench_solve_latency", {"--solver", "--repeats", "--max-p", "--threads", "--only-p", "--only-kv", "--only-mask"});
   const std::string solver_name = bench::arg(argc, argv, "--solver", "binary_greedy");
   const int repeats = std::max(5, std::atoi(bench::arg(argc, argv, "--repeats", "7").c_str()));
   const int max_p = std::atoi(bench::arg(argc, argv, "--max-p", "128").c_str());

@@ -31,6 +31,7 @@
 using namespace cpsched;
 
 int main(int argc, char** argv) try {
+  bench::check_args(argc, argv, "bench_sparse_traffic", {"--cp", "--tokens-per-rank", "--packs", "--hardware"});
   std::vector<int> cps;
   for (const std::string& s : bench::split(bench::arg(argc, argv, "--cp", "8,16,32"))) cps.push_back(std::stoi(s));
   const Token per_rank = std::stoll(bench::arg(argc, argv, "--tokens-per-rank", "4096"));

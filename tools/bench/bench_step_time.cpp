@@ -72,6 +72,7 @@ MaskKind mask_kind(const std::string& m) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench::check_args(argc, argv, "bench_step_time", {"--hardware", "--cp", "--masks", "--packs", "--solvers", "--stages", "--relay", "--layout", "--uses", "--rank"});
   try {
     const auto hardware = bench::split(bench::arg(argc, argv, "--hardware", "h100_8x_nvlink,cluster_8gpu_ib"));
     const auto cps = bench::split(bench::arg(argc, argv, "--cp", "8,16,32,64,128"));

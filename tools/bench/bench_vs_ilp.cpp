@@ -60,6 +60,7 @@ constexpr double kMu = 1.10;
 }  // namespace
 
 int main(int argc, char** argv) try {
+  bench::check_args(argc, argv, "bench_vs_ilp", {"--p", "--masks", "--packs", "--ilp-max-p", "--ilp-time", "--solver", "--threads", "--only", "--first-pack", "--param"}, {"--verbose"});
   std::vector<int> ps;
   for (const auto& s : bench::split(bench::arg(argc, argv, "--p", "8,16,32,64,128"))) ps.push_back(std::atoi(s.c_str()));
   const auto masks = bench::split(bench::arg(argc, argv, "--masks", "full,causal,full_document,causal_document"));
