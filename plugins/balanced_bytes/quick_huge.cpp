@@ -6,6 +6,7 @@
 // (docs/bounds.md#uses-and-effort). No plan is priced, as in the full search
 // on such grids; the stage count is the host's, 1 for auto.
 #include "balanced_bytes.hpp"
+#include "run_jobs.hpp"
 #include "time_mode.hpp"
 
 #include <cstdio>
@@ -26,14 +27,16 @@ Solution BalancedBytes::solve_time_huge(const SolveInput& in) const {
     std::vector<Rank> rank;
     double predicted_s = 0;
   };
-  std::vector<Option> options;
-  options.push_back({"owner", owner_placement(grid)});
-  if (grid.flattened()) options.push_back({"usp", usp_placement(grid, opt_.usp_max_degree)});
-  std::size_t best = 0;
-  for (std::size_t i = 0; i < options.size(); ++i) {
+  // The starts are placed and predicted apart (on two threads where given),
+  // then compared in order: the same choice at any thread count.
+  std::vector<Option> options(grid.flattened() ? 2 : 1);
+  run_jobs(options.size(), opt_.threads, [&](std::size_t i) {
+    options[i] = i == 0 ? Option{"owner", owner_placement(grid)} : Option{"usp", usp_placement(grid, opt_.usp_max_degree)};
     options[i].predicted_s = predict_max_rank_time(model, options[i].rank, to);
+  });
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < options.size(); ++i)
     if (options[i].predicted_s < options[best].predicted_s) best = i;
-  }
   // The mean load (rounded up), not the cap: a rank left at mu x the mean
   // makes the step (P = 1024 causal: usp balanced to the cap 1.22 x the
   // compute bound, to the mean 1.16).
