@@ -170,6 +170,12 @@ std::int64_t max_load(const TaskGrid& g, const std::vector<Rank>& rank) {
   return load.empty() ? 0 : *std::max_element(load.begin(), load.end());
 }
 
+std::int64_t excess_load(const TaskGrid& g, const std::vector<Rank>& rank, std::int64_t cap) {
+  std::int64_t excess = 0;
+  for (const std::int64_t l : rank_loads(g, rank)) excess += std::max<std::int64_t>(0, l - cap);
+  return excess;
+}
+
 // Load = area x q heads; FLOPs = load x FLOPs per pair forward (4 D under
 // GQA), the head geometry's backward ratio (2.5 under GQA) x that backward.
 TimeObjective time_objective(const TimePrices& tp, const TaskGrid& grid, double spread) {
@@ -270,8 +276,7 @@ Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>
   run_jobs(n, opt_.threads, [&](std::size_t i) {
     if (!starts[i].search) {
       // Priced as it is: no state, no prediction.
-      std::int64_t excess = 0;
-      for (std::int64_t l : rank_loads(grid, starts[i].rank)) excess += std::max<std::int64_t>(0, l - cap);
+      const std::int64_t excess = excess_load(grid, starts[i].rank, cap);
       raw[i] = {starts[i].origin, std::move(starts[i].rank), excess, 0.0, in.grid()};
       return;
     }

@@ -46,12 +46,7 @@ std::string ms(double s) {
 Candidate predicted(std::string origin, std::shared_ptr<const TaskGrid> grid, std::vector<Rank> rank,
                     const ByteModel& model, const TimePrices& prices, const Options& opt) {
   const TimeObjective to = time_objective(prices, *grid, opt.spread);
-  const std::int64_t cap = balance_cap(*grid, opt.mu);
-  std::vector<std::int64_t> load(static_cast<std::size_t>(grid->cp_size()), 0);
-  for (TaskId t = 0; t < grid->num_tasks(); ++t)
-    load[static_cast<std::size_t>(rank[static_cast<std::size_t>(t)])] += grid->load(t);
-  std::int64_t excess = 0;
-  for (const std::int64_t l : load) excess += std::max<std::int64_t>(0, l - cap);
+  const std::int64_t excess = excess_load(*grid, rank, balance_cap(*grid, opt.mu));
   Candidate c{std::move(origin), std::move(rank), excess, 0.0, std::move(grid)};
   c.predicted_s = predict_max_rank_time(model, c.rank, to);
   return c;

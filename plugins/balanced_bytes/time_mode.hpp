@@ -26,5 +26,7 @@ TimeObjective full_search_objective(const SolveInput& in, const TaskGrid& grid, 
 
 // The largest load of a rank under `rank` (0 on an empty grid).
 std::int64_t max_load(const TaskGrid& g, const std::vector<Rank>& rank);
+// The load above `cap`, summed over the ranks (State::excess without a State).
+std::int64_t excess_load(const TaskGrid& g, const std::vector<Rank>& rank, std::int64_t cap);
 
 }  // namespace cpsched::search
