@@ -25,6 +25,9 @@ struct Xfer {
   Token tokens = 0;        // rows.size()
 };
 
+// Threads for `work` units, at least `per_thread` each, up to the hardware's.
+int threads_for(std::size_t work, std::size_t per_thread);
+
 struct Transfers {
   std::vector<Xfer> xfers;               // grouped by dst (ascending)
   std::vector<std::size_t> dst_begin;    // xfers of rank d: [dst_begin[d], dst_begin[d+1])
@@ -33,6 +36,22 @@ struct Transfers {
   std::vector<std::int32_t> task_order;  // tasks grouped by computing rank, task order inside
   std::vector<std::size_t> rank_begin;   // tasks of rank d: task_order[rank_begin[d] .. rank_begin[d+1])
 };
+
+// The task at position i of Transfers::task_order, as the builder's steps
+// read it.
+struct PlacedTask {
+  TaskId t = 0;
+  const Cell* cell = nullptr;
+  int group = -1;          // its head group, -1 when head groups are not flattened
+  std::int32_t xq = -1;    // its QO xfer, -1 when q is local
+  std::int32_t xk = -1;    // its KV xfer, -1 when kv is local
+};
+inline PlacedTask placed_task(const TaskGrid& g, const Transfers& tr, std::size_t i) {
+  const auto t = static_cast<TaskId>(tr.task_order[i]);
+  const auto ut = static_cast<std::size_t>(t);
+  return {t, &g.cell_of(t), g.flattened() ? static_cast<int>(ut % static_cast<std::size_t>(g.num_groups())) : -1,
+          tr.task_q[ut], tr.task_k[ut]};
+}
 
 // threads: 0 for one per million tasks, up to the hardware's; the result is
 // the same at any count.

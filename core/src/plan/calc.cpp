@@ -51,7 +51,6 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
                 BufferRecycler* buffers) {
   const TaskGrid& g = *a.grid;
   const Sharding& sh = g.sharding();
-  const auto G = static_cast<std::size_t>(g.num_groups());
   const bool flat = g.flattened();
   auto mine = [&](std::size_t r) { return only < 0 || static_cast<Rank>(r) == only; };
   for (std::size_t r = 0; r < pass.size(); ++r) {
@@ -83,11 +82,8 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
       }
     }
     for (std::size_t i = tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i) {
-      const auto t = static_cast<TaskId>(tr.task_order[i]);
-      const Cell& c = g.cell_of(t);
-      const int grp = flat ? static_cast<int>(static_cast<std::size_t>(t) % G) : -1;
-      const std::int32_t xq = tr.task_q[static_cast<std::size_t>(t)];
-      const std::int32_t xk = tr.task_k[static_cast<std::size_t>(t)];
+      const auto [t, cell, grp, xq, xk] = placed_task(g, tr, i);
+      const Cell& c = *cell;
       const int sq = xq < 0 ? 0 : stage[static_cast<std::size_t>(xq)];
       const int sk = xk < 0 ? 0 : stage[static_cast<std::size_t>(xk)];
       const int st = std::max(sq, sk);

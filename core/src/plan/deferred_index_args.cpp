@@ -77,18 +77,15 @@ RankIndexArgs rank_deferred_index_args(const Assignment& a, const Transfers& tr,
   const TaskGrid& g = *a.grid;
   const RunIndex index(*g.problem().index_row_runs);
   const BufferMaps maps{g.sharding(), where};
-  const auto G = static_cast<std::size_t>(g.num_groups());
   const std::size_t first = tr.rank_begin[d], n = tr.rank_begin[d + 1] - first;
   RankIndexArgs out;
   out.args.resize(n);
   std::vector<BufferMap::Run> runs;
   for (std::size_t i = 0; i < n; ++i) {
-    const auto t = static_cast<TaskId>(tr.task_order[first + i]);
-    const Cell& c = g.cell_of(t);
-    const int grp = g.flattened() ? static_cast<int>(static_cast<std::size_t>(t) % G) : -1;
-    const std::int32_t xq = tr.task_q[static_cast<std::size_t>(t)], xk = tr.task_k[static_cast<std::size_t>(t)];
-    emit_deferred(index, g.per_group_cells() ? grp : 0, c, maps.of(xq, c.qblock), maps.of(xk, c.kblock), grp, runs,
-                  out.args[i], out.deferred_entries);
+    const PlacedTask p = placed_task(g, tr, first + i);
+    const Cell& c = *p.cell;
+    emit_deferred(index, g.per_group_cells() ? p.group : 0, c, maps.of(p.xq, c.qblock), maps.of(p.xk, c.kblock),
+                  p.group, runs, out.args[i], out.deferred_entries);
   }
   return out;
 }

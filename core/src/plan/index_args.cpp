@@ -193,11 +193,6 @@ std::vector<std::size_t> cut_evenly(const std::vector<std::size_t>& cost, int pa
   return cut;
 }
 
-// Threads for `work` units, at least `per_thread` each.
-int threads_for(std::size_t work, std::size_t per_thread) {
-  return static_cast<int>(std::clamp<std::size_t>(work / per_thread, 1,
-                                                  static_cast<std::size_t>(index_detail::resolve_threads(0))));
-}
 
 }  // namespace
 
@@ -206,7 +201,6 @@ RankIndexArgs rank_index_args(const Assignment& a, const Transfers& tr, const Xf
   const TaskGrid& g = *a.grid;
   const Sharding& sh = g.sharding();
   const BufferMaps maps{sh, where};
-  const auto G = static_cast<std::size_t>(g.num_groups());
   const std::size_t first = tr.rank_begin[d], n = tr.rank_begin[d + 1] - first;
   struct Task {
     TaskId t;
@@ -219,12 +213,10 @@ RankIndexArgs rank_index_args(const Assignment& a, const Transfers& tr, const Xf
   std::vector<Task> tasks;
   tasks.reserve(n);
   for (std::size_t i = first; i < first + n; ++i) {
-    const auto t = static_cast<TaskId>(tr.task_order[i]);
-    const Cell& c = g.cell_of(t);
-    const int grp = g.flattened() ? static_cast<int>(static_cast<std::size_t>(t) % G) : -1;
-    const std::int32_t xq = tr.task_q[static_cast<std::size_t>(t)], xk = tr.task_k[static_cast<std::size_t>(t)];
-    tasks.push_back({t, &c, grp, g.per_group_cells() ? grp : 0, maps.of(xq, c.qblock), maps.of(xk, c.kblock), xk,
-                     sh.blocks[static_cast<std::size_t>(c.kblock)]});
+    const PlacedTask p = placed_task(g, tr, i);
+    const Cell& c = *p.cell;
+    tasks.push_back({p.t, &c, p.group, g.per_group_cells() ? p.group : 0, maps.of(p.xq, c.qblock),
+                     maps.of(p.xk, c.kblock), p.xk, sh.blocks[static_cast<std::size_t>(c.kblock)]});
   }
   const SelectionRows& sel = g.selection();
   RankIndexArgs out;

@@ -21,6 +21,11 @@ std::vector<Token> block_local_offsets(const Sharding& sh) {
   return off;
 }
 
+int threads_for(std::size_t work, std::size_t per_thread) {
+  return static_cast<int>(std::clamp<std::size_t>(work / per_thread, 1,
+                                                  static_cast<std::size_t>(index_detail::resolve_threads(0))));
+}
+
 namespace {
 
 // The xfers of the receivers [d0, d1), numbered from 0 in receiver order: what
@@ -91,12 +96,6 @@ XferPart collect_part(const TaskGrid& g, const Transfers& tr, std::size_t d0, st
   return part;
 }
 
-// Threads for collecting the xfers of T tasks: one per million tasks, at most
-// the hardware's (a thread's start costs more than a smaller share saves).
-int collect_threads(std::size_t T) {
-  return static_cast<int>(std::clamp<std::size_t>(T >> 20, 1, static_cast<std::size_t>(index_detail::resolve_threads(0))));
-}
-
 }  // namespace
 
 Transfers collect_transfers(const Assignment& a, int threads) {
@@ -118,18 +117,17 @@ Transfers collect_transfers(const Assignment& a, int threads) {
   tr.task_q.assign(T, -1);
   tr.task_k.assign(T, -1);
 
-  // Receivers in contiguous runs of about equal task counts, one per thread;
-  // each numbers its xfers from 0, and the runs are joined in receiver order,
-  // so the xfers are the same at any thread count.
-  const int W = std::max(1, std::min<int>(threads > 0 ? threads : collect_threads(T), static_cast<int>(P)));
+  // Receivers in contiguous runs of about equal task counts, one per thread
+  // (one per million tasks unless given); each numbers its xfers from 0, and
+  // the runs are joined in receiver order, so the xfers are the same at any
+  // thread count.
+  const int W = std::clamp(threads > 0 ? threads : threads_for(T, std::size_t{1} << 20), 1, static_cast<int>(P));
   std::vector<std::size_t> cut(static_cast<std::size_t>(W) + 1, P);
   cut[0] = 0;
-  for (int w = 1; w < W; ++w) {
-    const std::size_t want = T * static_cast<std::size_t>(w) / static_cast<std::size_t>(W);
-    cut[static_cast<std::size_t>(w)] = static_cast<std::size_t>(
-        std::lower_bound(tr.rank_begin.begin(), tr.rank_begin.end(), want) - tr.rank_begin.begin());
-    cut[static_cast<std::size_t>(w)] = std::clamp(cut[static_cast<std::size_t>(w)], cut[static_cast<std::size_t>(w) - 1], P);
-  }
+  for (std::size_t w = 1; w < cut.size() - 1; ++w)  // nondecreasing in w, at most P (the want is below T)
+    cut[w] = static_cast<std::size_t>(
+        std::lower_bound(tr.rank_begin.begin(), tr.rank_begin.end(), T * w / static_cast<std::size_t>(W)) -
+        tr.rank_begin.begin());
   std::vector<XferPart> parts(static_cast<std::size_t>(W));
   index_detail::run_threads(W, [&](int w) {
     const auto i = static_cast<std::size_t>(w);
