@@ -169,7 +169,9 @@ int main(int argc, char** argv) {
               // A rank plan holds one rank's metas: price the whole plan's step from the same assignment.
               std::optional<Plan> whole;
               if (rank >= 0)
-                whole = build_plan(*r.assignment, {.stages = r.shape.stages, .relay_node_size = r.shape.relay_node_size()});
+                whole = build_plan(*r.assignment, {.stages = r.shape.stages,
+                                                   .relay_node_size = r.shape.relay_node_size(),
+                                                   .hardware = c.hardware()});
               const Plan& priced = whole ? *whole : *r.plan;
               const StepEstimate e = estimate_step(r.assignment->grid->problem(), priced, hw);
               steps[i] = e.step();

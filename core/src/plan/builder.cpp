@@ -8,6 +8,8 @@
 
 #include "cpsched/base/error.hpp"
 #include "cpsched/plan/validator.hpp"
+#include "cpsched/timing/hardware.hpp"
+#include "cpsched/timing/model.hpp"
 #include "plan/builder_internal.hpp"
 
 namespace cpsched {
@@ -70,6 +72,14 @@ struct PlanBuilder::State {
   bool has_qo = false;
   // Built on first use (a one-stage plan needs neither).
   mutable std::optional<plan_detail::SendOrder> fwd_order, bwd_order;
+  // The cut chosen for each (stages, relays, profile) priced so far.
+  struct Chosen {
+    int stages = 0;
+    int relay_node_size = 0;
+    HardwareProfile hardware;
+    bool ports = false;
+  };
+  mutable std::vector<Chosen> chosen;
 };
 
 PlanBuilder::PlanBuilder(Assignment a) : PlanBuilder(std::move(a), 0) {}
@@ -117,9 +127,95 @@ std::vector<Transfer> transfers(const Assignment& a) {
 
 Metrics compute_metrics(const Assignment& a) { return compute_metrics(a, transfers(a)); }
 
+struct PlanBuilder::Cut {
+  std::vector<int> fwd, bwd;  // stage (1..N) of every xfer in each pass
+  friend bool operator==(const Cut&, const Cut&) = default;
+};
+
+PlanBuilder::Cut PlanBuilder::cut(int stages, const HardwareProfile* by_ports) const {
+  const Assignment& a = s_->a;
+  const plan_detail::Transfers& tr = s_->tr;
+  const TransferBytes& fb = s_->fb;
+  const TransferBytes& bb = s_->bb;
+  plan_detail::PortCosts ports;
+  if (by_ports != nullptr) {
+    ports.node_size = by_ports->gpus_per_node;
+    if (by_ports->intra_node.bandwidth_gb_s > 0)
+      ports.intra_cost = by_ports->inter_node.bandwidth_gb_s / by_ports->intra_node.bandwidth_gb_s;
+  }
+  auto cut_one = [&](const plan_detail::SendOrder& order) {
+    return by_ports != nullptr ? plan_detail::assign_stages_by_ports(tr, order, stages, ports)
+                               : plan_detail::assign_stages(tr, order, stages);
+  };
+  // The stage cut depends on the bytes per token only through the QO : KV
+  // ratio, and not at all when nothing but KV moves.
+  const bool same_cut = stages == 1 || !s_->has_qo || fb.qo_out * bb.kv_out == bb.qo_out * fb.kv_out;
+  Cut c;
+  c.fwd.assign(tr.xfers.size(), 1);
+  if (stages > 1) {
+    if (!s_->fwd_order) s_->fwd_order = plan_detail::send_order(a, tr, fb.qo_out, fb.kv_out);
+    c.fwd = cut_one(*s_->fwd_order);
+  }
+  if (same_cut) {
+    c.bwd = c.fwd;
+  } else {
+    if (!s_->bwd_order) s_->bwd_order = plan_detail::send_order(a, tr, bb.qo_out, bb.kv_out);
+    c.bwd = cut_one(*s_->bwd_order);
+  }
+  return c;
+}
+
 Plan PlanBuilder::build(const PlanOptions& options) const {
-  const int stages = options.stages;
   check_options(options);
+  const Assignment& a = s_->a;
+  const auto P = static_cast<std::size_t>(a.grid->cp_size());
+  if (options.rank >= static_cast<Rank>(P))
+    throw Error(fmt::format("plan: rank {} is outside [0, {})", options.rank, P));
+  if (const Problem& pr = a.grid->problem(); pr.index_summary && options.index_rows && !options.area_only) {
+    // One rank's index rows (per-rank ingestion): only that rank's plan, and
+    // only of its own queries.
+    const Range mine = pr.own_index_queries();
+    const Rank own = a.grid->sharding().host[static_cast<std::size_t>(a.grid->sharding().block_of(mine.begin))];
+    if (options.rank != own)
+      throw Error(fmt::format("plan: the problem holds rank {}'s index rows only (per-rank summaries): build rank {}'s "
+                              "plan (PlanOptions::rank), not {}",
+                              own, own, options.rank < 0 ? std::string("every rank's") : fmt::format("rank {}'s", options.rank)));
+    for (TaskId t = 0; t < a.grid->num_tasks(); ++t)
+      if (a.rank[static_cast<std::size_t>(t)] == own && a.grid->q_host(t) != own)
+        throw Error(fmt::format("plan: task {} computes queries of rank {} on rank {}, which holds only its own index "
+                                "rows (per-rank summaries: every query must stay on its host, owner's placement)",
+                                t, a.grid->q_host(t), own));
+  }
+  const HardwareProfile* hw = options.hardware;
+  if (hw == nullptr || options.stages < 2 || s_->tr.xfers.empty()) return assemble(options, cut(options.stages, nullptr));
+
+  // Both cuts priced on the profile, once per shape and profile.
+  for (const State::Chosen& c : s_->chosen)
+    if (c.stages == options.stages && c.relay_node_size == options.relay_node_size && c.hardware == *hw)
+      return assemble(options, cut(options.stages, c.ports ? hw : nullptr));
+  const Cut receivers = cut(options.stages, nullptr), by_ports = cut(options.stages, hw);
+  bool ports = false;
+  std::optional<Plan> kept;
+  if (!(by_ports == receivers)) {
+    PlanOptions priced = options;  // all ranks, areas only: what the timing model reads
+    if (!priced.area_only) {
+      priced.area_only = true;
+      priced.index_rows = false;
+      priced.rank = -1;
+      priced.buffers = nullptr;
+    }
+    Plan pa = assemble(priced, receivers), pb = assemble(priced, by_ports);
+    const Problem& pr = a.grid->problem();
+    ports = estimate_step(pr, pb, *hw).step() < estimate_step(pr, pa, *hw).step();
+    if (options.area_only) kept = ports ? std::move(pb) : std::move(pa);
+  }
+  s_->chosen.push_back({options.stages, options.relay_node_size, *hw, ports});
+  if (kept) return std::move(*kept);
+  return assemble(options, ports ? by_ports : receivers);
+}
+
+Plan PlanBuilder::assemble(const PlanOptions& options, const Cut& cut) const {
+  const int stages = options.stages;
   const Assignment& a = s_->a;
   const plan_detail::Transfers& tr = s_->tr;
   const TransferBytes& fb = s_->fb;
@@ -131,39 +227,9 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
   plan.sharding = a.grid->sharding();
   plan.layout = a.grid->problem().layout;
   plan.only_rank = options.rank;
-  if (options.rank >= static_cast<Rank>(P))
-    throw Error(fmt::format("plan: rank {} is outside [0, {})", options.rank, P));
   plan.ranks.resize(P);
-  if (const Problem& pr = a.grid->problem(); pr.index_summary && options.index_rows && !options.area_only) {
-    // One rank's index rows (per-rank ingestion): only that rank's plan, and
-    // only of its own queries.
-    const Range mine = pr.own_index_queries();
-    const Rank own = plan.sharding.host[static_cast<std::size_t>(plan.sharding.block_of(mine.begin))];
-    if (options.rank != own)
-      throw Error(fmt::format("plan: the problem holds rank {}'s index rows only (per-rank summaries): build rank {}'s "
-                              "plan (PlanOptions::rank), not {}",
-                              own, own, options.rank < 0 ? std::string("every rank's") : fmt::format("rank {}'s", options.rank)));
-    for (TaskId t = 0; t < a.grid->num_tasks(); ++t)
-      if (a.rank[static_cast<std::size_t>(t)] == own && a.grid->q_host(t) != own)
-        throw Error(fmt::format("plan: task {} computes queries of rank {} on rank {}, which holds only its own index "
-                                "rows (per-rank summaries: every query must stay on its host, owner's placement)",
-                                t, a.grid->q_host(t), own));
-  }
-
-  // The stage cut depends on the bytes per token only through the QO : KV
-  // ratio, and not at all when nothing but KV moves.
-  const bool same_cut = stages == 1 || !s_->has_qo || fb.qo_out * bb.kv_out == bb.qo_out * fb.kv_out;
-  std::vector<int> fwd_stage(tr.xfers.size(), 1), bwd_stage;
-  if (stages > 1) {
-    if (!s_->fwd_order) s_->fwd_order = plan_detail::send_order(a, tr, fb.qo_out, fb.kv_out);
-    fwd_stage = plan_detail::assign_stages(tr, *s_->fwd_order, stages);
-  }
-  if (same_cut) {
-    bwd_stage = fwd_stage;
-  } else {
-    if (!s_->bwd_order) s_->bwd_order = plan_detail::send_order(a, tr, bb.qo_out, bb.kv_out);
-    bwd_stage = plan_detail::assign_stages(tr, *s_->bwd_order, stages);
-  }
+  const std::vector<int>& fwd_stage = cut.fwd;
+  const std::vector<int>& bwd_stage = cut.bwd;
 
   std::vector<PassPlan*> pass(P);
   for (std::size_t r = 0; r < P; ++r) pass[r] = &plan.ranks[r].fwd;

@@ -70,6 +70,20 @@ SendOrder send_order(const Assignment& a, const Transfers& tr, Bytes qo_out, Byt
 // Stage (1..N) of each xfer: step 3 of the rule, the send order cut by bytes.
 std::vector<int> assign_stages(const Transfers& tr, const SendOrder& order, int stages);
 
+// The cluster's ports as the ports' stage cut weighs them: ranks r and t
+// share a node when r / node_size == t / node_size (node_size 0: all ranks
+// do), and a byte inside a node takes intra_cost of the time a byte between
+// nodes takes (the bandwidths' ratio).
+struct PortCosts {
+  int node_size = 0;
+  double intra_cost = 1.0;
+};
+
+// Stage (1..N) of each xfer by the ports' cut (plan/builder.hpp): the same
+// send order, cut so that no rank's port carries more than its stage's
+// share of the busiest port's bytes.
+std::vector<int> assign_stages_by_ports(const Transfers& tr, const SendOrder& order, int stages, const PortCosts& ports);
+
 // Where an xfer's rows land in its dst's remote buffer: maximal runs of
 // global tokens [global) at remote rows [off, off + global.size()), sorted by
 // token. Without relays an xfer's rows are one contiguous stretch of the

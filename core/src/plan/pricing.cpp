@@ -63,8 +63,9 @@ PlanPrice HostPricing::price(Placement p, const PlanShape& shape) {
   Entry& e = entry(p);
   std::lock_guard<std::mutex> lock(e.mu);
   // Priced, not run: one area-only arg per rank and stage.
-  const Plan plan = e.get_builder().build(
-      PlanOptions{shape.stages, shape.relay_node_size(), /*index_rows=*/false, /*area_only=*/true});
+  PlanOptions po{shape.stages, shape.relay_node_size(), /*index_rows=*/false, /*area_only=*/true};
+  po.hardware = &hw_;
+  const Plan plan = e.get_builder().build(po);
   const StepEstimate est = estimate_step(e.grid->problem(), plan, hw_);
   ++e.priced;
   PlanPrice out;

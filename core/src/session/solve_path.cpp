@@ -103,6 +103,7 @@ SolveResult SolvePath::run(std::shared_ptr<const TaskGrid> grid, const Options& 
   const PlanBuilder* builder = s.pricing ? s.pricing->builder_of(*a) : nullptr;
   if (builder == nullptr) builder = (own = std::make_unique<PlanBuilder>(*a)).get();
   PlanOptions po{r.shape.stages, r.shape.relay_node_size()};
+  po.hardware = cost_.hardware();
   po.rank = o.rank;
   po.buffers = o.buffers;
   r.plan = std::make_shared<const Plan>(builder->build(po));
@@ -128,7 +129,9 @@ SolveResult SolvePath::run(std::shared_ptr<const TaskGrid> grid, const Options& 
 std::shared_ptr<const Plan> SolvePath::replan(const SolveResult& result, const PlanShape& shape) const {
   if (!result.assignment) throw Error("solve path: replan of an empty result");
   const PlanShape s = with_node_size(shape, cost_).resolve(result.shape);
-  return std::make_shared<const Plan>(build_plan(*result.assignment, PlanOptions{s.stages, s.relay_node_size()}));
+  PlanOptions po{s.stages, s.relay_node_size()};
+  po.hardware = cost_.hardware();
+  return std::make_shared<const Plan>(build_plan(*result.assignment, po));
 }
 
 }  // namespace cpsched

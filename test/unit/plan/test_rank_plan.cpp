@@ -68,7 +68,9 @@ TEST_CASE("a rank's plan is its part of the all-ranks plan: every solver, mask k
             CAPTURE(to_string(kind));
             CAPTURE(P);
             CAPTURE(stages);
-            check_every_rank(sol.assignment, PlanOptions{s.stages, s.relay_node_size()});
+            PlanOptions po{s.stages, s.relay_node_size()};
+            po.hardware = cost.hardware();  // as the solve path builds it
+            check_every_rank(sol.assignment, po);
             ++checked;
           }
         }

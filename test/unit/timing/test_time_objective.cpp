@@ -94,7 +94,9 @@ TEST_CASE("the built-in `time` model takes its profile by name; the host prices 
   std::mt19937_64 rng(3);
   auto grid = test::random_grid(MaskKind::causal_document, 16, Heads{8, 2, 16, 2}, rng);
   const Assignment a = solve(*pl.solver("owner"), grid, *cost).assignment;
-  const Plan plan = build_plan(a, 2);
+  PlanOptions po{2, 0};
+  po.hardware = cost->hardware();  // the stage cut the host prices on (plan/builder.hpp)
+  const Plan plan = build_plan(a, po);
   // The host's pricing service: the area-only plan's step is the full plan's.
   HostPricing pricing(*cost->hardware());
   const PlanPrice e = pricing.price(pricing.add(grid, a.rank), PlanShape::fixed(2));

@@ -125,10 +125,12 @@ std::vector<CompareRow> point_rows(const CompareRow& base, const std::string& so
 // computes the transfers and builds only its CalcMeta and CommMeta,
 // PlanOptions::rank).
 std::vector<std::optional<double>> rank_path_ms(const Assignment& a, const PlanShape& solved,
-                                                const std::vector<int>& stages, double grid_and_solve_ms) {
+                                                const std::vector<int>& stages, const HardwareProfile* hardware,
+                                                double grid_and_solve_ms) {
   std::vector<std::optional<double>> out;
   for (int st : stages) {
     PlanOptions o{st == PlanShape::kAutoStages ? solved.stages : st, solved.relay_node_size()};
+    o.hardware = hardware;  // the solve path's (SolvePath::run)
     double slowest = 0;
     for (Rank r = 0; r < a.grid->cp_size(); ++r) {
       o.rank = r;
@@ -209,7 +211,7 @@ std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<
     return fail_all(e.what());
   }
   const std::vector<std::optional<double>> rank_path = spec.rank_path
-                                                           ? rank_path_ms(*result.assignment, result.shape, spec.stages,
+                                                           ? rank_path_ms(*result.assignment, result.shape, spec.stages, cost.hardware(),
                                                                           median(grid_ms) + median(solve_ms))
                                                            : std::vector<std::optional<double>>(ns);
 

@@ -10,7 +10,9 @@
 //
 // Stages. Stage 0 runs the local tasks (q and kv blocks both hosted by the
 // computing rank). The remote work is split into `stages` = N stages, each
-// with its own group-cast. The rule, per receiving rank and pass:
+// with its own group-cast. Two cuts; without a hardware profile
+// (PlanOptions::hardware) the first, the receivers' cut. Rule A, per
+// receiving rank and pass:
 //  1. its incoming transfers are ordered by bytes to move before compute (the
 //     pass's "out" bytes of docs/design.md#metrics) per unit of load of the tasks that
 //     need them, cheapest first, ties by (bytes, source rank, kind QO before
@@ -31,6 +33,24 @@
 // backward use the same rows; their stage cuts may differ because the bytes
 // per token differ (backward moves Q, O, dO and lse out).
 //
+// Rule A cuts each receiver's bytes alone, so when a few ranks send far more
+// than the rest (the hosts of a long document in the fixed layout) every
+// receiver takes their rows in its first stage and their ports hold up
+// stage 1 everywhere. Rule B, the ports' cut, keeps steps 1, 2 and 4 and
+// replaces step 3: every rank has an outgoing and an incoming port per link
+// class (inside a node, between nodes: the profile's GPUs per node), a
+// transfer loads its sender's outgoing and its receiver's incoming port by
+// its bytes times the class's time per byte (inside a node: the ratio of the
+// bandwidths), and stage s may fill each port up to 1.1 x the busiest port's
+// load over the pass x 1.5^(s-1) / sum of 1.5^(k-1), k = 1..N. Transfers
+// are visited by the share of their receiver's bytes sent before them (then
+// receiver, then send order) and each goes to the first stage where both its
+// ports have room, else to stage N. Light ports so send nearly all early,
+// the busiest spread theirs over every stage. With a hardware profile and
+// N >= 2 the builder builds both cuts as area-only plans, prices them with
+// the timing model (timing/model.hpp) on that profile and keeps rule B only
+// when it is faster: the choice is the same on every rank.
+//
 // Attention args: each mask slice of a cell is clipped to the cell exactly
 // (cpsched/slice_clip.hpp: up to three slices of the four types) and moved to
 // buffer coordinates; a piece whose rows or cols are not contiguous in the
@@ -43,6 +63,8 @@
 #include "cpsched/plan/plan.hpp"
 
 namespace cpsched {
+
+struct HardwareProfile;
 
 // Relays (two-level collectives, opt-in; plan.hpp describes the forwarding
 // phase). With relay_node_size = n >= 2 ranks r and t share a node when
@@ -84,6 +106,10 @@ struct PlanOptions {
   // (base/buffer_recycler.hpp), so that a rank's pool of tens of MiB reuses
   // the memory of an earlier plan's; null: new buffers. The plan is the same.
   BufferRecycler* buffers = nullptr;
+  // The cluster the plan is for: with N >= 2 stages the builder keeps the
+  // faster of the two stage cuts on it (above). Null: rule A. Every rank
+  // must build with the same profile to get its part of the same plan.
+  const HardwareProfile* hardware = nullptr;
 };
 
 // Throws cpsched::Error when the assignment is invalid, stages < 1 or
@@ -112,6 +138,10 @@ class PlanBuilder {
   Plan build(const PlanOptions& options) const;
 
  private:
+  // The stage of every xfer of each pass: rule A, or B on `by_ports`.
+  struct Cut;
+  Cut cut(int stages, const HardwareProfile* by_ports) const;
+  Plan assemble(const PlanOptions& options, const Cut& cut) const;
   struct State;
   std::unique_ptr<State> s_;
 };

@@ -17,6 +17,7 @@ inline constexpr const char* kDefaultHardwareProfile = "h100_8x_nvlink";
 struct Link {
   double bandwidth_gb_s = 0;  // GB/s (1e9 bytes per second), one direction, per GPU
   double latency_us = 0;      // once per port per collective (grouped messages overlap it), see timing.hpp
+  friend bool operator==(const Link&, const Link&) = default;
 };
 
 struct HardwareProfile {
@@ -34,6 +35,7 @@ struct HardwareProfile {
 
   NodeMap nodes() const { return {gpus_per_node}; }
   const Link& link(int a, int b) const { return nodes().same_node(a, b) ? intra_node : inter_node; }
+  friend bool operator==(const HardwareProfile&, const HardwareProfile&) = default;
 };
 
 // Parses a profile; `source` names the text in messages. Throws cpsched::Error

@@ -1,0 +1,170 @@
+// The stage cut on a hardware profile (plan/builder.hpp, "Stages"): with
+// PlanOptions::hardware the builder prices the receivers' cut (rule A) and
+// the ports' cut (rule B) and keeps the faster, so its plans are valid, never
+// slower on that profile than rule A's, faster where a few ranks send far
+// more than the rest, the same whatever was built before, and every rank's
+// own plan is its part of them.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "cpsched/mask/generators.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/plan/validator.hpp"
+#include "cpsched/timing/hardware.hpp"
+#include "cpsched/timing/model.hpp"
+#include "plan_checks.hpp"
+#include "plan_fixtures.hpp"
+#include "random_specs.hpp"
+
+using namespace cpsched;
+
+namespace {
+
+// A long document's hosts export their work: tasks whose queries live on
+// ranks [0, heavy) go to random ranks, the others stay on their q host but
+// for a random tenth. The hosts' ports then carry far more than the rest.
+Assignment skewed_assignment(std::shared_ptr<const TaskGrid> g, int heavy, std::mt19937_64& rng) {
+  Assignment a = test::owner_assignment(g);
+  const auto P = static_cast<std::uint64_t>(g->cp_size());
+  for (TaskId t = 0; t < g->num_tasks(); ++t)
+    if (g->q_host(t) < heavy || rng() % 10 == 0) a.rank[static_cast<std::size_t>(t)] = static_cast<Rank>(rng() % P);
+  return a;
+}
+
+template <class F>
+void for_each_case(F&& f) {
+  std::mt19937_64 rng(2026);
+  for (MaskKind kind : {MaskKind::causal_document, MaskKind::full_document, MaskKind::causal, MaskKind::full})
+    for (int P : {12, 16, 32}) {
+      auto grid = test::random_grid(kind, P, Heads{16, 8, 64, 2}, rng, Layout::fixed);
+      CAPTURE(to_string(kind));
+      CAPTURE(P);
+      f(skewed_assignment(grid, 2, rng));
+      f(test::random_assignment(grid, rng));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("stage cut on a profile: valid, never slower than the receivers' cut, faster where a few ranks send most") {
+  int faster = 0, cases = 0;
+  for (const char* hw_name : {"cluster_8gpu_ib", "h100_8x_nvlink"}) {
+    const HardwareProfile hw = resolve_hardware_profile(hw_name);
+    CAPTURE(hw_name);
+    for_each_case([&](const Assignment& a) {
+      for (PlanOptions o : {PlanOptions{2, 0}, PlanOptions{3, 0}, PlanOptions{4, 8}}) {
+        CAPTURE(o.stages);
+        CAPTURE(o.relay_node_size);
+        const Plan receivers = build_plan(a, o);
+        o.hardware = &hw;
+        const Plan chosen = build_plan(a, o);
+        CHECK(validate_plan(a, chosen).empty());
+        const double x = estimate_step(a.grid->problem(), receivers, hw).step();
+        const double y = estimate_step(a.grid->problem(), chosen, hw).step();
+        CHECK(y <= x);
+        if (y < x) ++faster;
+        else CHECK(test::same_plan(chosen, receivers));
+        ++cases;
+      }
+    });
+  }
+  MESSAGE(faster << " of " << cases << " plans faster with the ports' cut");
+  CHECK(faster * 4 >= cases);
+}
+
+TEST_CASE("stage cut on a profile: one choice per shape, whatever the builder built before; one stage is rule A") {
+  const HardwareProfile hw = resolve_hardware_profile("cluster_8gpu_ib");
+  const HardwareProfile other = resolve_hardware_profile("h100_8x_nvlink");
+  for_each_case([&](const Assignment& a) {
+    const PlanBuilder b(a);
+    // Area-only first (what pricing builds), then the full plans, another
+    // profile in between: each equals a fresh build's.
+    for (const HardwareProfile* p : {&hw, &other, &hw})
+      for (PlanOptions o : {PlanOptions{3, 0, false, true}, PlanOptions{3, 0}, PlanOptions{2, 8}, PlanOptions{1, 0}}) {
+        o.hardware = p;
+        CAPTURE(p->name);
+        CAPTURE(o.stages);
+        CAPTURE(o.area_only);
+        CHECK(test::same_plan(b.build(o), build_plan(a, o)));
+      }
+    PlanOptions one{1, 8};
+    const Plan plain = build_plan(a, one);
+    one.hardware = &hw;
+    CHECK(test::same_plan(build_plan(a, one), plain));
+    // The area-only plan prices as the full plan of the same choice.
+    PlanOptions full{3, 8};
+    full.hardware = &hw;
+    PlanOptions priced = full;
+    priced.area_only = true;
+    const Problem& pr = a.grid->problem();
+    CHECK(estimate_step(pr, build_plan(a, priced), hw).step() ==
+          doctest::Approx(estimate_step(pr, build_plan(a, full), hw).step()).epsilon(1e-12));
+  });
+}
+
+namespace {
+
+// The ports' loads of one pass of a plan without relays, per stage: [stage][port]
+// with port = (rank, out / in, between / inside nodes), as rule B weighs them.
+std::vector<std::vector<double>> port_loads(const Plan& plan, Pass pass, const TransferBytes& bytes,
+                                            const HardwareProfile& hw) {
+  const std::size_t P = plan.ranks.size();
+  std::vector<std::vector<double>> load(static_cast<std::size_t>(plan.num_stages), std::vector<double>(P * 4, 0.0));
+  const double intra_cost = hw.inter_node.bandwidth_gb_s / hw.intra_node.bandwidth_gb_s;
+  for (std::size_t r = 0; r < P; ++r) {
+    const PassPlan& pp = pass == Pass::fwd ? plan.ranks[r].fwd : plan.ranks[r].bwd;
+    for (std::size_t s = 0; s < pp.comm.stages.size(); ++s)
+      for (bool qo : {true, false}) {
+        const GroupCollectiveArg& g = qo ? pp.comm.stages[s].qo : pp.comm.stages[s].kv;
+        for (std::size_t i = 0; i < g.dst_indices.size(); ++i)
+          for (Rank d : g.dst_indices[i]) {
+            const bool intra = hw.nodes().same_node(static_cast<Rank>(r), d);
+            const double l = static_cast<double>(g.input_split_sizes[i] * (qo ? bytes.qo_out : bytes.kv_out)) *
+                             (intra ? intra_cost : 1.0);
+            load[s][(r * 2 + 0) * 2 + (intra ? 1 : 0)] += l;
+            load[s][(static_cast<std::size_t>(d) * 2 + 1) * 2 + (intra ? 1 : 0)] += l;
+          }
+      }
+  }
+  return load;
+}
+
+}  // namespace
+
+TEST_CASE("the ports' cut: before the last stage no port carries more than its stage's share of the busiest port") {
+  const HardwareProfile hw = resolve_hardware_profile("cluster_8gpu_ib");
+  int checked = 0;
+  for_each_case([&](const Assignment& a) {
+    for (int stages : {2, 3, 5}) {
+      PlanOptions o{stages, 0};
+      const Plan receivers = build_plan(a, o);
+      o.hardware = &hw;
+      const Plan chosen = build_plan(a, o);
+      if (test::same_plan(chosen, receivers)) continue;  // rule A kept
+      CAPTURE(stages);
+      for (Pass pass : {Pass::fwd, Pass::bwd}) {
+        const auto load = port_loads(chosen, pass, pass == Pass::fwd ? fwd_bytes_per_token(a.grid->problem())
+                                                                     : bwd_bytes_per_token(a.grid->problem()), hw);
+        std::vector<double> total(load[0].size(), 0.0);
+        for (const auto& st : load)
+          for (std::size_t p = 0; p < st.size(); ++p) total[p] += st[p];
+        const double busiest = *std::max_element(total.begin(), total.end());
+        double weights = 0;
+        for (int s = 0; s < stages; ++s) weights += std::pow(1.5, s);
+        for (int s = 0; s + 1 < stages; ++s) {
+          const double room = busiest * 1.1 * std::pow(1.5, s) / weights;
+          for (double l : load[static_cast<std::size_t>(s)]) CHECK(l <= room * (1 + 1e-9));
+        }
+        // First fit: what fits early goes early, so stage 1 is not left empty.
+        double first = 0;
+        for (double l : load[0]) first += l;
+        CHECK(first > 0);
+        ++checked;
+      }
+    }
+  });
+  CHECK(checked > 20);
+}
