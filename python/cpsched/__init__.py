@@ -584,6 +584,8 @@ class Result:
     solve_ms = property(lambda self: self._r.solve_ms, doc="solver time of the original solve")
     plan_ms = property(lambda self: self._r.plan_ms, doc="plan build time of the original solve")
     num_stages = property(lambda self: self._r.num_stages)
+    # The last stage is a local tail (docs/plan_format.md): it moves nothing, counted in num_stages.
+    local_tail = property(lambda self: self._r.local_tail)
     cp_size = property(lambda self: self._r.cp_size)
     seqlen = property(lambda self: self._r.seqlen)
     num_tasks = property(lambda self: self._r.num_tasks)

@@ -742,6 +742,7 @@ NB_MODULE(_cpsched, m) {
       .def_prop_ro("solve_ms", [](const Result& r) { return r.plan().solve_ms; })
       .def_prop_ro("plan_ms", [](const Result& r) { return r.plan().plan_ms; })
       .def_prop_ro("num_stages", [](const Result& r) { return r.plan().plan->num_stages; })
+      .def_prop_ro("local_tail", [](const Result& r) { return r.plan().plan->local_tail; })
       .def_prop_ro("cp_size", [](const Result& r) { return r.plan().plan->ranks.size(); })
       .def_prop_ro("seqlen", [](const Result& r) { return r.plan().assignment->grid->problem().seqlen(); })
       .def_prop_ro("num_tasks", [](const Result& r) { return r.plan().assignment->grid->num_tasks(); })

@@ -171,6 +171,19 @@ def test_torch_tensors_if_installed():
     assert r.cached and r.to_json(solve_ms=0) == ref
 
 
+def test_local_tail_only_in_plans_for_a_cluster():
+    # With a hardware profile (the time cost model) two stages end with a local tail that moves nothing.
+    t = small_session(stages=2, cost_model="time").solve(Q, K, T)
+    assert t.local_tail and t.num_stages == 3 and len(t.calc_meta(0).remote_attn_args) == 3
+    for rank in range(4):
+        last = t.comm_meta(rank, "bwd").stages[-1]
+        assert last.num_remote_qo_tokens == 0 and last.num_remote_kv_tokens == 0
+    a = small_session(stages=2, cost_model="area").solve(Q, K, T)
+    assert not a.local_tail and a.num_stages == 2
+    assert json.loads(t.to_json(solve_ms=0))["local_tail"] is True
+    assert "local_tail" not in json.loads(a.to_json(solve_ms=0))
+
+
 def test_result_fields_are_numpy_arrays():
     r = small_session(stages=2).solve(Q, K, T)
     calc = r.calc_meta(0)

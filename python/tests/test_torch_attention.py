@@ -58,6 +58,10 @@ for P in (2, 3, 4):
     CASES.append((P, {"mask": "causal", "solver": "static", "stages": 2}))
     CASES.append((P, {"mask": "causal", "solver": "balanced_bytes", "cost": "time", "stages": "auto"}))
 CASES.append((4, {"mask": "causal_document", "solver": "static", "stages": 1, "module": True}))
+# a plan for a cluster (the time cost model) with two stages ends with a local tail
+for P in (3, 4):
+    CASES.append((P, {"mask": "causal_document", "solver": "balanced_bytes", "cost": "time", "stages": 2,
+                      "expect_tail": True, "expect_dispatch": False}))
 # relays: P = 4 in nodes of 2 ranks
 for j, (mask, solver) in enumerate([("causal", "owner"), ("causal", "balanced_bytes"), ("full_document", "static"),
                                     ("causal_document", "static")]):
@@ -103,10 +107,14 @@ def _id(case):
 def test_matches_dense_reference_fp32(P, spec):
     spec = {k: v for k, v in spec.items() if v is not None}
     expect_relays = spec.pop("expect_relays", False)
+    expect_tail = spec.pop("expect_tail", False)
+    expect_dispatch = spec.pop("expect_dispatch", spec.get("solver") == "static" or spec.get("cost") == "time")
     r0, _ = check(P, spec)
     if expect_relays:
         assert r0["relays"], "the plan was meant to forward rows through relays"
-    if spec.get("solver") == "static" or spec.get("cost") == "time":
+    if expect_tail:
+        assert r0["local_tail"] and r0["stages"] == spec["stages"] + 1, "the plan was meant to end with a local tail"
+    if expect_dispatch:
         assert not r0["layout_sequential"], "the plan was meant to dispatch the tokens"
 
 

@@ -155,7 +155,8 @@ def attn_case(rank, P, spec):
     out.backward(cpt.dispatch(do, tp))
     return {"rows": tp.layout.global_index(rank).numpy(), "out": _np(out), "dq": _np(ql.grad), "dk": _np(kl.grad),
             "dv": _np(vl.grad) if vl is not None else None, "plan": text if rank == 0 else None,
-            "relays": tp.relays, "layout_sequential": tp.layout.sequential, "stages": tp.num_stages}
+            "relays": tp.relays, "layout_sequential": tp.layout.sequential, "stages": tp.num_stages,
+            "local_tail": tp.local_tail}
 
 
 def reference(spec, P, plan_text):

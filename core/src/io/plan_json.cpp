@@ -414,6 +414,8 @@ void write_plan_json(std::ostream& out, const PlanExport& e, int indent) {
   j.field("solve_ms", e.solve_ms);
   j.end_object();
   if (e.plan != nullptr) j.field("stages", e.plan->num_stages);
+  // Only in plans that end with a local tail: others keep their JSON byte for byte.
+  if (e.plan != nullptr && e.plan->local_tail) j.field("local_tail", true);
   if (e.include_tasks) {
     j.key("tasks");
     tasks_json(j, *e.assignment);

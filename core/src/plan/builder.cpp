@@ -36,19 +36,21 @@ void fill_remote_rows(const Assignment& a, const plan_detail::Transfers& tr, con
 }
 
 void build_pass(const Assignment& a, const plan_detail::Transfers& tr, const std::vector<int>& stage, int stages,
-                const plan_detail::RelayOptions& relay, const PlanOptions& options, std::vector<PassPlan*>& pass) {
+                bool local_tail, const plan_detail::RelayOptions& relay, const PlanOptions& options,
+                std::vector<PassPlan*>& pass) {
   if (options.area_only) {
     // Priced, not run: bytes per peer are all the timing model reads of comm
     // (with relays, which relay forwards what is worked out as for a run).
     if (relay.node_size < 2) plan_detail::summary_comm(tr, stage, stages, pass);
     else plan_detail::layout_comm(a, tr, stage, stages, relay, pass, /*summary=*/true);
-    plan_detail::build_calc(a, tr, stage, plan_detail::XferLayout{}, stages, pass, options.index_rows, true);
+    plan_detail::build_calc(a, tr, stage, plan_detail::XferLayout{}, stages, pass, options.index_rows, true, -1,
+                            nullptr, local_tail);
     return;
   }
   const plan_detail::XferLayout where =
       plan_detail::layout_comm(a, tr, stage, stages, relay, pass, /*summary=*/false, options.rank);
   plan_detail::build_calc(a, tr, stage, where, stages, pass, options.index_rows, /*area_only=*/false, options.rank,
-                          options.buffers);
+                          options.buffers, local_tail);
   // The executor writes the index rows of such a plan: it needs to know where each remote key landed.
   if (a.grid->problem().index_row_runs && options.rank >= 0)
     fill_remote_rows(a, tr, where, options.rank, *pass[static_cast<std::size_t>(options.rank)]);
@@ -129,6 +131,7 @@ Metrics compute_metrics(const Assignment& a) { return compute_metrics(a, transfe
 
 struct PlanBuilder::Cut {
   std::vector<int> fwd, bwd;  // stage (1..N) of every xfer in each pass
+  bool local_tail = false;    // a stage N + 1 of local tasks only
   friend bool operator==(const Cut&, const Cut&) = default;
 };
 
@@ -187,13 +190,25 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
                                 t, a.grid->q_host(t), own));
   }
   const HardwareProfile* hw = options.hardware;
+  if (options.stage_cut == PlanOptions::StageCut::ports && hw == nullptr)
+    throw Error("plan: the ports' stage cut (PlanOptions::stage_cut = ports) needs a hardware profile "
+                "(PlanOptions::hardware)");
   if (hw == nullptr || options.stages < 2 || s_->tr.xfers.empty()) return assemble(options, cut(options.stages, nullptr));
+  if (options.stage_cut != PlanOptions::StageCut::automatic) {
+    Cut forced = cut(options.stages, options.stage_cut == PlanOptions::StageCut::ports ? hw : nullptr);
+    forced.local_tail = true;
+    return assemble(options, forced);
+  }
 
   // Both cuts priced on the profile, once per shape and profile.
   for (const State::Chosen& c : s_->chosen)
-    if (c.stages == options.stages && c.relay_node_size == options.relay_node_size && c.hardware == *hw)
-      return assemble(options, cut(options.stages, c.ports ? hw : nullptr));
-  const Cut receivers = cut(options.stages, nullptr), by_ports = cut(options.stages, hw);
+    if (c.stages == options.stages && c.relay_node_size == options.relay_node_size && c.hardware == *hw) {
+      Cut chosen = cut(options.stages, c.ports ? hw : nullptr);
+      chosen.local_tail = true;
+      return assemble(options, chosen);
+    }
+  Cut receivers = cut(options.stages, nullptr), by_ports = cut(options.stages, hw);
+  receivers.local_tail = by_ports.local_tail = true;
   bool ports = false;
   std::optional<Plan> kept;
   if (!(by_ports == receivers)) {
@@ -215,7 +230,7 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
 }
 
 Plan PlanBuilder::assemble(const PlanOptions& options, const Cut& cut) const {
-  const int stages = options.stages;
+  const int stages = options.stages + (cut.local_tail ? 1 : 0);
   const Assignment& a = s_->a;
   const plan_detail::Transfers& tr = s_->tr;
   const TransferBytes& fb = s_->fb;
@@ -224,6 +239,7 @@ Plan PlanBuilder::assemble(const PlanOptions& options, const Cut& cut) const {
 
   Plan plan;
   plan.num_stages = stages;
+  plan.local_tail = cut.local_tail;
   plan.sharding = a.grid->sharding();
   plan.layout = a.grid->problem().layout;
   plan.only_rank = options.rank;
@@ -234,14 +250,14 @@ Plan PlanBuilder::assemble(const PlanOptions& options, const Cut& cut) const {
   std::vector<PassPlan*> pass(P);
   for (std::size_t r = 0; r < P; ++r) pass[r] = &plan.ranks[r].fwd;
   const int node = options.relay_node_size >= 2 ? options.relay_node_size : 0;
-  build_pass(a, tr, fwd_stage, stages, {node, fb.qo_out, fb.kv_out}, options, pass);
+  build_pass(a, tr, fwd_stage, stages, cut.local_tail, {node, fb.qo_out, fb.kv_out}, options, pass);
   if (bwd_stage == fwd_stage) {
     // Same stage cut: the backward description is the forward one (sharing its index pool).
     for (std::size_t r = 0; r < P; ++r)
       if (options.rank < 0 || static_cast<Rank>(r) == options.rank) plan.ranks[r].bwd = plan.ranks[r].fwd;
   } else {
     for (std::size_t r = 0; r < P; ++r) pass[r] = &plan.ranks[r].bwd;
-    build_pass(a, tr, bwd_stage, stages, {node, bb.qo_out, bb.kv_out}, options, pass);
+    build_pass(a, tr, bwd_stage, stages, cut.local_tail, {node, bb.qo_out, bb.kv_out}, options, pass);
   }
 
 #ifndef NDEBUG

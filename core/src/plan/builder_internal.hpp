@@ -124,9 +124,11 @@ void summary_comm(const Transfers& tr, const std::vector<int>& stage, int stages
 // Fills calc of every rank (only >= 0: of that rank) and the reduce_after
 // fields of comm (the same on every rank, so computed over all tasks).
 // Index pools are written into buffers from `buffers` (null: new ones).
+// local_tail: `stages` counts the tail, which no xfer reaches, and each
+// rank's local tasks past the first half of its local load run there.
 void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, const XferLayout& where,
                 int stages, std::vector<PassPlan*>& pass, bool index_rows = true, bool area_only = false,
-                Rank only = -1, BufferRecycler* buffers = nullptr);
+                Rank only = -1, BufferRecycler* buffers = nullptr, bool local_tail = false);
 
 // Index args (token top-k masks) of rank d's tasks: args[i] are those of
 // task tr.task_order[tr.rank_begin[d] + i]; with `write_pool` also the

@@ -48,7 +48,7 @@ struct ArgSink {
 
 void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, const XferLayout& where,
                 int stages, std::vector<PassPlan*>& pass, bool index_rows, bool area_only, Rank only,
-                BufferRecycler* buffers) {
+                BufferRecycler* buffers, bool local_tail) {
   const TaskGrid& g = *a.grid;
   const Sharding& sh = g.sharding();
   const bool flat = g.flattened();
@@ -81,12 +81,21 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
         calc.indices = std::move(index_args.pool);
       }
     }
+    // The local tail: the rank's local tasks from half its local load on.
+    std::int64_t local_load = 0, local_before = 0;
+    if (local_tail)
+      for (std::size_t i = tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i)
+        if (const PlacedTask pt = placed_task(g, tr, i); pt.xq < 0 && pt.xk < 0) local_load += g.load(pt.t);
     for (std::size_t i = tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i) {
       const auto [t, cell, grp, xq, xk] = placed_task(g, tr, i);
       const Cell& c = *cell;
       const int sq = xq < 0 ? 0 : stage[static_cast<std::size_t>(xq)];
       const int sk = xk < 0 ? 0 : stage[static_cast<std::size_t>(xk)];
-      const int st = std::max(sq, sk);
+      int st = std::max(sq, sk);
+      if (local_tail && st == 0) {
+        if (2 * local_before >= local_load) st = stages;
+        local_before += g.load(t);
+      }
       if (xq >= 0) last_q[static_cast<std::size_t>(sq)] = std::max(last_q[static_cast<std::size_t>(sq)], st);
       if (xk >= 0) last_k[static_cast<std::size_t>(sk)] = std::max(last_k[static_cast<std::size_t>(sk)], st);
       if (!mine(d)) continue;

@@ -290,9 +290,9 @@ void check_pass_metrics(const Assignment& a, const Plan& plan, bool fwd, const L
     if (!relays && (send[r] != pm.send[r] || recv[r] != pm.recv[r]))
       pr.add("{} metrics rank {}: the CommMeta sends {} and receives {} bytes, the metrics say {} and {}",
              pass_name(fwd), r, send[r], recv[r], pm.send[r], pm.recv[r]);
-    if (loads.load[r] != m.load[r] || loads.stage0[r] != m.stage0_load[r])
-      pr.add("{} metrics rank {}: the CalcMeta computes load {} (stage 0: {}), the metrics say {} (stage 0: {})",
-             pass_name(fwd), r, loads.load[r], loads.stage0[r], m.load[r], m.stage0_load[r]);
+    if (loads.load[r] != m.load[r] || loads.local[r] != m.stage0_load[r])
+      pr.add("{} metrics rank {}: the CalcMeta computes load {} (local: {}), the metrics say {} (local: {})",
+             pass_name(fwd), r, loads.load[r], loads.local[r], m.load[r], m.stage0_load[r]);
   }
   if (total != pm.total_send || (!relays && bottleneck != pm.bottleneck))
     pr.add("{} metrics: the CommMeta gives total send {} and bottleneck {}, the metrics say {} and {}",
@@ -318,9 +318,18 @@ bool check_top(const Assignment& a, const Plan& plan, Problems& pr) {
   for (std::size_t r = 0; r < P; ++r)
     for (bool fwd : {true, false}) {
       const PassPlan& pp = pass_of(plan.ranks[r], fwd);
-      if (pp.calc.remote_attn_args.size() != N || pp.comm.stages.size() != N)
+      if (pp.calc.remote_attn_args.size() != N || pp.comm.stages.size() != N) {
         pr.add("{} rank {}: {} remote arg lists and {} comm stages for {} stages", pass_name(fwd), r,
                pp.calc.remote_attn_args.size(), pp.comm.stages.size(), N), ok = false;
+        continue;
+      }
+      if (plan.local_tail) {
+        const StageComm& tail = pp.comm.stages.back();
+        if (N < 2 || tail.num_remote_qo_tokens != 0 || tail.num_remote_kv_tokens != 0 ||
+            !tail.qo.input_split_sizes.empty() || !tail.kv.input_split_sizes.empty() || tail.has_forwarding())
+          pr.add("{} rank {}: the local tail (stage {}) moves rows; it must receive and send nothing", pass_name(fwd),
+                 r, N);
+      }
     }
   return ok;
 }

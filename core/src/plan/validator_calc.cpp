@@ -348,8 +348,13 @@ Loads check_calc(const Assignment& a, const Plan& plan, bool fwd, const std::vec
           pr.add("{}: head group {} is outside the grid's groups", where(), x.group);
           continue;
         }
-        if (s == 0 && (x.q_buf != BufferId::local || x.k_buf != BufferId::local)) {
+        const bool local_arg = x.q_buf == BufferId::local && x.k_buf == BufferId::local;
+        if (s == 0 && !local_arg) {
           pr.add("{}: a stage-0 arg reads a remote buffer", where());
+          continue;
+        }
+        if (plan.local_tail && s == N && !local_arg) {
+          pr.add("{}: an arg of the local tail reads a remote buffer", where());
           continue;
         }
         bool inside = true;
@@ -377,7 +382,7 @@ Loads check_calc(const Assignment& a, const Plan& plan, bool fwd, const std::vec
             index_args.push_back({&x, &pp.calc, &m, static_cast<Rank>(r), static_cast<int>(s), i, flat ? x.group : 0,
                                   q_lo, q_hi});
           loads.load[r] += load;
-          if (s == 0) loads.stage0[r] += load;
+          if (local_arg) loads.local[r] += load;
           continue;
         }
         arg_pieces(x, m, [&](const Band& g, const Band&, int qgrp, int kgrp) {
@@ -387,7 +392,7 @@ Loads check_calc(const Assignment& a, const Plan& plan, bool fwd, const std::vec
           const Token area = band_area(g);
           if (area == 0) return;
           loads.load[r] += area * heads;
-          if (s == 0) loads.stage0[r] += area * heads;
+          if (local_arg) loads.local[r] += area * heads;
           per_cell(g, grid.sharding(), [&](int qb, int kb, const Band& c) {
             items.push_back(Item{qb, kb, flat ? x.group : 0, static_cast<Rank>(r), static_cast<int>(s), i, c});
           });

@@ -79,9 +79,10 @@ inline const GroupCollectiveArg& arg_of(const StageComm& sc, int k) { return k =
 std::vector<RankMaps> check_comm(const Assignment& a, const Plan& plan, bool fwd, Problems& pr);
 
 // Calc checks and coverage of one pass. Returns per rank loads (area x heads)
-// of all args and of stage 0, for the metrics check.
+// of all args and of the local ones (stage 0 and the local tail), for the
+// metrics check.
 struct Loads {
-  std::vector<std::int64_t> load, stage0;
+  std::vector<std::int64_t> load, local;  // per rank: all its args, and those reading local rows only
 };
 // `index_chunk_pairs`: ValidateOptions::index_chunk_pairs.
 Loads check_calc(const Assignment& a, const Plan& plan, bool fwd, const std::vector<RankMaps>& maps, Problems& pr,

@@ -369,6 +369,7 @@ class TorchPlan:
         self.layout = Layout(self.seqlen, pr["host_ranges"])
         self.rows = self.layout.rows(self.rank)
         self.num_stages = int(d.get("stages", 0))
+        self.local_tail = bool(d.get("local_tail", False))  # the last stage moves nothing (docs/plan_format.md)
         self.mask = pr.get("mask")
         self.head_masks = pr.get("head_masks")
         self.index_mask = pr.get("index_mask")

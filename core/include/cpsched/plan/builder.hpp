@@ -51,6 +51,14 @@
 // the timing model (timing/model.hpp) on that profile and keeps rule B only
 // when it is faster: the choice is the same on every rank.
 //
+// The local tail. Every reduce waits for the compute of its stage, so the
+// reduces of the last stages run after all compute and nothing hides them.
+// With a hardware profile and N >= 2 the plan gets one more stage, N + 1
+// (Plan::local_tail, counted in num_stages), which receives nothing: each
+// rank's local tasks from half its local load on (in task order) run there
+// instead of in stage 0, while the reduces of stages 1..N run. Stage 0
+// keeps the first half to hide stage 1's cast.
+//
 // Attention args: each mask slice of a cell is clipped to the cell exactly
 // (cpsched/slice_clip.hpp: up to three slices of the four types) and moved to
 // buffer coordinates; a piece whose rows or cols are not contiguous in the
@@ -107,9 +115,14 @@ struct PlanOptions {
   // the memory of an earlier plan's; null: new buffers. The plan is the same.
   BufferRecycler* buffers = nullptr;
   // The cluster the plan is for: with N >= 2 stages the builder keeps the
-  // faster of the two stage cuts on it (above). Null: rule A. Every rank
-  // must build with the same profile to get its part of the same plan.
+  // faster of the two stage cuts on it and ends the plan with a local tail
+  // (above). Null: rule A, no tail. Every rank must build with the same
+  // profile to get its part of the same plan.
   const HardwareProfile* hardware = nullptr;
+  // Which cut: automatic (the faster on `hardware`, rule A without one), or
+  // one of the two (ports needs `hardware`), for benchmarks and tests.
+  enum class StageCut : std::uint8_t { automatic = 0, receivers = 1, ports = 2 };
+  StageCut stage_cut = StageCut::automatic;
 };
 
 // Throws cpsched::Error when the assignment is invalid, stages < 1 or

@@ -204,7 +204,10 @@ inline Token first_phase_tokens(const GroupCollectiveArg& a) {
 }
 
 struct Plan {
-  int num_stages = 1;             // remote stages N (the seed's two-stage model: 1)
+  int num_stages = 1;             // stages after stage 0 (the seed's two-stage model: 1), the local tail included
+  // The last stage is a local tail (plan/builder.hpp): it receives nothing
+  // and computes local args only, while the reduces of the stages before run.
+  bool local_tail = false;
   Sharding sharding;              // token layout the plan indexes (after dispatch, if any)
   Layout layout = Layout::fixed;  // fixed: `sharding` is the caller's; planned: the solver may have chosen it
   std::vector<RankPlan> ranks;    // [rank]
