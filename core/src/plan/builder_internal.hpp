@@ -29,12 +29,18 @@ struct Xfer {
 int threads_for(std::size_t work, std::size_t per_thread);
 
 struct Transfers {
+  // >= 0: only the xfers of the (kind, block, group)s that this rank sends or
+  // receives are kept (every dst's), enough for its one-stage plan without
+  // relays; task_q and task_k are -1 where the xfer is not kept.
+  Rank only = -1;
   std::vector<Xfer> xfers;               // grouped by dst (ascending)
   std::vector<std::size_t> dst_begin;    // xfers of rank d: [dst_begin[d], dst_begin[d+1])
   std::vector<std::int32_t> task_q;      // per task: its QO xfer, -1 when q is local
   std::vector<std::int32_t> task_k;      // per task: its KV xfer, -1 when kv is local
   std::vector<std::int32_t> task_order;  // tasks grouped by computing rank, task order inside
   std::vector<std::size_t> rank_begin;   // tasks of rank d: task_order[rank_begin[d] .. rank_begin[d+1])
+  TransferTokens tokens;                 // of every xfer, kept or not (the metrics)
+  bool remote_q = false, remote_k = false;  // some task of any rank reads a remote QO / KV block
 };
 
 // The task at position i of Transfers::task_order, as the builder's steps
@@ -54,8 +60,9 @@ inline PlacedTask placed_task(const TaskGrid& g, const Transfers& tr, std::size_
 }
 
 // threads: 0 for one per million tasks, up to the hardware's; the result is
-// the same at any count.
-Transfers collect_transfers(const Assignment& a, int threads = 0);
+// the same at any count. only >= 0: the xfers that rank's one-stage plan
+// without relays reads (Transfers::only), the same as in the full set.
+Transfers collect_transfers(const Assignment& a, int threads = 0, Rank only = -1);
 
 // The order in which each receiver's xfers are sent for a pass whose out
 // bytes per token are (qo_out, kv_out): steps 1-2 of the stage rule in
