@@ -3,6 +3,7 @@
 #include <array>
 #include <iterator>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <tuple>
 
@@ -36,19 +37,22 @@ struct XferPart {
   std::vector<std::size_t> dst_begin;  // per receiver of the part, local numbering
   std::array<std::vector<Token>, 2> sent;  // tokens per kind and host, of the part's receivers
   bool remote_q = false, remote_k = false;
+  std::vector<std::vector<Token>> ends;  // per key, rank-only: the other receivers' range ends (RankKeys)
 };
 
-// keep (by key, see below): which xfers are kept; null: all. The tokens of
-// every xfer are counted.
-XferPart collect_part(const TaskGrid& g, const Transfers& tr, std::size_t d0, std::size_t d1,
-                      const std::vector<char>* keep, std::vector<std::int32_t>& task_q,
-                      std::vector<std::int32_t>& task_k, std::array<std::vector<Token>, 2>& received) {
+// keep (null: keep all): which xfers are kept (RankKeys). The tokens of every
+// xfer are counted.
+XferPart collect_part(const TaskGrid& g, const Transfers& tr, std::size_t d0, std::size_t d1, const RankKeys* keep,
+                      std::vector<std::int32_t>& task_q, std::vector<std::int32_t>& task_k,
+                      std::array<std::vector<Token>, 2>& received) {
   const auto G = static_cast<std::size_t>(g.num_groups());
   const auto nb = static_cast<std::size_t>(g.sharding().num_blocks());
   const auto P = static_cast<std::size_t>(g.cp_size());
   XferPart part;
   part.dst_begin.reserve(d1 - d0);
   for (auto& s : part.sent) s.assign(P, 0);
+  if (keep != nullptr) part.ends.resize(2 * nb * G);
+  std::vector<const RangeSet*> ends_of(keep != nullptr ? 2 * nb * G : 0, nullptr);  // the set whose ends came last
   // One xfer per (kind, block, group) and dst. Ranks are visited in order, so a
   // key stamped with the current rank already has its open xfer.
   std::vector<std::int32_t> slot(2 * nb * G, -1);
@@ -61,7 +65,9 @@ XferPart collect_part(const TaskGrid& g, const Transfers& tr, std::size_t d0, st
   struct Open {
     RowKind kind;
     std::int32_t block, group;
+    std::size_t key;
     std::int32_t x;  // its index in part.xfers, -1 when only counted
+    bool ends;       // rank-only: its range ends cut the kept rank's rows
     const RangeSet* first;
     const RangeSet* last;
     std::int32_t more;  // its builder in `builders` once a second set came, else -1
@@ -88,13 +94,14 @@ XferPart collect_part(const TaskGrid& g, const Transfers& tr, std::size_t d0, st
     }
     stamp[key] = d;
     slot[key] = static_cast<std::int32_t>(open.size());
+    const RankKeys::Use use = keep == nullptr ? RankKeys::all : keep->use(key, d);
     std::int32_t x = -1;
-    if (keep == nullptr || (*keep)[key]) {
+    if (use == RankKeys::all) {
       x = static_cast<std::int32_t>(part.xfers.size());
       part.xfers.push_back(Xfer{kind, block, static_cast<std::int32_t>(grp),
                                 g.sharding().host[static_cast<std::size_t>(block)], d, {}});
     }
-    open.push_back({kind, block, static_cast<std::int32_t>(grp), x, &s, &s, -1});
+    open.push_back({kind, block, static_cast<std::int32_t>(grp), key, x, use == RankKeys::ends, &s, &s, -1});
     return x;
   };
   for (std::size_t d = d0; d < d1; ++d) {
@@ -123,6 +130,14 @@ XferPart collect_part(const TaskGrid& g, const Transfers& tr, std::size_t d0, st
       const auto k = static_cast<std::size_t>(index_of(o.kind));
       part.sent[k][static_cast<std::size_t>(g.sharding().host[static_cast<std::size_t>(o.block)])] += tokens;
       received[k][d] += tokens;
+      if (o.ends) {
+        // The ends of a cell's set equal to the one before are there already.
+        const RangeSet*& last = ends_of[o.key];
+        if (o.more >= 0 || last == nullptr || !(last == o.first || *last == *o.first)) {
+          for (Range r : rows.ranges()) part.ends[o.key].insert(part.ends[o.key].end(), {r.begin, r.end});
+          last = o.more >= 0 ? nullptr : o.first;
+        }
+      }
       if (o.x < 0) continue;
       Xfer& xf = part.xfers[static_cast<std::size_t>(o.x)];
       xf.rows = o.more >= 0 ? std::move(merged) : *o.first;
@@ -130,32 +145,6 @@ XferPart collect_part(const TaskGrid& g, const Transfers& tr, std::size_t d0, st
     }
   }
   return part;
-}
-
-// Which (kind, block, group) keys rank `only`'s one-stage plan without relays
-// reads: those of the blocks it hosts (it sends them) and those it receives.
-// Every xfer of such a key is kept, as the cut of a block's rows into
-// pieces depends on all its receivers' rows.
-std::vector<char> keys_of(const TaskGrid& g, const Transfers& tr, Rank only) {
-  const auto G = static_cast<std::size_t>(g.num_groups());
-  const auto nb = static_cast<std::size_t>(g.sharding().num_blocks());
-  std::vector<char> keep(2 * nb * G, 0);
-  auto key = [&](RowKind kind, std::size_t block, std::size_t grp) {
-    return (static_cast<std::size_t>(index_of(kind)) * nb + block) * G + grp;
-  };
-  for (std::size_t b = 0; b < nb; ++b)
-    if (g.sharding().host[b] == only)
-      for (RowKind kind : kRowKinds)
-        for (std::size_t grp = 0; grp < G; ++grp) keep[key(kind, b, grp)] = 1;
-  const auto d = static_cast<std::size_t>(only);
-  for (std::size_t i = tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i) {
-    const auto t = static_cast<TaskId>(tr.task_order[i]);
-    const Cell& c = g.cell_of(t);
-    const std::size_t grp = static_cast<std::size_t>(t) % G;
-    if (g.q_host(t) != only) keep[key(RowKind::qo, static_cast<std::size_t>(c.qblock), grp)] = 1;
-    if (g.k_host(t) != only) keep[key(RowKind::kv, static_cast<std::size_t>(c.kblock), grp)] = 1;
-  }
-  return keep;
 }
 
 }  // namespace
@@ -180,8 +169,8 @@ Transfers collect_transfers(const Assignment& a, int threads, Rank only) {
   tr.task_q.assign(T, -1);
   tr.task_k.assign(T, -1);
   for (auto& v : tr.tokens.received) v.assign(P, 0);
-  std::vector<char> keep;
-  if (only >= 0) keep = keys_of(g, tr, only);
+  std::optional<RankKeys> keep;
+  if (only >= 0) keep = RankKeys(g, tr, only);
 
   // Receivers in contiguous runs of about equal task counts, one per thread
   // (one per million tasks unless given); each numbers its xfers from 0, and
@@ -197,7 +186,7 @@ Transfers collect_transfers(const Assignment& a, int threads, Rank only) {
   std::vector<XferPart> parts(static_cast<std::size_t>(W));
   index_detail::run_threads(W, [&](int w) {
     const auto i = static_cast<std::size_t>(w);
-    parts[i] = collect_part(g, tr, cut[i], cut[i + 1], only >= 0 ? &keep : nullptr, tr.task_q, tr.task_k,
+    parts[i] = collect_part(g, tr, cut[i], cut[i + 1], keep ? &*keep : nullptr, tr.task_q, tr.task_k,
                             tr.tokens.received);
   });
 
@@ -222,6 +211,11 @@ Transfers collect_transfers(const Assignment& a, int threads, Rank only) {
     std::move(parts[i].xfers.begin(), parts[i].xfers.end(), std::back_inserter(tr.xfers));
   }
   tr.dst_begin[P] = total;
+  if (keep) {
+    std::vector<const std::vector<std::vector<Token>>*> of_parts;
+    for (const XferPart& part : parts) of_parts.push_back(&part.ends);
+    add_stand_ins(g, *keep, of_parts, tr);
+  }
   // The later parts' tasks point at their part's xfers: shift them to the joined numbering.
   if (W > 1)
     index_detail::run_threads(W, [&](int w) {

@@ -1,7 +1,9 @@
-// A rank's one-stage plan without relays keeps only the transfers into and
-// out of that rank, and counts every rank's tokens for the metrics: its plan
-// and the builder's metrics must be those of every rank's transfers, and a
-// builder that started so must still build any other plan as before.
+// A rank's one-stage plan without relays keeps only the transfers of the
+// blocks that rank sends and its own (the other receivers of a block it
+// receives by one stand-in that cuts its rows where theirs begin or end), and
+// counts every rank's tokens for the metrics: its plan and the builder's
+// metrics must be those of every rank's transfers, and a builder that
+// started so must still build any other plan as before.
 #include <doctest/doctest.h>
 
 #include <random>

@@ -98,7 +98,7 @@ struct PlanOptions {
   // >= 0: build only this rank's CalcMeta and CommMeta (the other ranks'
   // stay empty; Plan::only_rank says so), each equal to the full plan's. With
   // one stage and no relays only the transfers of the blocks the rank sends
-  // or receives are kept (every rank's tokens are still counted, for the
+  // and its own are kept (every rank's tokens are still counted, for the
   // metrics), and the comm layout and the args cost the rank's own part only;
   // else the stage cut and emission order are the full plan's, so the
   // transfers of every rank are collected (with relays every split counts:
