@@ -56,7 +56,18 @@ constexpr int kStageChoices[] = {1, 2, 3, 4, 5};
 
 std::vector<std::int64_t> rank_loads(const TaskGrid& g, const std::vector<Rank>& rank) {
   std::vector<std::int64_t> load(static_cast<std::size_t>(g.cp_size()), 0);
-  for (TaskId t = 0; t < g.num_tasks(); ++t) load[static_cast<std::size_t>(rank[static_cast<std::size_t>(t)])] += g.load(t);
+  if (g.per_group_cells()) {
+    for (TaskId t = 0; t < g.num_tasks(); ++t) load[static_cast<std::size_t>(rank[static_cast<std::size_t>(t)])] += g.load(t);
+    return load;
+  }
+  // Cell by cell: its groups' tasks share its load (4M tasks at P = 1024 causal).
+  const auto G = static_cast<std::size_t>(g.num_groups());
+  const std::int64_t heads = g.problem().q_heads_per_task();
+  const Rank* r = rank.data();
+  for (const Cell& c : g.cells()) {
+    const std::int64_t l = c.area * heads;
+    for (std::size_t i = 0; i < G; ++i) load[static_cast<std::size_t>(*r++)] += l;
+  }
   return load;
 }
 

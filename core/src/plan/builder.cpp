@@ -69,9 +69,13 @@ void check_options(const PlanOptions& o) {
 
 struct PlanBuilder::State {
   Assignment a;
-  plan_detail::Transfers tr;
+  int threads = 0;
+  // Every rank's transfers, collected by the first build that needs them;
+  // before that a rank's one-stage plan without relays is built from `own`,
+  // only the transfers into and out of that rank (kept for the last such rank).
+  mutable std::optional<plan_detail::Transfers> tr, own;
   TransferBytes fb, bb;
-  bool has_qo = false;
+  mutable bool has_qo = false;
   // Built on first use (a one-stage plan needs neither).
   mutable std::optional<plan_detail::SendOrder> fwd_order, bwd_order;
   // The cut chosen for each (stages, relays, profile) priced so far.
@@ -82,6 +86,25 @@ struct PlanBuilder::State {
     bool ports = false;
   };
   mutable std::vector<Chosen> chosen;
+
+  const plan_detail::Transfers& all() const {
+    if (!tr) {
+      tr = plan_detail::collect_transfers(a, threads);
+      own.reset();
+      for (const plan_detail::Xfer& x : tr->xfers) has_qo |= x.kind == RowKind::qo;
+    }
+    return *tr;
+  }
+  // What a plan under `o` reads (a rank's own transfers need one stage and
+  // no relays: the stage cut and the relays depend on every rank's).
+  const plan_detail::Transfers& for_plan(const PlanOptions& o) const {
+    if (tr || o.rank < 0 || o.stages != 1 || o.relay_node_size >= 2 || o.area_only) return all();
+    if (!own || own->only != o.rank) own = plan_detail::collect_transfers(a, threads, o.rank);
+    return *own;
+  }
+  // What build()'s cut and assemble read: for_plan of its options.
+  mutable const plan_detail::Transfers* current = nullptr;
+  const TransferTokens& tokens() const { return tr ? tr->tokens : own ? own->tokens : all().tokens; }
 };
 
 PlanBuilder::PlanBuilder(Assignment a) : PlanBuilder(std::move(a), 0) {}
@@ -90,11 +113,10 @@ PlanBuilder::PlanBuilder(Assignment a, int threads) : s_(std::make_unique<State>
   if (threads < 0) throw Error(fmt::format("plan: threads must be 0 (by the grid's size) or more, got {}", threads));
   a.validate();
   s_->a = std::move(a);
-  s_->tr = plan_detail::collect_transfers(s_->a, threads);
+  s_->threads = threads;
   const Problem& p = s_->a.grid->problem();
   s_->fb = fwd_bytes_per_token(p);
   s_->bb = bwd_bytes_per_token(p);
-  for (const plan_detail::Xfer& x : s_->tr.xfers) s_->has_qo |= x.kind == RowKind::qo;
 }
 
 PlanBuilder::~PlanBuilder() = default;
@@ -116,7 +138,9 @@ std::vector<Transfer> transfers_of(const plan_detail::Transfers& tr, bool flatte
 
 }  // namespace
 
-std::vector<Transfer> PlanBuilder::transfers() const { return transfers_of(s_->tr, s_->a.grid->flattened()); }
+std::vector<Transfer> PlanBuilder::transfers() const { return transfers_of(s_->all(), s_->a.grid->flattened()); }
+
+Metrics PlanBuilder::metrics() const { return compute_metrics(s_->a, s_->tokens()); }
 
 std::vector<Transfer> transfers(const Assignment& a) {
   a.validate();
@@ -137,7 +161,7 @@ struct PlanBuilder::Cut {
 
 PlanBuilder::Cut PlanBuilder::cut(int stages, const HardwareProfile* by_ports) const {
   const Assignment& a = s_->a;
-  const plan_detail::Transfers& tr = s_->tr;
+  const plan_detail::Transfers& tr = *s_->current;
   const TransferBytes& fb = s_->fb;
   const TransferBytes& bb = s_->bb;
   plan_detail::PortCosts ports;
@@ -189,11 +213,13 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
                                 "rows (per-rank summaries: every query must stay on its host, owner's placement)",
                                 t, a.grid->q_host(t), own));
   }
+  s_->current = &s_->for_plan(options);
   const HardwareProfile* hw = options.hardware;
   if (options.stage_cut == PlanOptions::StageCut::ports && hw == nullptr)
     throw Error("plan: the ports' stage cut (PlanOptions::stage_cut = ports) needs a hardware profile "
                 "(PlanOptions::hardware)");
-  if (hw == nullptr || options.stages < 2 || s_->tr.xfers.empty()) return assemble(options, cut(options.stages, nullptr));
+  if (hw == nullptr || options.stages < 2 || s_->current->xfers.empty())
+    return assemble(options, cut(options.stages, nullptr));
   if (options.stage_cut != PlanOptions::StageCut::automatic) {
     Cut forced = cut(options.stages, options.stage_cut == PlanOptions::StageCut::ports ? hw : nullptr);
     forced.local_tail = true;
@@ -232,7 +258,7 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
 Plan PlanBuilder::assemble(const PlanOptions& options, const Cut& cut) const {
   const int stages = options.stages + (cut.local_tail ? 1 : 0);
   const Assignment& a = s_->a;
-  const plan_detail::Transfers& tr = s_->tr;
+  const plan_detail::Transfers& tr = *s_->current;
   const TransferBytes& fb = s_->fb;
   const TransferBytes& bb = s_->bb;
   const auto P = static_cast<std::size_t>(a.grid->cp_size());

@@ -29,12 +29,19 @@ struct Xfer {
 int threads_for(std::size_t work, std::size_t per_thread);
 
 struct Transfers {
+  // >= 0: what this rank's one-stage plan without relays reads (RankKeys):
+  // the xfers of the blocks it hosts, its own, and after them (past
+  // dst_begin's end, dst -1) one stand-in for the other receivers of each of
+  // its own: task_q and task_k are -1 where the xfer is not kept.
+  Rank only = -1;
   std::vector<Xfer> xfers;               // grouped by dst (ascending)
   std::vector<std::size_t> dst_begin;    // xfers of rank d: [dst_begin[d], dst_begin[d+1])
   std::vector<std::int32_t> task_q;      // per task: its QO xfer, -1 when q is local
   std::vector<std::int32_t> task_k;      // per task: its KV xfer, -1 when kv is local
   std::vector<std::int32_t> task_order;  // tasks grouped by computing rank, task order inside
   std::vector<std::size_t> rank_begin;   // tasks of rank d: task_order[rank_begin[d] .. rank_begin[d+1])
+  TransferTokens tokens;                 // of every xfer, kept or not (the metrics)
+  bool remote_q = false, remote_k = false;  // some task of any rank reads a remote QO / KV block
 };
 
 // The task at position i of Transfers::task_order, as the builder's steps
@@ -54,8 +61,36 @@ inline PlacedTask placed_task(const TaskGrid& g, const Transfers& tr, std::size_
 }
 
 // threads: 0 for one per million tasks, up to the hardware's; the result is
-// the same at any count.
-Transfers collect_transfers(const Assignment& a, int threads = 0);
+// the same at any count. only >= 0: the xfers that rank's one-stage plan
+// without relays reads (Transfers::only), each the same as in the full set.
+Transfers collect_transfers(const Assignment& a, int threads = 0, Rank only = -1);
+
+// Which xfers rank `only`'s one-stage plan without relays reads (by key:
+// kind, block, group). It sends the blocks it hosts to every receiver, so
+// all their xfers are kept. Of a block it receives it keeps its own xfer;
+// the other receivers' rows matter only where they begin or end inside its
+// rows (layout_comm cuts a block's rows where the set of receivers changes),
+// so they are replaced by one stand-in (add_stand_ins) that begins or ends
+// at each of those points.  (rank_transfers.cpp)
+class RankKeys {
+ public:
+  enum Use { count, all, ends };  // only count its tokens; keep it; count it and note its range ends
+  RankKeys(const TaskGrid& g, const Transfers& tr, Rank only);  // tr: its task_order and rank_begin
+  Rank only() const { return only_; }
+  Use use(std::size_t key, Rank dst) const {
+    const Of o = of_[key];
+    return o == Of::sent ? all : o == Of::received ? (dst == only_ ? all : ends) : count;
+  }
+
+ private:
+  enum class Of : std::uint8_t { other, sent, received };
+  Rank only_;
+  std::vector<Of> of_;
+};
+// Appends a stand-in (dst -1) for every xfer of `only` whose rows the other
+// receivers' range ends (ends[part][key], any order, repeats allowed) cut.
+void add_stand_ins(const TaskGrid& g, const RankKeys& keys, const std::vector<const std::vector<std::vector<Token>>*>& ends,
+                   Transfers& tr);
 
 // The order in which each receiver's xfers are sent for a pass whose out
 // bytes per token are (qo_out, kv_out): steps 1-2 of the stage rule in

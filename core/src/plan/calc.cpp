@@ -81,12 +81,15 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
         calc.indices = std::move(index_args.pool);
       }
     }
+    // Rank-only transfers know the other ranks' tasks only by remote_q and
+    // remote_k (below).
+    const bool skip = tr.only >= 0 && static_cast<Rank>(d) != tr.only;
     // The local tail: the rank's local tasks from half its local load on.
     std::int64_t local_load = 0, local_before = 0;
-    if (local_tail)
+    if (local_tail && !skip)
       for (std::size_t i = tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i)
         if (const PlacedTask pt = placed_task(g, tr, i); pt.xq < 0 && pt.xk < 0) local_load += g.load(pt.t);
-    for (std::size_t i = tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i) {
+    for (std::size_t i = skip ? tr.rank_begin[d + 1] : tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i) {
       const auto [t, cell, grp, xq, xk] = placed_task(g, tr, i);
       const Cell& c = *cell;
       const int sq = xq < 0 ? 0 : stage[static_cast<std::size_t>(xq)];
@@ -127,6 +130,12 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
         (st == 0 ? calc.local_attn_args : calc.remote_attn_args[static_cast<std::size_t>(st - 1)])
             .push_back(AttnArg{{0, 1}, {0, 1}, MaskType::full, buf, buf, flat ? 0 : -1, 1, 0, area});
       }
+  }
+  if (tr.only >= 0) {
+    // One stage (Transfers::only): every remote task runs in stage 1.
+    if (stages != 1) throw Error("plan builder (internal): rank-only transfers make one-stage plans only");
+    last_q[1] = tr.remote_q ? 1 : 0;
+    last_k[1] = tr.remote_k ? 1 : 0;
   }
   for (std::size_t r = 0; r < pass.size(); ++r) {
     if (!mine(r)) continue;

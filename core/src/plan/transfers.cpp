@@ -1,7 +1,9 @@
 // Which rows travel where (token-granular transfers), and in which stage.
 #include <algorithm>
+#include <array>
 #include <iterator>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <tuple>
 
@@ -33,76 +35,126 @@ namespace {
 struct XferPart {
   std::vector<Xfer> xfers;
   std::vector<std::size_t> dst_begin;  // per receiver of the part, local numbering
+  std::array<std::vector<Token>, 2> sent;  // tokens per kind and host, of the part's receivers
+  bool remote_q = false, remote_k = false;
+  std::vector<std::vector<Token>> ends;  // per key, rank-only: the other receivers' range ends (RankKeys)
 };
 
-XferPart collect_part(const TaskGrid& g, const Transfers& tr, std::size_t d0, std::size_t d1,
-                      std::vector<std::int32_t>& task_q, std::vector<std::int32_t>& task_k) {
+// keep (null: keep all): which xfers are kept (RankKeys). The tokens of every
+// xfer are counted.
+XferPart collect_part(const TaskGrid& g, const Transfers& tr, std::size_t d0, std::size_t d1, const RankKeys* keep,
+                      std::vector<std::int32_t>& task_q, std::vector<std::int32_t>& task_k,
+                      std::array<std::vector<Token>, 2>& received) {
   const auto G = static_cast<std::size_t>(g.num_groups());
   const auto nb = static_cast<std::size_t>(g.sharding().num_blocks());
+  const auto P = static_cast<std::size_t>(g.cp_size());
   XferPart part;
   part.dst_begin.reserve(d1 - d0);
+  for (auto& s : part.sent) s.assign(P, 0);
+  if (keep != nullptr) part.ends.resize(2 * nb * G);
+  std::vector<const RangeSet*> ends_of(keep != nullptr ? 2 * nb * G : 0, nullptr);  // the set whose ends came last
   // One xfer per (kind, block, group) and dst. Ranks are visited in order, so a
-  // slot stamped with the current rank already holds that rank's xfer.
+  // key stamped with the current rank already has its open xfer.
   std::vector<std::int32_t> slot(2 * nb * G, -1);
   std::vector<Rank> stamp(2 * nb * G, -1);
-  // Rows of each xfer come from its tasks' cells out of token order (KV cols
-  // by q block): collected and merged once per xfer.
-  std::vector<RangeSet::Builder> rows;
-  // The set each xfer was given last: the many tasks of one xfer mostly need
-  // equal rows (one causal kv block: the whole block, from every q block), and
-  // adding them again changes nothing but the builder's work.
-  std::vector<const RangeSet*> last;
-  auto add = [&](std::int32_t x, const RangeSet& s) {
-    const RangeSet*& l = last[static_cast<std::size_t>(x)];
-    if (l != nullptr && *l == s) return;
-    rows[static_cast<std::size_t>(x)].add(s);
-    l = &s;
+  // The current receiver's xfers. Their rows come from their tasks' cells out
+  // of token order (KV cols by q block), but the many tasks of one xfer mostly
+  // need equal rows (one causal kv block: the whole block, from every q
+  // block): a set equal to the one given last is not added again, and the
+  // rows are merged only when a second one differs.
+  struct Open {
+    RowKind kind;
+    std::int32_t block, group;
+    std::size_t key;
+    std::int32_t x;  // its index in part.xfers, -1 when only counted
+    bool ends;       // rank-only: its range ends cut the kept rank's rows
+    const RangeSet* first;
+    const RangeSet* last;
+    std::int32_t more;  // its builder in `builders` once a second set came, else -1
   };
-  auto xfer_for = [&](RowKind kind, std::int32_t block, std::size_t grp, Rank d) {
+  std::vector<Open> open;
+  std::vector<RangeSet::Builder> builders;  // reused from receiver to receiver
+  std::size_t used = 0;
+  auto add = [&](Open& o, const RangeSet& s) {
+    if (o.last == &s || *o.last == s) return;
+    if (o.more < 0) {
+      if (used == builders.size()) builders.emplace_back();
+      o.more = static_cast<std::int32_t>(used++);
+      builders[static_cast<std::size_t>(o.more)].add(*o.first);
+    }
+    builders[static_cast<std::size_t>(o.more)].add(s);
+    o.last = &s;
+  };
+  auto open_for = [&](RowKind kind, std::int32_t block, std::size_t grp, Rank d, const RangeSet& s) {
     const std::size_t key = (static_cast<std::size_t>(index_of(kind)) * nb + static_cast<std::size_t>(block)) * G + grp;
-    if (stamp[key] != d) {
-      stamp[key] = d;
-      slot[key] = static_cast<std::int32_t>(part.xfers.size());
+    if (stamp[key] == d) {
+      Open& o = open[static_cast<std::size_t>(slot[key])];
+      add(o, s);
+      return o.x;
+    }
+    stamp[key] = d;
+    slot[key] = static_cast<std::int32_t>(open.size());
+    const RankKeys::Use use = keep == nullptr ? RankKeys::all : keep->use(key, d);
+    std::int32_t x = -1;
+    if (use == RankKeys::all) {
+      x = static_cast<std::int32_t>(part.xfers.size());
       part.xfers.push_back(Xfer{kind, block, static_cast<std::int32_t>(grp),
                                 g.sharding().host[static_cast<std::size_t>(block)], d, {}});
-      rows.emplace_back();
-      last.push_back(nullptr);
     }
-    return slot[key];
+    open.push_back({kind, block, static_cast<std::int32_t>(grp), key, x, use == RankKeys::ends, &s, &s, -1});
+    return x;
   };
   for (std::size_t d = d0; d < d1; ++d) {
     part.dst_begin.push_back(part.xfers.size());
+    const auto rank = static_cast<Rank>(d);
+    open.clear();
+    used = 0;
     for (std::size_t i = tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i) {
       const auto t = static_cast<TaskId>(tr.task_order[i]);
       const Cell& c = g.cell_of(t);
       const std::size_t grp = static_cast<std::size_t>(t) % G;
-      const auto rank = static_cast<Rank>(d);
       if (g.q_host(t) != rank) {
-        const std::int32_t x = xfer_for(RowKind::qo, c.qblock, grp, rank);
-        add(x, c.rows);
-        task_q[static_cast<std::size_t>(t)] = x;
+        part.remote_q = true;
+        task_q[static_cast<std::size_t>(t)] = open_for(RowKind::qo, c.qblock, grp, rank, c.rows);
       }
       if (g.k_host(t) != rank) {
-        const std::int32_t x = xfer_for(RowKind::kv, c.kblock, grp, rank);
-        add(x, c.cols);
-        task_k[static_cast<std::size_t>(t)] = x;
+        part.remote_k = true;
+        task_k[static_cast<std::size_t>(t)] = open_for(RowKind::kv, c.kblock, grp, rank, c.cols);
       }
     }
-  }
-  for (std::size_t i = 0; i < part.xfers.size(); ++i) {
-    part.xfers[i].rows = rows[i].build();
-    part.xfers[i].tokens = part.xfers[i].rows.size();
+    for (Open& o : open) {
+      RangeSet merged;
+      if (o.more >= 0) merged = builders[static_cast<std::size_t>(o.more)].build();
+      const RangeSet& rows = o.more >= 0 ? merged : *o.first;
+      const Token tokens = rows.size();
+      const auto k = static_cast<std::size_t>(index_of(o.kind));
+      part.sent[k][static_cast<std::size_t>(g.sharding().host[static_cast<std::size_t>(o.block)])] += tokens;
+      received[k][d] += tokens;
+      if (o.ends) {
+        // The ends of a cell's set equal to the one before are there already.
+        const RangeSet*& last = ends_of[o.key];
+        if (o.more >= 0 || last == nullptr || !(last == o.first || *last == *o.first)) {
+          for (Range r : rows.ranges()) part.ends[o.key].insert(part.ends[o.key].end(), {r.begin, r.end});
+          last = o.more >= 0 ? nullptr : o.first;
+        }
+      }
+      if (o.x < 0) continue;
+      Xfer& xf = part.xfers[static_cast<std::size_t>(o.x)];
+      xf.rows = o.more >= 0 ? std::move(merged) : *o.first;
+      xf.tokens = tokens;
+    }
   }
   return part;
 }
 
 }  // namespace
 
-Transfers collect_transfers(const Assignment& a, int threads) {
+Transfers collect_transfers(const Assignment& a, int threads, Rank only) {
   const TaskGrid& g = *a.grid;
   const auto P = static_cast<std::size_t>(g.cp_size());
   const auto T = static_cast<std::size_t>(g.num_tasks());
   Transfers tr;
+  tr.only = only;
 
   // Tasks by computing rank (counting sort keeps task order inside a rank).
   tr.rank_begin.assign(P + 1, 0);
@@ -116,6 +168,9 @@ Transfers collect_transfers(const Assignment& a, int threads) {
   }
   tr.task_q.assign(T, -1);
   tr.task_k.assign(T, -1);
+  for (auto& v : tr.tokens.received) v.assign(P, 0);
+  std::optional<RankKeys> keep;
+  if (only >= 0) keep = RankKeys(g, tr, only);
 
   // Receivers in contiguous runs of about equal task counts, one per thread
   // (one per million tasks unless given); each numbers its xfers from 0, and
@@ -131,15 +186,22 @@ Transfers collect_transfers(const Assignment& a, int threads) {
   std::vector<XferPart> parts(static_cast<std::size_t>(W));
   index_detail::run_threads(W, [&](int w) {
     const auto i = static_cast<std::size_t>(w);
-    parts[i] = collect_part(g, tr, cut[i], cut[i + 1], tr.task_q, tr.task_k);
+    parts[i] = collect_part(g, tr, cut[i], cut[i + 1], keep ? &*keep : nullptr, tr.task_q, tr.task_k,
+                            tr.tokens.received);
   });
 
   tr.dst_begin.assign(P + 1, 0);
   std::vector<std::int32_t> base(static_cast<std::size_t>(W), 0);
   std::size_t total = 0;
+  for (auto& v : tr.tokens.sent) v.assign(P, 0);
   for (int w = 0; w < W; ++w) {
+    const XferPart& part = parts[static_cast<std::size_t>(w)];
     base[static_cast<std::size_t>(w)] = static_cast<std::int32_t>(total);
-    total += parts[static_cast<std::size_t>(w)].xfers.size();
+    total += part.xfers.size();
+    for (std::size_t k = 0; k < 2; ++k)
+      for (std::size_t r = 0; r < P; ++r) tr.tokens.sent[k][r] += part.sent[k][r];
+    tr.remote_q |= part.remote_q;
+    tr.remote_k |= part.remote_k;
   }
   tr.xfers.reserve(total);
   for (int w = 0; w < W; ++w) {
@@ -149,6 +211,11 @@ Transfers collect_transfers(const Assignment& a, int threads) {
     std::move(parts[i].xfers.begin(), parts[i].xfers.end(), std::back_inserter(tr.xfers));
   }
   tr.dst_begin[P] = total;
+  if (keep) {
+    std::vector<const std::vector<std::vector<Token>>*> of_parts;
+    for (const XferPart& part : parts) of_parts.push_back(&part.ends);
+    add_stand_ins(g, *keep, of_parts, tr);
+  }
   // The later parts' tasks point at their part's xfers: shift them to the joined numbering.
   if (W > 1)
     index_detail::run_threads(W, [&](int w) {

@@ -21,24 +21,41 @@ TransferBytes bwd_bytes_per_token(const Problem& p) {
 }
 
 namespace {
-void account(PassMetrics& m, const std::vector<Transfer>& ts, const TransferBytes& b) {
-  for (const Transfer& t : ts) {
-    const bool qo = t.kind == RowKind::qo;
-    const Bytes out = t.tokens * (qo ? b.qo_out : b.kv_out);
-    const Bytes back = t.tokens * (qo ? b.qo_back : b.kv_back);
-    m.send[static_cast<std::size_t>(t.host)] += out;
-    m.recv[static_cast<std::size_t>(t.dst)] += out;
-    m.send[static_cast<std::size_t>(t.dst)] += back;
-    m.recv[static_cast<std::size_t>(t.host)] += back;
-  }
+// A rank sends a transfer's out bytes as its host and its back bytes as its
+// receiver (and receives the other way round).
+void account(PassMetrics& m, const TransferTokens& tk, const TransferBytes& b) {
+  const std::size_t Q = static_cast<std::size_t>(index_of(RowKind::qo)), K = static_cast<std::size_t>(index_of(RowKind::kv));
   for (std::size_t r = 0; r < m.send.size(); ++r) {
+    m.send[r] = tk.sent[Q][r] * b.qo_out + tk.sent[K][r] * b.kv_out + tk.received[Q][r] * b.qo_back +
+                tk.received[K][r] * b.kv_back;
+    m.recv[r] = tk.received[Q][r] * b.qo_out + tk.received[K][r] * b.kv_out + tk.sent[Q][r] * b.qo_back +
+                tk.sent[K][r] * b.kv_back;
     m.total_send += m.send[r];
     m.bottleneck = std::max({m.bottleneck, m.send[r], m.recv[r]});
   }
 }
 }  // namespace
 
+TransferTokens transfer_tokens(int cp_size, const std::vector<Transfer>& ts) {
+  const auto P = static_cast<std::size_t>(cp_size);
+  TransferTokens tk;
+  for (int k = 0; k < 2; ++k) {
+    tk.sent[static_cast<std::size_t>(k)].assign(P, 0);
+    tk.received[static_cast<std::size_t>(k)].assign(P, 0);
+  }
+  for (const Transfer& t : ts) {
+    const auto k = static_cast<std::size_t>(index_of(t.kind));
+    tk.sent[k][static_cast<std::size_t>(t.host)] += t.tokens;
+    tk.received[k][static_cast<std::size_t>(t.dst)] += t.tokens;
+  }
+  return tk;
+}
+
 Metrics compute_metrics(const Assignment& a, const std::vector<Transfer>& ts) {
+  return compute_metrics(a, transfer_tokens(a.grid->cp_size(), ts));
+}
+
+Metrics compute_metrics(const Assignment& a, const TransferTokens& tk) {
   const TaskGrid& g = *a.grid;
   const Problem& p = g.problem();
   const auto P = static_cast<std::size_t>(g.cp_size());
@@ -60,9 +77,12 @@ Metrics compute_metrics(const Assignment& a, const std::vector<Transfer>& ts) {
   m.imbalance = total > 0 ? static_cast<double>(mx) * static_cast<double>(P) / static_cast<double>(total) : 1.0;
   m.stage0_share = total > 0 ? static_cast<double>(local) / static_cast<double>(total) : 1.0;
 
-  for (const Transfer& t : ts) (t.kind == RowKind::qo ? m.remote_qo_tokens : m.remote_kv_tokens) += t.tokens;
-  account(m.fwd, ts, fwd_bytes_per_token(p));
-  account(m.bwd, ts, bwd_bytes_per_token(p));
+  for (std::size_t r = 0; r < P; ++r) {
+    m.remote_qo_tokens += tk.sent[static_cast<std::size_t>(index_of(RowKind::qo))][r];
+    m.remote_kv_tokens += tk.sent[static_cast<std::size_t>(index_of(RowKind::kv))][r];
+  }
+  account(m.fwd, tk, fwd_bytes_per_token(p));
+  account(m.bwd, tk, bwd_bytes_per_token(p));
   return m;
 }
 

@@ -60,6 +60,24 @@ std::vector<Cell> TaskGrid::cells_of(const std::vector<Slice>& slices, Token& to
   // Needed rows and cols come from many slices in no particular order:
   // collected per cell and merged once.
   std::vector<RangeSet::Builder> rows, cols;
+  {
+    // At most one cell per (slice, q block, k block) the loop below visits
+    // (as many as the memory estimate counts, base/resources.cpp): reserved,
+    // so that the cells are not moved (and new memory touched) as they grow.
+    std::int64_t visits = 0;
+    for (const Slice& s : slices) {
+      for (int qb = sharding_.block_of(s.q.begin); qb < nb && blocks[qb].begin < s.q.end && visits < nb * nb; ++qb) {
+        const Range need = blocks[qb].empty() ? Range{} : slice_needed_cols(s, blocks[qb], s.k);
+        if (!need.empty()) visits += sharding_.block_of(need.end - 1) - sharding_.block_of(need.begin) + 1;
+      }
+    }
+    const auto n = static_cast<std::size_t>(std::min(visits, nb * nb));
+    cells.reserve(n);
+    rows.reserve(n);
+    cols.reserve(n);
+  }
+  bool in_order = true;  // each new cell's key above the one before
+  std::int64_t last_key = -1;
   for (const Slice& s : slices) {
     const int qb0 = sharding_.block_of(s.q.begin);
     for (int qb = qb0; qb < nb && blocks[qb].begin < s.q.end; ++qb) {
@@ -77,6 +95,9 @@ std::vector<Cell> TaskGrid::cells_of(const std::vector<Slice>& slices, Token& to
           if (static_cast<std::int64_t>(cells.size() + 1) * groups_ > limits::kMaxTasks)
             too_many_tasks(cells.size() + 1, groups_);
           idx = static_cast<std::int32_t>(cells.size());
+          const std::int64_t key = std::int64_t{qb} * nb + kb;
+          in_order = in_order && key > last_key;
+          last_key = key;
           cells.push_back(Cell{qb, kb, 0, {}, {}, {}});
           rows.emplace_back();
           cols.emplace_back();
@@ -97,6 +118,9 @@ std::vector<Cell> TaskGrid::cells_of(const std::vector<Slice>& slices, Token& to
     cells[i].rows = rows[i].build();
     cells[i].cols = cols[i].build();
   }
+  // Made in key order already (one slice, or slices in row order that do not
+  // overlap): nothing to move.
+  if (in_order) return cells;
   // Sorted by blocks: each (qblock, kblock) key names one cell, so the cells
   // are moved once in key order (sorting the cells themselves swapped their
   // range sets and pieces: most of the grid's time on causal at P = 512).

@@ -14,7 +14,15 @@ void balance_rows(const TaskGrid& grid, std::vector<Rank>& rank, std::int64_t ta
   const TaskId T = grid.num_tasks();
   const auto uP = static_cast<std::size_t>(P);
   std::vector<std::int64_t> load(uP, 0);
-  for (TaskId t = 0; t < T; ++t) load[static_cast<std::size_t>(rank[static_cast<std::size_t>(t)])] += grid.load(t);
+  if (grid.per_group_cells()) {
+    for (TaskId t = 0; t < T; ++t) load[static_cast<std::size_t>(rank[static_cast<std::size_t>(t)])] += grid.load(t);
+  } else {
+    // Cell by cell: its groups' tasks share its load.
+    const std::int64_t heads = grid.problem().q_heads_per_task();
+    std::size_t t = 0;
+    for (const Cell& c : grid.cells())
+      for (int g = 0; g < G; ++g) load[static_cast<std::size_t>(rank[t++])] += c.area * heads;
+  }
   std::vector<Rank> heavy;
   for (Rank r = 0; r < P; ++r)
     if (load[static_cast<std::size_t>(r)] > target) heavy.push_back(r);

@@ -78,8 +78,7 @@ std::vector<Rank> hybrid_placement(const TaskGrid& grid, int max_degree, const d
 std::int64_t balance_cap(const TaskGrid& grid, double mu) {
   // imbalance = max load x P / total <= mu (computed as compute_metrics does,
   // so that a load at the cap never reads as imbalance > mu).
-  std::int64_t total_load = 0;
-  for (TaskId t = 0; t < grid.num_tasks(); ++t) total_load += grid.load(t);
+  const std::int64_t total_load = grid.total_load();  // the sum of the tasks' loads
   const double total = static_cast<double>(total_load);
   const double P = grid.cp_size();
   if (total <= 0) return 0;

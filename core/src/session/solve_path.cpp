@@ -107,7 +107,7 @@ SolveResult SolvePath::run(std::shared_ptr<const TaskGrid> grid, const Options& 
   po.rank = o.rank;
   po.buffers = o.buffers;
   r.plan = std::make_shared<const Plan>(builder->build(po));
-  r.metrics = compute_metrics(*a, builder->transfers());
+  r.metrics = builder->metrics();
   r.plan_ms = ms_since(t0);
   s.pricing.reset();
   own.reset();

@@ -104,11 +104,13 @@ struct PlanOptions {
   // cannot be executed or validated.
   bool area_only = false;
   // >= 0: build only this rank's CalcMeta and CommMeta (the other ranks'
-  // stay empty; Plan::only_rank says so), each equal to the full plan's. The
-  // stage cut and emission order are the full plan's, so the transfers of
-  // every rank are still collected; without relays the comm layout and the
-  // args cost the rank's own part only (with relays every split counts: the
-  // NIC load so far picks the relays). -1: every rank.
+  // stay empty; Plan::only_rank says so), each equal to the full plan's. With
+  // one stage and no relays only the transfers of the blocks the rank sends
+  // and its own are kept (every rank's tokens are still counted, for the
+  // metrics), and the comm layout and the args cost the rank's own part only;
+  // else the stage cut and emission order are the full plan's, so the
+  // transfers of every rank are collected (with relays every split counts:
+  // the NIC load so far picks the relays). -1: every rank.
   Rank rank = -1;
   // Where the index pools' buffers come from: a Session's recycler
   // (base/buffer_recycler.hpp), so that a rank's pool of tens of MiB reuses
@@ -148,6 +150,10 @@ class PlanBuilder {
   // What its plans move (metrics.hpp's Transfer, one per block, head group
   // and computing rank; grouped by computing rank), from the transfers kept.
   std::vector<Transfer> transfers() const;
+  // compute_metrics(assignment(), transfers()), from the tokens counted while
+  // the transfers were collected (a rank's plan alone keeps only its own
+  // transfers but counts every rank's tokens).
+  Metrics metrics() const;
   Plan build(const PlanOptions& options) const;
 
  private:

@@ -1,5 +1,6 @@
 #pragma once
 // Metrics of an assignment, exact and token-granular (docs/design.md#metrics).
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -51,6 +52,18 @@ TransferBytes bwd_bytes_per_token(const Problem& p);
 // builder's: PlanBuilder::transfers, or transfers(a) of plan/builder.hpp,
 // which also has compute_metrics(a)).
 Metrics compute_metrics(const Assignment& a, const std::vector<Transfer>& transfers);
+
+// All the metrics read of the transfers: per rank, the tokens it sends as a
+// block's host and receives as a computing rank, per kind (index_of), summed
+// over the transfers. The plan builder counts them without keeping every
+// transfer (PlanBuilder::metrics).
+struct TransferTokens {
+  std::array<std::vector<Token>, 2> sent;      // [kind][rank]
+  std::array<std::vector<Token>, 2> received;  // [kind][rank]
+};
+TransferTokens transfer_tokens(int cp_size, const std::vector<Transfer>& transfers);
+// The same metrics as from the transfers these tokens sum.
+Metrics compute_metrics(const Assignment& a, const TransferTokens& tokens);
 
 // USP's closed-form forward volume per rank (docs/design.md#metrics), Ulysses degree u.
 double usp_closed_form_fwd_bytes_per_rank(const Problem& p, int ulysses_degree);
