@@ -26,6 +26,7 @@ struct PhaseCosts {
   double dispatch = 0;       // a member that dispatches (static): its grid, solve and plan
   double short_search = 0;   // repair, descent and a short iterated search from one start
   double full = 0;           // the full time-mode solve (members, searches, pricing)
+  double stages = 0;         // the chosen placement priced at two stages, and every rank's transfers for its plan
 };
 
 // planned: the layout is the solver's (problem.layout), so the full solve
@@ -63,6 +64,12 @@ struct PhaseGains {
   static double full(bool planned, bool one_node) {
     return !planned ? full_fixed : one_node ? full_planned_one_node : full_planned_nodes;
   }
+  // Two stages instead of one for the placement chosen (a pipelined cast and
+  // a local tail, plan/builder.hpp), on one node and across nodes: the fixed
+  // layout's document masks recovered 38-44 % of the gap at P = 8 and 8-26 %
+  // at P = 16-128 (5 packs).
+  static constexpr double stages_one_node = 0.4;
+  static constexpr double stages_nodes = 0.15;
   // Placements predicted within this fraction of the best are priced to
   // choose among them (the search's model misranks such near ties); beyond
   // it the prediction alone decides.

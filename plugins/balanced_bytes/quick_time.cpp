@@ -34,6 +34,7 @@ constexpr std::int64_t kShortSearchMoves = 250;
 // its wait for a core, cost about what the overlap saves.
 constexpr double kThreadMinS = 1e-3;
 
+
 std::string ms(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3f", s * 1e3);
@@ -212,7 +213,7 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
     const bool near = c->predicted_s <= (1 + PhaseGains::near_tie) * first_start->predicted_s;
     if (!repeat && (near || c->searched)) to_price.push_back(c);
   }
-  const bool priced = to_price.size() >= 2 &&
+  bool priced = to_price.size() >= 2 &&
                       worth(static_cast<double>(to_price.size()) * cost.price_plan, weight, PhaseGains::price,
                             best_predicted().predicted_s, bound);
   double step = std::numeric_limits<double>::infinity(), compute_bound = 0;
@@ -234,16 +235,36 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
     }
   }
 
+  // Two stages pipeline the casts and end with a local tail that hides the
+  // reduces (plan/builder.hpp): priced where that is expected to pay for the
+  // pricing (the placement at one stage too, when it was not priced) and for
+  // every rank's transfers, which a rank's two-stage plan needs.
+  int chosen_stages = stages;
+  if (in.shape().auto_stages() && in.pricing() != nullptr &&
+      worth(cost.stages + (priced ? 0.0 : cost.price_plan), weight,
+            one_node ? PhaseGains::stages_one_node : PhaseGains::stages_nodes, priced ? step : best->predicted_s,
+            bound)) {
+    const auto placement = in.pricing()->add(best->grid, best->rank);
+    if (!priced) {
+      const PlanPrice one = in.pricing()->price(placement, PlanShape::fixed(1, relay));
+      step = one.step, compute_bound = one.compute_bound, ++plans;
+      priced = true;
+    }
+    const PlanPrice two = in.pricing()->price(placement, PlanShape::fixed(2, relay));
+    ++plans;
+    if (two.step < step) step = two.step, chosen_stages = 2;
+  }
+
   Solution sol;
   sol.assignment.grid = best->grid;
   sol.assignment.rank = best->rank;
   sol.feasible = balance_cap(*best->grid, opt_.mu) >= max_load(*best->grid, best->rank);
-  sol.shape = PlanShape::fixed(stages, relay);
+  sol.shape = PlanShape::fixed(chosen_stages, relay);
   sol.figures.set("predicted_step_s", priced ? step : best->predicted_s);
   if (priced) sol.figures.set("compute_bound_s", compute_bound);
   sol.figures.set("candidates", static_cast<double>(cands.size()));
   sol.figures.set("plans_priced", static_cast<double>(plans));
-  sol.figures.set("stages", stages);
+  sol.figures.set("stages", chosen_stages);
   sol.figures.set("relay_node_size", relay);
   sol.figures.set("blocks_per_rank", best->grid->problem().grid.blocks_per_rank);
   sol.figures.set("full_search", 0);

@@ -22,12 +22,15 @@ struct Planned {
   double step = 0;  // seconds, the timing model on the whole plan
   double full_search = -1;
   double plans_priced = 0;
+  int num_stages = 0;
+  bool local_tail = false;
 };
 
 Planned plan_of(const std::shared_ptr<Registry>& reg, const std::string& solver, PlanUses uses, int P,
                 const RangeMask& mask, const std::string& cost_model = "time", const Params& params = {},
-                Layout layout = Layout::fixed) {
+                Layout layout = Layout::fixed, int stages = 1) {
   SessionOptions o;
+  o.plan.stages = stages;
   o.solver_params = params;
   o.cp_size = P;
   o.heads = {64, 8, 128, 2};
@@ -42,6 +45,8 @@ Planned plan_of(const std::shared_ptr<Registry>& reg, const std::string& solver,
   p.step = estimate_step(r.assignment->grid->problem(), *r.plan, resolve_hardware_profile("h100_8x_nvlink")).step();
   p.full_search = r.figures.get("full_search").value_or(-1);
   p.plans_priced = r.figures.get("plans_priced").value_or(0);
+  p.num_stages = r.plan->num_stages;
+  p.local_tail = r.plan->local_tail;
   return p;
 }
 
@@ -71,6 +76,33 @@ TEST_CASE("balanced_bytes plans a mask used once cheaply, and one made ahead ful
     const double greedy = plan_of(reg, "binary_greedy", PlanUses{1}, P, mask).step;
     CHECK(once.step <= std::min(usp, greedy) * 1.01);
   }
+}
+
+// Used once with plan.stages auto, on one node the chosen placement is priced
+// at two stages too (a pipelined cast and a local tail): on the packs where
+// that is faster the plan has them, and it is never slower than one stage.
+TEST_CASE("balanced_bytes used once with stages auto takes two stages and a local tail where they are faster") {
+  const auto reg = test::new_build_registry();
+  const DocHistogram hist = DocHistogram::load_csv((std::filesystem::path(CPSCHED_SOURCE_DIR) / "configs" / "data" / "doc_length_distribution.csv").string());
+  int two = 0;
+  for (int pack = 0; pack < 3; ++pack)
+    for (MaskKind kind : {MaskKind::causal_document, MaskKind::full_document}) {
+      MaskSpec spec;
+      spec.kind = kind;
+      spec.histogram = hist;
+      spec.seed = 42;
+      spec.pack = pack;
+      const RangeMask mask = make_mask(spec, Token{8192} * 8);
+      CAPTURE(pack);
+      const Planned one = plan_of(reg, "balanced_bytes", PlanUses{1}, 8, mask);
+      const Planned chosen = plan_of(reg, "balanced_bytes", PlanUses{1}, 8, mask, "time", {}, Layout::fixed,
+                                     PlanShape::kAutoStages);
+      CHECK(chosen.full_search == 0);
+      CHECK(chosen.step <= one.step * (1 + 1e-9));
+      CHECK((chosen.num_stages == 1 || (chosen.num_stages == 3 && chosen.local_tail)));
+      two += chosen.num_stages == 3;
+    }
+  CHECK(two >= 4);
 }
 
 // Above member_max_tasks (P = 1024 causal by default; here a small limit), used
