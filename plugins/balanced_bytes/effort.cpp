@@ -21,6 +21,7 @@ constexpr double kFullSearchPerTask = 4e-6;
 constexpr double kFullPlansPriced = 30;       // plans the full solve prices (starts, finals, stage choices)
 constexpr double kMemberGridsPerTask = 30e-6;   // planned: searching and pricing on static's 8x finer grids
 constexpr double kStagesBase = 0.2e-3;        // two stage cuts priced and every rank's transfers collected
+constexpr double kStagesPerTask = 1e-6;
 constexpr double kStagesPerRank2 = 0.5e-6;    // (the timing model's stage descriptions and peers)
 }  // namespace
 
@@ -31,7 +32,7 @@ PhaseCosts predict_phase_costs(std::int64_t tasks, int ranks, bool planned) {
   c.member = kGreedyBase + kGreedyPerRank * P + kGreedyPerRank2 * P * P;
   c.dispatch = kStaticPerTask * T;
   c.short_search = kShortSearchBase + kShortSearchPerTask * T + kShortSearchPerRank * P;
-  c.stages = kStagesBase + kStagesPerRank2 * P * P;
+  c.stages = kStagesBase + kStagesPerTask * T + kStagesPerRank2 * P * P;
   c.full = c.member + kFullSearchBase + kFullSearchPerTask * T + kFullPlansPriced * c.price_plan;
   if (planned) c.full += 2 * c.dispatch + kMemberGridsPerTask * T;  // static's two members and their grids
   return c;
