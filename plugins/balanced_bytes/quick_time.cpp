@@ -34,7 +34,6 @@ constexpr std::int64_t kShortSearchMoves = 250;
 // its wait for a core, cost about what the overlap saves.
 constexpr double kThreadMinS = 1e-3;
 
-
 std::string ms(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3f", s * 1e3);
@@ -214,8 +213,8 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
     if (!repeat && (near || c->searched)) to_price.push_back(c);
   }
   bool priced = to_price.size() >= 2 &&
-                      worth(static_cast<double>(to_price.size()) * cost.price_plan, weight, PhaseGains::price,
-                            best_predicted().predicted_s, bound);
+                worth(static_cast<double>(to_price.size()) * cost.price_plan, weight, PhaseGains::price,
+                      best_predicted().predicted_s, bound);
   double step = std::numeric_limits<double>::infinity(), compute_bound = 0;
   std::size_t plans = 0;
   const Candidate* best = first_start;

@@ -220,21 +220,20 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
                 "(PlanOptions::hardware)");
   if (hw == nullptr || options.stages < 2 || s_->current->xfers.empty())
     return assemble(options, cut(options.stages, nullptr));
-  if (options.stage_cut != PlanOptions::StageCut::automatic) {
-    Cut forced = cut(options.stages, options.stage_cut == PlanOptions::StageCut::ports ? hw : nullptr);
-    forced.local_tail = true;
-    return assemble(options, forced);
-  }
+  // On a profile with two or more stages every cut ends with the local tail.
+  auto tailed = [&](bool by_ports) {
+    Cut c = cut(options.stages, by_ports ? hw : nullptr);
+    c.local_tail = true;
+    return c;
+  };
+  if (options.stage_cut != PlanOptions::StageCut::automatic)
+    return assemble(options, tailed(options.stage_cut == PlanOptions::StageCut::ports));
 
   // Both cuts priced on the profile, once per shape and profile.
   for (const State::Chosen& c : s_->chosen)
-    if (c.stages == options.stages && c.relay_node_size == options.relay_node_size && c.hardware == *hw) {
-      Cut chosen = cut(options.stages, c.ports ? hw : nullptr);
-      chosen.local_tail = true;
-      return assemble(options, chosen);
-    }
-  Cut receivers = cut(options.stages, nullptr), by_ports = cut(options.stages, hw);
-  receivers.local_tail = by_ports.local_tail = true;
+    if (c.stages == options.stages && c.relay_node_size == options.relay_node_size && c.hardware == *hw)
+      return assemble(options, tailed(c.ports));
+  const Cut receivers = tailed(false), by_ports = tailed(true);
   bool ports = false;
   std::optional<Plan> kept;
   if (!(by_ports == receivers)) {
