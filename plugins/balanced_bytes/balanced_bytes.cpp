@@ -1,4 +1,5 @@
 #include "balanced_bytes.hpp"
+#include "effort.hpp"
 #include "plan_pricing.hpp"
 #include "run_jobs.hpp"
 #include "time_mode.hpp"
@@ -533,6 +534,7 @@ Solution time_solution(const TimeChoice& c, const Options& opt, const PlanShape&
   }
   sol.figures.set("stages", stages);
   sol.figures.set("full_search", 1);
+  sol.figures.set("settled", pricer != nullptr && pricer->settled() ? 1 : 0);
   sol.figures.set("relay_node_size", c.relay);
   sol.figures.set("blocks_per_rank", a.grid->problem().grid.blocks_per_rank);
   sol.note = "balanced_bytes (time): " + c.best->origin + " on " +
@@ -602,6 +604,44 @@ void BalancedBytes::search_member_grids(const SolveInput& in, const std::vector<
 Solution BalancedBytes::solve_time(const SolveInput& in) const {
   SolvedMembers solved;
   if (std::optional<Solution> quick = solve_time_quick(in, solved)) return std::move(*quick);
+  return try_finer_grids(in, solve_time_full(in, std::move(solved)));
+}
+
+Solution BalancedBytes::try_finer_grids(const SolveInput& in, Solution sol) const {
+  const TaskGrid& grid = *in.grid();
+  const std::optional<double> step = sol.figures.get("predicted_step_s");
+  const std::optional<double> bound = sol.figures.get("compute_bound_s");
+  // Only where plans were priced and the rows of a document can leave their
+  // node: in the planned layout the dispatching members already split
+  // documents (finer sequential grids changed no plan there), and on one
+  // node they were slower on causal_document (docs/bounds.md#finer-blocks).
+  if (grid.problem().layout != Layout::fixed || !is_sequential(grid) || !step || !bound ||
+      grid.cp_size() <= in.time_prices()->nodes.gpus_per_node || sol.figures.get("settled").value_or(0) > 0)
+    return sol;
+  const int base = grid.problem().grid.blocks_per_rank;
+  const double weight = in.uses().planning_weight();
+  std::string tried = "; " + std::to_string(base) + " block(s) per rank: " + num(*step * 1e3, "%.4f") + " ms";
+  for (int blocks = 2 * base; blocks <= std::min(4 * base, opt_.max_blocks_per_rank); blocks *= 2) {
+    // The grid first: the full solve's predicted cost is in its tasks.
+    std::shared_ptr<const TaskGrid> finer = finer_grid(grid, blocks);
+    if (finer->num_tasks() > opt_.member_max_tasks) break;  // its plans would not be priced
+    const double cost = predict_phase_costs(finer->num_tasks(), grid.cp_size(), false).full;
+    const double best = sol.figures.get("predicted_step_s").value_or(*step);
+    if (!worth(cost, weight, PhaseGains::finer_grid, best, *bound)) {
+      tried += "; " + std::to_string(blocks) + " blocks per rank not searched (" + num(cost * 1e3) +
+               " ms predicted)";
+      break;
+    }
+    Solution f = solve_time_full(in.with_grid(finer), {});
+    const double f_step = f.figures.get("predicted_step_s").value_or(std::numeric_limits<double>::infinity());
+    tried += "; " + std::to_string(blocks) + " blocks per rank: " + num(f_step * 1e3, "%.4f") + " ms";
+    if (f_step < best) sol = std::move(f);
+  }
+  sol.note += tried;
+  return sol;
+}
+
+Solution BalancedBytes::solve_time_full(const SolveInput& in, SolvedMembers solved) const {
   std::vector<Candidate> seen;
   std::vector<std::string> skipped;
   const std::vector<MemberResult> members = solve_members(in, skipped, std::move(solved));

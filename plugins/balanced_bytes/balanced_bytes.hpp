@@ -4,6 +4,10 @@
 // local search on the bytes that really move; the best one wins. Where no
 // placement on the given grid meets the cap (a cell alone is too big), the
 // shards are cut into more blocks and the search runs again on the finer grid.
+// The time mode does the same in the fixed layout across nodes, where finer
+// blocks are the only way to split a long document's rows over ranks and
+// stages: made ahead it solves the grids of 2 and 4 times the blocks too and
+// keeps the fastest plan.
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -100,6 +104,11 @@ class BalancedBytes final : public Solver {
   std::vector<std::string> member_names(Layout layout) const;
   Solution solve_bytes(const SolveInput& in) const;
   Solution solve_time(const SolveInput& in) const;
+  // The full time-mode solve on the input grid (members, searches, pricing).
+  Solution solve_time_full(const SolveInput& in, SolvedMembers solved) const;
+  // The fixed layout across nodes: the same on grids of 2 and 4 times the
+  // blocks per rank where that pays (effort.hpp), the fastest plan kept.
+  Solution try_finer_grids(const SolveInput& in, Solution sol) const;
   // The time mode used a few times (uses >= 1): the starts, and the phases
   // that pay for their weighted planning time (effort.hpp); nullopt where the
   // full search pays (and always when made ahead).

@@ -70,6 +70,10 @@ struct PhaseGains {
   // at P = 16-128 (5 packs).
   static constexpr double stages_one_node = 0.4;
   static constexpr double stages_nodes = 0.15;
+  // The full solve again on grids of 2 and 4 times the blocks per rank
+  // (fixed layout, across nodes): 13-26 % of the gap left by the full solve
+  // on the document masks at P = 16-128 (10 packs, docs/bounds.md#finer-blocks).
+  static constexpr double finer_grid = 0.2;
   // Placements predicted within this fraction of the best are priced to
   // choose among them (the search's model misranks such near ties); beyond
   // it the prediction alone decides.

@@ -28,7 +28,8 @@ const cpsched_param_spec kParams[] = {
     {"threads", CPSCHED_PARAM_INT, "0",
      "worker threads over the start placements (0: hardware threads, at most 8); same result for any count"},
     {"max_blocks_per_rank", CPSCHED_PARAM_INT, "8",
-     "finest sharding tried when no placement meets mu on the given grid"},
+     "finest sharding tried: bytes, when no placement meets mu on the given grid; time, in the fixed layout "
+     "across nodes, where the full solve is repeated on 2 and 4 times the given blocks per rank (1: never)"},
     {"usp_max_degree", CPSCHED_PARAM_INT, "8", "largest Ulysses degree of the usp start (as the usp solver)"},
     {"member_max_tasks", CPSCHED_PARAM_INT, "131072",
      "run the members only on grids of at most this many tasks (their solve time dominates beyond)"},
