@@ -36,6 +36,10 @@ std::string num(double v, const char* fmt = "%.6g") {
 // Searching a member's own grid (static's dispatch is 8 x finer) costs about
 // its task count; beyond this only the member's plan as it is is priced.
 constexpr TaskId kMemberGridSearchTasks = 400000;
+// The time mode's second full solve on one node: the balance cap it searches
+// under (docs/bounds.md#a-tighter-balance-cap-on-one-node: 1.05 and 1.02 gave
+// within 0.004 of it; all three together 0.006 more for three solves).
+constexpr double kTighterMu = 1.03;
 
 // The time objective's default effort (move evaluations per solve up to 256 tasks).
 constexpr std::int64_t kTimeEffort = 10000;
@@ -604,7 +608,40 @@ void BalancedBytes::search_member_grids(const SolveInput& in, const std::vector<
 Solution BalancedBytes::solve_time(const SolveInput& in) const {
   SolvedMembers solved;
   if (std::optional<Solution> quick = solve_time_quick(in, solved)) return std::move(*quick);
-  return try_finer_grids(in, solve_time_full(in, std::move(solved)));
+  Solution sol = solve_time_full(in, std::move(solved));
+  const std::optional<double> first = sol.figures.get("predicted_step_s");
+  sol = try_finer_grids(in, try_tighter_cap(in, std::move(sol)));
+  // The full solve's own plan, before the variants (a plan is kept only where it is faster).
+  if (first) sol.figures.set("input_grid_step_s", *first);
+  return sol;
+}
+
+Solution BalancedBytes::try_tighter_cap(const SolveInput& in, Solution sol) const {
+  const TaskGrid& grid = *in.grid();
+  const std::optional<double> step = sol.figures.get("predicted_step_s");
+  const std::optional<double> bound = sol.figures.get("compute_bound_s");
+  // On one node, where NVLink makes moving work cheap; across nodes a tighter
+  // cap sends more over the NICs (docs/bounds.md#a-tighter-balance-cap-on-one-node).
+  if (!step || !bound || grid.cp_size() > in.time_prices()->nodes.gpus_per_node || opt_.mu <= kTighterMu ||
+      sol.figures.get("settled").value_or(0) > 0)
+    return sol;
+  const double cost = predict_phase_costs(grid.num_tasks(), grid.cp_size(), grid.problem().layout == Layout::planned).full;
+  if (!worth(cost, in.uses().planning_weight(), PhaseGains::tighter_cap, *step, *bound)) {
+    sol.note += "; mu " + num(kTighterMu) + " not searched (" + num(cost * 1e3) + " ms predicted)";
+    return sol;
+  }
+  BalancedBytes tight = *this;
+  tight.opt_.mu = kTighterMu;
+  Solution t = tight.solve_time_full(in, {});
+  const double t_step = t.figures.get("predicted_step_s").value_or(std::numeric_limits<double>::infinity());
+  if (!(t_step < *step)) {
+    sol.note += "; mu " + num(kTighterMu) + ": " + num(t_step * 1e3, "%.4f") + " ms";
+    return sol;
+  }
+  t.note += "; mu " + num(opt_.mu) + ": " + num(*step * 1e3, "%.4f") + " ms";
+  // Feasible against the caller's mu, which the tighter cap implies.
+  t.feasible = balance_cap(*t.assignment.grid, opt_.mu) >= max_load(*t.assignment.grid, t.assignment.rank);
+  return t;
 }
 
 Solution BalancedBytes::try_finer_grids(const SolveInput& in, Solution sol) const {

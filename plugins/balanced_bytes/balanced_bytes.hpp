@@ -109,6 +109,9 @@ class BalancedBytes final : public Solver {
   // The fixed layout across nodes: the same on grids of 2 and 4 times the
   // blocks per rank where that pays (effort.hpp), the fastest plan kept.
   Solution try_finer_grids(const SolveInput& in, Solution sol) const;
+  // On one node: the same under a balance cap of 1.03 where that pays, the
+  // faster plan kept (NVLink makes a tighter balance cheap there).
+  Solution try_tighter_cap(const SolveInput& in, Solution sol) const;
   // The time mode used a few times (uses >= 1): the starts, and the phases
   // that pay for their weighted planning time (effort.hpp); nullopt where the
   // full search pays (and always when made ahead).

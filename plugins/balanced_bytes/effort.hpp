@@ -74,6 +74,10 @@ struct PhaseGains {
   // (fixed layout, across nodes): 13-26 % of the gap left by the full solve
   // on the document masks at P = 16-128 (10 packs, docs/bounds.md#finer-blocks).
   static constexpr double finer_grid = 0.2;
+  // The full solve again under a balance cap of 1.03 on one node: 22 % of the
+  // gap on causal_document and 48 % on full_document at P = 8 (fixed layout,
+  // made ahead, 20 packs, docs/bounds.md#a-tighter-balance-cap-on-one-node).
+  static constexpr double tighter_cap = 0.3;
   // Placements predicted within this fraction of the best are priced to
   // choose among them (the search's model misranks such near ties); beyond
   // it the prediction alone decides.

@@ -26,6 +26,7 @@ struct Planned {
   int num_stages = 0;
   bool local_tail = false;
   int blocks_per_rank = 0;  // of the chosen grid
+  double input_grid_step = 0;  // the full solve's on the input grid at the given mu (predicted_step_s), 0: none
   bool same_layout = false; // the plan's sharding hosts every token where the problem's does
 };
 
@@ -52,6 +53,7 @@ Planned plan_of(const std::shared_ptr<Registry>& reg, const std::string& solver,
   p.num_stages = r.plan->num_stages;
   p.local_tail = r.plan->local_tail;
   p.blocks_per_rank = r.assignment->grid->problem().grid.blocks_per_rank;
+  p.input_grid_step = r.figures.get("input_grid_step_s").value_or(0);
   p.same_layout = r.plan->sharding.same_layout(Sharding::sequential(Token{8192} * P, P));
   return p;
 }
@@ -216,4 +218,27 @@ TEST_CASE("balanced_bytes made ahead in the fixed layout across nodes also solve
   const Planned planned_default =
       plan_of(reg, "balanced_bytes", PlanUses::ahead(), P, mask, "time", {}, Layout::planned, 0, automatic);
   CHECK(planned_default.step == doctest::Approx(planned.step).epsilon(1e-12));
+}
+
+TEST_CASE("balanced_bytes made ahead on one node also searches under a tighter balance cap") {
+  const auto reg = test::new_build_registry();
+  const DocHistogram hist = DocHistogram::load_csv((std::filesystem::path(CPSCHED_SOURCE_DIR) / "configs" / "data" / "doc_length_distribution.csv").string());
+  const int P = 8;
+  MaskSpec spec;
+  spec.kind = MaskKind::causal_document;
+  spec.histogram = hist;
+  spec.seed = 42;
+  spec.pack = 1;  // rank 0 computes 7 % above the mean under mu = 1.10
+  const RangeMask mask = make_mask(spec, Token{8192} * P);
+  const auto automatic = PlanShape::Relay::automatic;
+  const Planned ahead = plan_of(reg, "balanced_bytes", PlanUses::ahead(), P, mask, "time", {}, Layout::fixed, 0, automatic);
+  const Params tight{std::map<std::string, ParamValue>{{"mu", 1.03}}};
+  const Planned tight_only =
+      plan_of(reg, "balanced_bytes", PlanUses::ahead(), P, mask, "time", tight, Layout::fixed, 0, automatic);
+  REQUIRE(ahead.input_grid_step > 0);
+  // The plan kept is the faster of the two solves: here the tighter one's, by more than 2 %.
+  CHECK(ahead.step == doctest::Approx(tight_only.step).epsilon(1e-9));
+  CHECK(ahead.step < ahead.input_grid_step * 0.98);
+  // Used once there is no full solve to repeat.
+  CHECK(plan_of(reg, "balanced_bytes", PlanUses{1}, P, mask, "time", {}, Layout::fixed, 0, automatic).input_grid_step == 0);
 }
