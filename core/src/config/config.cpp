@@ -55,6 +55,16 @@ void read_selection(const Section& top, const std::string& key, const std::strin
                           config_detail::describe(params));
     return;
   }
+  // Blocks of other plugins are not read, but each must be a block: a
+  // parameter written straight under `params` would otherwise be ignored.
+  for (auto it = params.begin(); it != params.end(); ++it)
+    if (!it->second.IsMap() && !it->second.IsNull()) {
+      const std::string name = it->first.Scalar();
+      diag.error(it->second, config_detail::join_path(s.path("params"), name),
+                 "expected the parameter block of a plugin named '" + name + "', got " +
+                     config_detail::describe(it->second) + " (parameters go one level down: " + s.path("params") +
+                     "." + sel.name + "." + name + ")");
+    }
   const YAML::Node block = params[sel.name];
   const std::string bpath = config_detail::join_path(s.path("params"), sel.name);
   if (!block.IsDefined() || block.IsNull()) return;

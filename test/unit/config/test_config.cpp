@@ -211,6 +211,11 @@ TEST_CASE("wrong shapes and duplicate keys") {
   CHECK(contains(parse_error("- 1\n- 2\n"), "t.yaml:1:1: expected a map with keys problem, solver"));
   CHECK(parse_error("solver: {name: usp, params: {usp: {degree: [1, 2]}}}\nproblem: {}\n") ==
         "t.yaml:1:44: solver.params.usp.degree: expected a scalar (bool, integer, real or string), got a sequence");
+  // A parameter straight under `params` (not in its plugin's block) is an error, not ignored.
+  CHECK(parse_error("solver: {name: balanced_bytes, params: {max_blocks_per_rank: 1}}\nproblem: {}\n") ==
+        "t.yaml:1:62: solver.params.max_blocks_per_rank: expected the parameter block of a plugin named "
+        "'max_blocks_per_rank', got '1' (parameters go one level down: "
+        "solver.params.balanced_bytes.max_blocks_per_rank)");
 }
 
 TEST_CASE("malformed YAML names file:line:column") {
