@@ -657,7 +657,7 @@ Solution BalancedBytes::try_finer_grids(const SolveInput& in, Solution sol) cons
     return sol;
   const int base = grid.problem().grid.blocks_per_rank;
   const double weight = in.uses().planning_weight();
-  std::string tried = "; " + std::to_string(base) + " block(s) per rank: " + num(*step * 1e3, "%.4f") + " ms";
+  std::string tried;
   for (int blocks = 2 * base; blocks <= std::min(4 * base, opt_.max_blocks_per_rank); blocks *= 2) {
     // The grid first: the full solve's predicted cost is in its tasks.
     std::shared_ptr<const TaskGrid> finer = finer_grid(grid, blocks);
@@ -674,7 +674,8 @@ Solution BalancedBytes::try_finer_grids(const SolveInput& in, Solution sol) cons
     tried += "; " + std::to_string(blocks) + " blocks per rank: " + num(f_step * 1e3, "%.4f") + " ms";
     if (f_step < best) sol = std::move(f);
   }
-  sol.note += tried;
+  if (!tried.empty())
+    sol.note += "; " + std::to_string(base) + " block(s) per rank: " + num(*step * 1e3, "%.4f") + " ms" + tried;
   return sol;
 }
 
