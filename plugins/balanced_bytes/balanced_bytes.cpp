@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <thread>
@@ -610,73 +611,70 @@ Solution BalancedBytes::solve_time(const SolveInput& in) const {
   if (std::optional<Solution> quick = solve_time_quick(in, solved)) return std::move(*quick);
   Solution sol = solve_time_full(in, std::move(solved));
   const std::optional<double> first = sol.figures.get("predicted_step_s");
-  sol = try_finer_grids(in, try_tighter_cap(in, std::move(sol)));
-  // The full solve's own plan, before the variants (a plan is kept only where it is faster).
-  if (first) sol.figures.set("input_grid_step_s", *first);
+  if (!first) return sol;
+  // Only a priced plan that did not settle near the bound is worth a repetition.
+  if (sol.figures.has("compute_bound_s") && sol.figures.get("settled").value_or(0) == 0) {
+    std::string tried;
+    try_tighter_cap(in, sol, tried);
+    try_finer_grids(in, sol, tried);
+    if (!tried.empty())
+      sol.note += "; the input grid at mu " + num(opt_.mu) + ": " + num(*first * 1e3, "%.4f") + " ms" + tried;
+  }
+  // The full solve's own plan, before the repetitions (a plan is kept only where it is faster).
+  sol.figures.set("input_grid_step_s", *first);
   return sol;
 }
 
-Solution BalancedBytes::try_tighter_cap(const SolveInput& in, Solution sol) const {
-  const TaskGrid& grid = *in.grid();
-  const std::optional<double> step = sol.figures.get("predicted_step_s");
-  const std::optional<double> bound = sol.figures.get("compute_bound_s");
-  // On one node, where NVLink makes moving work cheap; across nodes a tighter
-  // cap sends more over the NICs (docs/bounds.md#a-tighter-balance-cap-on-one-node).
-  if (!step || !bound || grid.cp_size() > in.time_prices()->nodes.gpus_per_node || opt_.mu <= kTighterMu ||
-      sol.figures.get("settled").value_or(0) > 0)
-    return sol;
-  const double cost = predict_phase_costs(grid.num_tasks(), grid.cp_size(), grid.problem().layout == Layout::planned).full;
-  if (!worth(cost, in.uses().planning_weight(), PhaseGains::tighter_cap, *step, *bound)) {
-    sol.note += "; mu " + num(kTighterMu) + " not searched (" + num(cost * 1e3) + " ms predicted)";
-    return sol;
+bool BalancedBytes::repeat_solve(const SolveInput& in, Solution& sol, double cost, double gain,
+                                 const std::string& what, std::string& tried,
+                                 const std::function<Solution()>& solve) const {
+  const double best = *sol.figures.get("predicted_step_s");
+  if (!worth(cost, in.uses().planning_weight(), gain, best, *sol.figures.get("compute_bound_s"))) {
+    tried += "; " + what + " not searched (" + num(cost * 1e3) + " ms predicted)";
+    return false;
   }
-  BalancedBytes tight = *this;
-  tight.opt_.mu = kTighterMu;
-  Solution t = tight.solve_time_full(in, {});
-  const double t_step = t.figures.get("predicted_step_s").value_or(std::numeric_limits<double>::infinity());
-  if (!(t_step < *step)) {
-    sol.note += "; mu " + num(kTighterMu) + ": " + num(t_step * 1e3, "%.4f") + " ms";
-    return sol;
-  }
-  t.note += "; mu " + num(opt_.mu) + ": " + num(*step * 1e3, "%.4f") + " ms";
-  // Feasible against the caller's mu, which the tighter cap implies.
-  t.feasible = balance_cap(*t.assignment.grid, opt_.mu) >= max_load(*t.assignment.grid, t.assignment.rank);
-  return t;
+  Solution r = solve();
+  const double step = r.figures.get("predicted_step_s").value_or(std::numeric_limits<double>::infinity());
+  tried += "; " + what + ": " + num(step * 1e3, "%.4f") + " ms";
+  if (step < best) sol = std::move(r);
+  return true;
 }
 
-Solution BalancedBytes::try_finer_grids(const SolveInput& in, Solution sol) const {
+void BalancedBytes::try_tighter_cap(const SolveInput& in, Solution& sol, std::string& tried) const {
   const TaskGrid& grid = *in.grid();
-  const std::optional<double> step = sol.figures.get("predicted_step_s");
-  const std::optional<double> bound = sol.figures.get("compute_bound_s");
-  // Only where plans were priced and the rows of a document can leave their
-  // node: in the planned layout the dispatching members already split
-  // documents (finer sequential grids changed no plan there), and on one
-  // node they were slower on causal_document (docs/bounds.md#finer-blocks).
-  if (grid.problem().layout != Layout::fixed || !is_sequential(grid) || !step || !bound ||
-      grid.cp_size() <= in.time_prices()->nodes.gpus_per_node || sol.figures.get("settled").value_or(0) > 0)
-    return sol;
+  // On one node, where NVLink makes moving work cheap; across nodes a tighter
+  // cap sends more over the NICs (docs/bounds.md#a-tighter-balance-cap-on-one-node).
+  if (grid.cp_size() > in.time_prices()->nodes.gpus_per_node || opt_.mu <= kTighterMu) return;
+  const double cost = predict_phase_costs(grid.num_tasks(), grid.cp_size(), grid.problem().layout == Layout::planned).full;
+  repeat_solve(in, sol, cost, PhaseGains::tighter_cap, "mu " + num(kTighterMu), tried, [&] {
+    BalancedBytes tight = *this;
+    tight.opt_.mu = kTighterMu;
+    Solution t = tight.solve_time_full(in, {});
+    // Feasible against the caller's mu, which the tighter cap implies.
+    t.feasible = balance_cap(*t.assignment.grid, opt_.mu) >= max_load(*t.assignment.grid, t.assignment.rank);
+    return t;
+  });
+}
+
+void BalancedBytes::try_finer_grids(const SolveInput& in, Solution& sol, std::string& tried) const {
+  const TaskGrid& grid = *in.grid();
+  // Only where the rows of a document can leave their node: in the planned
+  // layout the dispatching members already split documents (finer sequential
+  // grids changed no plan there), and on one node they were slower on
+  // causal_document (docs/bounds.md#finer-blocks).
+  if (grid.problem().layout != Layout::fixed || !is_sequential(grid) ||
+      grid.cp_size() <= in.time_prices()->nodes.gpus_per_node)
+    return;
   const int base = grid.problem().grid.blocks_per_rank;
-  const double weight = in.uses().planning_weight();
-  std::string tried;
   for (int blocks = 2 * base; blocks <= std::min(4 * base, opt_.max_blocks_per_rank); blocks *= 2) {
     // The grid first: the full solve's predicted cost is in its tasks.
     std::shared_ptr<const TaskGrid> finer = finer_grid(grid, blocks);
     if (finer->num_tasks() > opt_.member_max_tasks) break;  // its plans would not be priced
     const double cost = predict_phase_costs(finer->num_tasks(), grid.cp_size(), false).full;
-    const double best = sol.figures.get("predicted_step_s").value_or(*step);
-    if (!worth(cost, weight, PhaseGains::finer_grid, best, *bound)) {
-      tried += "; " + std::to_string(blocks) + " blocks per rank not searched (" + num(cost * 1e3) +
-               " ms predicted)";
+    if (!repeat_solve(in, sol, cost, PhaseGains::finer_grid, std::to_string(blocks) + " blocks per rank", tried,
+                      [&] { return solve_time_full(in.with_grid(finer), {}); }))
       break;
-    }
-    Solution f = solve_time_full(in.with_grid(finer), {});
-    const double f_step = f.figures.get("predicted_step_s").value_or(std::numeric_limits<double>::infinity());
-    tried += "; " + std::to_string(blocks) + " blocks per rank: " + num(f_step * 1e3, "%.4f") + " ms";
-    if (f_step < best) sol = std::move(f);
   }
-  if (!tried.empty())
-    sol.note += "; " + std::to_string(base) + " block(s) per rank: " + num(*step * 1e3, "%.4f") + " ms" + tried;
-  return sol;
 }
 
 Solution BalancedBytes::solve_time_full(const SolveInput& in, SolvedMembers solved) const {

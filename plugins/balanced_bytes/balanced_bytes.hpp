@@ -9,6 +9,7 @@
 // stages: made ahead it solves the grids of 2 and 4 times the blocks too and
 // keeps the fastest plan.
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -106,12 +107,18 @@ class BalancedBytes final : public Solver {
   Solution solve_time(const SolveInput& in) const;
   // The full time-mode solve on the input grid (members, searches, pricing).
   Solution solve_time_full(const SolveInput& in, SolvedMembers solved) const;
-  // The fixed layout across nodes: the same on grids of 2 and 4 times the
-  // blocks per rank where that pays (effort.hpp), the fastest plan kept.
-  Solution try_finer_grids(const SolveInput& in, Solution sol) const;
-  // On one node: the same under a balance cap of 1.03 where that pays, the
-  // faster plan kept (NVLink makes a tighter balance cheap there).
-  Solution try_tighter_cap(const SolveInput& in, Solution sol) const;
+  // After a full solve (sol, priced and not settled): the full solve repeated
+  // as `solve` where that pays (effort.hpp: (1 / uses) x cost < gain x the gap
+  // left), the faster plan kept in sol; `tried` notes it as `what`. False
+  // where it did not run.
+  bool repeat_solve(const SolveInput& in, Solution& sol, double cost, double gain, const std::string& what,
+                    std::string& tried, const std::function<Solution()>& solve) const;
+  // On one node: the full solve under a balance cap of 1.03 (NVLink makes a
+  // tighter balance cheap there).
+  void try_tighter_cap(const SolveInput& in, Solution& sol, std::string& tried) const;
+  // The fixed layout across nodes: the full solve on grids of 2 and 4 times
+  // the blocks per rank.
+  void try_finer_grids(const SolveInput& in, Solution& sol, std::string& tried) const;
   // The time mode used a few times (uses >= 1): the starts, and the phases
   // that pay for their weighted planning time (effort.hpp); nullopt where the
   // full search pays (and always when made ahead).
