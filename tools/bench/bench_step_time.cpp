@@ -32,6 +32,7 @@
 #include <fmt/format.h>
 
 #include "bench_common.hpp"
+#include "standard_workload.hpp"
 #include "cpsched/base/stopwatch.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/timing/hardware.hpp"
@@ -61,14 +62,6 @@ std::string plugin_spec(const SolverSpec& s) {
   return s.label.ends_with("@time") || s.label.ends_with("@area") ? s.label.substr(0, s.label.size() - 5) : s.label;
 }
 
-MaskKind mask_kind(const std::string& m) {
-  if (m == "full") return MaskKind::full;
-  if (m == "causal") return MaskKind::causal;
-  if (m == "full_document") return MaskKind::full_document;
-  if (m == "causal_document") return MaskKind::causal_document;
-  throw Error("bench_step_time: unknown mask " + m);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -78,6 +71,7 @@ int main(int argc, char** argv) {
     const auto cps = bench::split(bench::arg(argc, argv, "--cp", "8,16,32,64,128"));
     const auto masks = bench::split(bench::arg(argc, argv, "--masks", "full,causal,full_document,causal_document"));
     const int packs = std::stoi(bench::arg(argc, argv, "--packs", "20"));
+    for (const std::string& m : masks) bench::standard_mask_kind(m);  // refused before any output
     const auto solver_args =
         bench::split(bench::arg(argc, argv, "--solvers", "balanced_bytes,binary_greedy,usp,static,owner"));
     const std::string stages_arg = bench::arg(argc, argv, "--stages", "1");
@@ -127,7 +121,6 @@ int main(int argc, char** argv) {
         const bool packed = m == "full_document" || m == "causal_document";
         for (const std::string& cp : cps) {
           const int P = std::stoi(cp);
-          const Token S = Token{8192} * P;
           const int n = packed ? packs : 1;
           std::vector<double> ratio_sum(specs.size(), 0.0), per_use_sum(specs.size(), 0.0);
           std::vector<bool> refused(specs.size(), false);
@@ -136,14 +129,7 @@ int main(int argc, char** argv) {
           int behind = 0;
           std::string worst;
           for (int pack = 0; pack < n; ++pack) {
-            MaskSpec spec;
-            spec.kind = mask_kind(m);
-            spec.histogram = hist;
-            spec.seed = 42;
-            spec.pack = pack;
-            Problem made = Problem::make(make_mask(spec, S), P, Heads{64, 8, 128, 2});
-            made.set_layout(layout);
-            auto problem = std::make_shared<const Problem>(std::move(made));
+            const auto problem = bench::standard_problem(m, hist, pack, P, layout);
             std::vector<double> steps(specs.size(), 1e300);
             for (std::size_t i = 0; i < specs.size(); ++i) {
               if (refused[i]) continue;

@@ -42,6 +42,7 @@
 #include <fmt/format.h>
 
 #include "bench_common.hpp"
+#include "standard_workload.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/plugin/cost_model.hpp"
@@ -56,14 +57,6 @@
 using namespace cpsched;
 
 namespace {
-
-MaskKind mask_kind(const std::string& m) {
-  if (m == "full") return MaskKind::full;
-  if (m == "causal") return MaskKind::causal;
-  if (m == "full_document") return MaskKind::full_document;
-  if (m == "causal_document") return MaskKind::causal_document;
-  throw Error("bench_volume_bound: unknown mask '" + m + "' (full, causal, full_document, causal_document)");
-}
 
 // One GLPK problem, freed on every way out.
 struct Lp {
@@ -92,7 +85,7 @@ struct Bound {
 };
 
 Bound volume_bound(const TaskGrid& grid, const HardwareProfile& hw) {
-  if (grid.per_group_cells()) throw Error("bench_volume_bound: head groups with their own cells are not supported");
+  if (grid.per_group_cells()) throw Error("head groups with their own cells are not supported");
   const Problem& p = grid.problem();
   const TimePrices tp = time_prices(hw);
   const search::ByteModel bm(grid, 1.0, 0.0);
@@ -187,7 +180,7 @@ Bound volume_bound(const TaskGrid& grid, const HardwareProfile& hw) {
   parm.presolve = GLP_ON;
   const int rc = glp_simplex(lp.p, &parm);
   if (rc != 0 || glp_get_status(lp.p) != GLP_OPT)
-    throw Error(fmt::format("bench_volume_bound: GLPK did not solve the program (glp_simplex {}, status {})", rc,
+    throw Error(fmt::format("GLPK did not solve the program (glp_simplex {}, status {})", rc,
                             glp_get_status(lp.p)));
   double total = 0;
   for (int c = 0; c < C; ++c) total += cell_load[static_cast<std::size_t>(c)] * G;
@@ -202,7 +195,8 @@ int main(int argc, char** argv) try {
   const auto cps = bench::split(bench::arg(argc, argv, "--cp", "8,16,32,64,128"));
   const auto masks = bench::split(bench::arg(argc, argv, "--masks", "causal_document,full_document"));
   const int packs = std::stoi(bench::arg(argc, argv, "--packs", "20"));
-  if (packs < 1) throw Error("bench_volume_bound: --packs must be at least 1");
+  for (const std::string& m : masks) bench::standard_mask_kind(m);  // refused before any output
+  if (packs < 1) throw Error("--packs must be at least 1");
   const DocHistogram hist = DocHistogram::load_csv(bench::data_file(argc, argv, "doc_length_distribution.csv"));
   glp_term_out(GLP_OFF);
   Registry reg;
@@ -227,14 +221,7 @@ int main(int argc, char** argv) try {
         double sum = 0, worst = 0, plan_sum = 0;
         int above = 0;
         for (int pack = 0; pack < packs; ++pack) {
-          MaskSpec spec;
-          spec.kind = mask_kind(m);
-          spec.histogram = hist;
-          spec.seed = 42;
-          spec.pack = pack;
-          Problem made = Problem::make(make_mask(spec, Token{8192} * P), P, Heads{64, 8, 128, 2});
-          made.set_layout(Layout::fixed);
-          const auto problem = std::make_shared<const Problem>(std::move(made));
+          const auto problem = bench::standard_problem(m, hist, pack, P, Layout::fixed);
           const TaskGrid grid(problem);
           const Bound b = volume_bound(grid, hw);
           const double ratio = b.step_s / b.compute_bound_s;
@@ -254,6 +241,6 @@ int main(int argc, char** argv) try {
   }
   return 0;
 } catch (const std::exception& e) {
-  std::fprintf(stderr, "%s\n", e.what());
+  std::fprintf(stderr, "bench_volume_bound: %s\n", e.what());
   return 1;
 }
