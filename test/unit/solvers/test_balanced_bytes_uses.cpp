@@ -58,17 +58,24 @@ Planned plan_of(const std::shared_ptr<Registry>& reg, const std::string& solver,
   return p;
 }
 
+// A seed-42 pack of a document mask over P ranks of 8192 tokens (the benchmarks' workload).
+RangeMask document_mask(MaskKind kind, int P, int pack = 0) {
+  static const DocHistogram hist = DocHistogram::load_csv(
+      (std::filesystem::path(CPSCHED_SOURCE_DIR) / "configs" / "data" / "doc_length_distribution.csv").string());
+  MaskSpec spec;
+  spec.kind = kind;
+  spec.histogram = hist;
+  spec.seed = 42;
+  spec.pack = pack;
+  return make_mask(spec, Token{8192} * P);
+}
+
 }  // namespace
 
 TEST_CASE("balanced_bytes plans a mask used once cheaply, and one made ahead fully") {
   const auto reg = test::new_build_registry();
-  const DocHistogram hist = DocHistogram::load_csv((std::filesystem::path(CPSCHED_SOURCE_DIR) / "configs" / "data" / "doc_length_distribution.csv").string());
   for (const int P : {8, 16}) {
-    MaskSpec spec;
-    spec.kind = MaskKind::causal_document;
-    spec.histogram = hist;
-    spec.seed = 42;
-    const RangeMask mask = make_mask(spec, Token{8192} * P);
+    const RangeMask mask = document_mask(MaskKind::causal_document, P);
     CAPTURE(P);
     const Planned once = plan_of(reg, "balanced_bytes", PlanUses{1}, P, mask);
     const Planned ahead = plan_of(reg, "balanced_bytes", PlanUses::ahead(), P, mask);
@@ -91,16 +98,10 @@ TEST_CASE("balanced_bytes plans a mask used once cheaply, and one made ahead ful
 // that is faster the plan has them, and it is never slower than one stage.
 TEST_CASE("balanced_bytes used once with stages auto takes two stages and a local tail where they are faster") {
   const auto reg = test::new_build_registry();
-  const DocHistogram hist = DocHistogram::load_csv((std::filesystem::path(CPSCHED_SOURCE_DIR) / "configs" / "data" / "doc_length_distribution.csv").string());
   int two = 0;
   for (int pack = 0; pack < 3; ++pack)
     for (MaskKind kind : {MaskKind::causal_document, MaskKind::full_document}) {
-      MaskSpec spec;
-      spec.kind = kind;
-      spec.histogram = hist;
-      spec.seed = 42;
-      spec.pack = pack;
-      const RangeMask mask = make_mask(spec, Token{8192} * 8);
+      const RangeMask mask = document_mask(kind, 8, pack);
       CAPTURE(pack);
       const Planned one = plan_of(reg, "balanced_bytes", PlanUses{1}, 8, mask);
       const Planned chosen = plan_of(reg, "balanced_bytes", PlanUses{1}, 8, mask, "time", {}, Layout::fixed,
@@ -140,7 +141,6 @@ TEST_CASE("balanced_bytes used once on a grid above member_max_tasks balances it
 // the default's plan is never slower than binary_greedy's own.
 TEST_CASE("balanced_bytes is never slower than binary_greedy run on its own, where it runs it as a member") {
   const auto reg = test::new_build_registry();
-  const DocHistogram hist = DocHistogram::load_csv((std::filesystem::path(CPSCHED_SOURCE_DIR) / "configs" / "data" / "doc_length_distribution.csv").string());
   struct Case {
     int P;
     MaskKind kind;
@@ -152,12 +152,7 @@ TEST_CASE("balanced_bytes is never slower than binary_greedy run on its own, whe
     for (int pack = 0; pack < 4; ++pack)
       cases.push_back({P, pack % 2 ? MaskKind::full_document : MaskKind::causal_document, pack, PlanUses::ahead()});
   for (const Case& c : cases) {
-    MaskSpec spec;
-    spec.kind = c.kind;
-    spec.histogram = hist;
-    spec.seed = 42;
-    spec.pack = c.pack;
-    const RangeMask mask = make_mask(spec, Token{8192} * c.P);
+    const RangeMask mask = document_mask(c.kind, c.P, c.pack);
     CAPTURE(c.P);
     CAPTURE(c.pack);
     CAPTURE(c.uses.str());
@@ -172,15 +167,9 @@ TEST_CASE("balanced_bytes is never slower than binary_greedy run on its own, whe
 // and static's dispatch alone was up to 19 % faster than the default's plan.
 TEST_CASE("balanced_bytes planned for a few uses across nodes runs the full search and beats static's dispatch") {
   const auto reg = test::new_build_registry();
-  const DocHistogram hist = DocHistogram::load_csv((std::filesystem::path(CPSCHED_SOURCE_DIR) / "configs" / "data" / "doc_length_distribution.csv").string());
   const int P = 16;  // two nodes of h100_8x_nvlink
   for (int pack = 0; pack < 3; ++pack) {
-    MaskSpec spec;
-    spec.kind = MaskKind::full_document;
-    spec.histogram = hist;
-    spec.seed = 42;
-    spec.pack = pack;
-    const RangeMask mask = make_mask(spec, Token{8192} * P);
+    const RangeMask mask = document_mask(MaskKind::full_document, P, pack);
     CAPTURE(pack);
     const Planned used8 = plan_of(reg, "balanced_bytes", PlanUses{8}, P, mask, "time", {}, Layout::planned);
     CHECK(used8.full_search == 1);
@@ -193,13 +182,8 @@ TEST_CASE("balanced_bytes made ahead in the fixed layout across nodes also solve
   // One long document over ranks 0-9 at P = 16 (pack 0): finer blocks split its
   // rows over more receivers and stages (docs/bounds.md#finer-blocks).
   const auto reg = test::new_build_registry();
-  const DocHistogram hist = DocHistogram::load_csv((std::filesystem::path(CPSCHED_SOURCE_DIR) / "configs" / "data" / "doc_length_distribution.csv").string());
   const int P = 16;
-  MaskSpec spec;
-  spec.kind = MaskKind::causal_document;
-  spec.histogram = hist;
-  spec.seed = 42;
-  const RangeMask mask = make_mask(spec, Token{8192} * P);
+  const RangeMask mask = document_mask(MaskKind::causal_document, P);
   const Params one_block{std::map<std::string, ParamValue>{{"max_blocks_per_rank", std::int64_t{1}}}};
   const auto automatic = PlanShape::Relay::automatic;
   const Planned coarse =
@@ -222,14 +206,9 @@ TEST_CASE("balanced_bytes made ahead in the fixed layout across nodes also solve
 
 TEST_CASE("balanced_bytes made ahead on one node also searches under a tighter balance cap") {
   const auto reg = test::new_build_registry();
-  const DocHistogram hist = DocHistogram::load_csv((std::filesystem::path(CPSCHED_SOURCE_DIR) / "configs" / "data" / "doc_length_distribution.csv").string());
   const int P = 8;
-  MaskSpec spec;
-  spec.kind = MaskKind::causal_document;
-  spec.histogram = hist;
-  spec.seed = 42;
-  spec.pack = 1;  // rank 0 computes 7 % above the mean under mu = 1.10
-  const RangeMask mask = make_mask(spec, Token{8192} * P);
+  // Pack 1: rank 0 computes 7 % above the mean under mu = 1.10.
+  const RangeMask mask = document_mask(MaskKind::causal_document, P, 1);
   const auto automatic = PlanShape::Relay::automatic;
   const Planned ahead = plan_of(reg, "balanced_bytes", PlanUses::ahead(), P, mask, "time", {}, Layout::fixed, 0, automatic);
   const Params tight{std::map<std::string, ParamValue>{{"mu", 1.03}}};
