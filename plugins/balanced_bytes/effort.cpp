@@ -20,6 +20,7 @@ constexpr double kFullSearchBase = 1.5e-3;    // the searched starts and the byt
 constexpr double kFullSearchPerTask = 4e-6;
 constexpr double kFullPlansPriced = 30;       // plans the full solve prices (starts, finals, stage choices)
 constexpr double kMemberGridsPerTask = 30e-6;   // planned: searching and pricing on static's 8x finer grids
+constexpr double kPolishPerMove = 0.2e-6;     // a move evaluation on one node (P = 8, ~140 tasks)
 constexpr double kStagesBase = 0.2e-3;        // two stage cuts priced and every rank's transfers collected
 constexpr double kStagesPerTask = 1e-6;
 constexpr double kStagesPerRank2 = 0.5e-6;    // (the timing model's stage descriptions and peers)
@@ -33,6 +34,7 @@ PhaseCosts predict_phase_costs(std::int64_t tasks, int ranks, bool planned) {
   c.dispatch = kStaticPerTask * T;
   c.short_search = kShortSearchBase + kShortSearchPerTask * T + kShortSearchPerRank * P;
   c.stages = kStagesBase + kStagesPerTask * T + kStagesPerRank2 * P * P;
+  c.polish = c.short_search + kPolishPerMove * static_cast<double>(kPolishMoves) + c.price_plan;
   c.full = c.member + kFullSearchBase + kFullSearchPerTask * T + kFullPlansPriced * c.price_plan;
   if (planned) c.full += 2 * c.dispatch + kMemberGridsPerTask * T;  // static's two members and their grids
   return c;

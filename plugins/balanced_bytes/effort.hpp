@@ -27,7 +27,12 @@ struct PhaseCosts {
   double short_search = 0;   // repair, descent and a short iterated search from one start
   double full = 0;           // the full time-mode solve (members, searches, pricing)
   double stages = 0;         // the chosen placement priced at two stages, and every rank's transfers for its plan
+  double polish = 0;         // kPolishMoves of search from the best candidate, and its plan priced
 };
+
+// Move evaluations of the polish: the search from the best candidate on one
+// node (quick_time.cpp).
+inline constexpr std::int64_t kPolishMoves = 1000;
 
 // planned: the layout is the solver's (problem.layout), so the full solve
 // also runs and searches the members that dispatch.
@@ -78,6 +83,13 @@ struct PhaseGains {
   // gap on causal_document and 48 % on full_document at P = 8 (fixed layout,
   // made ahead, 20 packs, docs/bounds.md#a-tighter-balance-cap-on-one-node).
   static constexpr double tighter_cap = 0.3;
+  // A search from the best candidate found (often a member's, within the
+  // balance cap) priced against it, on one node: at P = 8 (fixed layout, 20
+  // packs) its plans recovered 28 % (causal_document) and 20 %
+  // (full_document) of the predicted gap used once, and 15 % used 8 times,
+  // where the cheaper phases had already run (docs/bounds.md#uses-and-effort).
+  // Across nodes its one-stage winner lost to its start at two stages.
+  static constexpr double polish_one_node = 0.25;
   // Placements predicted within this fraction of the best are priced to
   // choose among them (the search's model misranks such near ties); beyond
   // it the prediction alone decides.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "cpsched/mask/generators.hpp"
@@ -28,6 +29,7 @@ struct Planned {
   int blocks_per_rank = 0;  // of the chosen grid
   double input_grid_step = 0;  // the full solve's on the input grid at the given mu (predicted_step_s), 0: none
   bool same_layout = false; // the plan's sharding hosts every token where the problem's does
+  std::string note;         // the solver's
 };
 
 Planned plan_of(const std::shared_ptr<Registry>& reg, const std::string& solver, PlanUses uses, int P,
@@ -55,6 +57,7 @@ Planned plan_of(const std::shared_ptr<Registry>& reg, const std::string& solver,
   p.blocks_per_rank = r.assignment->grid->problem().grid.blocks_per_rank;
   p.input_grid_step = r.figures.get("input_grid_step_s").value_or(0);
   p.same_layout = r.plan->sharding.same_layout(Sharding::sequential(Token{8192} * P, P));
+  p.note = r.note;
   return p;
 }
 
@@ -112,6 +115,31 @@ TEST_CASE("balanced_bytes used once with stages auto takes two stages and a loca
       two += chosen.num_stages == 3;
     }
   CHECK(two >= 4);
+}
+
+// Used a few times on one node, the best candidate (here binary_greedy's
+// placement, within the cap) is polished by a short search and priced against
+// it: where the polished plan is kept it is well ahead of binary_greedy's own.
+// Across nodes there is no polish (effort.hpp).
+TEST_CASE("balanced_bytes used a few times on one node polishes its best candidate") {
+  const auto reg = test::new_build_registry();
+  const auto automatic = PlanShape::Relay::automatic;
+  int polished = 0;
+  for (int pack = 0; pack < 4; ++pack) {
+    CAPTURE(pack);
+    const RangeMask mask = document_mask(MaskKind::causal_document, 8, pack);
+    const Planned few = plan_of(reg, "balanced_bytes", PlanUses{8}, 8, mask, "time", {}, Layout::fixed, 0, automatic);
+    const double greedy = plan_of(reg, "binary_greedy", PlanUses{1}, 8, mask, "area").step;
+    CHECK(few.full_search == 0);
+    CHECK(few.step <= greedy * (1 + 1e-9));
+    if (few.note.find("+polish") == std::string::npos) continue;
+    ++polished;
+    CHECK(few.step < greedy * 0.95);
+  }
+  CHECK(polished >= 3);
+  const Planned across = plan_of(reg, "balanced_bytes", PlanUses{8}, 16, document_mask(MaskKind::causal_document, 16),
+                                 "time", {}, Layout::fixed, 0, automatic);
+  CHECK(across.note.find("polish") == std::string::npos);
 }
 
 // Above member_max_tasks (P = 1024 causal by default; here a small limit), used
