@@ -646,33 +646,38 @@ void BalancedBytes::try_tighter_cap(const SolveInput& in, Solution& sol, std::st
   // cap sends more over the NICs (docs/bounds.md#a-tighter-balance-cap-on-one-node).
   if (grid.cp_size() > in.time_prices()->nodes.gpus_per_node || opt_.mu <= kTighterMu) return;
   const double cost = predict_phase_costs(grid.num_tasks(), grid.cp_size(), grid.problem().layout == Layout::planned).full;
-  repeat_solve(in, sol, cost, PhaseGains::tighter_cap, "mu " + num(kTighterMu), tried, [&] {
-    BalancedBytes tight = *this;
-    tight.opt_.mu = kTighterMu;
-    Solution t = tight.solve_time_full(in, {});
-    // Feasible against the caller's mu, which the tighter cap implies.
-    t.feasible = balance_cap(*t.assignment.grid, opt_.mu) >= max_load(*t.assignment.grid, t.assignment.rank);
-    return t;
-  });
+  repeat_solve(in, sol, cost, PhaseGains::tighter_cap, "mu " + num(kTighterMu), tried,
+               [&] { return solve_time_tight(in); });
+}
+
+Solution BalancedBytes::solve_time_tight(const SolveInput& in) const {
+  BalancedBytes tight = *this;
+  tight.opt_.mu = kTighterMu;
+  Solution t = tight.solve_time_full(in, {});
+  // Feasible against the caller's mu, which the tighter cap implies.
+  t.feasible = balance_cap(*t.assignment.grid, opt_.mu) >= max_load(*t.assignment.grid, t.assignment.rank);
+  return t;
 }
 
 void BalancedBytes::try_finer_grids(const SolveInput& in, Solution& sol, std::string& tried) const {
   const TaskGrid& grid = *in.grid();
-  // Only where the rows of a document can leave their node: in the planned
-  // layout the dispatching members already split documents (finer sequential
-  // grids changed no plan there), and on one node they were slower on
-  // causal_document (docs/bounds.md#finer-blocks).
-  if (grid.problem().layout != Layout::fixed || !is_sequential(grid) ||
-      grid.cp_size() <= in.time_prices()->nodes.gpus_per_node)
-    return;
+  // Only in the fixed layout: in the planned one the dispatching members
+  // already split documents (finer sequential grids changed no plan there).
+  // On one node under the tighter cap, which pays there (try_tighter_cap):
+  // finer blocks balance the packs with little work, whose long document's
+  // rows one block per rank keeps together (docs/bounds.md#finer-blocks).
+  if (grid.problem().layout != Layout::fixed || !is_sequential(grid)) return;
+  const bool tight = grid.cp_size() <= in.time_prices()->nodes.gpus_per_node && opt_.mu > kTighterMu;
   const int base = grid.problem().grid.blocks_per_rank;
   for (int blocks = 2 * base; blocks <= std::min(4 * base, opt_.max_blocks_per_rank); blocks *= 2) {
     // The grid first: the full solve's predicted cost is in its tasks.
     std::shared_ptr<const TaskGrid> finer = finer_grid(grid, blocks);
     if (finer->num_tasks() > opt_.member_max_tasks) break;  // its plans would not be priced
     const double cost = predict_phase_costs(finer->num_tasks(), grid.cp_size(), false).full;
-    if (!repeat_solve(in, sol, cost, PhaseGains::finer_grid, std::to_string(blocks) + " blocks per rank", tried,
-                      [&] { return solve_time_full(in.with_grid(finer), {}); }))
+    const std::string what = std::to_string(blocks) + " blocks per rank" + (tight ? " at mu " + num(kTighterMu) : "");
+    if (!repeat_solve(in, sol, cost, PhaseGains::finer_grid, what, tried, [&] {
+          return tight ? solve_time_tight(in.with_grid(finer)) : solve_time_full(in.with_grid(finer), {});
+        }))
       break;
   }
 }

@@ -116,8 +116,10 @@ class BalancedBytes final : public Solver {
   // On one node: the full solve under a balance cap of 1.03 (NVLink makes a
   // tighter balance cheap there).
   void try_tighter_cap(const SolveInput& in, Solution& sol, std::string& tried) const;
-  // The fixed layout across nodes: the full solve on grids of 2 and 4 times
-  // the blocks per rank.
+  // The full solve under that cap, feasible against mu.
+  Solution solve_time_tight(const SolveInput& in) const;
+  // The fixed layout: the full solve on grids of 2 and 4 times the blocks per
+  // rank (on one node under the tighter cap).
   void try_finer_grids(const SolveInput& in, Solution& sol, std::string& tried) const;
   // The time mode used a few times (uses >= 1): the starts, and the phases
   // that pay for their weighted planning time (effort.hpp); nullopt where the

@@ -232,6 +232,24 @@ TEST_CASE("balanced_bytes made ahead in the fixed layout across nodes also solve
   CHECK(planned_default.step == doctest::Approx(planned.step).epsilon(1e-12));
 }
 
+TEST_CASE("balanced_bytes made ahead on one node also solves finer blocks under the tighter cap") {
+  // Pack 16 at P = 8 has little work: one block per rank keeps a long
+  // document's rows together, and its host computes 14 % above the mean.
+  const auto reg = test::new_build_registry();
+  const int P = 8;
+  const RangeMask mask = document_mask(MaskKind::causal_document, P, 16);
+  const Params one_block{std::map<std::string, ParamValue>{{"max_blocks_per_rank", std::int64_t{1}}}};
+  const auto automatic = PlanShape::Relay::automatic;
+  const Planned coarse =
+      plan_of(reg, "balanced_bytes", PlanUses::ahead(), P, mask, "time", one_block, Layout::fixed, 0, automatic);
+  const Planned ahead = plan_of(reg, "balanced_bytes", PlanUses::ahead(), P, mask, "time", {}, Layout::fixed, 0, automatic);
+  CHECK(coarse.blocks_per_rank == 1);
+  CHECK(ahead.blocks_per_rank > 1);
+  CHECK(ahead.same_layout);
+  CHECK(ahead.step < coarse.step * 0.95);
+  CHECK(ahead.note.find("blocks per rank at mu 1.03") != std::string::npos);
+}
+
 TEST_CASE("balanced_bytes made ahead on one node also searches under a tighter balance cap") {
   const auto reg = test::new_build_registry();
   const int P = 8;
