@@ -276,30 +276,40 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   }
 
   // Two stages pipeline the casts and end with a local tail that hides the
-  // reduces (plan/builder.hpp): priced where that is expected to pay for the
+  // reduces (plan/builder.hpp): taken where that is expected to pay for the
   // pricing (the placement at one stage too, when it was not priced) and for
-  // every rank's transfers, which a rank's two-stage plan needs.
+  // every rank's transfers, which a rank's two-stage plan needs. Across nodes
+  // a placement not priced yet takes them unpriced: there the two stages of
+  // every usp and binary_greedy placement were faster than one
+  // (docs/bounds.md#uses-and-effort), and the two plans priced cost 2-10 % of
+  // the bound at P = 16-64.
   int chosen_stages = stages;
+  bool stages_unpriced = false;
   if (in.shape().auto_stages() && in.pricing() != nullptr &&
       worth(cost.stages + (priced ? 0.0 : cost.price_plan), weight,
             one_node ? PhaseGains::stages_one_node : PhaseGains::stages_nodes, priced ? step : best->predicted_s,
             bound)) {
-    const auto placement = in.pricing()->add(best->grid, best->rank);
-    if (!priced) {
-      const PlanPrice one = in.pricing()->price(placement, PlanShape::fixed(1, relay));
-      step = one.step, compute_bound = one.compute_bound, ++plans;
-      priced = true;
-    }
-    const PlanPrice two = in.pricing()->price(placement, PlanShape::fixed(2, relay));
-    ++plans;
-    if (two.step < step) step = two.step, chosen_stages = 2;
-    // A polished placement wins at one stage by compute and can lose to the
-    // candidate it came from once two stages hide that one's casts.
-    if (polished && runner_up != nullptr) {
-      const PlanPrice other = in.pricing()->price(in.pricing()->add(runner_up->grid, runner_up->rank),
-                                                  PlanShape::fixed(2, relay));
+    if (!priced && !one_node) {
+      chosen_stages = 2;
+      stages_unpriced = true;
+    } else {
+      const auto placement = in.pricing()->add(best->grid, best->rank);
+      if (!priced) {
+        const PlanPrice one = in.pricing()->price(placement, PlanShape::fixed(1, relay));
+        step = one.step, compute_bound = one.compute_bound, ++plans;
+        priced = true;
+      }
+      const PlanPrice two = in.pricing()->price(placement, PlanShape::fixed(2, relay));
       ++plans;
-      if (other.step < step) step = other.step, chosen_stages = 2, best = runner_up;
+      if (two.step < step) step = two.step, chosen_stages = 2;
+      // A polished placement wins at one stage by compute and can lose to the
+      // candidate it came from once two stages hide that one's casts.
+      if (polished && runner_up != nullptr) {
+        const PlanPrice other = in.pricing()->price(in.pricing()->add(runner_up->grid, runner_up->rank),
+                                                    PlanShape::fixed(2, relay));
+        ++plans;
+        if (other.step < step) step = other.step, chosen_stages = 2, best = runner_up;
+      }
     }
   }
 
@@ -318,6 +328,7 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   sol.figures.set("full_search", 0);
   std::string how = "by the search's model";
   if (priced) how = std::to_string(plans) + " plans priced";
+  if (stages_unpriced) how += ", 2 stages unpriced";
   sol.note = "balanced_bytes (time): " + best->origin + " on " +
              std::to_string(best->grid->problem().grid.blocks_per_rank) + " block(s) per rank, " +
              std::to_string(chosen_stages) + " stage(s), predicted step " + ms(priced ? step : best->predicted_s) + " ms ";

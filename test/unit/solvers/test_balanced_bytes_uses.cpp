@@ -142,6 +142,28 @@ TEST_CASE("balanced_bytes used a few times on one node polishes its best candida
   CHECK(across.note.find("polish") == std::string::npos);
 }
 
+// Across nodes a placement not priced yet takes its two stages unpriced: they
+// were faster than one on every usp and binary_greedy placement measured.
+TEST_CASE("balanced_bytes used once across nodes takes two stages without pricing them") {
+  const auto reg = test::new_build_registry();
+  const auto automatic = PlanShape::Relay::automatic;
+  int unpriced = 0;
+  for (int pack = 0; pack < 3; ++pack)
+    for (MaskKind kind : {MaskKind::causal_document, MaskKind::full_document}) {
+      CAPTURE(pack);
+      const RangeMask mask = document_mask(kind, 16, pack);
+      const Planned one = plan_of(reg, "balanced_bytes", PlanUses{1}, 16, mask, "time", {}, Layout::fixed, 1, automatic);
+      const Planned chosen = plan_of(reg, "balanced_bytes", PlanUses{1}, 16, mask, "time", {}, Layout::fixed,
+                                     PlanShape::kAutoStages, automatic);
+      CHECK(chosen.step <= one.step * (1 + 1e-9));
+      if (chosen.note.find("2 stages unpriced") == std::string::npos) continue;
+      ++unpriced;
+      CHECK(chosen.plans_priced == 0);
+      CHECK((chosen.num_stages == 3 && chosen.local_tail));
+    }
+  CHECK(unpriced >= 4);
+}
+
 // Above member_max_tasks (P = 1024 causal by default; here a small limit), used
 // once: no State, no search and no plan priced, the best start balanced by
 // rows where it is above the mean load; its plan is faster than the starts'.
