@@ -11,7 +11,8 @@
 //     stages: [1, 2]                    # plan stages; default: plan.stages
 //     layouts: [fixed, planned]         # problem.layout per row; default: problem.layout
 //     uses: [1, 8, ahead]               # plan.uses per row; default: plan.uses (absent: by the layout)
-//     rank_path: true                   # also time each rank's own plan (the slowest rank's whole path)
+//     rank_path: true                   # also time each rank's own plan (the slowest rank's whole path;
+//                                       # each rank's plan the median of `repeats` builds)
 //     repeats: 5                        # solve-latency repeats (median)
 //     repeats_per_solver: {ilp: 1}      # per-solver override; default: 1 for a solver with a
 //                                       # `time_limit_s` parameter (its solve costs that long), else `repeats`
