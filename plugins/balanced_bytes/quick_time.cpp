@@ -279,17 +279,18 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   // reduces (plan/builder.hpp): taken where that is expected to pay for the
   // pricing (the placement at one stage too, when it was not priced) and for
   // every rank's transfers, which a rank's two-stage plan needs. Across nodes
-  // a placement not priced yet takes them unpriced: there the two stages of
-  // every usp and binary_greedy placement were faster than one
-  // (docs/bounds.md#uses-and-effort), and the two plans priced cost 2-10 % of
-  // the bound at P = 16-64.
+  // they are taken unpriced, with the ports' cut: there two stages were
+  // never slower than one, nor the ports' cut than the receivers', on the
+  // placements measured (docs/bounds.md#uses-and-effort), while pricing them
+  // cost 2-10 % of the bound at P = 16-64, and the host's choice of the cut
+  // about 0.7 ms of each rank's plan at P = 32.
   int chosen_stages = stages;
   bool stages_unpriced = false;
   if (in.shape().auto_stages() && in.pricing() != nullptr &&
       worth(cost.stages + (priced ? 0.0 : cost.price_plan), weight,
             one_node ? PhaseGains::stages_one_node : PhaseGains::stages_nodes, priced ? step : best->predicted_s,
             bound)) {
-    if (!priced && !one_node) {
+    if (!one_node) {
       chosen_stages = 2;
       stages_unpriced = true;
     } else {
@@ -317,7 +318,7 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   sol.assignment.grid = best->grid;
   sol.assignment.rank = best->rank;
   sol.feasible = balance_cap(*best->grid, opt_.mu) >= max_load(*best->grid, best->rank);
-  sol.shape = PlanShape::fixed(chosen_stages, relay);
+  sol.shape = PlanShape::fixed(chosen_stages, relay, stages_unpriced ? PlanShape::Cut::ports : PlanShape::Cut::automatic);
   sol.figures.set("predicted_step_s", priced ? step : best->predicted_s);
   if (priced) sol.figures.set("compute_bound_s", compute_bound);
   sol.figures.set("candidates", static_cast<double>(cands.size()));
@@ -328,10 +329,11 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   sol.figures.set("full_search", 0);
   std::string how = "by the search's model";
   if (priced) how = std::to_string(plans) + " plans priced";
-  if (stages_unpriced) how += ", 2 stages unpriced";
+  if (stages_unpriced) how += ", 2 stages and the ports' cut unpriced";
   sol.note = "balanced_bytes (time): " + best->origin + " on " +
              std::to_string(best->grid->problem().grid.blocks_per_rank) + " block(s) per rank, " +
-             std::to_string(chosen_stages) + " stage(s), predicted step " + ms(priced ? step : best->predicted_s) + " ms ";
+             std::to_string(chosen_stages) + " stage(s), predicted step " + ms(priced ? step : best->predicted_s) +
+             (stages_unpriced ? " ms at 1 stage " : " ms ");
   sol.note += how;
   sol.note += "; planned for " + in.uses().str() + " use(s): no full search (" + ms(cost.full) +
               " ms of planning predicted, more than it is expected to save)";

@@ -112,6 +112,7 @@ PlanKey make_plan_key(Token seqlen, const std::vector<Slice>& slices, const Head
   e.i64(shape.stages);
   e.i64(static_cast<std::int64_t>(shape.relay));
   e.i64(shape.node_size);
+  e.i64(static_cast<std::int64_t>(shape.cut));
   e.i64(uses.uses);
   PlanKey k;
   k.words = e.take();

@@ -65,6 +65,7 @@ PlanPrice HostPricing::price(Placement p, const PlanShape& shape) {
   // Priced, not run: one area-only arg per rank and stage.
   PlanOptions po{shape.stages, shape.relay_node_size(), /*index_rows=*/false, /*area_only=*/true};
   po.hardware = &hw_;
+  po.stage_cut = shape.cut;
   const Plan plan = e.get_builder().build(po);
   const StepEstimate est = estimate_step(e.grid->problem(), plan, hw_);
   ++e.priced;

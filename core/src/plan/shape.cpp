@@ -16,6 +16,7 @@ PlanShape PlanShape::resolve(const PlanShape& choice) const {
     out.node_size = on ? choice.node_size : 0;
   }
   if (out.relay == Relay::off) out.node_size = 0;
+  if (cut == Cut::automatic && out.stages == choice.stages) out.cut = choice.cut;
   return out;
 }
 
@@ -31,10 +32,12 @@ void PlanShape::validate(const std::string& who) const {
 std::string PlanShape::str() const {
   std::string s = auto_stages() ? "auto stages" : fmt::format("{} stage{}", stages, stages == 1 ? "" : "s");
   switch (relay) {
-    case Relay::off: return s + ", no relays";
-    case Relay::on: return s + (node_size >= 2 ? fmt::format(", relays on nodes of {}", node_size) : ", relays on");
-    case Relay::automatic: return s + ", relays auto";
+    case Relay::off: s += ", no relays"; break;
+    case Relay::on: s += node_size >= 2 ? fmt::format(", relays on nodes of {}", node_size) : ", relays on"; break;
+    case Relay::automatic: s += ", relays auto"; break;
   }
+  if (cut == Cut::receivers) s += ", the receivers' cut";
+  if (cut == Cut::ports) s += ", the ports' cut";
   return s;
 }
 

@@ -104,6 +104,7 @@ SolveResult SolvePath::run(std::shared_ptr<const TaskGrid> grid, const Options& 
   if (builder == nullptr) builder = (own = std::make_unique<PlanBuilder>(*a)).get();
   PlanOptions po{r.shape.stages, r.shape.relay_node_size()};
   po.hardware = cost_.hardware();
+  if (po.hardware != nullptr) po.stage_cut = r.shape.cut;  // (a cut is chosen on a profile)
   po.rank = o.rank;
   po.buffers = o.buffers;
   r.plan = std::make_shared<const Plan>(builder->build(po));
@@ -131,6 +132,7 @@ std::shared_ptr<const Plan> SolvePath::replan(const SolveResult& result, const P
   const PlanShape s = with_node_size(shape, cost_).resolve(result.shape);
   PlanOptions po{s.stages, s.relay_node_size()};
   po.hardware = cost_.hardware();
+  if (po.hardware != nullptr) po.stage_cut = s.cut;
   return std::make_shared<const Plan>(build_plan(*result.assignment, po));
 }
 

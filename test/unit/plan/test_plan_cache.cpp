@@ -36,6 +36,8 @@ TEST_CASE("the key covers mask, problem, solver parameters, cost model and stage
   CHECK_FALSE(key(p, 1.1, 2) == k);
   CHECK_FALSE(key(p, 1.1, 1, "topology") == k);
   CHECK_FALSE(make_plan_key(p, "usp", Params{}, "area", Params{}, PlanShape::fixed(1)) == make_plan_key(p, "owner", Params{}, "area", Params{}, PlanShape::fixed(1)));
+  CHECK_FALSE(make_plan_key(p, "usp", Params{}, "area", Params{}, PlanShape::fixed(2)) ==
+              make_plan_key(p, "usp", Params{}, "area", Params{}, PlanShape::fixed(2, 0, PlanShape::Cut::ports)));
   Problem q = p;
   q.grid.flatten_head_groups = false;
   CHECK_FALSE(key(q) == k);

@@ -14,6 +14,7 @@
 #include "cpsched/base/error.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/plan/builder.hpp"
+#include "cpsched/plan/shape.hpp"
 #include "cpsched/plan/validator.hpp"
 #include "cpsched/timing/hardware.hpp"
 #include "cpsched/timing/model.hpp"
@@ -219,4 +220,20 @@ TEST_CASE("the ports' cut: before the last stage no port carries more than its s
     }
   });
   CHECK(checked > 20);
+}
+
+TEST_CASE("a plan shape carries a solver's cut, for its own stage count only") {
+  const PlanShape choice = PlanShape::fixed(2, 0, PlanShape::Cut::ports);
+  PlanShape asked;
+  asked.stages = PlanShape::kAutoStages;
+  asked.relay = PlanShape::Relay::automatic;
+  const PlanShape resolved = asked.resolve(choice);
+  CHECK(resolved.stages == 2);
+  CHECK(resolved.cut == PlanShape::Cut::ports);
+  CHECK(resolved.str() == "2 stages, no relays, the ports' cut");
+  // A cut chosen for 2 stages says nothing of 3: the builder prices both there.
+  CHECK(PlanShape::fixed(3).resolve(choice).cut == PlanShape::Cut::automatic);
+  // The user's cut, where a caller sets one, stays.
+  CHECK(PlanShape::fixed(2, 0, PlanShape::Cut::receivers).resolve(choice).cut == PlanShape::Cut::receivers);
+  CHECK(PlanShape::fixed(2).str() == "2 stages, no relays");
 }

@@ -69,6 +69,7 @@
 #include "cpsched/problem/assignment.hpp"
 #include "cpsched/problem/metrics.hpp"
 #include "cpsched/plan/plan.hpp"
+#include "cpsched/plan/shape.hpp"
 
 namespace cpsched {
 
@@ -122,8 +123,9 @@ struct PlanOptions {
   // profile to get its part of the same plan.
   const HardwareProfile* hardware = nullptr;
   // Which cut: automatic (the faster on `hardware`, rule A without one), or
-  // one of the two (ports needs `hardware`), for benchmarks and tests.
-  enum class StageCut : std::uint8_t { automatic = 0, receivers = 1, ports = 2 };
+  // one of the two (ports needs `hardware`): the plan shape's (PlanShape::cut),
+  // where a solver chose it.
+  using StageCut = PlanShape::Cut;
   StageCut stage_cut = StageCut::automatic;
 };
 
