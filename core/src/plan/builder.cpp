@@ -254,6 +254,16 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
   return assemble(options, ports ? by_ports : receivers);
 }
 
+PlanShape::Cut PlanBuilder::cut_of(const PlanOptions& options) const {
+  const HardwareProfile* hw = options.hardware;
+  if (hw == nullptr || options.stages < 2) return PlanShape::Cut::automatic;
+  if (options.stage_cut != PlanShape::Cut::automatic) return options.stage_cut;
+  for (const State::Chosen& c : s_->chosen)
+    if (c.stages == options.stages && c.relay_node_size == options.relay_node_size && c.hardware == *hw)
+      return c.ports ? PlanShape::Cut::ports : PlanShape::Cut::receivers;
+  return PlanShape::Cut::automatic;
+}
+
 Plan PlanBuilder::assemble(const PlanOptions& options, const Cut& cut) const {
   const int stages = options.stages + (cut.local_tail ? 1 : 0);
   const Assignment& a = s_->a;

@@ -108,6 +108,9 @@ SolveResult SolvePath::run(std::shared_ptr<const TaskGrid> grid, const Options& 
   po.rank = o.rank;
   po.buffers = o.buffers;
   r.plan = std::make_shared<const Plan>(builder->build(po));
+  // The cut the plan took, resolved: a rank that builds its own plan from
+  // this shape (replan, the compare's rank paths) need not price both again.
+  if (r.shape.cut == PlanShape::Cut::automatic) r.shape.cut = builder->cut_of(po);
   r.metrics = builder->metrics();
   r.plan_ms = ms_since(t0);
   s.pricing.reset();

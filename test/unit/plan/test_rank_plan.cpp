@@ -4,12 +4,16 @@
 // choice, with and without relays, in both layouts.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <random>
 
 #include "cpsched/base/error.hpp"
+#include "cpsched/mask/generators.hpp"
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/session/session.hpp"
+#include "cpsched/timing/hardware.hpp"
 #include "host_solve.hpp"
+#include "plan_checks.hpp"
 #include "plan_fixtures.hpp"
 #include "random_index_masks.hpp"
 #include "random_specs.hpp"
@@ -70,6 +74,7 @@ TEST_CASE("a rank's plan is its part of the all-ranks plan: every solver, mask k
             CAPTURE(stages);
             PlanOptions po{s.stages, s.relay_node_size()};
             po.hardware = cost.hardware();  // as the solve path builds it
+            if (po.hardware != nullptr) po.stage_cut = s.cut;
             check_every_rank(sol.assignment, po);
             ++checked;
           }
@@ -117,4 +122,38 @@ TEST_CASE("SessionOptions::rank: the session serves its own rank's metadata, the
   }
   o.rank = 8;
   CHECK_THROWS_WITH_AS(Session{o}, doctest::Contains("rank must be -1"), Error);
+}
+
+// The shape a solve returns names the cut its plan took (the solver's, or the
+// one the host priced), so a rank that rebuilds from it gets the same plan
+// without pricing both cuts.
+TEST_CASE("the solve path's shape names the stage cut its plan took") {
+  const HardwareProfile hw = resolve_hardware_profile("h100_8x_nvlink");
+  MaskSpec spec;
+  spec.kind = MaskKind::causal_document;
+  spec.histogram = DocHistogram::load_csv(
+      (std::filesystem::path(CPSCHED_SOURCE_DIR) / "configs" / "data" / "doc_length_distribution.csv").string());
+  spec.seed = 42;
+  const RangeMask mask = make_mask(spec, Token{8192} * 16);
+  for (const PlanUses uses : {PlanUses{1}, PlanUses::ahead()}) {
+    CAPTURE(uses.str());
+    SessionOptions o;
+    o.cp_size = 16;
+    o.heads = Heads{64, 8, 128, 2};
+    o.solver = "balanced_bytes";
+    o.cost_model = "time";
+    o.cost_params.set("hardware", std::string("h100_8x_nvlink"));
+    o.plan.stages = PlanShape::kAutoStages;
+    o.plan.relay = PlanShape::Relay::automatic;
+    o.layout = Layout::fixed;
+    o.uses = uses;
+    Session session(o);
+    const SolveResult& r = session.solve(mask);
+    REQUIRE(r.shape.stages >= 2);
+    CHECK(r.shape.cut != PlanShape::Cut::automatic);
+    PlanOptions po{r.shape.stages, r.shape.relay_node_size()};
+    po.hardware = &hw;
+    po.stage_cut = r.shape.cut;
+    CHECK(test::same_plan(build_plan(*r.assignment, po), *r.plan));
+  }
 }

@@ -157,6 +157,12 @@ class PlanBuilder {
   // transfers but counts every rank's tokens).
   Metrics metrics() const;
   Plan build(const PlanOptions& options) const;
+  // The stage cut a plan built with `options` takes: the one asked, or the
+  // one build() chose (automatic, two or more stages on a profile); automatic
+  // where it has none to take (one stage, no profile, nothing sent) or none
+  // was chosen yet. What a rank building its own plan with that cut named
+  // is spared (PlanShape::cut).
+  PlanShape::Cut cut_of(const PlanOptions& options) const;
 
  private:
   // The stage of every xfer of each pass: rule A, or B on `by_ports`.
