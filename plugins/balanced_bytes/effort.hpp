@@ -48,12 +48,17 @@ struct PhaseGains {
   static constexpr double member_one_node = 0.3;
   static constexpr double member_nodes = 0.03;
   // static's dispatch (planned layout) keeps documents on their ranks: the
-  // largest gain on one node; across nodes its two members (one- and
-  // two-level) win on about half the full_document packs, by up to half the
-  // gap, and rarely on causal_document, while each costs 5-25 % of the bound
-  // at P = 64.
+  // largest gain on one node and on two (P = 16: about half the gap on both
+  // document masks, used once); on more nodes its members recover 0.3-0.4
+  // of the gap on full_document but 0-0.1 on causal_document, while with
+  // their plans on the finer grid they add 20-75 % of the bound to the path
+  // at P = 32-64.
   static constexpr double dispatch_one_node = 0.5;
+  static constexpr double dispatch_two_nodes = 0.45;
   static constexpr double dispatch_nodes = 0.05;
+  static double dispatch(int nodes) {
+    return nodes <= 1 ? dispatch_one_node : nodes == 2 ? dispatch_two_nodes : dispatch_nodes;
+  }
   // A short search from the best start, which is above the balance cap: its
   // repair is what pays (a start within the cap is rarely beaten by a short
   // search, so none is run from one), mostly on the most imbalanced starts,

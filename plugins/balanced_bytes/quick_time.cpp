@@ -109,6 +109,7 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   std::string note;
   double members_cost = 0;  // predicted seconds of the members run here
   const bool one_node = grid.cp_size() <= to.nodes.gpus_per_node;
+  const int nodes = to.nodes.node_of(grid.cp_size() - 1) + 1;
   const double full_gain = PhaseGains::full(grid.problem().layout == Layout::planned, one_node);
   // Members that dispatch first: where they run (one node, planned layout)
   // their plans are the fastest, which leaves less for the others to gain.
@@ -166,7 +167,7 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
     const bool dispatches = name.rfind("static", 0) == 0;
     if (member_skipped(name)) continue;
     const double c = dispatches ? cost.dispatch : cost.member;
-    const double gain = dispatches ? (one_node ? PhaseGains::dispatch_one_node : PhaseGains::dispatch_nodes)
+    const double gain = dispatches ? PhaseGains::dispatch(nodes)
                                    : (one_node ? PhaseGains::member_one_node : PhaseGains::member_nodes);
     if (!worth(c, weight, gain, best_predicted().predicted_s, bound)) {
       note += "; member " + name + " not run (" + ms(c) + " ms predicted)";
