@@ -31,6 +31,7 @@ struct Planned {
   bool same_layout = false; // the plan's sharding hosts every token where the problem's does
   std::string note;         // the solver's
   PlanShape::Cut cut = PlanShape::Cut::automatic;  // the stage cut the solver chose
+  int relay_node_size = 0;  // of the solve's shape, 0: no relays
 };
 
 Planned plan_of(const std::shared_ptr<Registry>& reg, const std::string& solver, PlanUses uses, int P,
@@ -60,6 +61,7 @@ Planned plan_of(const std::shared_ptr<Registry>& reg, const std::string& solver,
   p.same_layout = r.plan->sharding.same_layout(Sharding::sequential(Token{8192} * P, P));
   p.note = r.note;
   p.cut = r.shape.cut;
+  p.relay_node_size = r.shape.relay_node_size();
   return p;
 }
 
@@ -183,6 +185,29 @@ TEST_CASE("balanced_bytes used once across nodes takes two stages without pricin
       CHECK(chosen.cut == PlanShape::Cut::ports);
     }
   CHECK(unpriced >= 4);
+}
+
+// Across nodes with plan.relay auto, the plan used once takes relays without
+// pricing them against none: faster per use on average (slower on a few packs
+// only, docs/bounds.md#uses-and-effort).
+TEST_CASE("balanced_bytes used once across nodes takes relays without pricing them") {
+  const auto reg = test::new_build_registry();
+  const int P = 64;  // eight nodes of h100_8x_nvlink
+  double with = 0, without = 0;
+  for (int pack = 0; pack < 3; ++pack) {
+    CAPTURE(pack);
+    const RangeMask mask = document_mask(MaskKind::causal_document, P, pack);
+    const Planned relayed = plan_of(reg, "balanced_bytes", PlanUses{1}, P, mask, "time", {}, Layout::fixed,
+                                    PlanShape::kAutoStages, PlanShape::Relay::automatic);
+    const Planned plain = plan_of(reg, "balanced_bytes", PlanUses{1}, P, mask, "time", {}, Layout::fixed,
+                                  PlanShape::kAutoStages, PlanShape::Relay::off);
+    CHECK(relayed.relay_node_size == 8);
+    CHECK(relayed.note.find("relays on nodes of 8") != std::string::npos);
+    CHECK(plain.relay_node_size == 0);
+    with += relayed.step;
+    without += plain.step;
+  }
+  CHECK(with < without);
 }
 
 // Above member_max_tasks (P = 1024 causal by default; here a small limit), used
