@@ -195,14 +195,13 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
     return std::nullopt;
 
   const int stages = in.shape().auto_stages() ? 1 : in.shape().stages;
-  // Relays (plan.relay auto) are taken across nodes without pricing them,
-  // as the two stages below: there the used-once plans with them were faster
-  // per use on average at every P measured (neutral at P = 16, 1-2 % at 32-64,
-  // 6-9 % at 128), slower on at most 3 of 20 packs
-  // (docs/bounds.md#uses-and-effort).
-  const int node = in.shape().node_size >= 2 ? in.shape().node_size : to.nodes.gpus_per_node;
-  const bool relays_unpriced = in.shape().auto_relay() && node >= 2 && grid.cp_size() > node;
-  const int relay = in.shape().auto_relay() ? (relays_unpriced ? node : 0) : in.shape().relay_node_size();
+  // Relays (plan.relay auto) are taken across nodes without pricing them
+  // against none, as the two stages below: on average the used-once plans
+  // with them cost at most 0.3 % more per use, and up to 9 % less, at P =
+  // 16-128 (docs/bounds.md#uses-and-effort).
+  const int relay_node = in.shape().node_size >= 2 ? in.shape().node_size : to.nodes.gpus_per_node;
+  const bool relays_unpriced = in.shape().auto_relay() && relay_node >= 2 && grid.cp_size() > relay_node;
+  const int relay = in.shape().auto_relay() ? (relays_unpriced ? relay_node : 0) : in.shape().relay_node_size();
   if (beside.joinable()) {
     beside.join();
     if (short_error) std::rethrow_exception(short_error);
@@ -339,7 +338,7 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   std::string how = "by the search's model";
   if (priced) how = std::to_string(plans) + " plans priced";
   if (stages_unpriced) how += ", 2 stages and the ports' cut unpriced";
-  if (relays_unpriced) how += ", relays on nodes of " + std::to_string(node) + " (not priced against none)";
+  if (relays_unpriced) how += ", relays on nodes of " + std::to_string(relay_node) + " (not priced against none)";
   sol.note = "balanced_bytes (time): " + best->origin + " on " +
              std::to_string(best->grid->problem().grid.blocks_per_rank) + " block(s) per rank, " +
              std::to_string(chosen_stages) + " stage(s), predicted step " + ms(priced ? step : best->predicted_s) +
