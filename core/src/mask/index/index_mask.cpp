@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <exception>
 #include <limits>
 #include <mutex>
@@ -20,8 +21,10 @@ namespace index_detail {
 
 int resolve_threads(int threads) {
   if (threads > 0) return threads;
-  const unsigned hw = std::thread::hardware_concurrency();
-  return hw == 0 ? 1 : static_cast<int>(hw);
+  // Read once: std::thread::hardware_concurrency reads /sys on every call,
+  // and every plan build asks (collect_transfers).
+  static const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return hw;
 }
 
 void run_threads(int n, const std::function<void(int)>& fn) {
