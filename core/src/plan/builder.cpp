@@ -86,6 +86,12 @@ struct PlanBuilder::State {
     bool ports = false;
   };
   mutable std::vector<Chosen> chosen;
+  // The cut priced earlier for this shape on this profile, null if none.
+  const Chosen* chosen_for(const PlanOptions& o, const HardwareProfile& hw) const {
+    for (const Chosen& c : chosen)
+      if (c.stages == o.stages && c.relay_node_size == o.relay_node_size && c.hardware == hw) return &c;
+    return nullptr;
+  }
 
   const plan_detail::Transfers& all() const {
     if (!tr) {
@@ -230,9 +236,7 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
     return assemble(options, tailed(options.stage_cut == PlanOptions::StageCut::ports));
 
   // Both cuts priced on the profile, once per shape and profile.
-  for (const State::Chosen& c : s_->chosen)
-    if (c.stages == options.stages && c.relay_node_size == options.relay_node_size && c.hardware == *hw)
-      return assemble(options, tailed(c.ports));
+  if (const State::Chosen* c = s_->chosen_for(options, *hw)) return assemble(options, tailed(c->ports));
   const Cut receivers = tailed(false), by_ports = tailed(true);
   bool ports = false;
   std::optional<Plan> kept;
@@ -258,9 +262,8 @@ PlanShape::Cut PlanBuilder::cut_of(const PlanOptions& options) const {
   const HardwareProfile* hw = options.hardware;
   if (hw == nullptr || options.stages < 2) return PlanShape::Cut::automatic;
   if (options.stage_cut != PlanShape::Cut::automatic) return options.stage_cut;
-  for (const State::Chosen& c : s_->chosen)
-    if (c.stages == options.stages && c.relay_node_size == options.relay_node_size && c.hardware == *hw)
-      return c.ports ? PlanShape::Cut::ports : PlanShape::Cut::receivers;
+  if (const State::Chosen* c = s_->chosen_for(options, *hw))
+    return c->ports ? PlanShape::Cut::ports : PlanShape::Cut::receivers;
   return PlanShape::Cut::automatic;
 }
 
