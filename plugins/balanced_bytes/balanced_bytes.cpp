@@ -206,6 +206,11 @@ TimeObjective time_objective(const TimePrices& tp, const TaskGrid& grid, double 
   return to;
 }
 
+int auto_relay_node(const SolveInput& in) {
+  const int node = in.shape().node_size >= 2 ? in.shape().node_size : in.time_prices()->nodes.gpus_per_node;
+  return node >= 2 && in.grid()->cp_size() > node ? node : 0;
+}
+
 TimeObjective full_search_objective(const SolveInput& in, const TaskGrid& grid, double spread, TaskId priced_tasks) {
   TimeObjective to = time_objective(*in.time_prices(), grid, spread);
   const bool across = grid.problem().layout == Layout::fixed && grid.cp_size() > to.nodes.gpus_per_node &&
@@ -410,9 +415,8 @@ namespace {
 // ranks span several nodes, also the node size.
 std::vector<int> relay_options_of(const SolveInput& in) {
   const PlanShape& asked = in.shape();
-  const int node = asked.node_size >= 2 ? asked.node_size : in.time_prices()->nodes.gpus_per_node;
   std::vector<int> relay_options{asked.auto_relay() ? 0 : asked.relay_node_size()};
-  if (asked.auto_relay() && node >= 2 && in.grid()->cp_size() > node) relay_options.push_back(node);
+  if (const int node = asked.auto_relay() ? auto_relay_node(in) : 0) relay_options.push_back(node);
   return relay_options;
 }
 

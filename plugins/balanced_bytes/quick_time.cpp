@@ -108,8 +108,8 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
 
   std::string note;
   double members_cost = 0;  // predicted seconds of the members run here
-  const bool one_node = grid.cp_size() <= to.nodes.gpus_per_node;
   const int nodes = to.nodes.node_of(grid.cp_size() - 1) + 1;
+  const bool one_node = nodes == 1;
   const double full_gain = PhaseGains::full(grid.problem().layout == Layout::planned, one_node);
   // Members that dispatch first: where they run (one node, planned layout)
   // their plans are the fastest, which leaves less for the others to gain.
@@ -199,9 +199,9 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   // against none, as the two stages below: on average the used-once plans
   // with them cost at most 0.3 % more per use, and up to 9 % less, at P =
   // 16-128 (docs/bounds.md#uses-and-effort).
-  const int relay_node = in.shape().node_size >= 2 ? in.shape().node_size : to.nodes.gpus_per_node;
-  const bool relays_unpriced = in.shape().auto_relay() && relay_node >= 2 && grid.cp_size() > relay_node;
-  const int relay = in.shape().auto_relay() ? (relays_unpriced ? relay_node : 0) : in.shape().relay_node_size();
+  const int relay_node = in.shape().auto_relay() ? auto_relay_node(in) : 0;
+  const bool relays_unpriced = relay_node > 0;
+  const int relay = in.shape().auto_relay() ? relay_node : in.shape().relay_node_size();
   if (beside.joinable()) {
     beside.join();
     if (short_error) std::rethrow_exception(short_error);

@@ -24,6 +24,10 @@ TimeObjective time_objective(const TimePrices& tp, const TaskGrid& grid, double 
 // picks, and the per-rank one is what was measured there.
 TimeObjective full_search_objective(const SolveInput& in, const TaskGrid& grid, double spread, TaskId priced_tasks);
 
+// The node size relays span under plan.relay auto: the host's node size, else
+// the time prices'; 0 where the ranks fit in one such node (nothing to relay).
+int auto_relay_node(const SolveInput& in);
+
 // The largest load of a rank under `rank` (0 on an empty grid).
 std::int64_t max_load(const TaskGrid& g, const std::vector<Rank>& rank);
 // The load above `cap`, summed over the ranks (State::excess without a State).
