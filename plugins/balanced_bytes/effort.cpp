@@ -24,6 +24,8 @@ constexpr double kPolishPerMove = 0.2e-6;     // a move evaluation on one node (
 constexpr double kStagesBase = 0.2e-3;        // two stage cuts priced and every rank's transfers collected
 constexpr double kStagesPerTask = 1e-6;
 constexpr double kStagesPerRank2 = 0.5e-6;    // (the timing model's stage descriptions and peers)
+constexpr double kStagesUnpricedBase = 0.1e-3;  // a rank's two-stage plan over its one-stage plan (every
+constexpr double kStagesUnpricedPerTask = 0.5e-6;  // rank's transfers, the builder's cut), unpriced
 }  // namespace
 
 PhaseCosts predict_phase_costs(std::int64_t tasks, int ranks, bool planned) {
@@ -33,6 +35,7 @@ PhaseCosts predict_phase_costs(std::int64_t tasks, int ranks, bool planned) {
   c.member = kGreedyBase + kGreedyPerRank * P + kGreedyPerRank2 * P * P;
   c.dispatch = kStaticPerTask * T;
   c.short_search = kShortSearchBase + kShortSearchPerTask * T + kShortSearchPerRank * P;
+  c.stages_unpriced = kStagesUnpricedBase + kStagesUnpricedPerTask * T;
   c.stages = kStagesBase + kStagesPerTask * T + kStagesPerRank2 * P * P;
   c.polish = c.short_search + kPolishPerMove * static_cast<double>(kPolishMoves) + c.price_plan;
   c.full = c.member + kFullSearchBase + kFullSearchPerTask * T + kFullPlansPriced * c.price_plan;

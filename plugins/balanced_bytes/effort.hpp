@@ -27,6 +27,7 @@ struct PhaseCosts {
   double short_search = 0;   // repair, descent and a short iterated search from one start
   double full = 0;           // the full time-mode solve (members, searches, pricing)
   double stages = 0;         // the chosen placement priced at two stages, and every rank's transfers for its plan
+  double stages_unpriced = 0;  // every rank's transfers for its two-stage plan, not priced
   double polish = 0;         // kPolishMoves of search from the best candidate, and its plan priced
 };
 

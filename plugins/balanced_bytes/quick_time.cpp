@@ -291,13 +291,18 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   // slower than the receivers' on 1 of 120, by 2.2 %
   // (docs/bounds.md#uses-and-effort), while pricing them
   // cost 2-10 % of the bound at P = 16-64, and the host's choice of the cut
-  // about 0.7 ms of each rank's plan at P = 32.
+  // about 0.7 ms of each rank's plan at P = 32. On one node, where pricing
+  // them does not pay, they are taken unpriced where the transfers alone do:
+  // the default's placements were faster at two stages on all 40 document
+  // packs at P = 8 (usp's on 39), while the pricing would cost most of what
+  // they save; a polished placement is not, as its runner-up can be faster
+  // at two stages.
   int chosen_stages = stages;
   bool stages_unpriced = false;
-  if (in.shape().auto_stages() && in.pricing() != nullptr &&
-      worth(cost.stages + (priced ? 0.0 : cost.price_plan), weight,
-            one_node ? PhaseGains::stages_one_node : PhaseGains::stages_nodes, priced ? step : best->predicted_s,
-            bound)) {
+  const double stages_gain = one_node ? PhaseGains::stages_one_node : PhaseGains::stages_nodes;
+  const double stages_from = priced ? step : best->predicted_s;
+  const bool may_stage = in.shape().auto_stages() && in.pricing() != nullptr;
+  if (may_stage && worth(cost.stages + (priced ? 0.0 : cost.price_plan), weight, stages_gain, stages_from, bound)) {
     if (!one_node) {
       chosen_stages = 2;
       stages_unpriced = true;
@@ -320,13 +325,20 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
         if (other.step < step) step = other.step, chosen_stages = 2, best = runner_up;
       }
     }
+  } else if (may_stage && one_node && !polished &&
+             worth(cost.stages_unpriced, weight, stages_gain, stages_from, bound)) {
+    chosen_stages = 2;
+    stages_unpriced = true;
   }
 
   Solution sol;
   sol.assignment.grid = best->grid;
   sol.assignment.rank = best->rank;
   sol.feasible = balance_cap(*best->grid, opt_.mu) >= max_load(*best->grid, best->rank);
-  sol.shape = PlanShape::fixed(chosen_stages, relay, stages_unpriced ? PlanShape::Cut::ports : PlanShape::Cut::automatic);
+  // (On one node the builder chooses the cut: the ports' cut was no faster
+  // there, and slower on 4 of 40 packs used once at P = 8.)
+  sol.shape = PlanShape::fixed(chosen_stages, relay,
+                               stages_unpriced && !one_node ? PlanShape::Cut::ports : PlanShape::Cut::automatic);
   sol.figures.set("predicted_step_s", priced ? step : best->predicted_s);
   if (priced) sol.figures.set("compute_bound_s", compute_bound);
   sol.figures.set("candidates", static_cast<double>(cands.size()));
@@ -337,7 +349,7 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   sol.figures.set("full_search", 0);
   std::string how = "by the search's model";
   if (priced) how = std::to_string(plans) + " plans priced";
-  if (stages_unpriced) how += ", 2 stages and the ports' cut unpriced";
+  if (stages_unpriced) how += one_node ? ", 2 stages unpriced" : ", 2 stages and the ports' cut unpriced";
   if (relays_unpriced) how += ", relays on nodes of " + std::to_string(relay_node) + " (not priced against none)";
   sol.note = "balanced_bytes (time): " + best->origin + " on " +
              std::to_string(best->grid->problem().grid.blocks_per_rank) + " block(s) per rank, " +

@@ -136,6 +136,29 @@ TEST_CASE("balanced_bytes used once with stages auto takes two stages and a loca
   CHECK(two >= 4);
 }
 
+// On one node, where pricing two stages does not pay for a mask used once,
+// they are taken unpriced where every rank's transfers alone do (the
+// builder's cut): on these packs (pricing them did not pay) the plan is
+// faster than the same solve's at one stage.
+TEST_CASE("balanced_bytes used once on one node takes two stages unpriced where pricing them does not pay") {
+  const auto reg = test::new_build_registry();
+  int unpriced = 0;
+  for (const int pack : {3, 9, 12, 15, 16}) {
+    CAPTURE(pack);
+    const RangeMask mask = document_mask(MaskKind::causal_document, 8, pack);
+    const Planned one = plan_of(reg, "balanced_bytes", PlanUses{1}, 8, mask);
+    const Planned chosen = plan_of(reg, "balanced_bytes", PlanUses{1}, 8, mask, "time", {}, Layout::fixed,
+                                   PlanShape::kAutoStages);
+    CHECK(chosen.step <= one.step * (1 + 1e-9));
+    if (chosen.note.find("2 stages unpriced") == std::string::npos) continue;
+    ++unpriced;
+    CHECK(chosen.plans_priced == one.plans_priced);
+    CHECK((chosen.num_stages == 3 && chosen.local_tail));
+    CHECK(chosen.step < one.step * 0.97);
+  }
+  CHECK(unpriced >= 4);
+}
+
 // Used a few times on one node, the best candidate (here binary_greedy's
 // placement, within the cap) is polished by a short search and priced against
 // it: where the polished plan is kept it is well ahead of binary_greedy's own.
