@@ -102,7 +102,8 @@ class BalancedBytes final : public Solver {
   // Every member's result, in member_names' order; those in `solved` are not solved again.
   std::vector<MemberResult> solve_members(const SolveInput& in, std::vector<std::string>& skipped,
                                           SolvedMembers solved = {}) const;
-  std::vector<std::string> member_names(Layout layout) const;
+  // The members' specs for this solve (binary_greedy's balance target by the nodes).
+  std::vector<std::string> member_names(const SolveInput& in) const;
   Solution solve_bytes(const SolveInput& in) const;
   Solution solve_time(const SolveInput& in) const;
   // The full time-mode solve on the input grid (members, searches, pricing).

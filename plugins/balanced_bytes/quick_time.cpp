@@ -113,7 +113,7 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   const double full_gain = PhaseGains::full(grid.problem().layout == Layout::planned, one_node);
   // Members that dispatch first: where they run (one node, planned layout)
   // their plans are the fastest, which leaves less for the others to gain.
-  std::vector<std::string> names = member_names(grid.problem().layout);
+  std::vector<std::string> names = member_names(in);
   std::stable_partition(names.begin(), names.end(), [](const std::string& n) { return n.rfind("static", 0) == 0; });
   // (On one node static's two-level dispatch is its one-level one.)
   auto member_skipped = [&](const std::string& name) {
