@@ -283,50 +283,50 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   }
 
   // Two stages pipeline the casts and end with a local tail that hides the
-  // reduces (plan/builder.hpp): taken where that is expected to pay for the
-  // pricing (the placement at one stage too, when it was not priced) and for
-  // every rank's transfers, which a rank's two-stage plan needs. Across nodes
-  // they are taken unpriced, with the ports' cut: there two stages were
+  // reduces (plan/builder.hpp). Unpriced, they cost a rank's two-stage plan
+  // (every rank's transfers); priced, also the pricing (and the placement at
+  // one stage, when it was not priced). Across nodes they are taken unpriced,
+  // with the ports' cut, where the plan alone pays: there two stages were
   // never slower than one on the placements measured, and the ports' cut
   // slower than the receivers' on 1 of 120, by 2.2 %
-  // (docs/bounds.md#uses-and-effort), while pricing them
-  // cost 2-10 % of the bound at P = 16-64, and the host's choice of the cut
-  // about 0.7 ms of each rank's plan at P = 32. On one node, where pricing
-  // them does not pay, they are taken unpriced where the transfers alone do:
-  // the default's placements were faster at two stages on all 40 document
-  // packs at P = 8 (usp's on 39), while the pricing would cost most of what
-  // they save; a polished placement is not, as its runner-up can be faster
-  // at two stages.
+  // (docs/bounds.md#uses-and-effort), while pricing them cost 2-10 % of the
+  // bound at P = 16-64, and the host's choice of the cut about 0.7 ms of each
+  // rank's plan at P = 32 (static's dispatch on its own grid keeps the
+  // priced test: at two stages it was slower on 9 of 20 packs at P = 16). On
+  // one node they are priced where that pays, else taken unpriced where the
+  // plan alone pays: the default's placements were faster at two stages on
+  // all 40 document packs at P = 8 (usp's on 39); a polished placement is
+  // not, as its runner-up can be faster at two stages.
   int chosen_stages = stages;
   bool stages_unpriced = false;
   const double stages_gain = one_node ? PhaseGains::stages_one_node : PhaseGains::stages_nodes;
   const double stages_from = priced ? step : best->predicted_s;
   const bool may_stage = in.shape().auto_stages() && in.pricing() != nullptr;
-  if (may_stage && worth(cost.stages + (priced ? 0.0 : cost.price_plan), weight, stages_gain, stages_from, bound)) {
-    if (!one_node) {
-      chosen_stages = 2;
-      stages_unpriced = true;
-    } else {
-      const auto placement = in.pricing()->add(best->grid, best->rank);
-      if (!priced) {
-        const PlanPrice one = in.pricing()->price(placement, PlanShape::fixed(1, relay));
-        step = one.step, compute_bound = one.compute_bound, ++plans;
-        priced = true;
-      }
-      const PlanPrice two = in.pricing()->price(placement, PlanShape::fixed(2, relay));
-      ++plans;
-      if (two.step < step) step = two.step, chosen_stages = 2;
-      // A polished placement wins at one stage by compute and can lose to the
-      // candidate it came from once two stages hide that one's casts.
-      if (polished && runner_up != nullptr) {
-        const PlanPrice other = in.pricing()->price(in.pricing()->add(runner_up->grid, runner_up->rank),
-                                                    PlanShape::fixed(2, relay));
-        ++plans;
-        if (other.step < step) step = other.step, chosen_stages = 2, best = runner_up;
-      }
+  const bool unpriced_pays = worth(cost.stages_unpriced, weight, stages_gain, stages_from, bound);
+  const bool priced_pays =
+      worth(cost.stages + (priced ? 0.0 : cost.price_plan), weight, stages_gain, stages_from, bound);
+  if (may_stage && !one_node && (best->grid == in.grid() ? unpriced_pays : priced_pays)) {
+    chosen_stages = 2;
+    stages_unpriced = true;
+  } else if (may_stage && one_node && priced_pays) {
+    const auto placement = in.pricing()->add(best->grid, best->rank);
+    if (!priced) {
+      const PlanPrice one = in.pricing()->price(placement, PlanShape::fixed(1, relay));
+      step = one.step, compute_bound = one.compute_bound, ++plans;
+      priced = true;
     }
-  } else if (may_stage && one_node && !polished &&
-             worth(cost.stages_unpriced, weight, stages_gain, stages_from, bound)) {
+    const PlanPrice two = in.pricing()->price(placement, PlanShape::fixed(2, relay));
+    ++plans;
+    if (two.step < step) step = two.step, chosen_stages = 2;
+    // A polished placement wins at one stage by compute and can lose to the
+    // candidate it came from once two stages hide that one's casts.
+    if (polished && runner_up != nullptr) {
+      const PlanPrice other = in.pricing()->price(in.pricing()->add(runner_up->grid, runner_up->rank),
+                                                  PlanShape::fixed(2, relay));
+      ++plans;
+      if (other.step < step) step = other.step, chosen_stages = 2, best = runner_up;
+    }
+  } else if (may_stage && one_node && !polished && unpriced_pays) {
     chosen_stages = 2;
     stages_unpriced = true;
   }

@@ -235,6 +235,32 @@ TEST_CASE("balanced_bytes used once across nodes takes two stages without pricin
   CHECK(unpriced >= 4);
 }
 
+// Across nodes the unpriced two stages are taken where a rank's two-stage
+// plan alone pays for them, not only where pricing them would have: at P =
+// 32 on these packs (one stage before), they are faster.
+TEST_CASE("balanced_bytes used once across nodes takes two stages where the plan alone pays for them") {
+  const auto reg = test::new_build_registry();
+  const auto automatic = PlanShape::Relay::automatic;
+  const int P = 32;
+  int unpriced = 0;
+  const std::vector<std::pair<MaskKind, int>> cases = {{MaskKind::causal_document, 1},
+                                                      {MaskKind::causal_document, 8},
+                                                      {MaskKind::causal_document, 9},
+                                                      {MaskKind::full_document, 8},
+                                                      {MaskKind::full_document, 9}};
+  for (const auto& [kind, pack] : cases) {
+    CAPTURE(pack);
+    const RangeMask mask = document_mask(kind, P, pack);
+    const Planned one = plan_of(reg, "balanced_bytes", PlanUses{1}, P, mask, "time", {}, Layout::fixed, 1, automatic);
+    const Planned chosen = plan_of(reg, "balanced_bytes", PlanUses{1}, P, mask, "time", {}, Layout::fixed,
+                                   PlanShape::kAutoStages, automatic);
+    if (chosen.note.find("2 stages and the ports' cut unpriced") == std::string::npos) continue;
+    ++unpriced;
+    CHECK(chosen.step < one.step);
+  }
+  CHECK(unpriced >= 4);
+}
+
 // Across nodes with plan.relay auto, the plan used once takes relays without
 // pricing them against none: faster per use on average (slower on a few packs
 // only, docs/bounds.md#uses-and-effort).
