@@ -49,16 +49,17 @@ struct PhaseGains {
   static constexpr double member_one_node = 0.3;
   static constexpr double member_nodes = 0.03;
   // static's dispatch (planned layout) keeps documents on their ranks: the
-  // largest gain on one node and on two (P = 16: about half the gap on both
-  // document masks, used once); on more nodes its members recover 0.3-0.4
-  // of the gap on full_document but 0-0.1 on causal_document, while with
-  // their plans on the finer grid they add 20-75 % of the bound to the path
-  // at P = 32-64.
+  // largest gain on one node and on two to four (P = 16 and 32, 20 packs,
+  // used once: 0.45-0.55 of the gap on both document masks, for 0.2-0.25 of
+  // the bound on the path at P = 32); on eight nodes its members recovered
+  // 0.13-0.30 of the gap while their predictions and plans on the finer grid
+  // took 0.5-0.8 of the bound (P = 64). (dispatch_nodes also where the full
+  // search may follow on more than two nodes: quick_time.cpp.)
   static constexpr double dispatch_one_node = 0.5;
-  static constexpr double dispatch_two_nodes = 0.45;
+  static constexpr double dispatch_few_nodes = 0.45;
   static constexpr double dispatch_nodes = 0.05;
   static double dispatch(int nodes) {
-    return nodes <= 1 ? dispatch_one_node : nodes == 2 ? dispatch_two_nodes : dispatch_nodes;
+    return nodes <= 1 ? dispatch_one_node : nodes <= 4 ? dispatch_few_nodes : dispatch_nodes;
   }
   // A short search from the best start, which is above the balance cap: its
   // repair is what pays (a start within the cap is rarely beaten by a short

@@ -167,8 +167,14 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
     const bool dispatches = name.rfind("static", 0) == 0;
     if (member_skipped(name)) continue;
     const double c = dispatches ? cost.dispatch : cost.member;
-    const double gain = dispatches ? PhaseGains::dispatch(nodes)
-                                   : (one_node ? PhaseGains::member_one_node : PhaseGains::member_nodes);
+    // On more than two nodes static's dispatch runs here only where the full
+    // search cannot follow: that one solves the members itself, and their
+    // predictions here (on static's finer grid) would be spent twice (at P =
+    // 32 the full search then ran on every pack, used 8 and 32 times).
+    const double dispatch_gain =
+        nodes > 2 && full_possible ? PhaseGains::dispatch_nodes : PhaseGains::dispatch(nodes);
+    const double gain =
+        dispatches ? dispatch_gain : (one_node ? PhaseGains::member_one_node : PhaseGains::member_nodes);
     if (!worth(c, weight, gain, best_predicted().predicted_s, bound)) {
       note += "; member " + name + " not run (" + ms(c) + " ms predicted)";
       continue;
