@@ -342,7 +342,7 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   sol.assignment.rank = best->rank;
   sol.feasible = balance_cap(*best->grid, opt_.mu) >= max_load(*best->grid, best->rank);
   // (On one node the builder chooses the cut: the ports' cut was no faster
-  // there, and slower on 4 of 40 packs used once at P = 8.)
+  // there, and slower per use on 3-7 of 20 packs used once at P = 8.)
   sol.shape = PlanShape::fixed(chosen_stages, relay,
                                stages_unpriced && !one_node ? PlanShape::Cut::ports : PlanShape::Cut::automatic);
   sol.figures.set("predicted_step_s", priced ? step : best->predicted_s);
