@@ -20,12 +20,16 @@ void check_nccl(ncclResult_t r, const char* what) {
   if (r != ncclSuccess) throw Error(fmt::format("cuda_nccl: {}: {}", what, ncclGetErrorString(r)));
 }
 
+int visible_devices() {
+  const int n = cuda_device_count();
+  if (n == 0) throw Error("cuda_nccl: no CUDA device is visible (cudaGetDeviceCount found none)");
+  return n;
+}
+
 class CudaBackendImpl final : public Backend {
  public:
   explicit CudaBackendImpl(Bootstrap& bs) : info_(bs.info()) {
-    const int n = cuda_device_count();
-    if (n == 0) throw Error("cuda_nccl: no CUDA device is visible (cudaGetDeviceCount found none)");
-    open_device(info_.local_rank % n);
+    open_device(info_.local_rank % visible_devices());
     if (info_.world > 1) {
       ncclUniqueId id{};
       std::vector<std::uint8_t> bytes(sizeof id);
@@ -45,6 +49,8 @@ class CudaBackendImpl final : public Backend {
 
   CudaBackendImpl(HostWorld& world, Rank rank, int device) : loopback_(&world) {
     info_ = LaunchInfo{rank, world.ranks(), device, "loopback"};
+    const int n = visible_devices();
+    if (device >= n) throw Error(fmt::format("cuda_nccl loopback: device {} is not visible ({} device(s))", device, n));
     open_device(device);
   }
 

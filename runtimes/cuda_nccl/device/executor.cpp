@@ -19,6 +19,10 @@ ExecutionReport CudaNcclExecutor::execute(const ExecuteInput& in) {
   if (opt_.backend == "emulate") return run_emulated(problem, plan, opt_, seed);
   if (!cuda::has_attention_kernel(problem.heads.dim))
     throw Error(fmt::format("cuda_nccl: head dim {} has no CUDA kernel (built: 64, 128)", problem.heads.dim));
+  if (opt_.launch == "loopback")
+    return run_in_process(problem, plan, opt_, seed, [](HostWorld& world, Rank r) {
+      return make_cuda_loopback_backend(world, r, 0);
+    });
   if (!bootstrap_) bootstrap_ = make_bootstrap(opt_.launch, process_env());
   auto backend = make_cuda_backend(*bootstrap_);
   return run_rank(*backend, problem, plan, opt_, seed);

@@ -1,6 +1,7 @@
 #pragma once
 // The `cuda_nccl` Executor: one process per GPU (mpirun, or the env launch),
-// or all ranks emulated on the CPU (backend: emulate).
+// all ranks as threads on device 0 (launch: loopback), or all ranks emulated
+// on the CPU (backend: emulate).
 #include <memory>
 
 #include "cpsched/plugin/executor.hpp"

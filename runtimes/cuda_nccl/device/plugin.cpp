@@ -9,7 +9,9 @@ const cpsched_param_spec kParams[] = {
     {"backend", CPSCHED_PARAM_STRING, "cuda",
      "cuda: one process per GPU; emulate: every rank on the CPU, same pipeline and kernels (no timing)"},
     {"launch", CPSCHED_PARAM_STRING, "auto",
-     "auto, mpi (mpirun), env (RANK, WORLD_SIZE, LOCAL_RANK, CPSCHED_NCCL_ID_FILE) or single"},
+     "auto, mpi (mpirun), env (RANK, WORLD_SIZE, LOCAL_RANK, CPSCHED_NCCL_ID_FILE), single, or loopback (all P "
+     "ranks as threads of one process on device 0, transfers through host memory: checks a plan's results on one "
+     "GPU; its times are not a cluster's)"},
     {"plan_source", CPSCHED_PARAM_STRING, "solve_everywhere",
      "solve_everywhere: each rank solves the same mask and keeps its own plan; broadcast: rank 0 sends each rank its plan"},
     {"check", CPSCHED_PARAM_BOOL, "false",

@@ -26,7 +26,7 @@ RunOptions parse_run_options(const Params& p) {
     throw Error(fmt::format("cuda_nccl: parameter {} = '{}' is not one of {}", name, v, list));
   };
   if (p.has("backend")) o.backend = one_of("backend", p.get_string("backend"), {"cuda", "emulate"});
-  if (p.has("launch")) o.launch = one_of("launch", p.get_string("launch"), {"auto", "mpi", "env", "single"});
+  if (p.has("launch")) o.launch = one_of("launch", p.get_string("launch"), {"auto", "mpi", "env", "single", "loopback"});
   if (p.has("plan_source"))
     o.plan_source = one_of("plan_source", p.get_string("plan_source"), {"solve_everywhere", "broadcast"});
   if (p.has("check")) o.check = p.get_bool("check");
@@ -217,7 +217,8 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
   return rep;
 }
 
-ExecutionReport run_emulated(const Problem& problem, const Plan& plan, const RunOptions& opt, std::uint64_t seed) {
+ExecutionReport run_in_process(const Problem& problem, const Plan& plan, const RunOptions& opt, std::uint64_t seed,
+                               const RankBackendFactory& make) {
   const int P = plan.sharding.cp_size;
   if (P < 1) throw Error("cuda_nccl: the plan has no ranks");
   HostWorld world(P);
@@ -227,8 +228,8 @@ ExecutionReport run_emulated(const Problem& problem, const Plan& plan, const Run
   for (Rank r = 0; r < P; ++r)
     threads.emplace_back([&, r] {
       try {
-        HostBackend be(world, r, opt.schedule);
-        reps[static_cast<std::size_t>(r)] = run_rank(be, problem, plan, opt, seed);
+        const std::unique_ptr<Backend> be = make(world, r);
+        reps[static_cast<std::size_t>(r)] = run_rank(*be, problem, plan, opt, seed);
       } catch (const std::exception& e) {
         errors[static_cast<std::size_t>(r)] = std::current_exception();
         world.abort(fmt::format("rank {} failed: {}", r, e.what()));
@@ -239,6 +240,12 @@ ExecutionReport run_emulated(const Problem& problem, const Plan& plan, const Run
   ExecutionReport rep = std::move(reps[0]);
   for (const auto& r : reps) rep.passed = rep.passed && r.passed;
   return rep;
+}
+
+ExecutionReport run_emulated(const Problem& problem, const Plan& plan, const RunOptions& opt, std::uint64_t seed) {
+  return run_in_process(problem, plan, opt, seed, [&](HostWorld& world, Rank r) -> std::unique_ptr<Backend> {
+    return std::make_unique<HostBackend>(world, r, opt.schedule);
+  });
 }
 
 }  // namespace cpsched::gpu

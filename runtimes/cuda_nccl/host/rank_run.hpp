@@ -6,6 +6,8 @@
 // rank 0, and report. Rank 0's report holds the whole table; the others
 // report themselves and the check's verdict.
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "backend.hpp"
@@ -17,7 +19,7 @@ namespace cpsched::gpu {
 
 struct RunOptions {
   std::string backend = "cuda";            // cuda | emulate
-  std::string launch = "auto";             // auto | mpi | env | single
+  std::string launch = "auto";             // auto | mpi | env | single | loopback
   std::string plan_source = "solve_everywhere";  // solve_everywhere | broadcast
   bool check = false;
   double tolerance = 2e-2;
@@ -37,8 +39,14 @@ RunOptions parse_run_options(const Params& p);
 ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, const RunOptions& opt,
                          std::uint64_t seed);
 
-// All ranks of `plan` as threads on HostBackends; rank 0's report, `passed`
-// only when every rank passed.
+// All ranks of `plan` as threads of this process, rank r on the Backend
+// `make(world, r)` returns; rank 0's report, `passed` only when every rank
+// passed. A rank that fails aborts the world, so that no other rank waits.
+using RankBackendFactory = std::function<std::unique_ptr<Backend>(HostWorld& world, Rank rank)>;
+ExecutionReport run_in_process(const Problem& problem, const Plan& plan, const RunOptions& opt, std::uint64_t seed,
+                               const RankBackendFactory& make);
+
+// run_in_process on HostBackends: the CPU emulation.
 ExecutionReport run_emulated(const Problem& problem, const Plan& plan, const RunOptions& opt, std::uint64_t seed);
 
 }  // namespace cpsched::gpu
