@@ -3,7 +3,8 @@
 //  1. The whole pipeline for P = 1..4 ranks as threads sharing device 0
 //     (loopback backend: real kernels, streams and events; transfers through
 //     host memory), head dims 64 and 128, 1-2 stages, flattened or not:
-//     outputs equal the CPU emulation (same programs) to 1e-3 and pass the
+//     outputs equal the CPU emulation (same programs) to two bf16 roundings
+//     (8e-3 of the largest value) and pass the
 //     self-check against the sim runtime.
 //  2. The executor itself on a one-rank plan (launch single, check on).
 //  3. Device-side mask ingestion equals the TaskGrid.
@@ -130,7 +131,10 @@ void run_pipeline(const test::PlanCase& c, const std::string& name) {
                         std::pair{&a.dk, &b.dk}, std::pair{&a.dv, &b.dv}})
       worst = std::max(worst, max_rel(*x, *y));
   }
-  expect(worst < 1e-3, fmt::format("{}: GPU vs CPU twin max rel diff {:.2e}", name, worst));
+  // The same programs, but fp32 results differ in the last bits (the device's exp, FMA contraction), and
+  // partial O and gradients travel in bf16: one rounding can flip, by 2^-8 of the value, twice on a
+  // relayed or multi-stage path (runtimes/cuda_nccl/README.md gives the measured differences).
+  expect(worst < 8e-3, fmt::format("{}: GPU vs CPU twin max rel diff {:.2e}", name, worst));
   const g::CheckResult chk = g::check_against_sim(*c.problem, c.plan, gpu, 3, g::kDefaultTolerance);
   expect(chk.passed, name + ": " + chk.text);
 }
