@@ -115,12 +115,13 @@ def global_inputs(spec, S):
 
 
 def _np(t):
-    return None if t is None else t.detach().double().numpy()
+    return None if t is None else t.detach().double().cpu().numpy()
 
 
 def attn_case(rank, P, spec):
     tp, text = solve(spec, P, rank)
-    q, k, v, do = global_inputs(spec, tp.seqlen)
+    dev = torch.device(spec.get("device", "cpu"))
+    q, k, v, do = (None if x is None else x.to(dev) for x in global_inputs(spec, tp.seqlen))
     if spec.get("noncontig"):  # shards with permuted strides (as from a fused projection), layout passed
         sh = lambda x: None if x is None else (  # noqa: E731
             cpt.dispatch(x, tp).transpose(0, 1).contiguous().transpose(0, 1).requires_grad_())
@@ -137,7 +138,7 @@ def attn_case(rank, P, spec):
                 "layout_sequential": tp.layout.sequential, "stages": tp.num_stages}
     if spec.get("module"):
         if spec["mask"] == "topk":
-            idx = torch.from_numpy(topk_indices(spec, P))[tp.layout.global_index(rank)]
+            idx = torch.from_numpy(topk_indices(spec, P))[tp.layout.global_index(rank)].to(dev)
             # summaries: the module's Session knows its rank, so ingest_topk exchanges per-rank summaries
             mod = cpt.DistAttention(session(spec, P, rank if spec.get("summaries") else None))
             out = mod(ql, kl, vl, idx, backend=spec.get("backend", "auto"))
@@ -201,7 +202,8 @@ def bytes_case(rank, P, spec):
     """Bytes this rank's collectives send to other ranks (counted by wrapping dist.all_to_all_single), per
     pass, against the plan: (sent_fwd, sent_bwd, received_fwd, received_bwd)."""
     tp, text = solve(spec, P, rank)
-    q, k, v, do = global_inputs(spec, tp.seqlen)
+    dev = torch.device(spec.get("device", "cpu"))
+    q, k, v, do = (None if x is None else x.to(dev) for x in global_inputs(spec, tp.seqlen))
     counts = {"send": 0, "recv": 0, "calls": 0}
     real = dist.all_to_all_single
 
@@ -355,6 +357,8 @@ def varlen_bwd_stub(do, q, k, v, o, lse, dq, dk, dv, cu_q, cu_k, mq, mk, scale, 
 def backend_of(name):
     if name == "flash_stub":
         return cpt.FlashBackend(kernel=varlen_stub, bwd_kernel=varlen_bwd_stub)
+    if name == "flex_compiled":
+        return cpt.FlexBackend(compile=True)
     return name
 
 

@@ -247,9 +247,13 @@ class FlexBackend(TorchBackend):
 
     name = "flex"
 
-    def __init__(self):
+    def __init__(self, compile=False):
+        """compile: on CUDA tensors, run flex_attention through torch.compile (dynamic shapes): its fused
+        kernels exist only compiled, eager flex_attention materialises the scores. (Compiled flex on the CPU
+        has no lse output, so CPU tensors always run eager.)"""
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-        self._flex = flex_attention
+        self._eager = flex_attention
+        self._compiled = torch.compile(flex_attention, dynamic=True) if compile else None
         self._mask = create_block_mask
         try:
             from torch.nn.attention.flex_attention import AuxRequest
@@ -288,16 +292,17 @@ class FlexBackend(TorchBackend):
         def mask_mod(bb, h, qi, ki):
             return table[qi, ki]
         bm = self._mask(mask_mod, None, None, n, m, device=str(dev))
+        flex = self._compiled if self._compiled is not None and dev.type == "cuda" else self._eager
         qq = q.permute(1, 0, 2).unsqueeze(0)
         kk = k.permute(1, 0, 2).unsqueeze(0)
         vv = v.permute(1, 0, 2).unsqueeze(0)
         gqa = qq.shape[1] != kk.shape[1]
         if self._aux is not None:
-            o, aux = self._flex(qq, kk, vv, block_mask=bm, scale=scale, enable_gqa=gqa,
+            o, aux = flex(qq, kk, vv, block_mask=bm, scale=scale, enable_gqa=gqa,
                                 return_aux=self._aux(lse=True))
             lse = aux.lse
         else:
-            o, lse = self._flex(qq, kk, vv, block_mask=bm, scale=scale, enable_gqa=gqa, return_lse=True)
+            o, lse = flex(qq, kk, vv, block_mask=bm, scale=scale, enable_gqa=gqa, return_lse=True)
         o = o[0].permute(1, 0, 2).float()
         lse = lse[0].permute(1, 0).float()
         empty = ~table.any(dim=1)  # flex leaves rows without an entry at lse -inf (or a large negative)
