@@ -372,8 +372,8 @@ def make_backend(name, device, dtype, tp):
         if device.type == "cuda" and dtype in (torch.float16, torch.bfloat16) and flash_available() \
                 and tp.dqk <= 256 and tp.dv <= 256 and not tp.kv_shared:
             return FlashBackend()
-        if device.type == "cuda" and flex_available():
-            return FlexBackend()
+        # Without flash-attn the torch kernels, not eager flex, which they beat on a GPU in both passes
+        # (docs/torch.md, "On a GPU"); flex stays available by name.
         return TorchBackend()
     if name == "torch":
         return TorchBackend()
