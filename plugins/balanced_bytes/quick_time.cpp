@@ -299,10 +299,11 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   // bound at P = 16-64, and the host's choice of the cut about 0.7 ms of each
   // rank's plan at P = 32 (static's dispatch on its own grid keeps the
   // priced test: at two stages it was slower on 9 of 20 packs at P = 16). On
-  // one node they are priced where that pays, else taken unpriced where the
-  // plan alone pays: the default's placements were faster at two stages on
-  // all 40 document packs at P = 8 (usp's on 39); a polished placement is
-  // not, as its runner-up can be faster at two stages.
+  // one node they are taken unpriced where the plan alone pays, static's
+  // dispatch too: the default's placements were faster at two stages on all
+  // 40 document packs at P = 8 (usp's on 39), and pricing never chose
+  // otherwise on static's grid there. A polished placement is priced, as its
+  // runner-up can be faster at two stages.
   int chosen_stages = stages;
   bool stages_unpriced = false;
   const double stages_gain = one_node ? PhaseGains::stages_one_node : PhaseGains::stages_nodes;
@@ -312,6 +313,9 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   const bool priced_pays =
       worth(cost.stages + (priced ? 0.0 : cost.price_plan), weight, stages_gain, stages_from, bound);
   if (may_stage && !one_node && (best->grid == in.grid() ? unpriced_pays : priced_pays)) {
+    chosen_stages = 2;
+    stages_unpriced = true;
+  } else if (may_stage && one_node && !polished && unpriced_pays) {
     chosen_stages = 2;
     stages_unpriced = true;
   } else if (may_stage && one_node && priced_pays) {
@@ -332,9 +336,6 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
       ++plans;
       if (other.step < step) step = other.step, chosen_stages = 2, best = runner_up;
     }
-  } else if (may_stage && one_node && !polished && unpriced_pays) {
-    chosen_stages = 2;
-    stages_unpriced = true;
   }
 
   Solution sol;

@@ -159,6 +159,25 @@ TEST_CASE("balanced_bytes used once on one node takes two stages unpriced where 
   CHECK(unpriced >= 4);
 }
 
+// The same holds for static's dispatch on its own grid, planned: pricing the
+// two stages there cost more than they changed (the priced choice was the
+// unpriced one on every document pack at P = 8).
+TEST_CASE("balanced_bytes planned and used once on one node takes static's two stages unpriced") {
+  const auto reg = test::new_build_registry();
+  for (const int pack : {5, 13}) {
+    CAPTURE(pack);
+    const RangeMask mask = document_mask(MaskKind::full_document, 8, pack);
+    const Planned one = plan_of(reg, "balanced_bytes", PlanUses{1}, 8, mask, "time", {}, Layout::planned);
+    const Planned chosen = plan_of(reg, "balanced_bytes", PlanUses{1}, 8, mask, "time", {}, Layout::planned,
+                                   PlanShape::kAutoStages);
+    CAPTURE(chosen.note);
+    CHECK(chosen.note.find("static on") != std::string::npos);
+    CHECK(chosen.note.find("2 stages unpriced") != std::string::npos);
+    CHECK(chosen.plans_priced == one.plans_priced);
+    CHECK(chosen.step < one.step * 0.99);
+  }
+}
+
 // On one node (time mode) the binary_greedy member balances to mu = 1.05, not
 // to its own 1.10: two stages hide most of the bytes a tighter balance costs,
 // and the step follows the busiest rank's compute.
