@@ -82,6 +82,11 @@ struct PhaseGains {
   // at P = 16-128 (5 packs).
   static constexpr double stages_one_node = 0.4;
   static constexpr double stages_nodes = 0.15;
+  // Static's dispatch on its own grid, one node: its one-stage plans are
+  // slower than the search's model predicts, and two stages recovered more
+  // than the whole predicted gap (planned layout, P = 8, 40 document packs,
+  // docs/bounds.md#uses-and-effort).
+  static constexpr double stages_static_one_node = 1.0;
   // The full solve again on grids of 2 and 4 times the blocks per rank
   // (fixed layout, across nodes): 13-26 % of the gap left by the full solve
   // on the document masks at P = 16-128 (10 packs, docs/bounds.md#finer-blocks).

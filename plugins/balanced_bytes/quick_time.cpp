@@ -306,7 +306,10 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   // runner-up can be faster at two stages.
   int chosen_stages = stages;
   bool stages_unpriced = false;
-  const double stages_gain = one_node ? PhaseGains::stages_one_node : PhaseGains::stages_nodes;
+  const bool static_dispatch = best->origin.rfind("static", 0) == 0;
+  const double stages_gain = !one_node        ? PhaseGains::stages_nodes
+                             : static_dispatch ? PhaseGains::stages_static_one_node
+                                               : PhaseGains::stages_one_node;
   const double stages_from = priced ? step : best->predicted_s;
   const bool may_stage = in.shape().auto_stages() && in.pricing() != nullptr;
   const bool unpriced_pays = worth(cost.stages_unpriced, weight, stages_gain, stages_from, bound);
