@@ -120,6 +120,47 @@ def test_one_rank_plan_runs_without_torch_distributed():
         cpt.attention(q, k, v, r4)
 
 
+def test_flex_block_masks_are_built_once_per_geometry():
+    """FlexAttention's block masks are cached by the args' geometry: the head groups of a flattened plan and
+    every later call with the plan reuse them, and the results stay the dense reference's."""
+    from cpsched.torch import _backends as B
+    m = cpsched.mask_from_config(os.path.join(os.path.dirname(__file__), "..", "..", "configs", "quickstart.yaml"),
+                                 {"problem.cp_size": 1, "problem.seqlen_per_rank": 256})
+    r = cpsched.Session(cp_size=1, seqlen=m.seqlen, heads=(8, 4, 16, "fp32"), cost_model="area").solve(
+        m.q_ranges, m.k_ranges, m.types)
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(m.seqlen, h, 16, generator=g) for h in (8, 4, 4))
+    ref = dense_attention(q, k, v, mask_matrix(m.q_ranges, m.k_ranges, m.types, m.seqlen))
+    B._FLEX_MASKS.items.clear()
+    B._FLEX_MASKS.bytes = 0
+    built = []
+    real = B._FlexMask.__init__
+
+    def counting(self, *a, **kw):
+        built.append(1)
+        real(self, *a, **kw)
+    B._FlexMask.__init__ = counting
+    try:
+        outs = [cpt.attention(q, k, v, r, backend="flex") for _ in range(3)]
+    finally:
+        B._FlexMask.__init__ = real
+    for out in outs:
+        assert (out - ref).abs().max() < 1e-5
+    # 4 head groups x 3 calls of flex batches, one geometry each: built once
+    assert len(built) == len(B._FLEX_MASKS.items) == 1, (len(built), len(B._FLEX_MASKS.items))
+
+
+def test_flex_mask_cache_keeps_its_byte_budget():
+    from cpsched.torch import _backends as B
+    lru = B._ByteLru(100)
+    for i in range(5):
+        lru.put(i, str(i), 40)
+    assert list(lru.items) == [3, 4] and lru.bytes == 80
+    assert lru.get(3) == "3" and list(lru.items) == [4, 3]  # a hit is the newest
+    lru.put("big", "b", 500)  # larger than the budget: kept alone
+    assert list(lru.items) == ["big"] and lru.get(0) is None
+
+
 def test_a_call_leaves_none_of_its_tensors_in_the_cached_plan():
     """The plan's reusable buffers hold no reference to a call's inputs, outputs or graph: they are freed as
     soon as the caller drops them (no cycle through the plan), after forward + backward and after a forward

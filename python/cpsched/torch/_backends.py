@@ -1,12 +1,14 @@
 """Kernel backends beyond the torch reference: flash-attn's varlen kernels and FlexAttention, each built from
 a stage's args, and the `auto` choice.
 
-Neither has run on a GPU in this repository (the machine has none); `flex`'s forward runs on the CPU in eager
-mode and is tested there against the torch kernel. Both fall back to the torch kernels for what they cannot
-express (flash: inv_causal / bi_causal args and index args; flex: the backward on the CPU and index args).
+`flex` ran on one H200 (docs/torch.md, "On a GPU"); flash-attn's kernels have not run on a GPU here. `flex`'s
+forward also runs on the CPU in eager mode and is tested there against the torch kernel. Both fall back to the
+torch kernels for what they cannot express (flash: inv_causal / bi_causal args and index args; flex: the
+backward on the CPU and index args).
 """
 from __future__ import annotations
 
+import collections
 import functools
 
 import torch
@@ -238,6 +240,51 @@ class FlashBackend(TorchBackend):
                                            causal, (-1, -1), None, False, None)
 
 
+class _FlexMask:
+    """The block mask of one batch geometry: a boolean table over its rows and columns (the union of the args'
+    masks; they are exact and disjoint) and FlexAttention's BlockMask over it, with the rows no arg reaches."""
+
+    def __init__(self, create_block_mask, geometry, shape, device):
+        from ._kernels import chunk_mask
+        self.shape = shape
+        table = torch.zeros(shape, dtype=torch.bool, device=device)
+        for q0, q1, k0, k1, t in geometry:
+            m = chunk_mask(t, 0, q1 - q0, 0, k1 - k0, q1 - q0, k1 - k0, device)
+            view = table[q0:q1, k0:k1]
+            view |= True if m is None else m
+        self.table = table
+
+        def mask_mod(bb, h, qi, ki):
+            return table[qi, ki]
+        self.block_mask = create_block_mask(mask_mod, None, None, shape[0], shape[1], device=str(device))
+        self.empty = ~table.any(dim=1)
+        self.has_empty = bool(self.empty.any())  # read once here, not a device sync per call
+
+
+class _ByteLru:
+    """An LRU map whose entries weigh their table's bytes: at most `max_bytes` in all (and the newest entry)."""
+
+    def __init__(self, max_bytes):
+        self.max_bytes, self.bytes, self.items = max_bytes, 0, collections.OrderedDict()
+
+    def get(self, key):
+        hit = self.items.get(key)
+        if hit is not None:
+            self.items.move_to_end(key)
+            return hit[0]
+        return None
+
+    def put(self, key, value, nbytes):
+        self.items[key] = (value, nbytes)
+        self.bytes += nbytes
+        while self.bytes > self.max_bytes and len(self.items) > 1:
+            _, (_, n) = self.items.popitem(last=False)
+            self.bytes -= n
+
+
+_FLEX_MASKS = _ByteLru(1 << 30)
+
+
 class FlexBackend(TorchBackend):
     """FlexAttention: per stage and (q buffer, k buffer, head group) one flex_attention call whose block mask
     is built from the args that read them (a boolean table over the rows and columns the args touch; the
@@ -271,27 +318,23 @@ class FlexBackend(TorchBackend):
                 out.setdefault((a.q_remote, a.k_remote, a.group), []).append(a)
         return out, rest
 
-    def _table(self, batch, device):
-        from ._kernels import chunk_mask
+    def _block_mask(self, batch, device):
+        """(FlexMask, r0, c0) of a batch: its rows [r0, r1) and columns [c0, c1) and the block mask of their
+        union. Cached by the args' geometry relative to (r0, c0): every head group of a flattened plan and
+        every call of the plan (each layer of a step) reuses it (docs/torch.md, "On a GPU")."""
         r0 = min(a.q0 for a in batch)
-        r1 = max(a.q1 for a in batch)
         c0 = min(a.k0 for a in batch)
-        c1 = max(a.k1 for a in batch)
-        table = torch.zeros((r1 - r0, c1 - c0), dtype=torch.bool, device=device)
-        for a in batch:
-            lq, lk = a.q1 - a.q0, a.k1 - a.k0
-            m = chunk_mask(a.type, 0, lq, 0, lk, lq, lk, device)
-            view = table[a.q0 - r0:a.q1 - r0, a.k0 - c0:a.k1 - c0]
-            view |= True if m is None else m
-        return table, r0, r1, c0, c1
+        shape = (max(a.q1 for a in batch) - r0, max(a.k1 for a in batch) - c0)
+        key = (str(device), shape, tuple(sorted((a.q0 - r0, a.q1 - r0, a.k0 - c0, a.k1 - c0, a.type) for a in batch)))
+        fm = _FLEX_MASKS.get(key)
+        if fm is None:
+            fm = _FlexMask(self._mask, key[2], shape, device)
+            _FLEX_MASKS.put(key, fm, shape[0] * shape[1])
+        return fm, r0, c0
 
-    def _call(self, q, k, v, table, scale):
-        n, m = table.shape
+    def _call(self, q, k, v, fm, scale):
         dev = q.device
-
-        def mask_mod(bb, h, qi, ki):
-            return table[qi, ki]
-        bm = self._mask(mask_mod, None, None, n, m, device=str(dev))
+        bm = fm.block_mask
         flex = self._compiled if self._compiled is not None and dev.type == "cuda" else self._eager
         qq = q.permute(1, 0, 2).unsqueeze(0)
         kk = k.permute(1, 0, 2).unsqueeze(0)
@@ -305,24 +348,24 @@ class FlexBackend(TorchBackend):
             o, lse = flex(qq, kk, vv, block_mask=bm, scale=scale, enable_gqa=gqa, return_lse=True)
         o = o[0].permute(1, 0, 2).float()
         lse = lse[0].permute(1, 0).float()
-        empty = ~table.any(dim=1)  # flex leaves rows without an entry at lse -inf (or a large negative)
-        if bool(empty.any()):
-            lse = lse.masked_fill(empty[:, None], float("-inf"))
-            o = o.masked_fill(empty[:, None, None], 0.0)
+        if fm.has_empty:  # flex leaves rows without an entry at lse -inf (or a large negative)
+            lse = lse.masked_fill(fm.empty[:, None], float("-inf"))
+            o = o.masked_fill(fm.empty[:, None, None], 0.0)
         return o, lse
 
     def forward_stage(self, args, b):
         groups, rest = self._groups(args)
         super().forward_stage(rest, b)
         for (qr, kr, grp), batch in groups.items():
-            table, r0, r1, c0, c1 = self._table(batch, b.q.device)
+            fm, r0, c0 = self._block_mask(batch, b.q.device)
+            r1, c1 = r0 + fm.shape[0], c0 + fm.shape[1]
             a = batch[0]
             qh, kh = _heads(a, b.qpg), _heads(a, b.kpg)
             q = b.rq[r0:r1] if qr else b.q[r0:r1, qh]
             k = b.rk[c0:c1] if kr else b.k[c0:c1, kh]
             v = b.rv[c0:c1] if kr else b.v[c0:c1, kh]
             with torch.no_grad():  # the executor's own backward differentiates; flex must not record a graph
-                o, lse = self._call(q.detach(), k.detach(), v.detach(), table, b.scale)
+                o, lse = self._call(q.detach(), k.detach(), v.detach(), fm, b.scale)
             if qr:
                 merge_into(b.ro[r0:r1], b.rlse[r0:r1], o, lse)
             else:
@@ -334,7 +377,8 @@ class FlexBackend(TorchBackend):
         groups, rest = self._groups(args)
         super().backward_stage(rest, b)
         for (qr, kr, grp), batch in groups.items():
-            table, r0, r1, c0, c1 = self._table(batch, b.q.device)
+            fm, r0, c0 = self._block_mask(batch, b.q.device)
+            r1, c1 = r0 + fm.shape[0], c0 + fm.shape[1]
             a = batch[0]
             qh, kh = _heads(a, b.qpg), _heads(a, b.kpg)
             sq = slice(r0, r1)
@@ -345,7 +389,7 @@ class FlexBackend(TorchBackend):
             lse_f = (b.rlse[sq] if qr else b.lse[sq, qh]).float()
             delta = b.rdelta[sq] if qr else b.delta[sq, qh]
             with torch.enable_grad():
-                o, lse = self._call(q, k, v, table, b.scale)
+                o, lse = self._call(q, k, v, fm, b.scale)
                 # d/dS of the final O through this partial: P_final (dP - delta) with P_final = w P_i,
                 # w = exp(lse_i - lse); the surrogate's gradient is exactly that (docs/torch.md)
                 w = torch.exp(lse.detach() - lse_f).nan_to_num(0.0)
