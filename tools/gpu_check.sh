@@ -68,12 +68,11 @@ step() {
   esac
 }
 for t in cuda_nccl_gpu_kernels cuda_nccl_gpu_nccl; do
-  exe=$(find "$build/" -name "$t" -type f -perm -u+x | head -n 1)  # "/": BUILD_DIR may be a link
-  if [[ -z "$exe" ]]; then echo "== $t: not built"; status=1; continue; fi
-  step "GPU test $t" timeout 300 "$exe"
+  if [[ ! -x "$build/bin/$t" ]]; then echo "== $t: not built"; status=1; continue; fi
+  step "GPU test $t" timeout 300 "$build/bin/$t"
 done
-bench=$(find "$build/" -name bench_gpu_topk_count -type f -perm -u+x | head -n 1)
-[[ -n "$bench" ]] && step "device top-k counting benchmark" timeout 120 "$bench"
+[[ -x "$build/bin/bench_gpu_topk_count" ]] &&
+  step "device top-k counting benchmark" timeout 120 "$build/bin/bench_gpu_topk_count"
 
 tool="$build/bin/cpsched"
 tmp="$(mktemp -d)"

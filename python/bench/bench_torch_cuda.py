@@ -26,30 +26,6 @@ from cpsched.torch._backends import flash_available, flex_available
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 QUICKSTART = os.path.join(ROOT, "configs", "quickstart.yaml")
-CODES = {"full": 0, "causal": 1, "inv_causal": 2, "bi_causal": 3}
-
-
-def slice_area(lq, lk, t):
-    """Entries of one slice, with reference.slice_mask's conventions (causal ends at the bottom-right corner)."""
-    if lq <= 0 or lk <= 0:
-        return 0
-    d = lk - lq
-    if t == 0:
-        return lq * lk
-    i = torch.arange(lq, dtype=torch.int64)
-    if t == 1:
-        return int((i + d + 1).clamp(0, lk).sum())
-    if t == 2:
-        return int((lk - i).clamp(0, lk).sum())
-    return int(((i + d).clamp(max=lk - 1) - i + 1).clamp(min=0).sum())
-
-
-def mask_area(m):
-    types = list(m.types)
-    return sum(slice_area(int(qe) - int(qb), int(ke) - int(kb), CODES.get(t, t) if isinstance(t, str) else int(t))
-               for (qb, qe), (kb, ke), t in zip(m.q_ranges, m.k_ranges, types))
-
-
 def timed(fn, iters):
     """Median milliseconds of fn() over iters calls (CUDA events), after two warm-ups."""
     for _ in range(2):
@@ -72,13 +48,10 @@ def fwd_bwd(call, q, k, v, do, iters):
         with torch.no_grad():
             call(q, k, v)
 
-    holder = {}
-
     def both():
         for t in (q, k, v):
             t.grad = None
-        holder["out"] = call(q, k, v)
-        holder["out"].backward(do)
+        call(q, k, v).backward(do)
 
     f = timed(fwd, iters)
     fb = timed(both, iters)
@@ -104,10 +77,11 @@ def main():
         for kind in ("causal", "causal_document"):
             m = cpsched.mask_from_config(QUICKSTART, {"problem.cp_size": 1, "problem.seqlen_per_rank": S,
                                                       "problem.mask.kind": kind})
-            area = mask_area(m)
             sess = cpsched.Session(cp_size=1, seqlen=S, heads={"q": hq, "kv": hkv, "dim": d, "dtype": "bf16"},
-                                   layout="fixed")
-            tp = cpt.prepare(sess.solve(m.q_ranges, m.k_ranges, m.types), 0)
+                                   cost_model="area", layout="fixed")
+            res = sess.solve(m.q_ranges, m.k_ranges, m.types)
+            area = int(res.metrics["load"].sum()) // hq  # the area cost model's load: mask area x q heads
+            tp = cpt.prepare(res, 0)
             g = torch.Generator(device=dev).manual_seed(S)
             q = torch.randn(S, hq, d, device=dev, dtype=torch.bfloat16, generator=g).requires_grad_()
             k = torch.randn(S, hkv, d, device=dev, dtype=torch.bfloat16, generator=g).requires_grad_()

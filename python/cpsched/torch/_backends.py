@@ -252,7 +252,6 @@ class _FlexMask:
             m = chunk_mask(t, 0, q1 - q0, 0, k1 - k0, q1 - q0, k1 - k0, device)
             view = table[q0:q1, k0:k1]
             view |= True if m is None else m
-        self.table = table
 
         def mask_mod(bb, h, qi, ki):
             return table[qi, ki]
