@@ -1,7 +1,6 @@
 #include "balanced_bytes.hpp"
 #include "effort.hpp"
 #include "plan_pricing.hpp"
-#include "run_jobs.hpp"
 #include "time_mode.hpp"
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 
 #include <cpsched/base/error.hpp>
 
+#include "cpsched/base/parallel_for.hpp"
 #include "cpsched/search/byte_model.hpp"
 #include "cpsched/search/members.hpp"
 #include "cpsched/search/placements.hpp"
@@ -248,7 +248,7 @@ std::vector<MemberResult> BalancedBytes::solve_members(const SolveInput& in, std
     if (!solved.got.contains(name)) to_solve.push_back(name);
   std::vector<std::optional<Solution>> got(to_solve.size());
   std::vector<std::string> why(to_solve.size());
-  run_jobs(to_solve.size(), opt_.threads, [&](std::size_t i) { got[i] = members_->solve(to_solve[i], in, why[i]); });
+  parallel_for(to_solve.size(), opt_.threads, [&](std::size_t i) { got[i] = members_->solve(to_solve[i], in, why[i]); });
   for (std::size_t i = 0; i < to_solve.size(); ++i) {
     solved.got[to_solve[i]] = std::move(got[i]);
     solved.why[to_solve[i]] = std::move(why[i]);
@@ -305,7 +305,7 @@ Candidate BalancedBytes::solve_grid(const SolveInput& in, std::vector<Candidate>
   const std::size_t ns = to_search.size();
   std::vector<Candidate> raw(n);
   std::vector<std::unique_ptr<State>> states(n);
-  run_jobs(n, opt_.threads, [&](std::size_t i) {
+  parallel_for(n, opt_.threads, [&](std::size_t i) {
     if (!starts[i].search) {
       // Priced as it is: no state, no prediction.
       const std::int64_t excess = excess_load(grid, starts[i].rank, cap);

@@ -2,8 +2,7 @@
 
 #include <algorithm>
 
-
-#include "run_jobs.hpp"
+#include "cpsched/base/parallel_for.hpp"
 
 namespace cpsched::search {
 
@@ -25,7 +24,7 @@ void PlanPricer::add(const std::vector<const Candidate*>& candidates) {
   bounds_.resize(finals_.size());
   // The host computes each final's transfers for its bound (and keeps them
   // for its plans), the finals in parallel.
-  run_jobs(finals_.size() - first, threads_, [&](std::size_t k) {
+  parallel_for(finals_.size() - first, threads_, [&](std::size_t k) {
     const std::size_t i = first + k;
     bounds_[i] = pricing_.bound(handles_[i]);
   });
@@ -65,7 +64,7 @@ std::vector<PlanPricer::Job> PlanPricer::price(std::vector<Job> jobs) {
       else it->push_back(j);
     }
     std::vector<double> bound_of(jobs.size(), 0.0);
-    run_jobs(by_final.size(), threads_, [&](std::size_t f) {
+    parallel_for(by_final.size(), threads_, [&](std::size_t f) {
       for (std::size_t ji : by_final[f]) {
         Job& j = jobs[ji];
         const PlanPrice pp = pricing_.price(handles_[j.final_index], PlanShape::fixed(j.stages, j.relay));

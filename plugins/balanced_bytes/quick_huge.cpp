@@ -6,11 +6,11 @@
 // (docs/bounds.md#uses-and-effort). No plan is priced, as in the full search
 // on such grids; the stage count is the host's, 1 for auto.
 #include "balanced_bytes.hpp"
-#include "run_jobs.hpp"
 #include "time_mode.hpp"
 
 #include <cstdio>
 
+#include "cpsched/base/parallel_for.hpp"
 #include "cpsched/search/balance_rows.hpp"
 #include "cpsched/search/byte_model.hpp"
 #include "cpsched/search/placements.hpp"
@@ -30,7 +30,7 @@ Solution BalancedBytes::solve_time_huge(const SolveInput& in) const {
   // The starts are placed and predicted apart (on two threads where given),
   // then compared in order: the same choice at any thread count.
   std::vector<Option> options(grid.flattened() ? 2 : 1);
-  run_jobs(options.size(), opt_.threads, [&](std::size_t i) {
+  parallel_for(options.size(), opt_.threads, [&](std::size_t i) {
     options[i] = i == 0 ? Option{"owner", owner_placement(grid)} : Option{"usp", usp_placement(grid, opt_.usp_max_degree)};
     options[i].predicted_s = predict_max_rank_time(model, options[i].rank, to);
   });

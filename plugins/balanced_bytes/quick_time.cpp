@@ -3,7 +3,6 @@
 // weighted time (effort.hpp); where the full search would pay, it runs.
 #include "balanced_bytes.hpp"
 #include "effort.hpp"
-#include "run_jobs.hpp"
 #include "time_mode.hpp"
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 #include <optional>
 #include <thread>
 
+#include "cpsched/base/parallel_for.hpp"
 #include "cpsched/search/byte_model.hpp"
 #include "cpsched/search/members.hpp"
 #include "cpsched/search/placements.hpp"
@@ -270,7 +270,7 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
     // The host prices different placements in parallel; the fastest is then
     // taken in the same order as one by one.
     std::vector<PlanPrice> prices_of(to_price.size());
-    run_jobs(to_price.size(), cost.price_plan >= kThreadMinS ? opt_.threads : 1, [&](std::size_t i) {
+    parallel_for(to_price.size(), cost.price_plan >= kThreadMinS ? opt_.threads : 1, [&](std::size_t i) {
       const Candidate* c = to_price[i];
       prices_of[i] = in.pricing()->price(in.pricing()->add(c->grid, c->rank), PlanShape::fixed(stages, relay));
     });

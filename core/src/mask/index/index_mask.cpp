@@ -7,12 +7,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <exception>
 #include <limits>
-#include <mutex>
 #include <thread>
 
 #include "cpsched/base/error.hpp"
+#include "cpsched/base/parallel_for.hpp"
 #include "mask/index/internal.hpp"
 
 namespace cpsched {
@@ -28,25 +27,7 @@ int resolve_threads(int threads) {
 }
 
 void run_threads(int n, const std::function<void(int)>& fn) {
-  if (n <= 1) {
-    fn(0);
-    return;
-  }
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<std::size_t>(n - 1));
-  auto guarded = [&](int t) {
-    try {
-      fn(t);
-    } catch (...) {
-      errors[static_cast<std::size_t>(t)] = std::current_exception();
-    }
-  };
-  for (int t = 1; t < n; ++t) pool.emplace_back(guarded, t);
-  guarded(0);
-  for (auto& th : pool) th.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  parallel_for(static_cast<std::size_t>(std::max(n, 0)), n, [&](std::size_t t) { fn(static_cast<int>(t)); });
 }
 
 std::string shape_string(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }

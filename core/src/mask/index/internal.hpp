@@ -20,8 +20,8 @@ namespace cpsched::index_detail {
 
 int resolve_threads(int threads);
 
-// Runs fn(t) for t in [0, n) on n threads (t = 0 on the caller's); the first
-// exception (by t) is rethrown after all joined.
+// Runs fn(t) for t in [0, n) on up to n threads (base/parallel_for.hpp: the
+// caller's among them; the exception of the lowest t is rethrown).
 void run_threads(int n, const std::function<void(int)>& fn);
 
 std::string shape_string(const std::vector<std::int64_t>& shape);
