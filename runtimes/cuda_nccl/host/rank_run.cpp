@@ -4,7 +4,6 @@
 #include <exception>
 #include <optional>
 #include <fmt/format.h>
-#include <thread>
 
 #include "check.hpp"
 #include "collectives.hpp"
@@ -223,20 +222,10 @@ ExecutionReport run_in_process(const Problem& problem, const Plan& plan, const R
   if (P < 1) throw Error("cuda_nccl: the plan has no ranks");
   HostWorld world(P);
   std::vector<ExecutionReport> reps(static_cast<std::size_t>(P));
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(P));
-  std::vector<std::thread> threads;
-  for (Rank r = 0; r < P; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        const std::unique_ptr<Backend> be = make(world, r);
-        reps[static_cast<std::size_t>(r)] = run_rank(*be, problem, plan, opt, seed);
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-        world.abort(fmt::format("rank {} failed: {}", r, e.what()));
-      }
-    });
-  for (auto& t : threads) t.join();
-  rethrow_first_cause(errors);
+  run_rank_threads(world, P, [&](Rank r) {
+    const std::unique_ptr<Backend> be = make(world, r);
+    reps[static_cast<std::size_t>(r)] = run_rank(*be, problem, plan, opt, seed);
+  });
   ExecutionReport rep = std::move(reps[0]);
   for (const auto& r : reps) rep.passed = rep.passed && r.passed;
   return rep;

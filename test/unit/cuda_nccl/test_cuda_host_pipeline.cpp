@@ -4,10 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <exception>
 #include <limits>
 #include <random>
-#include <thread>
 
 #include "brute_force.hpp"
 #include "cpsched/base/error.hpp"
@@ -151,35 +149,25 @@ TEST_CASE("events come from a pool: repeated iterations create no more events th
   g::HostWorld world(P);
   std::vector<int> after_one(static_cast<std::size_t>(P)), after_five(static_cast<std::size_t>(P));
   std::vector<g::RankOutputs> first(static_cast<std::size_t>(P)), last(static_cast<std::size_t>(P));
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(P));
-  std::vector<std::thread> ts;
-  for (Rank r = 0; r < P; ++r)
-    ts.emplace_back([&, r] {
-      const auto i = static_cast<std::size_t>(r);
-      try {
-        // lazy_comm: the comm stream runs late, so a recycled event that a
-        // pending wait still needed would show up as wrong numbers.
-        g::HostBackend be(world, r, g::Schedule::lazy_comm);
-        g::RankPipeline pipe(be, c.plan.ranks[i], h, c.plan.sharding.rank_tokens(r).size());
-        pipe.set_inputs(in[i]);
-        for (int it = 0; it < 5; ++it) {
-          pipe.forward();
-          pipe.backward();
-          pipe.synchronize();
-          if (it == 0) {
-            after_one[i] = be.events_created();
-            first[i] = pipe.outputs();
-          }
-        }
-        after_five[i] = be.events_created();
-        last[i] = pipe.outputs();
-      } catch (const std::exception& e) {
-        errors[i] = std::current_exception();
-        world.abort(e.what());
+  g::run_rank_threads(world, P, [&](Rank r) {
+    const auto i = static_cast<std::size_t>(r);
+    // lazy_comm: the comm stream runs late, so a recycled event that a
+    // pending wait still needed would show up as wrong numbers.
+    g::HostBackend be(world, r, g::Schedule::lazy_comm);
+    g::RankPipeline pipe(be, c.plan.ranks[i], h, c.plan.sharding.rank_tokens(r).size());
+    pipe.set_inputs(in[i]);
+    for (int it = 0; it < 5; ++it) {
+      pipe.forward();
+      pipe.backward();
+      pipe.synchronize();
+      if (it == 0) {
+        after_one[i] = be.events_created();
+        first[i] = pipe.outputs();
       }
-    });
-  for (auto& t : ts) t.join();
-  g::rethrow_first_cause(errors);
+    }
+    after_five[i] = be.events_created();
+    last[i] = pipe.outputs();
+  });
   for (std::size_t i = 0; i < first.size(); ++i) {
     CHECK(after_one[i] > 0);
     CHECK(after_five[i] == after_one[i]);
@@ -233,4 +221,31 @@ TEST_CASE("the rank-by-rank check equals the whole-tensor comparison and finds a
   g::RankOutputs wrong = run.outputs[1];
   wrong.lse.pop_back();
   CHECK_THROWS_WITH_AS(partial.add(1, wrong), doctest::Contains("do not match its"), Error);
+}
+
+TEST_CASE("a rank that fails stops the ranks waiting on it, and its error is the one reported") {
+  // Rank 2 throws before sending; ranks 0, 1 and 3 wait for its data and are
+  // woken by the abort (their errors are not the cause).
+  g::HostWorld world(4);
+  std::vector<int> finished(4, 0);
+  CHECK_THROWS_WITH_AS(g::run_rank_threads(world, 4,
+                                           [&](Rank r) {
+                                             if (r == 2) throw Error("rank 2: bad shard");
+                                             float x = 0;
+                                             world.recv(r, 2, &x, sizeof x);
+                                             finished[static_cast<std::size_t>(r)] = 1;
+                                           }),
+                       "rank 2: bad shard", Error);
+  CHECK(finished == std::vector<int>{0, 0, 0, 0});
+  // Ranks that all finish: nothing thrown, every body ran.
+  g::HostWorld ok(3);
+  std::vector<int> ran(3, 0);
+  g::run_rank_threads(ok, 3, [&](Rank r) {
+    const float v = static_cast<float>(r);
+    ok.send(r, (r + 1) % 3, &v, sizeof v);
+    float got = -1;
+    ok.recv(r, (r + 2) % 3, &got, sizeof got);
+    ran[static_cast<std::size_t>(r)] = static_cast<int>(got) + 1;
+  });
+  CHECK(ran == std::vector<int>{3, 1, 2});
 }
