@@ -104,7 +104,7 @@ const std::vector<std::string> kColumns = {
     "fwd_step_ms", "bwd_step_ms", "step_ms", "fwd_exposed_comm_ms", "bwd_exposed_comm_ms", "exposed_comm_ms",
     "compute_bound_ms", "step_over_bound", "rank_path_ms", "cost_per_use",
     "gap_to_ilp_pct", "ilp_fwd_gib", "ilp_bound_gib", "ilp_proven",
-    "error", "note"};
+    "error", "note", "solver_note"};
 
 // The sweep the quick config asks for.
 struct Sweep {
@@ -216,6 +216,9 @@ TEST_CASE("the quick CSV has the documented columns and a row for every solver o
   std::map<std::string, int> count;  // (row kind, point, stages, solver) -> rows
   for (const auto& r : csv.rows) {
     CHECK_MESSAGE(r.at("status") == "ok", r.at("solver") << " failed on " << point_key(r) << ": " << r.at("error"));
+    // Each pack's row carries the solver's own account of its answer; a mean row has none.
+    if (r.at("row") == "mean") CHECK(r.at("solver_note").empty());
+    else if (r.at("solver") == "usp") CHECK(r.at("solver_note").rfind("usp: Ulysses degree ", 0) == 0);
     count[r.at("row") + "|" + r.at("mask") + "|" + r.at("cp_size") + "|" + r.at("heads_q") + ":" + r.at("heads_kv") +
           "|" + r.at("stages") + "|" + r.at("hardware") + "|" + r.at("solver") + "|" + r.at("pack")]++;
   }

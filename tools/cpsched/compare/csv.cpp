@@ -22,7 +22,7 @@ const std::vector<std::string>& compare_csv_columns() {
       "fwd_step_ms", "bwd_step_ms", "step_ms", "fwd_exposed_comm_ms", "bwd_exposed_comm_ms", "exposed_comm_ms",
       "compute_bound_ms", "step_over_bound", "rank_path_ms", "cost_per_use",
       "gap_to_ilp_pct", "ilp_fwd_gib", "ilp_bound_gib", "ilp_proven",
-      "error", "note"};
+      "error", "note", "solver_note"};
   return cols;
 }
 
@@ -79,10 +79,11 @@ std::vector<std::string> record(const CompareRow& r) {
         f.ilp_proven_packs ? std::string(*f.ilp_proven_packs == r.packs ? "1" : "0") : std::string()};
     v.insert(v.end(), figs.begin(), figs.end());
   } else {
-    v.resize(compare_csv_columns().size() - 2);  // every figure empty; error and note follow
+    v.resize(compare_csv_columns().size() - 3);  // every figure empty; error and the notes follow
   }
   v.push_back(csv_text(r.error));
   v.push_back(csv_text(r.note));
+  v.push_back(csv_text(r.solver_note));
   return v;
 }
 

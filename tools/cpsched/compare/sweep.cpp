@@ -246,8 +246,8 @@ std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<
     f.latency_ms = median(total_ms[s]);
     f.rank_path_ms = rank_path[s];
     row.uses = result.uses;
-    row.note = result.feasible ? "" : "balance target not met";
-    if (!result.note.empty() && !result.feasible) row.note += ": " + result.note;
+    row.solver_note = result.note;
+    row.note = result.feasible ? "" : "balance target not met";  // (why: the solver's note, beside)
     if (h.name == kIlpSolver && result.feasible) {
       if (const auto n = ilp_figures(result.figures); n && n->total_objective) {
         f.ilp_bound = n->bound_bytes;
@@ -308,6 +308,7 @@ CompareRow aggregate(const std::vector<const CompareRow*>& group) {
   out.pack = -1;
   out.packs = static_cast<int>(group.size());
   out.note.clear();
+  out.solver_note.clear();  // (one per pack)
   CompareFigures& f = out.f;
   f = CompareFigures{};
   int failed = 0, skipped = 0;

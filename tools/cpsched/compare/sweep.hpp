@@ -67,6 +67,7 @@ struct CompareRow {
   bool skipped = false;     // not run on purpose (compare.max_cp_size); `error` says why
   std::string error;        // why the solver (or plan) failed, or was skipped
   std::string note;         // the solver's remark, a timing problem, ...
+  std::string solver_note;  // per-pack rows: the solver's own account of its answer (Solution::note)
   CompareFigures f;
 };
 
