@@ -20,6 +20,13 @@ constexpr double kFullSearchBase = 1.5e-3;    // the searched starts and the byt
 constexpr double kFullSearchPerTask = 4e-6;
 constexpr double kFullPlansPriced = 30;       // plans the full solve prices (starts, finals, stage choices)
 constexpr double kMemberGridsPerTask = 30e-6;   // planned: searching and pricing on static's 8x finer grids
+// The fixed layout's full solve as a whole (the searched starts, the bytes
+// candidate, the plans priced; the coupled step and relays across nodes),
+// fitted on its measured time at P = 8-64 (docs/bounds.md#uses-and-effort):
+// pricing it as 30 plans, as above, missed the coupled search's growth in P.
+constexpr double kFixedFullBase = 0.24e-3;
+constexpr double kFixedFullPerTask = 16e-6;
+constexpr double kFixedFullPerRank = 0.39e-3;
 constexpr double kPolishPerMove = 0.2e-6;     // a move evaluation on one node (P = 8, ~140 tasks)
 constexpr double kStagesBase = 0.2e-3;        // two stage cuts priced and every rank's transfers collected
 constexpr double kStagesPerTask = 1e-6;
@@ -38,8 +45,11 @@ PhaseCosts predict_phase_costs(std::int64_t tasks, int ranks, bool planned) {
   c.stages_unpriced = kStagesUnpricedBase + kStagesUnpricedPerTask * T;
   c.stages = kStagesBase + kStagesPerTask * T + kStagesPerRank2 * P * P;
   c.polish = c.short_search + kPolishPerMove * static_cast<double>(kPolishMoves) + c.price_plan;
-  c.full = c.member + kFullSearchBase + kFullSearchPerTask * T + kFullPlansPriced * c.price_plan;
-  if (planned) c.full += 2 * c.dispatch + kMemberGridsPerTask * T;  // static's two members and their grids
+  if (planned)  // static's two members and their grids
+    c.full = c.member + kFullSearchBase + kFullSearchPerTask * T + kFullPlansPriced * c.price_plan + 2 * c.dispatch +
+             kMemberGridsPerTask * T;
+  else
+    c.full = c.member + kFixedFullBase + kFixedFullPerTask * T + kFixedFullPerRank * P;
   return c;
 }
 
