@@ -246,7 +246,6 @@ class _FlexMask:
 
     def __init__(self, create_block_mask, geometry, shape, device):
         from ._kernels import chunk_mask
-        self.shape = shape
         table = torch.zeros(shape, dtype=torch.bool, device=device)
         for q0, q1, k0, k1, t in geometry:
             m = chunk_mask(t, 0, q1 - q0, 0, k1 - k0, q1 - q0, k1 - k0, device)
@@ -318,7 +317,7 @@ class FlexBackend(TorchBackend):
         return out, rest
 
     def _block_mask(self, batch, device):
-        """(FlexMask, r0, c0) of a batch: its rows [r0, r1) and columns [c0, c1) and the block mask of their
+        """(FlexMask, r0, r1, c0, c1) of a batch: its rows [r0, r1) and columns [c0, c1) and the block mask of their
         union. Cached by the args' geometry relative to (r0, c0): every head group of a flattened plan and
         every call of the plan (each layer of a step) reuses it (docs/torch.md, "On a GPU")."""
         r0 = min(a.q0 for a in batch)
@@ -329,7 +328,7 @@ class FlexBackend(TorchBackend):
         if fm is None:
             fm = _FlexMask(self._mask, key[2], shape, device)
             _FLEX_MASKS.put(key, fm, shape[0] * shape[1])
-        return fm, r0, c0
+        return fm, r0, r0 + shape[0], c0, c0 + shape[1]
 
     def _call(self, q, k, v, fm, scale):
         dev = q.device
@@ -356,8 +355,7 @@ class FlexBackend(TorchBackend):
         groups, rest = self._groups(args)
         super().forward_stage(rest, b)
         for (qr, kr, grp), batch in groups.items():
-            fm, r0, c0 = self._block_mask(batch, b.q.device)
-            r1, c1 = r0 + fm.shape[0], c0 + fm.shape[1]
+            fm, r0, r1, c0, c1 = self._block_mask(batch, b.q.device)
             a = batch[0]
             qh, kh = _heads(a, b.qpg), _heads(a, b.kpg)
             q = b.rq[r0:r1] if qr else b.q[r0:r1, qh]
@@ -376,8 +374,7 @@ class FlexBackend(TorchBackend):
         groups, rest = self._groups(args)
         super().backward_stage(rest, b)
         for (qr, kr, grp), batch in groups.items():
-            fm, r0, c0 = self._block_mask(batch, b.q.device)
-            r1, c1 = r0 + fm.shape[0], c0 + fm.shape[1]
+            fm, r0, r1, c0, c1 = self._block_mask(batch, b.q.device)
             a = batch[0]
             qh, kh = _heads(a, b.qpg), _heads(a, b.kpg)
             sq = slice(r0, r1)
