@@ -6,7 +6,7 @@ namespace cpsched::search {
 // fixed layout, P = 8 ... 128, docs/bounds.md#uses-and-effort): seconds per
 // task, per rank and per rank squared of each phase.
 namespace {
-constexpr double kPriceBase = 50e-6;          // one area-only plan build and the timing model on it
+constexpr double kPriceBase = 50e-6;          // one price sheet and the timing model on it
 constexpr double kPricePerTask = 0.2e-6;
 constexpr double kPricePerRank = 8e-6;        // (P x stages descriptions, splits)
 constexpr double kGreedyBase = 0.15e-3;       // binary_greedy as a member (area prices, one thread)

@@ -21,7 +21,7 @@ namespace cpsched::search {
 
 struct PhaseCosts {
   // Seconds of one phase on a grid of `tasks` tasks over `ranks` ranks.
-  double price_plan = 0;     // the timing model on one placement at one shape (an area-only plan)
+  double price_plan = 0;     // the timing model on one placement at one shape (its price sheet)
   double member = 0;         // the binary_greedy member's solve
   double dispatch = 0;       // a member that dispatches (static): its grid, solve and plan
   double short_search = 0;   // repair, descent and a short iterated search from one start

@@ -31,7 +31,7 @@ inline void check_valid_plan(const Assignment& a, const Plan& plan, bool brute) 
 }
 
 // Forward stage descriptions x and y receive the same rows per stage and
-// reduce at the same points (relayed against plain, area-only against full).
+// reduce at the same points (relayed against plain).
 inline void check_same_receives(const Plan& x, const Plan& y) {
   for (std::size_t r = 0; r < x.ranks.size() && r < y.ranks.size(); ++r)
     for (std::size_t s = 0; s < x.ranks[r].fwd.comm.stages.size(); ++s) {

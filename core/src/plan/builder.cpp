@@ -38,28 +38,32 @@ void fill_remote_rows(const Assignment& a, const plan_detail::Transfers& tr, con
 void build_pass(const Assignment& a, const plan_detail::Transfers& tr, const std::vector<int>& stage, int stages,
                 bool local_tail, const plan_detail::RelayOptions& relay, const PlanOptions& options,
                 std::vector<PassPlan*>& pass) {
-  if (options.area_only) {
-    // Priced, not run: bytes per peer are all the timing model reads of comm
-    // (with relays, which relay forwards what is worked out as for a run).
-    if (relay.node_size < 2) plan_detail::summary_comm(tr, stage, stages, pass);
-    else plan_detail::layout_comm(a, tr, stage, stages, relay, pass, /*summary=*/true);
-    plan_detail::build_calc(a, tr, stage, plan_detail::XferLayout{}, stages, pass, options.index_rows, true, -1,
-                            nullptr, local_tail);
-    return;
-  }
   const plan_detail::XferLayout where =
-      plan_detail::layout_comm(a, tr, stage, stages, relay, pass, /*summary=*/false, options.rank);
-  plan_detail::build_calc(a, tr, stage, where, stages, pass, options.index_rows, /*area_only=*/false, options.rank,
-                          options.buffers, local_tail);
+      plan_detail::layout_comm(a, tr, stage, stages, relay, pass, /*summary=*/nullptr, options.rank);
+  plan_detail::build_calc(a, tr, stage, where, stages, pass, options.index_rows, options.rank, options.buffers,
+                          local_tail);
   // The executor writes the index rows of such a plan: it needs to know where each remote key landed.
   if (a.grid->problem().index_row_runs && options.rank >= 0)
     fill_remote_rows(a, tr, where, options.rank, *pass[static_cast<std::size_t>(options.rank)]);
 }
 
+// A price sheet's pass: what the timing model reads of build_pass's.
+void sheet_pass(const Assignment& a, const plan_detail::Transfers& tr, const std::vector<int>& stage, int stages,
+                bool local_tail, const plan_detail::RelayOptions& relay, PriceSheet::Pass& out) {
+  plan_detail::SheetSink sink(a.grid->cp_size(), stages);
+  // (With relays, which relay forwards what is worked out as for a run.)
+  if (relay.node_size < 2) {
+    plan_detail::summary_comm(tr, stage, sink);
+  } else {
+    std::vector<PassPlan*> none;
+    plan_detail::layout_comm(a, tr, stage, stages, relay, none, &sink);
+  }
+  sink.finish(out);
+  plan_detail::sheet_calc(a, tr, stage, stages, local_tail, out);
+}
+
 void check_options(const PlanOptions& o) {
   if (o.stages < 1) throw Error(fmt::format("plan: stages must be at least 1, got {}", o.stages));
-  if (o.rank >= 0 && o.area_only)
-    throw Error("plan: a rank's plan alone (rank >= 0) is for running; area-only plans are for pricing all ranks");
   if (o.relay_node_size < 0)
     throw Error(fmt::format("plan: relay_node_size must be 0 (no relays) or the ranks per node, got {}",
                             o.relay_node_size));
@@ -104,7 +108,7 @@ struct PlanBuilder::State {
   // What a plan under `o` reads (a rank's own transfers need one stage and
   // no relays: the stage cut and the relays depend on every rank's).
   const plan_detail::Transfers& for_plan(const PlanOptions& o) const {
-    if (tr || o.rank < 0 || o.stages != 1 || o.relay_node_size >= 2 || o.area_only) return all();
+    if (tr || o.rank < 0 || o.stages != 1 || o.relay_node_size >= 2) return all();
     if (!own || own->only != o.rank) own = plan_detail::collect_transfers(a, threads, o.rank);
     return *own;
   }
@@ -204,7 +208,7 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
   const auto P = static_cast<std::size_t>(a.grid->cp_size());
   if (options.rank >= static_cast<Rank>(P))
     throw Error(fmt::format("plan: rank {} is outside [0, {})", options.rank, P));
-  if (const Problem& pr = a.grid->problem(); pr.index_summary && options.index_rows && !options.area_only) {
+  if (const Problem& pr = a.grid->problem(); pr.index_summary && options.index_rows) {
     // One rank's index rows (per-rank ingestion): only that rank's plan, and
     // only of its own queries.
     const Range mine = pr.own_index_queries();
@@ -220,12 +224,43 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
                                 t, a.grid->q_host(t), own));
   }
   s_->current = &s_->for_plan(options);
+  return assemble(options, chosen_cut(options, nullptr, nullptr));
+}
+
+PriceSheet PlanBuilder::price_sheet(const PlanOptions& options) const {
+  check_options(options);
+  if (options.rank >= 0)
+    throw Error("plan: a price sheet covers every rank (PlanOptions::rank must be -1, got " +
+                std::to_string(options.rank) + ")");
+  s_->current = &s_->all();
+  std::optional<PriceSheet> kept;
+  const Cut c = chosen_cut(options, &kept, nullptr);
+  if (kept) return std::move(*kept);
+  return sheet(options, c);
+}
+
+StepEstimate PlanBuilder::price(const PlanOptions& options, bool* forwards) const {
+  if (options.hardware == nullptr) throw Error("plan: pricing a plan needs a hardware profile (PlanOptions::hardware)");
+  check_options(options);
+  if (options.rank >= 0)
+    throw Error("plan: a price sheet covers every rank (PlanOptions::rank must be -1, got " +
+                std::to_string(options.rank) + ")");
+  s_->current = &s_->all();
+  std::optional<PriceSheet> kept;
+  std::optional<StepEstimate> kept_step;
+  const Cut c = chosen_cut(options, &kept, &kept_step);
+  if (!kept) kept = sheet(options, c);
+  if (forwards) *forwards = kept->has_forwarding();
+  return kept_step ? *kept_step : estimate_step(s_->a.grid->problem(), *kept, *options.hardware);
+}
+
+PlanBuilder::Cut PlanBuilder::chosen_cut(const PlanOptions& options, std::optional<PriceSheet>* kept,
+                                         std::optional<StepEstimate>* kept_step) const {
   const HardwareProfile* hw = options.hardware;
   if (options.stage_cut == PlanOptions::StageCut::ports && hw == nullptr)
     throw Error("plan: the ports' stage cut (PlanOptions::stage_cut = ports) needs a hardware profile "
                 "(PlanOptions::hardware)");
-  if (hw == nullptr || options.stages < 2 || s_->current->xfers.empty())
-    return assemble(options, cut(options.stages, nullptr));
+  if (hw == nullptr || options.stages < 2 || s_->current->xfers.empty()) return cut(options.stages, nullptr);
   // On a profile with two or more stages every cut ends with the local tail.
   auto tailed = [&](bool by_ports) {
     Cut c = cut(options.stages, by_ports ? hw : nullptr);
@@ -233,29 +268,42 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
     return c;
   };
   if (options.stage_cut != PlanOptions::StageCut::automatic)
-    return assemble(options, tailed(options.stage_cut == PlanOptions::StageCut::ports));
+    return tailed(options.stage_cut == PlanOptions::StageCut::ports);
 
-  // Both cuts priced on the profile, once per shape and profile.
-  if (const State::Chosen* c = s_->chosen_for(options, *hw)) return assemble(options, tailed(c->ports));
+  // Both cuts priced on the profile (every rank's price sheet: a rank
+  // building its own plan chooses as the others do), once per shape and
+  // profile.
+  if (const State::Chosen* c = s_->chosen_for(options, *hw)) return tailed(c->ports);
   const Cut receivers = tailed(false), by_ports = tailed(true);
   bool ports = false;
-  std::optional<Plan> kept;
   if (!(by_ports == receivers)) {
-    PlanOptions priced = options;  // all ranks, areas only: what the timing model reads
-    if (!priced.area_only) {
-      priced.area_only = true;
-      priced.index_rows = false;
-      priced.rank = -1;
-      priced.buffers = nullptr;
-    }
-    Plan pa = assemble(priced, receivers), pb = assemble(priced, by_ports);
-    const Problem& pr = a.grid->problem();
-    ports = estimate_step(pr, pb, *hw).step() < estimate_step(pr, pa, *hw).step();
-    if (options.area_only) kept = ports ? std::move(pb) : std::move(pa);
+    const plan_detail::Transfers* current = s_->current;
+    s_->current = &s_->all();
+    PriceSheet pa = sheet(options, receivers), pb = sheet(options, by_ports);
+    s_->current = current;
+    const Problem& pr = s_->a.grid->problem();
+    const StepEstimate eb = estimate_step(pr, pb, *hw), ea = estimate_step(pr, pa, *hw);
+    ports = eb.step() < ea.step();
+    if (kept) *kept = ports ? std::move(pb) : std::move(pa);
+    if (kept_step) *kept_step = ports ? eb : ea;
   }
   s_->chosen.push_back({options.stages, options.relay_node_size, *hw, ports});
-  if (kept) return std::move(*kept);
-  return assemble(options, ports ? by_ports : receivers);
+  return ports ? by_ports : receivers;
+}
+
+PriceSheet PlanBuilder::sheet(const PlanOptions& options, const Cut& cut) const {
+  const Assignment& a = s_->a;
+  const plan_detail::Transfers& tr = *s_->current;
+  PriceSheet out;
+  out.ranks = a.grid->cp_size();
+  out.stages = options.stages + (cut.local_tail ? 1 : 0);
+  out.local_tail = cut.local_tail;
+  out.flattened = a.grid->flattened();
+  const int node = options.relay_node_size >= 2 ? options.relay_node_size : 0;
+  sheet_pass(a, tr, cut.fwd, out.stages, cut.local_tail, {node, s_->fb.qo_out, s_->fb.kv_out}, out.fwd);
+  if (cut.bwd == cut.fwd) out.bwd = out.fwd;  // (as a plan's backward description is then its forward one)
+  else sheet_pass(a, tr, cut.bwd, out.stages, cut.local_tail, {node, s_->bb.qo_out, s_->bb.kv_out}, out.bwd);
+  return out;
 }
 
 PlanShape::Cut PlanBuilder::cut_of(const PlanOptions& options) const {
@@ -300,8 +348,8 @@ Plan PlanBuilder::assemble(const PlanOptions& options, const Cut& cut) const {
 
 #ifndef NDEBUG
   const std::vector<std::string> problems =
-      !options.area_only && options.rank < 0 && (options.index_rows || !a.grid->index_cells()) ? validate_plan(a, plan)
-                                                                            : std::vector<std::string>{};
+      options.rank < 0 && (options.index_rows || !a.grid->index_cells()) ? validate_plan(a, plan)
+                                                                          : std::vector<std::string>{};
   if (!problems.empty()) {
     std::string msg = fmt::format("plan builder produced an invalid plan ({} problems):", problems.size());
     for (std::size_t i = 0; i < problems.size() && i < 20; ++i) msg += "\n  " + problems[i];

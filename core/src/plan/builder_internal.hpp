@@ -10,6 +10,7 @@
 #include "cpsched/problem/assignment.hpp"
 #include "cpsched/problem/metrics.hpp"
 #include "cpsched/plan/plan.hpp"
+#include "cpsched/plan/price_sheet.hpp"
 
 namespace cpsched::plan_detail {
 
@@ -140,30 +141,55 @@ struct RelayOptions {
   Bytes kv_bytes = 1;
 };
 
+// The splits of a price sheet's pass (price_sheet.hpp): one per (phase,
+// kind, stage, sender, receiver), its tokens summed over what is added to it,
+// kept per part in the order each was first added (the order in which the
+// plan's GroupCollectiveArgs would list them). No allocation per split.
+class SheetSink {
+ public:
+  SheetSink(int ranks, int stages);
+  void add(int phase, RowKind kind, int stage, Rank src, Rank dst, Token tokens);
+  // Writes the parts' splits and has_forwarding into `out`.
+  void finish(PriceSheet::Pass& out) const;
+
+ private:
+  struct Entry {
+    std::uint64_t key;  // (((phase * 2 + kind) * stages + stage - 1) * P + src) * P + dst
+    Token tokens;
+  };
+  std::size_t slot_of(std::uint64_t key) const;
+  void grow();
+  int P_, N_;
+  std::vector<Entry> entries_;        // in first-added order
+  std::vector<std::int32_t> table_;   // open addressing: entry index + 1, 0 empty
+};
+
 // Fills comm of every rank (plan.ranks[r].<pass>.comm via `pass`) and returns
-// where every xfer's rows land on its dst. summary (pricing, as summary_comm
-// but with relays): the same relays and the same bytes per (phase, peer, kind,
-// stage), one split each, and no layout returned.
+// where every xfer's rows land on its dst. summary (pricing): the same relays
+// and the same tokens per (phase, peer, kind, stage) go to the sink, one
+// split each; `pass` is not read and no layout is returned.
 // only >= 0: that rank's comm alone (the others' stages are left untouched);
 // the returned layout then holds the runs of the xfers it receives.
 XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, int stages,
-                       const RelayOptions& relay, std::vector<PassPlan*>& pass, bool summary = false, Rank only = -1);
-
-// Comm for pricing only (PlanOptions::area_only without relays): one split
-// per (peer, kind, stage), so every rank sends and receives the same bytes per
-// peer, kind and stage as with layout_comm, and the timing model counts the
-// same messages (one per peer and tensor); the rows, their groups and their
-// order are not kept.
-void summary_comm(const Transfers& tr, const std::vector<int>& stage, int stages, std::vector<PassPlan*>& pass);
-
+                       const RelayOptions& relay, std::vector<PassPlan*>& pass, SheetSink* summary = nullptr,
+                       Rank only = -1);
+// A price sheet's splits without relays: every xfer's tokens to the split of
+// (kind, stage, host, dst), so every rank sends and receives the same tokens
+// per peer, kind and stage as with layout_comm, and the timing model counts
+// the same messages (one per peer and tensor).
+void summary_comm(const Transfers& tr, const std::vector<int>& stage, SheetSink& sink);
+// The attention area of every rank and stage and the reduce_after fields of
+// a price sheet's pass, as build_calc would make them.
+void sheet_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, int stages, bool local_tail,
+                PriceSheet::Pass& out);
 // Fills calc of every rank (only >= 0: of that rank) and the reduce_after
 // fields of comm (the same on every rank, so computed over all tasks).
 // Index pools are written into buffers from `buffers` (null: new ones).
 // local_tail: `stages` counts the tail, which no xfer reaches, and each
 // rank's local tasks past the first half of its local load run there.
 void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, const XferLayout& where,
-                int stages, std::vector<PassPlan*>& pass, bool index_rows = true, bool area_only = false,
-                Rank only = -1, BufferRecycler* buffers = nullptr, bool local_tail = false);
+                int stages, std::vector<PassPlan*>& pass, bool index_rows = true, Rank only = -1,
+                BufferRecycler* buffers = nullptr, bool local_tail = false);
 
 // Index args (token top-k masks) of rank d's tasks: args[i] are those of
 // task tr.task_order[tr.rank_begin[d] + i]; with `write_pool` also the

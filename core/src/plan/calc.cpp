@@ -46,12 +46,58 @@ struct ArgSink {
 
 }  // namespace
 
+namespace {
+
+// The stage of each task of rank d, in Transfers::task_order: the later of
+// its rows' stages (0 when both are local); with the local tail, the local
+// tasks past the first half of the rank's local load run in the tail (stage
+// `stages`). f(i, task, st, sq, sk), sq and sk the stages of its rows.
+// Rank-only transfers (Transfers::only) hold no tasks of the other ranks.
+template <class F>
+void for_each_staged_task(const TaskGrid& g, const Transfers& tr, const std::vector<int>& stage, int stages,
+                          bool local_tail, std::size_t d, F&& f) {
+  if (tr.only >= 0 && static_cast<Rank>(d) != tr.only) return;
+  std::int64_t local_load = 0, local_before = 0;
+  if (local_tail)
+    for (std::size_t i = tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i)
+      if (const PlacedTask pt = placed_task(g, tr, i); pt.xq < 0 && pt.xk < 0) local_load += g.load(pt.t);
+  for (std::size_t i = tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i) {
+    const PlacedTask pt = placed_task(g, tr, i);
+    const int sq = pt.xq < 0 ? 0 : stage[static_cast<std::size_t>(pt.xq)];
+    const int sk = pt.xk < 0 ? 0 : stage[static_cast<std::size_t>(pt.xk)];
+    int st = std::max(sq, sk);
+    if (local_tail && st == 0) {
+      if (2 * local_before >= local_load) st = stages;
+      local_before += g.load(pt.t);
+    }
+    f(i, pt, st, sq, sk);
+  }
+}
+
+// Records that a task of stage st reads the rows of its QO (KV) xfer, sent in
+// stage sq (sk): last[s] is the last stage reading rows received in stage s.
+struct LastReaders {
+  std::vector<int> q, k;
+  explicit LastReaders(int stages) : q(static_cast<std::size_t>(stages) + 1, 0), k(q) {}
+  void read(const PlacedTask& pt, int st, int sq, int sk) {
+    if (pt.xq >= 0) q[static_cast<std::size_t>(sq)] = std::max(q[static_cast<std::size_t>(sq)], st);
+    if (pt.xk >= 0) k[static_cast<std::size_t>(sk)] = std::max(k[static_cast<std::size_t>(sk)], st);
+  }
+  // One stage (Transfers::only): every remote task runs in stage 1.
+  void rank_only(const Transfers& tr, int stages) {
+    if (stages != 1) throw Error("plan builder (internal): rank-only transfers make one-stage plans only");
+    q[1] = tr.remote_q ? 1 : 0;
+    k[1] = tr.remote_k ? 1 : 0;
+  }
+};
+
+}  // namespace
+
 void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, const XferLayout& where,
-                int stages, std::vector<PassPlan*>& pass, bool index_rows, bool area_only, Rank only,
-                BufferRecycler* buffers, bool local_tail) {
+                int stages, std::vector<PassPlan*>& pass, bool index_rows, Rank only, BufferRecycler* buffers,
+                bool local_tail) {
   const TaskGrid& g = *a.grid;
   const Sharding& sh = g.sharding();
-  const bool flat = g.flattened();
   auto mine = [&](std::size_t r) { return only < 0 || static_cast<Rank>(r) == only; };
   for (std::size_t r = 0; r < pass.size(); ++r) {
     if (!mine(r)) continue;
@@ -61,18 +107,16 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
     p->calc.deferred_index_entries = 0;
     p->calc.remote_attn_args.assign(static_cast<std::size_t>(stages), {});
   }
-  std::vector<int> last_q(static_cast<std::size_t>(stages) + 1, 0), last_k = last_q;
+  LastReaders last(stages);
   ArgSink sink;
   std::vector<Slice> tight;
   const bool index = g.index_cells();
   const BufferMaps maps{sh, where};
 
-  std::vector<Token> stage_area(static_cast<std::size_t>(stages) + 1);
   for (std::size_t d = 0; d + 1 < tr.rank_begin.size(); ++d) {
     CalcMeta& calc = pass[d]->calc;
-    if (area_only) std::fill(stage_area.begin(), stage_area.end(), 0);
     RankIndexArgs index_args;
-    if (index && !area_only && mine(d)) {
+    if (index && mine(d)) {
       if (g.problem().index_row_runs) {  // the executor writes the rows (row runs: no rows here)
         index_args = rank_deferred_index_args(a, tr, where, d);
         calc.deferred_index_entries = index_args.deferred_entries;
@@ -81,70 +125,51 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
         calc.indices = std::move(index_args.pool);
       }
     }
-    // Rank-only transfers know the other ranks' tasks only by remote_q and
-    // remote_k (below).
-    const bool skip = tr.only >= 0 && static_cast<Rank>(d) != tr.only;
-    // The local tail: the rank's local tasks from half its local load on.
-    std::int64_t local_load = 0, local_before = 0;
-    if (local_tail && !skip)
-      for (std::size_t i = tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i)
-        if (const PlacedTask pt = placed_task(g, tr, i); pt.xq < 0 && pt.xk < 0) local_load += g.load(pt.t);
-    for (std::size_t i = skip ? tr.rank_begin[d + 1] : tr.rank_begin[d]; i < tr.rank_begin[d + 1]; ++i) {
-      const auto [t, cell, grp, xq, xk] = placed_task(g, tr, i);
-      const Cell& c = *cell;
-      const int sq = xq < 0 ? 0 : stage[static_cast<std::size_t>(xq)];
-      const int sk = xk < 0 ? 0 : stage[static_cast<std::size_t>(xk)];
-      int st = std::max(sq, sk);
-      if (local_tail && st == 0) {
-        if (2 * local_before >= local_load) st = stages;
-        local_before += g.load(t);
-      }
-      if (xq >= 0) last_q[static_cast<std::size_t>(sq)] = std::max(last_q[static_cast<std::size_t>(sq)], st);
-      if (xk >= 0) last_k[static_cast<std::size_t>(sk)] = std::max(last_k[static_cast<std::size_t>(sk)], st);
-      if (!mine(d)) continue;
-      if (area_only) {
-        stage_area[static_cast<std::size_t>(st)] += g.area(t);
-        continue;
-      }
+    for_each_staged_task(g, tr, stage, stages, local_tail, d, [&](std::size_t i, const PlacedTask& pt, int st, int sq, int sk) {
+      last.read(pt, st, sq, sk);
+      if (!mine(d)) return;
       std::vector<AttnArg>& out = st == 0 ? calc.local_attn_args : calc.remote_attn_args[static_cast<std::size_t>(st - 1)];
       if (index) {
         const auto& args = index_args.args[i - tr.rank_begin[d]];
         out.insert(out.end(), args.begin(), args.end());
-        continue;
+        return;
       }
-      const BufferMap qm = maps.of(xq, c.qblock), km = maps.of(xk, c.kblock);
+      const Cell& c = *pt.cell;
+      const BufferMap qm = maps.of(pt.xq, c.qblock), km = maps.of(pt.xk, c.kblock);
       const Range qb = sh.blocks[static_cast<std::size_t>(c.qblock)];
       const Range kb = sh.blocks[static_cast<std::size_t>(c.kblock)];
       for (const Slice& s : c.pieces) {
         tight.clear();
         band_to_slices(clip(band_of(s), qb, kb), tight);
-        for (const Slice& x : tight) sink.emit(x, qm, km, grp, out);
+        for (const Slice& x : tight) sink.emit(x, qm, km, pt.group, out);
       }
-    }
-    if (!mine(d)) continue;
-    if (area_only)
-      for (int st = 0; st <= stages; ++st) {
-        const Token area = stage_area[static_cast<std::size_t>(st)];
-        if (area == 0) continue;
-        const BufferId buf = st == 0 ? BufferId::local : BufferId::remote;
-        (st == 0 ? calc.local_attn_args : calc.remote_attn_args[static_cast<std::size_t>(st - 1)])
-            .push_back(AttnArg{{0, 1}, {0, 1}, MaskType::full, buf, buf, flat ? 0 : -1, 1, 0, area});
-      }
+    });
   }
-  if (tr.only >= 0) {
-    // One stage (Transfers::only): every remote task runs in stage 1.
-    if (stages != 1) throw Error("plan builder (internal): rank-only transfers make one-stage plans only");
-    last_q[1] = tr.remote_q ? 1 : 0;
-    last_k[1] = tr.remote_k ? 1 : 0;
-  }
+  if (tr.only >= 0) last.rank_only(tr, stages);
   for (std::size_t r = 0; r < pass.size(); ++r) {
     if (!mine(r)) continue;
     PassPlan* p = pass[r];
     for (std::size_t s = 0; s < p->comm.stages.size(); ++s) {
-      p->comm.stages[s].qo_reduce_after = last_q[s + 1];
-      p->comm.stages[s].kv_reduce_after = last_k[s + 1];
+      p->comm.stages[s].qo_reduce_after = last.q[s + 1];
+      p->comm.stages[s].kv_reduce_after = last.k[s + 1];
     }
   }
+}
+
+void sheet_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, int stages, bool local_tail,
+                PriceSheet::Pass& out) {
+  const TaskGrid& g = *a.grid;
+  const std::size_t row = static_cast<std::size_t>(stages) + 1;
+  out.area.assign(static_cast<std::size_t>(g.cp_size()) * row, 0);
+  LastReaders last(stages);
+  for (std::size_t d = 0; d + 1 < tr.rank_begin.size(); ++d)
+    for_each_staged_task(g, tr, stage, stages, local_tail, d, [&](std::size_t, const PlacedTask& pt, int st, int sq, int sk) {
+      last.read(pt, st, sq, sk);
+      out.area[d * row + static_cast<std::size_t>(st)] += g.area(pt.t);
+    });
+  if (tr.only >= 0) last.rank_only(tr, stages);
+  out.qo_reduce_after.assign(last.q.begin() + 1, last.q.end());
+  out.kv_reduce_after.assign(last.k.begin() + 1, last.k.end());
 }
 
 }  // namespace cpsched::plan_detail

@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <span>
 #include <tuple>
-#include <unordered_map>
 
 #include "cpsched/timing/node_map.hpp"
 #include "plan/builder_internal.hpp"
@@ -13,28 +12,6 @@
 namespace cpsched::plan_detail {
 
 namespace {
-
-// Summary splits (pricing: one per sender, receiver, kind, stage and phase).
-// open_split appends one of `size` rows from src to dst to the sender's input
-// and the receiver's output and returns their indices; grow_split adds rows
-// to the split at those indices.
-std::pair<std::size_t, std::size_t> open_split(GroupCollectiveArg& in, GroupCollectiveArg& out, Rank src, Rank dst,
-                                               int group, Token size) {
-  in.input_split_sizes.push_back(size);
-  in.input_ranges.push_back({0, size});
-  in.input_groups.push_back(group);
-  in.dst_indices.push_back({dst});
-  out.output_split_sizes.push_back(size);
-  out.src_index.push_back(src);
-  out.output_groups.push_back(group);
-  return {in.input_split_sizes.size() - 1, out.output_split_sizes.size() - 1};
-}
-
-void grow_split(GroupCollectiveArg& in, GroupCollectiveArg& out, std::pair<std::size_t, std::size_t> at, Token size) {
-  in.input_split_sizes[at.first] += size;
-  in.input_ranges[at.first].end += size;
-  out.output_split_sizes[at.second] += size;
-}
 
 // A forwarding the relay sends once its first phase has arrived. Its dsts
 // and their xfers sit in the Emitter's pools (no allocation per forward).
@@ -63,30 +40,13 @@ struct Emitter {
   std::vector<Rank> direct;
   std::vector<std::int32_t> direct_x;
   std::vector<Token> direct_off;
-  // Summary (pricing): one split per (phase, kind, stage, src, dst), found
-  // through its key; no runs are kept.
-  bool summary = false;
-  std::unordered_map<std::uint64_t, std::pair<std::size_t, std::size_t>> split_of;  // (input, output) index
+  // Summary (pricing): the tokens go to the sheet's sink, one split per
+  // (phase, kind, stage, src, dst); no runs are kept.
+  SheetSink* summary = nullptr;
   // >= 0: only this rank's comm is written (PlanOptions::rank); the order of
   // everything is the full plan's, so its part is the same.
   Rank only = -1;
   bool mine(Rank r) const { return only < 0 || r == only; }
-
-  // Adds `size` rows from src to dst to their merged split (summary mode).
-  void add_summary(RowKind kind, int stage, Rank src, Rank dst, int group, Token size, bool fwd) {
-    const auto P = static_cast<std::uint64_t>(pass.size());
-    const std::uint64_t key =
-        ((((fwd ? 2u : 0u) + static_cast<unsigned>(index_of(kind))) * static_cast<std::uint64_t>(pass.front()->comm.stages.size()) +
-          static_cast<std::uint64_t>(stage - 1)) * P + static_cast<std::uint64_t>(src)) * P + static_cast<std::uint64_t>(dst);
-    StageComm& sc = stage_of(src, stage);
-    GroupCollectiveArg& in = fwd ? (kind == RowKind::qo ? sc.qo_fwd : sc.kv_fwd) : (kind == RowKind::qo ? sc.qo : sc.kv);
-    StageComm& rc = stage_of(dst, stage);
-    GroupCollectiveArg& out = fwd ? (kind == RowKind::qo ? rc.qo_fwd : rc.kv_fwd) : (kind == RowKind::qo ? rc.qo : rc.kv);
-    (kind == RowKind::qo ? rc.num_remote_qo_tokens : rc.num_remote_kv_tokens) += size;
-    const auto it = split_of.find(key);
-    if (it == split_of.end()) split_of.emplace(key, open_split(in, out, src, dst, group, size));
-    else grow_split(in, out, it->second, size);
-  }
 
   StageComm& stage_of(Rank r, int stage) {
     return pass[static_cast<std::size_t>(r)]->comm.stages[static_cast<std::size_t>(stage - 1)];
@@ -119,7 +79,7 @@ struct Emitter {
       to_x = &direct_x;
     }
     if (summary) {
-      for (Rank d : *to) add_summary(kind, stage, host, d, group, r.size(), false);
+      for (Rank d : *to) summary->add(0, kind, stage, host, d, r.size());
       return;
     }
     if (mine(host)) {
@@ -187,7 +147,7 @@ struct Emitter {
     for (const Forward& f : forwards) {
       const auto dsts = std::span<const Rank>(fwd_dsts).subspan(f.first, f.count);
       if (summary) {
-        for (Rank d : dsts) add_summary(f.kind, f.stage, f.relay, d, f.group, f.global.size(), true);
+        for (Rank d : dsts) summary->add(1, f.kind, f.stage, f.relay, d, f.global.size());
         continue;
       }
       if (mine(f.relay)) {
@@ -433,19 +393,21 @@ XferLayout group_runs_by_xfer(const std::vector<std::pair<std::int32_t, XferRun>
 }  // namespace
 
 XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, int stages,
-                       const RelayOptions& relay, std::vector<PassPlan*>& pass, bool summary, Rank only) {
+                       const RelayOptions& relay, std::vector<PassPlan*>& pass, SheetSink* summary, Rank only) {
   const Sharding& sh = a.grid->sharding();
   const bool flat = a.grid->flattened();
-  for (std::size_t r = 0; r < pass.size(); ++r)
-    if (only < 0 || static_cast<Rank>(r) == only) pass[r]->comm.stages.assign(static_cast<std::size_t>(stages), StageComm{});
+  if (!summary)
+    for (std::size_t r = 0; r < pass.size(); ++r)
+      if (only < 0 || static_cast<Rank>(r) == only) pass[r]->comm.stages.assign(static_cast<std::size_t>(stages), StageComm{});
   const std::vector<Token> block_off = block_local_offsets(sh);
   std::vector<std::pair<std::int32_t, XferRun>> runs;
   std::vector<Forward> forwards;
   std::vector<Rank> fwd_dsts;
   std::vector<std::int32_t> fwd_xs;
   if (!summary) runs.reserve(tr.xfers.size());
-  Emitter em{sh, block_off, pass, relay, runs, forwards, fwd_dsts, fwd_xs, std::vector<Bytes>(pass.size(), 0), {}, {}, {},
-             summary, {}, only};
+  const auto P = static_cast<std::size_t>(a.grid->cp_size());
+  Emitter em{sh, block_off, pass, relay, runs, forwards, fwd_dsts, fwd_xs, std::vector<Bytes>(P, 0), {}, {}, {},
+             summary, only};
 
   // Senders emit in (kind, stage, host, block, group) order and receivers
   // append as they go, so every receiver's splits come ordered by source.
@@ -453,36 +415,16 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
 
   em.emit_forwards();
 
-  set_recv_offsets(pass, only);
   if (summary) return {};
+  set_recv_offsets(pass, only);
   return group_runs_by_xfer(runs, tr, stage, pass);
 }
 
-void summary_comm(const Transfers& tr, const std::vector<int>& stage, int stages, std::vector<PassPlan*>& pass) {
-  for (PassPlan* p : pass) p->comm.stages.assign(static_cast<std::size_t>(stages), StageComm{});
-  // One split per (host, dst, stage, kind): xfers come grouped by dst, so a
-  // host's open split to dst is its last one; `from` (per stage, kind and
-  // host) holds the dst it was opened for and its indices.
-  const std::size_t P = pass.size();
-  struct Open {
-    Rank dst = -1;
-    std::pair<std::size_t, std::size_t> at{};
-  };
-  std::vector<Open> from(static_cast<std::size_t>(stages) * 2 * P);
+void summary_comm(const Transfers& tr, const std::vector<int>& stage, SheetSink& sink) {
   for (std::size_t i = 0; i < tr.xfers.size(); ++i) {
     const Xfer& x = tr.xfers[i];
-    if (x.tokens <= 0) continue;
-    const auto s = static_cast<std::size_t>(stage[i] - 1);
-    StageComm& h = pass[static_cast<std::size_t>(x.host)]->comm.stages[s];
-    StageComm& d = pass[static_cast<std::size_t>(x.dst)]->comm.stages[s];
-    GroupCollectiveArg& in = x.kind == RowKind::qo ? h.qo : h.kv;
-    GroupCollectiveArg& out = x.kind == RowKind::qo ? d.qo : d.kv;
-    Open& o = from[(s * 2 + static_cast<std::size_t>(index_of(x.kind))) * P + static_cast<std::size_t>(x.host)];
-    if (o.dst != x.dst) o = {x.dst, open_split(in, out, x.host, x.dst, x.group, x.tokens)};
-    else grow_split(in, out, o.at, x.tokens);
-    (x.kind == RowKind::qo ? d.num_remote_qo_tokens : d.num_remote_kv_tokens) += x.tokens;
+    if (x.tokens > 0) sink.add(0, x.kind, stage[i], x.host, x.dst, x.tokens);
   }
-  set_recv_offsets(pass);
 }
 
 }  // namespace cpsched::plan_detail

@@ -62,17 +62,15 @@ PlanPrice HostPricing::price(Placement p, const PlanShape& shape) {
   if (!shape.resolved()) throw Error("pricing: the shape " + shape.str() + " is not resolved");
   Entry& e = entry(p);
   std::lock_guard<std::mutex> lock(e.mu);
-  // Priced, not run: one area-only arg per rank and stage.
-  PlanOptions po{shape.stages, shape.relay_node_size(), /*index_rows=*/false, /*area_only=*/true};
+  // Priced, not built: the plan's price sheet.
+  PlanOptions po{shape.stages, shape.relay_node_size()};
   po.hardware = &hw_;
   po.stage_cut = shape.cut;
-  const Plan plan = e.get_builder().build(po);
-  const StepEstimate est = estimate_step(e.grid->problem(), plan, hw_);
-  ++e.priced;
   PlanPrice out;
+  const StepEstimate est = e.get_builder().price(po, &out.forwards);
+  ++e.priced;
   out.step = est.step();
   out.compute_bound = est.compute_bound;
-  out.forwards = plan.has_forwarding();
   return out;
 }
 

@@ -71,26 +71,119 @@ void fill(std::vector<T>& v, std::size_t n, T x) {
   v.assign(n, x);  // keeps capacity: no allocation once grown
 }
 
-class PassSim {
+// What PassSim reads of one pass: the ranks and stages, each rank's FLOPs
+// per stage (in the order compute_seconds sums them), the reduce_after
+// fields, and each collective part's splits. Two sources: a plan, and a
+// price sheet (plan/price_sheet.hpp), which holds the same figures.
+class PlanView {
  public:
-  PassSim(const Problem& problem, const Plan& plan, const HardwareProfile& hw, Pass pass,
-          TimingWorkspace::Buffers& w)
-      : plan_(plan), hw_(hw), pass_(pass), problem_(problem), w_(w),
-        bpt_(pass == Pass::fwd ? fwd_bytes_per_token(problem) : bwd_bytes_per_token(problem)),
-        P_(static_cast<int>(plan.ranks.size())), N_(plan.num_stages),
-        tflops_(pass == Pass::fwd ? hw.fwd_tflops : hw.bwd_tflops),
-        hbm_(hw.hbm_gb_s > 0 ? 1.0 / (hw.hbm_gb_s * 1e9) : 0.0) {
-    for (int r = 0; r < P_; ++r) {
-      const PassPlan& pp = pass_plan(plan.ranks[static_cast<std::size_t>(r)], pass);
-      if (static_cast<int>(pp.calc.remote_attn_args.size()) != N_ || static_cast<int>(pp.comm.stages.size()) != N_)
+  PlanView(const Problem& problem, const Plan& plan, Pass pass) : problem_(problem), plan_(plan), pass_(pass) {
+    const int N = stages();
+    for (int r = 0; r < ranks(); ++r) {
+      const PassPlan& p = pp(r);
+      if (static_cast<int>(p.calc.remote_attn_args.size()) != N || static_cast<int>(p.comm.stages.size()) != N)
         throw Error(fmt::format("timing model: rank {} {} plan has {} remote arg lists and {} comm stages, the plan "
                                 "declares {} stages",
-                                r, to_string(pass), pp.calc.remote_attn_args.size(), pp.comm.stages.size(), N_));
+                                r, to_string(pass), p.calc.remote_attn_args.size(), p.comm.stages.size(), N));
     }
-    has_fwd_ = false;
-    for (int r = 0; r < P_ && !has_fwd_; ++r)
-      for (const StageComm& sc : pass_plan(plan.ranks[static_cast<std::size_t>(r)], pass).comm.stages)
-        has_fwd_ = has_fwd_ || sc.has_forwarding();
+  }
+  int ranks() const { return static_cast<int>(plan_.ranks.size()); }
+  int stages() const { return plan_.num_stages; }
+  bool has_forwarding() const {
+    for (int r = 0; r < ranks(); ++r)
+      for (const StageComm& sc : pp(r).comm.stages)
+        if (sc.has_forwarding()) return true;
+    return false;
+  }
+  // f(FLOPs) for each arg of rank r's stage s.
+  template <class F>
+  void for_each_flops(int r, int s, F&& f) const {
+    const CalcMeta& c = pp(r).calc;
+    for (const AttnArg& a : s == 0 ? c.local_attn_args : c.remote_attn_args[static_cast<std::size_t>(s - 1)])
+      f(arg_flops(a, c, problem_, pass_));
+  }
+  int reduce_after(int r, int s, RowKind kind) const {
+    const StageComm& sc = pp(r).comm.stages[static_cast<std::size_t>(s - 1)];
+    return kind == RowKind::qo ? sc.qo_reduce_after : sc.kv_reduce_after;
+  }
+  // Rank r's part (stage s, kind, fwd: the forwarding phase): sent(tokens,
+  // dst) for each destination of each input split, then received(tokens,
+  // src) for each output split, in the arg's order.
+  template <class Sent, class Received>
+  void for_each_split(int r, int s, RowKind kind, bool fwd, Sent&& sent, Received&& received) const {
+    const StageComm& sc = pp(r).comm.stages[static_cast<std::size_t>(s - 1)];
+    const GroupCollectiveArg& a = kind == RowKind::qo ? (fwd ? sc.qo_fwd : sc.qo) : (fwd ? sc.kv_fwd : sc.kv);
+    const std::size_t ni = std::min(a.input_split_sizes.size(), a.dst_indices.size());
+    for (std::size_t i = 0; i < ni; ++i)
+      for (Rank d : a.dst_indices[i]) sent(a.input_split_sizes[i], d);
+    const std::size_t no = std::min(a.output_split_sizes.size(), a.src_index.size());
+    for (std::size_t j = 0; j < no; ++j) received(a.output_split_sizes[j], a.src_index[j]);
+  }
+
+ private:
+  const PassPlan& pp(int r) const { return pass_plan(plan_.ranks[static_cast<std::size_t>(r)], pass_); }
+  const Problem& problem_;
+  const Plan& plan_;
+  Pass pass_;
+};
+
+class SheetView {
+ public:
+  SheetView(const Problem& problem, const PriceSheet& sheet, Pass pass)
+      : sheet_(sheet), p_(pass == Pass::fwd ? sheet.fwd : sheet.bwd) {
+    // An area's FLOPs as arg_flops gives them for one arg of that area (group 0 when flattened, else -1).
+    qh_ = sheet.flattened ? problem.q_heads_per_task() : problem.heads.q;
+    fpp_ = problem.heads.fwd_flops_per_pair();
+    bwd_ = pass == Pass::bwd;
+    bwd_ratio_ = problem.heads.bwd_flops_ratio();
+    const auto N = static_cast<std::size_t>(sheet.stages);
+    const auto P = static_cast<std::size_t>(sheet.ranks);
+    if (p_.area.size() != P * (N + 1) || p_.qo_reduce_after.size() != N || p_.kv_reduce_after.size() != N ||
+        p_.send_begin.size() != sheet.parts() + 1 || p_.recv_begin.size() != sheet.parts() + 1)
+      throw Error(fmt::format("timing model: the {} price sheet's arrays do not match its {} ranks and {} stages",
+                              to_string(pass), sheet.ranks, sheet.stages));
+  }
+  int ranks() const { return sheet_.ranks; }
+  int stages() const { return sheet_.stages; }
+  bool has_forwarding() const { return p_.has_forwarding; }
+  template <class F>
+  void for_each_flops(int r, int s, F&& f) const {
+    const Token a = p_.area[static_cast<std::size_t>(r) * (static_cast<std::size_t>(sheet_.stages) + 1) +
+                            static_cast<std::size_t>(s)];
+    if (a == 0) return;
+    const double fwd = static_cast<double>(a) * qh_ * fpp_;
+    f(bwd_ ? bwd_ratio_ * fwd : fwd);
+  }
+  int reduce_after(int, int s, RowKind kind) const {
+    return (kind == RowKind::qo ? p_.qo_reduce_after : p_.kv_reduce_after)[static_cast<std::size_t>(s - 1)];
+  }
+  template <class Sent, class Received>
+  void for_each_split(int r, int s, RowKind kind, bool fwd, Sent&& sent, Received&& received) const {
+    const std::size_t i = sheet_.part(r, s, index_of(kind), fwd ? 1 : 0);
+    for (auto k = p_.send_begin[i]; k < p_.send_begin[i + 1]; ++k)
+      sent(p_.send[static_cast<std::size_t>(k)].tokens, p_.send[static_cast<std::size_t>(k)].peer);
+    for (auto k = p_.recv_begin[i]; k < p_.recv_begin[i + 1]; ++k)
+      received(p_.recv[static_cast<std::size_t>(k)].tokens, p_.recv[static_cast<std::size_t>(k)].peer);
+  }
+
+ private:
+  const PriceSheet& sheet_;
+  const PriceSheet::Pass& p_;
+  double qh_ = 0, fpp_ = 0, bwd_ratio_ = 0;
+  bool bwd_ = false;
+};
+
+template <class View>
+class PassSim {
+ public:
+  PassSim(const Problem& problem, const View& view, const HardwareProfile& hw, Pass pass,
+          TimingWorkspace::Buffers& w)
+      : view_(view), hw_(hw), pass_(pass), w_(w),
+        bpt_(pass == Pass::fwd ? fwd_bytes_per_token(problem) : bwd_bytes_per_token(problem)),
+        P_(view.ranks()), N_(view.stages()),
+        tflops_(pass == Pass::fwd ? hw.fwd_tflops : hw.bwd_tflops),
+        hbm_(hw.hbm_gb_s > 0 ? 1.0 / (hw.hbm_gb_s * 1e9) : 0.0) {
+    has_fwd_ = view.has_forwarding();
     for (int c = 0; c < 2; ++c) {
       const Link& l = c == kIntra ? hw.intra_node : hw.inter_node;
       lat_[c] = l.latency_us * 1e-6;
@@ -163,7 +256,6 @@ class PassSim {
  private:
   int compute_stream() const { return 0; }
   int comm_stream() const { return hw_.overlap ? 1 : 0; }
-  const PassPlan& pp(int r) const { return pass_plan(plan_.ranks[static_cast<std::size_t>(r)], pass_); }
   static std::size_t port(int r, int c) { return 2 * static_cast<std::size_t>(r) + static_cast<std::size_t>(c); }
   int link_class(int a, int b) const { return hw_.nodes().same_node(a, b) ? kIntra : kInter; }
   bool valid_peer(int r, Rank p) const { return p >= 0 && p < P_ && p != r; }
@@ -181,46 +273,38 @@ class PassSim {
     fill(w_.red_off, P * B, std::int32_t{0});
     fill(w_.red_item, P * 2 * static_cast<std::size_t>(N_), std::int32_t{0});
     for (int r = 0; r < P_; ++r) {
-      const auto& stages = pp(r).comm.stages;
       std::int32_t* off = w_.red_off.data() + static_cast<std::size_t>(r) * B;
       for (int s = 1; s <= N_; ++s) {
-        const StageComm& sc = stages[static_cast<std::size_t>(s - 1)];
-        ++off[reduce_stage(s, sc.qo_reduce_after) + 1];
-        ++off[reduce_stage(s, sc.kv_reduce_after) + 1];
+        ++off[reduce_stage(s, view_.reduce_after(r, s, RowKind::qo)) + 1];
+        ++off[reduce_stage(s, view_.reduce_after(r, s, RowKind::kv)) + 1];
       }
       for (std::size_t t = 1; t < B; ++t) off[t] += off[t - 1];
       std::int32_t* items = w_.red_item.data() + static_cast<std::size_t>(r) * 2 * static_cast<std::size_t>(N_);
       for (int s = 1; s <= N_; ++s) {  // fills off[t] up to off[t + 1]; shifted back below
-        const StageComm& sc = stages[static_cast<std::size_t>(s - 1)];
-        items[off[reduce_stage(s, sc.qo_reduce_after)]++] = (s - 1) * 2;
-        items[off[reduce_stage(s, sc.kv_reduce_after)]++] = (s - 1) * 2 + 1;
+        items[off[reduce_stage(s, view_.reduce_after(r, s, RowKind::qo))]++] = (s - 1) * 2;
+        items[off[reduce_stage(s, view_.reduce_after(r, s, RowKind::kv))]++] = (s - 1) * 2 + 1;
       }
       for (std::size_t t = B - 1; t > 0; --t) off[t] = off[t - 1];
       off[0] = 0;
     }
   }
 
-  // Calls f(arg, kind) for every part of collective (kind, stage) on rank r
-  // (fwd: its forwarding phase).
+  // Calls f(s, kind) for every part (stage s, kind) of collective `stage`
+  // on rank r: a cast's two kinds of its stage, a reduce's bucket.
   template <class F>
-  void for_each_part(int r, OpKind op, int stage, bool fwd, F&& f) const {
-    const auto& stages = pp(r).comm.stages;
+  void for_each_part(int r, OpKind op, int stage, F&& f) const {
     if (op == OpKind::cast) {
       w_.parts_visited += 2;
-      const StageComm& sc = stages[static_cast<std::size_t>(stage - 1)];
-      f(fwd ? sc.qo_fwd : sc.qo, RowKind::qo);
-      f(fwd ? sc.kv_fwd : sc.kv, RowKind::kv);
+      f(stage, RowKind::qo);
+      f(stage, RowKind::kv);
       return;
     }
     const std::size_t B = static_cast<std::size_t>(N_) + 2;
     const std::int32_t* off = w_.red_off.data() + static_cast<std::size_t>(r) * B;
     const std::int32_t* items = w_.red_item.data() + static_cast<std::size_t>(r) * 2 * static_cast<std::size_t>(N_);
     w_.parts_visited += off[stage + 1] - off[stage];
-    for (std::int32_t i = off[stage]; i < off[stage + 1]; ++i) {
-      const StageComm& sc = stages[static_cast<std::size_t>(items[i] / 2)];
-      if (items[i] % 2 == 0) f(fwd ? sc.qo_fwd : sc.qo, RowKind::qo);
-      else f(fwd ? sc.kv_fwd : sc.kv, RowKind::kv);
-    }
+    for (std::int32_t i = off[stage]; i < off[stage + 1]; ++i)
+      f(items[i] / 2 + 1, items[i] % 2 == 0 ? RowKind::qo : RowKind::kv);
   }
 
   double token_bytes(RowKind k, bool back) const {
@@ -236,37 +320,29 @@ class PassSim {
   template <class Begin, class F>
   void for_each_transfer(int r, OpKind op, int stage, bool fwd, Begin&& part_begin, F&& f) const {
     const bool back = op == OpKind::reduce;
-    for_each_part(r, op, stage, fwd, [&](const GroupCollectiveArg& a, RowKind kind) {
+    for_each_part(r, op, stage, [&](int s, RowKind kind) {
       const double b = token_bytes(kind, back);
       if (b <= 0) return;
       part_begin(kind);
-      const std::size_t ni = std::min(a.input_split_sizes.size(), a.dst_indices.size());
-      for (std::size_t i = 0; i < ni; ++i) {
-        if (a.input_split_sizes[i] <= 0) continue;
-        const double bytes = static_cast<double>(a.input_split_sizes[i]) * b;
-        for (Rank d : a.dst_indices[i])
-          if (valid_peer(r, d)) f(d, bytes, !back);
-      }
-      const std::size_t no = std::min(a.output_split_sizes.size(), a.src_index.size());
-      for (std::size_t j = 0; j < no; ++j) {
-        const Rank p = a.src_index[j];
-        if (a.output_split_sizes[j] <= 0 || !valid_peer(r, p)) continue;
-        f(p, static_cast<double>(a.output_split_sizes[j]) * b, back);
-      }
+      view_.for_each_split(
+          r, s, kind, fwd,
+          [&](Token tokens, Rank d) {
+            if (tokens > 0 && valid_peer(r, d)) f(d, static_cast<double>(tokens) * b, !back);
+          },
+          [&](Token tokens, Rank p) {
+            if (tokens > 0 && valid_peer(r, p)) f(p, static_cast<double>(tokens) * b, back);
+          });
     });
   }
 
   void run_compute(int s) {
     for (int r = 0; r < P_; ++r) {
-      const CalcMeta& c = pp(r).calc;
-      const auto& args = s == 0 ? c.local_attn_args : c.remote_attn_args[static_cast<std::size_t>(s - 1)];
       double flops = 0;
       double& total = w_.flops[static_cast<std::size_t>(r)];
-      for (const AttnArg& a : args) {
-        const double f = arg_flops(a, c, problem_, pass_);
+      view_.for_each_flops(r, s, [&](double f) {
         flops += f;
         total += f;  // same order as compute_seconds: equal to it bit for bit
-      }
+      });
       if (flops <= 0) continue;
       double& f = w_.free[static_cast<std::size_t>(r)][static_cast<std::size_t>(compute_stream())];
       const double start = std::max(f, s > 0 ? w_.cast_end[2 * static_cast<std::size_t>(r) + (s & 1)] : 0.0);
@@ -424,10 +500,9 @@ class PassSim {
     return w_.epoch;
   }
 
-  const Plan& plan_;
+  const View& view_;
   const HardwareProfile& hw_;
   Pass pass_;
-  const Problem& problem_;
   TimingWorkspace::Buffers& w_;
   TransferBytes bpt_;
   int P_, N_;
@@ -450,7 +525,8 @@ PassTimeline simulate_pass(const Problem& problem, const Plan& plan, const Hardw
                            TimingWorkspace& ws) {
   check_shape(problem, plan);
   PassTimeline out;
-  PassSim(problem, plan, hw, pass, ws.buffers()).run(&out);
+  const PlanView view(problem, plan, pass);
+  PassSim<PlanView>(problem, view, hw, pass, ws.buffers()).run(&out);
   return out;
 }
 
@@ -479,18 +555,20 @@ double compute_bound(const Problem& problem, const Plan& plan, const HardwarePro
   return total / static_cast<double>(plan.ranks.size());
 }
 
-StepEstimate estimate_step(const Problem& problem, const Plan& plan, const HardwareProfile& hw, TimingWorkspace& ws) {
-  check_shape(problem, plan);
+// Both passes, and the bound from the FLOPs the runs sum anyway (in
+// compute_bound's order: per rank fwd + bwd, ranks in order), saving a
+// third walk over the args.
+template <class View>
+StepEstimate estimate_both(const Problem& problem, const View& fv, const View& bv, const HardwareProfile& hw,
+                           TimingWorkspace& ws) {
   StepEstimate e;
-  const int P = static_cast<int>(plan.ranks.size());
-  // The bound from the FLOPs the runs sum anyway (in compute_bound's order:
-  // per rank fwd + bwd, ranks in order), saving a third walk over the args.
+  const int P = fv.ranks();
   std::vector<double>& fwd_seconds = ws.buffers().fwd_seconds;
-  PassSim fwd(problem, plan, hw, Pass::fwd, ws.buffers());
+  PassSim<View> fwd(problem, fv, hw, Pass::fwd, ws.buffers());
   e.fwd = fwd.run(nullptr);
   fwd_seconds.resize(static_cast<std::size_t>(P));
   for (int r = 0; r < P; ++r) fwd_seconds[static_cast<std::size_t>(r)] = fwd.compute_seconds_of(r);
-  PassSim bwd(problem, plan, hw, Pass::bwd, ws.buffers());
+  PassSim<View> bwd(problem, bv, hw, Pass::bwd, ws.buffers());
   e.bwd = bwd.run(nullptr);
   double total = 0;
   for (int r = 0; r < P; ++r) total += fwd_seconds[static_cast<std::size_t>(r)] + bwd.compute_seconds_of(r);
@@ -498,9 +576,27 @@ StepEstimate estimate_step(const Problem& problem, const Plan& plan, const Hardw
   return e;
 }
 
+StepEstimate estimate_step(const Problem& problem, const Plan& plan, const HardwareProfile& hw, TimingWorkspace& ws) {
+  check_shape(problem, plan);
+  return estimate_both(problem, PlanView(problem, plan, Pass::fwd), PlanView(problem, plan, Pass::bwd), hw, ws);
+}
+
 StepEstimate estimate_step(const Problem& problem, const Plan& plan, const HardwareProfile& hw) {
   thread_local TimingWorkspace ws;
   return estimate_step(problem, plan, hw, ws);
+}
+
+StepEstimate estimate_step(const Problem& problem, const PriceSheet& sheet, const HardwareProfile& hw,
+                           TimingWorkspace& ws) {
+  if (sheet.stages < 0 || sheet.ranks != problem.cp_size())
+    throw Error(fmt::format("timing model: the price sheet has {} ranks and {} stages, the problem {} ranks",
+                            sheet.ranks, sheet.stages, problem.cp_size()));
+  return estimate_both(problem, SheetView(problem, sheet, Pass::fwd), SheetView(problem, sheet, Pass::bwd), hw, ws);
+}
+
+StepEstimate estimate_step(const Problem& problem, const PriceSheet& sheet, const HardwareProfile& hw) {
+  thread_local TimingWorkspace ws;
+  return estimate_step(problem, sheet, hw, ws);
 }
 
 }  // namespace cpsched

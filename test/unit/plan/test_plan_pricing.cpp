@@ -1,15 +1,17 @@
 // Pricing candidate plans cheaply (what balanced_bytes does before choosing):
 // PlanBuilder reuses one assignment's transfers across builds and gives
-// build_plan's plans; area-only plans time exactly like the full ones; and
+// build_plan's plans; price sheets time exactly like the full plans; and
 // the step lower bound never exceeds the timing model's step, so skipping a
 // plan whose bound reaches the best step so far loses nothing.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <tuple>
 #include <random>
 
+#include "cpsched/base/error.hpp"
 #include "cpsched/plugin/cost_model.hpp"
 #include "cpsched/timing/hardware.hpp"
 #include "cpsched/mask/generators.hpp"
@@ -83,37 +85,128 @@ std::map<std::tuple<int, Rank, std::size_t, int, Rank>, Token> sent(const Plan& 
   return out;
 }
 
+
+// The same from a price sheet (kinds 2 and 3: phase 1), and what each rank
+// receives from each peer likewise (the sheet's other side).
+std::map<std::tuple<int, Rank, std::size_t, int, Rank>, Token> sent(const PriceSheet& sheet, bool receives = false) {
+  std::map<std::tuple<int, Rank, std::size_t, int, Rank>, Token> out;
+  for (int pass = 0; pass < 2; ++pass) {
+    const PriceSheet::Pass& p = pass == 0 ? sheet.fwd : sheet.bwd;
+    for (Rank r = 0; r < sheet.ranks; ++r)
+      for (int s = 1; s <= sheet.stages; ++s)
+        for (int kind = 0; kind < 2; ++kind)
+          for (int phase = 0; phase < 2; ++phase) {
+            const std::size_t i = sheet.part(r, s, kind, phase);
+            const auto& begin = receives ? p.recv_begin : p.send_begin;
+            const auto& splits = receives ? p.recv : p.send;
+            std::vector<Rank> peers;
+            for (auto k = begin[i]; k < begin[i + 1]; ++k) {
+              const PriceSheet::Split& x = splits[static_cast<std::size_t>(k)];
+              out[{pass, r, static_cast<std::size_t>(s - 1), kind + 2 * phase, x.peer}] += x.tokens;
+              peers.push_back(x.peer);
+            }
+            std::sort(peers.begin(), peers.end());
+            CHECK(std::adjacent_find(peers.begin(), peers.end()) == peers.end());  // one split per peer
+          }
+  }
+  return out;
+}
+
+// What each rank receives from each peer in a plan, keyed like sent().
+std::map<std::tuple<int, Rank, std::size_t, int, Rank>, Token> received(const Plan& plan) {
+  std::map<std::tuple<int, Rank, std::size_t, int, Rank>, Token> out;
+  for (std::size_t r = 0; r < plan.ranks.size(); ++r)
+    for (int pass = 0; pass < 2; ++pass) {
+      const PassPlan& pp = pass == 0 ? plan.ranks[r].fwd : plan.ranks[r].bwd;
+      for (std::size_t s = 0; s < pp.comm.stages.size(); ++s)
+        for (int k = 0; k < 4; ++k) {
+          const StageComm& sc = pp.comm.stages[s];
+          const GroupCollectiveArg& g = k == 0 ? sc.qo : k == 1 ? sc.kv : k == 2 ? sc.qo_fwd : sc.kv_fwd;
+          for (std::size_t j = 0; j < g.src_index.size(); ++j)
+            out[{pass, static_cast<Rank>(r), s, k, g.src_index[j]}] += g.output_split_sizes[j];
+        }
+    }
+  return out;
+}
+
 }  // namespace
 
-TEST_CASE("area-only plans: the same bytes per peer, one arg per rank and stage, the same step time") {
+TEST_CASE("price sheets: the plan's tokens per peer and areas per stage, and its step to the last bit") {
   int forwarded = 0;  // plans that relay something
   for (const char* hw_name : {"cluster_8gpu_ib", "h100_8x_nvlink"}) {
     const HardwareProfile hw = resolve_hardware_profile(hw_name);
     for_each_case([&](const Assignment& a) {
       for (PlanOptions o : {PlanOptions{1, 0}, PlanOptions{3, 0}, PlanOptions{2, 8}, PlanOptions{1, 8}}) {
-        CAPTURE(o.stages);
-        CAPTURE(o.relay_node_size);
-        const Plan full = build_plan(a, o);
-        PlanOptions po = o;
-        po.area_only = true;
-        const Plan priced = build_plan(a, po);
-        CHECK(sent(priced) == sent(full));
-        test::check_same_receives(priced, full);
-        CHECK(priced.has_forwarding() == full.has_forwarding());
-        forwarded += full.has_forwarding();
-        for (const RankPlan& rp : priced.ranks) {
-          CHECK(rp.fwd.calc.local_attn_args.size() <= 1);
-          for (const auto& st : rp.fwd.calc.remote_attn_args) CHECK(st.size() <= 1);
+        for (const HardwareProfile* profile : {static_cast<const HardwareProfile*>(nullptr), &hw}) {
+          o.hardware = profile;  // with a profile, two or more stages: the cut chosen and the local tail
+          CAPTURE(o.stages);
+          CAPTURE(o.relay_node_size);
+          CAPTURE(profile != nullptr);
+          const Plan full = build_plan(a, o);
+          const PriceSheet sheet = PlanBuilder(a).price_sheet(o);
+          REQUIRE(sheet.ranks == a.grid->cp_size());
+          REQUIRE(sheet.stages == full.num_stages);
+          CHECK(sheet.local_tail == full.local_tail);
+          CHECK(sent(sheet) == sent(full));
+          CHECK(sent(sheet, true) == received(full));
+          CHECK(sheet.has_forwarding() == full.has_forwarding());
+          forwarded += full.has_forwarding();
+          for (int pass = 0; pass < 2; ++pass) {
+            const PriceSheet::Pass& sp = pass == 0 ? sheet.fwd : sheet.bwd;
+            for (std::size_t r = 0; r < full.ranks.size(); ++r) {
+              const PassPlan& pp = pass == 0 ? full.ranks[r].fwd : full.ranks[r].bwd;
+              for (int s = 0; s <= full.num_stages; ++s) {
+                Token area = 0;
+                for (const AttnArg& x : s == 0 ? pp.calc.local_attn_args
+                                               : pp.calc.remote_attn_args[static_cast<std::size_t>(s - 1)])
+                  area += arg_area(x, pp.calc);
+                CHECK(sp.area[r * static_cast<std::size_t>(full.num_stages + 1) + static_cast<std::size_t>(s)] == area);
+              }
+              for (int s = 1; s <= full.num_stages; ++s) {
+                CHECK(sp.qo_reduce_after[static_cast<std::size_t>(s - 1)] ==
+                      pp.comm.stages[static_cast<std::size_t>(s - 1)].qo_reduce_after);
+                CHECK(sp.kv_reduce_after[static_cast<std::size_t>(s - 1)] ==
+                      pp.comm.stages[static_cast<std::size_t>(s - 1)].kv_reduce_after);
+              }
+            }
+          }
+          const Problem& p = a.grid->problem();
+          const StepEstimate x = estimate_step(p, full, hw), y = estimate_step(p, sheet, hw);
+          CHECK(y.fwd == x.fwd);
+          CHECK(y.bwd == x.bwd);
+          CHECK(y.compute_bound == x.compute_bound);
+          if (profile != nullptr) {  // the builder's own pricing, which reuses the cut's timing
+            bool forwards = !full.has_forwarding();
+            const StepEstimate z = PlanBuilder(a).price(o, &forwards);
+            CHECK(z.step() == x.step());
+            CHECK(z.compute_bound == x.compute_bound);
+            CHECK(forwards == full.has_forwarding());
+          }
         }
-        const Problem& p = a.grid->problem();
-        const StepEstimate x = estimate_step(p, full, hw), y = estimate_step(p, priced, hw);
-        CHECK(y.fwd == doctest::Approx(x.fwd).epsilon(1e-12));
-        CHECK(y.bwd == doctest::Approx(x.bwd).epsilon(1e-12));
-        CHECK(y.compute_bound == doctest::Approx(x.compute_bound).epsilon(1e-12));
       }
     });
   }
   CHECK(forwarded > 20);
+}
+
+TEST_CASE("price sheets: every rank or none, a profile to price on; a sheet that does not fit the problem is refused") {
+  std::mt19937_64 rng(5);
+  const Assignment a = test::owner_assignment(test::random_grid(MaskKind::causal_document, 8, Heads{16, 8, 64, 2}, rng));
+  PlanOptions one_rank{2, 0};
+  one_rank.rank = 3;
+  CHECK_THROWS_WITH_AS(PlanBuilder(a).price_sheet(one_rank),
+                       "plan: a price sheet covers every rank (PlanOptions::rank must be -1, got 3)", Error);
+  CHECK_THROWS_WITH_AS(PlanBuilder(a).price(PlanOptions{2, 0}),
+                       "plan: pricing a plan needs a hardware profile (PlanOptions::hardware)", Error);
+  const HardwareProfile hw = resolve_hardware_profile("h100_8x_nvlink");
+  PriceSheet sheet = PlanBuilder(a).price_sheet(PlanOptions{2, 0});
+  std::mt19937_64 rng2(5);
+  const auto other = test::random_grid(MaskKind::causal_document, 16, Heads{16, 8, 64, 2}, rng2);
+  CHECK_THROWS_WITH_AS(estimate_step(other->problem(), sheet, hw),
+                       "timing model: the price sheet has 8 ranks and 2 stages, the problem 16 ranks", Error);
+  sheet.bwd.area.pop_back();
+  CHECK_THROWS_WITH_AS(estimate_step(a.grid->problem(), sheet, hw),
+                       "timing model: the bwd price sheet's arrays do not match its 8 ranks and 2 stages", Error);
 }
 
 TEST_CASE("step lower bound: at most the step of every plan of the placement, and not trivial") {

@@ -134,28 +134,29 @@ TEST_CASE("stage cut on a profile: one choice per shape, whatever the builder bu
   const HardwareProfile other = resolve_hardware_profile("h100_8x_nvlink");
   for_each_case([&](const Assignment& a) {
     const PlanBuilder b(a);
-    // Area-only first (what pricing builds), then the full plans, another
-    // profile in between: each equals a fresh build's.
-    for (const HardwareProfile* p : {&hw, &other, &hw})
-      for (PlanOptions o : {PlanOptions{3, 0, false, true}, PlanOptions{3, 0}, PlanOptions{2, 8}, PlanOptions{1, 0}}) {
+    // A price sheet first (what pricing makes, which chooses the cut), then
+    // the full plans, another profile in between: each equals a fresh build's.
+    for (const HardwareProfile* p : {&hw, &other, &hw}) {
+      PlanOptions priced{3, 0};
+      priced.hardware = p;
+      (void)b.price_sheet(priced);
+      for (PlanOptions o : {PlanOptions{3, 0}, PlanOptions{2, 8}, PlanOptions{1, 0}}) {
         o.hardware = p;
         CAPTURE(p->name);
         CAPTURE(o.stages);
-        CAPTURE(o.area_only);
         CHECK(test::same_plan(b.build(o), build_plan(a, o)));
       }
+    }
     PlanOptions one{1, 8};
     const Plan plain = build_plan(a, one);
     one.hardware = &hw;
     CHECK(test::same_plan(build_plan(a, one), plain));
-    // The area-only plan prices as the full plan of the same choice.
+    // The price sheet prices as the full plan of the same choice.
     PlanOptions full{3, 8};
     full.hardware = &hw;
-    PlanOptions priced = full;
-    priced.area_only = true;
     const Problem& pr = a.grid->problem();
-    CHECK(estimate_step(pr, build_plan(a, priced), hw).step() ==
-          doctest::Approx(estimate_step(pr, build_plan(a, full), hw).step()).epsilon(1e-12));
+    CHECK(estimate_step(pr, PlanBuilder(a).price_sheet(full), hw).step() ==
+          estimate_step(pr, build_plan(a, full), hw).step());
   });
 }
 

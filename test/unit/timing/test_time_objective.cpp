@@ -97,11 +97,11 @@ TEST_CASE("the built-in `time` model takes its profile by name; the host prices 
   PlanOptions po{2, 0};
   po.hardware = cost->hardware();  // the stage cut the host prices on (plan/builder.hpp)
   const Plan plan = build_plan(a, po);
-  // The host's pricing service: the area-only plan's step is the full plan's.
+  // The host's pricing service: the price sheet's step is the full plan's.
   HostPricing pricing(*cost->hardware());
   const PlanPrice e = pricing.price(pricing.add(grid, a.rank), PlanShape::fixed(2));
   const StepEstimate ref = estimate_step(grid->problem(), plan, hw);
-  CHECK(e.step == doctest::Approx(ref.step()).epsilon(1e-12));
+  CHECK(e.step == ref.step());
   CHECK(e.compute_bound == doctest::Approx(ref.compute_bound).epsilon(1e-12));
   CHECK_THROWS_WITH_AS(pl.reg.make_cost_model("time", pl.reg.resolve_params(info, Params({{"hardware", std::string("a100")}}))),
                        doctest::Contains("unknown hardware profile 'a100'"), Error);

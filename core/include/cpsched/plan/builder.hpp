@@ -47,7 +47,7 @@
 // receiver, then send order) and each goes to the first stage where both its
 // ports have room, else to stage N. Light ports so send nearly all early,
 // the busiest spread theirs over every stage. With a hardware profile and
-// N >= 2 the builder builds both cuts as area-only plans, prices them with
+// N >= 2 the builder makes both cuts' price sheets, prices them with
 // the timing model (timing/model.hpp) on that profile and keeps rule B only
 // when it is faster: the choice is the same on every rank.
 //
@@ -64,16 +64,19 @@
 // buffer coordinates; a piece whose rows or cols are not contiguous in the
 // buffer is cut further.
 #include <memory>
+#include <optional>
 
 #include "cpsched/base/buffer_recycler.hpp"
 #include "cpsched/problem/assignment.hpp"
 #include "cpsched/problem/metrics.hpp"
 #include "cpsched/plan/plan.hpp"
+#include "cpsched/plan/price_sheet.hpp"
 #include "cpsched/plan/shape.hpp"
 
 namespace cpsched {
 
 struct HardwareProfile;
+struct StepEstimate;  // timing/model.hpp
 
 // Relays (two-level collectives, opt-in; plan.hpp describes the forwarding
 // phase). With relay_node_size = n >= 2 ranks r and t share a node when
@@ -96,14 +99,6 @@ struct PlanOptions {
   // price a plan, at a fraction of the cost on large selections. Such a plan
   // cannot be executed or validated. Range masks are unaffected.
   bool index_rows = true;
-  // true: each rank's args of one stage are one arg that carries only their
-  // area (an index-shaped arg: index_width 1, index_area the pairs, no rows),
-  // and comm has one split per (phase, peer, kind, stage) with the bytes of
-  // all its transfers (relays pick the same relays as for a run): all the
-  // timing model reads, so its step is the full plan's up to rounding. Solvers
-  // price candidate plans this way at a fraction of the cost. Such a plan
-  // cannot be executed or validated.
-  bool area_only = false;
   // >= 0: build only this rank's CalcMeta and CommMeta (the other ranks'
   // stay empty; Plan::only_rank says so), each equal to the full plan's. With
   // one stage and no relays only the transfers of the blocks the rank sends
@@ -157,6 +152,16 @@ class PlanBuilder {
   // transfers but counts every rank's tokens).
   Metrics metrics() const;
   Plan build(const PlanOptions& options) const;
+  // What the timing model reads of build(options)'s plan, without building
+  // it (price_sheet.hpp): every rank's area per stage and tokens per peer and
+  // collective, the same relays and stage cut. estimate_step on it gives the
+  // plan's step to the last bit. options.rank must be -1; index_rows and
+  // buffers are not read. How the host prices a placement (plan/pricing.hpp).
+  PriceSheet price_sheet(const PlanOptions& options) const;
+  // estimate_step on that sheet on options.hardware (required), reusing the
+  // timing the automatic cut's choice already did; `forwards` (may be null):
+  // whether the plan relays anything.
+  StepEstimate price(const PlanOptions& options, bool* forwards = nullptr) const;
   // The stage cut a plan built with `options` takes: the one asked, or the
   // one build() chose (automatic, two or more stages on a profile); automatic
   // where it has none to take (one stage, no profile, nothing sent) or none
@@ -168,7 +173,13 @@ class PlanBuilder {
   // The stage of every xfer of each pass: rule A, or B on `by_ports`.
   struct Cut;
   Cut cut(int stages, const HardwareProfile* by_ports) const;
+  // The cut a plan under `options` takes (automatic: both priced on the
+  // profile, once per shape); `kept` and `kept_step` (each may be null)
+  // receive the chosen cut's sheet and its timing where both were priced.
+  Cut chosen_cut(const PlanOptions& options, std::optional<PriceSheet>* kept,
+                 std::optional<StepEstimate>* kept_step) const;
   Plan assemble(const PlanOptions& options, const Cut& cut) const;
+  PriceSheet sheet(const PlanOptions& options, const Cut& cut) const;
   struct State;
   std::unique_ptr<State> s_;
 };

@@ -23,7 +23,7 @@ struct PlanShape {
   int node_size = 0;
   // With 2+ stages on a hardware profile (PlanOptions::stage_cut): automatic
   // prices the receivers' and the ports' cut with the timing model (two
-  // area-only plans of every rank, on each rank that builds its plan) and
+  // price sheets of every rank, on each rank that builds its plan) and
   // takes the faster; a solver that knows which is faster says so. Not a
   // config key: the user's shape leaves it automatic.
   enum class Cut : std::uint8_t { automatic = 0, receivers = 1, ports = 2 };

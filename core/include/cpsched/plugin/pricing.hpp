@@ -44,8 +44,8 @@ class PlanPricing {
   // Its step bounds (the first query computes the placement's transfers).
   virtual StepBound bound(Placement p) = 0;
   // The predicted step of its plan of `shape` (resolved: N >= 1 stages,
-  // relays on with a node size or off). Priced from an area-only plan
-  // (plan/builder.hpp), whose step equals the full plan's.
+  // relays on with a node size or off). Priced from the plan's price sheet
+  // (plan/price_sheet.hpp), whose step equals the full plan's.
   virtual PlanPrice price(Placement p, const PlanShape& shape) = 0;
 
  protected:

@@ -78,6 +78,7 @@
 #include <vector>
 
 #include "cpsched/plan/plan.hpp"
+#include "cpsched/plan/price_sheet.hpp"
 #include "cpsched/problem/problem.hpp"
 #include "cpsched/timing/hardware.hpp"
 
@@ -165,6 +166,13 @@ double compute_bound(const Problem& problem, const Plan& plan, const HardwarePro
 // it to choose between plans); equals simulate_timeline's makespans exactly.
 StepEstimate estimate_step(const Problem& problem, const Plan& plan, const HardwareProfile& hw);
 StepEstimate estimate_step(const Problem& problem, const Plan& plan, const HardwareProfile& hw, TimingWorkspace& ws);
+// The same on a price sheet (plan/price_sheet.hpp): equal to estimate_step on
+// the plan PlanBuilder::build would make with the sheet's options, bit for
+// bit, at a fraction of the cost (no plan is built). Throws cpsched::Error
+// when the sheet's ranks are not the problem's or its arrays do not match.
+StepEstimate estimate_step(const Problem& problem, const PriceSheet& sheet, const HardwareProfile& hw);
+StepEstimate estimate_step(const Problem& problem, const PriceSheet& sheet, const HardwareProfile& hw,
+                           TimingWorkspace& ws);
 PassTimeline simulate_pass(const Problem& problem, const Plan& plan, const HardwareProfile& hw, Pass pass,
                            TimingWorkspace& ws);
 
