@@ -24,9 +24,9 @@ constexpr double kMemberGridsPerTask = 30e-6;   // planned: searching and pricin
 // candidate, the plans priced; the coupled step and relays across nodes),
 // fitted on its measured time at P = 8-64 (docs/bounds.md#uses-and-effort):
 // pricing it as 30 plans, as above, missed the coupled search's growth in P.
-constexpr double kFixedFullBase = 0.24e-3;
-constexpr double kFixedFullPerTask = 16e-6;
-constexpr double kFixedFullPerRank = 0.39e-3;
+constexpr double kFixedFullBase = 1.8e-3;
+constexpr double kFixedFullPerTask = 12e-6;
+constexpr double kFixedFullPerRank = 0.1e-3;
 constexpr double kPolishPerMove = 0.2e-6;     // a move evaluation on one node (P = 8, ~140 tasks)
 constexpr double kStagesBase = 0.2e-3;        // two stage cuts priced and every rank's transfers collected
 constexpr double kStagesPerTask = 1e-6;
