@@ -227,31 +227,26 @@ Plan PlanBuilder::build(const PlanOptions& options) const {
   return assemble(options, chosen_cut(options, nullptr, nullptr));
 }
 
-PriceSheet PlanBuilder::price_sheet(const PlanOptions& options) const {
+PriceSheet PlanBuilder::price_sheet(const PlanOptions& options) const { return price_sheet(options, nullptr); }
+
+PriceSheet PlanBuilder::price_sheet(const PlanOptions& options, std::optional<StepEstimate>* timed) const {
   check_options(options);
   if (options.rank >= 0)
     throw Error("plan: a price sheet covers every rank (PlanOptions::rank must be -1, got " +
                 std::to_string(options.rank) + ")");
   s_->current = &s_->all();
   std::optional<PriceSheet> kept;
-  const Cut c = chosen_cut(options, &kept, nullptr);
+  const Cut c = chosen_cut(options, &kept, timed);
   if (kept) return std::move(*kept);
   return sheet(options, c);
 }
 
 StepEstimate PlanBuilder::price(const PlanOptions& options, bool* forwards) const {
   if (options.hardware == nullptr) throw Error("plan: pricing a plan needs a hardware profile (PlanOptions::hardware)");
-  check_options(options);
-  if (options.rank >= 0)
-    throw Error("plan: a price sheet covers every rank (PlanOptions::rank must be -1, got " +
-                std::to_string(options.rank) + ")");
-  s_->current = &s_->all();
-  std::optional<PriceSheet> kept;
-  std::optional<StepEstimate> kept_step;
-  const Cut c = chosen_cut(options, &kept, &kept_step);
-  if (!kept) kept = sheet(options, c);
-  if (forwards) *forwards = kept->has_forwarding();
-  return kept_step ? *kept_step : estimate_step(s_->a.grid->problem(), *kept, *options.hardware);
+  std::optional<StepEstimate> timed;
+  const PriceSheet s = price_sheet(options, &timed);
+  if (forwards) *forwards = s.has_forwarding();
+  return timed ? *timed : estimate_step(s_->a.grid->problem(), s, *options.hardware);
 }
 
 PlanBuilder::Cut PlanBuilder::chosen_cut(const PlanOptions& options, std::optional<PriceSheet>* kept,

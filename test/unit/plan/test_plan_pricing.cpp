@@ -66,10 +66,10 @@ TEST_CASE("PlanBuilder: every build equals build_plan's, in any order of options
 
 namespace {
 
-// Tokens each rank sends to each peer per (pass, stage, kind, phase; kinds 2
-// and 3 are the relays' forwarding phase): all the timing model reads of comm
-// besides the stage structure.
-std::map<std::tuple<int, Rank, std::size_t, int, Rank>, Token> sent(const Plan& plan) {
+// Tokens each rank sends to each peer (receives: from each peer) per (pass,
+// stage, kind, phase; kinds 2 and 3 are the relays' forwarding phase): all
+// the timing model reads of comm besides the stage structure.
+std::map<std::tuple<int, Rank, std::size_t, int, Rank>, Token> sent(const Plan& plan, bool receives = false) {
   std::map<std::tuple<int, Rank, std::size_t, int, Rank>, Token> out;
   for (std::size_t r = 0; r < plan.ranks.size(); ++r)
     for (int pass = 0; pass < 2; ++pass) {
@@ -78,16 +78,19 @@ std::map<std::tuple<int, Rank, std::size_t, int, Rank>, Token> sent(const Plan& 
         for (int k = 0; k < 4; ++k) {
           const StageComm& sc = pp.comm.stages[s];
           const GroupCollectiveArg& g = k == 0 ? sc.qo : k == 1 ? sc.kv : k == 2 ? sc.qo_fwd : sc.kv_fwd;
-          for (std::size_t i = 0; i < g.dst_indices.size(); ++i)
-            for (Rank d : g.dst_indices[i]) out[{pass, static_cast<Rank>(r), s, k, d}] += g.input_split_sizes[i];
+          if (receives)
+            for (std::size_t j = 0; j < g.src_index.size(); ++j)
+              out[{pass, static_cast<Rank>(r), s, k, g.src_index[j]}] += g.output_split_sizes[j];
+          else
+            for (std::size_t i = 0; i < g.dst_indices.size(); ++i)
+              for (Rank d : g.dst_indices[i]) out[{pass, static_cast<Rank>(r), s, k, d}] += g.input_split_sizes[i];
         }
     }
   return out;
 }
 
 
-// The same from a price sheet (kinds 2 and 3: phase 1), and what each rank
-// receives from each peer likewise (the sheet's other side).
+// The same from a price sheet (kinds 2 and 3: phase 1).
 std::map<std::tuple<int, Rank, std::size_t, int, Rank>, Token> sent(const PriceSheet& sheet, bool receives = false) {
   std::map<std::tuple<int, Rank, std::size_t, int, Rank>, Token> out;
   for (int pass = 0; pass < 2; ++pass) {
@@ -112,23 +115,6 @@ std::map<std::tuple<int, Rank, std::size_t, int, Rank>, Token> sent(const PriceS
   return out;
 }
 
-// What each rank receives from each peer in a plan, keyed like sent().
-std::map<std::tuple<int, Rank, std::size_t, int, Rank>, Token> received(const Plan& plan) {
-  std::map<std::tuple<int, Rank, std::size_t, int, Rank>, Token> out;
-  for (std::size_t r = 0; r < plan.ranks.size(); ++r)
-    for (int pass = 0; pass < 2; ++pass) {
-      const PassPlan& pp = pass == 0 ? plan.ranks[r].fwd : plan.ranks[r].bwd;
-      for (std::size_t s = 0; s < pp.comm.stages.size(); ++s)
-        for (int k = 0; k < 4; ++k) {
-          const StageComm& sc = pp.comm.stages[s];
-          const GroupCollectiveArg& g = k == 0 ? sc.qo : k == 1 ? sc.kv : k == 2 ? sc.qo_fwd : sc.kv_fwd;
-          for (std::size_t j = 0; j < g.src_index.size(); ++j)
-            out[{pass, static_cast<Rank>(r), s, k, g.src_index[j]}] += g.output_split_sizes[j];
-        }
-    }
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("price sheets: the plan's tokens per peer and areas per stage, and its step to the last bit") {
@@ -148,7 +134,7 @@ TEST_CASE("price sheets: the plan's tokens per peer and areas per stage, and its
           REQUIRE(sheet.stages == full.num_stages);
           CHECK(sheet.local_tail == full.local_tail);
           CHECK(sent(sheet) == sent(full));
-          CHECK(sent(sheet, true) == received(full));
+          CHECK(sent(sheet, true) == sent(full, true));
           CHECK(sheet.has_forwarding() == full.has_forwarding());
           forwarded += full.has_forwarding();
           for (int pass = 0; pass < 2; ++pass) {

@@ -178,6 +178,9 @@ class PlanBuilder {
   // receive the chosen cut's sheet and its timing where both were priced.
   Cut chosen_cut(const PlanOptions& options, std::optional<PriceSheet>* kept,
                  std::optional<StepEstimate>* kept_step) const;
+  // price_sheet; `timed` (may be null) receives its timing where choosing
+  // the cut made one.
+  PriceSheet price_sheet(const PlanOptions& options, std::optional<StepEstimate>* timed) const;
   Plan assemble(const PlanOptions& options, const Cut& cut) const;
   PriceSheet sheet(const PlanOptions& options, const Cut& cut) const;
   struct State;
