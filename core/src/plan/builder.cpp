@@ -272,10 +272,8 @@ PlanBuilder::Cut PlanBuilder::chosen_cut(const PlanOptions& options, std::option
   const Cut receivers = tailed(false), by_ports = tailed(true);
   bool ports = false;
   if (!(by_ports == receivers)) {
-    const plan_detail::Transfers* current = s_->current;
-    s_->current = &s_->all();
+    // (Two or more stages: the current transfers are every rank's.)
     PriceSheet pa = sheet(options, receivers), pb = sheet(options, by_ports);
-    s_->current = current;
     const Problem& pr = s_->a.grid->problem();
     const StepEstimate eb = estimate_step(pr, pb, *hw), ea = estimate_step(pr, pa, *hw);
     ports = eb.step() < ea.step();

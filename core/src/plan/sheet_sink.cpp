@@ -60,11 +60,11 @@ void SheetSink::finish(PriceSheet::Pass& out) const {
     key /= P;
     const auto src = static_cast<Rank>(key % P);
     key /= P;
-    const auto s = key % N;  // stage - 1
+    const auto stage = static_cast<int>(key % N) + 1;
     key /= N;
-    const std::uint64_t kind = key % 2, phase = key / 2;
-    auto part = [&](Rank r) { return static_cast<std::size_t>(((static_cast<std::uint64_t>(r) * N + s) * 2 + kind) * 2 + phase); };
-    return Where{part(src), part(dst), src, dst};
+    const auto kind = static_cast<int>(key % 2), phase = static_cast<int>(key / 2);
+    return Where{PriceSheet::part_of(N_, src, stage, kind, phase), PriceSheet::part_of(N_, dst, stage, kind, phase),
+                 src, dst};
   };
   // A stable counting sort by part on each side keeps the first-added order.
   out.send_begin.assign(parts + 1, 0);

@@ -17,11 +17,20 @@ double PassTimeline::makespan() const {
   return t;
 }
 
-double arg_flops(const AttnArg& arg, const CalcMeta& calc, const Problem& problem, Pass pass) {
-  const double area = static_cast<double>(arg_area(arg, calc));
-  const double qh = arg.group < 0 ? problem.heads.q : problem.q_heads_per_task();
-  const double fwd = area * qh * problem.heads.fwd_flops_per_pair();  // 4 x area x qh x D under GQA
+namespace {
+
+// FLOPs of `area` pairs over one head group's q heads (all q heads when
+// groups are not flattened).
+double area_flops(Token area, bool one_group, const Problem& problem, Pass pass) {
+  const double qh = one_group ? problem.q_heads_per_task() : problem.heads.q;
+  const double fwd = static_cast<double>(area) * qh * problem.heads.fwd_flops_per_pair();  // 4 x area x qh x D under GQA
   return pass == Pass::fwd ? fwd : problem.heads.bwd_flops_ratio() * fwd;
+}
+
+}  // namespace
+
+double arg_flops(const AttnArg& arg, const CalcMeta& calc, const Problem& problem, Pass pass) {
+  return area_flops(arg_area(arg, calc), arg.group >= 0, problem, pass);
 }
 
 // Per-rank state of one pass and of the collective being simulated, in flat
@@ -130,12 +139,7 @@ class PlanView {
 class SheetView {
  public:
   SheetView(const Problem& problem, const PriceSheet& sheet, Pass pass)
-      : sheet_(sheet), p_(pass == Pass::fwd ? sheet.fwd : sheet.bwd) {
-    // An area's FLOPs as arg_flops gives them for one arg of that area (group 0 when flattened, else -1).
-    qh_ = sheet.flattened ? problem.q_heads_per_task() : problem.heads.q;
-    fpp_ = problem.heads.fwd_flops_per_pair();
-    bwd_ = pass == Pass::bwd;
-    bwd_ratio_ = problem.heads.bwd_flops_ratio();
+      : problem_(problem), sheet_(sheet), p_(pass == Pass::fwd ? sheet.fwd : sheet.bwd), pass_(pass) {
     const auto N = static_cast<std::size_t>(sheet.stages);
     const auto P = static_cast<std::size_t>(sheet.ranks);
     if (p_.area.size() != P * (N + 1) || p_.qo_reduce_after.size() != N || p_.kv_reduce_after.size() != N ||
@@ -150,9 +154,7 @@ class SheetView {
   void for_each_flops(int r, int s, F&& f) const {
     const Token a = p_.area[static_cast<std::size_t>(r) * (static_cast<std::size_t>(sheet_.stages) + 1) +
                             static_cast<std::size_t>(s)];
-    if (a == 0) return;
-    const double fwd = static_cast<double>(a) * qh_ * fpp_;
-    f(bwd_ ? bwd_ratio_ * fwd : fwd);
+    if (a != 0) f(area_flops(a, sheet_.flattened, problem_, pass_));
   }
   int reduce_after(int, int s, RowKind kind) const {
     return (kind == RowKind::qo ? p_.qo_reduce_after : p_.kv_reduce_after)[static_cast<std::size_t>(s - 1)];
@@ -167,10 +169,10 @@ class SheetView {
   }
 
  private:
+  const Problem& problem_;
   const PriceSheet& sheet_;
   const PriceSheet::Pass& p_;
-  double qh_ = 0, fpp_ = 0, bwd_ratio_ = 0;
-  bool bwd_ = false;
+  Pass pass_;
 };
 
 template <class View>

@@ -44,7 +44,8 @@ struct PriceSheet {
   Pass fwd, bwd;
 
   // Phase 0: the first phase; 1: relays' forwarding. kind: index_of(RowKind).
-  std::size_t part(Rank r, int stage, int kind, int phase) const {
+  std::size_t part(Rank r, int stage, int kind, int phase) const { return part_of(stages, r, stage, kind, phase); }
+  static std::size_t part_of(int stages, Rank r, int stage, int kind, int phase) {
     return ((static_cast<std::size_t>(r) * static_cast<std::size_t>(stages) + static_cast<std::size_t>(stage - 1)) *
                 2 + static_cast<std::size_t>(kind)) * 2 + static_cast<std::size_t>(phase);
   }
