@@ -38,8 +38,8 @@ void fill_remote_rows(const Assignment& a, const plan_detail::Transfers& tr, con
 void build_pass(const Assignment& a, const plan_detail::Transfers& tr, const std::vector<int>& stage, int stages,
                 bool local_tail, const plan_detail::RelayOptions& relay, const PlanOptions& options,
                 std::vector<PassPlan*>& pass) {
-  const plan_detail::XferLayout where =
-      plan_detail::layout_comm(a, tr, stage, stages, relay, pass, /*summary=*/nullptr, options.rank);
+  const plan_detail::XferLayout where = plan_detail::layout_comm(a, tr, stage, stages, relay, pass, /*summary=*/nullptr,
+                                                                 options.peers_comm ? -1 : options.rank);
   plan_detail::build_calc(a, tr, stage, where, stages, pass, options.index_rows, options.rank, options.buffers,
                           local_tail);
   // The executor writes the index rows of such a plan: it needs to know where each remote key landed.
@@ -108,7 +108,7 @@ struct PlanBuilder::State {
   // What a plan under `o` reads (a rank's own transfers need one stage and
   // no relays: the stage cut and the relays depend on every rank's).
   const plan_detail::Transfers& for_plan(const PlanOptions& o) const {
-    if (tr || o.rank < 0 || o.stages != 1 || o.relay_node_size >= 2) return all();
+    if (tr || o.rank < 0 || o.peers_comm || o.stages != 1 || o.relay_node_size >= 2) return all();
     if (!own || own->only != o.rank) own = plan_detail::collect_transfers(a, threads, o.rank);
     return *own;
   }
@@ -333,7 +333,8 @@ Plan PlanBuilder::assemble(const PlanOptions& options, const Cut& cut) const {
   if (bwd_stage == fwd_stage) {
     // Same stage cut: the backward description is the forward one (sharing its index pool).
     for (std::size_t r = 0; r < P; ++r)
-      if (options.rank < 0 || static_cast<Rank>(r) == options.rank) plan.ranks[r].bwd = plan.ranks[r].fwd;
+      if (options.rank < 0 || options.peers_comm || static_cast<Rank>(r) == options.rank)
+        plan.ranks[r].bwd = plan.ranks[r].fwd;
   } else {
     for (std::size_t r = 0; r < P; ++r) pass[r] = &plan.ranks[r].bwd;
     build_pass(a, tr, bwd_stage, stages, cut.local_tail, {node, bb.qo_out, bb.kv_out}, options, pass);

@@ -108,6 +108,11 @@ struct PlanOptions {
   // transfers of every rank are collected (with relays every split counts:
   // the NIC load so far picks the relays). -1: every rank.
   Rank rank = -1;
+  // With rank >= 0: every rank's CommMeta too, from every rank's transfers
+  // (the other ranks' CalcMeta stays empty): the peers that rank's plan is
+  // validated against (validate_rank_plan), where the problem may hold only
+  // that rank's index rows. The rank's own entry is the same.
+  bool peers_comm = false;
   // Where the index pools' buffers come from: a Session's recycler
   // (base/buffer_recycler.hpp), so that a rank's pool of tens of MiB reuses
   // the memory of an earlier plan's; null: new buffers. The plan is the same.
