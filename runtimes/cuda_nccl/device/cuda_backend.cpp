@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cpsched/base/error.hpp"
+#include "cudnn_sdpa.hpp"
 #include "kernels.hpp"
 
 namespace cpsched::gpu {
@@ -56,6 +57,7 @@ class CudaBackendImpl final : public Backend {
 
   ~CudaBackendImpl() override {
     // Best effort: a destructor must not throw.
+    sdpa_.reset();
     cudaStreamSynchronize(stream_[0]);
     cudaStreamSynchronize(stream_[1]);
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
@@ -102,6 +104,9 @@ class CudaBackendImpl final : public Backend {
   void attention(AttnKernel k, const AttnLaunch& p, int dim, Grid g) override {
     cuda::attention(k, p, dim, g, stream_[0]);
   }
+  void index_attention(IndexKernel k, const IndexLaunch& p, int dim, Grid g) override {
+    cuda::index_attention(k, p, dim, g, stream_[0]);
+  }
   void copy(StreamId s, const CopySeg* segs, int n) override { cuda::copy(segs, n, stream(s)); }
   void merge(const MergeSeg* segs, int n) override { cuda::merge(segs, n, stream_[0]); }
   void sum(const SumSeg* segs, int n) override { cuda::sum(segs, n, stream_[0]); }
@@ -110,6 +115,17 @@ class CudaBackendImpl final : public Backend {
   void delta(const bf16* o, const bf16* d_o, float* out, i64 row_heads, int dim) override {
     cuda::delta(o, d_o, out, row_heads, dim, stream_[0]);
   }
+
+  std::string sdpa_support() const override { return sdpa_lacks_; }
+  int sdpa_prepare(const SdpaGeometry& g) override {
+    if (!sdpa_) throw Error("cuda_nccl: SDPA graph on a device without cuDNN: " + sdpa_lacks_);
+    return sdpa_->prepare(g);
+  }
+  void sdpa_run(int graph, const SdpaBind& b) override {
+    if (!sdpa_) throw Error("cuda_nccl: SDPA run on a device without cuDNN: " + sdpa_lacks_);
+    sdpa_->run(graph, b);
+  }
+  SdpaStats sdpa_stats() const override { return sdpa_ ? sdpa_->stats() : SdpaStats{}; }
 
   void exchange(const std::vector<P2POp>& ops) override {
     if (ops.empty()) return;
@@ -173,6 +189,19 @@ class CudaBackendImpl final : public Backend {
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
     name_ = prop.name;
+    // cuDNN's attention on the compute stream, where the build and the device have it.
+    if (!cudnn::built()) {
+      sdpa_lacks_ = cudnn::describe_build();
+    } else if (prop.major < 8) {
+      sdpa_lacks_ = fmt::format("cuDNN's SDPA needs compute capability 8.0 or newer, {} has {}.{}", name_, prop.major,
+                                prop.minor);
+    } else {
+      try {
+        sdpa_ = std::make_unique<cudnn::Runner>(stream_[0]);
+      } catch (const Error& e) {
+        sdpa_lacks_ = e.what();
+      }
+    }
   }
 
   // The comm stream's earlier work (and the events it waits for) first, then
@@ -204,6 +233,8 @@ class CudaBackendImpl final : public Backend {
   std::vector<void*> blocks_;
   std::vector<cudaEvent_t> events_;  // the pool; [0, next_event_) recorded since the last recycle
   std::size_t next_event_ = 0;
+  std::unique_ptr<cudnn::Runner> sdpa_;  // null: no cuDNN, and sdpa_lacks_ says why
+  std::string sdpa_lacks_;
 };
 
 }  // namespace

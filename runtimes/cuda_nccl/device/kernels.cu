@@ -7,6 +7,7 @@
 #include "cpsched/base/error.hpp"
 #include "host/attention_programs.hpp"
 #include "host/data_programs.hpp"
+#include "host/index_programs.hpp"
 #include "host/mask_ingest.hpp"
 #include "host/topk_count.hpp"
 #include "kernels.hpp"
@@ -30,11 +31,18 @@ struct DeviceExec {
     __syncthreads();
 #endif
   }
+  template <class F>
+  CPSCHED_HD void warps(F&& f) {
+#if defined(__CUDA_ARCH__)
+    f(static_cast<int>(threadIdx.x) / 32);
+#endif
+  }
 };
 
 template <class Program>
 __global__ void __launch_bounds__(Program::kThreads) run_cta(const Program prog) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // 128-byte aligned: WMMA tiles (tile_mma.hpp) need 32-byte aligned starts.
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   DeviceExec<typename Program::State> ex;
   prog(ex, static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y),
        *reinterpret_cast<typename Program::Smem*>(smem_raw));
@@ -78,6 +86,36 @@ void check(cudaError_t e, const char* what) {
 }
 
 bool has_attention_kernel(int dim) { return dim == 64 || dim == 128; }
+
+namespace {
+
+// Index programs: MT (16-head tiles per block) by the query heads per kv head.
+template <int D>
+void index_dim(IndexKernel k, const IndexLaunch& p, Grid g, cudaStream_t s) {
+  const bool wide = p.hq / p.hkv > 16;
+  switch (k) {
+    case IndexKernel::fwd:
+      if (wide) launch(IndexFwdProgram<D, 4>{p}, g.x, g.y, s);
+      else launch(IndexFwdProgram<D, 1>{p}, g.x, g.y, s);
+      return;
+    case IndexKernel::dq:
+      if (wide) launch(IndexDqProgram<D, 4>{p}, g.x, g.y, s);
+      else launch(IndexDqProgram<D, 1>{p}, g.x, g.y, s);
+      return;
+    case IndexKernel::dkdv: launch(IndexDkvProgram<D>{p}, g.x, g.y, s); return;
+  }
+}
+
+}  // namespace
+
+void index_attention(IndexKernel k, const IndexLaunch& p, int dim, Grid g, cudaStream_t s) {
+  switch (dim) {
+    case 64: index_dim<64>(k, p, g, s); return;
+    case 128: index_dim<128>(k, p, g, s); return;
+    default: break;
+  }
+  throw Error("cuda_nccl: head dim " + std::to_string(dim) + " has no index kernel (built: 64, 128)");
+}
 
 void attention(AttnKernel k, const AttnLaunch& p, int dim, Grid g, cudaStream_t s) {
   switch (k) {

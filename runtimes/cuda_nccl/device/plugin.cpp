@@ -21,6 +21,9 @@ const cpsched_param_spec kParams[] = {
     {"iterations", CPSCHED_PARAM_INT, "3", "timed forward + backward iterations (medians reported)"},
     {"seed", CPSCHED_PARAM_INT, "0", "seed of the generated Q, K, V, dO (0: the run's seed)"},
     {"threads", CPSCHED_PARAM_INT, "0", "CPU threads of the self-check's sim run (0: all cores)"},
+    {"attention", CPSCHED_PARAM_STRING, "auto",
+     "range args: auto (cuDNN's fused attention where it is built and takes the arg, else the runtime's kernels), "
+     "cudnn (the same; a missing cuDNN is an error) or kernels (the runtime's own kernels only)"},
     {"schedule", CPSCHED_PARAM_STRING, "eager",
      "emulation only: eager, lazy_comm or lazy_compute (delays one stream to expose missing waits)"},
 };

@@ -6,16 +6,14 @@
 //               each thread calls it once with its own registers as `state`,
 //               on the CPU a loop calls it for t = 0..kTile-1 with an array;
 //   ex.sync()   __syncthreads() on the GPU, nothing on the CPU.
+//   ex.warps(f) f(w) once per warp w (index_programs.hpp's tile products).
 // Code between those calls is uniform across the CTA. Thread t owns one row
 // (q-major) or one col (k-major) of the tile; the other side is streamed
 // through shared memory kChunk rows at a time. Scalar fp32 arithmetic on bf16
-// inputs: correctness first (no tensor cores yet).
+// inputs: these run the range args that cuDNN does not take (sdpa_batches.hpp).
 //
-// Index entries (token top-k, kernel_params.hpp's WorkEntry): the owner
-// thread of a row gathers its own keys' K / V rows from global memory, kChunk
-// keys at a time with the same online softmax as the range path; dK / dV go
-// k-major over the host-built transpose, one owner thread per col as for
-// ranges, so every gradient is summed in a fixed order (deterministic).
+// Index args (token top-k) have their own programs on tensor cores
+// (index_programs.hpp); these run range args only.
 //
 // Head mapping. A local row holds every head; a remote row only the heads of
 // its split's group. The head slot `by` is the head index inside a row of the
@@ -126,43 +124,6 @@ struct FwdProgram {
       QHeads hm;
       if (!q_major_heads(p, w, slot, hm)) continue;
       const KSide& ks = p.k[w.other_buf];
-      if (w.index_width > 0) {
-        ex.each([&](int t, State& st) {
-          const i64 row = r0 + t;
-          if (row < w.major_b || row >= w.major_e) return;
-          const std::int32_t* keys = p.indices + w.index_base + row * w.index_width;
-          for (int j0 = 0; j0 < w.index_width; j0 += kChunk) {
-            float s[kChunk];
-            float mx = neg_inf();
-            for (int j = 0; j < kChunk; ++j) {
-              float x = neg_inf();
-              const std::int32_t key = j0 + j < w.index_width ? keys[j0 + j] : -1;
-              if (key >= 0) {
-                const bf16* kr = ks.k + (static_cast<i64>(key) * ks.heads + hm.k_buf_head) * D;
-                float dot = 0.f;
-                for (int d = 0; d < D; ++d) dot += bf16_to_float(sm.q[t][d]) * bf16_to_float(kr[d]);
-                x = dot * p.scale;
-              }
-              s[j] = x;
-              mx = hd_max(mx, x);
-            }
-            if (is_neg_inf(mx)) continue;  // no key in this chunk
-            const float m_new = hd_max(st.m, mx);
-            const float corr = hd_exp(st.m - m_new);
-            st.l *= corr;
-            for (int d = 0; d < D; ++d) st.acc[d] *= corr;
-            for (int j = 0; j < kChunk; ++j) {
-              if (is_neg_inf(s[j])) continue;
-              const float pj = hd_exp(s[j] - m_new);
-              st.l += pj;
-              const bf16* vr = ks.v + (static_cast<i64>(keys[j0 + j]) * ks.heads + hm.k_buf_head) * D;
-              for (int d = 0; d < D; ++d) st.acc[d] += pj * bf16_to_float(vr[d]);
-            }
-            st.m = m_new;
-          }
-        });
-        continue;
-      }
       for (i64 c0 = w.loop_b; c0 < w.loop_e; c0 += kChunk) {
         const int nc = static_cast<int>(hd_min<i64>(kChunk, w.loop_e - c0));
         ex.sync();
@@ -264,26 +225,6 @@ struct DqProgram {
       QHeads hm;
       if (!q_major_heads(p, w, slot, hm)) continue;
       const KSide& ks = p.k[w.other_buf];
-      if (w.index_width > 0) {
-        ex.each([&](int t, State& st) {
-          const i64 row = r0 + t;
-          if (row < w.major_b || row >= w.major_e) return;
-          const std::int32_t* keys = p.indices + w.index_base + row * w.index_width;
-          for (int j = 0; j < w.index_width; ++j) {
-            if (keys[j] < 0) continue;
-            const i64 off = (static_cast<i64>(keys[j]) * ks.heads + hm.k_buf_head) * D;
-            float s = 0.f, dp = 0.f;
-            for (int d = 0; d < D; ++d) {
-              s += bf16_to_float(sm.q[t][d]) * bf16_to_float(ks.k[off + d]);
-              dp += bf16_to_float(sm.d_o[t][d]) * bf16_to_float(ks.v[off + d]);
-            }
-            const float ds = hd_exp(s * p.scale - st.lse) * (dp - st.delta);
-            for (int d = 0; d < D; ++d) st.dq[d] += ds * bf16_to_float(ks.k[off + d]);
-            st.touched = true;
-          }
-        });
-        continue;
-      }
       for (i64 c0 = w.loop_b; c0 < w.loop_e; c0 += kChunk) {
         const int nc = static_cast<int>(hd_min<i64>(kChunk, w.loop_e - c0));
         ex.sync();
@@ -365,35 +306,6 @@ struct DkvProgram {
       KHeads hm;
       if (!k_major_heads(p, w, slot, hm)) continue;
       const QSide& qs = p.q[w.other_buf];
-      if (w.index_width > 0) {
-        ex.each([&](int t, State& st) {
-          const i64 col = c0 + t;
-          if (col < w.major_b || col >= w.major_e) return;
-          const i64 rb = p.t_ptr[w.index_base + col], re = p.t_ptr[w.index_base + col + 1];
-          if (rb == re) return;
-          st.touched = true;
-          for (int hh = 0; hh < hm.q_count; ++hh) {
-            const int qh = hm.q_first + hh;
-            for (i64 e = rb; e < re; ++e) {
-              const i64 rh = static_cast<i64>(p.t_rows[e]) * qs.heads + qh;
-              const bf16* qr = qs.q + rh * D;
-              const bf16* dor = qs.d_o + rh * D;
-              float s = 0.f, dp = 0.f;
-              for (int d = 0; d < D; ++d) {
-                s += bf16_to_float(qr[d]) * bf16_to_float(sm.k[t][d]);
-                dp += bf16_to_float(dor[d]) * bf16_to_float(sm.v[t][d]);
-              }
-              const float pj = hd_exp(s * p.scale - qs.lse[rh]);
-              const float ds = pj * (dp - qs.delta[rh]);
-              for (int d = 0; d < D; ++d) {
-                st.dv[d] += pj * bf16_to_float(dor[d]);
-                st.dk[d] += ds * bf16_to_float(qr[d]);
-              }
-            }
-          }
-        });
-        continue;
-      }
       for (int hh = 0; hh < hm.q_count; ++hh) {
         const int qh = hm.q_first + hh;
         for (i64 r0 = w.loop_b; r0 < w.loop_e; r0 += kChunk) {

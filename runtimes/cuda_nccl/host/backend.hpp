@@ -8,8 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "cpsched/base/error.hpp"
 #include "cpsched/problem/metrics.hpp"
 #include "kernel_params.hpp"
+#include "sdpa_batches.hpp"
 #include "worklist.hpp"
 
 namespace cpsched::gpu {
@@ -29,6 +31,14 @@ struct P2POp {
 };
 
 enum class AttnKernel : int { fwd = 0, dq = 1, dkdv = 2 };
+enum class IndexKernel : int { fwd = 0, dq = 1, dkdv = 2 };
+
+// What a backend's SDPA graphs cost so far.
+struct SdpaStats {
+  int graphs = 0;           // built (distinct geometries)
+  double build_s = 0;       // wall time building them
+  Bytes workspace = 0;      // the rank's one workspace
+};
 
 class Backend {
  public:
@@ -49,12 +59,27 @@ class Backend {
   // Kernels. `dim` selects the instantiation (the CUDA backend has 64 and
   // 128; the host backend also 16 and 32 for small tests).
   virtual void attention(AttnKernel k, const AttnLaunch& p, int dim, Grid g) = 0;  // compute stream
+  // Index args on tensor cores (index_programs.hpp); compute stream.
+  virtual void index_attention(IndexKernel k, const IndexLaunch& p, int dim, Grid g) = 0;
   virtual void copy(StreamId s, const CopySeg* segs, int n) = 0;                   // segs in device memory
   virtual void merge(const MergeSeg* segs, int n) = 0;                             // compute stream
   virtual void sum(const SumSeg* segs, int n) = 0;                                 // compute stream
   virtual void convert(const float* src, bf16* dst, i64 n) = 0;                    // compute stream
   virtual void fill(float* dst, i64 n, float value) = 0;                           // compute stream
   virtual void delta(const bf16* o, const bf16* d_o, float* out, i64 row_heads, int dim) = 0;  // compute
+
+  // cuDNN's fused attention (host/sdpa_batches.hpp). `sdpa_support` is ""
+  // when this backend runs SDPA graphs, else why not (the pipeline then keeps
+  // every arg on the kernels). `sdpa_prepare` builds the graph of a geometry,
+  // or finds the one built before, and returns its id; it runs before any
+  // pass (it may grow the rank's one workspace). `sdpa_run` enqueues a graph
+  // on the compute stream.
+  virtual std::string sdpa_support() const { return "this backend has no cuDNN"; }
+  virtual int sdpa_prepare(const SdpaGeometry& g) {
+    throw Error("cuda_nccl (internal): SDPA graph " + gpu::describe(g) + " on a backend without cuDNN");
+  }
+  virtual void sdpa_run(int, const SdpaBind&) { throw Error("cuda_nccl (internal): SDPA run on a backend without cuDNN"); }
+  virtual SdpaStats sdpa_stats() const { return {}; }
 
   // One ncclGroupStart/ncclGroupEnd of sends and receives on the comm stream.
   virtual void exchange(const std::vector<P2POp>& ops) = 0;

@@ -37,13 +37,13 @@ std::vector<StageStaging> staging_layout(const PassLists& lists) {
 }
 
 BufferSizes buffer_sizes(const RankPlan& plan, const PassLists& fwd, const PassLists& bwd, const HeadLayout& h,
-                         Token local_rows) {
+                         Token local_rows, Token tail) {
   BufferSizes z;
   LocalBuffers lb;
   visit_local(lb, h, local_rows, [&](const char* name, Bytes n, auto&) {
     z.local.push_back({name, n});
     z.local_bytes += n;
-  });
+  }, tail);
   const PassLists* lists[2] = {&fwd, &bwd};
   const PassPlan* pp[2] = {&plan.fwd, &plan.bwd};
   for (int p = 0; p < 2; ++p) {
@@ -54,7 +54,7 @@ BufferSizes buffer_sizes(const RankPlan& plan, const PassLists& fwd, const PassL
                  [&](const char* name, Bytes n, auto&) {
                    z.remote[p].push_back({name, n});
                    z.remote_bytes[p] += n;
-                 });
+                 }, tail);
   }
   return z;
 }

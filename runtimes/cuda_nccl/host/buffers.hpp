@@ -55,8 +55,10 @@ struct StageStaging {
 };
 std::vector<StageStaging> staging_layout(const PassLists& lists);
 
+// `tail`: zero rows after every buffer (the SDPA path's, sdpa_batches.hpp's kSdpaTailRows).
 template <class F>
-void visit_local(LocalBuffers& b, const HeadLayout& h, Token rows, F&& f) {
+void visit_local(LocalBuffers& b, const HeadLayout& h, Token rows, F&& f, Token tail = 0) {
+  rows += tail;
   const Bytes q = rows * h.hq * h.dim, kv = rows * h.hkv * h.dim, qh = rows * h.hq;
   f("q", q * 2, b.q);
   f("k", kv * 2, b.k);
@@ -72,8 +74,9 @@ void visit_local(LocalBuffers& b, const HeadLayout& h, Token rows, F&& f) {
 }
 
 template <class F>
-void visit_remote(RemoteBuffers& b, Pass pass, const RemoteShape& s, int dim, Bytes staging, F&& f) {
-  const Bytes q = s.qo_rows * s.q_heads * dim, kv = s.kv_rows * s.kv_heads * dim, qh = s.qo_rows * s.q_heads;
+void visit_remote(RemoteBuffers& b, Pass pass, const RemoteShape& s, int dim, Bytes staging, F&& f, Token tail = 0) {
+  const Token qr = s.qo_rows + tail, kr = s.kv_rows + tail;
+  const Bytes q = qr * s.q_heads * dim, kv = kr * s.kv_heads * dim, qh = qr * s.q_heads;
   f("remote q", q * 2, b.q);
   f("remote k", kv * 2, b.k);
   f("remote v", kv * 2, b.v);
@@ -110,7 +113,8 @@ struct BufferSizes {
   Bytes total() const { return local_bytes + remote_bytes[0] + remote_bytes[1]; }
 };
 
+// `tail`: as visit_local's (0 without the SDPA path).
 BufferSizes buffer_sizes(const RankPlan& plan, const PassLists& fwd, const PassLists& bwd, const HeadLayout& h,
-                         Token local_rows);
+                         Token local_rows, Token tail = 0);
 
 }  // namespace cpsched::gpu

@@ -51,7 +51,8 @@ void run_rank_threads(HostWorld& world, int ranks, const std::function<void(Rank
   rethrow_first_cause(errors);
 }
 
-EmulatedRun emulate(const Plan& plan, const HeadLayout& h, const std::vector<RankInputs>& inputs, Schedule schedule) {
+EmulatedRun emulate(const Plan& plan, const HeadLayout& h, const std::vector<RankInputs>& inputs, Schedule schedule,
+                    const PipelineOptions& opt) {
   const int P = static_cast<int>(plan.ranks.size());
   if (static_cast<int>(inputs.size()) != P || plan.sharding.cp_size != P)
     throw Error(fmt::format("cuda_nccl emulation: {} rank plans, {} input shards, sharding over {} ranks", P,
@@ -60,10 +61,13 @@ EmulatedRun emulate(const Plan& plan, const HeadLayout& h, const std::vector<Ran
   EmulatedRun run;
   run.outputs.resize(static_cast<std::size_t>(P));
   std::vector<std::int64_t> kernels(static_cast<std::size_t>(P), 0);
+  std::vector<RouteSummary> routes(2 * static_cast<std::size_t>(P));
   run_rank_threads(world, P, [&](Rank r) {
     const auto i = static_cast<std::size_t>(r);
     HostBackend be(world, r, schedule);
-    RankPipeline pipe(be, plan.ranks[i], h, plan.sharding.rank_tokens(r).size());
+    RankPipeline pipe(be, plan.ranks[i], h, plan.sharding.rank_tokens(r).size(), opt);
+    routes[2 * i] = pipe.sdpa(Pass::fwd).routes.summary;
+    routes[2 * i + 1] = pipe.sdpa(Pass::bwd).routes.summary;
     pipe.set_inputs(inputs[i]);
     pipe.forward();
     pipe.backward();
@@ -72,6 +76,7 @@ EmulatedRun emulate(const Plan& plan, const HeadLayout& h, const std::vector<Ran
     kernels[i] = be.kernels_run();
   });
   for (std::int64_t k : kernels) run.kernels += k;
+  for (std::size_t i = 0; i < routes.size(); ++i) run.routes[i % 2].add(routes[i]);
   return run;
 }
 

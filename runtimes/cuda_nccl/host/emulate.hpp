@@ -14,6 +14,7 @@ namespace cpsched::gpu {
 struct EmulatedRun {
   std::vector<RankOutputs> outputs;  // [rank]
   std::int64_t kernels = 0;          // kernel launches, all ranks, both passes
+  RouteSummary routes[2];            // [fwd, bwd], all ranks
 };
 
 // Throws the first rank's error. (Rank threads that failed only because
@@ -29,7 +30,9 @@ void run_rank_threads(HostWorld& world, int ranks, const std::function<void(Rank
 
 // inputs[r] is rank r's shard. Throws the first rank's error.
 
+// `opt.attention`: automatic runs range args through the CPU twin of cuDNN's
+// SDPA (sdpa_twin.hpp), kernels on the runtime's own kernel programs.
 EmulatedRun emulate(const Plan& plan, const HeadLayout& h, const std::vector<RankInputs>& inputs,
-                    Schedule schedule = Schedule::eager);
+                    Schedule schedule = Schedule::eager, const PipelineOptions& opt = {});
 
 }  // namespace cpsched::gpu

@@ -9,6 +9,8 @@
 #include "cpsched/base/error.hpp"
 #include "data_programs.hpp"
 #include "host_exec.hpp"
+#include "index_programs.hpp"
+#include "sdpa_twin.hpp"
 
 namespace cpsched::gpu {
 
@@ -102,7 +104,39 @@ void run_attention(const AttnLaunch& p, int dim, Grid g) {
   throw Error(fmt::format("cuda_nccl: head dim {} has no kernel (the CPU emulation has 16, 32, 64, 128)", dim));
 }
 
+// Index programs: D, and MT (16-head tiles) by the query heads per kv head.
+template <int D>
+void run_index(IndexKernel k, const IndexLaunch& p, Grid g) {
+  const bool wide = p.hq / p.hkv > 16;
+  switch (k) {
+    case IndexKernel::fwd:
+      if (wide) run_on_host(IndexFwdProgram<D, 4>{p}, g.x, g.y);
+      else run_on_host(IndexFwdProgram<D, 1>{p}, g.x, g.y);
+      return;
+    case IndexKernel::dq:
+      if (wide) run_on_host(IndexDqProgram<D, 4>{p}, g.x, g.y);
+      else run_on_host(IndexDqProgram<D, 1>{p}, g.x, g.y);
+      return;
+    case IndexKernel::dkdv: run_on_host(IndexDkvProgram<D>{p}, g.x, g.y); return;
+  }
+}
+
 }  // namespace
+
+void HostBackend::index_attention(IndexKernel k, const IndexLaunch& p, int dim, Grid g) {
+  if (g.x == 0 || g.y == 0) return;
+  if (dim != 16 && dim != 32 && dim != 64 && dim != 128)
+    throw Error(fmt::format("cuda_nccl: head dim {} has no index kernel (the CPU emulation has 16, 32, 64, 128)", dim));
+  enqueue(StreamId::compute, {[=, this] {
+            ++kernels_;
+            switch (dim) {
+              case 16: run_index<16>(k, p, g); break;
+              case 32: run_index<32>(k, p, g); break;
+              case 64: run_index<64>(k, p, g); break;
+              default: run_index<128>(k, p, g); break;
+            }
+          }});
+}
 
 void HostBackend::attention(AttnKernel k, const AttnLaunch& p, int dim, Grid g) {
   if (g.x == 0 || g.y == 0) return;
@@ -164,6 +198,22 @@ void HostBackend::delta(const bf16* o, const bf16* d_o, float* out, i64 row_head
             ++kernels_;
             const int c = grid_stride_ctas(row_heads);
             run_on_host(DeltaProgram{o, d_o, out, row_heads, dim, c}, c);
+          }});
+}
+
+int HostBackend::sdpa_prepare(const SdpaGeometry& g) {
+  for (std::size_t i = 0; i < graphs_.size(); ++i)
+    if (graphs_[i] == g) return static_cast<int>(i);
+  graphs_.push_back(g);
+  return static_cast<int>(graphs_.size()) - 1;
+}
+
+void HostBackend::sdpa_run(int graph, const SdpaBind& b) {
+  if (graph < 0 || static_cast<std::size_t>(graph) >= graphs_.size())
+    throw Error(fmt::format("rank {}: SDPA graph {} was never prepared", rank_, graph));
+  enqueue(StreamId::compute, {[g = graphs_[static_cast<std::size_t>(graph)], b, this] {
+            ++kernels_;
+            sdpa_twin(g, b);
           }});
 }
 

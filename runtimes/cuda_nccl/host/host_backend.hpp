@@ -60,6 +60,7 @@ class HostBackend final : public Backend {
   void download(void* dst, const void* src, Bytes n) override;
 
   void attention(AttnKernel k, const AttnLaunch& p, int dim, Grid g) override;
+  void index_attention(IndexKernel k, const IndexLaunch& p, int dim, Grid g) override;
   void copy(StreamId s, const CopySeg* segs, int n) override;
   void merge(const MergeSeg* segs, int n) override;
   void sum(const SumSeg* segs, int n) override;
@@ -67,6 +68,12 @@ class HostBackend final : public Backend {
   void fill(float* dst, i64 n, float value) override;
   void delta(const bf16* o, const bf16* d_o, float* out, i64 row_heads, int dim) override;
   void exchange(const std::vector<P2POp>& ops) override;
+
+  // SDPA graphs run on the CPU twin (sdpa_twin.hpp).
+  std::string sdpa_support() const override { return ""; }
+  int sdpa_prepare(const SdpaGeometry& g) override;
+  void sdpa_run(int graph, const SdpaBind& b) override;
+  SdpaStats sdpa_stats() const override { return {static_cast<int>(graphs_.size()), 0, 0}; }
 
   Event record(StreamId s) override;
   void recycle_events() override { next_event_ = 0; }
@@ -104,6 +111,7 @@ class HostBackend final : public Backend {
   Bytes held_ = 0;
   int allocations_ = 0;
   std::int64_t kernels_ = 0;
+  std::vector<SdpaGeometry> graphs_;
 };
 
 }  // namespace cpsched::gpu

@@ -16,6 +16,11 @@ class HostExec {
     for (std::size_t t = 0; t < state_.size(); ++t) f(static_cast<int>(t), state_[t]);
   }
   void sync() {}
+  // f(w) once per warp w (tile_mma.hpp's products are per warp).
+  template <class F>
+  void warps(F&& f) {
+    for (std::size_t w = 0; w * 32 < state_.size(); ++w) f(static_cast<int>(w));
+  }
 
  private:
   std::vector<State> state_;

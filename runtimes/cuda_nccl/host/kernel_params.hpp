@@ -14,25 +14,13 @@ namespace cpsched::gpu {
 inline constexpr int kTile = 64;
 inline constexpr int kChunk = 32;
 
-// One attention arg as seen from one tile.
-//
-// Index args (plan.hpp's AttnArg::index_width > 0) have no band: each row
-// (q-major) or col (k-major) reads its own list of the other side's rows.
-//  q-major: row `r` of the q buffer attends to the k-buffer rows
-//           AttnLaunch::indices[index_base + r * index_width + j], j < index_width, -1 skipped
-//           (index_base = AttnArg::index_offset - q.begin * index_width);
-//  k-major: col `c` of the k buffer is read by the q-buffer rows
-//           AttnLaunch::t_rows[t_ptr[index_base + c] .. t_ptr[index_base + c + 1]), ascending
-//           (the launch's transpose of the arg, built on the host once per plan).
+// One range arg as seen from one tile (index args: IndexLaunch below).
 struct WorkEntry {
-  Band2 band;            // the arg's entries, buffer coordinates (rows: q buffer, cols: k buffer); index: the hull
+  Band2 band;            // the arg's entries, buffer coordinates (rows: q buffer, cols: k buffer)
   i64 major_b, major_e;  // rows (q-major) or cols (k-major) of the tile that hold entries
   i64 loop_b, loop_e;    // cols (q-major) or rows (k-major) the CTA streams
   std::int32_t group;    // head group (-1: all heads)
   std::int32_t other_buf;  // buffer of the streamed side: 0 local, 1 remote
-  i64 index_base;          // index entries only (see above)
-  std::int32_t index_width;  // > 0: an index entry
-  std::int32_t pad;
 };
 
 // Tensors of one q-side buffer (local shard or remote QO buffer). A row holds
@@ -69,14 +57,52 @@ struct AttnLaunch {
   const i64* tile_start;          // first row/col of each tile
   const std::int32_t* entry_begin;  // CSR over entries, num_tiles + 1
   const WorkEntry* entries;
-  const std::int32_t* indices;    // the pass's CalcMeta::indices (q-major index entries)
-  const i64* t_ptr;               // k-major index entries: the launch's transposes (CSR)
-  const std::int32_t* t_rows;
   std::int32_t num_tiles;
   std::int32_t major_buf;         // 0 local, 1 remote
   std::int32_t hq, hkv, groups;   // problem heads (global)
   std::int32_t head_slots;        // grid y: heads per row of the major buffer
   float scale;                    // softmax scale 1/sqrt(D)
+};
+
+// Index args on tensor cores (index_programs.hpp, index_worklist.hpp).
+inline constexpr int kIndexColTile = 16;  // k-major: cols per CTA (the MMA's M)
+
+// q-major item: one index arg's key list for one q-buffer row.
+struct IndexQItem {
+  i64 keys;                // the row's key list: pool entries [keys, keys + width)
+  std::int32_t width;
+  std::int32_t group;      // head group (-1: all heads)
+  std::int32_t other_buf;  // k buffer: 0 local, 1 remote
+  std::int32_t pad;
+};
+
+// k-major item: one index arg's q rows selecting a col of a 16-col tile.
+struct IndexKItem {
+  i64 first;               // union rows [first, first + count) of IndexLaunch::u_rows / u_masks
+  std::int32_t count;
+  std::int32_t group;
+  std::int32_t other_buf;  // q buffer: 0 local, 1 remote
+  std::int32_t pad;
+};
+
+// One index launch: CTA bx is q-buffer row major[bx] (q-major) or the 16 cols
+// from major[bx] (k-major), grid y its kv head slot (and q-major's block of
+// query heads: y = slot + slots * block).
+struct IndexLaunch {
+  QSide q[2];
+  KSide k[2];
+  const i64* major;
+  const std::int32_t* begin;       // items of CTA bx: [begin[bx], begin[bx + 1])
+  const IndexQItem* q_items;       // q-major
+  const IndexKItem* k_items;       // k-major
+  const std::int32_t* indices;     // q-major: the pass's pool
+  const std::int32_t* u_rows;      // k-major: union rows and their col masks
+  const std::uint32_t* u_masks;
+  std::int32_t n;
+  std::int32_t major_buf;          // 0 local, 1 remote
+  std::int32_t hq, hkv, groups;    // problem heads (global)
+  std::int32_t slots;              // kv heads per row of the major buffer's layout
+  float scale;
 };
 
 // Copy of `rows` rows of `row_bytes` bytes each between strided places (the

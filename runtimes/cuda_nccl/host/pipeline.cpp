@@ -8,6 +8,8 @@
 
 #include "cpsched/base/error.hpp"
 #include "cpsched/timing/model.hpp"
+#include "index_programs.hpp"
+#include "index_worklist.hpp"
 
 namespace cpsched::gpu {
 
@@ -62,7 +64,8 @@ std::uint8_t* bytes_of(T* p) {
 
 }  // namespace
 
-RankPipeline::RankPipeline(Backend& be, const RankPlan& plan, const HeadLayout& h, Token local_rows)
+RankPipeline::RankPipeline(Backend& be, const RankPlan& plan, const HeadLayout& h, Token local_rows,
+                           const PipelineOptions& opt)
     : be_(be), h_(h), rows_(local_rows) {
   if (h_.dtype_bytes != 2)
     throw Error(fmt::format("cuda_nccl: dtype of {} bytes is not supported (the kernels take bf16, 2 bytes)",
@@ -71,11 +74,30 @@ RankPipeline::RankPipeline(Backend& be, const RankPlan& plan, const HeadLayout& 
   const Rank self = be_.rank();
   lists_[0] = translate(plan.fwd, Pass::fwd, h_, self);
   lists_[1] = translate(plan.bwd, Pass::bwd, h_, self);
-  sizes_ = buffer_sizes(plan, lists_[0], lists_[1], h_, rows_);
+  // Routes first: the SDPA path pads every buffer with zero tail rows.
+  SdpaPolicy pol;
+  pol.mode = opt.attention;
+  pol.max_band_graphs = opt.max_band_graphs;
+  pol.min_band_area = opt.min_band_area;
+  pol.backend_lacks = be_.sdpa_support();
+  if (pol.mode == AttentionMode::cudnn && !pol.backend_lacks.empty())
+    throw Error(fmt::format("cuda_nccl: rank {}: attention = cudnn, but {}", self, pol.backend_lacks));
+  const PassPlan* pp[2] = {&plan.fwd, &plan.bwd};
+  for (int p = 0; p < 2; ++p) {
+    const Pass ps = p == 0 ? Pass::fwd : Pass::bwd;
+    sdpa_[p] = plan_sdpa(*pp[p], ps, h_, remote_shape(*pp[p], h_), rows_, pol);
+    for (const auto& st : sdpa_[p].batches)
+      for (const SdpaBatch& b : st) {
+        tail_ = kSdpaTailRows;
+        scratch_bytes_ = std::max(scratch_bytes_, sdpa_scratch(b).bytes);
+      }
+  }
+  sizes_ = buffer_sizes(plan, lists_[0], lists_[1], h_, rows_, tail_);
   visit_local(local_, h_, rows_, [&](const char*, Bytes n, auto& ptr) {
     using P = std::remove_reference_t<decltype(ptr)>;
     ptr = static_cast<P>(be_.alloc(n));
-  });
+  }, tail_);
+  if (scratch_bytes_ > 0) scratch_ = static_cast<std::uint8_t*>(be_.alloc(scratch_bytes_));
   prepare(Pass::fwd, plan.fwd);
   prepare(Pass::bwd, plan.bwd);
 }
@@ -83,6 +105,7 @@ RankPipeline::RankPipeline(Backend& be, const RankPlan& plan, const HeadLayout& 
 int RankPipeline::num_launches(Pass p) const {
   int n = 0;
   for (const auto& s : pass_[static_cast<int>(p)].launches) n += static_cast<int>(s.size());
+  for (const auto& s : pass_[static_cast<int>(p)].index) n += static_cast<int>(s.size());
   return n;
 }
 
@@ -107,6 +130,7 @@ class RankPipeline::PassBuilder {
 
   void build_stages();
   void build_launches();
+  void build_sdpa();
   void upload_and_resolve();
 
  private:
@@ -117,7 +141,16 @@ class RankPipeline::PassBuilder {
   };
   struct PendingLaunch {
     std::size_t s, i;
-    std::size_t tiles, begins, entries, t_ptr, t_rows;
+    std::size_t tiles, begins, entries;
+  };
+  struct PendingIndex {
+    std::size_t s, i;
+    std::size_t major, begin, items, u_rows, u_masks;
+  };
+  struct PendingSdpa {
+    std::size_t s, i;
+    std::size_t q, k, out_q, out_stats, out_k, seq_q, seq_k, stats_copy;
+    std::vector<std::size_t> layers;
   };
   // The q and k sides every attention launch of the pass reads.
   struct Operands {
@@ -161,6 +194,10 @@ class RankPipeline::PassBuilder {
 
   Operands operands() const;
   void add_launch(std::size_t s, AttnKernel k, const WorkList& w, int major, const Operands& ops);
+  IndexLaunch index_launch(int major, std::int32_t n, const Operands& ops) const;
+  void add_index_q(std::size_t s, IndexKernel k, const IndexQList& w, int major, const Operands& ops);
+  void add_index_k(std::size_t s, const IndexKList& w, int major, const Operands& ops);
+  void add_sdpa(const SdpaBatch& b);
 
   RankPipeline& rp_;
   const HeadLayout& h_;
@@ -176,6 +213,8 @@ class RankPipeline::PassBuilder {
   MetaArena arena_;
   std::vector<PendingStage> pending_;
   std::vector<PendingLaunch> pl_;
+  std::vector<PendingIndex> pi_;
+  std::vector<PendingSdpa> ps_;
   std::size_t indices_at_ = kNone;
 };
 
@@ -399,26 +438,36 @@ RankPipeline::PassBuilder::Operands RankPipeline::PassBuilder::operands() const 
   return Operands{q_local, q_remote, k_local, k_remote};
 }
 
-// Attention launches of every stage.
+// Attention launches of every stage: the runtime's own kernels on the args
+// cuDNN does not take (range args: attention_programs.hpp; index args on
+// tensor cores: index_programs.hpp).
 void RankPipeline::PassBuilder::build_launches() {
   const Operands ops = operands();
   // Index args' keys: the pass's CalcMeta::indices, uploaded once with the
-  // rest of the metadata (every q-major launch of the pass reads them).
+  // rest of the metadata (every q-major index launch of the pass reads them).
   indices_at_ = plan_.calc.indices.empty() ? kNone : arena_.add(plan_.calc.indices);
   const std::span<const std::int32_t> indices = plan_.calc.indices.span();
   pp_.launches.assign(static_cast<std::size_t>(n_) + 1, {});
+  pp_.index.assign(static_cast<std::size_t>(n_) + 1, {});
+  // Range args on cuDNN are the SDPA batches' (build_sdpa); the rest run here.
+  const PassSdpa& sd = rp_.sdpa_[static_cast<int>(which_pass_)];
   for (int s = 0; s <= n_; ++s) {
-    const std::vector<AttnArg>& args =
-        s == 0 ? plan_.calc.local_attn_args : plan_.calc.remote_attn_args[static_cast<std::size_t>(s - 1)];
+    const std::vector<AttnArg>& args = sd.kernel_args[static_cast<std::size_t>(s)];
     const auto at = static_cast<std::size_t>(s);
     if (which_pass_ == Pass::fwd) {
-      add_launch(at, AttnKernel::fwd, q_major(args, BufferId::local, indices), 0, ops);
-      add_launch(at, AttnKernel::fwd, q_major(args, BufferId::remote, indices), 1, ops);
+      add_launch(at, AttnKernel::fwd, q_major(args, BufferId::local), 0, ops);
+      add_launch(at, AttnKernel::fwd, q_major(args, BufferId::remote), 1, ops);
+      add_index_q(at, IndexKernel::fwd, index_q_major(args, BufferId::local, indices), 0, ops);
+      add_index_q(at, IndexKernel::fwd, index_q_major(args, BufferId::remote, indices), 1, ops);
     } else {
-      add_launch(at, AttnKernel::dq, q_major(args, BufferId::local, indices), 0, ops);
-      add_launch(at, AttnKernel::dq, q_major(args, BufferId::remote, indices), 1, ops);
-      add_launch(at, AttnKernel::dkdv, k_major(args, BufferId::local, indices), 0, ops);
-      add_launch(at, AttnKernel::dkdv, k_major(args, BufferId::remote, indices), 1, ops);
+      add_launch(at, AttnKernel::dq, q_major(args, BufferId::local), 0, ops);
+      add_launch(at, AttnKernel::dq, q_major(args, BufferId::remote), 1, ops);
+      add_launch(at, AttnKernel::dkdv, k_major(args, BufferId::local), 0, ops);
+      add_launch(at, AttnKernel::dkdv, k_major(args, BufferId::remote), 1, ops);
+      add_index_q(at, IndexKernel::dq, index_q_major(args, BufferId::local, indices), 0, ops);
+      add_index_q(at, IndexKernel::dq, index_q_major(args, BufferId::remote, indices), 1, ops);
+      add_index_k(at, index_k_major(args, BufferId::local, indices), 0, ops);
+      add_index_k(at, index_k_major(args, BufferId::remote, indices), 1, ops);
     }
   }
 }
@@ -430,14 +479,154 @@ void RankPipeline::PassBuilder::add_launch(std::size_t s, AttnKernel k, const Wo
   const bool q_major = k != AttnKernel::dkdv;
   const int slots = q_major ? (major == 0 ? h_.hq : pp_.shape.q_heads) : (major == 0 ? h_.hkv : pp_.shape.kv_heads);
   Launch L{k,
-           AttnLaunch{{ops.q_local, ops.q_remote}, {ops.k_local, ops.k_remote}, nullptr, nullptr, nullptr, nullptr,
-                      nullptr, nullptr, w.num_tiles(), major, h_.hq, h_.hkv, h_.groups, slots,
+           AttnLaunch{{ops.q_local, ops.q_remote}, {ops.k_local, ops.k_remote}, nullptr, nullptr, nullptr,
+                      w.num_tiles(), major, h_.hq, h_.hkv, h_.groups, slots,
                       1.0f / std::sqrt(static_cast<float>(h_.dim))},
            grid_of(w, slots)};
   auto& v = pp_.launches[s];
-  pl_.push_back({s, v.size(), arena_.add(w.tile_start), arena_.add(w.entry_begin), arena_.add(w.entries),
-                 w.t_ptr.empty() ? kNone : arena_.add(w.t_ptr), w.t_rows.empty() ? kNone : arena_.add(w.t_rows)});
+  pl_.push_back({s, v.size(), arena_.add(w.tile_start), arena_.add(w.entry_begin), arena_.add(w.entries)});
   v.push_back(L);
+}
+
+// Index launches: CTAs per (row or 16-col tile) x kv head slot (x block of
+// query heads, q-major); slots are the kv heads of the tiled buffer's rows.
+IndexLaunch RankPipeline::PassBuilder::index_launch(int major, std::int32_t n, const Operands& ops) const {
+  return IndexLaunch{{ops.q_local, ops.q_remote},
+                     {ops.k_local, ops.k_remote},
+                     nullptr,
+                     nullptr,
+                     nullptr,
+                     nullptr,
+                     nullptr,
+                     nullptr,
+                     nullptr,
+                     n,
+                     major,
+                     h_.hq,
+                     h_.hkv,
+                     h_.groups,
+                     major == 0 ? h_.hkv : pp_.shape.kv_heads,
+                     1.0f / std::sqrt(static_cast<float>(h_.dim))};
+}
+
+void RankPipeline::PassBuilder::add_index_q(std::size_t s, IndexKernel k, const IndexQList& w, int major,
+                                            const Operands& ops) {
+  if (w.empty()) return;
+  IndexLaunch p = index_launch(major, static_cast<std::int32_t>(w.rows.size()), ops);
+  const int ratio = h_.hq / h_.hkv, per_block = index_block_heads(ratio);
+  const int blocks = (ratio + per_block - 1) / per_block;
+  auto& v = pp_.index[s];
+  pi_.push_back({s, v.size(), arena_.add(w.rows), arena_.add(w.begin), arena_.add(w.items), kNone, kNone});
+  v.push_back({k, p, Grid{static_cast<int>(w.rows.size()), p.slots * blocks, kIndexThreads}});
+}
+
+void RankPipeline::PassBuilder::add_index_k(std::size_t s, const IndexKList& w, int major, const Operands& ops) {
+  if (w.empty()) return;
+  IndexLaunch p = index_launch(major, static_cast<std::int32_t>(w.tiles.size()), ops);
+  auto& v = pp_.index[s];
+  pi_.push_back({s, v.size(), arena_.add(w.tiles), arena_.add(w.begin), arena_.add(w.items), arena_.add(w.rows),
+                 arena_.add(w.masks)});
+  v.push_back({IndexKernel::dkdv, p, Grid{static_cast<int>(w.tiles.size()), p.slots, kIndexThreads}});
+}
+
+// The cuDNN batches of every stage: the graph (built now, once per geometry),
+// the ragged offsets, and the merges (forward) or sums (backward) that fold
+// the packed outputs into the accumulators, in layers of disjoint rows.
+void RankPipeline::PassBuilder::build_sdpa() {
+  const PassSdpa& sd = rp_.sdpa_[static_cast<int>(which_pass_)];
+  pp_.sdpa.assign(static_cast<std::size_t>(n_) + 1, {});
+  for (const auto& stage : sd.batches)
+    for (const SdpaBatch& b : stage) add_sdpa(b);
+}
+
+void RankPipeline::PassBuilder::add_sdpa(const SdpaBatch& b) {
+  const bool fwd = which_pass_ == Pass::fwd;
+  const bool ql = b.q_buf == BufferId::local, kl = b.k_buf == BufferId::local;
+  const i64 D = h_.dim, qoff = b.q_head_off, koff = b.k_head_off;
+  const i64 qrh = b.geo.q_row_heads, krh = b.geo.k_row_heads, qh = b.geo.q_heads, kh = b.geo.kv_heads;
+  std::uint8_t* scratch = rp_.scratch_;
+  const SdpaScratch at = sdpa_scratch(b);
+  SdpaLaunch L;
+  L.graph = rp_.be_.sdpa_prepare(b.geo);
+  SdpaBind& bd = L.bind;
+  bd.q = (ql ? lb_.q : rb_.q) + qoff * D;
+  bd.k = (kl ? lb_.k : rb_.k) + koff * D;
+  bd.v = (kl ? lb_.v : rb_.v) + koff * D;
+  if (fwd) {
+    bd.out_o = reinterpret_cast<bf16*>(scratch + at.o);
+    bd.out_stats = reinterpret_cast<float*>(scratch + at.stats);
+  } else {
+    bd.o = (ql ? lb_.o : rb_.o) + qoff * D;
+    bd.d_o = (ql ? lb_.d_o : rb_.d_o) + qoff * D;
+    bd.stats = reinterpret_cast<const float*>(scratch + at.stats);
+    bd.dq = reinterpret_cast<bf16*>(scratch + at.dq);
+    bd.dk = reinterpret_cast<bf16*>(scratch + at.dk);
+    bd.dv = reinterpret_cast<bf16*>(scratch + at.dv);
+    // The merged lse of the batch's rows, packed (every sequence, dummies too).
+    const float* lse = (ql ? lb_.lse_acc : rb_.lse) + qoff;
+    std::vector<CopySeg> copy;
+    for (const SdpaSeq& q : b.seqs)
+      copy.push_back(CopySeg{reinterpret_cast<const std::uint8_t*>(lse + q.q_row * qrh),
+                             scratch + at.stats + q.out_q * qh * 4, q.q_len, qrh * 4, qh * 4, qh * 4});
+    L.stats_copy = arena_.add(copy);
+    L.n_stats_copy = static_cast<int>(copy.size());
+  }
+  const SdpaOffsets off = sdpa_offsets(b);
+  PendingSdpa pd{static_cast<std::size_t>(b.stage), pp_.sdpa[static_cast<std::size_t>(b.stage)].size(),
+                 arena_.add(off.q),      arena_.add(off.k),     arena_.add(off.out_q), arena_.add(off.out_stats),
+                 arena_.add(off.out_k),  arena_.add(off.seq_q), arena_.add(off.seq_k), L.stats_copy,
+                 {}};
+
+  // One segment per real sequence and tensor; layers keep each launch's targets disjoint.
+  const std::vector<SdpaSeq> seqs(b.seqs.begin(), b.seqs.begin() + b.real);
+  auto layered = [&](auto&& seg_of, auto&& foot_of, int tensors) {
+    using Seg = decltype(seg_of(seqs[0], 0));
+    std::vector<std::vector<Seg>> layers;
+    for (int t = 0; t < tensors; ++t) {
+      std::vector<Footprint> feet;
+      for (const SdpaSeq& q : seqs) feet.push_back(foot_of(q, t));
+      const std::vector<int> at = disjoint_layers(feet);
+      for (std::size_t i = 0; i < seqs.size(); ++i) {
+        if (static_cast<std::size_t>(at[i]) >= layers.size()) layers.resize(static_cast<std::size_t>(at[i]) + 1);
+        layers[static_cast<std::size_t>(at[i])].push_back(seg_of(seqs[i], t));
+      }
+    }
+    for (const auto& segs : layers) {
+      pd.layers.push_back(arena_.add(segs));
+      L.layers.push_back({nullptr, static_cast<int>(segs.size())});
+    }
+  };
+  if (fwd) {
+    float* o_acc = ql ? lb_.o_acc : rb_.o_acc;
+    float* lse_acc = ql ? lb_.lse_acc : rb_.lse_acc;
+    layered(
+        [&](const SdpaSeq& q, int) {
+          return MergeSeg{o_acc + (q.q_row * qrh + qoff) * D, lse_acc + q.q_row * qrh + qoff,
+                          bd.out_o + q.out_q * qh * D,        bd.out_stats + q.out_q * qh,
+                          q.q_len,                            qrh * D,
+                          qrh,                                static_cast<std::int32_t>(qh),
+                          static_cast<std::int32_t>(D)};
+        },
+        [&](const SdpaSeq& q, int) {
+          return Footprint{q.q_row, q.q_row + q.q_len, static_cast<int>(qoff), static_cast<int>(qoff + qh)};
+        },
+        1);
+  } else {
+    float* acc[3] = {ql ? lb_.dq_acc : rb_.dq_acc, kl ? lb_.dk_acc : rb_.dk_acc, kl ? lb_.dv_acc : rb_.dv_acc};
+    const bf16* src[3] = {bd.dq, bd.dk, bd.dv};
+    layered(
+        [&](const SdpaSeq& q, int t) {
+          if (t == 0) return SumSeg{acc[0] + (q.q_row * qrh + qoff) * D, src[0] + q.out_q * qh * D, q.q_len, qrh * D, qh * D};
+          return SumSeg{acc[t] + (q.k_row * krh + koff) * D, src[t] + q.out_k * kh * D, q.k_len, krh * D, kh * D};
+        },
+        [&](const SdpaSeq& q, int t) {  // per tensor: distinct tensors never overlap
+          if (t == 0) return Footprint{q.q_row, q.q_row + q.q_len, static_cast<int>(qoff), static_cast<int>(qoff + qh)};
+          return Footprint{q.k_row, q.k_row + q.k_len, static_cast<int>(koff), static_cast<int>(koff + kh)};
+        },
+        3);
+  }
+  pp_.sdpa[pd.s].push_back(std::move(L));
+  ps_.push_back(std::move(pd));
 }
 
 void RankPipeline::PassBuilder::upload_and_resolve() {
@@ -461,9 +650,33 @@ void RankPipeline::PassBuilder::upload_and_resolve() {
     p.tile_start = arena_.at<i64>(x.tiles);
     p.entry_begin = arena_.at<std::int32_t>(x.begins);
     p.entries = arena_.at<WorkEntry>(x.entries);
-    if (indices_at_ != kNone) p.indices = arena_.at<std::int32_t>(indices_at_);
-    if (x.t_ptr != kNone) p.t_ptr = arena_.at<i64>(x.t_ptr);
-    if (x.t_rows != kNone) p.t_rows = arena_.at<std::int32_t>(x.t_rows);
+  }
+  for (const PendingIndex& x : pi_) {
+    IndexRun& r = pp_.index[x.s][x.i];
+    IndexLaunch& p = r.p;
+    p.major = arena_.at<i64>(x.major);
+    p.begin = arena_.at<std::int32_t>(x.begin);
+    if (r.kernel == IndexKernel::dkdv) {
+      p.k_items = arena_.at<IndexKItem>(x.items);
+      p.u_rows = arena_.at<std::int32_t>(x.u_rows);
+      p.u_masks = arena_.at<std::uint32_t>(x.u_masks);
+    } else {
+      p.q_items = arena_.at<IndexQItem>(x.items);
+      if (indices_at_ != kNone) p.indices = arena_.at<std::int32_t>(indices_at_);
+    }
+  }
+  for (const PendingSdpa& x : ps_) {
+    SdpaLaunch& L = pp_.sdpa[x.s][x.i];
+    SdpaBind& b = L.bind;
+    b.q_off = arena_.at<std::int32_t>(x.q);
+    b.k_off = arena_.at<std::int32_t>(x.k);
+    if (L.n_stats_copy > 0) L.stats_segs = arena_.at<CopySeg>(x.stats_copy);
+    b.out_q_off = arena_.at<std::int32_t>(x.out_q);
+    b.out_stats_off = arena_.at<std::int32_t>(x.out_stats);
+    b.out_k_off = arena_.at<std::int32_t>(x.out_k);
+    b.seq_q = arena_.at<std::int32_t>(x.seq_q);
+    b.seq_k = arena_.at<std::int32_t>(x.seq_k);
+    for (std::size_t l = 0; l < L.layers.size(); ++l) L.layers[l].segs = arena_.at<void>(x.layers[l]);
   }
 }
 
@@ -480,11 +693,12 @@ void RankPipeline::prepare(Pass pass, const PassPlan& plan) {
   visit_remote(pp.rb, pass, pp.shape, h_.dim, staging_total, [&](const char*, Bytes n, auto& ptr) {
     using P = std::remove_reference_t<decltype(ptr)>;
     ptr = static_cast<P>(be_.alloc(n));
-  });
+  }, tail_);
 
   PassBuilder b(*this, pass, plan);
   b.build_stages();
   b.build_launches();
+  b.build_sdpa();
   b.upload_and_resolve();
 }
 
@@ -551,8 +765,19 @@ void RankPipeline::run_pass(Pass pass) {
   PassPrep& pp = pass_[static_cast<int>(pass)];
   const int N = static_cast<int>(pp.stages.size());
   std::vector<Event> cast_done(static_cast<std::size_t>(N) + 1), reduce_done;
+  // A stage: its cuDNN batches, each followed by the merges / sums of its
+  // outputs, then the runtime's kernels on the other args.
   auto launch_stage = [&](int s) {
+    for (const SdpaLaunch& L : pp.sdpa[static_cast<std::size_t>(s)]) {
+      if (L.n_stats_copy > 0) be_.copy(StreamId::compute, L.stats_segs, L.n_stats_copy);
+      be_.sdpa_run(L.graph, L.bind);
+      for (const Unpack& u : L.layers) {
+        if (pass == Pass::fwd) be_.merge(static_cast<const MergeSeg*>(u.segs), u.n);
+        else be_.sum(static_cast<const SumSeg*>(u.segs), u.n);
+      }
+    }
     for (const Launch& L : pp.launches[static_cast<std::size_t>(s)]) be_.attention(L.kernel, L.p, h_.dim, L.grid);
+    for (const IndexRun& L : pp.index[static_cast<std::size_t>(s)]) be_.index_attention(L.kernel, L.p, h_.dim, L.grid);
   };
   if (N >= 1) issue_cast(pp, 1, cast_done);
   launch_stage(0);

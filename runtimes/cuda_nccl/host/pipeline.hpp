@@ -43,6 +43,16 @@ struct RankOutputs {
   std::vector<float> o, lse, dq, dk, dv;
 };
 
+// How a pipeline computes attention: `attention` picks the route of range
+// args (sdpa_batches.hpp): automatic (cuDNN where the backend has it and the
+// arg fits), cudnn (the same, but a backend without cuDNN is an error) or
+// kernels (the runtime's own kernels for every arg).
+struct PipelineOptions {
+  AttentionMode attention = AttentionMode::automatic;
+  int max_band_graphs = SdpaPolicy{}.max_band_graphs;  // bi_causal diagonals with a graph
+  i64 min_band_area = SdpaPolicy{}.min_band_area;
+};
+
 // Multiply-adds x 2 of a pass's attention args (forward: 4 x area x heads x D;
 // backward counted as 2.5 x forward, the usual convention; an index arg's area is
 // its entries other than -1).
@@ -50,7 +60,8 @@ double pass_flops(const CalcMeta& calc, const Problem& problem, Pass pass);
 
 class RankPipeline {
  public:
-  RankPipeline(Backend& be, const RankPlan& plan, const HeadLayout& h, Token local_rows);
+  RankPipeline(Backend& be, const RankPlan& plan, const HeadLayout& h, Token local_rows,
+               const PipelineOptions& opt = {});
 
   void set_inputs(const RankInputs& in);  // blocking
   void forward();                         // enqueue; recycles the previous iteration's events
@@ -69,6 +80,10 @@ class RankPipeline {
   // tables, the index pools and their transposes), beside sizes().total().
   Bytes metadata_bytes() const { return meta_bytes_; }
   int num_launches(Pass p) const;
+  // The cuDNN batches of a pass and where every arg went.
+  const PassSdpa& sdpa(Pass p) const { return sdpa_[static_cast<int>(p)]; }
+  // Device bytes of the SDPA outputs' packed scratch (0 without cuDNN batches).
+  Bytes scratch_bytes() const { return scratch_bytes_; }
 
  private:
   struct Launch {
@@ -76,9 +91,22 @@ class RankPipeline {
     AttnLaunch p;
     Grid grid;
   };
+  struct IndexRun {       // an index launch (index_programs.hpp)
+    IndexKernel kernel;
+    IndexLaunch p;
+    Grid grid;
+  };
   struct Unpack {         // the segments one peer sent back, in device memory
     const void* segs;
     int n;
+  };
+  struct SdpaLaunch {     // one cuDNN batch: (bwd: the lse copy,) the graph, then its merges (fwd) or sums (bwd), layer by layer
+    int graph = -1;
+    SdpaBind bind;
+    std::vector<Unpack> layers;
+    std::size_t stats_copy = 0;        // arena offset until resolved
+    const CopySeg* stats_segs = nullptr;
+    int n_stats_copy = 0;
   };
   struct Stage {
     Token qo_off = 0, qo_rows = 0, kv_off = 0, kv_rows = 0;
@@ -99,6 +127,8 @@ class RankPipeline {
     RemoteShape shape;
     std::vector<Stage> stages;                // [s-1]
     std::vector<std::vector<Launch>> launches;  // [s], s = 0..N
+    std::vector<std::vector<IndexRun>> index;   // [s]
+    std::vector<std::vector<SdpaLaunch>> sdpa;  // [s]
     Event t0, t1;
   };
 
@@ -114,8 +144,12 @@ class RankPipeline {
   Token rows_;
   LocalBuffers local_;
   PassLists lists_[2];
+  PassSdpa sdpa_[2];
   BufferSizes sizes_;
   Bytes meta_bytes_ = 0;
+  Token tail_ = 0;                   // zero rows after every buffer (SDPA path)
+  std::uint8_t* scratch_ = nullptr;  // SDPA outputs, packed
+  Bytes scratch_bytes_ = 0;
   PassPrep pass_[2];
 };
 

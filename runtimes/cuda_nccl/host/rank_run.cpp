@@ -42,6 +42,10 @@ RunOptions parse_run_options(const Params& p) {
     o.seed = static_cast<std::uint64_t>(s);
   }
   if (p.has("threads")) o.threads = static_cast<int>(p.get_int("threads"));
+  if (p.has("attention")) {
+    const std::string a = one_of("attention", p.get_string("attention"), {"auto", "cudnn", "kernels"});
+    o.attention = a == "auto" ? AttentionMode::automatic : a == "cudnn" ? AttentionMode::cudnn : AttentionMode::kernels;
+  }
   if (p.has("schedule")) {
     const std::string s = one_of("schedule", p.get_string("schedule"), {"eager", "lazy_comm", "lazy_compute"});
     o.schedule = s == "eager" ? Schedule::eager : s == "lazy_comm" ? Schedule::lazy_comm : Schedule::lazy_compute;
@@ -57,8 +61,24 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Per-rank figures travelling to rank 0, in this order.
-enum Fig { kFwdMs, kBwdMs, kFwdFlops, kBwdFlops, kDeviceBytes, kSendBytes, kRecvBytes, kNumFigs };
+// Per-rank figures travelling to rank 0, in this order; then each pass's
+// RouteSummary (args, then area, by reason).
+enum Fig { kFwdMs, kBwdMs, kFwdFlops, kBwdFlops, kDeviceBytes, kSendBytes, kRecvBytes, kGraphs, kGraphSeconds, kNumFigs };
+constexpr std::size_t kRouteFigs = 2 * kNumRouteReasons;
+
+void put_routes(std::vector<double>& figs, const RouteSummary& r) {
+  for (const i64 x : r.args) figs.push_back(static_cast<double>(x));
+  for (const i64 x : r.area) figs.push_back(static_cast<double>(x));
+}
+
+RouteSummary get_routes(const std::vector<double>& f, std::size_t at) {
+  RouteSummary r;
+  for (std::size_t i = 0; i < kNumRouteReasons; ++i) {
+    r.args[i] = static_cast<i64>(f[at + i]);
+    r.area[i] = static_cast<i64>(f[at + kNumRouteReasons + i]);
+  }
+  return r;
+}
 
 // Bytes of one rank's fp32 outputs (o, lse, dq, dk, dv) for `rows` tokens.
 Bytes outputs_bytes(Token rows, const HeadLayout& h) {
@@ -124,7 +144,9 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
   }
 
   const Token rows = plan.sharding.rank_tokens(me).size();
-  RankPipeline pipe(be, mine, h, rows);
+  PipelineOptions popt;
+  popt.attention = opt.attention;
+  RankPipeline pipe(be, mine, h, rows, popt);
   pipe.set_inputs(shard_inputs(problem, plan.sharding, me, seed));
   for (int i = 0; i < opt.warmup; ++i) {
     pipe.forward();
@@ -145,7 +167,8 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
   figs[kBwdMs] = median(bwd);
   figs[kFwdFlops] = pass_flops(mine.fwd.calc, problem, Pass::fwd);
   figs[kBwdFlops] = pass_flops(mine.bwd.calc, problem, Pass::bwd);
-  figs[kDeviceBytes] = static_cast<double>(pipe.sizes().total() + pipe.metadata_bytes());  // index pools count
+  figs[kDeviceBytes] = static_cast<double>(pipe.sizes().total() + pipe.metadata_bytes() + pipe.scratch_bytes() +
+                                           be.sdpa_stats().workspace);  // index pools count
   for (Pass ps : {Pass::fwd, Pass::bwd})
     for (const StageLists& st : pipe.lists(ps).stages)
       for (RowKind k : {RowKind::qo, RowKind::kv})
@@ -153,6 +176,10 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
           figs[kSendBytes] += static_cast<double>(kl->cast_send.bytes + kl->reduce_send.bytes);
           figs[kRecvBytes] += static_cast<double>(kl->cast_recv.bytes + kl->reduce_recv.bytes);
         }
+  figs[kGraphs] = be.sdpa_stats().graphs;
+  figs[kGraphSeconds] = be.sdpa_stats().build_s;
+  put_routes(figs, pipe.sdpa(Pass::fwd).routes.summary);
+  put_routes(figs, pipe.sdpa(Pass::bwd).routes.summary);
   const std::vector<Blob> all_figs = gather_to_root(staging, to_blob(figs));
 
   // Self-check at rank 0, verdict back to every rank.
@@ -179,16 +206,23 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
   ExecutionReport rep;
   rep.passed = passed;
   std::string& t = rep.text;
-  t += fmt::format("cuda_nccl: {}; plan from {}{}; {} warm-up + {} timed iteration(s), medians\n", be.describe(),
-                   opt.plan_source, plan_bytes > 0 ? fmt::format(" ({} bytes)", plan_bytes) : "", opt.warmup,
+  const std::string lacks = be.sdpa_support();
+  t += fmt::format("cuda_nccl: {}; plan from {}{}; attention {}{}; {} warm-up + {} timed iteration(s), medians\n",
+                   be.describe(), opt.plan_source, plan_bytes > 0 ? fmt::format(" ({} bytes)", plan_bytes) : "",
+                   to_string(opt.attention), lacks.empty() ? "" : fmt::format(" (no cuDNN: {})", lacks), opt.warmup,
                    opt.iterations);
   if (me == 0) {
     t += fmt::format("{:>5} {:>10} {:>10} {:>12} {:>12} {:>11} {:>11} {:>11}\n", "rank", "fwd ms", "bwd ms",
                      "fwd TFLOP/s", "bwd TFLOP/s", "send MiB", "recv MiB", "device MiB");
-    double fmax = 0, bmax = 0, fsum = 0, bsum = 0;
+    double fmax = 0, bmax = 0, fsum = 0, bsum = 0, graphs_max = 0, build_max = 0;
+    RouteSummary routes[2];
     for (Rank r = 0; r < P; ++r) {
       const std::vector<double> f = from_blob<double>(all_figs[static_cast<std::size_t>(r)]);
-      if (f.size() != kNumFigs) throw Error("cuda_nccl: malformed per-rank figures");
+      if (f.size() != kNumFigs + 2 * kRouteFigs) throw Error("cuda_nccl: malformed per-rank figures");
+      routes[0].add(get_routes(f, kNumFigs));
+      routes[1].add(get_routes(f, kNumFigs + kRouteFigs));
+      graphs_max = std::max(graphs_max, f[kGraphs]);
+      build_max = std::max(build_max, f[kGraphSeconds]);
       auto tflops = [](double flops, double ms) { return ms > 0 ? flops / (ms * 1e9) : 0.0; };
       t += fmt::format("{:>5} {:>10.3f} {:>10.3f} {:>12.2f} {:>12.2f} {:>11.1f} {:>11.1f} {:>11.1f}\n", r, f[kFwdMs],
                        f[kBwdMs], tflops(f[kFwdFlops], f[kFwdMs]), tflops(f[kBwdFlops], f[kBwdMs]),
@@ -207,6 +241,17 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
     t += fmt::format("{:>5} {:>10.3f} {:>10.3f} {:>12.2f} {:>12.2f}   (slowest rank; all ranks' FLOPs over its time)\n",
                      "all", fmax, bmax, ftf, btf);
     if (fmax == 0) t += "      (no clock: the CPU emulation measures no time)\n";
+    t += fmt::format("attention (all ranks), forward: {}\n", routes[0].text());
+    t += fmt::format("attention (all ranks), backward: {}\n", routes[1].text());
+    if (graphs_max > 0) t += fmt::format("SDPA graphs per rank: at most {} ({:.2f} s to build)\n", graphs_max, build_max);
+    const auto route_figs = [&](const char* pass, const RouteSummary& rs) {
+      rep.figures.set(fmt::format("{}_cudnn_args", pass), static_cast<double>(rs.cudnn_args()));
+      rep.figures.set(fmt::format("{}_kernel_args", pass), static_cast<double>(rs.kernel_args()));
+      rep.figures.set(fmt::format("{}_cudnn_area", pass), static_cast<double>(rs.cudnn_area()));
+      rep.figures.set(fmt::format("{}_kernel_area", pass), static_cast<double>(rs.kernel_area()));
+    };
+    route_figs("fwd", routes[0]);
+    route_figs("bwd", routes[1]);
     rep.figures.set("fwd_ms", fmax);
     rep.figures.set("bwd_ms", bmax);
     rep.figures.set("fwd_tflops", ftf);

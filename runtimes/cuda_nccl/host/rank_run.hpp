@@ -14,6 +14,7 @@
 #include "cpsched/plugin/executor.hpp"
 #include "cpsched/plugin/params.hpp"
 #include "host_backend.hpp"
+#include "sdpa_batches.hpp"
 
 namespace cpsched::gpu {
 
@@ -28,6 +29,7 @@ struct RunOptions {
   std::uint64_t seed = 0;                  // 0: the ExecuteInput's seed
   int threads = 0;                         // CPU threads of the self-check's sim run (0: all)
   Schedule schedule = Schedule::eager;     // emulation only
+  AttentionMode attention = AttentionMode::automatic;  // range args: cuDNN where possible, or own kernels
 };
 
 // Reads and validates the executor's parameters; errors name the parameter.

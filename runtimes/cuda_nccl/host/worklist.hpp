@@ -8,13 +8,8 @@
 // A k-major launch (dK, dV) is the transpose over kTile cols of a k buffer.
 // Entries of one tile keep the args' order: results are deterministic.
 //
-// Index args (token top-k) take their rows from `indices` (the pass's
-// CalcMeta::indices): a q-major piece is the arg's rows inside the tile, each
-// row reading its own keys; a k-major piece is the hull's cols inside the
-// tile that some row selects, and the list carries the arg's transpose (per
-// k col, the q rows selecting it, ascending) so that dK / dV stay one owner
-// thread per col, summed in a fixed order (no atomics). Entries are checked
-// here: offsets inside `indices`, every key -1 or inside the arg's hull.
+// Index args (token top-k) are not listed here: index_worklist.hpp builds
+// their launches (tensor-core programs).
 #include <span>
 #include <vector>
 
@@ -28,9 +23,6 @@ struct WorkList {
   std::vector<std::int32_t> entry_begin;  // size tiles + 1
   std::vector<WorkEntry> entries;
   i64 area = 0;                           // unmasked entries covered (per head)
-  // k-major index entries: transposes of their args (WorkEntry's comment).
-  std::vector<i64> t_ptr;
-  std::vector<std::int32_t> t_rows;
 
   int num_tiles() const { return static_cast<int>(tile_start.size()); }
   bool empty() const { return tile_start.empty(); }
@@ -38,10 +30,10 @@ struct WorkList {
 
 Band2 band_of(const AttnArg& a);
 
-// Args whose q buffer is `q_buf`, tiled over their q rows.
-WorkList q_major(std::span<const AttnArg> args, BufferId q_buf, std::span<const std::int32_t> indices = {});
-// Args whose k buffer is `k_buf`, tiled over their k cols.
-WorkList k_major(std::span<const AttnArg> args, BufferId k_buf, std::span<const std::int32_t> indices = {});
+// Range args whose q buffer is `q_buf`, tiled over their q rows.
+WorkList q_major(std::span<const AttnArg> args, BufferId q_buf);
+// Range args whose k buffer is `k_buf`, tiled over their k cols.
+WorkList k_major(std::span<const AttnArg> args, BufferId k_buf);
 
 // Grid of a launch: x = tiles, y = head slots (heads per row of the tiled buffer).
 struct Grid {

@@ -18,7 +18,7 @@
 #include "host/inputs.hpp"
 #include "host/plan_codec.hpp"
 #include "host/rank_run.hpp"
-#include "host/worklist.hpp"
+#include "host/index_worklist.hpp"
 #include "numeric_check.hpp"
 #include "plans.hpp"
 #include "random_index_masks.hpp"
@@ -96,7 +96,7 @@ Checked run_and_check(const test::PlanCase& c, g::Schedule s = g::Schedule::eage
 
 }  // namespace
 
-TEST_CASE("index args' work lists: each q row reads its own keys, each k col its selecting rows in order") {
+TEST_CASE("index args' launch lists: q rows with their key lists, 16-col tiles with their selecting rows and masks") {
   // q rows [0, 3) of the local buffer, keys in the hull [2, 6): row 0 -> {2, 5},
   // row 1 -> {3}, row 2 -> {5}; -1 skipped.
   const std::vector<std::int32_t> indices = {9, 9, 2, 5, -1, 3, 5, -1};
@@ -105,52 +105,50 @@ TEST_CASE("index args' work lists: each q row reads its own keys, each k col its
   a.k = {2, 6};
   a.index_width = 2;
   a.index_offset = 2;
-  const std::vector<AttnArg> args = {a};
-  const g::WorkList q = g::q_major(args, BufferId::local, indices);
-  REQUIRE(q.entries.size() == 1);
-  CHECK(q.area == 4);
-  CHECK(q.entries[0].index_width == 2);
-  CHECK(q.entries[0].major_b == 0);
-  CHECK(q.entries[0].major_e == 3);
-  CHECK(q.entries[0].index_base == 2);  // index_offset - q.begin * width
-  CHECK(q.entries[0].other_buf == 0);
-
-  const g::WorkList k = g::k_major(args, BufferId::local, indices);
-  REQUIRE(k.entries.size() == 1);
-  CHECK(k.area == 4);
-  const g::WorkEntry& e = k.entries[0];
-  CHECK(e.major_b == 2);
-  CHECK(e.major_e == 6);
-  // Col c's rows: t_rows[t_ptr[base + c] .. t_ptr[base + c + 1]).
-  auto rows_of = [&](i64 c) {
-    std::vector<std::int32_t> r;
-    for (i64 i = k.t_ptr[static_cast<std::size_t>(e.index_base + c)];
-         i < k.t_ptr[static_cast<std::size_t>(e.index_base + c + 1)]; ++i)
-      r.push_back(k.t_rows[static_cast<std::size_t>(i)]);
-    return r;
-  };
-  CHECK(rows_of(2) == std::vector<std::int32_t>{0});
-  CHECK(rows_of(3) == std::vector<std::int32_t>{1});
-  CHECK(rows_of(4).empty());
-  CHECK(rows_of(5) == std::vector<std::int32_t>{0, 2});
-
-  // A tile of the k buffer whose cols nobody selects gets no entry; a row
-  // block with no valid key neither.
+  // A second arg on rows [1, 3) of the same buffer, keys in [20, 40).
+  const std::vector<std::int32_t> more = {21, 37, -1, -1};
   AttnArg b = a;
-  b.q = {70, 71};
-  b.k = {3, 200};
-  b.index_width = 3;
-  b.index_offset = 0;
-  const std::vector<std::int32_t> idx2 = {3, -1, 150};
-  const g::WorkList k2 = g::k_major(std::vector<AttnArg>{b}, BufferId::local, idx2);
-  REQUIRE(k2.entries.size() == 2);  // tiles [0, 64) and [128, 192)
-  CHECK(k2.tile_start == std::vector<i64>{0, 128});
-  CHECK(k2.entries[0].major_b == 3);
-  CHECK(k2.entries[0].major_e == 4);
-  CHECK(k2.entries[1].major_b == 150);
-  CHECK(k2.entries[1].major_e == 151);
-  const std::vector<std::int32_t> none = {-1, -1, -1};
-  CHECK(g::q_major(std::vector<AttnArg>{b}, BufferId::local, none).empty());
+  b.q = {1, 3};
+  b.k = {20, 40};
+  b.index_offset = 8;
+  std::vector<std::int32_t> pool = indices;
+  pool.insert(pool.end(), more.begin(), more.end());
+  const std::vector<AttnArg> args = {a, b};
+  const g::IndexQList q = g::index_q_major(args, BufferId::local, pool);
+  CHECK(q.area == 6);
+  CHECK(q.rows == std::vector<i64>{0, 1, 2});    // row 2 of b has no valid key: only a's
+  CHECK(q.begin == std::vector<std::int32_t>{0, 1, 3, 4});
+  REQUIRE(q.items.size() == 4);
+  CHECK((q.items[0].keys == 2 && q.items[0].width == 2 && q.items[0].other_buf == 0));
+  CHECK(q.items[1].keys == 4);  // row 1 of a, then row 1 of b (arg order)
+  CHECK(q.items[2].keys == 8);
+  CHECK(q.items[3].keys == 6);
+  CHECK(g::index_q_major(args, BufferId::remote, pool).empty());
+
+  const g::IndexKList k = g::index_k_major(args, BufferId::local, pool);
+  CHECK(k.area == 6);
+  // Tiles of 16 cols: [0, 16) (a's keys 2, 3, 5), [16, 32) (b's 21), [32, 48) (b's 37).
+  CHECK(k.tiles == std::vector<i64>{0, 16, 32});
+  CHECK(k.begin == std::vector<std::int32_t>{0, 1, 2, 3});
+  REQUIRE(k.items.size() == 3);
+  // Tile 0: rows 0 (keys 2, 5), 1 (key 3), 2 (key 5), ascending, with their masks.
+  CHECK((k.items[0].first == 0 && k.items[0].count == 3));
+  CHECK(std::vector<std::int32_t>(k.rows.begin(), k.rows.begin() + 3) == std::vector<std::int32_t>{0, 1, 2});
+  CHECK(k.masks[0] == ((1u << 2) | (1u << 5)));
+  CHECK(k.masks[1] == (1u << 3));
+  CHECK(k.masks[2] == (1u << 5));
+  CHECK((k.items[1].count == 1 && k.rows[3] == 1 && k.masks[3] == (1u << 5)));   // key 21 = 16 + 5
+  CHECK((k.items[2].count == 1 && k.rows[4] == 1 && k.masks[4] == (1u << 5)));   // key 37 = 32 + 5
+
+  // A row with no valid key gets no item; a key twice in a row is refused.
+  const std::vector<std::int32_t> none = {-1, -1, -1, -1, -1, -1};
+  AttnArg c = a;
+  c.index_offset = 0;
+  CHECK(g::index_q_major(std::vector<AttnArg>{c}, BufferId::local, none).empty());
+  CHECK(g::index_k_major(std::vector<AttnArg>{c}, BufferId::local, none).empty());
+  const std::vector<std::int32_t> twice = {2, 2, 3, -1, 4, 5};
+  CHECK_THROWS_WITH_AS(g::index_k_major(std::vector<AttnArg>{c}, BufferId::local, twice),
+                       "cuda_nccl: index arg 0: row 0 selects key 2 twice", Error);
 }
 
 TEST_CASE("index args with keys outside their hull or past the pool are refused, naming the entry") {
@@ -160,14 +158,14 @@ TEST_CASE("index args with keys outside their hull or past the pool are refused,
   a.index_width = 2;
   a.index_offset = 0;
   const std::vector<std::int32_t> bad = {10, 11, 12, -1};
-  CHECK_THROWS_WITH_AS(g::q_major(std::vector<AttnArg>{a}, BufferId::local, bad),
+  CHECK_THROWS_WITH_AS(g::index_q_major(std::vector<AttnArg>{a}, BufferId::local, bad),
                        "cuda_nccl: index arg 0: indices[2] (row 5, entry 0) = 12 is outside its k rows [10, 12)", Error);
   const std::vector<std::int32_t> shorter = {10, 11, 10};
-  CHECK_THROWS_WITH_AS(g::k_major(std::vector<AttnArg>{a}, BufferId::local, shorter),
+  CHECK_THROWS_WITH_AS(g::index_k_major(std::vector<AttnArg>{a}, BufferId::local, shorter),
                        "cuda_nccl: index arg 0 reads indices [0, 4) of 3 (width 2)", Error);
   a.type = MaskType::causal;
   const std::vector<std::int32_t> good = {10, 11, 10, -1};
-  CHECK_THROWS_WITH_AS(g::q_major(std::vector<AttnArg>{a}, BufferId::local, good),
+  CHECK_THROWS_WITH_AS(g::index_q_major(std::vector<AttnArg>{a}, BufferId::local, good),
                        "cuda_nccl: index arg 0 has mask type causal (index args are full)", Error);
 }
 
@@ -317,4 +315,27 @@ TEST_CASE("index args under relays (two-level collectives): the emulated pipelin
     CHECK(res.passed());
   }
   CHECK(relayed >= 1);
+}
+
+TEST_CASE("index args on tensor cores: 1 to 128 query heads per kv head (one or more 16- and 64-head blocks)") {
+  // The MMA rows of the q-major programs are one row's query heads of a kv
+  // head: 16 per block up to 16 of them, else blocks of 64; k-major pairs
+  // (row, head) 64 at a time whatever the count.
+  std::mt19937_64 rng(59);
+  struct Case {
+    int hq, hkv, dim, P, stages;
+    std::uint64_t placement;
+  };
+  const Case cases[] = {{16, 1, 16, 2, 1, 3}, {32, 2, 16, 3, 2, 5}, {128, 1, 16, 2, 1, 7}, {24, 1, 32, 2, 2, 0}};
+  for (const Case& k : cases) {
+    const Token S = 60 * k.P + static_cast<Token>(rng() % 20);
+    auto c = test::make_index_plan_case(dsa_mask(S, {S / 2, S - S / 2}, rng()), k.P, Heads{k.hq, k.hkv, k.dim, 2},
+                                        GridOptions{true, 1}, k.stages, k.placement);
+    INFO("heads ", k.hq, ":", k.hkv, " D=", k.dim, " P=", k.P);
+    REQUIRE(count_index_args(c.plan, false) > 0);
+    const Checked res = run_and_check(c);
+    INFO(res.plan.text, "; dense reference: ", res.dense_error);
+    CHECK(res.passed());
+    CHECK(res.dense_error < 5e-3);
+  }
 }

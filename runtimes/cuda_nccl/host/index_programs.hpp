@@ -1,0 +1,483 @@
+#pragma once
+// Index args (token top-k) on tensor cores: forward, dQ and dK / dV as CTA
+// programs for the GPU and their CPU twin (the Exec contract of
+// attention_programs.hpp, plus ex.warps(f): f(w) once per warp w, the warp's
+// 32 threads together on the GPU, one call on the CPU). Matrix products are
+// warp_mma's 16 x 16 tiles (tile_mma.hpp: WMMA bf16, fp32 accumulation on
+// the GPU, a scalar product on the CPU); everything else is shared code.
+//
+// Forward and dQ (q-major, index_worklist.hpp): a CTA takes one q-buffer row
+// and one kv head. The row's query heads that share the kv head are the MMA
+// rows (16 x MT of them; a kv head with more query heads takes several
+// blocks, grid y), and the row's selected keys are gathered 64 at a time
+// from its index list into shared memory: S = Q K^T and O += P V (forward,
+// online softmax in fp32, P rounded to bf16 for the product), or S, dP =
+// dO V^T and dQ += dS K (dQ). Each key row is read once per (row, kv head)
+// CTA for all its query heads.
+//
+// dK, dV (k-major): a CTA takes 16 consecutive cols of the k buffer and one
+// kv head; the MMA rows are those 16 keys, the MMA cols the (q row, head)
+// pairs of the rows selecting any of them (the host's union list), 64 at a
+// time: S^T = K Q^T, dP^T = V dO^T, then dV += P^T dO and dK += dS^T Q, a
+// pair's mask bit zeroing the keys its row did not select. Every result is
+// written once by one CTA, in a fixed order: deterministic, no atomics.
+#include "attention_programs.hpp"
+#include "tile_mma.hpp"
+
+namespace cpsched::gpu {
+
+inline constexpr int kIndexThreads = 128;  // 4 warps
+inline constexpr int kIndexWarps = kIndexThreads / 32;
+inline constexpr int kIndexKeys = 64;      // keys (q-major) or pairs (k-major) per step
+
+struct IndexNoState {};
+
+CPSCHED_HD inline void copy16(bf16* dst, const bf16* src) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+#else
+  std::memcpy(dst, src, 16);
+#endif
+}
+
+CPSCHED_HD inline void zero16(bf16* dst) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+#else
+  std::memset(dst, 0, 16);
+#endif
+}
+
+// Heads of kv slot `slot` for an item of head group `group`: the first query
+// head of the kv head inside a row of the q buffer, and the kv head inside a
+// row of the k buffer. `major_buf` is the buffer the launch tiles (q-major:
+// the q buffer; k-major: the k buffer); false when the slot's kv head is not
+// in the item's group.
+struct IndexHeads {
+  int q_head;
+  int k_head;
+};
+
+CPSCHED_HD inline bool index_heads(const IndexLaunch& p, int q_buf, int k_buf, int major_buf, int group, int slot,
+                                   IndexHeads& out) {
+  const int hq_g = p.hq / p.groups, hkv_g = p.hkv / p.groups, ratio = p.hq / p.hkv;
+  int g, kvh;
+  if (major_buf == 0) {
+    kvh = slot;
+    g = kvh / hkv_g;
+    if (group >= 0 && group != g) return false;
+  } else {
+    g = group < 0 ? 0 : group;
+    kvh = g * hkv_g + slot;
+  }
+  out.q_head = q_buf == 0 ? kvh * ratio : kvh * ratio - g * hq_g;
+  out.k_head = k_buf == 0 ? kvh : kvh - g * hkv_g;
+  return true;
+}
+
+// Query heads per block of a q-major launch: MT tiles of 16.
+CPSCHED_HD inline int index_block_heads(int ratio) { return ratio <= 16 ? 16 : 64; }
+
+// ---------------------------------------------------------------- forward
+template <int D, int MT>
+struct IndexFwdProgram {
+  static constexpr int kThreads = kIndexThreads;
+  static constexpr int kM = 16 * MT, kN = kIndexKeys;
+  static constexpr int kLdh = D + 8, kLdf = D + 4, kLds = kN + 4, kLdp = kN + 8;
+  static constexpr int kTpr = kThreads / kM, kCpt = kN / kTpr;  // softmax: threads per row, cols per thread
+  using State = IndexNoState;
+  struct Smem {
+    alignas(32) bf16 q[kM][kLdh];
+    alignas(32) bf16 k[kN][kLdh];
+    alignas(32) bf16 v[kN][kLdh];
+    alignas(32) float s[kM][kLds];
+    alignas(32) bf16 p[kM][kLdp];
+    alignas(32) float o[kM][kLdf];
+    float m[kM], l[kM], mnew[kM], corr[kM];
+    float part[kM][kTpr];
+    std::int32_t key[kN];
+  };
+  IndexLaunch p;
+
+  template <class Exec>
+  CPSCHED_HD void operator()(Exec& ex, int bx, int by, Smem& sm) const {
+    const QSide& qs = p.q[p.major_buf];
+    const i64 row = p.major[bx];
+    const int slot = by % p.slots, h_lo = (by / p.slots) * kM;
+    const int nh = hd_min(kM, p.hq / p.hkv - h_lo);
+    ex.each([&](int t, State&) {
+      for (int r = t; r < kM; r += kThreads) {
+        sm.m[r] = neg_inf();
+        sm.l[r] = 0.f;
+      }
+      for (int i = t; i < kM * kLdf; i += kThreads) (&sm.o[0][0])[i] = 0.f;
+    });
+    int q_head = -1;
+    for (int e = p.begin[bx]; e < p.begin[bx + 1]; ++e) {
+      const IndexQItem it = p.q_items[e];
+      IndexHeads hm;
+      if (!index_heads(p, p.major_buf, it.other_buf, p.major_buf, it.group, slot, hm)) continue;
+      if (q_head < 0) {  // the row's query heads, once
+        q_head = hm.q_head + h_lo;
+        ex.each([&](int t, State&) {
+          for (int u = t; u < kM * (D / 8); u += kThreads) {
+            const int r = u / (D / 8), c = (u % (D / 8)) * 8;
+            if (r < nh) copy16(&sm.q[r][c], qs.q + (row * qs.heads + q_head + r) * D + c);
+            else zero16(&sm.q[r][c]);
+          }
+        });
+      }
+      const KSide& ks = p.k[it.other_buf];
+      const std::int32_t* keys = p.indices + it.keys;
+      for (int j0 = 0; j0 < it.width; j0 += kN) {
+        ex.sync();
+        ex.each([&](int t, State&) {
+          for (int j = t; j < kN; j += kThreads) sm.key[j] = j0 + j < it.width ? keys[j0 + j] : -1;
+        });
+        ex.sync();
+        ex.each([&](int t, State&) {  // gather the chunk's K and V rows
+          for (int u = t; u < kN * (D / 8); u += kThreads) {
+            const int j = u / (D / 8), c = (u % (D / 8)) * 8;
+            const std::int32_t key = sm.key[j];
+            if (key >= 0) {
+              const i64 off = (static_cast<i64>(key) * ks.heads + hm.k_head) * D + c;
+              copy16(&sm.k[j][c], ks.k + off);
+              copy16(&sm.v[j][c], ks.v + off);
+            } else {
+              zero16(&sm.k[j][c]);
+              zero16(&sm.v[j][c]);
+            }
+          }
+        });
+        ex.sync();
+        ex.warps([&](int w) {  // S = Q K^T
+          for (int tile = w; tile < MT * (kN / 16); tile += kIndexWarps) {
+            const int i = tile / (kN / 16), j = tile % (kN / 16);
+            warp_mma<D, RowMajor, ColMajor, false>(&sm.s[16 * i][16 * j], kLds, &sm.q[16 * i][0], kLdh,
+                                                   &sm.k[16 * j][0], kLdh);
+          }
+        });
+        ex.sync();
+        ex.each([&](int t, State&) {  // scaled, masked scores; each thread's share of its row's max
+          const int r = t / kTpr, part = t % kTpr;
+          float mx = neg_inf();
+          for (int c = part * kCpt; c < (part + 1) * kCpt; ++c) {
+            const float x = sm.key[c] >= 0 ? sm.s[r][c] * p.scale : neg_inf();
+            sm.s[r][c] = x;
+            mx = hd_max(mx, x);
+          }
+          sm.part[r][part] = mx;
+        });
+        ex.sync();
+        ex.each([&](int t, State&) {
+          for (int r = t; r < kM; r += kThreads) {
+            float mx = sm.m[r];
+            for (int x = 0; x < kTpr; ++x) mx = hd_max(mx, sm.part[r][x]);
+            sm.mnew[r] = mx;
+            sm.corr[r] = is_neg_inf(mx) ? 1.f : hd_exp(sm.m[r] - mx);
+          }
+        });
+        ex.sync();
+        ex.each([&](int t, State&) {  // P (bf16 for the product), each thread's share of its row's sum
+          const int r = t / kTpr, part = t % kTpr;
+          const float mn = sm.mnew[r];
+          float sum = 0.f;
+          for (int c = part * kCpt; c < (part + 1) * kCpt; ++c) {
+            const float x = sm.s[r][c];
+            const float pj = is_neg_inf(x) ? 0.f : hd_exp(x - mn);
+            sm.p[r][c] = float_to_bf16(pj);
+            sum += pj;
+          }
+          sm.part[r][part] = sum;
+        });
+        ex.sync();
+        ex.each([&](int t, State&) {
+          for (int r = t; r < kM; r += kThreads) {
+            float sum = 0.f;
+            for (int x = 0; x < kTpr; ++x) sum += sm.part[r][x];
+            sm.l[r] = sm.l[r] * sm.corr[r] + sum;
+            sm.m[r] = sm.mnew[r];
+          }
+          for (int i = t; i < kM * D; i += kThreads) sm.o[i / D][i % D] *= sm.corr[i / D];
+        });
+        ex.sync();
+        ex.warps([&](int w) {  // O += P V
+          for (int tile = w; tile < MT * (D / 16); tile += kIndexWarps) {
+            const int i = tile / (D / 16), j = tile % (D / 16);
+            warp_mma<kN, RowMajor, RowMajor, true>(&sm.o[16 * i][16 * j], kLdf, &sm.p[16 * i][0], kLdp,
+                                                   &sm.v[0][16 * j], kLdh);
+          }
+        });
+      }
+    }
+    if (q_head < 0) return;
+    ex.sync();
+    ex.each([&](int t, State&) {
+      for (int r = t; r < nh; r += kThreads) {
+        if (!(sm.l[r] > 0.f)) continue;
+        const float inv = 1.f / sm.l[r];
+        const i64 rh = row * qs.heads + q_head + r;
+        merge_into(qs.o_acc + rh * D, qs.lse_acc + rh, [&](int d) { return sm.o[r][d] * inv; },
+                   sm.m[r] + hd_log(sm.l[r]), D);
+      }
+    });
+  }
+};
+
+// ---------------------------------------------------------------- dQ
+// dS = P (dP - delta), P = exp(scale S - lse), dP = dO V^T; dQ += scale dS K.
+template <int D, int MT>
+struct IndexDqProgram {
+  static constexpr int kThreads = kIndexThreads;
+  static constexpr int kM = 16 * MT, kN = kIndexKeys;
+  static constexpr int kLdh = D + 8, kLdf = D + 4, kLds = kN + 4, kLdp = kN + 8;
+  using State = IndexNoState;
+  struct Smem {
+    alignas(32) bf16 q[kM][kLdh];
+    alignas(32) bf16 d_o[kM][kLdh];
+    alignas(32) bf16 k[kN][kLdh];
+    alignas(32) bf16 v[kN][kLdh];
+    alignas(32) float s[kM][kLds];
+    alignas(32) float dp[kM][kLds];
+    alignas(32) bf16 ds[kM][kLdp];
+    alignas(32) float dq[kM][kLdf];
+    float lse[kM], delta[kM];
+    std::int32_t key[kN];
+  };
+  IndexLaunch p;
+
+  template <class Exec>
+  CPSCHED_HD void operator()(Exec& ex, int bx, int by, Smem& sm) const {
+    const QSide& qs = p.q[p.major_buf];
+    const i64 row = p.major[bx];
+    const int slot = by % p.slots, h_lo = (by / p.slots) * kM;
+    const int nh = hd_min(kM, p.hq / p.hkv - h_lo);
+    ex.each([&](int t, State&) {
+      for (int i = t; i < kM * kLdf; i += kThreads) (&sm.dq[0][0])[i] = 0.f;
+    });
+    int q_head = -1;
+    for (int e = p.begin[bx]; e < p.begin[bx + 1]; ++e) {
+      const IndexQItem it = p.q_items[e];
+      IndexHeads hm;
+      if (!index_heads(p, p.major_buf, it.other_buf, p.major_buf, it.group, slot, hm)) continue;
+      if (q_head < 0) {
+        q_head = hm.q_head + h_lo;
+        ex.each([&](int t, State&) {
+          for (int u = t; u < kM * (D / 8); u += kThreads) {
+            const int r = u / (D / 8), c = (u % (D / 8)) * 8;
+            if (r < nh) {
+              const i64 off = (row * qs.heads + q_head + r) * D + c;
+              copy16(&sm.q[r][c], qs.q + off);
+              copy16(&sm.d_o[r][c], qs.d_o + off);
+            } else {
+              zero16(&sm.q[r][c]);
+              zero16(&sm.d_o[r][c]);
+            }
+          }
+          for (int r = t; r < kM; r += kThreads) {
+            const i64 rh = row * qs.heads + q_head + r;
+            sm.lse[r] = r < nh ? qs.lse[rh] : 0.f;
+            sm.delta[r] = r < nh ? qs.delta[rh] : 0.f;
+          }
+        });
+      }
+      const KSide& ks = p.k[it.other_buf];
+      const std::int32_t* keys = p.indices + it.keys;
+      for (int j0 = 0; j0 < it.width; j0 += kN) {
+        ex.sync();
+        ex.each([&](int t, State&) {
+          for (int j = t; j < kN; j += kThreads) sm.key[j] = j0 + j < it.width ? keys[j0 + j] : -1;
+        });
+        ex.sync();
+        ex.each([&](int t, State&) {
+          for (int u = t; u < kN * (D / 8); u += kThreads) {
+            const int j = u / (D / 8), c = (u % (D / 8)) * 8;
+            const std::int32_t key = sm.key[j];
+            if (key >= 0) {
+              const i64 off = (static_cast<i64>(key) * ks.heads + hm.k_head) * D + c;
+              copy16(&sm.k[j][c], ks.k + off);
+              copy16(&sm.v[j][c], ks.v + off);
+            } else {
+              zero16(&sm.k[j][c]);
+              zero16(&sm.v[j][c]);
+            }
+          }
+        });
+        ex.sync();
+        ex.warps([&](int w) {  // S = Q K^T and dP = dO V^T
+          for (int tile = w; tile < 2 * MT * (kN / 16); tile += kIndexWarps) {
+            const int which = tile / (MT * (kN / 16)), x = tile % (MT * (kN / 16));
+            const int i = x / (kN / 16), j = x % (kN / 16);
+            if (which == 0)
+              warp_mma<D, RowMajor, ColMajor, false>(&sm.s[16 * i][16 * j], kLds, &sm.q[16 * i][0], kLdh,
+                                                     &sm.k[16 * j][0], kLdh);
+            else
+              warp_mma<D, RowMajor, ColMajor, false>(&sm.dp[16 * i][16 * j], kLds, &sm.d_o[16 * i][0], kLdh,
+                                                     &sm.v[16 * j][0], kLdh);
+          }
+        });
+        ex.sync();
+        ex.each([&](int t, State&) {
+          for (int i = t; i < kM * kN; i += kThreads) {
+            const int r = i / kN, c = i % kN;
+            const float pj = sm.key[c] >= 0 ? hd_exp(sm.s[r][c] * p.scale - sm.lse[r]) : 0.f;
+            sm.ds[r][c] = float_to_bf16(pj * (sm.dp[r][c] - sm.delta[r]));
+          }
+        });
+        ex.sync();
+        ex.warps([&](int w) {  // dQ += dS K
+          for (int tile = w; tile < MT * (D / 16); tile += kIndexWarps) {
+            const int i = tile / (D / 16), j = tile % (D / 16);
+            warp_mma<kN, RowMajor, RowMajor, true>(&sm.dq[16 * i][16 * j], kLdf, &sm.ds[16 * i][0], kLdp,
+                                                   &sm.k[0][16 * j], kLdh);
+          }
+        });
+      }
+    }
+    if (q_head < 0) return;
+    ex.sync();
+    ex.each([&](int t, State&) {
+      for (int i = t; i < nh * D; i += kThreads) {
+        const int r = i / D, d = i % D;
+        qs.dq_acc[(row * qs.heads + q_head + r) * D + d] += sm.dq[r][d] * p.scale;
+      }
+    });
+  }
+};
+
+// ---------------------------------------------------------------- dK, dV
+// dV += P^T dO, dK += scale dS^T Q over the selecting (row, head) pairs.
+template <int D>
+struct IndexDkvProgram {
+  static constexpr int kThreads = kIndexThreads;
+  static constexpr int kT = kIndexColTile, kP = kIndexKeys;
+  static constexpr int kLdh = D + 8, kLdf = D + 4, kLds = kP + 4, kLdp = kP + 8;
+  using State = IndexNoState;
+  struct Smem {
+    alignas(32) bf16 k[kT][kLdh];
+    alignas(32) bf16 v[kT][kLdh];
+    alignas(32) bf16 q[kP][kLdh];
+    alignas(32) bf16 d_o[kP][kLdh];
+    alignas(32) float st[kT][kLds];
+    alignas(32) float dpt[kT][kLds];
+    alignas(32) bf16 pt[kT][kLdp];
+    alignas(32) bf16 dst[kT][kLdp];
+    alignas(32) float dk[kT][kLdf];
+    alignas(32) float dv[kT][kLdf];
+    float lse[kP], delta[kP];
+    std::uint32_t mask[kP];
+  };
+  IndexLaunch p;
+
+  template <class Exec>
+  CPSCHED_HD void operator()(Exec& ex, int bx, int slot, Smem& sm) const {
+    const KSide& ks = p.k[p.major_buf];
+    const i64 c0 = p.major[bx];
+    const int ncols = static_cast<int>(hd_min<i64>(kT, ks.rows - c0));
+    const int ratio = p.hq / p.hkv;
+    ex.each([&](int t, State&) {
+      for (int i = t; i < kT * kLdf; i += kThreads) {
+        (&sm.dk[0][0])[i] = 0.f;
+        (&sm.dv[0][0])[i] = 0.f;
+      }
+    });
+    int k_head = -1;
+    for (int e = p.begin[bx]; e < p.begin[bx + 1]; ++e) {
+      const IndexKItem it = p.k_items[e];
+      IndexHeads hm;
+      if (!index_heads(p, it.other_buf, p.major_buf, p.major_buf, it.group, slot, hm)) continue;
+      if (k_head < 0) {  // the tile's keys, once
+        k_head = hm.k_head;
+        ex.each([&](int t, State&) {
+          for (int u = t; u < kT * (D / 8); u += kThreads) {
+            const int j = u / (D / 8), c = (u % (D / 8)) * 8;
+            if (j < ncols) {
+              const i64 off = ((c0 + j) * ks.heads + k_head) * D + c;
+              copy16(&sm.k[j][c], ks.k + off);
+              copy16(&sm.v[j][c], ks.v + off);
+            } else {
+              zero16(&sm.k[j][c]);
+              zero16(&sm.v[j][c]);
+            }
+          }
+        });
+      }
+      const QSide& qs = p.q[it.other_buf];
+      const i64 npairs = static_cast<i64>(it.count) * ratio;
+      for (i64 p0 = 0; p0 < npairs; p0 += kP) {
+        ex.sync();
+        ex.each([&](int t, State&) {  // gather the step's (row, head) pairs: Q, dO, lse, delta, the row's mask
+          for (int u = t; u < kP * (D / 8); u += kThreads) {
+            const int j = u / (D / 8), c = (u % (D / 8)) * 8;
+            const i64 pair = p0 + j;
+            if (pair < npairs) {
+              const i64 ur = it.first + pair / ratio;
+              const i64 rh = static_cast<i64>(p.u_rows[ur]) * qs.heads + hm.q_head + pair % ratio;
+              copy16(&sm.q[j][c], qs.q + rh * D + c);
+              copy16(&sm.d_o[j][c], qs.d_o + rh * D + c);
+              if (c == 0) {
+                sm.lse[j] = qs.lse[rh];
+                sm.delta[j] = qs.delta[rh];
+                sm.mask[j] = p.u_masks[ur];
+              }
+            } else {
+              zero16(&sm.q[j][c]);
+              zero16(&sm.d_o[j][c]);
+              if (c == 0) {
+                sm.lse[j] = 0.f;
+                sm.delta[j] = 0.f;
+                sm.mask[j] = 0u;
+              }
+            }
+          }
+        });
+        ex.sync();
+        ex.warps([&](int w) {  // S^T = K Q^T and dP^T = V dO^T
+          for (int tile = w; tile < 2 * (kP / 16); tile += kIndexWarps) {
+            const int j = tile % (kP / 16);
+            if (tile < kP / 16)
+              warp_mma<D, RowMajor, ColMajor, false>(&sm.st[0][16 * j], kLds, &sm.k[0][0], kLdh, &sm.q[16 * j][0],
+                                                     kLdh);
+            else
+              warp_mma<D, RowMajor, ColMajor, false>(&sm.dpt[0][16 * j], kLds, &sm.v[0][0], kLdh,
+                                                     &sm.d_o[16 * j][0], kLdh);
+          }
+        });
+        ex.sync();
+        ex.each([&](int t, State&) {
+          for (int i = t; i < kT * kP; i += kThreads) {
+            const int c = i / kP, j = i % kP;
+            const bool selected = (sm.mask[j] >> c) & 1u;
+            const float pj = selected ? hd_exp(sm.st[c][j] * p.scale - sm.lse[j]) : 0.f;
+            sm.pt[c][j] = float_to_bf16(pj);
+            sm.dst[c][j] = float_to_bf16(pj * (sm.dpt[c][j] - sm.delta[j]));
+          }
+        });
+        ex.sync();
+        ex.warps([&](int w) {  // dV += P^T dO, dK += dS^T Q
+          for (int tile = w; tile < 2 * (D / 16); tile += kIndexWarps) {
+            const int j = tile % (D / 16);
+            if (tile < D / 16)
+              warp_mma<kP, RowMajor, RowMajor, true>(&sm.dv[0][16 * j], kLdf, &sm.pt[0][0], kLdp, &sm.d_o[0][16 * j],
+                                                     kLdh);
+            else
+              warp_mma<kP, RowMajor, RowMajor, true>(&sm.dk[0][16 * j], kLdf, &sm.dst[0][0], kLdp, &sm.q[0][16 * j],
+                                                     kLdh);
+          }
+        });
+      }
+    }
+    if (k_head < 0) return;
+    ex.sync();
+    ex.each([&](int t, State&) {
+      for (int i = t; i < ncols * D; i += kThreads) {
+        const int c = i / D, d = i % D;
+        const i64 off = ((c0 + c) * ks.heads + k_head) * D + d;
+        ks.dk_acc[off] += sm.dk[c][d] * p.scale;
+        ks.dv_acc[off] += sm.dv[c][d];
+      }
+    });
+  }
+};
+
+}  // namespace cpsched::gpu
