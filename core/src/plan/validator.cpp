@@ -255,8 +255,9 @@ namespace {
 
 using namespace validate_detail;
 
+// only >= 0: the loads are that rank's alone (its CalcMeta is the only one checked).
 void check_pass_metrics(const Assignment& a, const Plan& plan, bool fwd, const Loads& loads, const Metrics& m,
-                        Problems& pr) {
+                        Problems& pr, Rank only) {
   const Problem& p = a.grid->problem();
   const TransferBytes tb = fwd ? fwd_bytes_per_token(p) : bwd_bytes_per_token(p);
   const auto P = static_cast<std::size_t>(a.grid->cp_size());
@@ -290,7 +291,7 @@ void check_pass_metrics(const Assignment& a, const Plan& plan, bool fwd, const L
     if (!relays && (send[r] != pm.send[r] || recv[r] != pm.recv[r]))
       pr.add("{} metrics rank {}: the CommMeta sends {} and receives {} bytes, the metrics say {} and {}",
              pass_name(fwd), r, send[r], recv[r], pm.send[r], pm.recv[r]);
-    if (loads.load[r] != m.load[r] || loads.local[r] != m.stage0_load[r])
+    if ((only < 0 || static_cast<Rank>(r) == only) && (loads.load[r] != m.load[r] || loads.local[r] != m.stage0_load[r]))
       pr.add("{} metrics rank {}: the CalcMeta computes load {} (local: {}), the metrics say {} (local: {})",
              pass_name(fwd), r, loads.load[r], loads.local[r], m.load[r], m.stage0_load[r]);
   }
@@ -302,8 +303,10 @@ void check_pass_metrics(const Assignment& a, const Plan& plan, bool fwd, const L
            remote[0], remote[1], m.remote_qo_tokens, m.remote_kv_tokens);
 }
 
-// Top-level shape; false when the plan cannot be walked at all.
-bool check_top(const Assignment& a, const Plan& plan, Problems& pr) {
+// Top-level shape; false when the plan cannot be walked at all. only >= 0:
+// the other ranks' CalcMeta is not the plan's to check (a rank's plan among
+// its peers).
+bool check_top(const Assignment& a, const Plan& plan, Problems& pr, Rank only) {
   const TaskGrid& grid = *a.grid;
   const auto P = static_cast<std::size_t>(grid.cp_size());
   bool ok = true;
@@ -318,7 +321,8 @@ bool check_top(const Assignment& a, const Plan& plan, Problems& pr) {
   for (std::size_t r = 0; r < P; ++r)
     for (bool fwd : {true, false}) {
       const PassPlan& pp = pass_of(plan.ranks[r], fwd);
-      if (pp.calc.remote_attn_args.size() != N || pp.comm.stages.size() != N) {
+      const bool calc = only < 0 || static_cast<Rank>(r) == only;
+      if ((calc && pp.calc.remote_attn_args.size() != N) || pp.comm.stages.size() != N) {
         pr.add("{} rank {}: {} remote arg lists and {} comm stages for {} stages", pass_name(fwd), r,
                pp.calc.remote_attn_args.size(), pp.comm.stages.size(), N), ok = false;
         continue;
@@ -336,7 +340,9 @@ bool check_top(const Assignment& a, const Plan& plan, Problems& pr) {
 
 }  // namespace
 
-std::vector<std::string> validate_plan(const Assignment& a, const Plan& plan, const ValidateOptions& opt) {
+namespace validate_detail {
+
+std::vector<std::string> validate_whole(const Assignment& a, const Plan& plan, const ValidateOptions& opt, Rank only) {
   std::vector<std::string> out;
   Problems pr(out, opt.max_problems);
   try {
@@ -346,18 +352,28 @@ std::vector<std::string> validate_plan(const Assignment& a, const Plan& plan, co
     pr.finish();
     return out;
   }
-  if (!check_top(a, plan, pr)) {
+  if (!check_top(a, plan, pr, only)) {
     pr.finish();
     return out;
   }
   const Metrics m = opt.check_metrics ? compute_metrics(a) : Metrics{};
   for (bool fwd : {true, false}) {
     const std::vector<RankMaps> maps = check_comm(a, plan, fwd, pr);
-    const Loads loads = check_calc(a, plan, fwd, maps, pr, opt.index_chunk_pairs);
-    if (opt.check_metrics) check_pass_metrics(a, plan, fwd, loads, m, pr);
+    const Loads loads = check_calc(a, plan, fwd, maps, pr, opt.index_chunk_pairs, only);
+    if (opt.check_metrics) check_pass_metrics(a, plan, fwd, loads, m, pr, only);
   }
   pr.finish();
   return out;
+}
+
+}  // namespace validate_detail
+
+std::vector<std::string> validate_plan(const Assignment& a, const Plan& plan, const ValidateOptions& opt) {
+  if (plan.only_rank >= 0)
+    return {fmt::format("plan: it is rank {}'s plan (Plan::only_rank; the other ranks' entries were not built), not a "
+                        "whole plan: validate it with validate_rank_plan against its peers (validate_result does)",
+                        plan.only_rank)};
+  return validate_whole(a, plan, opt, -1);
 }
 
 }  // namespace cpsched

@@ -34,7 +34,7 @@ void per_cell(const Band& b, const Sharding& sh, F&& f) {
     }
 }
 
-void check_cells(const Assignment& a, const char* pass, std::vector<Item>& items, Problems& pr) {
+void check_cells(const Assignment& a, const char* pass, std::vector<Item>& items, Problems& pr, Rank only) {
   const TaskGrid& grid = *a.grid;
   const auto G = grid.num_groups();
   const auto& cells = grid.cells();
@@ -96,7 +96,7 @@ void check_cells(const Assignment& a, const char* pass, std::vector<Item>& items
     i0 = i1;
   }
   for (TaskId t = 0; t < grid.num_tasks(); ++t)
-    if (!seen[static_cast<std::size_t>(t)] && grid.area(t) > 0)
+    if (!seen[static_cast<std::size_t>(t)] && grid.area(t) > 0 && (only < 0 || a.rank[static_cast<std::size_t>(t)] == only))
       pr.add("{}: task {} (q block {}, kv block {}, group {}, {} entries, on rank {}) is computed by no arg", pass,
              t, grid.cell_of(t).qblock, grid.cell_of(t).kblock, t % G, grid.area(t), a.rank[static_cast<std::size_t>(t)]);
 }
@@ -198,8 +198,11 @@ struct KeyMap {
 // rows, one counter per selected pair (and who computed it first): each
 // computed pair is found in its row's sorted keys by binary search, so no
 // list of the computed pairs is kept or sorted.
+// only >= 0: the args are that rank's, and only the pairs of the tasks placed
+// on it must be computed (in the query rows the selection holds: a rank's plan
+// from per-rank summaries holds its own).
 void check_pairs(const Assignment& a, const char* pass, const std::vector<IndexArgRef>& args, Problems& pr,
-                 std::size_t chunk_option) {
+                 std::size_t chunk_option, Rank only) {
   const TaskGrid& grid = *a.grid;
   const SelectionRows& sel = grid.selection();
   const Sharding& sh = grid.sharding();
@@ -220,6 +223,12 @@ void check_pairs(const Assignment& a, const char* pass, const std::vector<IndexA
     if (it == cells.end() || it->qblock != qb || it->kblock != kb) return -1;
     return it - cells.begin();
   };
+  // The rank that (q, k) of group g is placed on (-1: in no cell).
+  auto placed_on = [&](Token q, Token k, int g) -> Rank {
+    const int qb = sh.block_of(q), kb = sh.block_of(k);
+    const std::int64_t c = qb >= 0 && kb >= 0 ? cell_of(qb, kb) : -1;
+    return c < 0 ? -1 : a.rank[static_cast<std::size_t>(c * grid.num_groups() + (grid.flattened() ? g : 0))];
+  };
   // Who computed a pair first: for the messages.
   struct By {
     Rank rank;
@@ -234,14 +243,14 @@ void check_pairs(const Assignment& a, const char* pass, const std::vector<IndexA
   std::vector<std::uint8_t> hits;
   std::vector<By> first;
   std::vector<std::size_t> row_at;  // offset of row q0 + i's pairs in hits
-  const Token S = sel.seqlen();
+  const Range held = sel.queries();
   for (int g = 0; g < G; ++g) {
     const int head = grid.per_group_cells() ? g : 0;
-    for (Token q0 = 0; q0 < S;) {
+    for (Token q0 = held.begin; q0 < held.end;) {
       // Rows [q0, q1): at least one, else as many as fit the chunk.
       Token q1 = q0 + 1;
       std::size_t want = sel.row(head, q0).size();
-      while (q1 < S && want + sel.row(head, q1).size() <= chunk_pairs) want += sel.row(head, q1++).size();
+      while (q1 < held.end && want + sel.row(head, q1).size() <= chunk_pairs) want += sel.row(head, q1++).size();
       row_at.assign(static_cast<std::size_t>(q1 - q0) + 1, 0);
       for (Token q = q0; q < q1; ++q)
         row_at[static_cast<std::size_t>(q - q0) + 1] = row_at[static_cast<std::size_t>(q - q0)] + sel.row(head, q).size();
@@ -301,7 +310,7 @@ void check_pairs(const Assignment& a, const char* pass, const std::vector<IndexA
         const auto wanted = sel.row(head, q);
         const std::size_t base = row_at[static_cast<std::size_t>(q - q0)];
         for (std::size_t w = 0; w < wanted.size(); ++w)
-          if (hits[base + w] == 0)
+          if (hits[base + w] == 0 && (only < 0 || placed_on(q, wanted[w], g) == only))
             pr.add("{}: selected entry (q {}, k {}) of group {} is computed by no arg", pass, q, wanted[w], g);
       }
       q0 = q1;
@@ -312,7 +321,7 @@ void check_pairs(const Assignment& a, const char* pass, const std::vector<IndexA
 }  // namespace
 
 Loads check_calc(const Assignment& a, const Plan& plan, bool fwd, const std::vector<RankMaps>& maps, Problems& pr,
-                 std::size_t index_chunk_pairs) {
+                 std::size_t index_chunk_pairs, Rank only) {
   const TaskGrid& grid = *a.grid;
   const auto P = static_cast<std::size_t>(grid.cp_size());
   const auto N = static_cast<std::size_t>(plan.num_stages);
@@ -327,9 +336,12 @@ Loads check_calc(const Assignment& a, const Plan& plan, bool fwd, const std::vec
   // last[k][s]: last stage reading rows received in stage s.
   std::vector<int> last[2] = {std::vector<int>(N + 1, 0), std::vector<int>(N + 1, 0)};
 
+  bool deferred = false;  // some rank's index rows are the executor's to write: its pairs are not in the plan
   for (std::size_t r = 0; r < P; ++r) {
+    if (only >= 0 && static_cast<Rank>(r) != only) continue;
     const PassPlan& pp = pass_of(plan.ranks[r], fwd);
     const RankMaps& m = maps[r];
+    deferred = deferred || pp.calc.deferred_index_entries > 0;
     std::vector<Range> read[2];
     for (std::size_t s = 0; s <= N; ++s) {
       const std::vector<AttnArg>& args = s == 0 ? pp.calc.local_attn_args : pp.calc.remote_attn_args[s - 1];
@@ -374,6 +386,18 @@ Loads check_calc(const Assignment& a, const Plan& plan, bool fwd, const std::vec
           }
         }
         if (!inside) continue;
+        if (pp.calc.deferred_index_entries > 0) {
+          // The executor writes these rows: the arg's shape and pairs only.
+          if (!x.is_index() || x.index_offset < 0 || x.index_area < 0 ||
+              x.index_offset + x.q.size() * x.index_width > pp.calc.deferred_index_entries ||
+              x.index_area > x.q.size() * x.index_width || x.index_area < x.q.size())
+            pr.add("{}: index arg of width {} at offset {} with {} pairs does not fit its {} rows and the {} entries the "
+                   "executor writes",
+                   where(), x.index_width, x.index_offset, x.index_area, x.q.size(), pp.calc.deferred_index_entries);
+          loads.load[r] += x.index_area * heads;
+          if (local_arg) loads.local[r] += x.index_area * heads;
+          continue;
+        }
         if (x.is_index() || index) {
           // (Its kv rows are read: the hull x.k is among read[1] above.)
           std::int64_t load = 0;
@@ -410,15 +434,25 @@ Loads check_calc(const Assignment& a, const Plan& plan, bool fwd, const std::vec
   for (std::size_t r = 0; r < P; ++r)
     for (std::size_t s = 0; s < N; ++s) {
       const StageComm& sc = pass_of(plan.ranks[r], fwd).comm.stages[s];
+      if (only >= 0) {
+        // One rank's readers: the reduce (the same on every rank) waits at least for them.
+        if (static_cast<Rank>(r) == only &&
+            (sc.qo_reduce_after < last[0][s + 1] || sc.kv_reduce_after < last[1][s + 1] ||
+             sc.qo_reduce_after > static_cast<int>(N) || sc.kv_reduce_after > static_cast<int>(N)))
+          pr.add("{} rank {} stage {}: reduce_after is (QO {}, KV {}) but the rank reads its rows up to stage (QO {}, "
+                 "KV {}) (of {} stages)",
+                 pass, r, s + 1, sc.qo_reduce_after, sc.kv_reduce_after, last[0][s + 1], last[1][s + 1], N);
+        continue;
+      }
       if (sc.qo_reduce_after != last[0][s + 1] || sc.kv_reduce_after != last[1][s + 1])
         pr.add("{} rank {} stage {}: reduce_after is (QO {}, KV {}) but the last stages reading its rows are "
                "(QO {}, KV {})",
                pass, r, s + 1, sc.qo_reduce_after, sc.kv_reduce_after, last[0][s + 1], last[1][s + 1]);
     }
   if (index) {
-    check_pairs(a, pass, index_args, pr, index_chunk_pairs);
+    if (!deferred) check_pairs(a, pass, index_args, pr, index_chunk_pairs, only);
   } else {
-    check_cells(a, pass, items, pr);
+    check_cells(a, pass, items, pr, only);
   }
   return loads;
 }

@@ -12,6 +12,7 @@
 #include "cpsched/problem/assignment.hpp"
 #include "cpsched/plan/plan.hpp"
 #include "cpsched/mask/slice_clip.hpp"
+#include "cpsched/plan/validator.hpp"
 
 namespace cpsched::validate_detail {
 
@@ -84,9 +85,15 @@ std::vector<RankMaps> check_comm(const Assignment& a, const Plan& plan, bool fwd
 struct Loads {
   std::vector<std::int64_t> load, local;  // per rank: all its args, and those reading local rows only
 };
-// `index_chunk_pairs`: ValidateOptions::index_chunk_pairs.
+// `index_chunk_pairs`: ValidateOptions::index_chunk_pairs. only >= 0: that
+// rank's CalcMeta alone (validate_rank_plan): its args, the coverage of the
+// tasks placed on it, its received rows read and its reduce points.
 Loads check_calc(const Assignment& a, const Plan& plan, bool fwd, const std::vector<RankMaps>& maps, Problems& pr,
-                 std::size_t index_chunk_pairs = 0);
+                 std::size_t index_chunk_pairs = 0, Rank only = -1);
+
+// validate_plan's checks; only >= 0: of every rank's CommMeta and rank
+// `only`'s CalcMeta (validate_rank_plan).
+std::vector<std::string> validate_whole(const Assignment& a, const Plan& plan, const ValidateOptions& opt, Rank only);
 
 // The pieces of arg `x` of rank `r` through the maps (no bounds checks; the
 // arg must lie inside its buffers). Calls f(piece, buffer band).

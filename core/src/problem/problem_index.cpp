@@ -198,10 +198,12 @@ Problem Problem::make(std::shared_ptr<const IndexSummary> summary, std::shared_p
     for (Range run : a.rows.ranges()) {
       const std::int32_t w = r.width[at];
       const Token n = r.area[at];
-      if (w < 1 || n < run.size() || n > run.size() * w)
+      // Each row selects 1 to w of the cell's keys, the widest w: n is in
+      // [w + rows - 1, rows x w], and w at most the cell's distinct keys.
+      if (w < 1 || w > b.cols.size() || n < w + run.size() - 1 || n > run.size() * w)
         throw Error(fmt::format("{}: run {} (queries [{}, {}) of cell {}) has width {} and {} pairs: each of its rows "
-                                "selects between 1 and width keys",
-                                src, at, run.begin, run.end, i, w, n));
+                                "selects between 1 and width keys of the cell's {}, one of them width",
+                                src, at, run.begin, run.end, i, w, n, b.cols.size()));
       area += n;
       ++at;
     }

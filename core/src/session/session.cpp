@@ -110,7 +110,7 @@ struct Session::Impl {
     shape.node_size = 0;
     last = std::make_shared<const SolveResult>(owner_path->run(
         std::move(problem),
-        {.shape = shape, .uses = opt.uses, .validate = false, .rank = opt.rank, .solver_name = "owner",
+        {.shape = shape, .uses = opt.uses, .validate = opt.validate, .rank = opt.rank, .solver_name = "owner",
          .buffers = &buffers}));
     last_cached = false;
     last_ms = ms_since(t0);
@@ -229,6 +229,15 @@ Session::Session(SessionOptions options, std::shared_ptr<Registry> registry)
 Session::Session(const Config& config, std::shared_ptr<Registry> registry)
     : impl_(std::make_unique<Impl>(options_from(config), std::move(registry), &config)) {}
 
+Session::Session(const Config& config, Rank rank, std::shared_ptr<Registry> registry)
+    : impl_(std::make_unique<Impl>(
+          [&] {
+            SessionOptions o = options_from(config);
+            o.rank = rank;
+            return o;
+          }(),
+          std::move(registry), &config)) {}
+
 Session::~Session() = default;
 Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
@@ -311,14 +320,19 @@ const SolveResult& Session::solve_topk(std::span<const std::int32_t> indices, To
 
 namespace {
 
-// This rank's rows of a top-k mask as borrowed, checked against the session.
-TopkRows own_topk_rows(const SessionOptions& o, std::span<const std::int32_t> rows, Token S, int kv_heads, bool causal) {
+// The sizes of a per-rank top-k call, checked against the session.
+void check_topk_sizes(const SessionOptions& o, Token S, int kv_heads) {
   if (o.rank < 0)
     throw Error("session: per-rank top-k summaries need the session's rank (SessionOptions::rank, Python rank=)");
   if (S <= 0 || kv_heads <= 0)
     throw Error(fmt::format("session: S = {} and kv_heads = {} must be positive", S, kv_heads));
   if (o.seqlen > 0 && S != o.seqlen)
     throw Error(fmt::format("session: the index mask has S = {} tokens but the session's seqlen is {}", S, o.seqlen));
+}
+
+// This rank's rows of a top-k mask as borrowed, checked against the session.
+TopkRows own_topk_rows(const SessionOptions& o, std::span<const std::int32_t> rows, Token S, int kv_heads, bool causal) {
+  check_topk_sizes(o, S, kv_heads);
   const Range mine = Sharding::sequential(S, o.cp_size, 1).blocks.at(static_cast<std::size_t>(o.rank));
   const std::int64_t per_row = mine.size() * kv_heads;
   if (per_row == 0 || static_cast<std::int64_t>(rows.size()) % per_row != 0)
@@ -359,14 +373,13 @@ std::shared_ptr<const IndexSummary> merged_summary(const SessionOptions& o,
   summary->kv_heads = kv_heads;
   summary->causal = causal;
   summary->blocks = Sharding::sequential(seqlen, o.cp_size, o.grid.blocks_per_rank).blocks;
-  // Each rank's summary holds only its own query blocks.
-  const std::int64_t per_rank = o.grid.blocks_per_rank;
+  // Each rank's summary is checked as what that rank's own rows could give,
+  // in rank order: every rank checks the same gathered summaries, so every
+  // rank stops at the same one with the same error.
+  const Sharding ranks = Sharding::sequential(seqlen, o.cp_size, 1);
   for (std::size_t r = 0; r < summaries.size(); ++r)
-    for (const IndexCell& c : summaries[r])
-      if (c.qblock / per_rank != static_cast<std::int64_t>(r))
-        throw Error(fmt::format("session: summary {} holds a cell of query block {}, which is rank {}'s: summaries "
-                                "must come in rank order, each of its rank's own rows",
-                                r, c.qblock, c.qblock / per_rank));
+    check_rank_summary(summaries[r], summary->blocks, ranks.blocks[r], kv_heads, causal,
+                       fmt::format("summaries[{}] (rank {}'s top-k summary)", r, r));
   summary->cells = merge_index_cells(summaries);
   return summary;
 }
@@ -378,9 +391,11 @@ const SolveResult& Session::solve_topk_summaries(const std::vector<std::vector<I
                                                  bool causal) {
   const auto t0 = std::chrono::steady_clock::now();
   const SessionOptions& o = impl_->opt;
+  // The gathered summaries first (the same on every rank), then this rank's rows.
+  check_topk_sizes(o, seqlen, kv_heads);
+  auto merged = merged_summary(o, summaries, seqlen, kv_heads, causal);
   const TopkRows t = own_topk_rows(o, own_rows, seqlen, kv_heads, causal);
-  Problem p = Problem::make(merged_summary(o, summaries, seqlen, kv_heads, causal), t, o.cp_size, o.heads, o.grid,
-                            &impl_->buffers);
+  Problem p = Problem::make(std::move(merged), t, o.cp_size, o.heads, o.grid, &impl_->buffers);
   p.set_layout(Layout::fixed);
   return impl_->solve_owner(std::make_shared<const Problem>(std::move(p)), t0);
 }
@@ -395,16 +410,13 @@ TopkRowRuns Session::summarize_topk_runs(std::span<const std::int32_t> own_rows,
 const SolveResult& Session::solve_topk_runs(const std::vector<std::vector<IndexCell>>& summaries, TopkRowRuns own_runs) {
   const auto t0 = std::chrono::steady_clock::now();
   const SessionOptions& o = impl_->opt;
-  if (o.rank < 0)
-    throw Error("session: per-rank top-k summaries need the session's rank (SessionOptions::rank, Python rank=)");
-  if (o.seqlen > 0 && own_runs.seqlen != o.seqlen)
-    throw Error(fmt::format("session: the row runs have S = {} tokens but the session's seqlen is {}", own_runs.seqlen,
-                            o.seqlen));
+  // The gathered summaries first (the same on every rank), then this rank's runs.
+  check_topk_sizes(o, own_runs.seqlen, own_runs.kv_heads);
+  auto summary = merged_summary(o, summaries, own_runs.seqlen, own_runs.kv_heads, own_runs.causal);
   const Range mine = Sharding::sequential(own_runs.seqlen, o.cp_size, 1).blocks.at(static_cast<std::size_t>(o.rank));
   if (own_runs.rows != mine)
     throw Error(fmt::format("session: the row runs are of the queries [{}, {}), rank {}'s are [{}, {})",
                             own_runs.rows.begin, own_runs.rows.end, o.rank, mine.begin, mine.end));
-  auto summary = merged_summary(o, summaries, own_runs.seqlen, own_runs.kv_heads, own_runs.causal);
   Problem p = Problem::make(std::move(summary), std::make_shared<const TopkRowRuns>(std::move(own_runs)), o.cp_size,
                             o.heads, o.grid);
   p.set_layout(Layout::fixed);
@@ -455,8 +467,7 @@ PlanExport Session::plan_export() const {
 }
 
 std::vector<std::string> Session::validate() const {
-  const SolveResult& r = impl_->need();
-  return validate_plan(*r.assignment, *r.plan);
+  return validate_result(impl_->need());
 }
 
 const SessionOptions& Session::options() const { return impl_->opt; }

@@ -108,6 +108,7 @@ SolveResult SolvePath::run(std::shared_ptr<const TaskGrid> grid, const Options& 
   po.rank = o.rank;
   po.buffers = o.buffers;
   r.plan = std::make_shared<const Plan>(builder->build(po));
+  if (po.hardware != nullptr) r.hardware = std::make_shared<const HardwareProfile>(*po.hardware);
   // The cut the plan took, resolved: a rank that builds its own plan from
   // this shape (replan, the compare's rank paths) need not price both again.
   if (r.shape.cut == PlanShape::Cut::automatic) r.shape.cut = builder->cut_of(po);
@@ -115,18 +116,18 @@ SolveResult SolvePath::run(std::shared_ptr<const TaskGrid> grid, const Options& 
   r.plan_ms = ms_since(t0);
   s.pricing.reset();
   own.reset();
-  if (o.validate && o.rank < 0) {
-    const std::vector<std::string> problems = validate_plan(*a, *r.plan);
+  r.assignment = std::move(a);
+  r.feasible = sol.feasible;
+  r.note = std::move(sol.note);
+  r.figures = std::move(sol.figures);
+  if (o.validate) {  // (a rank's plan against its peers)
+    const std::vector<std::string> problems = validate_result(r);
     if (!problems.empty()) {
       std::string msg = fmt::format("solve path: the plan of solver '{}' is invalid:", o.solver_name);
       for (const auto& p : problems) msg += "\n  " + p;
       throw Error(msg);
     }
   }
-  r.assignment = std::move(a);
-  r.feasible = sol.feasible;
-  r.note = std::move(sol.note);
-  r.figures = std::move(sol.figures);
   return r;
 }
 

@@ -3,13 +3,16 @@
 // for every solver, every kind of mask, uneven P, one stage or the solver's
 // choice, with and without relays, in both layouts.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <filesystem>
+#include <functional>
 #include <random>
 
 #include "cpsched/base/error.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/plan/builder.hpp"
+#include "cpsched/plan/validator.hpp"
 #include "cpsched/session/session.hpp"
 #include "cpsched/timing/hardware.hpp"
 #include "host_solve.hpp"
@@ -156,4 +159,90 @@ TEST_CASE("the solve path's shape names the stage cut its plan took") {
     po.stage_cut = r.shape.cut;
     CHECK(test::same_plan(build_plan(*r.assignment, po), *r.plan));
   }
+}
+
+// A rank's plan is validated as that rank's part among its peers
+// (validate_result), not as a whole plan with P - 1 empty entries.
+TEST_CASE("a rank's plan validates as its rank's part: stages, relays, the profile's cut, and a tampered entry") {
+  const RangeMask mask(1536, {{{0, 700}, {0, 700}, MaskType::causal},
+                              {{700, 1536}, {700, 1536}, MaskType::causal},
+                              {{1200, 1536}, {0, 300}, MaskType::full}});
+  struct Case {
+    int P, stages, relay;
+    const char* cost;
+  };
+  int checked = 0;
+  for (const Case c : {Case{3, 1, 0, "area"}, Case{8, PlanShape::kAutoStages, 0, "time"},
+                       Case{8, 2, 4, "area"}, Case{5, 3, 0, "time"}}) {
+    SessionOptions o;
+    o.cp_size = c.P;
+    o.heads = Heads{4, 2, 8, 2};
+    o.solver = "balanced_bytes";
+    o.cost_model = c.cost;
+    o.plan.stages = c.stages;
+    if (c.relay > 0) o.plan = PlanShape{c.stages, PlanShape::Relay::on, c.relay};
+    o.validate = true;  // (the solve path validates each rank's plan among its peers)
+    for (Rank r = 0; r < c.P; ++r) {
+      CAPTURE(c.P);
+      CAPTURE(c.stages);
+      CAPTURE(c.relay);
+      CAPTURE(r);
+      o.rank = r;
+      Session mine(o);
+      const SolveResult& res = mine.solve(mask);
+      REQUIRE(res.plan->only_rank == r);
+      CHECK(mine.validate() == std::vector<std::string>{});
+      // The whole-plan validator names it a rank's plan, in one problem.
+      const auto whole = validate_plan(*res.assignment, *res.plan);
+      REQUIRE(whole.size() == 1);
+      CHECK(whole[0].starts_with(fmt::format("plan: it is rank {}'s plan", r)));
+      ++checked;
+    }
+  }
+  CHECK(checked == 3 + 8 + 8 + 5);
+
+  // Tampered entries are found among the peers.
+  SessionOptions o;
+  o.cp_size = 4;
+  o.heads = Heads{4, 2, 8, 2};
+  o.plan.stages = 2;
+  o.rank = 2;
+  Session mine(o);
+  const SolveResult& res = mine.solve(mask);
+  PlanOptions po{res.shape.stages, 0};
+  po.rank = 2;
+  po.peers_comm = true;
+  const Plan peers = build_plan(*res.assignment, po);
+  CHECK(validate_rank_plan(*res.assignment, *res.plan, peers) == std::vector<std::string>{});
+  auto problems_of = [&](const std::function<void(Plan&)>& tamper) {
+    Plan p = *res.plan;
+    tamper(p);
+    return validate_rank_plan(*res.assignment, p, peers);
+  };
+  auto has = [](const std::vector<std::string>& v, const std::string& what) {
+    for (const auto& s : v)
+      if (s.find(what) != std::string::npos) return true;
+    return false;
+  };
+  // An arg dropped: its task is computed in part, or by no arg.
+  const auto dropped = problems_of([](Plan& p) {
+    auto& args = p.ranks[2].fwd.calc.local_attn_args;
+    REQUIRE(!args.empty());
+    args.pop_back();
+  });
+  CHECK((has(dropped, "is computed by no arg") || has(dropped, "but the args compute")));
+  // A received split of another size: the senders' splits disagree.
+  CHECK(has(problems_of([](Plan& p) {
+              for (StageComm& s : p.ranks[2].fwd.comm.stages)
+                if (!s.kv.output_split_sizes.empty()) {
+                  s.kv.output_split_sizes[0] += 1;
+                  return;
+                }
+              FAIL("rank 2 receives no KV");
+            }),
+            "but the senders' input splits naming rank 2 give"));
+  // Another rank's entry in a rank's plan.
+  CHECK(has(problems_of([&](Plan& p) { p.ranks[1] = peers.ranks[1]; }), "holds an entry for rank 1"));
+  // Another stage count than its peers.
+  CHECK(has(problems_of([](Plan& p) { p.num_stages += 1; }), "they were built with other options"));
 }

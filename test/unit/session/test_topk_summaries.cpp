@@ -6,12 +6,14 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "cpsched/base/error.hpp"
 #include "cpsched/plan/deferred_index.hpp"
 #include "cpsched/session/session.hpp"
 #include "random_index_masks.hpp"
+#include "test_helpers.hpp"
 
 using namespace cpsched;
 
@@ -96,6 +98,8 @@ TEST_CASE("a rank's plan from the gathered summaries and its own rows is its par
               CHECK(mine.comm_meta(r, pass) == whole.comm_meta(r, pass));
             }
             CHECK(mine.metrics().fwd.total_send == whole.metrics().fwd.total_send);
+            // Validated as its rank's part, among its peers' comm.
+            CHECK(mine.validate() == std::vector<std::string>{});
             ++checked;
           }
         }
@@ -199,6 +203,7 @@ TEST_CASE("a rank's plan from row runs leaves its index pool to the executor, wh
             CHECK(by_runs.plan().only_rank == r);
             CHECK(by_runs.assignment().rank == by_rows.assignment().rank);
             CHECK(by_runs.metrics().fwd.total_send == by_rows.metrics().fwd.total_send);
+            CHECK(by_runs.validate() == std::vector<std::string>{});
             TopkRows own;
             own.seqlen = S;
             own.first_row = mine.begin;
@@ -266,6 +271,14 @@ TEST_CASE("row runs that are not of the summarised rows are refused by name") {
   std::vector<std::vector<IndexCell>> other = summaries;
   other[1] = summaries[2];
   for (IndexCell& c : other[1]) c.qblock = 1;
+  // Rank 2's cells under rank 1's name: no rows of rank 1 give them.
+  CHECK_THROWS_WITH_AS(one.solve_topk_runs(other, good),
+                       doctest::Contains("summaries[1] (rank 1's top-k summary): cell 0 (head 0, qblock 1, kblock 0): "
+                                         "rows [128, "),
+                       Error);
+  // A summary that rows of rank 1 could give, but not these rows.
+  other[1] = summaries[1];
+  other[1].pop_back();
   CHECK_THROWS_WITH_AS(one.solve_topk_runs(other, good), doctest::Contains("the summary is not of these rows"), Error);
   one.solve_topk_runs(summaries, good);
   CHECK(one.plan().ranks[1].fwd.calc.deferred_index_entries > 0);
@@ -293,10 +306,50 @@ TEST_CASE("per-rank summaries: a session without a rank, wrong counts, order or 
   std::vector<std::vector<IndexCell>> swapped = summaries;
   std::swap(swapped[0], swapped[2]);
   CHECK_THROWS_WITH_AS(one.solve_topk_summaries(swapped, own, S, 1),
-                       doctest::Contains("session: summary 0 holds a cell of query block 2, which is rank 2's"), Error);
+                       doctest::Contains("summaries[0] (rank 0's top-k summary): cell 0 (head 0, qblock 2, kblock 0): "
+                                         "qblock 2 is not one of the rank's query blocks (its queries are [0, 64))"),
+                       Error);
   // Rows that are not the ones summarised: another rank's.
   CHECK_THROWS_WITH_AS(one.solve_topk_summaries(summaries, rows_of(mask, shards.blocks[2]), S, 1),
                        doctest::Contains("the summary is not of these rows"), Error);
   one.solve_topk_summaries(summaries, own, S, 1);
   CHECK_THROWS_WITH_AS(one.calc_meta(2), doctest::Contains("builds rank 1's plan only"), Error);
+}
+
+TEST_CASE("a gathered summary that no rows could give is refused by every rank with the same error, before its own rows") {
+  FourRanks f;
+  const Token S = FourRanks::S;
+  struct Lie {
+    const char* what;
+    void (*apply)(std::vector<IndexCell>&);
+  };
+  const Lie lies[] = {
+      {"area -5 is outside", [](std::vector<IndexCell>& c) { c[0].area = -5; }},
+      {"area 0 is outside", [](std::vector<IndexCell>& c) { c[0].area = 0; }},
+      {"is outside [", [](std::vector<IndexCell>& c) { c[0].area = Token{1} << 62; }},
+      {"repeats cell", [](std::vector<IndexCell>& c) { c.push_back(c.back()); }},
+      {"reach outside its query block", [](std::vector<IndexCell>& c) { c[0].rows = RangeSet{{200, 210}}; }},
+      {"reach outside its key block", [](std::vector<IndexCell>& c) { c[0].cols = RangeSet{{0, 256}}; }},
+      {"is not one of the rank's query blocks", [](std::vector<IndexCell>& c) { c[0].qblock = 0; }},
+  };
+  for (const Lie& lie : lies) {
+    CAPTURE(lie.what);
+    std::vector<std::vector<IndexCell>> gathered = f.summaries;
+    lie.apply(gathered[2]);
+    std::string first;
+    for (Rank r = 0; r < FourRanks::P; ++r) {
+      CAPTURE(r);
+      // Each rank's own rows are even another rank's here: the gathered summaries are checked first.
+      const std::string e = test::error_of([&] {
+        f.ranks[static_cast<std::size_t>(r)].solve_topk_summaries(gathered, rows_of(f.mask, f.shards.blocks[1]), S, 1);
+      });
+      CHECK(e.starts_with("summaries[2] (rank 2's top-k summary): cell "));
+      CHECK(e.find(lie.what) != std::string::npos);
+      if (r == 0) first = e;
+      CHECK(e == first);
+      TopkRowRuns runs = f.ranks[static_cast<std::size_t>(r)].summarize_topk_runs(
+          rows_of(f.mask, f.shards.blocks[static_cast<std::size_t>(r)]), S, 1);
+      CHECK(test::error_of([&] { f.ranks[static_cast<std::size_t>(r)].solve_topk_runs(gathered, runs); }) == first);
+    }
+  }
 }

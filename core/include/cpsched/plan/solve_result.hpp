@@ -14,11 +14,16 @@
 
 namespace cpsched {
 
+struct HardwareProfile;  // timing/hardware.hpp
+
 struct SolveResult {
   std::shared_ptr<const Assignment> assignment;
   std::shared_ptr<const Plan> plan;
   Metrics metrics;
   PlanShape shape;       // the plan's shape, resolved (N stages, relays on or off)
+  // The cluster the plan was built on (the cost model's profile; null:
+  // none): with the shape, what rebuilding its peers needs (validate_result).
+  std::shared_ptr<const HardwareProfile> hardware;
   PlanUses uses;         // what the solver was told of its use
   bool feasible = true;  // the solver's balance target was met
   std::string solver;    // the solver that made it (SolvePath::Options::solver_name)

@@ -31,6 +31,7 @@
 
 #include "cpsched/problem/assignment.hpp"
 #include "cpsched/plan/plan.hpp"
+#include "cpsched/plan/solve_result.hpp"
 
 namespace cpsched {
 
@@ -43,7 +44,31 @@ struct ValidateOptions {
   std::size_t index_chunk_pairs = 0;
 };
 
+// A rank's plan (Plan::only_rank >= 0: one entry, as each rank builds its
+// own) is not a whole plan: validate_plan says so in one problem and checks
+// nothing else; validate_rank_plan checks it.
 std::vector<std::string> validate_plan(const Assignment& a, const Plan& plan, const ValidateOptions& opt = {});
+
+// Rank r's plan (Plan::only_rank = r) validated as r's part of the whole:
+// `peers` is what the other ranks run with it, every rank's CommMeta of the
+// same assignment and options (build_plan with PlanOptions::rank = r and
+// peers_comm; their CalcMeta may be empty, the problem may hold r's index
+// rows only). Rank r's entry takes its place among them and the checks above
+// run with every rank's CommMeta (shape, send/receive agreement, relays,
+// bytes per rank) and rank r's CalcMeta: its args inside their buffers, every
+// pair of the tasks placed on r computed exactly once by r and nothing of
+// another rank's, its received rows all read, each reduce_after at or after
+// r's last stage reading the rows, and its loads the metrics'. An index plan
+// whose rows the executor writes (CalcMeta::deferred_index_entries) has its
+// pairs counted by index_area, not read. The other entries of `plan` must be
+// empty.
+std::vector<std::string> validate_rank_plan(const Assignment& a, const Plan& plan, Plan peers,
+                                            const ValidateOptions& opt = {});
+
+// A solve's plan: validate_plan, or for a rank's plan validate_rank_plan
+// against its peers built from the result's assignment, shape and hardware
+// (SolveResult::hardware, the profile the plan was built on).
+std::vector<std::string> validate_result(const SolveResult& r, const ValidateOptions& opt = {});
 
 // Brute force for small problems (tests): evaluates every arg entry by entry,
 // maps it to global coordinates and counts, per head group, how often each

@@ -83,7 +83,7 @@ struct SessionOptions {
   // bytes, 0: CPSCHED_MEMORY_BUDGET or MemAvailable). From a Config: its
   // `memory_budget:`. Setting it sets the process's budget (set_memory_budget).
   std::int64_t memory_budget = 0;
-  bool validate = false;           // run validate_plan on every new plan (builds without NDEBUG always do)
+  bool validate = false;           // run validate_result on every new plan (a rank's plan against its peers)
 };
 
 class Session {
@@ -96,6 +96,9 @@ class Session {
   // From a loaded config: problem sizes, solver, cost model, plan options and
   // plugin paths; `solve_config_mask()` solves its mask.
   explicit Session(const Config& config, std::shared_ptr<Registry> registry = nullptr);
+  // The same as rank `rank` of the CP group (SessionOptions::rank; -1: every
+  // rank's plan): a config is the same on every rank, the rank is not.
+  Session(const Config& config, Rank rank, std::shared_ptr<Registry> registry = nullptr);
   static SessionOptions options_from(const Config& config);
   ~Session();
   Session(Session&&) noexcept;
@@ -183,7 +186,7 @@ class Session {
   // What plan_json writes (for streaming it: write_plan_json); its pointers
   // refer to the last result.
   PlanExport plan_export() const;
-  // validate_plan on the last result.
+  // validate_result on the last result (a rank's plan against its peers).
   std::vector<std::string> validate() const;
 
   const SessionOptions& options() const;

@@ -61,7 +61,87 @@ std::vector<IndexCell> fold(std::vector<IndexCell> cells) {
   return out;
 }
 
+// Pairs (q, key) with q in `rows`, key in `cols` and key <= q: the sum over
+// the rows q of K(q + 1), K(x) = the keys below x, which is constant between
+// key ranges and grows by one per token inside one; O(row + key ranges).
+__int128 causal_pairs(const RangeSet& rows, const RangeSet& cols) {
+  const std::vector<Range>& cr = cols.ranges();
+  std::size_t j = 0;   // the first key range not wholly below x
+  __int128 below = 0;  // keys in cr[0, j)
+  __int128 total = 0;
+  for (Range r : rows.ranges()) {
+    Token x = r.begin + 1;
+    const Token xe = r.end + 1;
+    while (x < xe) {
+      while (j < cr.size() && cr[j].end <= x) below += cr[j++].size();
+      if (j == cr.size() || x <= cr[j].begin) {
+        const Token e = j == cr.size() ? xe : std::min(xe, cr[j].begin + 1);
+        total += below * (e - x);
+        x = e;
+      } else {  // K(x) = below + x - cr[j].begin for x in (cr[j].begin, cr[j].end)
+        const Token e = std::min(xe, cr[j].end);
+        const __int128 n = e - x;
+        total += n * (below - cr[j].begin) + (static_cast<__int128>(x) + e - 1) * n / 2;
+        x = e;
+      }
+    }
+  }
+  return total;
+}
+
+std::string wide(__int128 v) {
+  if (v > std::numeric_limits<std::int64_t>::max()) return "more than 2^63";
+  return std::to_string(static_cast<std::int64_t>(v));
+}
+
 }  // namespace
+
+void check_rank_summary(const std::vector<IndexCell>& cells, const std::vector<Range>& blocks, Range rows, int kv_heads,
+                        bool causal, const std::string& where) {
+  const auto nb = static_cast<std::int64_t>(blocks.size());
+  auto inside = [](Range a, Range b) { return a.begin >= b.begin && a.end <= b.end; };
+  for (std::size_t i = 0; i < cells.size(); ++i) {
+    const IndexCell& c = cells[i];
+    const std::string cell = fmt::format("{}: cell {} (head {}, qblock {}, kblock {})", where, i, c.head, c.qblock, c.kblock);
+    if (c.head < 0 || c.head >= kv_heads)
+      throw Error(fmt::format("{}: head {} is outside the {} selection heads [0, {})", cell, c.head, kv_heads, kv_heads));
+    if (c.qblock < 0 || c.qblock >= nb || !inside(blocks[static_cast<std::size_t>(c.qblock)], rows))
+      throw Error(fmt::format("{}: qblock {} is not one of the rank's query blocks (its queries are [{}, {})): a "
+                              "summary holds its own rows only",
+                              cell, c.qblock, rows.begin, rows.end));
+    if (c.kblock < 0 || c.kblock >= nb)
+      throw Error(fmt::format("{}: kblock {} is outside the {} blocks of S = {}", cell, c.kblock, nb,
+                              blocks.empty() ? 0 : blocks.back().end));
+    if (i > 0 && !(key_of(cells[i - 1]) < key_of(c)))
+      throw Error(fmt::format("{}: it {} cell {} (head {}, qblock {}, kblock {}): cells come once each, sorted by (head, "
+                              "qblock, kblock)",
+                              cell, key_of(cells[i - 1]) == key_of(c) ? "repeats" : "comes after", i - 1,
+                              cells[i - 1].head, cells[i - 1].qblock, cells[i - 1].kblock));
+    const Range qb = blocks[static_cast<std::size_t>(c.qblock)], kb = blocks[static_cast<std::size_t>(c.kblock)];
+    if (c.rows.empty() || c.cols.empty())
+      throw Error(fmt::format("{}: no {} (a cell holds a selection)", cell, c.rows.empty() ? "rows" : "keys"));
+    const Range rh{c.rows.ranges().front().begin, c.rows.ranges().back().end};
+    const Range ch{c.cols.ranges().front().begin, c.cols.ranges().back().end};
+    if (!inside(rh, qb))
+      throw Error(fmt::format("{}: rows [{}, {}) reach outside its query block [{}, {})", cell, rh.begin, rh.end,
+                              qb.begin, qb.end));
+    if (!inside(ch, kb))
+      throw Error(fmt::format("{}: keys [{}, {}) reach outside its key block [{}, {})", cell, ch.begin, ch.end,
+                              kb.begin, kb.end));
+    if (causal && (ch.end > rh.end || ch.begin > rh.begin))
+      throw Error(fmt::format("{}: keys [{}, {}) and rows [{}, {}) are not causal ({}): a causal selection has no key "
+                              "after its last row and none of its rows before its first key",
+                              cell, ch.begin, ch.end, rh.begin, rh.end,
+                              ch.end > rh.end ? fmt::format("key {} > row {}", ch.end - 1, rh.end - 1)
+                                              : fmt::format("row {} < key {}", rh.begin, ch.begin)));
+    const Token nr = c.rows.size(), nc = c.cols.size();
+    const __int128 most = causal ? causal_pairs(c.rows, c.cols) : static_cast<__int128>(nr) * nc;
+    const Token fewest = std::max(nr, nc);
+    if (c.area < fewest || c.area > most)
+      throw Error(fmt::format("{}: area {} is outside [{}, {}], the pairs its {} rows and {} keys need and can hold{}",
+                              cell, c.area, fewest, wide(most), nr, nc, causal ? " (causal)" : ""));
+  }
+}
 
 std::vector<IndexCell> summarize_topk_rows(const TopkRows& rows, const std::vector<Range>& blocks,
                                            IndexCountOptions options) {

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -140,4 +141,73 @@ TEST_CASE("coarsen_index_cells: a coarse block must start on a fine boundary") {
   const std::vector<Range> fine{{0, 4}, {4, 8}}, coarse{{0, 6}, {6, 8}};
   CHECK(error_of([&] { coarsen_index_cells({}, fine, coarse); }) ==
         "coarsen_index_cells: coarse block 1 = [6, 8) starts inside fine block [4, 8)");
+}
+
+TEST_CASE("check_rank_summary: every rank's honest summary passes, on every grid and head count") {
+  for (int P : {2, 3, 8}) {
+    for (int H : {1, 2}) {
+      const Token S = Token{96} * P + 5;
+      const IndexMask mask = dsa_mask(S, H, P);
+      for (int bpr : {1, 2}) {
+        const Sharding sh = Sharding::sequential(S, P, bpr);
+        const Sharding ranks = Sharding::sequential(S, P, 1);
+        for (int r = 0; r < P; ++r) {
+          const Range mine = ranks.blocks[static_cast<std::size_t>(r)];
+          const auto cells = summarize_topk_rows(rows_of(mask, mine, "rank.npy"), sh.blocks);
+          CAPTURE(P);
+          CAPTURE(H);
+          CAPTURE(bpr);
+          CAPTURE(r);
+          CHECK_NOTHROW(check_rank_summary(cells, sh.blocks, mine, H, true, "s"));
+          CHECK_NOTHROW(check_rank_summary(cells, sh.blocks, mine, H, false, "s"));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("check_rank_summary: a summary that no rows of the rank could give names the cell, the field and the value") {
+  const Token S = 96;
+  const int P = 3;
+  const IndexMask mask = dsa_mask(S, 1, 1);
+  const Sharding sh = Sharding::sequential(S, P, 1);
+  const Range mine = sh.blocks[1];  // [32, 64)
+  const std::vector<IndexCell> honest = summarize_topk_rows(rows_of(mask, mine, "rank1.npy"), sh.blocks);
+  REQUIRE(honest.size() >= 2);
+  auto err = [&](const std::function<void(std::vector<IndexCell>&)>& lie, bool causal = true, int heads = 1) {
+    std::vector<IndexCell> c = honest;
+    lie(c);
+    return error_of([&] { check_rank_summary(c, sh.blocks, mine, heads, causal, "summaries[1] (rank 1's)"); });
+  };
+  using C = std::vector<IndexCell>;
+  const std::string c0 = "summaries[1] (rank 1's): cell 0 (head 0, qblock 1, kblock 0)";
+  CHECK(err([](C& c) { c[0].area = -5; }).starts_with(c0 + ": area -5 is outside ["));
+  CHECK(err([](C& c) { c[0].area = 0; }).starts_with(c0 + ": area 0 is outside ["));
+  CHECK(err([](C& c) { c[0].area = Token{1} << 62; }).starts_with(c0 + ": area 4611686018427387904 is outside ["));
+  // The pairs 32 rows x 32 keys can hold.
+  CHECK(err([](C& c) { c[0].rows = RangeSet{{32, 64}}, c[0].cols = RangeSet{{0, 32}}, c[0].area = 1025; }) ==
+        c0 + ": area 1025 is outside [32, 1024], the pairs its 32 rows and 32 keys need and can hold (causal)");
+  // Causal: on the diagonal at most the triangle's pairs.
+  CHECK(err([](C& c) { c[1].rows = RangeSet{{32, 64}}, c[1].cols = RangeSet{{32, 64}}, c[1].area = 529; })
+            .ends_with(": area 529 is outside [32, 528], the pairs its 32 rows and 32 keys need and can hold (causal)"));
+  CHECK_NOTHROW(err([](C& c) { c[1].rows = RangeSet{{32, 64}}, c[1].cols = RangeSet{{32, 64}}, c[1].area = 528; }));
+  CHECK(err([](C& c) { c[0].head = 1; }) == "summaries[1] (rank 1's): cell 0 (head 1, qblock 1, kblock 0): head 1 is "
+                                             "outside the 1 selection heads [0, 1)");
+  CHECK(err([](C& c) { c[0].qblock = 0; }) ==
+        "summaries[1] (rank 1's): cell 0 (head 0, qblock 0, kblock 0): qblock 0 is not one of the rank's query blocks "
+        "(its queries are [32, 64)): a summary holds its own rows only");
+  CHECK(err([](C& c) { c[0].kblock = 7; }) ==
+        "summaries[1] (rank 1's): cell 0 (head 0, qblock 1, kblock 7): kblock 7 is outside the 3 blocks of S = 96");
+  CHECK(err([](C& c) { c.push_back(c.back()); }).ends_with("repeats cell " + std::to_string(honest.size() - 1) +
+                                                           " (head 0, qblock 1, kblock 1): cells come once each, "
+                                                           "sorted by (head, qblock, kblock)"));
+  CHECK(err([](C& c) { std::swap(c[0], c[1]); }).find("comes after cell 0") != std::string::npos);
+  CHECK(err([](C& c) { c[0].rows = RangeSet{{72, 80}}; }) == c0 + ": rows [72, 80) reach outside its query block [32, 64)");
+  CHECK(err([](C& c) { c[0].cols = RangeSet{{0, 40}}; }) == c0 + ": keys [0, 40) reach outside its key block [0, 32)");
+  CHECK(err([](C& c) { c[0].cols = RangeSet{}; }) == c0 + ": no keys (a cell holds a selection)");
+  CHECK(err([](C& c) { c[1].cols = RangeSet{{40, 64}}, c[1].rows = RangeSet{{34, 63}}; }).find("are not causal (key 63 > row 62)") !=
+        std::string::npos);
+  // Not causal: a key after its rows is allowed, the bound is rows x keys.
+  CHECK_NOTHROW(err([](C& c) { c[1].cols = RangeSet{{40, 64}}, c[1].rows = RangeSet{{34, 63}}; }, false));
+  CHECK(err([](C&) {}, true, 0).find("head 0 is outside the 0 selection heads") != std::string::npos);
 }

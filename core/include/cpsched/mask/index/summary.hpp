@@ -9,6 +9,7 @@
 // mask. Summaries are counted on fine blocks and coarsened to whichever
 // sharding a solver picks, so one exchange serves every grid.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "cpsched/base/range.hpp"
@@ -72,6 +73,22 @@ TopkRowRuns summarize_topk_runs(const TopkRows& rows, const std::vector<Range>& 
 //   "rank3.npy: indices[5, 0, 2] = 70000 (query token 12293) is outside [0, 65536)".
 std::vector<IndexCell> summarize_topk_rows(const TopkRows& rows, const std::vector<Range>& blocks,
                                            IndexCountOptions options = {});
+
+// Checks one rank's summary (another rank's, gathered) before it is merged:
+// that it is what summarize_topk_rows gives for some valid rows of that rank.
+// `blocks` tile [0, S) (the grid it was counted on); `rows` are the rank's
+// queries (whole blocks). Cells strictly sorted by (head, qblock, kblock) (no
+// cell twice), heads in [0, kv_heads), query blocks inside `rows`, key blocks
+// in [0, blocks); each cell's rows inside its query block and its keys inside
+// its key block, both non-empty, with causal no key after the cell's last row
+// and none of its rows before its first key; its area between the fewest
+// pairs those rows and keys need (every row selects a key, every key is
+// selected) and the most they can hold (with causal: key <= query). Throws
+// cpsched::Error starting with `where`, naming the cell, the field and the
+// value, e.g.
+//   "summaries[1] (rank 1's): cell 0 (head 0, qblock 1, kblock 0): area -5 is outside [32, 1024], ..."
+void check_rank_summary(const std::vector<IndexCell>& cells, const std::vector<Range>& blocks, Range rows, int kv_heads,
+                        bool causal, const std::string& where);
 
 // The cells of several summaries over the same blocks as one list sorted by
 // (head, qblock, kblock); cells with the same key (two summaries of the same
