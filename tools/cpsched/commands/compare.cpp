@@ -146,6 +146,21 @@ int cmd_compare(const Args& args) {
                charts.size(), secs);
     fmt::print("wrote {}/index.html, results.csv, results.md\n", dir.string());
   }
+  // A sweep in which no row ran measured nothing: most often a config or
+  // parameter error that every row hit. The report says so row by row; the
+  // exit status says so to a script (a row that failed beside others that
+  // ran is a result, not an error).
+  if (failed > 0 && failed + skipped == static_cast<int>(res.per_pack.size())) {
+    std::string first;
+    for (const auto& r : res.per_pack)
+      if (!r.ok && !r.skipped) {
+        first = r.error;
+        break;
+      }
+    fmt::print(stderr, "cpsched compare: error: every row failed ({} failed{}); the first: {}\n", failed,
+               skipped > 0 ? fmt::format(", {} skipped", skipped) : std::string(), first);
+    return 1;
+  }
   return 0;
 }
 
