@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import logging
 import os
 import queue
 import threading
+import time
 import weakref
 from collections import namedtuple
 
@@ -152,27 +154,73 @@ def _int32_keys(a, name):
     return a
 
 
+_SUMMARY_FIELDS = ("cells", "row_offsets", "rows", "col_offsets", "cols")
+_SUMMARY_SHAPES = ("[n, 4]", "[n + 1]", "[m, 2]", "[n + 1]", "[m', 2]")
+
+
+def _int64_array(x, name, ndim, width=None, shape_text=""):
+    """An integer array of `ndim` dimensions (and `width` columns) as C-contiguous int64, or a ValueError naming
+    `name`: None, floats, bools and other shapes are refused, never converted."""
+    if x is None:
+        raise ValueError(f"{name}: None; expected an integer array of shape {shape_text}")
+    a = _host_array(x, name)
+    if a.dtype.kind not in "iu":
+        raise ValueError(f"{name}: expected an integer array, got dtype {a.dtype}")
+    if a.ndim != ndim or (width is not None and a.shape[1] != width):
+        raise ValueError(f"{name}: expected shape {shape_text}, got shape {a.shape}")
+    if a.dtype == np.uint64 and a.size and int(a.max()) > np.iinfo(np.int64).max:
+        raise ValueError(f"{name}: value {int(a.max())} is outside int64")
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def _summary_arrays(arrays, where):
+    """A summary's five arrays, checked for type, dtype and shape and made C-contiguous int64 (what the extension
+    reads); what they say (ranges, areas, blocks) is checked where the summaries are planned from."""
+    if isinstance(arrays, (str, bytes, np.ndarray)) or not isinstance(arrays, (tuple, list)):
+        raise ValueError(f"{where}: expected the tuple of 5 arrays of Session.summarize_topk ({', '.join(_SUMMARY_FIELDS)}), "
+                         f"got {type(arrays).__name__}")
+    if len(arrays) != 5:
+        raise ValueError(f"{where}: expected the 5 arrays of Session.summarize_topk ({', '.join(_SUMMARY_FIELDS)}), "
+                         f"got {len(arrays)}")
+    out = tuple(_int64_array(a, f"{where}: {name}", 2 if i % 2 == 0 else 1, (4 if i == 0 else 2) if i % 2 == 0 else None,
+                             shape)
+                for i, (a, name, shape) in enumerate(zip(arrays, _SUMMARY_FIELDS, _SUMMARY_SHAPES)))
+    n = len(out[0])
+    for i in (1, 3):
+        if len(out[i]) != n + 1:
+            raise ValueError(f"{where}: {_SUMMARY_FIELDS[i]}: {len(out[i])} entries for {n} cells (expected n + 1 = {n + 1})")
+    return out
+
+
 class TopkSummary:
     """One rank's summary of its top-k index rows (Session.summarize_topk): per cell of its query blocks
     (head, query block, key block) the selected pairs, the query rows and the distinct keys, as int64 arrays
     (`arrays`: cells [n, 4], row_offsets [n + 1], rows [m, 2], col_offsets [n + 1], cols [m', 2]). Kilobytes
-    where the rows are megabytes; picklable, for an all-gather."""
+    where the rows are megabytes; picklable, for an all-gather. `seqlen`, `kv_heads` and `causal` say what it
+    was made for (None: not said); a summary of another S, selection heads or causality than the others' or
+    the planning Session's is refused by name. Arrays of another dtype or shape are refused here; what they
+    say is checked by Session.solve_topk_summaries / solve_topk_runs, on every rank alike."""
 
-    __slots__ = ("rank", "arrays")
+    __slots__ = ("rank", "arrays", "seqlen", "kv_heads", "causal")
 
-    def __init__(self, rank, arrays):
-        self.rank = int(rank)
-        self.arrays = tuple(arrays)
+    def __init__(self, rank, arrays, seqlen=None, kv_heads=None, causal=None):
+        self.rank = _int(rank, "TopkSummary: rank", 0, _MAX_RANKS - 1)
+        self.arrays = _summary_arrays(arrays, f"TopkSummary(rank={self.rank})")
+        self.seqlen = None if seqlen is None else _int(seqlen, "TopkSummary: seqlen", 1, _MAX_SEQLEN)
+        self.kv_heads = None if kv_heads is None else _int(kv_heads, "TopkSummary: kv_heads", 1, _MAX_HEADS)
+        self.causal = None if causal is None else _bool(causal, "TopkSummary: causal")
 
     @property
     def nbytes(self):
         return sum(int(a.nbytes) for a in self.arrays)
 
     def __getstate__(self):
-        return (self.rank, self.arrays)
+        return (self.rank, self.arrays, self.seqlen, self.kv_heads, self.causal)
 
     def __setstate__(self, state):
-        self.rank, self.arrays = int(state[0]), tuple(state[1])
+        # (Unpickled from another rank: checked as the constructor checks.)
+        state = tuple(state) + (None,) * (5 - len(state))
+        TopkSummary.__init__(self, *state[:5])
 
     def __repr__(self):
         return f"TopkSummary(rank={self.rank}, cells={len(self.arrays[0])}, {self.nbytes} bytes)"
@@ -188,11 +236,21 @@ class TopkRowRuns:
     __slots__ = ("summary", "width", "area", "kv_heads", "causal")
 
     def __init__(self, summary, width, area, kv_heads, causal=True):
+        if not isinstance(summary, TopkSummary):
+            raise ValueError(f"TopkRowRuns: summary: expected a TopkSummary, got {type(summary).__name__}")
         self.summary = summary
-        self.width = np.ascontiguousarray(width, dtype=np.int64)
-        self.area = np.ascontiguousarray(area, dtype=np.int64)
-        self.kv_heads = int(kv_heads)
-        self.causal = bool(causal)
+        self.width = _int64_array(width, "TopkRowRuns: width", 1, shape_text="[runs]")
+        self.area = _int64_array(area, "TopkRowRuns: area", 1, shape_text="[runs]")
+        if len(self.width) != len(self.area):
+            raise ValueError(f"TopkRowRuns: width has {len(self.width)} entries, area {len(self.area)} (one each per run)")
+        self.kv_heads = _int(kv_heads, "TopkRowRuns: kv_heads", 1, _MAX_HEADS)
+        self.causal = _bool(causal, "TopkRowRuns: causal")
+        for field in ("kv_heads", "causal"):  # the summary says what it was made for, for the other ranks' checks
+            mine, said = getattr(self, field), getattr(summary, field)
+            if said is None:
+                setattr(summary, field, mine)
+            elif said != mine:
+                raise ValueError(f"TopkRowRuns: {field} = {mine!r}, but its summary was made with {field} = {said!r}")
 
     def __repr__(self):
         return (f"TopkRowRuns(rank={self.summary.rank}, cells={len(self.summary.arrays[0])}, "
@@ -625,6 +683,26 @@ def _resolve(fut, handle):
         fut.set_exception(e)
 
 
+def _run_callback(fn, fut):
+    try:
+        fn(fut)
+    except Exception:  # as concurrent.futures does with a callback's error
+        logging.getLogger("concurrent.futures").exception("exception calling callback for %r", fut)
+
+
+class _AheadFuture(concurrent.futures.Future):
+    """solve_async's Future. Its done-callbacks run on a thread of their own, never on the Session's one
+    resolving thread: a callback that waits for another solve_async of the same Session (or solves more)
+    would otherwise hold the very thread that must resolve it, and wait forever. A callback added once the
+    Future is done runs at once in the caller's thread, as with any Future."""
+
+    def add_done_callback(self, fn):
+        if self.done():
+            return super().add_done_callback(fn)  # (runs it now, here)
+        super().add_done_callback(lambda f: threading.Thread(target=_run_callback, args=(fn, f),
+                                                             name="cpsched-ahead-callback", daemon=True).start())
+
+
 class _AheadWaiter:
     """One daemon thread per Session that resolves solve_async's Futures in the order the masks were queued
     (the C++ queue solves them in that order); it holds no reference to the Session and ends after the
@@ -642,8 +720,16 @@ class _AheadWaiter:
             item = self._q.get()
             if item is None:
                 return
-            _resolve(*item)
-            del item  # no reference to the last Future or handle while waiting (nanobind's leak check at exit)
+            # Wait here, not inside the extension: the interpreter's exit ends a daemon thread when it takes the
+            # GIL back, and from inside C++ (a blocking get() with the GIL released) that end is std::terminate,
+            # the process aborted with an in-flight plan. Sleeping is CPython's own and safe there; a few ms of
+            # latency on a Future whose mask takes tens.
+            delay = 0.0005
+            while not item[1].done():
+                time.sleep(delay)
+                delay = min(2 * delay, 0.005)
+            _resolve(*item)  # (get() of a done solve keeps the GIL)
+            del item  # no reference to the last Future or handle while waiting
 
     def close(self):
         self._q.put(None)
@@ -681,11 +767,21 @@ class Session:
         self._ahead = None
 
     @classmethod
-    def from_config(cls, path, overrides=None):
+    def from_config(cls, path, overrides=None, *, rank=None):
         """A Session from a YAML config (as `cpsched plan CONFIG --set k=v ...`): problem sizes, solver,
-        cost model, stages, cache and plugin paths. `overrides`: {"key.path": value}."""
+        cost model, stages, cache and plugin paths. `overrides`: {"key.path": value}. `rank`: this process's
+        rank of the CP group, as Session(rank=): only its CalcMeta / CommMeta are built (None: every rank's);
+        a config is the same on every rank, the rank is not."""
+        path = _path(path, "path")
+        overrides = _overrides(overrides)
+        rank = -1 if rank is None else _int(rank, "rank", 0, _MAX_RANKS - 1)
         self = cls.__new__(cls)
-        self._s = _cpsched._Session.from_config(_path(path, "path"), _overrides(overrides))
+        try:
+            self._s = _cpsched._Session.from_config(path, overrides, rank)
+        except ValueError as e:
+            if rank >= 0 and "session: rank must be" in str(e):
+                raise ValueError(f"rank: {rank} is outside [0, cp_size) of the config ({e})") from None
+            raise
         self._ahead = None
         return self
 
@@ -701,9 +797,10 @@ class Session:
         returns a concurrent.futures.Future of its Result. The result lands in the plan cache, so a later
         solve() of the same mask is a cache hit (one still in flight waits for it instead of solving again).
         Identical masks in flight are solved once; a full queue (ahead_queue) makes this call wait for a slot.
-        Mask errors raise here; the solver's are the Future's exception."""
+        Mask errors raise here; the solver's are the Future's exception. Done-callbacks run on a thread of
+        their own (one per callback), so a callback may wait for another of this Session's Futures."""
         handle = self._s.solve_async(*_seed_lists(q_ranges, k_ranges, types))
-        fut = concurrent.futures.Future()
+        fut = _AheadFuture()
         fut.set_running_or_notify_cancel()
         if handle.done():
             _resolve(fut, handle)
@@ -747,15 +844,20 @@ class Session:
         torch.distributed.all_gather_object) and pass them to solve_topk_summaries. Needs the Session's rank
         and seqlen. Errors name the row of `rows` and its query token."""
         a = self._own_rows(rows, causal)
-        return TopkSummary(self._s.options()["rank"], self._s.summarize_topk(a, causal))
+        o = self._s.options()
+        return TopkSummary(o["rank"], self._s.summarize_topk(a, causal), seqlen=o["seqlen"], kv_heads=a.shape[1],
+                           causal=causal)
 
     def solve_topk_summaries(self, summaries, rows, causal=True):
         """This rank's plan of a top-k mask from every rank's TopkSummary (in rank order) and its own rows
         (those it summarised): its part of the plan only, with every query on its host (owner's placement,
         whatever the Session's solver: a rank holds only its own queries' indices). Nothing of size S x k
-        crosses between ranks. Not cached."""
+        crosses between ranks. Not cached. The gathered summaries are checked before this rank's rows, so
+        every rank that gathered the same ones raises the same error for a bad one (naming its rank)."""
+        self._topk_session()
+        _bool(causal, "causal")
+        self._check_summaries(summaries, causal)
         a = self._own_rows(rows, causal)
-        self._check_summaries(summaries)
         return Result(self._s.solve_topk_summaries([x.arrays for x in summaries], a, causal))
 
     def summarize_topk_runs(self, rows, causal=True):
@@ -763,25 +865,38 @@ class Session:
         its widest row and pairs), counted on the host; cpsched.torch.summarize_topk counts the same on the
         rows' device."""
         a = self._own_rows(rows, causal)
+        o = self._s.options()
         cells, width, area = self._s.summarize_topk_runs(a, causal)
-        return TopkRowRuns(TopkSummary(self._s.options()["rank"], cells), width, area, a.shape[1], causal)
+        return TopkRowRuns(TopkSummary(o["rank"], cells, seqlen=o["seqlen"]), width, area, a.shape[1], causal)
 
     def solve_topk_runs(self, summaries, runs):
         """This rank's plan of a top-k mask from every rank's TopkSummary (in rank order) and its own
         TopkRowRuns: as solve_topk_summaries, but the host never reads the rank's keys. The plan's index args
         have their shapes; their rows are the executor's to write (calc `deferred_index_entries`, comm
         `remote_kv_rows`; cpsched.torch does it on the device, docs/plan_format.md). Not cached."""
-        o = self._s.options()
-        if o["rank"] is None:
-            raise ValueError("session: per-rank top-k summaries need the Session's rank (Session(..., rank=r))")
+        self._topk_session()
         if not isinstance(runs, TopkRowRuns):
             raise ValueError(f"runs: expected a TopkRowRuns (Session.summarize_topk_runs), got {type(runs).__name__}")
-        self._check_summaries(summaries)
+        self._check_summaries(summaries, runs.causal)
+        if runs.summary.rank != self._s.options()["rank"]:
+            raise ValueError(f"runs: they are rank {runs.summary.rank}'s, this Session is rank "
+                             f"{self._s.options()['rank']}'s")
         return Result(self._s.solve_topk_runs([x.arrays for x in summaries], runs.summary.arrays, runs.width,
                                               runs.area, runs.kv_heads, runs.causal))
 
-    def _check_summaries(self, summaries):
-        P = self._s.options()["cp_size"]
+    def _topk_session(self):
+        o = self._s.options()
+        if o["rank"] is None:
+            raise ValueError("session: per-rank top-k summaries need the Session's rank (Session(..., rank=r))")
+        if not o["seqlen"]:
+            raise ValueError("session: per-rank top-k summaries need the Session's seqlen (S)")
+        return o
+
+    def _check_summaries(self, summaries, causal):
+        """The gathered summaries' list, ranks and what they were made for: the same checks, in the same order,
+        on every rank (nothing of this rank's own rows is read here)."""
+        o = self._s.options()
+        P = o["cp_size"]
         if not isinstance(summaries, (list, tuple)) or len(summaries) != P:
             n = len(summaries) if isinstance(summaries, (list, tuple)) else type(summaries).__name__
             raise ValueError(f"summaries: expected a list of the {P} ranks' TopkSummary (rank order), got {n}")
@@ -791,14 +906,27 @@ class Session:
                                  f"{type(x).__name__}")
             if x.rank != r:
                 raise ValueError(f"summaries[{r}]: it is rank {x.rank}'s summary; the list must be in rank order")
+        # What each was made for (where it says): the same for all, and this Session's and this call's.
+        for field, mine in (("seqlen", o["seqlen"]), ("kv_heads", None), ("causal", causal)):
+            said = [(r, getattr(x, field)) for r, x in enumerate(summaries) if getattr(x, field) is not None]
+            if not said:
+                continue
+            r0, v0 = said[0]
+            for r, v in said[1:]:
+                if v != v0:
+                    raise ValueError(f"summaries[{r}] (rank {r}'s top-k summary): made with {field} = {v!r}, "
+                                     f"summaries[{r0}] (rank {r0}'s) with {field} = {v0!r}: the ranks summarised "
+                                     f"different masks")
+            if field == "kv_heads" and v0 not in (1, o["heads"][1]):
+                raise ValueError(f"summaries: made for {v0} selection heads, but heads.kv = {o['heads'][1]} (a "
+                                 f"selection is shared by every head, 1, or one per KV head)")
+            if mine is not None and v0 != mine:
+                what = "this Session's seqlen" if field == "seqlen" else "this call's causal"
+                raise ValueError(f"summaries: made with {field} = {v0!r} (summaries[{r0}]), but {what} is {mine!r}")
 
     def _own_rows(self, rows, causal):
         _bool(causal, "causal")
-        o = self._s.options()
-        if o["rank"] is None:
-            raise ValueError("session: per-rank top-k summaries need the Session's rank (Session(..., rank=r))")
-        if not o["seqlen"]:
-            raise ValueError("session: per-rank top-k summaries need the Session's seqlen (S)")
+        o = self._topk_session()
         a = _keys_array(rows, "rows", "rows")
         lo, hi = (int(x) for x in _cpsched.sharding_ranges(o["seqlen"], o["cp_size"])[o["rank"]])
         if a.shape[0] != hi - lo:

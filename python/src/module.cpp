@@ -11,6 +11,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <limits>
 #include <mutex>
@@ -316,7 +317,10 @@ class Result {
     write_plan_svg(path, *plan_->assignment, plan_->metrics, o);
   }
 
-  std::vector<std::string> validate() const { return validate_plan(*plan_->assignment, *plan_->plan); }
+  std::vector<std::string> validate() const {
+    nb::gil_scoped_release release;  // (a rank's plan rebuilds its peers' comm first)
+    return validate_result(*plan_);
+  }
 
   nb::object task_ranks() const { return numpy_of(plan_->assignment->rank); }
 
@@ -341,9 +345,13 @@ class AsyncSolve {
   bool done() const { return future_.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }
   Result get() const {
     std::shared_ptr<const SolveResult> r;
-    {
-      nb::gil_scoped_release release;
+    if (done()) {
+      // Ready: no GIL round trip (cpsched's waiter thread calls get() only then, so it never takes the GIL
+      // back inside C++, which the interpreter's exit turns into std::terminate for a daemon thread).
       r = future_.get();  // the solver's error, if any, is rethrown here
+    } else {
+      nb::gil_scoped_release release;
+      r = future_.get();
     }
     return Result(std::move(r), info_, false, 0.0);
   }
@@ -380,28 +388,66 @@ nb::tuple cells_to_numpy(const std::vector<IndexCell>& cells) {
                         numpy_from(std::move(cr), nc, 2));
 }
 
-// The cells of one summary's five arrays; errors start with `where`.
+// The cells of one summary's five arrays; errors start with `where`. The
+// arrays are checked as summarize_topk writes them (offsets from 0 to the
+// ranges' count, each cell's ranges non-empty, ascending and apart), since a
+// RangeSet would silently merge or drop what they say; what the cells mean
+// is checked by the core (check_rank_summary).
 std::vector<IndexCell> cells_from(const nb::tuple& t, const std::string& where) {
   auto fail = [&](const std::string& what) { return Error(where + what); };
   if (t.size() != 5) throw fail("expected the 5 arrays of Session.summarize_topk");
+  // (cpsched.TopkSummary has made each an int64 array of its shape; a raw
+  // tuple from elsewhere gets the same message instead of std::bad_cast.)
+  const char* names[5] = {"cells", "row_offsets", "rows", "col_offsets", "cols"};
+  for (std::size_t i = 0; i < 5; ++i) {
+    const bool ok = i % 2 == 0 ? nb::isinstance<Int64Rows>(t[i]) : nb::isinstance<Int64Vec>(t[i]);
+    if (!ok)
+      throw fail(std::string(names[i]) + ": expected a C-contiguous int64 array of shape " +
+                 (i == 0 ? "[n, 4]" : i % 2 == 1 ? "[n + 1]" : "[m, 2]"));
+  }
   const auto cells = nb::cast<Int64Rows>(t[0]), rr = nb::cast<Int64Rows>(t[2]), cr = nb::cast<Int64Rows>(t[4]);
   const auto roff = nb::cast<Int64Vec>(t[1]), coff = nb::cast<Int64Vec>(t[3]);
   const std::size_t n = cells.shape(0);
   if (cells.shape(1) != 4 || roff.shape(0) != n + 1 || coff.shape(0) != n + 1 || rr.shape(1) != 2 || cr.shape(1) != 2)
     throw fail("the arrays' shapes do not fit together (cells [n, 4], offsets [n + 1], ranges [m, 2])");
+  auto check_offsets = [&](const Int64Vec& off, const Int64Rows& r, const char* name) {
+    const std::int64_t m = static_cast<std::int64_t>(r.shape(0));
+    if (off.data()[0] != 0 || off.data()[n] != m)
+      throw fail(std::string(name) + " offsets run from " + std::to_string(off.data()[0]) + " to " +
+                 std::to_string(off.data()[n]) + ", not from 0 to its " + std::to_string(m) + " ranges");
+    for (std::size_t i = 0; i < n; ++i)
+      if (off.data()[i + 1] <= off.data()[i])
+        throw fail(std::string(name) + " offsets [" + std::to_string(off.data()[i]) + ", " +
+                   std::to_string(off.data()[i + 1]) + ") of cell " + std::to_string(i) +
+                   " hold no range (offsets ascend strictly: a cell has rows and keys)");
+  };
+  check_offsets(roff, rr, "row");
+  check_offsets(coff, cr, "col");
   auto ranges = [&](const Int64Vec& off, const Int64Rows& r, std::size_t i, const char* name) {
     const std::int64_t a = off.data()[i], b = off.data()[i + 1];
-    if (a < 0 || b < a || static_cast<std::size_t>(b) > r.shape(0))
-      throw fail(std::string(name) + " offsets [" + std::to_string(a) + ", " + std::to_string(b) + ") of cell " +
-                 std::to_string(i) + " are outside its " + std::to_string(r.shape(0)) + " ranges");
     std::vector<Range> v;
-    for (std::int64_t x = a; x < b; ++x) v.push_back({r.data()[2 * x], r.data()[2 * x + 1]});
+    v.reserve(static_cast<std::size_t>(b - a));
+    for (std::int64_t x = a; x < b; ++x) {
+      const Range y{r.data()[2 * x], r.data()[2 * x + 1]};
+      if (y.empty() || (!v.empty() && y.begin <= v.back().end))
+        throw fail(std::string(name) + "[" + std::to_string(x) + "] = [" + std::to_string(y.begin) + ", " +
+                   std::to_string(y.end) + ") of cell " + std::to_string(i) +
+                   (y.empty() ? " is empty" : " does not start after the cell's range before it, [" +
+                                                  std::to_string(v.back().begin) + ", " + std::to_string(v.back().end) +
+                                                  ")") +
+                   " (a cell's ranges are non-empty, ascending and apart)");
+      v.push_back(y);
+    }
     return RangeSet(std::move(v));
   };
   std::vector<IndexCell> out(n);
   for (std::size_t i = 0; i < n; ++i) {
     IndexCell& c = out[i];
     const std::int64_t* x = cells.data() + 4 * i;
+    for (int f = 0; f < 3; ++f)
+      if (x[f] < std::numeric_limits<std::int32_t>::min() || x[f] > std::numeric_limits<std::int32_t>::max())
+        throw fail("cells[" + std::to_string(i) + ", " + std::to_string(f) + "] = " + std::to_string(x[f]) +
+                   " is outside int32 (" + (f == 0 ? "head" : f == 1 ? "qblock" : "kblock") + ")");
     c.head = static_cast<int>(x[0]);
     c.qblock = static_cast<std::int32_t>(x[1]);
     c.kblock = static_cast<std::int32_t>(x[2]);
@@ -415,7 +461,8 @@ std::vector<IndexCell> cells_from(const nb::tuple& t, const std::string& where) 
 std::vector<std::vector<IndexCell>> summaries_from(const std::vector<nb::tuple>& summaries) {
   std::vector<std::vector<IndexCell>> parts(summaries.size());
   for (std::size_t s = 0; s < summaries.size(); ++s)
-    parts[s] = cells_from(summaries[s], "summaries[" + std::to_string(s) + "]: ");
+    parts[s] = cells_from(summaries[s], "summaries[" + std::to_string(s) + "] (rank " + std::to_string(s) +
+                                            "'s top-k summary): ");
   return parts;
 }
 
@@ -424,8 +471,8 @@ std::vector<std::vector<IndexCell>> summaries_from(const std::vector<nb::tuple>&
 class PySession {
  public:
   explicit PySession(SessionOptions o) : session_(std::make_unique<Session>(std::move(o))) { init_info(); }
-  explicit PySession(Config cfg) : cfg_(std::move(cfg)) {
-    session_ = std::make_unique<Session>(*cfg_);
+  PySession(Config cfg, int rank) : cfg_(std::move(cfg)) {
+    session_ = std::make_unique<Session>(*cfg_, rank);
     init_info();
   }
 
@@ -713,6 +760,17 @@ NB_MODULE(_cpsched, m) {
   using namespace cpsched;
   using namespace cpsched::py;
   m.attr("__version__") = CPSCHED_VERSION_STRING;
+  // nanobind lists every binding object still alive when the interpreter
+  // ends as a leak: a Result held by a cycle that the collector cannot see
+  // (torch's autograd graph saving a plan, kept by an uncaught exception's
+  // traceback) or by a daemon thread (a plan made ahead, still solving) is
+  // reported in some 30 lines that no user can act on. Off unless asked for
+  // (CPSCHED_LEAK_WARNINGS=1), for work on the binding itself.
+  {
+    const char* v = std::getenv("CPSCHED_LEAK_WARNINGS");
+    const std::string s = v ? v : "";
+    nb::set_leak_warnings(s == "1" || s == "true" || s == "yes" || s == "on");
+  }
 
   // Bad input -> ValueError, a plugin's own failure -> RuntimeError; the
   // message is the one the CLI prints after "cpsched <command>: error: ".
@@ -820,12 +878,12 @@ NB_MODULE(_cpsched, m) {
           "ahead_queue"_a)
       .def_static(
           "from_config",
-          [](const std::string& path, const std::vector<std::string>& overrides) {
+          [](const std::string& path, const std::vector<std::string>& overrides, int rank) {
             Config cfg = load_config(path, overrides);
             nb::gil_scoped_release release;
-            return new PySession(std::move(cfg));
+            return new PySession(std::move(cfg), rank);
           },
-          "path"_a, "overrides"_a)
+          "path"_a, "overrides"_a, "rank"_a = -1)
       .def("solve", &PySession::solve, "q_ranges"_a, "k_ranges"_a, "types"_a)
       .def("solve_async", &PySession::solve_async, "q_ranges"_a, "k_ranges"_a, "types"_a)
       .def("solve_config", &PySession::solve_config)

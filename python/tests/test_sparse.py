@@ -153,7 +153,7 @@ def test_row_runs_that_do_not_fit_are_refused_by_name():
     summaries = [x.summary for x in runs]
     with pytest.raises(ValueError, match=r"runs: expected a TopkRowRuns"):
         sessions[1].solve_topk_runs(summaries, summaries[1])
-    with pytest.raises(ValueError, match=r"row runs: .* the summary is not of these rows"):
+    with pytest.raises(ValueError, match=r"runs: they are rank 2's, this Session is rank 1's"):
         sessions[1].solve_topk_runs(summaries, runs[2])
     bad = cpsched.TopkRowRuns(runs[1].summary, runs[1].width[:-1], runs[1].area[:-1], 1)
     with pytest.raises(ValueError, match=r"widths and .* areas for the .* runs"):
@@ -174,3 +174,171 @@ def test_index_rows_come_as_arrays_and_the_json_can_leave_them_and_the_tasks_out
             assert lean["ranks"][rank][p]["calc"] == calc
     with pytest.raises(ValueError, match="index_rows"):
         r.to_json(index_rows="no")
+
+
+# ---- summaries from other ranks are input like any other (issue 50) ----------------------------------------
+
+def _three_ranks():
+    P, S = 3, 96
+    idx = causal_topk(S, 1, 8, seed=11)
+    sessions = [cpsched.Session(cp_size=P, seqlen=S, heads=(4, 1, 16, "fp32"), rank=r) for r in range(P)]
+    ranges = [tuple(int(x) for x in r) for r in cpsched._cpsched.sharding_ranges(S, P)]
+    summaries = [s.summarize_topk(idx[lo:hi]) for s, (lo, hi) in zip(sessions, ranges)]
+    return sessions, ranges, idx, summaries
+
+
+def _with(summary, field, f):
+    arrays = [a.copy() for a in summary.arrays]
+    i = ("cells", "row_offsets", "rows", "col_offsets", "cols").index(field)
+    arrays[i] = f(arrays[i])
+    return cpsched.TopkSummary(summary.rank, tuple(arrays), seqlen=summary.seqlen, kv_heads=summary.kv_heads,
+                               causal=summary.causal)
+
+
+def _set(i, j, v):
+    def f(a):
+        a[i, j] = v
+        return a
+    return f
+
+
+# (field, mutation, what the error says): each a summary that no rows of rank 1 could give
+LIES = [
+    ("cells", _set(0, 3, -5), r"cell 0 \(head 0, qblock 1, kblock 0\): area -5 is outside \["),
+    ("cells", _set(0, 3, 0), r"cell 0 \(head 0, qblock 1, kblock 0\): area 0 is outside \["),
+    ("cells", _set(0, 3, 1 << 62), r"area 4611686018427387904 is outside \[\d+, \d+\]"),
+    ("cells", _set(0, 3, 100000), r"area 100000 is outside \[\d+, \d+\], the pairs its \d+ rows and \d+ keys"),
+    ("cells", _set(0, 1, 0), r"qblock 0 is not one of the rank's query blocks \(its queries are \[32, 64\)\)"),
+    ("cells", _set(0, 2, 2), r"keys \[\d+, \d+\) reach outside its key block \[64, 96\)"),
+    ("cells", _set(0, 0, 5), r"head 5 is outside the 1 selection heads"),
+    ("cells", _set(0, 0, -1), r"head -1 is outside the 1 selection heads"),
+    ("rows", lambda r: r + 40, r"rows \[\d+, \d+\) reach outside its query block \[32, 64\)"),
+    ("rows", lambda r: r - 100, r"rows \[-\d+, -\d+\) reach outside its query block \[32, 64\)"),
+    ("rows", lambda r: r[:, ::-1].copy(), r"rows\[0\] = \[\d+, \d+\) of cell 0 is empty"),
+    ("cols", lambda c: c + 1000, r"keys \[\d+, \d+\) reach outside its key block"),
+    ("cols", lambda c: c - 1000, r"keys \[-\d+, -?\d+\) reach outside its key block"),
+    ("cols", lambda c: np.stack([c[:, 0], c[:, 0]], 1), r"cols\[0\] = \[0, 0\) of cell 0 is empty"),
+    ("row_offsets", lambda o: o[::-1].copy(), r"row offsets run from \d+ to 0, not from 0 to its \d+ ranges"),
+    ("row_offsets", lambda o: o + 1000, r"row offsets run from 1000"),
+]
+
+
+@pytest.mark.parametrize("field,lie,says", LIES)
+def test_a_gathered_summary_that_no_rows_could_give_is_refused_alike_by_every_rank(field, lie, says):
+    sessions, ranges, idx, summaries = _three_ranks()
+    gathered = list(summaries)
+    gathered[1] = _with(summaries[1], field, lie)
+    errors = []
+    for r, (lo, hi) in enumerate(ranges):
+        with pytest.raises(ValueError, match=r"summaries\[1\] \(rank 1's top-k summary\): " + f"(.*{says})") as e:
+            sessions[r].solve_topk_summaries(gathered, idx[lo:hi])
+        errors.append(str(e.value))
+        runs = sessions[r].summarize_topk_runs(idx[lo:hi])
+        with pytest.raises(ValueError) as e2:
+            sessions[r].solve_topk_runs(gathered, runs)
+        assert str(e2.value) == errors[0]
+    assert errors == [errors[0]] * 3  # every rank stops at the same summary, with the same words
+
+
+def test_duplicated_cells_and_summaries_of_another_grid_are_refused_by_name():
+    sessions, ranges, idx, summaries = _three_ranks()
+    lo, hi = ranges[0]
+    c, ro, rows, co, cols = summaries[1].arrays
+    dup = cpsched.TopkSummary(1, (np.concatenate([c, c[-1:]]), np.concatenate([ro, [ro[-1] + ro[-1] - ro[-2]]]),
+                                  np.concatenate([rows, rows[ro[-2]:ro[-1]]]),
+                                  np.concatenate([co, [co[-1] + co[-1] - co[-2]]]),
+                                  np.concatenate([cols, cols[co[-2]:co[-1]]])))
+    with pytest.raises(ValueError, match=r"summaries\[1\] .*: cell \d+ .*repeats cell \d+"):
+        sessions[0].solve_topk_summaries([summaries[0], dup, summaries[2]], idx[lo:hi])
+    # made for another S: said by the summary itself
+    other_S = cpsched.Session(cp_size=3, seqlen=192, heads=(4, 1, 16, "fp32"), rank=1).summarize_topk(
+        causal_topk(192, 1, 8)[64:128])
+    with pytest.raises(ValueError, match=r"summaries\[1\] \(rank 1's top-k summary\): made with seqlen = 192, "
+                                         r"summaries\[0\] \(rank 0's\) with seqlen = 96"):
+        sessions[0].solve_topk_summaries([summaries[0], other_S, summaries[2]], idx[lo:hi])
+    # ... and without saying so (a summary from an older pickle): its cells do not fit this grid
+    bare = cpsched.TopkSummary(1, other_S.arrays)
+    with pytest.raises(ValueError, match=r"summaries\[1\] \(rank 1's top-k summary\): cell 0 .*reach outside its"):
+        sessions[0].solve_topk_summaries([summaries[0], bare, summaries[2]], idx[lo:hi])
+    # another blocks_per_rank
+    bpr2 = cpsched.Session(cp_size=3, seqlen=96, heads=(4, 1, 16, "fp32"), rank=1, blocks_per_rank=2).summarize_topk(
+        idx[32:64])
+    with pytest.raises(ValueError, match=r"summaries\[1\] \(rank 1's top-k summary\): cell 0 \(head 0, qblock 2, "
+                                         r"kblock 0\): qblock 2 is not one of the rank's query blocks"):
+        sessions[0].solve_topk_summaries([summaries[0], bpr2, summaries[2]], idx[lo:hi])
+    # made for other selection heads or causality than the others'
+    two = cpsched.TopkSummary(1, summaries[1].arrays, seqlen=96, kv_heads=2, causal=True)
+    with pytest.raises(ValueError, match=r"summaries\[1\] .*made with kv_heads = 2, summaries\[0\] .* kv_heads = 1"):
+        sessions[0].solve_topk_summaries([summaries[0], two, summaries[2]], idx[lo:hi])
+    with pytest.raises(ValueError, match=r"made with causal = True \(summaries\[0\]\), but this call's causal is False"):
+        sessions[0].solve_topk_summaries(summaries, idx[lo:hi], causal=False)
+
+
+@pytest.mark.parametrize("arrays,says", [
+    (lambda a: (a[0].astype(np.float64),) + a[1:], r"cells: expected an integer array, got dtype float64"),
+    (lambda a: (a[0].astype(bool),) + a[1:], r"cells: expected an integer array, got dtype bool"),
+    (lambda a: (a[0].ravel(),) + a[1:], r"cells: expected shape \[n, 4\], got shape \(\d+,\)"),
+    (lambda a: (None,) * 5, r"cells: None; expected an integer array of shape \[n, 4\]"),
+    (lambda a: a[:4], r"expected the 5 arrays of Session.summarize_topk"),
+    (lambda a: a[0], r"expected the tuple of 5 arrays"),
+    (lambda a: a[:1] + (a[1][:-1],) + a[2:], r"row_offsets: \d+ entries for \d+ cells"),
+    (lambda a: a[:2] + (a[2].astype(np.uint64) + np.uint64(1 << 63),) + a[3:], r"rows: value \d+ is outside int64"),
+])
+def test_a_summary_of_the_wrong_types_or_shapes_is_refused_by_field(arrays, says):
+    _, _, _, summaries = _three_ranks()
+    with pytest.raises(ValueError, match=r"TopkSummary\(rank=1\)(: )?" + says):
+        cpsched.TopkSummary(1, arrays(summaries[1].arrays))
+
+
+def test_summaries_in_other_integer_layouts_plan_as_the_originals():
+    import pickle
+    sessions, ranges, idx, summaries = _three_ranks()
+    lo, hi = ranges[0]
+    base = json.loads(sessions[0].solve_topk_summaries(summaries, idx[lo:hi]).to_json(solve_ms=0))
+    odd = [cpsched.TopkSummary(x.rank, (np.asfortranarray(x.arrays[0].astype(np.int32)),) + x.arrays[1:])
+           for x in summaries]
+    again = [pickle.loads(pickle.dumps(x)) for x in odd]
+    assert all(a.seqlen is None and b.seqlen is None for a, b in zip(odd, again))
+    assert pickle.loads(pickle.dumps(summaries[2])).seqlen == 96
+    for gathered in (odd, again):
+        assert json.loads(sessions[0].solve_topk_summaries(gathered, idx[lo:hi]).to_json(solve_ms=0)) == base
+    with pytest.raises(ValueError, match=r"TopkSummary: rank: expected an integer, got True"):
+        cpsched.TopkSummary(True, summaries[0].arrays)
+
+
+def test_row_runs_are_checked_as_input_too():
+    sessions, ranges, idx, summaries = _three_ranks()
+    lo, hi = ranges[0]
+    runs = sessions[0].summarize_topk_runs(idx[lo:hi])
+    gathered = [runs.summary, *summaries[1:]]
+    ok = sessions[0].solve_topk_runs(gathered, runs)
+    assert ok.validate() == []
+
+    def runs_with(**kw):
+        a = dict(summary=runs.summary, width=runs.width, area=runs.area, kv_heads=1, causal=True)
+        a.update(kw)
+        return cpsched.TopkRowRuns(**a)
+    for kw, says in [
+        (dict(width=runs.width.astype(np.float64)), r"TopkRowRuns: width: expected an integer array, got dtype float64"),
+        (dict(area=runs.area.reshape(1, -1)), r"TopkRowRuns: area: expected shape \[runs\]"),
+        (dict(kv_heads=0), r"TopkRowRuns: kv_heads: 0 is outside \[1, "),
+        (dict(kv_heads=-3), r"TopkRowRuns: kv_heads: -3 is outside"),
+        (dict(kv_heads=1.0), r"TopkRowRuns: kv_heads: expected an integer"),
+        (dict(causal="no"), r"TopkRowRuns: causal: expected True or False"),
+        (dict(causal=False), r"TopkRowRuns: causal = False, but its summary was made with causal = True"),
+        (dict(width=runs.width[:-1]), r"TopkRowRuns: width has \d+ entries, area \d+"),
+        (dict(summary=runs.summary.arrays), r"TopkRowRuns: summary: expected a TopkSummary"),
+    ]:
+        with pytest.raises(ValueError, match=says):
+            runs_with(**kw)
+    for kw, says in [
+        (dict(width=runs.width + 100), r"row runs: run 0 .* has width \d+ and \d+ pairs"),
+        (dict(width=runs.width * 0 + (1 << 40)), r"runs: width\[0\] = 1099511627776 is outside \[0, 2\^31\)"),
+        (dict(area=runs.area * 0 - 1), r"row runs: run 0 .* has width \d+ and -1 pairs"),
+        (dict(width=runs.width * 0), r"row runs: run 0 .* has width 0"),
+    ]:
+        with pytest.raises(ValueError, match=says):
+            sessions[0].solve_topk_runs(gathered, runs_with(**kw))
+    other = sessions[1].summarize_topk_runs(idx[ranges[1][0]:ranges[1][1]])
+    with pytest.raises(ValueError, match=r"runs: they are rank 1's, this Session is rank 0's"):
+        sessions[0].solve_topk_runs(gathered, other)
