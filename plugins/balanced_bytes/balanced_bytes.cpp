@@ -205,6 +205,8 @@ std::int64_t excess_load(const TaskGrid& g, const std::vector<Rank>& rank, std::
 
 // Load = area x q heads; FLOPs = load x FLOPs per pair forward (4 D under
 // GQA), the head geometry's backward ratio (2.5 under GQA) x that backward.
+// Under a kernel model a task's seconds are its args' at the kernels' rates
+// (the grid's, computed once per grid and profile: task_kernel_seconds).
 TimeObjective time_objective(const TimePrices& tp, const TaskGrid& grid, double spread) {
   TimeObjective to;
   to.nodes = tp.nodes;
@@ -212,6 +214,7 @@ TimeObjective time_objective(const TimePrices& tp, const TaskGrid& grid, double 
   to.byte_s[1] = tp.byte_s[1];
   const Heads& h = grid.problem().heads;
   to.load_s = h.fwd_flops_per_pair() * (tp.flop_s[0] + h.bwd_flops_ratio() * tp.flop_s[1]);
+  if (tp.kernel) to.kernel = task_kernel_seconds(grid, *tp.kernel);
   to.spread = spread;
   return to;
 }

@@ -73,8 +73,13 @@ std::optional<Candidate> search_from(const Candidate& from, std::int64_t moves, 
 }
 
 // All compute / P in the search's prices: no placement's predicted step is below it.
+// (Under a kernel model: all the tasks' kernel seconds / P, the floor the
+// kernels' rates set, which a placement can only approach.)
 double predicted_compute_bound(const TaskGrid& grid, const TimeObjective& to) {
-  return to.load_s * static_cast<double>(grid.total_load()) / grid.cp_size();
+  if (!to.kernel) return to.load_s * static_cast<double>(grid.total_load()) / grid.cp_size();
+  double total = 0;
+  for (TaskId t = 0; t < grid.num_tasks(); ++t) total += to.kernel->both[to.kernel->unit_of(t)];
+  return total / grid.cp_size();
 }
 
 }  // namespace

@@ -47,19 +47,25 @@ void build_pass(const Assignment& a, const plan_detail::Transfers& tr, const std
     fill_remote_rows(a, tr, where, options.rank, *pass[static_cast<std::size_t>(options.rank)]);
 }
 
-// A price sheet's pass: what the timing model reads of build_pass's.
-void sheet_pass(const Assignment& a, const plan_detail::Transfers& tr, const std::vector<int>& stage, int stages,
-                bool local_tail, const plan_detail::RelayOptions& relay, PriceSheet::Pass& out) {
-  plan_detail::SheetSink sink(a.grid->cp_size(), stages);
-  // (With relays, which relay forwards what is worked out as for a run.)
+// A price sheet's pass: what the timing model reads of build_pass's. Returns
+// where the rows land with relays (none without: transfers land contiguous).
+std::optional<plan_detail::XferLayout> sheet_pass(const Assignment& a, const plan_detail::Transfers& tr, const std::vector<int>& stage, int stages,
+                bool local_tail, const plan_detail::RelayOptions& relay, const HardwareProfile* hw, Pass pass,
+                PriceSheet::Pass& out) {
+  plan_detail::SheetSink sink(a.grid->cp_size(), stages, hw != nullptr && hw->kernel.has_value());
+  // (With relays, which relay forwards what is worked out as for a run, and
+  // where the rows land, which cuts args under a kernel model.)
+  std::optional<plan_detail::XferLayout> where;
   if (relay.node_size < 2) {
     plan_detail::summary_comm(tr, stage, sink);
   } else {
     std::vector<PassPlan*> none;
-    plan_detail::layout_comm(a, tr, stage, stages, relay, none, &sink);
+    where = plan_detail::layout_comm(a, tr, stage, stages, relay, none, &sink);
+    if (!sink.keeps_layout()) where.reset();
   }
   sink.finish(out);
-  plan_detail::sheet_calc(a, tr, stage, stages, local_tail, out);
+  plan_detail::sheet_calc(a, tr, stage, stages, local_tail, hw, pass, where ? &*where : nullptr, out);
+  return where;
 }
 
 void check_options(const PlanOptions& o) {
@@ -292,10 +298,25 @@ PriceSheet PlanBuilder::sheet(const PlanOptions& options, const Cut& cut) const 
   out.stages = options.stages + (cut.local_tail ? 1 : 0);
   out.local_tail = cut.local_tail;
   out.flattened = a.grid->flattened();
+  const HardwareProfile* hw = options.hardware;
+  if (hw && hw->kernel) {
+    out.kernel = hw->kernel;
+    out.peak_tflops[0] = hw->fwd_tflops;
+    out.peak_tflops[1] = hw->bwd_tflops;
+  }
   const int node = options.relay_node_size >= 2 ? options.relay_node_size : 0;
-  sheet_pass(a, tr, cut.fwd, out.stages, cut.local_tail, {node, s_->fb.qo_out, s_->fb.kv_out}, out.fwd);
-  if (cut.bwd == cut.fwd) out.bwd = out.fwd;  // (as a plan's backward description is then its forward one)
-  else sheet_pass(a, tr, cut.bwd, out.stages, cut.local_tail, {node, s_->bb.qo_out, s_->bb.kv_out}, out.bwd);
+  const std::optional<plan_detail::XferLayout> where =
+      sheet_pass(a, tr, cut.fwd, out.stages, cut.local_tail, {node, s_->fb.qo_out, s_->fb.kv_out}, hw, Pass::fwd, out.fwd);
+  if (cut.bwd == cut.fwd) {
+    out.bwd = out.fwd;  // (as a plan's backward description is then its forward one)
+    // Its args are the forward's: the backward's kernel seconds of them.
+    if (out.kernel)
+      plan_detail::sheet_calc(a, tr, cut.bwd, out.stages, cut.local_tail, hw, Pass::bwd, where ? &*where : nullptr,
+                              out.bwd);
+  } else {
+    sheet_pass(a, tr, cut.bwd, out.stages, cut.local_tail, {node, s_->bb.qo_out, s_->bb.kv_out}, hw, Pass::bwd,
+               out.bwd);
+  }
   return out;
 }
 

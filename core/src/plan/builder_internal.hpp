@@ -147,7 +147,10 @@ struct RelayOptions {
 // plan's GroupCollectiveArgs would list them). No allocation per split.
 class SheetSink {
  public:
-  SheetSink(int ranks, int stages);
+  // keep_layout: layout_comm also returns where the rows land (a kernel
+  // model's sheet cuts args there).
+  SheetSink(int ranks, int stages, bool keep_layout = false);
+  bool keeps_layout() const { return keep_layout_; }
   void add(int phase, RowKind kind, int stage, Rank src, Rank dst, Token tokens);
   // Writes the parts' splits and has_forwarding into `out`.
   void finish(PriceSheet::Pass& out) const;
@@ -160,6 +163,7 @@ class SheetSink {
   std::size_t slot_of(std::uint64_t key) const;
   void grow();
   int P_, N_;
+  bool keep_layout_;
   std::vector<Entry> entries_;        // in first-added order
   std::vector<std::int32_t> table_;   // open addressing: entry index + 1, 0 empty
 };
@@ -167,7 +171,9 @@ class SheetSink {
 // Fills comm of every rank (plan.ranks[r].<pass>.comm via `pass`) and returns
 // where every xfer's rows land on its dst. summary (pricing): the same relays
 // and the same tokens per (phase, peer, kind, stage) go to the sink, one
-// split each; `pass` is not read and no layout is returned.
+// split each; `pass` is not read (pass an empty list) and, where the sink
+// keeps the layout, the layout's offsets are relative to each stage's receive
+// buffer (where args are cut); else none is returned.
 // only >= 0: that rank's comm alone (the others' stages are left untouched);
 // the returned layout then holds the runs of the xfers it receives.
 XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, int stages,
@@ -179,9 +185,12 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
 // the same messages (one per peer and tensor).
 void summary_comm(const Transfers& tr, const std::vector<int>& stage, SheetSink& sink);
 // The attention area of every rank and stage and the reduce_after fields of
-// a price sheet's pass, as build_calc would make them.
+// a price sheet's pass, as build_calc would make them; with `hw`'s kernel
+// model also each stage's kernel seconds in `pass` (PriceSheet::Pass::kernel),
+// its args cut where `where` (relays: layout_comm's summary) says a buffer is
+// discontinuous, as build_calc cuts them (null: transfers land contiguous).
 void sheet_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, int stages, bool local_tail,
-                PriceSheet::Pass& out);
+                const HardwareProfile* hw, Pass pass, const XferLayout* where, PriceSheet::Pass& out);
 // Fills calc of every rank (only >= 0: of that rank) and the reduce_after
 // fields of comm (the same on every rank, so computed over all tasks).
 // Index pools are written into buffers from `buffers` (null: new ones).

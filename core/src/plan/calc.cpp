@@ -2,11 +2,13 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <fmt/format.h>
 
 #include "cpsched/base/error.hpp"
 #include "cpsched/mask/slice_clip.hpp"
+#include "cpsched/timing/task_kernel.hpp"
 #include "plan/buffer_map.hpp"
 #include "plan/builder_internal.hpp"
 
@@ -156,17 +158,85 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
   }
 }
 
+namespace {
+
+// The kernel args build_calc makes of a placed range task whose rows come
+// through `maps`: its tight slices, cut where a buffer's runs break
+// (ArgSink::emit's pieces).
+void placed_kernel_args(const TaskGrid& g, const PlacedTask& pt, const BufferMaps& maps, std::vector<KernelArg>& out) {
+  out.clear();
+  const Cell& c = *pt.cell;
+  const Sharding& sh = g.sharding();
+  const BufferMap qm = maps.of(pt.xq, c.qblock), km = maps.of(pt.xk, c.kblock);
+  const Range qb = sh.blocks[static_cast<std::size_t>(c.qblock)];
+  const Range kb = sh.blocks[static_cast<std::size_t>(c.kblock)];
+  thread_local std::vector<Slice> tight, sub;
+  thread_local std::vector<BufferMap::Run> qr, kr;
+  auto add = [&](const Slice& x) { out.push_back({kernel_form(x.type), x.q.size(), x.k.size(), slice_area(x), 0}); };
+  for (const Slice& s : c.pieces) {
+    tight.clear();
+    band_to_slices(clip(band_of(s), qb, kb), tight);
+    for (const Slice& x : tight) {
+      if (!qm.runs(x.q, qr) || !km.runs(x.k, kr))
+        throw Error(fmt::format("plan builder (internal): rows [{}, {}) x cols [{}, {}) are not all in the buffers",
+                                x.q.begin, x.q.end, x.k.begin, x.k.end));
+      if (qr.size() == 1 && kr.size() == 1) {
+        add(x);
+        continue;
+      }
+      const Band b = band_of(x);
+      for (const BufferMap::Run& q : qr)
+        for (const BufferMap::Run& k : kr) {
+          sub.clear();
+          band_to_slices(clip(b, q.global, k.global), sub);
+          for (const Slice& y : sub) add(y);
+        }
+    }
+  }
+}
+
+}  // namespace
+
 void sheet_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, int stages, bool local_tail,
-                PriceSheet::Pass& out) {
+                const HardwareProfile* hw, Pass pass, const XferLayout* where, PriceSheet::Pass& out) {
   const TaskGrid& g = *a.grid;
   const std::size_t row = static_cast<std::size_t>(stages) + 1;
   out.area.assign(static_cast<std::size_t>(g.cp_size()) * row, 0);
+  // Kernel seconds: each arg added to its stage in the plan's order (the
+  // timing model sums a plan's stage the same way), then the stage's calls.
+  const KernelModel* km = hw != nullptr && hw->kernel ? &*hw->kernel : nullptr;
+  out.kernel.clear();
+  std::vector<KernelStage> stage_of;
+  std::vector<KernelArg> args;
+  if (km)
+    stage_of.assign(out.area.size(), KernelStage(*km, pass, task_flops_per_pair(g.problem(), g.flattened(), pass),
+                                                 pass == Pass::fwd ? hw->fwd_tflops : hw->bwd_tflops));
+  std::optional<BufferMaps> maps;
+  if (km && where) maps.emplace(BufferMaps{g.sharding(), *where});
+  // Each task's args at once, from the grid's (computed once per grid).
+  const std::shared_ptr<const TaskKernelSeconds> ks = km ? task_kernel_seconds(g, *hw) : nullptr;
+  const int p = pass == Pass::fwd ? 0 : 1;
   LastReaders last(stages);
   for (std::size_t d = 0; d + 1 < tr.rank_begin.size(); ++d)
     for_each_staged_task(g, tr, stage, stages, local_tail, d, [&](std::size_t, const PlacedTask& pt, int st, int sq, int sk) {
       last.read(pt, st, sq, sk);
-      out.area[d * row + static_cast<std::size_t>(st)] += g.area(pt.t);
+      const std::size_t i = d * row + static_cast<std::size_t>(st);
+      out.area[i] += g.area(pt.t);
+      if (!km) return;
+      const BufferId qb = pt.xq < 0 ? BufferId::local : BufferId::remote;
+      const BufferId kb = pt.xk < 0 ? BufferId::local : BufferId::remote;
+      if (maps && !g.index_cells() && (pt.xq >= 0 || pt.xk >= 0)) {  // may be cut where relayed rows land
+        placed_kernel_args(g, pt, *maps, args);
+        for (const KernelArg& x : args) stage_of[i].add(x, qb, kb);
+        return;
+      }
+      const std::size_t u = ks->unit_of(pt.t);
+      stage_of[i].add_task(ks->femtos[p][u], ks->unheld[p][u], ks->forms[p][u], qb, kb);
     });
+  if (km) {
+    out.kernel.resize(stage_of.size());
+    for (std::size_t i = 0; i < stage_of.size(); ++i) out.kernel[i] = stage_of[i].seconds();
+  }
   if (tr.only >= 0) last.rank_only(tr, stages);
   out.qo_reduce_after.assign(last.q.begin() + 1, last.q.end());
   out.kv_reduce_after.assign(last.k.begin() + 1, last.k.end());

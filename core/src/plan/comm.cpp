@@ -41,8 +41,20 @@ struct Emitter {
   std::vector<std::int32_t> direct_x;
   std::vector<Token> direct_off;
   // Summary (pricing): the tokens go to the sheet's sink, one split per
-  // (phase, kind, stage, src, dst); no runs are kept.
+  // (phase, kind, stage, src, dst); where the sink asks for the layout the
+  // runs are kept with offsets counted here (summary_fill, per (dst, stage,
+  // kind)) as receive() would place them, so that the sheet cuts args where
+  // a plan's buffers would.
   SheetSink* summary = nullptr;
+  std::vector<Token> summary_fill;
+  int stages = 0;
+  Token summary_receive(RowKind kind, int stage, Rank dst, Token size) {
+    Token& fill = summary_fill[(static_cast<std::size_t>(dst) * static_cast<std::size_t>(stages) +
+                                static_cast<std::size_t>(stage - 1)) * 2 + static_cast<std::size_t>(index_of(kind))];
+    const Token o = fill;
+    fill += size;
+    return o;
+  }
   // >= 0: only this rank's comm is written (PlanOptions::rank); the order of
   // everything is the full plan's, so its part is the same.
   Rank only = -1;
@@ -79,7 +91,11 @@ struct Emitter {
       to_x = &direct_x;
     }
     if (summary) {
-      for (Rank d : *to) summary->add(0, kind, stage, host, d, r.size());
+      for (std::size_t i = 0; i < to->size(); ++i) {
+        summary->add(0, kind, stage, host, (*to)[i], r.size());
+        if (summary->keeps_layout())
+          runs.push_back({(*to_x)[i], XferRun{r, summary_receive(kind, stage, (*to)[i], r.size())}});
+      }
       return;
     }
     if (mine(host)) {
@@ -147,7 +163,11 @@ struct Emitter {
     for (const Forward& f : forwards) {
       const auto dsts = std::span<const Rank>(fwd_dsts).subspan(f.first, f.count);
       if (summary) {
-        for (Rank d : dsts) summary->add(1, f.kind, f.stage, f.relay, d, f.global.size());
+        for (std::size_t i = 0; i < f.count; ++i) {
+          summary->add(1, f.kind, f.stage, f.relay, dsts[i], f.global.size());
+          if (summary->keeps_layout())
+            runs.push_back({fwd_xs[f.first + i], XferRun{f.global, summary_receive(f.kind, f.stage, dsts[i], f.global.size())}});
+        }
         continue;
       }
       if (mine(f.relay)) {
@@ -360,10 +380,14 @@ XferLayout group_runs_by_xfer(const std::vector<std::pair<std::int32_t, XferRun>
     std::vector<std::size_t> fill(out.begin.begin(), out.begin.end() - 1);
     for (const auto& [x, r] : runs) {
       const Xfer& xf = tr.xfers[static_cast<std::size_t>(x)];
-      const StageComm& sc =
-          pass[static_cast<std::size_t>(xf.dst)]->comm.stages[static_cast<std::size_t>(stage[static_cast<std::size_t>(x)] - 1)];
-      out.runs[fill[static_cast<std::size_t>(x)]++] =
-          XferRun{r.global, r.off + (xf.kind == RowKind::qo ? sc.qo_recv_offset : sc.kv_recv_offset)};
+      // (No pass plans: a summary's offsets, relative to the stage's buffer.)
+      Token base = 0;
+      if (!pass.empty()) {
+        const StageComm& sc = pass[static_cast<std::size_t>(xf.dst)]
+                                  ->comm.stages[static_cast<std::size_t>(stage[static_cast<std::size_t>(x)] - 1)];
+        base = xf.kind == RowKind::qo ? sc.qo_recv_offset : sc.kv_recv_offset;
+      }
+      out.runs[fill[static_cast<std::size_t>(x)]++] = XferRun{r.global, r.off + base};
     }
   }
   std::size_t w = 0;
@@ -407,7 +431,8 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
   if (!summary) runs.reserve(tr.xfers.size());
   const auto P = static_cast<std::size_t>(a.grid->cp_size());
   Emitter em{sh, block_off, pass, relay, runs, forwards, fwd_dsts, fwd_xs, std::vector<Bytes>(P, 0), {}, {}, {},
-             summary, only};
+             summary, {}, stages, only};
+  if (summary && summary->keeps_layout()) em.summary_fill.assign(P * static_cast<std::size_t>(stages) * 2, 0);
 
   // Senders emit in (kind, stage, host, block, group) order and receivers
   // append as they go, so every receiver's splits come ordered by source.
@@ -415,7 +440,7 @@ XferLayout layout_comm(const Assignment& a, const Transfers& tr, const std::vect
 
   em.emit_forwards();
 
-  if (summary) return {};
+  if (summary) return summary->keeps_layout() ? group_runs_by_xfer(runs, tr, stage, pass) : XferLayout{};
   set_recv_offsets(pass, only);
   return group_runs_by_xfer(runs, tr, stage, pass);
 }

@@ -70,7 +70,9 @@ PlanPrice HostPricing::price(Placement p, const PlanShape& shape) {
   const StepEstimate est = e.get_builder().price(po, &out.forwards);
   ++e.priced;
   out.step = est.step();
-  out.compute_bound = est.compute_bound;
+  // (Under a kernel model: the plan's compute at the kernels' rates / P,
+  // which the step cannot go below; the exact area at peak otherwise.)
+  out.compute_bound = est.compute_floor;
   return out;
 }
 

@@ -17,7 +17,8 @@ std::uint64_t mix(std::uint64_t k) {  // splitmix64's finaliser: keys of one sen
 
 }  // namespace
 
-SheetSink::SheetSink(int ranks, int stages) : P_(ranks), N_(stages), table_(1024, 0) {}
+SheetSink::SheetSink(int ranks, int stages, bool keep_layout)
+    : P_(ranks), N_(stages), keep_layout_(keep_layout), table_(1024, 0) {}
 
 std::size_t SheetSink::slot_of(std::uint64_t key) const {
   const std::size_t mask = table_.size() - 1;

@@ -70,7 +70,7 @@ double predict_max_rank_time(const ByteModel& model, const std::vector<Rank>& ra
         const auto t = static_cast<TaskId>(c * static_cast<std::size_t>(G) + static_cast<std::size_t>(g));
         const Rank r = rank[static_cast<std::size_t>(t)];
         Seconds& x = sec[static_cast<std::size_t>(r)];
-        const double load = static_cast<double>(model.load(t)) * to.load_s;
+        const double load = to.task_seconds(t, model.load(t));
         x.compute += load;
         if (qh == r && kh == r) x.local += load;
         const int unit = per_group_cells ? static_cast<int>(t) : static_cast<int>(c);

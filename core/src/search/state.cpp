@@ -152,7 +152,7 @@ void State::add(TaskId t, Rank r, int sign) {
   }
   load_[ur] += sign * m_->load(t);
   if (time_) {
-    const double c = static_cast<double>(sign * m_->load(t)) * to_.load_s;
+    const double c = sign * to_.task_seconds(t, m_->load(t));
     sec_[ur].compute += c;
     if (in.qhost == r && in.khost == r) sec_[ur].local += c;
   }
@@ -399,7 +399,7 @@ double State::time_delta(TaskId t, Rank a, Rank b) const {
     return nt++;
   };
   const int ia = at(a), ib = at(b);
-  const double c = static_cast<double>(m_->load(t)) * to_.load_s;
+  const double c = to_.task_seconds(t, m_->load(t));
   next[ia].compute -= c;
   if (in.qhost == a && in.khost == a) next[ia].local -= c;
   next[ib].compute += c;
@@ -539,7 +539,7 @@ double State::general_time_delta(TaskId t, Rank a, Rank b) const {
     d_pools_.emplace_back(n, RankSeconds{});
     return d_pools_.back().second;
   };
-  const double c = static_cast<double>(m_->load(t)) * to_.load_s;
+  const double c = to_.task_seconds(t, m_->load(t));
   at(a).compute -= c;
   if (in.qhost == a && in.khost == a) at(a).local -= c;
   at(b).compute += c;

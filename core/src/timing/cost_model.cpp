@@ -4,6 +4,7 @@
 
 #include "cpsched/base/error.hpp"
 #include "cpsched/problem/metrics.hpp"
+#include "cpsched/timing/task_kernel.hpp"
 
 namespace cpsched {
 
@@ -16,12 +17,25 @@ TimePrices time_prices(const HardwareProfile& hw) {
   p.latency_s[1] = hw.inter_node.latency_us * 1e-6;
   p.flop_s[0] = 1.0 / (hw.fwd_tflops * 1e12);
   p.flop_s[1] = 1.0 / (hw.bwd_tflops * 1e12);
+  if (hw.kernel) p.kernel = std::make_shared<const HardwareProfile>(hw);
   return p;
 }
 
 TimeCostModel::TimeCostModel(HardwareProfile hw) : hw_(std::move(hw)), prices_(time_prices(hw_)) {}
 
 double TimeCostModel::compute(const TaskGrid& g, TaskId t) const {
+  if (hw_.kernel) {
+    thread_local std::vector<KernelArg> args;
+    task_kernel_args(g, t, args);
+    const Problem& p = g.problem();
+    double s = 0;
+    for (Pass pass : {Pass::fwd, Pass::bwd}) {
+      const double fpp = task_flops_per_pair(p, g.flattened(), pass);
+      for (const KernelArg& a : args)
+        s += hw_.kernel->arg_seconds(pass, a, fpp, pass == Pass::fwd ? hw_.fwd_tflops : hw_.bwd_tflops);
+    }
+    return s;
+  }
   // FLOPs = area x q heads x FLOPs per pair forward (4 D under GQA), and the
   // head geometry's backward ratio (2.5 under GQA) backward (timing/model.hpp).
   const Heads& h = g.problem().heads;

@@ -8,6 +8,7 @@
 
 #include "cpsched/base/error.hpp"
 #include "cpsched/problem/metrics.hpp"
+#include "cpsched/timing/task_kernel.hpp"
 
 namespace cpsched {
 
@@ -33,6 +34,25 @@ double arg_flops(const AttnArg& arg, const CalcMeta& calc, const Problem& proble
   return area_flops(arg_area(arg, calc), arg.group >= 0, problem, pass);
 }
 
+KernelArg kernel_arg(const AttnArg& a, const CalcMeta& calc) {
+  if (a.is_index()) return {KernelForm::index, a.q.size(), a.k.size(), arg_area(a, calc), a.index_width};
+  return {kernel_form(a.type), a.q.size(), a.k.size(), arg_area(a, calc), 0};
+}
+
+namespace {
+
+// Kernel seconds of a list of args run as one stage: each arg, then one call
+// per (q buffer, k buffer, form) the kernel model holds.
+double stage_kernel_seconds(const std::vector<AttnArg>& args, const CalcMeta& calc, const Problem& problem,
+                            const KernelModel& km, Pass pass, double peak_tflops) {
+  if (args.empty()) return 0.0;
+  KernelStage stage(km, pass, task_flops_per_pair(problem, args.front().group >= 0, pass), peak_tflops);
+  for (const AttnArg& a : args) stage.add(kernel_arg(a, calc), a.q_buf, a.k_buf);
+  return stage.seconds();
+}
+
+}  // namespace
+
 // Per-rank state of one pass and of the collective being simulated, in flat
 // arrays indexed by rank (x 2 link classes for the ports). Everything is
 // resized, never shrunk, so a repeated call allocates nothing.
@@ -44,6 +64,7 @@ struct TimingWorkspace::Buffers {
   std::vector<double> merge;                // per rank: merge seconds owed at the pass end
   std::vector<double> merge_bytes;
   std::vector<double> flops;                // per rank: FLOPs of all its args (compute_seconds' order)
+  std::vector<double> kernel;               // per rank: kernel seconds of all its args (kernel model)
   std::vector<double> fwd_seconds;          // per rank: forward compute seconds (estimate_step)
   std::vector<std::int32_t> red_off;        // per rank x (N + 2): bucket offsets of reduce parts by stage
   std::vector<std::int32_t> red_item;       // (s - 1) * 2 + kind, grouped by (rank, reduce stage)
@@ -111,6 +132,12 @@ class PlanView {
     for (const AttnArg& a : s == 0 ? c.local_attn_args : c.remote_attn_args[static_cast<std::size_t>(s - 1)])
       f(arg_flops(a, c, problem_, pass_));
   }
+  // Kernel seconds of rank r's stage s (the profile's kernel model).
+  double kernel_seconds(int r, int s, const KernelModel& km, double peak_tflops) const {
+    const CalcMeta& c = pp(r).calc;
+    return stage_kernel_seconds(s == 0 ? c.local_attn_args : c.remote_attn_args[static_cast<std::size_t>(s - 1)], c,
+                                problem_, km, pass_, peak_tflops);
+  }
   int reduce_after(int r, int s, RowKind kind) const {
     const StageComm& sc = pp(r).comm.stages[static_cast<std::size_t>(s - 1)];
     return kind == RowKind::qo ? sc.qo_reduce_after : sc.kv_reduce_after;
@@ -143,7 +170,8 @@ class SheetView {
     const auto N = static_cast<std::size_t>(sheet.stages);
     const auto P = static_cast<std::size_t>(sheet.ranks);
     if (p_.area.size() != P * (N + 1) || p_.qo_reduce_after.size() != N || p_.kv_reduce_after.size() != N ||
-        p_.send_begin.size() != sheet.parts() + 1 || p_.recv_begin.size() != sheet.parts() + 1)
+        p_.send_begin.size() != sheet.parts() + 1 || p_.recv_begin.size() != sheet.parts() + 1 ||
+        (sheet.kernel && p_.kernel.size() != p_.area.size()))
       throw Error(fmt::format("timing model: the {} price sheet's arrays do not match its {} ranks and {} stages",
                               to_string(pass), sheet.ranks, sheet.stages));
   }
@@ -155,6 +183,11 @@ class SheetView {
     const Token a = p_.area[static_cast<std::size_t>(r) * (static_cast<std::size_t>(sheet_.stages) + 1) +
                             static_cast<std::size_t>(s)];
     if (a != 0) f(area_flops(a, sheet_.flattened, problem_, pass_));
+  }
+  // (The sheet holds them, priced when it was made on the same profile: estimate_step checks.)
+  double kernel_seconds(int r, int s, const KernelModel&, double) const {
+    return p_.kernel[static_cast<std::size_t>(r) * (static_cast<std::size_t>(sheet_.stages) + 1) +
+                     static_cast<std::size_t>(s)];
   }
   int reduce_after(int, int s, RowKind kind) const {
     return (kind == RowKind::qo ? p_.qo_reduce_after : p_.kv_reduce_after)[static_cast<std::size_t>(s - 1)];
@@ -184,7 +217,7 @@ class PassSim {
         bpt_(pass == Pass::fwd ? fwd_bytes_per_token(problem) : bwd_bytes_per_token(problem)),
         P_(view.ranks()), N_(view.stages()),
         tflops_(pass == Pass::fwd ? hw.fwd_tflops : hw.bwd_tflops),
-        hbm_(hw.hbm_gb_s > 0 ? 1.0 / (hw.hbm_gb_s * 1e9) : 0.0) {
+        hbm_(hw.hbm_gb_s > 0 ? 1.0 / (hw.hbm_gb_s * 1e9) : 0.0), km_(hw.kernel ? &*hw.kernel : nullptr) {
     has_fwd_ = view.has_forwarding();
     for (int c = 0; c < 2; ++c) {
       const Link& l = c == kIntra ? hw.intra_node : hw.inter_node;
@@ -195,6 +228,9 @@ class PassSim {
 
   // Compute seconds of rank r's args in this pass (after run()); equals compute_seconds().
   double compute_seconds_of(int r) const { return w_.flops[static_cast<std::size_t>(r)] / (tflops_ * 1e12); }
+  // Its compute stream's seconds of args (after run()): the kernel model's,
+  // else compute_seconds_of.
+  double kernel_seconds_of(int r) const { return km_ ? w_.kernel[static_cast<std::size_t>(r)] : compute_seconds_of(r); }
 
   // Simulates the pass; fills `out` when given. Returns the makespan.
   double run(PassTimeline* out) {
@@ -210,6 +246,7 @@ class PassSim {
     fill(w_.merge, P, 0.0);
     fill(w_.merge_bytes, P, 0.0);
     fill(w_.flops, P, 0.0);
+    fill(w_.kernel, P, 0.0);
     fill(w_.out_bytes, 2 * P, 0.0);
     fill(w_.in_bytes, 2 * P, 0.0);
     fill(w_.out_msgs, 2 * P, std::int64_t{0});
@@ -345,10 +382,17 @@ class PassSim {
         flops += f;
         total += f;  // same order as compute_seconds: equal to it bit for bit
       });
-      if (flops <= 0) continue;
+      double seconds = 0;
+      if (km_) {
+        seconds = view_.kernel_seconds(r, s, *km_, tflops_);
+        if (seconds <= 0) continue;
+        w_.kernel[static_cast<std::size_t>(r)] += seconds;
+      } else if (flops <= 0) {
+        continue;
+      }
       double& f = w_.free[static_cast<std::size_t>(r)][static_cast<std::size_t>(compute_stream())];
       const double start = std::max(f, s > 0 ? w_.cast_end[2 * static_cast<std::size_t>(r) + (s & 1)] : 0.0);
-      f = start + flops / (tflops_ * 1e12);
+      f = km_ ? start + seconds : start + flops / (tflops_ * 1e12);
       if (out_) out_->ranks[static_cast<std::size_t>(r)].compute.push_back({OpKind::compute, s, start, f, 0.0, 0});
     }
   }
@@ -511,6 +555,7 @@ class PassSim {
   double tflops_;
   double hbm_;  // seconds per HBM byte (0: not charged)
   double lat_[2] = {0, 0}, inv_bw_[2] = {0, 0};
+  const KernelModel* km_;  // the profile's kernel model, null: FLOPs / tflops_
   bool has_fwd_ = false;  // some rank has a forwarding phase in this pass (relays)
   PassTimeline* out_ = nullptr;
 };
@@ -541,7 +586,10 @@ Timeline simulate_timeline(const Problem& problem, const Plan& plan, const Hardw
   return {simulate_pass(problem, plan, hw, Pass::fwd), simulate_pass(problem, plan, hw, Pass::bwd)};
 }
 
-double compute_seconds(const Problem& problem, const PassPlan& plan, const HardwareProfile& hw, Pass pass) {
+namespace {
+
+// The args' exact area at the peak rate: the compute bound's seconds.
+double area_seconds(const Problem& problem, const PassPlan& plan, const HardwareProfile& hw, Pass pass) {
   double flops = 0;
   for (const AttnArg& a : plan.calc.local_attn_args) flops += arg_flops(a, plan.calc, problem, pass);
   for (const auto& stage : plan.calc.remote_attn_args)
@@ -549,11 +597,31 @@ double compute_seconds(const Problem& problem, const PassPlan& plan, const Hardw
   return flops / ((pass == Pass::fwd ? hw.fwd_tflops : hw.bwd_tflops) * 1e12);
 }
 
+}  // namespace
+
+double compute_seconds(const Problem& problem, const PassPlan& plan, const HardwareProfile& hw, Pass pass) {
+  if (!hw.kernel) return area_seconds(problem, plan, hw, pass);
+  const double peak = pass == Pass::fwd ? hw.fwd_tflops : hw.bwd_tflops;
+  double t = stage_kernel_seconds(plan.calc.local_attn_args, plan.calc, problem, *hw.kernel, pass, peak);
+  for (const auto& stage : plan.calc.remote_attn_args)
+    t += stage_kernel_seconds(stage, plan.calc, problem, *hw.kernel, pass, peak);
+  return t;
+}
+
+std::vector<RankCompute> predicted_compute(const Problem& problem, const Plan& plan, const HardwareProfile& hw) {
+  check_shape(problem, plan);
+  std::vector<RankCompute> out(plan.ranks.size());
+  for (std::size_t r = 0; r < plan.ranks.size(); ++r)
+    out[r] = {compute_seconds(problem, plan.ranks[r].fwd, hw, Pass::fwd),
+              compute_seconds(problem, plan.ranks[r].bwd, hw, Pass::bwd)};
+  return out;
+}
+
 double compute_bound(const Problem& problem, const Plan& plan, const HardwareProfile& hw) {
   if (plan.ranks.empty()) return 0.0;
   double total = 0;
   for (const RankPlan& r : plan.ranks)
-    total += compute_seconds(problem, r.fwd, hw, Pass::fwd) + compute_seconds(problem, r.bwd, hw, Pass::bwd);
+    total += area_seconds(problem, r.fwd, hw, Pass::fwd) + area_seconds(problem, r.bwd, hw, Pass::bwd);
   return total / static_cast<double>(plan.ranks.size());
 }
 
@@ -570,11 +638,20 @@ StepEstimate estimate_both(const Problem& problem, const View& fv, const View& b
   e.fwd = fwd.run(nullptr);
   fwd_seconds.resize(static_cast<std::size_t>(P));
   for (int r = 0; r < P; ++r) fwd_seconds[static_cast<std::size_t>(r)] = fwd.compute_seconds_of(r);
+  // (The backward run reuses the buffers: the forward kernel seconds first.)
+  double kernel = 0;
+  if (hw.kernel)
+    for (int r = 0; r < P; ++r) kernel += fwd.kernel_seconds_of(r);
   PassSim<View> bwd(problem, bv, hw, Pass::bwd, ws.buffers());
   e.bwd = bwd.run(nullptr);
   double total = 0;
   for (int r = 0; r < P; ++r) total += fwd_seconds[static_cast<std::size_t>(r)] + bwd.compute_seconds_of(r);
   e.compute_bound = P > 0 ? total / static_cast<double>(P) : 0.0;
+  e.compute_floor = e.compute_bound;
+  if (hw.kernel && P > 0) {
+    for (int r = 0; r < P; ++r) kernel += bwd.kernel_seconds_of(r);
+    e.compute_floor = kernel / static_cast<double>(P);
+  }
   return e;
 }
 
@@ -593,6 +670,10 @@ StepEstimate estimate_step(const Problem& problem, const PriceSheet& sheet, cons
   if (sheet.stages < 0 || sheet.ranks != problem.cp_size())
     throw Error(fmt::format("timing model: the price sheet has {} ranks and {} stages, the problem {} ranks",
                             sheet.ranks, sheet.stages, problem.cp_size()));
+  if (hw.kernel && !sheet.kernel_for(hw))
+    throw Error(fmt::format("timing model: the price sheet was not made for the kernel model of profile '{}' "
+                            "(PlanOptions::hardware names the profile a sheet is priced on)",
+                            hw.name));
   return estimate_both(problem, SheetView(problem, sheet, Pass::fwd), SheetView(problem, sheet, Pass::bwd), hw, ws);
 }
 

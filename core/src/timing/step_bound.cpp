@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "cpsched/problem/metrics.hpp"
+#include "cpsched/timing/task_kernel.hpp"
 
 namespace cpsched {
 
@@ -26,6 +27,19 @@ StepBound step_lower_bound(const TaskGrid& grid, const std::vector<Rank>& rank, 
   std::vector<double> load(P, 0.0);
   for (TaskId t = 0; t < grid.num_tasks(); ++t)
     load[static_cast<std::size_t>(rank[static_cast<std::size_t>(t)])] += static_cast<double>(grid.load(t));
+  // Under a kernel model each rank computes at least its tasks' args at the
+  // kernels' rates (calls and a relay's cuts only add).
+  std::vector<double> kernel[2];
+  if (tp.kernel) {
+    const std::shared_ptr<const TaskKernelSeconds> ks = task_kernel_seconds(grid, *tp.kernel);
+    kernel[0].assign(P, 0.0);
+    kernel[1].assign(P, 0.0);
+    for (TaskId t = 0; t < grid.num_tasks(); ++t) {
+      const auto r = static_cast<std::size_t>(rank[static_cast<std::size_t>(t)]);
+      kernel[0][r] += ks->fwd[ks->unit_of(t)];
+      kernel[1][r] += ks->bwd[ks->unit_of(t)];
+    }
+  }
 
   const TransferBytes per_token[2] = {fwd_bytes_per_token(p), bwd_bytes_per_token(p)};
   std::vector<Ports> ports[2] = {std::vector<Ports>(P, Ports{}), std::vector<Ports>(P, Ports{})};
@@ -57,7 +71,7 @@ StepBound step_lower_bound(const TaskGrid& grid, const std::vector<Rank>& rank, 
   for (int pass = 0; pass < 2; ++pass) {
     double plain = 0, compute = 0;
     for (std::size_t r = 0; r < P; ++r) {
-      const double c = load[r] * per_load[pass];
+      const double c = tp.kernel ? kernel[pass][r] : load[r] * per_load[pass];
       double port = 0;
       for (int cls = 0; cls < 2; ++cls)
         for (int dir = 0; dir < 2; ++dir) {

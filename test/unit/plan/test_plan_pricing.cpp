@@ -119,15 +119,22 @@ std::map<std::tuple<int, Rank, std::size_t, int, Rank>, Token> sent(const PriceS
 
 TEST_CASE("price sheets: the plan's tokens per peer and areas per stage, and its step to the last bit") {
   int forwarded = 0;  // plans that relay something
+  int kernel_forwarded = 0;  // the same under the kernel model
   for (const char* hw_name : {"cluster_8gpu_ib", "h100_8x_nvlink"}) {
+    // The bundled profile (with its kernel model) and the same without it.
     const HardwareProfile hw = resolve_hardware_profile(hw_name);
+    REQUIRE(hw.kernel);
+    HardwareProfile flat = hw;
+    flat.kernel.reset();
     for_each_case([&](const Assignment& a) {
       for (PlanOptions o : {PlanOptions{1, 0}, PlanOptions{3, 0}, PlanOptions{2, 8}, PlanOptions{1, 8}}) {
-        for (const HardwareProfile* profile : {static_cast<const HardwareProfile*>(nullptr), &hw}) {
+        for (const HardwareProfile* profile : {static_cast<const HardwareProfile*>(nullptr), static_cast<const HardwareProfile*>(&flat), static_cast<const HardwareProfile*>(&hw)}) {
           o.hardware = profile;  // with a profile, two or more stages: the cut chosen and the local tail
+          const HardwareProfile& on = profile ? *profile : flat;  // a sheet without a profile prices without kernels
           CAPTURE(o.stages);
           CAPTURE(o.relay_node_size);
           CAPTURE(profile != nullptr);
+          CAPTURE(on.kernel.has_value());
           const Plan full = build_plan(a, o);
           const PriceSheet sheet = PlanBuilder(a).price_sheet(o);
           REQUIRE(sheet.ranks == a.grid->cp_size());
@@ -157,10 +164,16 @@ TEST_CASE("price sheets: the plan's tokens per peer and areas per stage, and its
             }
           }
           const Problem& p = a.grid->problem();
-          const StepEstimate x = estimate_step(p, full, hw), y = estimate_step(p, sheet, hw);
+          // (Under a kernel model too: a relay's forwarded rows land apart
+          // from the direct ones, and the sheet cuts the args there as the
+          // plan does.)
+          const StepEstimate x = estimate_step(p, full, on), y = estimate_step(p, sheet, on);
           CHECK(y.fwd == x.fwd);
           CHECK(y.bwd == x.bwd);
           CHECK(y.compute_bound == x.compute_bound);
+          CHECK(y.compute_floor == x.compute_floor);
+          if (!on.kernel) CHECK(x.compute_floor == x.compute_bound);
+          if (on.kernel) kernel_forwarded += full.has_forwarding();
           if (profile != nullptr) {  // the builder's own pricing, which reuses the cut's timing
             bool forwards = !full.has_forwarding();
             const StepEstimate z = PlanBuilder(a).price(o, &forwards);
@@ -173,6 +186,7 @@ TEST_CASE("price sheets: the plan's tokens per peer and areas per stage, and its
     });
   }
   CHECK(forwarded > 20);
+  CHECK(kernel_forwarded > 10);
 }
 
 TEST_CASE("price sheets: every rank or none, a profile to price on; a sheet that does not fit the problem is refused") {
@@ -184,8 +198,19 @@ TEST_CASE("price sheets: every rank or none, a profile to price on; a sheet that
                        "plan: a price sheet covers every rank (PlanOptions::rank must be -1, got 3)", Error);
   CHECK_THROWS_WITH_AS(PlanBuilder(a).price(PlanOptions{2, 0}),
                        "plan: pricing a plan needs a hardware profile (PlanOptions::hardware)", Error);
-  const HardwareProfile hw = resolve_hardware_profile("h100_8x_nvlink");
+  HardwareProfile hw = resolve_hardware_profile("h100_8x_nvlink");
   PriceSheet sheet = PlanBuilder(a).price_sheet(PlanOptions{2, 0});
+  // A sheet made without the profile has no kernel seconds to price on it.
+  CHECK_THROWS_WITH_AS(estimate_step(a.grid->problem(), sheet, hw),
+                       "timing model: the price sheet was not made for the kernel model of profile 'h100_8x_nvlink' "
+                       "(PlanOptions::hardware names the profile a sheet is priced on)",
+                       Error);
+  PlanOptions other_rates{2, 0};
+  HardwareProfile faster = hw;
+  faster.kernel->fwd.tile_tflops[0][0] *= 2;
+  other_rates.hardware = &faster;
+  CHECK_THROWS_AS(estimate_step(a.grid->problem(), PlanBuilder(a).price_sheet(other_rates), hw), Error);
+  hw.kernel.reset();
   std::mt19937_64 rng2(5);
   const auto other = test::random_grid(MaskKind::causal_document, 16, Heads{16, 8, 64, 2}, rng2);
   CHECK_THROWS_WITH_AS(estimate_step(other->problem(), sheet, hw),

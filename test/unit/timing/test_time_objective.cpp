@@ -102,7 +102,10 @@ TEST_CASE("the built-in `time` model takes its profile by name; the host prices 
   const PlanPrice e = pricing.price(pricing.add(grid, a.rank), PlanShape::fixed(2));
   const StepEstimate ref = estimate_step(grid->problem(), plan, hw);
   CHECK(e.step == ref.step());
-  CHECK(e.compute_bound == doctest::Approx(ref.compute_bound).epsilon(1e-12));
+  // (The pricing's bound is the compute at the kernels' rates: the floor.)
+  REQUIRE(hw.kernel);
+  CHECK(e.compute_bound == doctest::Approx(ref.compute_floor).epsilon(1e-12));
+  CHECK(ref.compute_floor > ref.compute_bound);
   CHECK_THROWS_WITH_AS(pl.reg.make_cost_model("time", pl.reg.resolve_params(info, Params({{"hardware", std::string("a100")}}))),
                        doctest::Contains("unknown hardware profile 'a100'"), Error);
 }
@@ -153,7 +156,7 @@ TEST_CASE("objective time: never slower than owner, usp and its members; same pl
   MESSAGE(cases, " problems");
 }
 
-TEST_CASE("settle: pricing stops once a plan is within settle of the compute bound, which no plan beats") {
+TEST_CASE("settle: pricing stops once a plan is within settle of the compute floor, which no plan beats") {
   Plugins pl;
   if (!pl.has(PluginKind::solver, "balanced_bytes")) return;
   // One full sequence over 8 ranks, 8 per node (NVLink only): owner's plan
@@ -166,13 +169,15 @@ TEST_CASE("settle: pricing stops once a plan is within settle of the compute bou
   INFO(a.note);
   CHECK(a.note.find("within 1 % of the compute bound, so no member grid was searched") != std::string::npos);
   const StepEstimate e = test::plan_step(cost, a, test::shape(0, -1));
-  CHECK(e.step() <= 1.01 * e.compute_bound);
+  // (Under the profile's kernel model: of the compute at the kernels' rates.)
+  CHECK(e.step() <= 1.01 * e.compute_floor);
   // settle 0 prices every candidate: at most 1 % faster, never slower than the bound.
   const Solution b = solve(*pl.solver("balanced_bytes", Params({{"settle", 0.0}})), grid, cost, 0, -1);
   INFO(b.note);
   CHECK(b.note.find("compute bound") == std::string::npos);
   const StepEstimate f = test::plan_step(cost, b, test::shape(0, -1));
-  CHECK(f.step() >= f.compute_bound);
+  CHECK(f.step() >= f.compute_floor);
+  CHECK(f.compute_floor >= f.compute_bound);
   CHECK(e.step() <= 1.01 * f.step());
   CHECK(f.compute_bound == doctest::Approx(e.compute_bound).epsilon(1e-12));
   CHECK_THROWS_WITH_AS(pl.solver("balanced_bytes", Params({{"settle", 1.0}})),
@@ -246,4 +251,39 @@ TEST_CASE("static's two-level dispatch keeps each node chunk inside one node; on
   const Solution fine = solve(*pl.solver("static", Params({{"chunks_per_rank", std::int64_t{16}}})), grid, area);
   CHECK(fine.note.find("128 chunks of 64 tokens") != std::string::npos);
   CHECK_THROWS_WITH_AS(pl.solver("static", Params({{"node_ranks", std::int64_t{-2}}})), doctest::Contains("node_ranks"), Error);
+}
+
+TEST_CASE("kernel model: made ahead across nodes, the default stops choosing finer grids where they no longer pay") {
+  Plugins pl;
+  if (!pl.has(PluginKind::solver, "balanced_bytes")) return;
+  // causal_document pack 0 at P = 16 (two nodes), fixed layout: on the
+  // profile without its kernel table the full search's repetition on finer
+  // blocks wins (test_balanced_bytes_uses pins it); priced as the kernels run
+  // them, cutting the documents' args finer costs more than it saves.
+  MaskSpec spec;
+  spec.kind = MaskKind::causal_document;
+  spec.histogram = DocHistogram::load_csv(std::string(CPSCHED_SOURCE_DIR) + "/configs/data/doc_length_distribution.csv");
+  spec.seed = 42;
+  const int P = 16;
+  Problem made = Problem::make(make_mask(spec, Token{8192} * P), P, Heads{64, 8, 128, 2});
+  made.set_layout(Layout::fixed);
+  const auto problem = std::make_shared<const Problem>(std::move(made));
+  const HardwareProfile hw = resolve_hardware_profile("h100_8x_nvlink");
+  REQUIRE(hw.kernel);
+  HardwareProfile flat = hw;
+  flat.kernel.reset();
+  const TimeCostModel with(hw), without(flat);
+  auto bb = pl.solver("balanced_bytes");
+  const SolvePath::Options o{.shape = test::shape(0, -1), .uses = PlanUses::ahead()};
+  const SolveResult old_plan = SolvePath(*bb, without, pl.reg).run(problem, o);
+  const SolveResult new_plan = SolvePath(*bb, with, pl.reg).run(problem, o);
+  INFO(old_plan.note);
+  INFO(new_plan.note);
+  CHECK(old_plan.assignment->grid->problem().grid.blocks_per_rank > 1);
+  CHECK(new_plan.assignment->grid->problem().grid.blocks_per_rank == 1);
+  const double old_step = estimate_step(old_plan.assignment->grid->problem(), *old_plan.plan, hw).step();
+  const double new_step = estimate_step(new_plan.assignment->grid->problem(), *new_plan.plan, hw).step();
+  CHECK(new_step < old_step);
+  // The solver's own figure is the plan's price under the kernel model.
+  CHECK(new_plan.figures.get("predicted_step_s").value_or(0) == doctest::Approx(new_step).epsilon(1e-9));
 }

@@ -9,6 +9,7 @@
 //    with its timing model (pricing.hpp): solvers never time plans themselves.
 // The bundled `area` and `time` models are built into the host (the registry
 // lists them as built-in); a plugin may add others.
+#include <memory>
 #include <optional>
 
 #include "cpsched/base/row_kind.hpp"
@@ -24,6 +25,10 @@ struct TimePrices {
   double byte_s[2] = {0, 0};    // seconds per byte, one direction of one port: [inside a node, between nodes]
   double latency_s[2] = {0, 0}; // per collective that uses the port
   double flop_s[2] = {0, 0};    // seconds per attention FLOP: [fwd, bwd]
+  // The profile when it has a kernel model (timing/kernel_model.hpp): a
+  // task's compute is then its args' kernel seconds (timing/task_kernel.hpp),
+  // not area x q heads x FLOPs per pair x flop_s. Null otherwise.
+  std::shared_ptr<const HardwareProfile> kernel;
   int link_class(Rank a, Rank b) const { return nodes.link_index(a, b); }
 };
 // The unit prices of a hardware profile.
@@ -51,7 +56,8 @@ class AreaCostModel final : public CostModel {
   }
 };
 
-// Seconds on a hardware profile.
+// Seconds on a hardware profile (with its kernel model, a task's compute is
+// its args' kernel seconds).
 class TimeCostModel final : public CostModel {
  public:
   explicit TimeCostModel(HardwareProfile hw);

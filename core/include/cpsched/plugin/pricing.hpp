@@ -31,7 +31,8 @@ struct StepBound {
 // The timing model's verdict on one plan.
 struct PlanPrice {
   double step = std::numeric_limits<double>::infinity();  // seconds, forward + backward
-  double compute_bound = 0;  // seconds: all compute / P, which no plan's step is below
+  double compute_bound = 0;  // seconds: all compute / P, which no plan's step is below (under a kernel
+                             // model: at the kernels' rates, StepEstimate::compute_floor)
   bool forwards = false;     // the plan has a forwarding phase (relays that relay something)
 };
 

@@ -53,6 +53,7 @@
 #include "cpsched/timing/node_map.hpp"
 #include "cpsched/search/rank_tree.hpp"
 #include "cpsched/search/segment_counts.hpp"
+#include "cpsched/timing/task_kernel.hpp"
 
 namespace cpsched::search {
 
@@ -61,6 +62,9 @@ struct TimeObjective {
   NodeMap nodes;
   double byte_s[2] = {0, 0};      // seconds per byte: [inside a node, between nodes]
   double load_s = 0;              // compute seconds per unit of load (fwd + bwd)
+  // The profile's kernel model (timing/task_kernel.hpp): a task's compute
+  // seconds are then its args' kernel seconds, not load x load_s. Null: none.
+  std::shared_ptr<const TaskKernelSeconds> kernel;
   double spread = 0.25;           // weight of the mean rank time
   // Prices relayed collectives across nodes (see the file comment): set where
   // the plan will relay (plan.relay on or auto, ranks on several nodes of
@@ -71,6 +75,10 @@ struct TimeObjective {
   // port, instead of each rank's own.
   bool coupled = false;
   int link_class(Rank a, Rank b) const { return nodes.link_index(a, b); }
+  // Compute seconds (fwd + bwd) of task t of `load`.
+  double task_seconds(TaskId t, std::int64_t load) const {
+    return kernel ? kernel->both[kernel->unit_of(t)] : static_cast<double>(load) * load_s;
+  }
 };
 
 // Time mode: a rank's compute seconds (all, and of its local tasks) and the

@@ -1,12 +1,15 @@
 #pragma once
 // A hardware profile for the timing model (configs/hardware/*.yaml): attention
-// throughput, sustained HBM bandwidth (pack / unpack / merge kernels), the two
-// link classes (inside a node, between nodes) and whether communication runs
-// concurrently with compute.
+// throughput, optionally the kernel model (kernel_model.hpp: tiles, rates by
+// mask form and length, fixed costs), sustained HBM bandwidth (pack / unpack
+// / merge kernels), the two link classes (inside a node, between nodes) and
+// whether communication runs concurrently with compute.
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "cpsched/timing/kernel_model.hpp"
 #include "cpsched/timing/node_map.hpp"
 
 namespace cpsched {
@@ -24,8 +27,9 @@ struct HardwareProfile {
   std::string name;
   std::string description;
   std::string source;           // file or "bundled:<name>", for messages
-  double fwd_tflops = 0;        // sustained attention throughput, TFLOP/s
-  double bwd_tflops = 0;
+  double fwd_tflops = 0;        // peak attention throughput, TFLOP/s: the compute bound's rate, and
+  double bwd_tflops = 0;        // without a kernel model every arg's (its exact area at this rate)
+  std::optional<KernelModel> kernel;  // how the kernels compute each arg (file key `kernel`); none: as above
   double hbm_gb_s = 0;          // sustained HBM bandwidth of copy kernels, GB/s (read + write counted);
                                 // required in files; 0 (code only) charges no HBM kernels
   int gpus_per_node = 8;

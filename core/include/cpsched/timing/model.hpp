@@ -67,8 +67,13 @@
 // O, dO, lse; backward QO reduce: dQ; KV cast: K, V; backward KV reduce:
 // dK, dV (the forward KV reduce moves nothing). Bytes per token are
 // docs/design.md#metrics' (metrics.hpp). Compute time is FLOPs / throughput with FLOPs = 4 x
-// area x q heads x dim forward, 2.5 x that backward. A profile with
-// hbm_gb_s = 0 (only possible when built in code) charges no HBM kernels.
+// area x q heads x dim forward, 2.5 x that backward; with the profile's
+// kernel model (kernel_model.hpp) a stage's compute is its args' tiles at
+// the kernels' rates plus their fixed costs, one call per (q buffer, k
+// buffer, form) of the stage. The compute bound stays the exact area at the
+// profile's attention_tflops, so step / bound includes the kernels' losses.
+// A profile with hbm_gb_s = 0 (only possible when built in code) charges no
+// HBM kernels.
 //
 // Cost: O(total size of the plan) per pass (args, splits and destination
 // lists, P x N stage descriptions), with no per-call allocation once a
@@ -127,6 +132,8 @@ struct Timeline {
 
 // FLOPs of one arg (arg_area: O(1) for a range arg, O(entries) for an index arg).
 double arg_flops(const AttnArg& arg, const CalcMeta& calc, const Problem& problem, Pass pass);
+// An arg as the kernel model reads it.
+KernelArg kernel_arg(const AttnArg& arg, const CalcMeta& calc);
 
 // The step time of a plan and its yardstick, the compute bound: the sum over
 // ranks of their compute time (fwd + bwd) / P, i.e. perfect balance with free
@@ -135,6 +142,10 @@ struct StepEstimate {
   double fwd = 0;
   double bwd = 0;
   double compute_bound = 0;
+  // The plan's compute at the kernels' rates / P (all its ranks' compute
+  // streams' args, fwd + bwd): the floor no step of a plan this size of work
+  // goes below. compute_bound without a kernel model.
+  double compute_floor = 0;
   double step() const { return fwd + bwd; }
   double ratio() const { return compute_bound > 0 ? step() / compute_bound : 1.0; }
 };
@@ -159,8 +170,19 @@ class TimingWorkspace {
   std::unique_ptr<Buffers> b_;
 };
 
-// Compute seconds of a plan's args on one rank in one pass (FLOPs / throughput).
+// Compute seconds of a plan's args on one rank in one pass: the kernel
+// model's (every stage's args and calls) where the profile has one, else
+// FLOPs / attention_tflops.
 double compute_seconds(const Problem& problem, const PassPlan& plan, const HardwareProfile& hw, Pass pass);
+// The predicted compute of every rank of a plan in each pass (compute_seconds
+// of each): what a runtime's benchmark prints beside the attention time it
+// measures. A rank's plan (Plan::only_rank) gives 0 for the other ranks.
+struct RankCompute {
+  double fwd = 0;
+  double bwd = 0;
+};
+std::vector<RankCompute> predicted_compute(const Problem& problem, const Plan& plan, const HardwareProfile& hw);
+// All the plan's exact area at attention_tflops / P (fwd + bwd).
 double compute_bound(const Problem& problem, const Plan& plan, const HardwareProfile& hw);
 // The timing model's step time without keeping per-op records (solvers call
 // it to choose between plans); equals simulate_timeline's makespans exactly.
