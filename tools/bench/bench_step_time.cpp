@@ -22,6 +22,19 @@
 // The first solver gets the `time` cost model, the others the seed's `area`
 // (a suffix @time or @area overrides). A solver may carry parameters, typed by
 // its schema: `balanced_bytes:objective=bytes+mu=1.05`.
+//
+// --kernel-compare (issue 48): for each profile with a kernel model, the
+// first solver plans every pack twice, on the profile without its kernel
+// table (today's plans, "old") and with it ("new"), and both plans are
+// priced with it. Per (mask, P): the mean step / bound of old priced
+// without the table, old and new priced with it (the bound: the exact area
+// at attention_tflops), new / old per pack (mean, min, max), what tiles
+// cost old (its step with tiles over its step on exact areas at the same
+// rates), the packs where new is slower than old, the packs where tiles cost
+// old more than 5 % and new is not at least 2 % faster, the mean blocks per
+// rank of both plans' grids (old / new: the fixed layout's finer grids), and the median
+// whole-path latency of both solves; --notes prints each pack's two solver
+// notes.
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -41,6 +54,7 @@
 #include "cpsched/session/solve_path.hpp"
 #include "cpsched/plugin/registry.hpp"
 #include "cpsched/timing/model.hpp"
+#include "cpsched/plugin/cost_model.hpp"
 
 using namespace cpsched;
 
@@ -62,10 +76,107 @@ std::string plugin_spec(const SolverSpec& s) {
   return s.label.ends_with("@time") || s.label.ends_with("@area") ? s.label.substr(0, s.label.size() - 5) : s.label;
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+struct CompareArgs {
+  std::vector<std::string> hardware, cps, masks;
+  int packs = 20;
+  std::string solver;
+  PlanShape shape;
+  Layout layout = Layout::planned;
+  std::optional<PlanUses> uses;
+  bool notes = false;  // each pack's two solver notes
+};
+
+// --kernel-compare (see the file comment).
+void kernel_compare(Registry& reg, const DocHistogram& hist, const CompareArgs& c) {
+  fmt::print("kernel compare: {} plans made on the profile without its kernel table (old) and with it (new), both "
+             "priced with it; step / bound (bound: exact area at attention_tflops), mean over packs; layout {}, uses {}\n",
+             c.solver, c.layout == Layout::fixed ? "fixed" : "planned", c.uses ? c.uses->str() : "by layout");
+  fmt::print("{:<16} {:<16} {:>4} {:>9} {:>9} {:>9} {:>24} {:>9} {:>6} {:>9} {:>7} {:>9} {:>9}\n", "hardware", "mask",
+             "P", "old flat", "old kern", "new kern", "new/old mean [min, max]", "tiles old", "slower", "tiles>5%",
+             "blocks", "old ms", "new ms");
+  for (const std::string& hw_name : c.hardware) {
+    const HardwareProfile hw = resolve_hardware_profile(hw_name);
+    if (!hw.kernel) throw Error("bench_step_time: --kernel-compare needs a profile with a kernel model, '" + hw_name +
+                                "' has none");
+    HardwareProfile flat = hw, area = hw;
+    flat.kernel.reset();
+    area.kernel->count_tiles = false;
+    const TimeCostModel old_cost(flat), new_cost(hw);
+    const std::string name = spec_plugin(c.solver);
+    const PluginInfo& info = reg.find(PluginKind::solver, name);
+    auto old_solver = reg.make_solver(name, reg.resolve_params(info, spec_params(c.solver, info.params)));
+    auto new_solver = reg.make_solver(name, reg.resolve_params(info, spec_params(c.solver, info.params)));
+    PlanShape shape = c.shape;
+    shape.node_size = hw.gpus_per_node;
+    {  // one untimed solve each (first-call costs)
+      const auto warm = bench::standard_problem(c.masks.front(), hist, 0, std::stoi(c.cps.front()), c.layout);
+      SolvePath(*old_solver, old_cost, reg).run(warm, {.shape = shape, .uses = c.uses});
+      SolvePath(*new_solver, new_cost, reg).run(warm, {.shape = shape, .uses = c.uses});
+    }
+    for (const std::string& m : c.masks) {
+      const bool packed = m == "full_document" || m == "causal_document";
+      for (const std::string& cp : c.cps) {
+        const int P = std::stoi(cp);
+        const int n = packed ? c.packs : 1;
+        double old_flat = 0, old_kern = 0, new_kern = 0, ratio = 0, tiles = 0, lo = 1e300, hi = 0;
+        int slower = 0, tiled = 0, tiled_short = 0;
+        double old_blocks = 0, new_blocks = 0;  // blocks per rank of the plans' grids
+        std::vector<double> old_ms, new_ms;
+        for (int pack = 0; pack < n; ++pack) {
+          const auto problem = bench::standard_problem(m, hist, pack, P, c.layout);
+          // Alternately first, so that neither solve always meets a warmer cache.
+          SolveResult ro, rn;
+          for (int k = 0; k < 2; ++k) {
+            const bool old_now = (k == 0) == (pack % 2 == 0);
+            const auto t0 = std::chrono::steady_clock::now();
+            if (old_now) ro = SolvePath(*old_solver, old_cost, reg).run(problem, {.shape = shape, .uses = c.uses});
+            else rn = SolvePath(*new_solver, new_cost, reg).run(problem, {.shape = shape, .uses = c.uses});
+            (old_now ? old_ms : new_ms).push_back(ms_since(t0));
+          }
+          const Problem& po = ro.assignment->grid->problem();
+          const Problem& pn = rn.assignment->grid->problem();
+          old_blocks += po.grid.blocks_per_rank;
+          new_blocks += pn.grid.blocks_per_rank;
+          const StepEstimate of = estimate_step(po, *ro.plan, flat), ok = estimate_step(po, *ro.plan, hw),
+                             oa = estimate_step(po, *ro.plan, area), nk = estimate_step(pn, *rn.plan, hw);
+          old_flat += of.ratio();
+          old_kern += ok.ratio();
+          new_kern += nk.ratio();
+          const double r = nk.step() / ok.step(), t = ok.step() / oa.step();
+          ratio += r;
+          tiles += t;
+          lo = std::min(lo, r);
+          hi = std::max(hi, r);
+          slower += r > 1 + 1e-9;
+          if (c.notes)
+            fmt::print("  pack {} new/old {:.3f}\n    old: {}\n    new: {}\n", pack, r, ro.note, rn.note);
+          if (t > 1.05) {
+            ++tiled;
+            tiled_short += r > 0.98;
+          }
+        }
+        fmt::print("{:<16} {:<16} {:>4} {:>9.3f} {:>9.3f} {:>9.3f} {:>8.3f} [{:.3f}, {:.3f}] {:>9.3f} {:>3}/{:<2} {:>3}/{:<2}{:>3} "
+                   "{:>3.1f}/{:<3.1f} {:>9.2f} {:>9.2f}\n",
+                   hw_name, m, P, old_flat / n, old_kern / n, new_kern / n, ratio / n, lo, hi, tiles / n, slower, n,
+                   tiled_short, tiled, "", old_blocks / n, new_blocks / n, median(old_ms), median(new_ms));
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bench::check_args(argc, argv, "bench_step_time", {"--hardware", "--cp", "--masks", "--packs", "--solvers", "--stages", "--relay", "--layout", "--uses", "--rank"});
+  bench::check_args(argc, argv, "bench_step_time",
+                    {"--hardware", "--cp", "--masks", "--packs", "--solvers", "--stages", "--relay", "--layout", "--uses",
+                     "--rank"},
+                    {"--kernel-compare", "--notes"});
   try {
     const auto hardware = bench::split(bench::arg(argc, argv, "--hardware", "h100_8x_nvlink,cluster_8gpu_ib"));
     const auto cps = bench::split(bench::arg(argc, argv, "--cp", "8,16,32,64,128"));
@@ -93,6 +204,24 @@ int main(int argc, char** argv) {
 
     Registry reg;
     reg.scan_default_folders();
+    if (bench::flag(argc, argv, "--kernel-compare")) {
+      const DocHistogram h = DocHistogram::load_csv(bench::data_file(argc, argv, "doc_length_distribution.csv"));
+      CompareArgs c;
+      c.hardware = hardware;
+      c.cps = cps;
+      c.masks = masks;
+      c.packs = packs;
+      c.solver = plugin_spec(parse_solver(solver_args.front(), true));
+      c.shape.stages = stages;
+      c.shape.relay = relay_arg == "auto" ? PlanShape::Relay::automatic
+                      : relay_arg == "on" ? PlanShape::Relay::on
+                                          : PlanShape::Relay::off;
+      c.layout = layout;
+      c.uses = uses;
+      c.notes = bench::flag(argc, argv, "--notes");
+      kernel_compare(reg, h, c);
+      return 0;
+    }
     std::vector<SolverSpec> specs;
     for (const auto& s : solver_args) specs.push_back(parse_solver(s, specs.empty()));
 
