@@ -24,7 +24,8 @@ from ._kernels import NullBackend, TorchBackend  # noqa: E402
 from ._module import DistAttention, ingest_topk, remap_topk  # noqa: E402
 from ._plan import Layout, TorchPlan  # noqa: E402
 from ._topk import summarize_topk, write_index_rows  # noqa: E402
+from ._workspace import release_workspaces, workspace_bytes  # noqa: E402
 
 __all__ = ["attention", "DistAttention", "dispatch", "undispatch", "layout_of", "prepare", "TorchPlan", "Layout",
            "ingest_topk", "remap_topk", "summarize_topk", "write_index_rows", "TorchBackend", "FlashBackend", "FlexBackend", "NullBackend", "Comm", "flash_available",
-           "flex_available", "check_inputs"]
+           "flex_available", "check_inputs", "release_workspaces", "workspace_bytes"]

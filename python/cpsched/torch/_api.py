@@ -7,9 +7,11 @@ from collections import OrderedDict
 import torch
 import torch.distributed as dist
 
+from ._agree import FWD_WORDS, Claim, default_check, digest, dtype_code, exchange, float_code, group_device_types, scale_value, \
+    shape_code
 from ._backends import make_backend
 from ._exec import Comm, run_backward, run_forward
-from ._plan import Layout, TorchPlan
+from ._plan import Layout, TorchPlan, _rank_arg
 
 _PLANS: "OrderedDict[tuple, tuple]" = OrderedDict()
 _PLAN_CACHE_SIZE = 32
@@ -46,7 +48,8 @@ def prepare(plan, rank):
 
 
 def _group_info(group, P_plan):
-    """(group, rank, size, backend name) — without torch.distributed only a one-rank plan runs."""
+    """(group, rank, size, {device type: backend name}) — without torch.distributed only a one-rank plan
+    runs."""
     if not dist.is_available() or not dist.is_initialized():
         if group is not None:
             raise ValueError("group: torch.distributed is not initialized (dist.init_process_group) but a group "
@@ -56,7 +59,16 @@ def _group_info(group, P_plan):
                              f"(call torch.distributed.init_process_group first)")
         return None, 0, 1, None
     g = group if group is not None else dist.group.WORLD
-    return g, dist.get_rank(g), dist.get_world_size(g), str(dist.get_backend(g)).lower()
+    return g, dist.get_rank(g), dist.get_world_size(g), group_device_types(g)
+
+
+def _checking(check_peers, g, size):
+    """Whether this call runs the agreement: check_peers (True, False, or None: the group's default)."""
+    if check_peers is not None and not isinstance(check_peers, bool):
+        raise ValueError(f"check_peers: expected True, False or None, got {check_peers!r}")
+    if g is None or size <= 1:
+        return False
+    return default_check(g) if check_peers is None else check_peers
 
 
 def layout_of(x):
@@ -96,14 +108,23 @@ def dispatch(x, plan, group=None, dim=0, rank=None):
     """This rank's shard of a whole sequence `x` (its `dim` has S entries) in the plan's layout: the rows of
     the plan's host_ranges for this rank, concatenated (docs/plan_format.md). Differentiable (the gradient of
     x is this rank's rows; summing over ranks gives the whole). The result carries the layout
-    (`layout_of`), so an attention call under a plan of another layout refuses it."""
+    (`layout_of`), so an attention call under a plan of another layout refuses it. `rank`: the rank whose
+    shard to take (default: this process's rank in the group)."""
     P = _cp_size(plan)
     if rank is None:
         _, rank, size, _ = _group_info(group, P)
         if size != P:
             raise ValueError(f"group: the process group has {size} ranks, the plan was made for P = {P}")
+    else:
+        rank = _rank_arg(rank)
+        if not 0 <= rank < P:
+            raise ValueError(f"rank: {rank} is outside [0, {P}) of the plan's P = {P}")
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise ValueError(f"dim: expected an integer, got {dim!r}")
     lay = _plan_layout(plan, rank)
-    if x.dim() <= dim or x.shape[dim] != lay.seqlen:
+    if not -x.dim() <= dim < x.dim() or x.shape[dim] != lay.seqlen:
         raise ValueError(f"dispatch: x must have the plan's S = {lay.seqlen} entries along dim {dim}, got shape "
                          f"{tuple(x.shape)}")
     out = x.index_select(dim, lay.global_index(rank).to(x.device))
@@ -133,21 +154,42 @@ class _Gather(torch.autograd.Function):
         return g.index_select(ctx.dim, rows), None, None, None, None
 
 
-def undispatch(y, plan, group=None, dim=0):
+def undispatch(y, plan, group=None, dim=0, *, check_peers=None):
     """The whole sequence from every rank's shard `y` (the inverse of dispatch): all-gathers the shards over
     the group and puts every row at its global position. Differentiable: the gradient of y is this rank's rows
-    of the gradient of the result (so a loss computed alike on every rank trains every shard once)."""
+    of the gradient of the result (so a loss computed alike on every rank trains every shard once).
+    `check_peers` (the default as for attention): the ranks first agree on the layout, the dtype, the dim and
+    the other dims' sizes, so that a rank whose shard is wrong makes every rank raise (docs/torch.md)."""
     P = _cp_size(plan)
-    g, rank, size, _ = _group_info(group, P)
-    if size != P:
-        raise ValueError(f"group: the process group has {size} ranks, the plan was made for P = {P}")
-    lay = _plan_layout(plan, rank)
-    if y.dim() <= dim or y.shape[dim] != lay.rows(rank):
-        raise ValueError(f"undispatch: rank {rank} hosts {lay.rows(rank)} tokens of the plan's layout, y has shape "
-                         f"{tuple(y.shape)} along dim {dim}")
-    tag = getattr(y, _LAYOUT_ATTR, None)
-    if tag is not None and tag != lay:
-        raise ValueError(f"undispatch: y was dispatched with {tag!r}, not the plan's {lay!r}")
+    g, rank, size, devs = _group_info(group, P)
+    checking = _checking(check_peers, g, size)
+    err, lay = None, None
+    claim = Claim("undispatch")
+    try:
+        if size != P:
+            raise ValueError(f"group: the process group has {size} ranks, the plan was made for P = {P}")
+        if not isinstance(y, torch.Tensor):
+            raise ValueError(f"y: expected a torch.Tensor, got {type(y).__name__}")
+        if isinstance(dim, bool) or not isinstance(dim, int) or not -y.dim() <= dim < y.dim():
+            raise ValueError(f"dim: expected an integer in [{-y.dim()}, {y.dim()}), got {dim!r}")
+        dim = dim % y.dim()
+        lay = _plan_layout(plan, rank)
+        if y.shape[dim] != lay.rows(rank):
+            raise ValueError(f"undispatch: rank {rank} hosts {lay.rows(rank)} tokens of the plan's layout, y has "
+                             f"shape {tuple(y.shape)} along dim {dim}")
+        tag = getattr(y, _LAYOUT_ATTR, None)
+        if tag is not None and tag != lay:
+            raise ValueError(f"undispatch: y was dispatched with {tag!r}, not the plan's {lay!r}")
+        rest = tuple(y.shape[:dim]) + tuple(y.shape[dim + 1:])
+        claim.add("layout", digest("layout", lay.seqlen, lay.host_ranges), "digest").add("dim", dim)
+        claim.add("dtype", dtype_code(y.dtype), "dtype").add("the other dims", shape_code(rest), "shape")
+        claim.add("device type", digest(y.device.type), "digest")
+    except ValueError as e:
+        err = str(e)
+    if checking:
+        exchange(claim, err, g, rank, size, y.device if isinstance(y, torch.Tensor) else "cpu")
+    elif err:
+        raise ValueError(err)
     if size == 1:
         return y.index_select(dim, torch.argsort(lay.order()).to(y.device))
     return _Gather.apply(y, lay, g, rank, dim)
@@ -211,10 +253,15 @@ def check_inputs(tp, q, k, v, size, rank, backend_name, layout):
         return (f"q: {q.dtype} has {q.dtype.itemsize}-byte elements, the plan counts {tp.dtype_bytes}-byte "
                 f"elements (the Session's heads dtype): plan with the dtype you compute in, so that the "
                 f"collectives move the plan's bytes")
-    if backend_name == "nccl" and q.device.type != "cuda":
-        return f"q: on {q.device}, but the group's backend is NCCL (CUDA tensors only)"
-    if backend_name == "gloo" and q.device.type != "cpu":
-        return f"q: on {q.device}, but the group's backend is gloo, whose all_to_all runs on CPU tensors (use NCCL)"
+    devs = backend_name if isinstance(backend_name, dict) or backend_name is None else \
+        {"nccl": {"cuda": "nccl"}, "gloo": {"cpu": "gloo", "cuda": "gloo"}}.get(str(backend_name))
+    if devs:
+        b = devs.get(q.device.type)
+        if b is None:
+            names = "/".join(sorted({x.upper() if x == "nccl" else x for x in devs.values()}))
+            return f"q: on {q.device}, but the group's backend is {names} ({'/'.join(sorted(devs))} tensors only)"
+        if b == "gloo" and q.device.type != "cpu":
+            return f"q: on {q.device}, but the group's backend is gloo, whose all_to_all runs on CPU tensors (use NCCL)"
     if not tp.layout.sequential and layout is None and not any(tag is not None for _, tag in tags):
         return (f"layout: the plan's layout is not the sequential one ({tp.layout!r}, as the solver "
                 f"'{tp.solver}' dispatched the tokens), and nothing shows that q, k and v carry it: pass "
@@ -223,17 +270,26 @@ def check_inputs(tp, q, k, v, size, rank, backend_name, layout):
     return None
 
 
-def _agree(err, group, device, rank, size):
-    """Every rank learns whether any rank rejected its inputs (one all_gather of a flag), so that all raise."""
-    flag = torch.tensor([1 if err else 0], dtype=torch.int32, device=device)
-    flags = [torch.empty_like(flag) for _ in range(size)]
-    dist.all_gather(flags, flag, group=group)
-    bad = [r for r, f in enumerate(flags) if int(f.item())]
-    if err:
-        raise ValueError(err)
-    if bad:
-        raise ValueError(f"rank(s) {bad} of the group rejected their inputs for this plan (their ValueError names "
-                         f"what is wrong); rank {rank} stopped before any collective of the plan")
+_TWICE = (b"cpsched.torch.attention is differentiable once: create_graph=True gives its first-order "
+          b"gradients, which cannot be differentiated again (no double backward through the distributed plan)")
+
+
+def _once(outputs):
+    """Under create_graph=True the backward runs with grad mode on: its gradients are returned as values that
+    refuse a second differentiation with a clear error, as torch's once_differentiable does."""
+    try:
+        from torch._C import _functions
+        err_fn = _functions.DelayedError(_TWICE, len(outputs))
+    except Exception:  # noqa: BLE001 - a torch without it: the gradients as they are (no graph)
+        return outputs
+
+    def fake(x):
+        if x is not None:
+            x = x.detach()
+            x.requires_grad = True
+        return x
+    out = err_fn(*[fake(x) for x in outputs])
+    return out if isinstance(out, tuple) else (out,)
 
 
 class _Attention(torch.autograd.Function):
@@ -248,8 +304,23 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = run_backward(ctx.dp, q, k, v, out, lse, dout, ctx.backend, ctx.comm, ctx.scale)
+        # The executor writes its workspace in place and runs collectives: never under autograd. With
+        # create_graph=True (grad mode on here) every rank still runs the same backward, and the gradients
+        # refuse a second differentiation instead of failing (or leaving a rank in a collective).
+        with torch.no_grad():
+            dq, dk, dv = run_backward(ctx.dp, q, k, v, out, lse, dout, ctx.backend, ctx.comm, ctx.scale)
+        if torch.is_grad_enabled() and (dout.requires_grad or any(ctx.needs_input_grad[:3])):
+            idx = [i for i, x in enumerate((dq, dk, dv)) if x is not None]
+            wrapped = _once(tuple((dq, dk, dv)[i] for i in idx))
+            res = [dq, dk, dv]
+            for i, x in zip(idx, wrapped):
+                res[i] = x
+            dq, dk, dv = res
         return dq, dk, dv, None, None, None, None
+
+
+_FP8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+             if hasattr(torch, n))
 
 
 def attention(q, k, v, plan, group=None, backend="auto", return_lse=False, *, layout=None, softmax_scale=None,
@@ -261,37 +332,80 @@ def attention(q, k, v, plan, group=None, backend="auto", return_lse=False, *, la
     `group`: the process group of the plan's P ranks (default: the world). `backend`: 'auto', 'torch',
     'flash' or 'flex'. Returns out [rows, heads_q, d_v] (and lse [rows, heads_q], fp32, not differentiable).
     `layout`: for a plan whose layout is not the sequential one, the Layout of the shards (layout_of of a
-    dispatched tensor) unless q, k or v carry it. `check_peers` (default: on for gloo): every rank learns when
-    another rejected its inputs, so that all raise instead of waiting in a collective.
+    dispatched tensor) unless q, k or v carry it. `check_peers` (default: on where the group has a CPU
+    backend: gloo, or NCCL with a gloo CPU backend): before any collective the ranks agree on what they run
+    (the plan, dtype, head shapes, scale, whether a backward follows), so that a rank whose inputs are wrong or
+    differ makes every rank raise the same ValueError instead of waiting in a collective (docs/torch.md).
     Inputs are checked on every rank before any collective; a bad one raises ValueError naming it."""
-    g, rank, size, bname = _group_info(group, getattr(plan, "cp_size", 1))
-    # Every check is local and collects its message instead of raising, so that with check_peers the ranks
-    # first agree (no rank may leave while another waits in the agreement or in the plan's collectives).
-    err, tp, be = None, None, None
-    P_plan = getattr(plan, "cp_size", None)
-    if not isinstance(plan, (TorchPlan, _result_type())):
-        err = (f"plan: expected a cpsched.Result (Session.solve) or a cpsched.torch.TorchPlan, got "
-               f"{type(plan).__name__}")
-    elif size != P_plan:
-        err = (f"group: the process group has {size} ranks, the plan was made for P = {P_plan} (its cp_size); "
-               f"solve with Session(cp_size={size}, ...) or pass the group of the plan's ranks")
-    else:
+    return _attention(q, k, v, plan, group, backend, return_lse, layout, softmax_scale, check_peers, None)
+
+
+def _attention(q, k, v, plan, group, backend, return_lse, layout, softmax_scale, check_peers, pre_err,
+               no_forwarding=False):
+    """attention, with an error found before it on this rank alone (`pre_err`: DistAttention's solve of the
+    call's mask) that every rank learns in the agreement."""
+    is_plan = isinstance(plan, (TorchPlan, _result_type()))
+    P_plan = plan.cp_size if is_plan else 1
+    g, rank, size, devs = _group_info(group, P_plan if is_plan else (dist.get_world_size(group) if group is not None
+                                                                      and dist.is_initialized() else 1))
+    try:
+        checking = _checking(check_peers, g, size)
+    except ValueError as e:  # a wrong check_peers: checked anyway, so that every rank learns it
+        pre_err, checking = pre_err or str(e), g is not None and size > 1
+    # Every check is local and collects its message instead of raising, so that the ranks first agree (no
+    # rank may leave while another waits in the agreement or in the plan's collectives).
+    err, tp, be, scale = pre_err, None, None, None
+    claim = Claim("attention")
+    if err is None:
         try:
+            if not isinstance(return_lse, bool):
+                raise ValueError(f"return_lse: expected True or False, got {return_lse!r}")
+            if not is_plan:
+                raise ValueError(f"plan: expected a cpsched.Result (Session.solve) or a cpsched.torch.TorchPlan, got "
+                                 f"{type(plan).__name__}")
+            if size != P_plan:
+                raise ValueError(f"group: the process group has {size} ranks, the plan was made for P = {P_plan} (its "
+                                 f"cp_size); solve with Session(cp_size={size}, ...) or pass the group of the plan's "
+                                 f"ranks")
             tp = prepare(plan, rank)
-            err = check_inputs(tp, q, k, v, size, rank, bname, layout)
-            if err is None and isinstance(q, torch.Tensor):
-                err = tp.index_rows_missing(q.device)
-            if err is None:
+            if no_forwarding:
+                tp.declare_no_forwarding()
+            e = check_inputs(tp, q, k, v, size, rank, devs, layout)
+            if e is None:
+                e = tp.index_rows_missing(q.device)
+            if e is None:
+                e, scale = scale_value(softmax_scale, 1.0 / math.sqrt(tp.dqk))
+            grad = e is None and torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (q, k, v))
+            if e is None and grad and q.dtype in _FP8:
+                e = (f"q: {q.dtype} inputs that require grad: cpsched.torch runs float8 plans forward only (the "
+                     f"backward's gradients would travel and accumulate in float8); compute the backward in bf16 "
+                     f"(a plan with heads dtype 'bf16'), or call under torch.no_grad() / inference_mode()")
+            if e is None:
                 be = make_backend(backend, q.device, q.dtype, tp)
+            if e is not None:
+                raise ValueError(e)
+            claim.plan(tp)
+            claim.add("dtype", dtype_code(q.dtype), "dtype")
+            claim.add("q heads and dims", shape_code(q.shape[1:]), "shape")
+            claim.add("k heads and dims", shape_code(k.shape[1:]), "shape")
+            claim.add("v heads and dims", shape_code(None if v is None else v.shape[1:]), "shape")
+            claim.add("softmax_scale", float_code(scale), "float")
+            claim.add("a backward follows (inputs that require grad)", grad, "bool")
+            claim.add("device type", digest(q.device.type), "digest")
         except ValueError as e:
             err = str(e)
-    if check_peers is None:
-        check_peers = bname == "gloo"
-    if check_peers and g is not None and size > 1:
-        _agree(err, g, q.device if isinstance(q, torch.Tensor) and q.device.type != "meta" else "cpu", rank, size)
+    if checking:
+        dev = q.device if isinstance(q, torch.Tensor) and q.device.type != "meta" else \
+            ("cuda" if devs and "cuda" in devs and "cpu" not in devs else "cpu")
+        bits = exchange(claim, err, g, rank, size, dev)
     elif err:
         raise ValueError(err)
-    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(tp.dqk)
+    else:
+        bits = None
+    if tp.per_rank and not tp.forwarding_known:
+        N = max(len(tp.fwd.stages_comm), len(tp.bwd.stages_comm))
+        fits = 4 * N <= 63 * FWD_WORDS
+        tp.set_forwarding(bits if bits is not None and fits else tp.conservative_forwarding_bits())
     dp = tp.on(q.device)
-    out, lse = _Attention.apply(q, k, v, dp, be, Comm(g), float(scale))
+    out, lse = _Attention.apply(q, k, v, dp, be, Comm(g), scale)
     return (out, lse) if return_lse else out

@@ -78,7 +78,7 @@ class _FlashStage:
     to the torch kernels, and per side (q, k) and buffer (local, remote) the rows the batches read, so that a
     stage gathers each field of a buffer with one index_select into a buffer of the stage (`io`) whose rows
     are the batches' inputs, and adds each gradient back with one index_add (or hands it to the executor)."""
-    __slots__ = ("batches", "rest", "q_side", "k_side", "merge", "io")
+    __slots__ = ("batches", "rest", "q_side", "k_side", "merge")
 
     def __init__(self, args, G, qpg, device):
         groups, self.rest = {}, []
@@ -92,31 +92,33 @@ class _FlashStage:
         self.k_side = {r: x for r in (False, True) if (x := _side(self.batches, r, ("k_remote", "k_idx"))) is not None}
         rq = self.q_side.get(True)
         self.merge = None if rq is None else (rq[0], rq[0].view(-1, 1, 1).expand(-1, qpg, 1).contiguous())
-        self.io = {}
 
     def buffers(self, pass_, b):
         """The stage's gathered inputs (and, backward, the kernels' gradient outputs) for this pass and
-        dtype: per buffer and field one tensor, per batch its views. They are the stage's own until its
-        gradients are added, so every call reuses them (the executor adds local gradients at the end of the
-        pass, before the next call)."""
-        dt, dev = b.rk.dtype, b.rk.device
+        dtype: per buffer and field one tensor, per batch its views. They live in the device's shared
+        workspace (`b.take`: the same offsets every call of the plan, nothing kept between calls) and are the
+        stage's own until its gradients are added (the executor adds local gradients at the end of the pass)."""
+        dt = b.rk.dtype
         dqk, dv = b.rq.shape[-1], b.rv.shape[-1]
-        key = (pass_, dt, str(dev), b.qpg, b.kpg, dqk, dv)
-        io = self.io.get(key)
-        if io is None:
-            if pass_ == "fwd":
-                qf = [("q", dt, (b.qpg, dqk))]
-                kf = [("k", dt, (b.kpg, dqk)), ("v", dt, (b.kpg, dv))]
-            else:
-                qf = [("q", dt, (b.qpg, dqk)), ("o", dt, (b.qpg, dv)), ("do", dt, (b.qpg, dv)),
-                      ("lse", torch.float32, (b.qpg,)), ("dq", dt, (b.qpg, dqk))]
-                kf = [("k", dt, (b.kpg, dqk)), ("v", dt, (b.kpg, dv)), ("dk", dt, (b.kpg, dqk)),
-                      ("dv", dt, (b.kpg, dv))]
+        if pass_ == "fwd":
+            qf = [("q", dt, (b.qpg, dqk))]
+            kf = [("k", dt, (b.kpg, dqk)), ("v", dt, (b.kpg, dv))]
+        else:
+            qf = [("q", dt, (b.qpg, dqk)), ("o", dt, (b.qpg, dv)), ("do", dt, (b.qpg, dv)),
+                  ("lse", torch.float32, (b.qpg,)), ("dq", dt, (b.qpg, dqk))]
+            kf = [("k", dt, (b.kpg, dqk)), ("v", dt, (b.kpg, dv)), ("dk", dt, (b.kpg, dqk)),
+                  ("dv", dt, (b.kpg, dv))]
+        names, specs = [], []
+        for side, fields, rows in (("q", qf, self.q_side), ("k", kf, self.k_side)):
+            for remote, (idx, _) in rows.items():
+                for name, t, tail in fields:
+                    names.append((side, remote, name))
+                    specs.append(((idx.numel(),) + tail, t))
+
+        def build(tensors):
             io = {"q": {}, "k": {}}
-            for side, fields, rows in (("q", qf, self.q_side), ("k", kf, self.k_side)):
-                for remote, (idx, _) in rows.items():
-                    io[side][remote] = {name: torch.empty((idx.numel(),) + tail, dtype=t, device=dev)
-                                        for name, t, tail in fields}
+            for (side, remote, name), t in zip(names, tensors):
+                io[side].setdefault(remote, {})[name] = t
             views = []
             for x in self.batches:
                 v = {}
@@ -124,8 +126,8 @@ class _FlashStage:
                     lo, hi = rows[rem][1][id(x)]
                     v.update({name: t[lo:hi] for name, t in io[side][rem].items()})
                 views.append(v)
-            io = self.io[key] = (io, views)
-        return io
+            return io, views
+        return b.take((id(self), pass_, dt, b.qpg, b.kpg, dqk, dv), specs, build)
 
 
 class FlashBackend(TorchBackend):
@@ -153,7 +155,8 @@ class FlashBackend(TorchBackend):
         hit = getattr(args, key, None) if hasattr(args, "__dict__") else None
         if hit is not None:
             return hit
-        out = _FlashStage(args, b.q.shape[1] // b.qpg, b.qpg, device)
+        with torch.inference_mode(False):  # kept on the plan: ordinary tensors
+            out = _FlashStage(args, b.q.shape[1] // b.qpg, b.qpg, device)
         if hasattr(args, "__dict__"):
             setattr(args, key, out)
         return out
@@ -240,23 +243,101 @@ class FlashBackend(TorchBackend):
                                            causal, (-1, -1), None, False, None)
 
 
+def _row_spans(geometry, rows):
+    """Per row of a batch, the column span [lo, hi) of each arg that reaches it: int64 [rows, m] tables (m: the
+    most args on one row; lo = hi = 0 where a row has fewer). An arg's rows each see one contiguous span of its
+    columns under every mask type (docs/plan_format.md), so the batch's mask is these spans, O(rows x m), never
+    a rows x columns table."""
+    import numpy as np
+    r_all, lo_all, hi_all = [], [], []
+    for q0, q1, k0, k1, t in geometry:
+        lq, lk = q1 - q0, k1 - k0
+        i = np.arange(lq, dtype=np.int64)
+        d = lk - lq
+        if t == 0:
+            lo, hi = np.zeros(lq, np.int64), np.full(lq, lk, np.int64)
+        elif t == 1:
+            lo, hi = np.zeros(lq, np.int64), np.clip(i + d + 1, 0, lk)
+        elif t == 2:
+            lo, hi = np.minimum(i, lk), np.full(lq, lk, np.int64)
+        else:
+            lo, hi = np.minimum(i, lk), np.clip(i + d + 1, 0, lk)
+        keep = hi > lo
+        r_all.append(i[keep] + q0)
+        lo_all.append(lo[keep] + k0)
+        hi_all.append(hi[keep] + k0)
+    r = np.concatenate(r_all) if r_all else np.zeros(0, np.int64)
+    lo = np.concatenate(lo_all) if lo_all else np.zeros(0, np.int64)
+    hi = np.concatenate(hi_all) if hi_all else np.zeros(0, np.int64)
+    order = np.argsort(r, kind="stable")
+    r, lo, hi = r[order], lo[order], hi[order]
+    counts = np.bincount(r, minlength=rows)
+    m = max(1, int(counts.max()) if len(counts) else 1)
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    slot = np.arange(len(r)) - first[r]
+    LO = np.zeros((rows, m), np.int64)
+    HI = np.zeros((rows, m), np.int64)
+    LO[r, slot] = lo
+    HI[r, slot] = hi
+    return r, lo, hi, LO, HI
+
+
+def _kv_blocks(r, lo, hi, rows, cols, B):
+    """FlexAttention's block lists from the spans: per q block of B rows the kv blocks some row reaches
+    (partial) and those every row of a whole q block covers entirely (full), from difference arrays over
+    (q block, kv block): O(spans + blocks^2), never rows x columns."""
+    import numpy as np
+    nqb, nkb = -(-rows // B), -(-cols // B)
+    qb = r // B
+    touched = np.zeros((nqb, nkb + 1), np.int32)
+    np.add.at(touched, (qb, lo // B), 1)
+    np.add.at(touched, (qb, (hi - 1) // B + 1), -1)
+    touched = np.cumsum(touched, 1)[:, :nkb] > 0
+    f0, f1 = -(-lo // B), np.minimum(hi // B, cols // B)  # kv blocks inside the span (and inside the columns)
+    ok = f1 > f0
+    cover = np.zeros((nqb, nkb + 1), np.int32)
+    np.add.at(cover, (qb[ok], f0[ok]), 1)
+    np.add.at(cover, (qb[ok], f1[ok]), -1)
+    cover = np.cumsum(cover, 1)[:, :nkb]
+    whole_q = (np.arange(nqb) + 1) * B <= rows
+    full = (cover == B) & whole_q[:, None]
+    partial = touched & ~full
+
+    def lists(m):
+        num = m.sum(1).astype(np.int32)
+        idx = np.argsort(~m, axis=1, kind="stable").astype(np.int32)  # the set blocks first, ascending
+        return num, idx
+    return lists(partial), lists(full)
+
+
 class _FlexMask:
-    """The block mask of one batch geometry: a boolean table over its rows and columns (the union of the args'
-    masks; they are exact and disjoint) and FlexAttention's BlockMask over it, with the rows no arg reaches."""
+    """The block mask of one batch geometry: FlexAttention's BlockMask built from the args' row spans (the union
+    of the args' masks; they are exact and disjoint), blockwise, with the rows no arg reaches."""
 
-    def __init__(self, create_block_mask, geometry, shape, device):
-        from ._kernels import chunk_mask
-        table = torch.zeros(shape, dtype=torch.bool, device=device)
-        for q0, q1, k0, k1, t in geometry:
-            m = chunk_mask(t, 0, q1 - q0, 0, k1 - k0, q1 - q0, k1 - k0, device)
-            view = table[q0:q1, k0:k1]
-            view |= True if m is None else m
+    def __init__(self, create_block_mask, geometry, shape, device, block=128):
+        import numpy as np
+        rows, cols = shape
+        r, lo, hi, LO, HI = _row_spans(geometry, rows)
+        with torch.inference_mode(False):
+            lo_t = torch.from_numpy(LO).to(device)
+            hi_t = torch.from_numpy(HI).to(device)
 
-        def mask_mod(bb, h, qi, ki):
-            return table[qi, ki]
-        self.block_mask = create_block_mask(mask_mod, None, None, shape[0], shape[1], device=str(device))
-        self.empty = ~table.any(dim=1)
-        self.has_empty = bool(self.empty.any())  # read once here, not a device sync per call
+            def mask_mod(bb, h, qi, ki):
+                return ((ki >= lo_t[qi]) & (ki < hi_t[qi])).any(-1)
+            from torch.nn.attention.flex_attention import BlockMask
+            if hasattr(BlockMask, "from_kv_blocks"):
+                (pn, pi), (fn, fi) = _kv_blocks(r, lo, hi, rows, cols, block)
+
+                def dev(x):
+                    return torch.from_numpy(np.ascontiguousarray(x)).to(device)[None, None]
+                self.block_mask = BlockMask.from_kv_blocks(dev(pn), dev(pi), dev(fn), dev(fi), BLOCK_SIZE=block,
+                                                           mask_mod=mask_mod, seq_lengths=(rows, cols))
+            else:  # torch 2.4: flex evaluates the spans itself (no L x L table of ours)
+                self.block_mask = create_block_mask(mask_mod, None, None, rows, cols, device=str(device))
+            empty = (HI <= LO).all(1)
+            self.empty = torch.from_numpy(empty).to(device)
+        self.has_empty = bool(empty.any())  # known on the host: no device sync per call
+        self.nbytes = LO.nbytes + HI.nbytes + 2 * 4 * (-(-rows // block)) * (1 + (-(-cols // block))) + rows
 
 
 class _ByteLru:
@@ -280,13 +361,15 @@ class _ByteLru:
             self.bytes -= n
 
 
-_FLEX_MASKS = _ByteLru(1 << 30)
+# Block masks by batch geometry (row spans and block lists, O(rows + blocks^2) bytes each, never rows x
+# columns): at most 256 MiB per process.
+_FLEX_MASKS = _ByteLru(1 << 28)
 
 
 class FlexBackend(TorchBackend):
     """FlexAttention: per stage and (q buffer, k buffer, head group) one flex_attention call whose block mask
-    is built from the args that read them (a boolean table over the rows and columns the args touch; the
-    args are exact and disjoint, so the union is the mask). Forward returns lse and is merged like every
+    is built from the args that read them (each row's column spans and the block lists they give, blockwise:
+    never a rows x columns table; the args are exact and disjoint, so the union is the mask). Forward returns lse and is merged like every
     partial. Backward: on a GPU flex's own backward through the lse-merge surrogate; on the CPU (torch has no
     flex backward there) the torch kernels. Index args use the gather kernel."""
 
@@ -327,7 +410,7 @@ class FlexBackend(TorchBackend):
         fm = _FLEX_MASKS.get(key)
         if fm is None:
             fm = _FlexMask(self._mask, key[2], shape, device)
-            _FLEX_MASKS.put(key, fm, shape[0] * shape[1])
+            _FLEX_MASKS.put(key, fm, fm.nbytes)
         return fm, r0, r0 + shape[0], c0, c0 + shape[1]
 
     def _call(self, q, k, v, fm, scale):

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from ._kernels import Buffers, compute_dtype, scatter_merge
+from ._workspace import Arena, Carver, Scratch, arena
 
 NEG_INF = float("-inf")
 _U8 = torch.uint8
@@ -57,19 +58,19 @@ class _Packed:
         self.buf, self.typed, self.loose = buf, typed, loose
 
     @classmethod
-    def alloc(cls, n, fields, device):
+    def alloc(cls, n, fields, carve):
         layout, off = [], 0
         for name, dtype, tail in fields:
             nb = dtype.itemsize * math.prod(tail)
             layout.append((name, dtype, tail, off, nb))
             off += nb
-        buf = torch.empty((n, off), dtype=_U8, device=device)
+        buf = carve.empty((n, off), _U8)
         typed, loose = {}, []
         for name, dtype, tail, o, nb in layout:
             if o % dtype.itemsize == 0 and off % dtype.itemsize == 0:
                 typed[name] = buf[:, o:o + nb].view(dtype).view(n, *tail)
             else:
-                typed[name] = torch.empty((n, *tail), dtype=dtype, device=device)
+                typed[name] = carve.empty((n, *tail), dtype)
                 loose.append((name, o, nb))
         return cls(buf, typed, loose)
 
@@ -119,11 +120,11 @@ class _Reduce:
 
     __slots__ = ("send", "copies", "back", "out_splits", "in_splits", "idx", "lse3", "idx_exp")
 
-    def __init__(self, c, fields, acc, back, dev):
+    def __init__(self, c, fields, acc, back, carve):
         rows = slice(c.recv_at, c.recv_at + c.n_recv)
-        self.send = _Packed.alloc(c.n_recv, fields, dev)
+        self.send = _Packed.alloc(c.n_recv, fields, carve)
         self.copies = [(self.send.typed[name], acc[name][rows]) for name, _, _ in fields]
-        self.back = back if back is not None else _Packed.alloc(c.n_send, fields, dev)
+        self.back = back if back is not None else _Packed.alloc(c.n_send, fields, carve)
         self.out_splits, self.in_splits = c.in_splits, c.out_splits  # the cast's, transposed
         self.idx = c.send_rows
         self.lse3, self.idx_exp = _merge_views(self.back, c.send_rows) if back is None else (None, None)
@@ -136,13 +137,14 @@ class _Reduce:
 
 
 class _Workspace:
-    """One pass's program for one (plan, device, dtype), laid out once and reused by every call (each call
-    zeroes the accumulators with one or two fills and allocates only its outputs). One call at a time uses a
-    plan's workspace on a device (calls of one process group are sequential). A pass's buffers are all
-    written and read inside the pass (every collective is waited for before it returns), so nothing that
+    """One pass's program for one (plan, device, dtype): its buffers laid out in the device's shared arena
+    (`_workspace.Arena`, from offset 0: one call runs at a time, and every program of every plan shares the
+    bytes), the views its collectives and kernels read and write, and the plan's row indices they use. Each
+    call zeroes the accumulators with one or two fills and allocates only its outputs. A pass's buffers are
+    all written and read inside the pass (every collective is waited for before it returns), so nothing that
     autograd saves for the backward lives here."""
 
-    def __init__(self, tp, pp, pass_, dt, dev):
+    def __init__(self, tp, pp, pass_, dt, carve):
         L, G, qpg, kpg = tp.rows, tp.G, tp.qpg, tp.kpg
         hq, hkv, dqk, dv, shared = tp.hq, tp.hkv, tp.dqk, tp.dv, tp.kv_shared
         Nq, Nk = pp.qo_rows, pp.kv_rows
@@ -155,15 +157,15 @@ class _Workspace:
             qo_fields = [("q", dt, (qpg, dqk))]
         else:
             qo_fields = [("lse", f32, (qpg,)), ("q", dt, (qpg, dqk)), ("o", dt, (qpg, dv)), ("do", dt, (qpg, dv))]
-        self.rqo = _Packed.alloc(Nq, qo_fields, dev)
-        self.rkv = _Packed.alloc(Nk, kv_fields, dev)
+        self.rqo = _Packed.alloc(Nq, qo_fields, carve)
+        self.rkv = _Packed.alloc(Nk, kv_fields, carve)
         rk = self.rkv.typed["k"]
         rv = rk[..., :dv] if shared else self.rkv.typed["v"]
         # this rank's rows of each field as the casts send them ((row, head group) flattened)
         self.row_shape = {name: torch.Size((L * G,) + tail) for name, _, tail in qo_fields + kv_fields}
         if pass_ == "fwd":
-            self.acc = torch.empty(L * hq * dv + Nq * qpg * dv, dtype=cdt, device=dev)
-            self.lse_blk = torch.empty(L * hq + Nq * qpg, dtype=cdt, device=dev)
+            self.acc = carve.empty((L * hq * dv + Nq * qpg * dv,), cdt)
+            self.lse_blk = carve.empty((L * hq + Nq * qpg,), cdt)
             o, ro = _carve(self.acc, [(L, hq, dv), (Nq, qpg, dv)])
             lse, rlse = _carve(self.lse_blk, [(L, hq), (Nq, qpg)])
             self.lacc = {"o": o.view(L * G, qpg, dv), "lse": lse.view(L * G, qpg, 1)}
@@ -175,7 +177,7 @@ class _Workspace:
         else:
             shapes = [(L, hq, dqk), (L, hkv, dqk)] + ([] if shared else [(L, hkv, dv)]) + \
                 [(Nq, qpg, dqk), (Nk, kpg, dqk)] + ([] if shared else [(Nk, kpg, dv)]) + [(Nq, qpg)]
-            self.acc = torch.empty(sum(math.prod(x) for x in shapes), dtype=cdt, device=dev)
+            self.acc = carve.empty((sum(math.prod(x) for x in shapes),), cdt)
             parts = _carve(self.acc, shapes)
             if shared:
                 dq, dk, rdq, rdk, rdelta = parts
@@ -209,7 +211,7 @@ class _Workspace:
         for kind in ("qo", "kv"):
             rows = recv[kind]
             colls = [(s, getattr(st, kind)) for s, st in enumerate(pp.comm) if getattr(st, kind).active]
-            send = _Packed.alloc(sum(c.n_send for _, c in colls), fields[kind], dev)
+            send = _Packed.alloc(sum(c.n_send for _, c in colls), fields[kind], carve)
             if send.buf.shape[0]:
                 self.fill.append((torch.cat([c.send_rows for _, c in colls]), send))
             at = 0
@@ -220,7 +222,7 @@ class _Workspace:
             for s, st in enumerate(pp.comm):
                 c = getattr(st, kind + "_fwd")
                 if c is not None and c.active:
-                    fs = torch.empty((c.n_send, rows.buf.shape[1]), dtype=_U8, device=dev)
+                    fs = carve.empty((c.n_send, rows.buf.shape[1]), _U8)
                     self.forwards[s].append((rows.buf, c.send_rows, fs, rows.buf[c.recv_at:c.recv_at + c.n_recv],
                                              c.out_splits, c.in_splits))
                 r0 = st.qo_off if kind == "qo" else st.kv_off
@@ -238,19 +240,19 @@ class _Workspace:
             firsts = [c for c in firsts if c.active]
             if not firsts:
                 continue
-            back = _Packed.alloc(sum(c.n_send for c in firsts), red_fields[kind], dev)
+            back = _Packed.alloc(sum(c.n_send for c in firsts), red_fields[kind], carve)
             idx = torch.cat([c.send_rows for c in firsts])
             self.finals[kind] = (back, idx) + _merge_views(back, idx)
         at = {"qo": 0, "kv": 0}
         for t, s2, kind in order:
             st = pp.comm[s2 - 1]
             c_fwd, c = getattr(st, kind + "_fwd"), getattr(st, kind)
-            relay = _Reduce(c_fwd, red_fields[kind], racc, None, dev) if c_fwd is not None and c_fwd.active else None
+            relay = _Reduce(c_fwd, red_fields[kind], racc, None, carve) if c_fwd is not None and c_fwd.active else None
             first = None
             if c.active:
                 back = self.finals[kind][0].rows(at[kind], at[kind] + c.n_send)
                 at[kind] += c.n_send
-                first = _Reduce(c, red_fields[kind], racc, back, dev)
+                first = _Reduce(c, red_fields[kind], racc, back, carve)
             if relay is not None or first is not None:
                 self.reduces.setdefault(t, []).append((kind, relay, first))
 
@@ -271,16 +273,21 @@ class _Workspace:
         key = tuple(map(id, idxs))
         hit = self.merge_idx.get(key)
         if hit is None or any(a is not b for a, b in zip(hit[0], idxs)):
-            idx = torch.cat(idxs) if len(idxs) > 1 else idxs[0]
-            exp = None
-            if expand:
-                qpg = self.lacc["lse"].shape[1]
-                exp = idx.view(-1, 1, 1).expand(-1, qpg, 1).contiguous()
-            hit = (list(idxs), idx, exp)
-            if len(self.merge_idx) >= 16:  # a backend whose parts' rows change between calls
-                self.merge_idx.clear()
-            self.merge_idx[key] = hit
+            with torch.inference_mode(False):
+                return self._merge_rows(key, idxs, expand)
         return hit[1], hit[2]
+
+    def _merge_rows(self, key, idxs, expand):
+        idx = torch.cat(idxs) if len(idxs) > 1 else idxs[0]
+        exp = None
+        if expand:
+            qpg = self.lacc["lse"].shape[1]
+            exp = idx.view(-1, 1, 1).expand(-1, qpg, 1).contiguous()
+        hit = (list(idxs), idx, exp)
+        if len(self.merge_idx) >= 16:  # a backend whose parts' rows change between calls
+            self.merge_idx.clear()
+        self.merge_idx[key] = hit
+        return idx, exp
 
     def pack(self, src):
         """Every first-phase send row of the pass from this rank's inputs (`src`: field name -> tensor)."""
@@ -313,30 +320,52 @@ class _Workspace:
 
 
 def _workspace(dp, pass_, dt):
+    """The pass's program bound to its device's arena: laid out on first use (and again after the arena
+    grew), kept in the arena itself, weakly keyed by the plan's device pass."""
+    ar = arena(dp.device)
+    if ar.busy:  # a call inside a call (e.g. from a backend or a hook): an arena of its own, not kept
+        ar = Arena(dp.device)
+    owner = dp.fwd if pass_ == "fwd" else dp.bwd
     key = (pass_, dt)
-    ws = dp.work.get(key)
-    if ws is None:
-        ws = _Workspace(dp.tp, dp.fwd if pass_ == "fwd" else dp.bwd, pass_, dt, dp.device)
-        dp.work[key] = ws
-    return ws
+    ws = ar.get(owner, key)
+    if ws is not None and ws.scratch.start + ws.scratch.need <= ar.nbytes:
+        return ar, ws
+    need = 0 if ws is None else ws.scratch.start + ws.scratch.need
+    with torch.inference_mode(False):
+        while True:
+            if need > ar.nbytes:
+                ar.grow(need)
+            carve = Carver(ar.buf, dp.device)
+            ws = _Workspace(dp.tp, owner, pass_, dt, carve)
+            if not carve.overflow:
+                break
+            need = carve.at
+    ws.scratch = Scratch(carve.at, dp.device)
+    ar.put(owner, key, ws)
+    return ar, ws
 
 
 def _begin(dp, pass_, q, k, v):
-    """The pass's workspace, reset for a call, and V (a view of K's latent when K and V share it)."""
-    ws = _workspace(dp, pass_, q.dtype)
+    """The pass's arena (marked busy) and program, reset for a call, and V (a view of K's latent when K and V
+    share it)."""
+    ar, ws = _workspace(dp, pass_, q.dtype)
+    ar.busy = True
     b = ws.reset()
-    return ws, b, (k[..., :ws.dv] if ws.shared else v)
+    b.indices = (dp.fwd if pass_ == "fwd" else dp.bwd).indices  # read per call: an ingestion rewrites them
+    b.take = lambda key, specs, build=None: ws.scratch.take(ar.buf, key, specs, build)
+    return ar, ws, b, (k[..., :ws.dv] if ws.shared else v)
 
 
 def run_forward(dp, q, k, v, backend, comm, scale):
     """Forward pass of this rank: returns O (q's dtype) [L, hq, dv] and lse (fp32) [L, hq]."""
     pp = dp.fwd
-    ws, b, v = _begin(dp, "fwd", q, k, v)
+    ar, ws, b, v = _begin(dp, "fwd", q, k, v)
     b.q, b.k, b.v, b.scale = q, k, v, scale
     try:
         return _forward(ws, b, pp, backend, comm, {"q": q, "k": k, "v": v})
     finally:
-        b.release("q", "k", "v")
+        b.release("q", "k", "v", "take")
+        ar.busy = False
 
 
 def _forward(ws, b, pp, backend, comm, src):
@@ -375,7 +404,7 @@ def run_backward(dp, q, k, v, out, lse, dout, backend, comm, scale):
     """Backward pass of this rank: dQ, dK, dV (None when K and V share the latent: dV is inside dK)."""
     pp = dp.bwd
     dt = q.dtype
-    ws, b, v = _begin(dp, "bwd", q, k, v)
+    ar, ws, b, v = _begin(dp, "bwd", q, k, v)
     out = out.to(dt)
     dout = dout.to(dt)
     lse = lse.float()
@@ -383,7 +412,8 @@ def run_backward(dp, q, k, v, out, lse, dout, backend, comm, scale):
     try:
         return _backward(ws, b, pp, backend, comm, {"lse": lse, "q": q, "o": out, "do": dout, "k": k, "v": v})
     finally:
-        b.release("q", "k", "v", "lse", "out", "dout")
+        b.release("q", "k", "v", "lse", "out", "dout", "take")
+        ar.busy = False
 
 
 def _backward(ws, b, pp, backend, comm, src):

@@ -257,12 +257,14 @@ class Buffers:
     gives this call's local tensors so (one view per call, none when G = 1), `rlse_rows` is rlse with a
     trailing 1 (as scatter_merge takes it), and `merge_local` / `add_local` hand the executor partial results
     / gradients of local rows, which it merges / adds with the returned ones at once at the end of the pass
-    (one scatter, one index_add per field, whatever the number of batches)."""
+    (one scatter, one index_add per field, whatever the number of batches). `take(key, [(shape, dtype), ...])`
+    gives a backend scratch tensors in the device's shared workspace, the same ones for `key` every call of
+    the plan (they hold nothing between calls)."""
     __slots__ = ("q", "k", "v", "rq", "rk", "rv", "o", "lse", "ro", "rlse",
                  "out", "dout", "rout", "rdout", "_delta", "_rdelta", "_rdelta_todo",
                  "dq", "dk", "dv", "rdq", "rdk", "rdv", "indices", "qpg", "kpg", "scale", "shared",
                  "rlse_rows", "_flat", "local_parts",
-                 "local_grads")
+                 "local_grads", "take")
 
     def __init__(self, **kw):
         for k in self.__slots__:

@@ -7,9 +7,10 @@ import torch
 import torch.distributed as dist
 
 from .. import Mask, _ranges, _types
-from ._api import _group_info, attention, prepare
+from ._agree import Claim, compare, digest, exchange
+from ._api import _attention, _checking, _group_info, prepare
 from ._plan import TorchPlan
-from ._topk import summarize_topk, write_index_rows
+from ._topk import blocks_of, summarize_topk, write_index_rows
 
 
 def remap_topk(tp, full, device):
@@ -25,8 +26,11 @@ def remap_topk(tp, full, device):
     local_glob = lay.global_index(tp.rank).to(device)
     inv_local = torch.full((S,), -1, dtype=torch.int64, device=device)
     inv_local[local_glob] = torch.arange(local_glob.numel(), device=device)
-    starts = torch.tensor(sorted(b for rs in lay.host_ranges for b, e in rs), dtype=torch.int64)
-    ends = {b: e for rs in lay.host_ranges for b, e in rs}
+    # the key blocks of the plan's grid: the sequential shards cut into the plan's blocks per rank (a solver
+    # may re-grid: blocks_per_rank is the plan's, not the Session's)
+    blocks = blocks_of(tp.seqlen, tp.cp_size, tp.blocks_per_rank)
+    starts = torch.tensor([b for b, _ in blocks], dtype=torch.int64)
+    ends = {b: e for b, e in blocks}
     pools = []
     for pp in (tp.fwd, tp.bwd):
         if pp.indices is None:
@@ -74,6 +78,33 @@ def remap_topk(tp, full, device):
     return pools
 
 
+def _session_digest(session):
+    """What else of a Session's options shapes its plans (not its rank, cache and queue sizes, nor what the
+    claim names apart: S, P, blocks and heads)."""
+    o = dict(session.options)
+    for k in ("rank", "cache_size", "ahead_queue", "uses", "seqlen", "cp_size", "blocks_per_rank", "heads", "dim_v",
+              "kv_shared"):
+        o.pop(k, None)
+    return digest(repr(sorted(o.items())))
+
+
+def _ingest_claim(session, indices, causal, gather, remap, with_k):
+    """The fields every rank's ingestion must share: the Session's S, P, blocks, heads and solver, and the
+    indices' selection heads (and width where asked). The indices' dtype and width may differ."""
+    o = session.options
+    c = Claim("ingest_topk")
+    c.add("session seqlen (S)", o["seqlen"]).add("session cp_size (P)", o["cp_size"])
+    c.add("session blocks_per_rank", o["blocks_per_rank"])
+    c.add("session heads", digest(repr(o["heads"]), o.get("dim_v"), o.get("kv_shared")), "digest",
+          " (Session heads, d_v or kv_shared)")
+    c.add("session options", _session_digest(session), "digest", " (solver, stages, cost model, layout, ...)")
+    c.add("indices selection heads (H_kv)", int(indices.shape[1]))
+    if with_k:
+        c.add("indices width (k)", int(indices.shape[2]))
+    c.add("causal", bool(causal), "bool").add("gather", digest(gather), "digest").add("remap", digest(remap), "digest")
+    return c
+
+
 def ingest_topk(indices, session, group=None, causal=True, check_peers=None, remap=None, gather="auto"):
     """A token top-k mask (DSA's indexer output) given as this rank's own rows, solved into a plan.
 
@@ -91,19 +122,30 @@ def ingest_topk(indices, session, group=None, causal=True, check_peers=None, rem
         Session's solver (`Session.solve_topk`); `remap="device"` (its default) then remaps the rank's rows
         into its k-buffer rows with torch ops on the indices' device, `"plan"` takes the plan's pool.
       * "auto" (default): "summaries" when the Session has a rank, else "indices".
-    A rank whose rows are rejected makes every rank raise (no rank is left in a collective)."""
+    A rank whose rows are rejected, or whose Session or indices differ from the others' (S, P, heads,
+    solver options, the indices' dtype and selection heads), makes every rank raise the same ValueError in
+    the exchange (no rank is left in a collective). With "indices" the ranks' widths k may differ (each is
+    padded to the widest)."""
+    P = session.options["cp_size"]
+    g, rank, size, devs = _group_info(group, P)
+    err = None
+    try:
+        checking = _checking(check_peers, g, size)
+    except ValueError as e:
+        err, checking = str(e), g is not None and size > 1
     if gather == "auto":
         gather = "summaries" if session.options.get("rank") is not None else "indices"
-    if gather not in ("summaries", "indices"):
-        raise ValueError(f"gather: expected 'auto', 'summaries' or 'indices', got {gather!r}")
+    if err is None and gather not in ("summaries", "indices"):
+        err = f"gather: expected 'auto', 'summaries' or 'indices', got {gather!r}"
     if remap is None:
         remap = "device"
-    if remap not in ("device", "plan"):
-        raise ValueError(f"remap: expected 'device' or 'plan', got {remap!r}")
-    P = session.options["cp_size"]
-    g, rank, size, bname = _group_info(group, P)
-    err = None
-    if size != P:
+    if err is None and remap not in ("device", "plan"):
+        err = f"remap: expected 'device' or 'plan', got {remap!r}"
+    if err is None and not isinstance(causal, bool):
+        err = f"causal: expected True or False, got {causal!r}"
+    if err is not None:
+        pass
+    elif size != P:
         err = f"group: the process group has {size} ranks, the Session was made for P = {P} (cp_size)"
     elif not isinstance(indices, torch.Tensor):
         err = f"indices: expected a torch.Tensor [rows, H_kv, k], got {type(indices).__name__}"
@@ -124,27 +166,28 @@ def ingest_topk(indices, session, group=None, causal=True, check_peers=None, rem
             elif gather == "summaries" and session.options.get("rank") != rank:
                 err = (f"session: the Session plans for rank {session.options.get('rank')}, this process is rank "
                        f"{rank} of the group (Session(..., rank=group rank) for per-rank summaries)")
+    dev = indices.device if isinstance(indices, torch.Tensor) else "cpu"
     if gather == "summaries":
-        return _ingest_summaries(indices, session, g, rank, size, causal, err, remap == "device")
-    if check_peers is None:
-        check_peers = bname == "gloo"
-    if check_peers and g is not None and size > 1:
-        from ._api import _agree
-        _agree(err, g, indices.device if isinstance(indices, torch.Tensor) else "cpu", rank, size)
+        claim = _ingest_claim(session, indices, causal, gather, remap, False) if err is None else Claim("ingest_topk")
+        return _ingest_summaries(indices, session, g, rank, size, causal, err, remap == "device", claim)
+    claim = _ingest_claim(session, indices, causal, gather, remap, False) if err is None else Claim("ingest_topk")
+    if checking:
+        exchange(claim, err, g, rank, size, dev)
     elif err:
         raise ValueError(err)
     if g is not None and size > 1:
-        shape = torch.tensor(list(indices.shape[1:]), dtype=torch.int64, device=indices.device)
-        shapes = [torch.empty_like(shape) for _ in range(size)]
-        dist.all_gather(shapes, shape, group=g)
-        if any(not torch.equal(s, shapes[0]) for s in shapes):
-            raise ValueError(f"indices: the ranks' index tensors differ in [H_kv, k]: "
-                             f"{[tuple(s.tolist()) for s in shapes]}")
+        # the widths and dtypes may differ (an uneven selection, int32 beside int64): every rank pads to the
+        # widest, in int64 if any rank has int64 keys
+        kk = torch.tensor([int(indices.shape[2]), int(indices.dtype == torch.int64)], dtype=torch.int64, device=dev)
+        ks = [torch.empty_like(kk) for _ in range(size)]
+        dist.all_gather(ks, kk, group=g)
+        kmax = max(int(x[0]) for x in ks)
+        dt = torch.int64 if any(int(x[1]) for x in ks) else torch.int32
         import cpsched
         rows = [int(e) - int(b) for b, e in cpsched._cpsched.sharding_ranges(session.options['seqlen'], P)]
         mx = max(rows)
-        pad = torch.full((mx,) + tuple(indices.shape[1:]), -1, dtype=indices.dtype, device=indices.device)
-        pad[:indices.shape[0]] = indices
+        pad = torch.full((mx, indices.shape[1], kmax), -1, dtype=dt, device=indices.device)
+        pad[:indices.shape[0], :, :indices.shape[2]] = indices
         parts = [torch.empty_like(pad) for _ in range(size)]
         dist.all_gather(parts, pad, group=g)
         full = torch.cat([p[:n] for p, n in zip(parts, rows)])
@@ -158,14 +201,15 @@ def ingest_topk(indices, session, group=None, causal=True, check_peers=None, rem
                          f"'area' cost model)")
     if remap == "device":  # the executor reads the pools remapped here instead of the plan's own
         dp = tp.on(indices.device)
-        dp.fwd.indices, dp.bwd.indices = remap_topk(tp, full, indices.device)
+        with torch.inference_mode(False):  # kept on the plan: ordinary tensors
+            dp.fwd.indices, dp.bwd.indices = remap_topk(tp, full, indices.device)
     return tp
 
 
-def _ingest_summaries(indices, session, g, rank, size, causal, err, on_device):
+def _ingest_summaries(indices, session, g, rank, size, causal, err, on_device, claim):
     """ingest_topk's per-rank path: summarise, exchange the summaries (or each rank's error: one collective,
-    so a rejected rank stops every rank), plan this rank's part (on_device: from its row runs counted where
-    the indices are, then write the plan's index rows there)."""
+    so a rejected rank stops every rank) with what every rank must share (`claim`), plan this rank's part
+    (on_device: from its row runs counted where the indices are, then write the plan's index rows there)."""
     rows = runs = xs = None
     summary = None
     if err is None:
@@ -178,7 +222,7 @@ def _ingest_summaries(indices, session, g, rank, size, causal, err, on_device):
                 summary = session.summarize_topk(rows, causal=causal)
         except ValueError as e:
             err = str(e)
-    mine = ("error", err) if err else ("summary", summary)
+    mine = ("error", err, None) if err else ("summary", summary, claim.vector(size, None))
     if g is not None and size > 1:
         got = [None] * size
         dist.all_gather_object(got, mine, group=g)
@@ -186,16 +230,25 @@ def _ingest_summaries(indices, session, g, rank, size, causal, err, on_device):
         got = [mine]
     if err:
         raise ValueError(err)
-    bad = [r for r, (kind, _) in enumerate(got) if kind == "error"]
+    bad = [r for r, (kind, _, _) in enumerate(got) if kind == "error"]
     if bad:
         raise ValueError(f"rank(s) {bad} of the group rejected their top-k rows ({got[bad[0]][1]}); rank {rank} "
                          f"stopped before any collective of the plan")
+    compare([x[2] for x in got], claim, size)
+    sums = [x for _, x, _ in got]
     if not on_device:
-        return prepare(session.solve_topk_summaries([x for _, x in got], rows, causal=causal), rank)
-    tp = prepare(session.solve_topk_runs([x for _, x in got], runs), rank)
+        tp = prepare(session.solve_topk_summaries(sums, rows, causal=causal), rank)
+        return tp.declare_no_forwarding()
+    tp = prepare(session.solve_topk_runs(sums, runs), rank)
+    tp.declare_no_forwarding()  # per-rank ingestion builds its plans without relays (docs/torch.md)
     dp = tp.on(indices.device)
-    dp.fwd.indices, dp.bwd.indices = write_index_rows(tp, xs)
+    with torch.inference_mode(False):
+        dp.fwd.indices, dp.bwd.indices = write_index_rows(tp, xs)
     return tp
+
+
+_SHARED = OrderedDict()  # (session, group, rank, mask) -> TorchPlan: layers that share a mask share its plan
+_SHARED_SIZE = 32
 
 
 class DistAttention(torch.nn.Module):
@@ -249,19 +302,41 @@ class DistAttention(torch.nn.Module):
             self.hits += 1
             return tp
         self.misses += 1
-        tp = TorchPlan(self.session.solve(qr, kr, tt), self.rank)
+        skey = (id(self.session), id(self.group), self.rank) + key
+        hit = _SHARED.get(skey)
+        if hit is not None and hit[0] is self.session and hit[1] is self.group:
+            _SHARED.move_to_end(skey)
+            tp = hit[2]
+        else:
+            tp = TorchPlan(self.session.solve(qr, kr, tt), self.rank)
+            if not self.session.options.get("relay_node_size"):
+                tp.declare_no_forwarding()  # a rank's own plan of a Session without relays
+            _SHARED[skey] = (self.session, self.group, tp)
+            while len(_SHARED) > _SHARED_SIZE:
+                _SHARED.popitem(last=False)
         self._plans[key] = tp
         while len(self._plans) > self.cache_size:
             self._plans.popitem(last=False)
         return tp
 
-    def forward(self, q, k, v, mask, **kw):
-        kw.setdefault("backend", self.backend)
-        if isinstance(mask, torch.Tensor) and mask.dim() == 3:
-            tp = ingest_topk(mask, self.session, self.group, causal=self.causal,
-                             check_peers=kw.get("check_peers"))
-        else:
-            tp = self.plan(mask)
-        self.last_plan = tp  # the TorchPlan this call ran
-        return attention(q, k, v, tp, self.group, **kw)
+    _ATTENTION_KW = ("backend", "return_lse", "layout", "softmax_scale", "check_peers")
 
+    def forward(self, q, k, v, mask, **kw):
+        bad = sorted(set(kw) - set(self._ATTENTION_KW))
+        if bad:
+            raise TypeError(f"DistAttention.forward() got unexpected keyword argument(s) {bad}")
+        kw.setdefault("backend", self.backend)
+        # The mask is solved on this rank alone: an error here (a mask that is not valid, a Session that
+        # plans for another rank) goes into the attention's agreement, so that every rank raises it.
+        err, tp = None, None
+        try:
+            if isinstance(mask, torch.Tensor) and mask.dim() == 3:
+                tp = ingest_topk(mask, self.session, self.group, causal=self.causal,
+                                 check_peers=kw.get("check_peers"))
+            else:
+                tp = self.plan(mask)
+        except (ValueError, RuntimeError, TypeError) as e:
+            err = str(e) if isinstance(e, ValueError) else f"mask: {type(e).__name__}: {e}"
+        self.last_plan = tp  # the TorchPlan this call ran
+        return _attention(q, k, v, tp, self.group, kw["backend"], kw.get("return_lse", False), kw.get("layout"),
+                          kw.get("softmax_scale"), kw.get("check_peers"), err)

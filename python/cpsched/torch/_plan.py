@@ -9,6 +9,7 @@ the CPU and are copied to a device once, on first use there (`TorchPlan.on(devic
 from __future__ import annotations
 
 import json
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,8 +48,9 @@ class Layout:
         t = self._index.get(rank)
         if t is None:
             rs = self.host_ranges[rank]
-            t = torch.from_numpy(np.concatenate([np.arange(b, e, dtype=np.int64) for b, e in rs])
-                                 if rs else np.zeros(0, dtype=np.int64))
+            with torch.inference_mode(False):  # cached: never an inference tensor (dispatch saves it for backward)
+                t = torch.from_numpy(np.concatenate([np.arange(b, e, dtype=np.int64) for b, e in rs])
+                                     if rs else np.zeros(0, dtype=np.int64))
             self._index[rank] = t
         return t
 
@@ -57,7 +59,8 @@ class Layout:
         to end (rank 0's rows, then rank 1's, ...)."""
         t = self._index.get("all")
         if t is None:
-            t = torch.cat([self.global_index(r) for r in range(self.cp_size)])
+            with torch.inference_mode(False):
+                t = torch.cat([self.global_index(r) for r in range(self.cp_size)])
             self._index["all"] = t
         return t
 
@@ -178,14 +181,8 @@ def _any_send(ranks, pass_, s, key, own=None):
     if ranks is None:
         # A rank's own plan (see _pass_plan): a stage's cast of a kind runs on any rank iff some rank receives
         # that kind in it, which is when its reduce_after (the same on every rank) is set. Forwarding phases
-        # are not known from one rank's plan: such plans are built without relays.
-        if key in ("qo", "kv"):
-            return int(own[f"{key}_reduce_after"]) > 0
-        c = own.get(key)
-        if c is not None and (any(c["input_split_sizes"]) or any(c["output_split_sizes"])):
-            raise ValueError("plan: a rank's own plan with relays (forwarding phases) cannot be run by "
-                             "cpsched.torch: the other ranks' phases are unknown; build it without relays")
-        return False
+        # are resolved per call (TorchPlan.set_forwarding).
+        return int(own[f"{key}_reduce_after"]) > 0
     for rk in ranks:
         c = rk[pass_]["comm"]["stages"][s].get(key)
         if c is not None and any(c["input_split_sizes"]):
@@ -225,15 +222,14 @@ def _pass_plan(d, rank, pass_, G, pool=None):
         fwds = []
         for key, off, first in (("qo_fwd", st["qo_recv_offset"], qo_first), ("kv_fwd", st["kv_recv_offset"], kv_first)):
             # A rank that neither forwards nor receives forwarded rows may have no such key, while the phase
-            # carries data elsewhere: it still takes part in the collective, with empty split lists.
-            active = _any_send(ranks, pass_, s, key, st)
+            # carries data elsewhere: it still takes part in the collective, with empty split lists. In a
+            # rank's own plan whether any rank forwards is not known here: set_forwarding decides per call.
             c = _coll_of(stages_json, s, key, P, G, rank, off + first, True)
-            if c is None and active:
+            if c is None:
                 c = Coll([0] * P, [0] * P, torch.zeros(0, dtype=torch.int64), 0, 0, off + first, True)
-            if c is not None:
-                c.active = active
-                # the relay's send rows index its stage receive; make them rows of the whole remote buffer
-                c.send_rows = c.send_rows + off
+            c.active = _any_send(ranks, pass_, s, key, st) if ranks is not None else False
+            # the relay's send rows index its stage receive; make them rows of the whole remote buffer
+            c.send_rows = c.send_rows + off
             fwds.append(c)
         qo_fwd, kv_fwd = fwds
         n_qo = qo.n_recv + (qo_fwd.n_recv if qo_fwd else 0)
@@ -262,21 +258,26 @@ def _pass_plan(d, rank, pass_, G, pool=None):
     pp.deferred_entries = int(calc.get("deferred_index_entries", 0))
     pp.remote_rows = {kind: _remote_runs(mine["comm"].get(f"remote_{kind}_rows", []), total)
                       for kind, total in (("qo", qo_total), ("kv", kv_total))}
-    # reduce(t) sends back every stage s2 whose *_reduce_after is t (the same on every rank)
+    pp.reduces = _reduce_points(pp, pass_)
+    return pp
+
+
+def _reduce_points(pp, pass_):
+    """reduce(t) sends back every stage s2 whose *_reduce_after is t (the same on every rank)."""
+    N = len(pp.stages_comm)
     red = {}
-    for s2, st in enumerate(stages, start=1):
-        if st.qo.active or (st.qo_fwd is not None and st.qo_fwd.active):
+    for s2, st in enumerate(pp.stages_comm, start=1):
+        if st.qo.active or st.qo_fwd.active:
             if not s2 <= st.qo_after <= N:
                 raise ValueError(f"plan: {pass_} stage {s2} qo_reduce_after = {st.qo_after} is outside "
                                  f"[{s2}, {N}]")
             red.setdefault(st.qo_after, []).append((s2, "qo"))
-        if pass_ == "bwd" and (st.kv.active or (st.kv_fwd is not None and st.kv_fwd.active)):
+        if pass_ == "bwd" and (st.kv.active or st.kv_fwd.active):
             if not s2 <= st.kv_after <= N:
                 raise ValueError(f"plan: {pass_} stage {s2} kv_reduce_after = {st.kv_after} is outside "
                                  f"[{s2}, {N}]")
             red.setdefault(st.kv_after, []).append((s2, "kv"))
-    pp.reduces = red
-    return pp
+    return red
 
 
 def _remote_runs(runs, total):
@@ -340,6 +341,59 @@ def _remote_row_globals(d, rank, pass_, layout):
     return out
 
 
+def _rank_arg(rank):
+    """A rank argument: an int (a numpy integer too), not a bool or a float."""
+    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral):
+        raise ValueError(f"rank: expected an integer rank, got {rank!r} ({type(rank).__name__})")
+    return int(rank)
+
+
+def _plan_digest(d, per_rank):
+    """A digest of what a rank runs that every rank's copy of the same plan shares: the problem (mask, layout,
+    heads), the stages and, for a plan of all ranks, every rank's args and collectives; for a rank's own plan
+    the reduce points (its splits are matched with the peers' by the split digests)."""
+    from ._agree import digest
+    parts = [d["problem"], d.get("stages"), bool(d.get("local_tail", False))]
+    if per_rank:
+        parts.append([[(st.get("qo_reduce_after"), st.get("kv_reduce_after")) for st in e[p]["comm"]["stages"]]
+                      for e in d["ranks"] for p in ("fwd", "bwd")])
+    else:  # the index pools are each rank's own (and a Result's plan carries them apart from the JSON)
+        parts.append([{p: {"comm": e[p]["comm"], "calc": {k: v for k, v in e[p]["calc"].items() if k != "indices"}}
+                       for p in ("fwd", "bwd")} for e in d["ranks"]])
+    return digest(json.dumps(parts, sort_keys=True, separators=(",", ":")))
+
+
+def _split_digests(tp):
+    """Per peer, a digest of the rows this rank sends it and of the rows it expects from it, in every
+    collective of both passes (first phases with whether they run): the peer's must be the transpose."""
+    from ._agree import digest
+    P = tp.cp_size
+    send, recv = [], []
+    for pp in (tp.fwd, tp.bwd):
+        for st in pp.stages_comm:
+            for c in (st.qo, st.kv, st.qo_fwd, st.kv_fwd):
+                first = c is st.qo or c is st.kv
+                act = (1 if c.active else 0) if first else 0
+                send.append([act] + list(c.in_splits))
+                recv.append([act] + list(c.out_splits))
+    S = np.array(send, dtype=np.int64).reshape(-1, P + 1)
+    R = np.array(recv, dtype=np.int64).reshape(-1, P + 1)
+    sd = [digest(np.ascontiguousarray(S[:, [0, p + 1]]).tobytes()) for p in range(P)]
+    rd = [digest(np.ascontiguousarray(R[:, [0, p + 1]]).tobytes()) for p in range(P)]
+    return sd, rd
+
+
+def _own_forwarding_bits(tp):
+    bits = 0
+    for pi, pp in enumerate((tp.fwd, tp.bwd)):
+        N = len(pp.stages_comm)
+        for s, st in enumerate(pp.stages_comm):
+            for ki, c in enumerate((st.qo_fwd, st.kv_fwd)):
+                if c.n_send or c.n_recv:
+                    bits |= 1 << ((pi * N + s) * 2 + ki)
+    return bits
+
+
 class TorchPlan:
     """A cpsched plan (a `cpsched.Result`) prepared for one rank: build it once per plan with
     `TorchPlan(result, rank)` (or let `cpsched.torch.attention` cache it) and pass it per call."""
@@ -349,12 +403,14 @@ class TorchPlan:
         # (a DSA layer's are millions of entries per rank, which JSON would spend seconds on).
         d = plan_json if plan_json is not None else json.loads(result.to_json(tasks=False, index_rows=False))
         self.result = result  # keeps the Result (and its plugins) alive while the plan is in use
-        self.solver = d.get("solver", {}).get("name", "?")
+        sv = d.get("solver")
+        self.solver = str(sv.get("name", "?")) if isinstance(sv, dict) else "?"
         pr = d["problem"]
         self.cp_size = int(pr["cp_size"])
+        rank = _rank_arg(rank)
         if not 0 <= rank < self.cp_size:
-            raise ValueError(f"rank {rank} is outside [0, {self.cp_size}) of the plan's P = {self.cp_size}")
-        self.rank = int(rank)
+            raise ValueError(f"rank: {rank} is outside [0, {self.cp_size}) of the plan's P = {self.cp_size}")
+        self.rank = rank
         self.seqlen = int(pr["seqlen"])
         self.hq = int(pr["heads_q"])
         self.hkv = int(pr["heads_kv"])
@@ -373,14 +429,17 @@ class TorchPlan:
         self.mask = pr.get("mask")
         self.head_masks = pr.get("head_masks")
         self.index_mask = pr.get("index_mask")
-        m = d["metrics"]
-        self.metrics = {p: {"send": list(m[p]["send"]), "recv": list(m[p]["recv"]),
-                            "total_send": m[p]["total_send"]} for p in ("fwd", "bwd")}
+        try:  # what the plan says it moves (the byte tests compare the wire with it); the executor needs none
+            m = d["metrics"]
+            self.metrics = {p: {"send": [int(x) for x in m[p]["send"]], "recv": [int(x) for x in m[p]["recv"]],
+                                "total_send": int(m[p]["total_send"])} for p in ("fwd", "bwd")}
+        except (KeyError, TypeError, ValueError):
+            raise ValueError("plan: metrics: expected {fwd, bwd: {send, recv, total_send}} (Result.to_json's)") from None
         pools = (None, None) if plan_json is not None else (result.index_rows(self.rank, "fwd"),
                                                              result.index_rows(self.rank, "bwd"))
         self.fwd = _pass_plan(d, self.rank, "fwd", self.G, pools[0])
         self.bwd = _pass_plan(d, self.rank, "bwd", self.G, pools[1])
-        if self.index_mask is not None:  # what a device-side remap of top-k rows needs (remap_topk)
+        if self.index_mask is not None and len(d["ranks"]) == self.cp_size:  # what remap_topk needs
             for pp, name in ((self.fwd, "fwd"), (self.bwd, "bwd")):
                 pp.row_global = _remote_row_globals(d, self.rank, name, self.layout)
         self.blocks_per_rank = int(pr.get("blocks_per_rank", 1))
@@ -391,14 +450,75 @@ class TorchPlan:
                           for c in (st.qo_fwd, st.kv_fwd))
         self.has_index_args = self.fwd.indices is not None or self.bwd.indices is not None or any(
             a.index_width > 0 for pp in (self.fwd, self.bwd) for lst in [pp.stage0] + pp.stages for a in lst)
+        # A rank's own plan (Session(rank=r), per-rank top-k summaries) holds no other rank's entry: whether
+        # some rank forwards rows in a stage is not in it. The agreement ORs the ranks' own forwarding phases
+        # per call (set_forwarding); a plan known to have no relays skips that.
+        self.per_rank = len(d["ranks"]) != self.cp_size
+        self.forwarding_known = not self.per_rank
+        self._forwarding = None if self.per_rank else "known"
+        self.digest = _plan_digest(d, self.per_rank)
+        self.split_digests = _split_digests(self)
+        self.own_forwarding_bits = _own_forwarding_bits(self) if self.per_rank else 0
         self._devices = {}
 
     @classmethod
     def from_json(cls, text, rank):
         """A TorchPlan from a plan's JSON text (`Result.to_json()`): e.g. one rank solves and broadcasts the
         text, so that every rank runs the same plan even with a solver that is not deterministic (ilp with a
-        time limit)."""
-        return cls(None, rank, plan_json=json.loads(text))
+        time limit). The whole plan is validated first (`_validate.validate_plan`: every field, split, range,
+        group, rank, stage and index, and that the args compute the mask exactly), so a plan that is wrong
+        raises the same ValueError, naming the field, on every rank that loads the text."""
+        rank = _rank_arg(rank)
+        if isinstance(text, (bytes, bytearray)):
+            text = bytes(text).decode("utf-8", errors="replace")
+        if not isinstance(text, str):
+            raise ValueError(f"text: expected the plan's JSON text (str), got {type(text).__name__}")
+        try:
+            d = json.loads(text)
+        except ValueError as e:
+            raise ValueError(f"plan: the text is not JSON: {e}") from None
+        from ._validate import validate_plan
+        validate_plan(d)
+        if "metrics" not in d:  # the executor needs none of them; the byte tests read them
+            d["metrics"] = {p: {"send": [0] * int(d["problem"]["cp_size"]), "recv": [0] * int(d["problem"]["cp_size"]),
+                                "total_send": 0} for p in ("fwd", "bwd")}
+        return cls(None, rank, plan_json=d)
+
+    def declare_no_forwarding(self):
+        """The maker of this plan knows that no rank forwards rows (built without relays): per-rank plans then
+        need no per-call resolution of the forwarding phases."""
+        if self.per_rank and not self.own_forwarding_bits:
+            self.forwarding_known = True
+            self.set_forwarding(0)
+        return self
+
+    def conservative_forwarding_bits(self):
+        """Every forwarding phase that some rank could use: those of each (pass, stage, kind) whose first
+        phase carries rows (what a rank's own plan can run without the agreement; empty phases cost one
+        empty collective each)."""
+        bits = 0
+        for pi, pp in enumerate((self.fwd, self.bwd)):
+            N = len(pp.stages_comm)
+            for s, st in enumerate(pp.stages_comm):
+                for ki, c in enumerate((st.qo, st.kv)):
+                    if c.active:
+                        bits |= 1 << ((pi * N + s) * 2 + ki)
+        return bits
+
+    def set_forwarding(self, bits):
+        """Which forwarding phases run (a rank's own plan: the OR of every rank's own bits, from the
+        agreement). Re-lays the passes only when they change."""
+        if not self.per_rank or self._forwarding == bits:
+            return
+        for pi, (pp, name) in enumerate(((self.fwd, "fwd"), (self.bwd, "bwd"))):
+            N = len(pp.stages_comm)
+            for s, st in enumerate(pp.stages_comm):
+                st.qo_fwd.active = bool(bits >> ((pi * N + s) * 2) & 1)
+                st.kv_fwd.active = bool(bits >> ((pi * N + s) * 2 + 1) & 1)
+            pp.reduces = _reduce_points(pp, name)
+        self.relays = bool(bits)
+        self._forwarding = bits
+        self._devices = {}
 
     @classmethod
     def all_ranks(cls, result):
@@ -411,7 +531,8 @@ class TorchPlan:
         key = str(device)
         dp = self._devices.get(key)
         if dp is None:
-            dp = _DevicePlan(self, torch.device(device))
+            with torch.inference_mode(False):  # kept across calls: ordinary tensors even if first made in eval
+                dp = _DevicePlan(self, torch.device(device))
             self._devices[key] = dp
         return dp
 
@@ -434,7 +555,7 @@ class TorchPlan:
 
 
 class _DevicePass:
-    __slots__ = ("stage0", "stages", "comm", "qo_rows", "kv_rows", "indices", "reduces")
+    __slots__ = ("stage0", "stages", "comm", "qo_rows", "kv_rows", "indices", "reduces", "__weakref__")
 
     def __init__(self, pp, device):
         def mv(c):
@@ -457,4 +578,3 @@ class _DevicePlan:
         self.device = device
         self.fwd = _DevicePass(tp.fwd, device)
         self.bwd = _DevicePass(tp.bwd, device)
-        self.work = {}  # (pass, dtype) -> the executor's reusable buffers (_exec._Workspace)
