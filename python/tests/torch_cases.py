@@ -381,3 +381,233 @@ def remap_case(rank, P, spec):
                 assert torch.equal(want, got), (rank, a, want, got)
                 n += 1
     return n
+
+
+# ---- the agreement: ranks that disagree, one-rank errors (docs/torch.md, "Errors") -------------------------
+
+
+def _outcome(fn):
+    """'ok' and the call's result, or the ValueError's text (any other exception propagates: a failure)."""
+    try:
+        return ("ok", fn())
+    except ValueError as e:
+        return ("error", str(e))
+
+
+def _dense(q, k, v, mask):
+    return dense_attention(q.double(), k.double(), v.double(), mask)
+
+
+def agree_case(rank, P, what, bad_rank=1):
+    """One hostile call of `what` on every rank (rank `bad_rank` differs): ("ok", max error against the
+    reference of what this rank was asked) or ("error", the ValueError's text). No rank may wait: the pool's
+    timeout fails the test otherwise."""
+    S = 96
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(S, 4, 16, generator=g)
+    k = torch.randn(S, 2, 16, generator=g)
+    v = torch.randn(S, 2, 16, generator=g)
+    lo, hi = (int(x) for x in cpsched._cpsched.sharding_ranges(S, P)[rank])
+    bad = rank == bad_rank
+    causal = ([[0, S]], [[0, S]], ["causal"])
+
+    def sess(**kw):
+        kw.setdefault("heads", (4, 2, 16, "fp32"))
+        return cpsched.Session(cp_size=P, seqlen=S, **kw)
+
+    def err_of(out, mask):
+        return rel_err(out.detach().double(), _dense(q, k, v, mask_matrix(*mask, S))[lo:hi])
+
+    if what == "mask_same_splits":  # owner's placement: both masks move 16 KV rows of rank 1 to rank 0
+        attn = cpt.DistAttention(sess(solver="owner"))
+        m = ([[0, 32]], [[48, 64]], ["full"]) if bad else ([[0, 32]], [[32, 48]], ["full"])
+        return _outcome(lambda: err_of(attn(q[lo:hi], k[lo:hi], v[lo:hi], m), m))
+    if what == "dtype_same_size":
+        tp = cpt.prepare(sess(heads=(4, 2, 16, "bf16")).solve(*causal), rank)
+        dt = torch.float16 if bad else torch.bfloat16
+        return _outcome(lambda: cpt.attention(q[lo:hi].to(dt), k[lo:hi].to(dt), v[lo:hi].to(dt), tp) is None)
+    if what == "invalid_mask":
+        attn = cpt.DistAttention(sess())
+        m = ([[0, S + 5]], [[0, S]], ["causal"]) if bad else causal
+        return _outcome(lambda: err_of(attn(q[lo:hi], k[lo:hi], v[lo:hi], m), causal))
+    if what == "session_rank_0":  # every process made Session(rank=0)
+        attn = cpt.DistAttention(sess(rank=0))
+        return _outcome(lambda: err_of(attn(q[lo:hi], k[lo:hi], v[lo:hi], causal), causal))
+    if what in ("scale_complex", "scale_nan", "scale_bool"):
+        tp = cpt.prepare(sess().solve(*causal), rank)
+        bad_scale = {"scale_complex": 1j, "scale_nan": float("nan"), "scale_bool": True}[what]
+        return _outcome(lambda: err_of(cpt.attention(q[lo:hi], k[lo:hi], v[lo:hi], tp,
+                                                     softmax_scale=bad_scale if bad else None), causal))
+    if what == "requires_grad_one_rank":  # a backward would run on some ranks only
+        tp = cpt.prepare(sess().solve(*causal), rank)
+        return _outcome(lambda: err_of(cpt.attention(q[lo:hi].requires_grad_(bad), k[lo:hi], v[lo:hi], tp), causal))
+    if what in ("undispatch_rows", "undispatch_dtype", "undispatch_width"):
+        r = sess(solver="static", layout="planned").solve([[0, 10], [10, 60], [60, S]], [[0, 10], [10, 60], [60, S]],
+                                                           ["causal"] * 3)
+        x = torch.arange(S, dtype=torch.float32).view(S, 1).expand(S, 3).contiguous()
+        xl = cpt.dispatch(x, r)
+        if bad:
+            xl = {"undispatch_rows": xl[:-1], "undispatch_dtype": xl.double(),
+                  "undispatch_width": torch.cat([xl, xl], 1)}[what]
+        return _outcome(lambda: bool(torch.equal(cpt.undispatch(xl, r), x)))
+    if what == "different_calls":  # rank 1 undispatches while the others run attention
+        r = sess().solve(*causal)
+        if bad:
+            return _outcome(lambda: cpt.undispatch(torch.zeros(hi - lo, 3), r) is None)
+        return _outcome(lambda: err_of(cpt.attention(q[lo:hi], k[lo:hi], v[lo:hi], r), causal))
+    if what in ("check_peers_str", "return_lse_str"):
+        tp = cpt.prepare(sess().solve(*causal), rank)
+        kw = {"check_peers": "no"} if what == "check_peers_str" else {"return_lse": "no"}
+        return _outcome(lambda: err_of(cpt.attention(q[lo:hi], k[lo:hi], v[lo:hi], tp, **(kw if bad else {})),
+                                       causal))
+    if what in ("rank_plan_relays", "rank_plan_relays_unchecked"):  # each rank its own plan, relays in nodes of 2
+        S2 = 256
+        g2 = torch.Generator().manual_seed(6)
+        q2, k2, v2, do2 = (torch.randn(S2, h, 16, generator=g2) for h in (4, 2, 2, 4))
+        s2 = cpsched.Session(cp_size=P, seqlen=S2, heads=(4, 2, 16, "fp32"), rank=rank, relay_node_size=2, stages=2)
+        mask = ([[0, S2]], [[0, S2]], ["full"])
+        res = s2.solve(*mask)
+        l2, h2 = (int(x) for x in cpsched._cpsched.sharding_ranges(S2, P)[rank])
+
+        def run():
+            ql = q2[l2:h2].clone().requires_grad_()
+            out = cpt.attention(ql, k2[l2:h2], v2[l2:h2], res,
+                                check_peers=False if what == "rank_plan_relays_unchecked" else None)
+            out.backward(do2[l2:h2])
+            qq = q2.double().requires_grad_()
+            ref = _dense(qq, k2, v2, mask_matrix(*mask, S2))
+            ref.backward(do2.double())
+            return max(rel_err(out.detach().double(), ref.detach()[l2:h2]), rel_err(ql.grad.double(), qq.grad[l2:h2]))
+        return _outcome(run)
+    if what in ("ingest_mixed_dtype", "ingest_uneven_k"):  # gather="indices": int32 beside int64, k 8 beside 4
+        sel = topk_indices({"spr": S // P, "topk": 8}, P)
+        mine = torch.from_numpy(sel[lo:hi].astype(np.int64))
+        if bad:
+            mine = mine.to(torch.int32) if what == "ingest_mixed_dtype" else \
+                torch.cat([mine, torch.full((hi - lo, 1, 4), -1, dtype=torch.int64)], 2)  # width 12, same keys
+        s1 = sess(heads=(4, 1, 16, "fp32"))
+        q1, k1, v1 = q, k[:, :1].contiguous(), v[:, :1].contiguous()
+
+        def run():
+            tp = cpt.ingest_topk(mine, s1, gather="indices")
+            out = cpt.attention(q1[lo:hi], k1[lo:hi], v1[lo:hi], tp)
+            return rel_err(out.double(), _dense(q1, k1, v1, topk_matrix(sel))[lo:hi])
+        return _outcome(run)
+    if what in ("ingest_heads_mix", "ingest_seqlen_mix"):  # summaries: (1, 2, 1) selection heads; S 99 on a rank
+        S1 = 99 if (bad and what == "ingest_seqlen_mix") else S
+        s1 = cpsched.Session(cp_size=P, seqlen=S1, heads=(4, 2, 16, "fp32"), rank=rank)
+        l1, h1 = (int(x) for x in cpsched._cpsched.sharding_ranges(S1, P)[rank])
+        H = 2 if (bad and what == "ingest_heads_mix") else 1
+        sel = _topk_rows(S1, H, 8)
+        return _outcome(lambda: cpt.ingest_topk(torch.from_numpy(sel[l1:h1]), s1) is None)
+    if what == "create_graph":  # owner's placement: rank 1 computes nothing of this mask
+        mask = ([[0, 32]], [[32, 64]], ["full"])
+        tp = cpt.prepare(sess(solver="owner").solve(*mask), rank)
+
+        def run():
+            ql = q[lo:hi].clone().requires_grad_()
+            out = cpt.attention(ql, k[lo:hi], v[lo:hi], tp)
+            gq, = torch.autograd.grad((out * 1.5).sum(), ql, create_graph=True)
+            qq = q.double().requires_grad_()
+            ref = _dense(qq, k, v, mask_matrix(*mask, S))
+            rq, = torch.autograd.grad((ref * 1.5).sum(), qq)
+            e = rel_err(gq.detach().double(), rq[lo:hi])
+            try:
+                gq.sum().backward()
+            except RuntimeError as ex:
+                return e, str(ex)
+            return e, "differentiated twice"
+        return _outcome(run)
+    raise ValueError(f"agree_case: no case {what!r}")
+
+
+def _topk_rows(S, H, k, seed=0):
+    rng = np.random.default_rng(seed)
+    idx = np.full((S, H, k), -1, dtype=np.int32)
+    for q in range(S):
+        for h in range(H):
+            n = min(k, q + 1)
+            idx[q, h, :n] = np.sort(rng.choice(q + 1, n, replace=False))
+    return idx
+
+
+# ---- from_json: plans given as text ------------------------------------------------------------------------
+
+_DT_OF_BYTES = {8: torch.float64, 4: torch.float32, 2: torch.bfloat16}
+
+
+def text_case(rank, P, texts, seed=0):
+    """Runs each plan text (validated by from_json) forward and backward on this rank and returns, per text,
+    the max relative error of out, dq, dk, dv against the dense reference of the text's own mask and layout,
+    or the ValueError's text. The inputs follow the text's problem (heads, dims, dtype)."""
+    out = []
+    for i, text in enumerate(texts):
+        try:
+            tp = cpt.TorchPlan.from_json(text, rank)
+            d = json.loads(text)
+            dt = _DT_OF_BYTES[tp.dtype_bytes]
+            g = torch.Generator().manual_seed(seed + i)
+            S = tp.seqlen
+            q = torch.randn(S, tp.hq, tp.dqk, generator=g, dtype=torch.float64)
+            k = torch.randn(S, tp.hkv, tp.dqk, generator=g, dtype=torch.float64)
+            v = None if tp.kv_shared else torch.randn(S, tp.hkv, tp.dv, generator=g, dtype=torch.float64)
+            do = torch.randn(S, tp.hq, tp.dv, generator=g, dtype=torch.float64)
+            idx = tp.layout.global_index(rank)
+            ql, kl = (x[idx].to(dt).requires_grad_() for x in (q, k))
+            vl = None if v is None else v[idx].to(dt).requires_grad_()
+            o = cpt.attention(ql, kl, vl, tp, layout=tp.layout)
+            o.backward(do[idx].to(dt))
+            qq, kk = q.clone().requires_grad_(), k.clone().requires_grad_()
+            vv = None if v is None else v.clone().requires_grad_()
+            ref = dense_attention(qq, kk, kk[..., :tp.dv] if v is None else vv, plan_mask(d))
+            ref.backward(do)
+            errs = [rel_err(o.detach().double(), ref.detach()[idx]), rel_err(ql.grad.double(), qq.grad[idx]),
+                    rel_err(kl.grad.double(), kk.grad[idx])]
+            if v is not None:
+                errs.append(rel_err(vl.grad.double(), vv.grad[idx]))
+            out.append(("ok", max(errs), str(dt)))
+        except ValueError as e:
+            out.append(("error", str(e), None))
+    return out
+
+
+# ---- memory ----------------------------------------------------------------------------------------------------
+
+
+def _live_tensor_bytes():
+    import gc
+    gc.collect()
+    seen, total = set(), 0
+    for o in gc.get_objects():
+        try:
+            if isinstance(o, torch.Tensor) and o.device.type == "cpu":
+                st = o.untyped_storage()
+                if st.data_ptr() and st.data_ptr() not in seen:
+                    seen.add(st.data_ptr())
+                    total += st.nbytes()
+        except Exception:  # noqa: BLE001 - objects that are not quite tensors
+            pass
+    return total
+
+
+def memory_case(rank, P, steps, spr, layers=2, hq=8, d=32):
+    """Bytes of live tensors after each step of `layers` DistAttention layers with a new causal document mask
+    per step (the inputs and outputs dropped), beyond those before the first; and q, k, v's bytes."""
+    S = P * spr
+    s = cpsched.Session(cp_size=P, seqlen=S, heads=(hq, hq, d, "fp32"))
+    attns = [cpt.DistAttention(s) for _ in range(layers)]
+    lo, hi = (int(x) for x in cpsched._cpsched.sharding_ranges(S, P)[rank])
+    g = torch.Generator().manual_seed(rank)
+    q, k, v = (torch.randn(hi - lo, hq, d, generator=g) for _ in range(3))
+    rng = np.random.default_rng(0)
+    base = _live_tensor_bytes()
+    held = []
+    for _ in range(steps):
+        cuts = np.sort(rng.choice(np.arange(1, S), 7, replace=False))
+        r = np.stack([np.concatenate([[0], cuts]), np.concatenate([cuts, [S]])], 1).astype(np.int64)
+        for attn in attns:
+            ql = q.clone().requires_grad_(True)
+            attn(ql, k, v, (r, r.copy(), "causal")).sum().backward()
+            del ql
+        held.append(_live_tensor_bytes() - base)
+    return held, 3 * q.numel() * q.element_size()
