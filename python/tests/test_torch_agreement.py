@@ -74,6 +74,13 @@ def test_every_process_with_session_rank_0_raises_on_every_rank():
     assert out[0][0] == "error" and "rank(s) [1, 2] of the group rejected their inputs" in out[0][1], out[0]
 
 
+def test_a_rank_plan_text_loaded_by_every_rank_makes_every_rank_raise_when_used():
+    out = outcomes("rank_plan_text_everywhere", bad_rank=-1)
+    for r in (0, 2):
+        assert out[r][0] == "error" and "the text holds the plan of rank 1 only" in out[r][1], out[r]
+    assert out[1][0] == "error" and "rank(s) [0, 2] of the group rejected their inputs" in out[1][1], out[1]
+
+
 @pytest.mark.parametrize("what", ["ingest_mixed_dtype", "ingest_uneven_k"])
 def test_indices_of_another_dtype_or_width_on_one_rank_are_gathered_alike(what):
     for kind, e in outcomes(what):

@@ -500,6 +500,10 @@ def agree_case(rank, P, what, bad_rank=1):
         H = 2 if (bad and what == "ingest_heads_mix") else 1
         sel = _topk_rows(S1, H, 8)
         return _outcome(lambda: cpt.ingest_topk(torch.from_numpy(sel[l1:h1]), s1) is None)
+    if what == "rank_plan_text_everywhere":  # every rank loads rank 1's own plan as text
+        text = sess(rank=1).solve(*causal).to_json()
+        tp = cpt.TorchPlan.from_json(text, rank)
+        return _outcome(lambda: err_of(cpt.attention(q[lo:hi], k[lo:hi], v[lo:hi], tp), causal))
     if what == "create_graph":  # owner's placement: rank 1 computes nothing of this mask
         mask = ([[0, 32]], [[32, 64]], ["full"])
         tp = cpt.prepare(sess(solver="owner").solve(*mask), rank)

@@ -368,6 +368,8 @@ def _attention(q, k, v, plan, group, backend, return_lse, layout, softmax_scale,
                                  f"cp_size); solve with Session(cp_size={size}, ...) or pass the group of the plan's "
                                  f"ranks")
             tp = prepare(plan, rank)
+            if getattr(tp, "error", None):
+                raise ValueError(tp.error)
             if no_forwarding:
                 tp.declare_no_forwarding()
             e = check_inputs(tp, q, k, v, size, rank, devs, layout)

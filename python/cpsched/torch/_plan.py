@@ -479,6 +479,11 @@ class TorchPlan:
             raise ValueError(f"plan: the text is not JSON: {e}") from None
         from ._validate import validate_plan
         validate_plan(d)
+        P = int(d["problem"]["cp_size"])
+        if len(d["ranks"]) != P and 0 <= rank < P and d["ranks"][0]["rank"] != rank:
+            # Another rank's own plan: this rank raises when it uses it, inside the call's agreement, so that
+            # every rank that loaded the same text raises together (none waits in a collective).
+            return _OtherRankPlan(d, rank)
         if "metrics" not in d:  # the executor needs none of them; the byte tests read them
             d["metrics"] = {p: {"send": [0] * int(d["problem"]["cp_size"]), "recv": [0] * int(d["problem"]["cp_size"]),
                                 "total_send": 0} for p in ("fwd", "bwd")}
@@ -552,6 +557,23 @@ class TorchPlan:
         return (f"<cpsched.torch.TorchPlan rank {self.rank} of P={self.cp_size} S={self.seqlen} "
                 f"heads {self.hq}:{self.hkv} d {self.dqk}/{self.dv}{' shared' if self.kv_shared else ''} "
                 f"stages={self.num_stages}{' relays' if self.relays else ''} {self.layout!r}>")
+
+
+class _OtherRankPlan(TorchPlan):
+    """A rank's own plan text loaded by another rank (from_json): it runs nothing; the call that uses it raises
+    `error` in its agreement."""
+
+    def __init__(self, d, rank):  # noqa: super().__init__ is not called: there is nothing of this rank to build
+        pr = d["problem"]
+        self.result, self.solver, self.rank = None, "?", rank
+        self.cp_size, self.seqlen = int(pr["cp_size"]), int(pr["seqlen"])
+        self.layout = Layout(self.seqlen, pr["host_ranges"])
+        self.per_rank, self.forwarding_known = True, True
+        self.error = (f"plan: the text holds the plan of rank {d['ranks'][0]['rank']} only (a rank's own plan), not "
+                      f"rank {rank}'s")
+
+    def __repr__(self):
+        return f"<cpsched.torch.TorchPlan of rank {self.rank}: {self.error}>"
 
 
 class _DevicePass:
