@@ -248,6 +248,8 @@ def test_fuzz_from_json_mutations_raise_clearly_or_run_exactly():
             assert len(kinds) == 1, res  # every rank the same outcome
             if res[0][0] == "error":
                 assert len({x[1] for x in res}) == 1, res
+            elif res[0][0] == "skip":
+                continue
             else:
                 tol = 2e-2 if res[0][2] == "torch.bfloat16" else 1e-5
                 assert max(x[1] for x in res) <= tol, (res, texts[j][:300])

@@ -549,6 +549,9 @@ def text_case(rank, P, texts, seed=0):
         try:
             tp = cpt.TorchPlan.from_json(text, rank)
             d = json.loads(text)
+            if tp.dtype_bytes not in _DT_OF_BYTES:  # float8 runs forward only, at float8's precision: not run here
+                out.append(("skip", 0.0, f"{tp.dtype_bytes}-byte elements"))
+                continue
             dt = _DT_OF_BYTES[tp.dtype_bytes]
             g = torch.Generator().manual_seed(seed + i)
             S = tp.seqlen
