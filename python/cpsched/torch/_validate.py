@@ -479,7 +479,9 @@ def _row_spans_many(t, lq, lk):
 
 
 def _coverage(passes, pass_, P, S, G, flat, glob, mask, head_masks, cache):
-    """The pass's args over all ranks compute the mask exactly (the sketch, two primes)."""
+    """The pass's args over all ranks compute the mask exactly (the sketch, two primes), and read remote rows
+    of their own head group. Per rank the args' rows are expanded at once (numpy), the k side summed by prefix
+    sums over the local buffer (per head group) and the remote KV buffer laid end to end."""
     remote = {r: {k: _remote_rows(passes, r, k, P, glob, G) for k in ("qo", "kv")} for r in range(P)}
     arrays = {}
     for r in range(P):
@@ -499,22 +501,16 @@ def _coverage(passes, pass_, P, S, G, flat, glob, mask, head_masks, cache):
         qgrp = np.where(is_r, qgrp_r[np.where(is_r, qrow, 0)] if len(qgrp_r) else 0, g[arg])
         # remote rows an arg reads are of its head group
         if flat and len(qrow):
-            ktok_r, kgrp_r = remote[r]["kv"]
-            bad_q = is_r & (qgrp != g[arg])
-            kis_r = kr[arg] == 1
-            krow_lo = k0[arg]
-            bad = bad_q
-            if kis_r.any():
-                # every remote k row of an arg's span: checked on the arg's whole k range
-                for j in np.nonzero(kr == 1)[0]:
-                    if bool((kgrp_r[k0[j]:k1[j]] != g[j]).any()):
-                        _fail(f"ranks[{r}].{pass_}.calc", f"an arg of head group {int(g[j])} reads remote KV rows "
-                                                          f"[{int(k0[j])}, {int(k1[j])}) of another group")
+            kgrp_r = remote[r]["kv"][1]
+            for j in np.nonzero(kr == 1)[0]:  # an arg's remote KV rows, over its whole k range
+                if bool((kgrp_r[k0[j]:k1[j]] != g[j]).any()):
+                    _fail(f"ranks[{r}].{pass_}.calc", f"an arg of head group {int(g[j])} reads remote KV rows "
+                                                      f"[{int(k0[j])}, {int(k1[j])}) of another group")
+            bad = is_r & (qgrp != g[arg])
             if bool(bad.any()):
                 j = int(arg[np.nonzero(bad)[0][0]])
                 _fail(f"ranks[{r}].{pass_}.calc", f"an arg of head group {int(g[j])} reads remote QO rows "
                                                   f"[{int(q0[j])}, {int(q1[j])}) of another group")
-            del krow_lo
         arrays[r] = (arg, lo, hi, qtok, qgrp, kr, k0, g)
     for seed, p in enumerate(_PRIMES):
         W = cache.get(("w", seed))
@@ -536,7 +532,6 @@ def _coverage(passes, pass_, P, S, G, flat, glob, mask, head_masks, cache):
                 continue
             # the k side's prefix sums: the local buffer per head group, then the remote KV buffer
             ktok, kgrp = remote[r]["kv"]
-            Lr = len(glob[r])
             parts = [np.concatenate([[0], np.cumsum(W.b[glob[r]] * int(W.e[gg]) % p)]) for gg in range(G)]
             parts.append(np.concatenate([[0], np.cumsum(W.b[ktok] * W.e[kgrp] % p)]) if len(ktok) else np.zeros(1, np.int64))
             base = np.concatenate([[0], np.cumsum([len(x) for x in parts])[:-1]])
@@ -546,7 +541,6 @@ def _coverage(passes, pass_, P, S, G, flat, glob, mask, head_masks, cache):
             rs = (pre[o + hi] - pre[o + lo]) % p
             A = W.a[qtok] * W.c[qgrp] % p
             got = (got + int((A * rs % p).sum() % p)) % p
-            del Lr
         if got != want:
             _fail(f"ranks[*].{pass_}.calc", "the args do not compute the mask exactly: some entry of the mask is "
                                             "missing or computed twice, or an entry outside it is computed")
