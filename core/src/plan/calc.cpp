@@ -195,6 +195,18 @@ void placed_kernel_args(const TaskGrid& g, const PlacedTask& pt, const BufferMap
   }
 }
 
+// Whether some range of the cell's needed rows or cols spans two runs of its
+// buffer (a tight slice lies inside one such range: otherwise none is cut).
+bool cut_by_runs(const Cell& c, const BufferMaps& maps, const PlacedTask& pt) {
+  thread_local std::vector<BufferMap::Run> runs;
+  const BufferMap qm = maps.of(pt.xq, c.qblock), km = maps.of(pt.xk, c.kblock);
+  for (Range r : c.rows.ranges())
+    if (!qm.runs(r, runs) || runs.size() > 1) return true;
+  for (Range r : c.cols.ranges())
+    if (!km.runs(r, runs) || runs.size() > 1) return true;
+  return false;
+}
+
 }  // namespace
 
 void sheet_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, int stages, bool local_tail,
@@ -225,8 +237,8 @@ void sheet_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
       if (!km) return;
       const BufferId qb = pt.xq < 0 ? BufferId::local : BufferId::remote;
       const BufferId kb = pt.xk < 0 ? BufferId::local : BufferId::remote;
-      if (maps && !g.index_cells() && (pt.xq >= 0 || pt.xk >= 0)) {  // may be cut where relayed rows land
-        placed_kernel_args(g, pt, *maps, args);
+      if (maps && !g.index_cells() && (pt.xq >= 0 || pt.xk >= 0) && cut_by_runs(*pt.cell, *maps, pt)) {
+        placed_kernel_args(g, pt, *maps, args);  // cut where relayed rows land
         for (const KernelArg& x : args) stage_of[i].add(x, qb, kb);
         return;
       }

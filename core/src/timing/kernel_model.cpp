@@ -106,14 +106,15 @@ std::int64_t arg_tiles(const KernelArg& a, int tq, int tk) {
                                      : tiles_touched(static_cast<MaskType>(static_cast<int>(a.form)), a.q_len, a.k_len, tq, tk);
 }
 
-// Linear in log2(length) between the table's points, clamped at its ends.
-double interpolate(const std::vector<double>& x, const std::vector<double>& y, double length) {
+// Linear in log2(length) between the table's points (x, and lx their
+// log2), clamped at its ends.
+double interpolate(const std::vector<double>& x, const std::vector<double>& lx, const std::vector<double>& y,
+                   double length) {
   if (length <= x.front()) return y.front();
   if (length >= x.back()) return y.back();
   const auto it = std::upper_bound(x.begin(), x.end(), length);
   const std::size_t i = static_cast<std::size_t>(it - x.begin());
-  const double l0 = std::log2(x[i - 1]), l1 = std::log2(x[i]);
-  const double w = (std::log2(length) - l0) / (l1 - l0);
+  const double w = (std::log2(length) - lx[i - 1]) / (lx[i] - lx[i - 1]);
   return y[i - 1] + w * (y[i] - y[i - 1]);
 }
 
@@ -127,6 +128,8 @@ void KernelRates::finish() {
       throw Error(fmt::format("length {} is not a whole number of at least 1", lengths[i]));
     if (i > 0 && !(lengths[i] > lengths[i - 1])) throw Error("lengths must be strictly ascending");
   }
+  log2_lengths.clear();
+  for (double l : lengths) log2_lengths.push_back(std::log2(l));
   bool any = false;
   for (int f = 0; f < kKernelForms; ++f) {
     const auto uf = static_cast<std::size_t>(f);
@@ -162,11 +165,11 @@ void KernelRates::finish() {
 }
 
 double KernelRates::tile_rate(KernelForm f, double length) const {
-  return interpolate(lengths, tile_tflops[static_cast<std::size_t>(f)], length);
+  return interpolate(lengths, log2_lengths, tile_tflops[static_cast<std::size_t>(f)], length);
 }
 
 double KernelRates::area_rate(KernelForm f, double length) const {
-  return interpolate(lengths, area_tflops[static_cast<std::size_t>(f)], length);
+  return interpolate(lengths, log2_lengths, area_tflops[static_cast<std::size_t>(f)], length);
 }
 
 double KernelModel::arg_seconds(Pass p, const KernelArg& a, double flops_per_pair, double peak_tflops) const {

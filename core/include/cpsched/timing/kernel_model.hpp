@@ -71,6 +71,7 @@ struct KernelRates {
   // Rates per tile FLOP at each length (finish()); per form, after aliases.
   std::array<std::vector<double>, kKernelForms> tile_tflops;
   std::array<std::vector<double>, kKernelForms> area_tflops;
+  std::vector<double> log2_lengths;  // finish(): log2 of each length
 
   // Resolves the aliases and derives the tile rates. Throws cpsched::Error
   // (without a location: the parser adds it) on an inconsistent table.
