@@ -1,5 +1,6 @@
-// GPU test (label gpu; exit 77 without a device): the CUDA kernels against
-// their CPU twins and the sim runtime, on one GPU.
+// GPU test (label gpu; exit 77 without a device): the runtime's own CUDA
+// kernels (attention: kernels; cuDNN's path is gpu_cudnn.cpp's) against their
+// CPU twins and the sim runtime, on one GPU.
 //  1. The whole pipeline for P = 1..4 ranks as threads sharing device 0
 //     (loopback backend: real kernels, streams and events; transfers through
 //     host memory), head dims 64 and 128, 1-2 stages, flattened or not:
@@ -8,8 +9,9 @@
 //     self-check against the sim runtime.
 //  2. The executor itself on a one-rank plan (launch single, check on).
 //  3. Device-side mask ingestion equals the TaskGrid.
-//  4. Token top-k plans (index args, random per head and dsa) through the
-//     same pipeline check as 1.
+//  4. Token top-k plans (index args on the tensor-core programs, random per
+//     head and dsa, 4 and 32 query heads per kv head) through the same
+//     pipeline check as 1.
 //  5. Device-side top-k counting equals count_index_cells and its CPU twin.
 #include <cmath>
 #include <cstdio>
@@ -61,6 +63,12 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
 
 void run_pipeline(const test::PlanCase& c, const std::string& name);
 
+g::PipelineOptions kernels_only() {
+  g::PipelineOptions o;
+  o.attention = g::AttentionMode::kernels;
+  return o;
+}
+
 void pipeline_case(int P, int stages, int dim, bool flat, std::uint64_t placement) {
   std::mt19937_64 rng(static_cast<std::uint64_t>(P * 100 + stages * 10 + dim));
   const Token S = 400 * P + static_cast<Token>(rng() % 200);
@@ -70,7 +78,7 @@ void pipeline_case(int P, int stages, int dim, bool flat, std::uint64_t placemen
 }
 
 // Token top-k plans (index args): random per-head selections or the dsa generator.
-void index_pipeline_case(int P, int stages, int dim, bool dsa, std::uint64_t placement) {
+void index_pipeline_case(int P, int stages, int dim, bool dsa, std::uint64_t placement, int hq = 8) {
   std::mt19937_64 rng(static_cast<std::uint64_t>(P * 1000 + stages * 10 + dim));
   const Token S = 400 * P + static_cast<Token>(rng() % 200);
   std::shared_ptr<const IndexMask> mask;
@@ -85,8 +93,9 @@ void index_pipeline_case(int P, int stages, int dim, bool dsa, std::uint64_t pla
   } else {
     mask = test::random_topk(S, 2, 40, rng);
   }
-  auto c = test::make_index_plan_case(mask, P, Heads{8, 2, dim, 2}, GridOptions{true, 1}, stages, placement);
-  run_pipeline(c, fmt::format("top-k pipeline P={} stages={} D={} {}", P, stages, dim, dsa ? "dsa" : "random per head"));
+  auto c = test::make_index_plan_case(mask, P, Heads{hq, 2, dim, 2}, GridOptions{true, 1}, stages, placement);
+  run_pipeline(c, fmt::format("top-k pipeline P={} stages={} D={} heads {}:2 {}", P, stages, dim, hq,
+                              dsa ? "dsa" : "random per head"));
 }
 
 void run_pipeline(const test::PlanCase& c, const std::string& name) {
@@ -102,7 +111,8 @@ void run_pipeline(const test::PlanCase& c, const std::string& name) {
     ts.emplace_back([&, r] {
       try {
         auto be = g::make_cuda_loopback_backend(world, r, 0);
-        g::RankPipeline pipe(*be, c.plan.ranks[static_cast<std::size_t>(r)], h, c.plan.sharding.rank_tokens(r).size());
+        g::RankPipeline pipe(*be, c.plan.ranks[static_cast<std::size_t>(r)], h, c.plan.sharding.rank_tokens(r).size(),
+                             kernels_only());
         pipe.set_inputs(in[static_cast<std::size_t>(r)]);
         for (int it = 0; it < 2; ++it) {  // twice: accumulators must reset between iterations
           pipe.forward();
@@ -122,7 +132,7 @@ void run_pipeline(const test::PlanCase& c, const std::string& name) {
     expect(false, name + ": " + e.what());
     return;
   }
-  const g::EmulatedRun cpu = g::emulate(c.plan, h, in);
+  const g::EmulatedRun cpu = g::emulate(c.plan, h, in, g::Schedule::eager, kernels_only());
   double worst = 0;
   for (Rank r = 0; r < P; ++r) {
     const auto& a = gpu[static_cast<std::size_t>(r)];
@@ -143,6 +153,7 @@ void executor_single() {
   auto c = test::make_plan_case(test::generated_mask(MaskKind::causal, 1024), 1, Heads{8, 2, 128, 2}, GridOptions{}, 1, 0);
   Params p;
   p.set("launch", std::string("single"));
+  p.set("attention", std::string("kernels"));
   p.set("check", true);
   p.set("iterations", std::int64_t{2});
   g::CudaNcclExecutor ex(p);
@@ -242,6 +253,7 @@ int main() {
     index_pipeline_case(2, 1, 64, false, 3);
     index_pipeline_case(3, 2, 128, true, 5);
     index_pipeline_case(4, 2, 64, true, 0);
+    index_pipeline_case(2, 2, 128, true, 9, 64);
     topk_counting();
   } catch (const std::exception& e) {
     expect(false, std::string("exception: ") + e.what());

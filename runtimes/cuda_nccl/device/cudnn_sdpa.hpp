@@ -21,23 +21,28 @@
 #include "host/backend.hpp"
 #include "host/sdpa_batches.hpp"
 
+// The path lives in its own shared library (libcpsched_cuda_cudnn.so, beside
+// libcpsched): the frontend's headers carry thread-local variables, which a
+// plugin must not (test_plugin_lifetime). Only this API is exported.
+#define CPSCHED_CUDNN_API __attribute__((visibility("default")))
+
 namespace cpsched::gpu::cudnn {
 
 // Whether this build has the cuDNN path.
-bool built();
+CPSCHED_CUDNN_API bool built();
 // "cuDNN 9.19.0 (headers 9.19.0), frontend 1.32.0", or why the path is not built.
-std::string describe_build();
+CPSCHED_CUDNN_API std::string describe_build();
 
 // Builds the graph of `g` as for a device of compute capability `sm_version`
 // (90: H100 / H200) and runs the frontend's validate(): no device, no handle.
 // Returns "" when the graph passes, else the frontend's message.
-std::string validate(const SdpaGeometry& g, int sm_version);
+CPSCHED_CUDNN_API std::string validate(const SdpaGeometry& g, int sm_version);
 
 // One rank's graphs on its device: a cuDNN handle on `stream`, one graph per
 // distinct geometry (built on first use: validate, operation graph,
 // heuristics A then fallback, plan), and one workspace, grown to the largest
 // graph's. Throws cpsched::Error with cuDNN's message.
-class Runner {
+class CPSCHED_CUDNN_API Runner {
  public:
   explicit Runner(cudaStream_t stream);
   ~Runner();

@@ -24,6 +24,9 @@ const cpsched_param_spec kParams[] = {
     {"attention", CPSCHED_PARAM_STRING, "auto",
      "range args: auto (cuDNN's fused attention where it is built and takes the arg, else the runtime's kernels), "
      "cudnn (the same; a missing cuDNN is an error) or kernels (the runtime's own kernels only)"},
+    {"compute_timing", CPSCHED_PARAM_BOOL, "false",
+     "after the iterations, each rank in turn times its compute alone (every stage's attention back to back, no "
+     "transfers) and cuDNN's graphs alone on the same batches"},
     {"schedule", CPSCHED_PARAM_STRING, "eager",
      "emulation only: eager, lazy_comm or lazy_compute (delays one stream to expose missing waits)"},
 };
@@ -31,6 +34,7 @@ const cpsched_param_spec kParams[] = {
 }  // namespace
 
 CPSCHED_EXECUTOR_PLUGIN(cpsched::gpu::CudaNcclExecutor, "cuda_nccl",
-                        "GPU runtime: attention kernels (bf16, fp32 accumulation) and NCCL group-cast/group-reduce "
-                        "with stage pipelining; self-check against the sim runtime",
+                        "GPU runtime: range args on cuDNN's fused attention, index args on tensor cores, the runtime's "
+                        "own kernels for the rest (bf16, fp32 accumulation), NCCL group-cast/group-reduce with stage "
+                        "pipelining; self-check against the sim runtime",
                         kParams)

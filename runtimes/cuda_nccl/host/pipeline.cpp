@@ -24,6 +24,17 @@ double pass_flops(const CalcMeta& calc, const Problem& problem, Pass pass) {
   return flops;
 }
 
+double cudnn_flops(const CalcMeta& calc, const PassRoutes& routes, const Problem& problem, Pass pass) {
+  const cpsched::Pass p = pass == Pass::fwd ? cpsched::Pass::fwd : cpsched::Pass::bwd;
+  double flops = 0;
+  for (std::size_t s = 0; s < routes.reason.size(); ++s) {
+    const auto& args = s == 0 ? calc.local_attn_args : calc.remote_attn_args[s - 1];
+    for (std::size_t i = 0; i < args.size(); ++i)
+      if (routes.reason[s][i] == RouteReason::cudnn) flops += arg_flops(args[i], calc, problem, p);
+  }
+  return flops;
+}
+
 namespace {
 
 // Host copies of all kernel metadata, uploaded in one piece.
@@ -85,7 +96,32 @@ RankPipeline::RankPipeline(Backend& be, const RankPlan& plan, const HeadLayout& 
   const PassPlan* pp[2] = {&plan.fwd, &plan.bwd};
   for (int p = 0; p < 2; ++p) {
     const Pass ps = p == 0 ? Pass::fwd : Pass::bwd;
-    sdpa_[p] = plan_sdpa(*pp[p], ps, h_, remote_shape(*pp[p], h_), rows_, pol);
+    // Every batch's graph is built now (before any buffer); one cuDNN cannot
+    // build sends its args to the kernels (automatic mode), and the pass is
+    // batched again without them.
+    SdpaPolicy pass_pol = pol;
+    for (bool failed = true; failed;) {
+      failed = false;
+      sdpa_[p] = plan_sdpa(*pp[p], ps, h_, remote_shape(*pp[p], h_), rows_, pass_pol);
+      for (const auto& st : sdpa_[p].batches)
+        for (const SdpaBatch& b : st) {
+          try {
+            be_.sdpa_prepare(b.geo);
+          } catch (const Error& e) {
+            if (pol.mode == AttentionMode::cudnn) throw;
+            sdpa_failures_.push_back(e.what());
+            auto& ng = pass_pol.no_graph;
+            ng.resize(sdpa_[p].batches.size());
+            const auto s = static_cast<std::size_t>(b.stage);
+            for (int i = 0; i < b.real; ++i) {
+              const auto a = static_cast<std::size_t>(b.seqs[static_cast<std::size_t>(i)].arg);
+              if (ng[s].size() <= a) ng[s].resize(a + 1, false);
+              ng[s][a] = true;
+            }
+            failed = true;
+          }
+        }
+    }
     for (const auto& st : sdpa_[p].batches)
       for (const SdpaBatch& b : st) {
         tail_ = kSdpaTailRows;
@@ -761,24 +797,53 @@ void RankPipeline::issue_reduce(Pass pass, PassPrep& pp, int t, RowKind kind, st
   done.push_back(be_.record(StreamId::comm));
 }
 
+// A stage: its cuDNN batches, each followed by the merges / sums of its
+// outputs, then the runtime's kernels on the other args.
+void RankPipeline::launch_stage(Pass pass, int s, bool sdpa_only) {
+  const PassPrep& pp = pass_[static_cast<int>(pass)];
+  for (const SdpaLaunch& L : pp.sdpa[static_cast<std::size_t>(s)]) {
+    if (L.n_stats_copy > 0 && !sdpa_only) be_.copy(StreamId::compute, L.stats_segs, L.n_stats_copy);
+    be_.sdpa_run(L.graph, L.bind);
+    if (sdpa_only) continue;
+    for (const Unpack& u : L.layers) {
+      if (pass == Pass::fwd) be_.merge(static_cast<const MergeSeg*>(u.segs), u.n);
+      else be_.sum(static_cast<const SumSeg*>(u.segs), u.n);
+    }
+  }
+  if (sdpa_only) return;
+  for (const Launch& L : pp.launches[static_cast<std::size_t>(s)]) be_.attention(L.kernel, L.p, h_.dim, L.grid);
+  for (const IndexRun& L : pp.index[static_cast<std::size_t>(s)]) be_.index_attention(L.kernel, L.p, h_.dim, L.grid);
+}
+
+double RankPipeline::time_compute(Pass pass, bool sdpa_only) {
+  const PassPrep& pp = pass_[static_cast<int>(pass)];
+  be_.synchronize();
+  be_.recycle_events();
+  const Event t0 = be_.record(StreamId::compute);
+  for (int s = 0; s < static_cast<int>(pp.launches.size()); ++s) {
+    if (!sdpa_only && pass == Pass::bwd) {
+      if (s == 0) be_.delta(local_.o, local_.d_o, local_.delta, rows_ * h_.hq, h_.dim);
+      else {
+        const Stage& st = pp.stages[static_cast<std::size_t>(s - 1)];
+        if (st.qo_rows > 0) {
+          const i64 off = st.qo_off * pp.shape.q_heads;
+          be_.delta(pp.rb.o + off * h_.dim, pp.rb.d_o + off * h_.dim, pp.rb.delta + off,
+                    st.qo_rows * pp.shape.q_heads, h_.dim);
+        }
+      }
+    }
+    launch_stage(pass, s, sdpa_only);
+  }
+  const Event t1 = be_.record(StreamId::compute);
+  be_.synchronize();
+  return be_.elapsed_ms(t0, t1);
+}
+
 void RankPipeline::run_pass(Pass pass) {
   PassPrep& pp = pass_[static_cast<int>(pass)];
   const int N = static_cast<int>(pp.stages.size());
   std::vector<Event> cast_done(static_cast<std::size_t>(N) + 1), reduce_done;
-  // A stage: its cuDNN batches, each followed by the merges / sums of its
-  // outputs, then the runtime's kernels on the other args.
-  auto launch_stage = [&](int s) {
-    for (const SdpaLaunch& L : pp.sdpa[static_cast<std::size_t>(s)]) {
-      if (L.n_stats_copy > 0) be_.copy(StreamId::compute, L.stats_segs, L.n_stats_copy);
-      be_.sdpa_run(L.graph, L.bind);
-      for (const Unpack& u : L.layers) {
-        if (pass == Pass::fwd) be_.merge(static_cast<const MergeSeg*>(u.segs), u.n);
-        else be_.sum(static_cast<const SumSeg*>(u.segs), u.n);
-      }
-    }
-    for (const Launch& L : pp.launches[static_cast<std::size_t>(s)]) be_.attention(L.kernel, L.p, h_.dim, L.grid);
-    for (const IndexRun& L : pp.index[static_cast<std::size_t>(s)]) be_.index_attention(L.kernel, L.p, h_.dim, L.grid);
-  };
+  auto launch_stage = [&](int s) { this->launch_stage(pass, s, false); };
   if (N >= 1) issue_cast(pp, 1, cast_done);
   launch_stage(0);
   for (int s = 1; s <= N; ++s) {

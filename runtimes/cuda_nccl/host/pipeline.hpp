@@ -22,6 +22,7 @@
 // the same on every rank), so point-to-point calls always match. All
 // metadata (pack/merge segments, attention work lists) is built and uploaded
 // once, in the constructor; a pass only enqueues kernels and NCCL calls.
+#include <string>
 #include <vector>
 
 #include "backend.hpp"
@@ -57,6 +58,8 @@ struct PipelineOptions {
 // backward counted as 2.5 x forward, the usual convention; an index arg's area is
 // its entries other than -1).
 double pass_flops(const CalcMeta& calc, const Problem& problem, Pass pass);
+// The same over the args routed to cuDNN (`routes` of the same calc).
+double cudnn_flops(const CalcMeta& calc, const PassRoutes& routes, const Problem& problem, Pass pass);
 
 class RankPipeline {
  public:
@@ -72,6 +75,14 @@ class RankPipeline {
   double backward_ms() { return be_.elapsed_ms(pass_[1].t0, pass_[1].t1); }
   RankOutputs outputs();                  // after synchronize
 
+  // Timing of the rank's compute alone (no transfer, no wait for one): every
+  // stage's attention of a pass back to back, as in a pass (cuDNN batches
+  // with their merges / sums, the kernels, the backward's row statistics),
+  // or only the cuDNN graphs (`sdpa_only`: cuDNN called directly on the same
+  // batches). Overwrites the accumulators: run it after outputs() is read.
+  // Returns milliseconds (0 without a clock).
+  double time_compute(Pass p, bool sdpa_only);
+
   const LocalBuffers& local() const { return local_; }
   const BufferSizes& sizes() const { return sizes_; }
   const PassLists& lists(Pass p) const { return lists_[static_cast<int>(p)]; }
@@ -84,6 +95,8 @@ class RankPipeline {
   const PassSdpa& sdpa(Pass p) const { return sdpa_[static_cast<int>(p)]; }
   // Device bytes of the SDPA outputs' packed scratch (0 without cuDNN batches).
   Bytes scratch_bytes() const { return scratch_bytes_; }
+  // cuDNN's messages for graphs it could not build (their args went to the kernels).
+  const std::vector<std::string>& sdpa_failures() const { return sdpa_failures_; }
 
  private:
   struct Launch {
@@ -136,6 +149,7 @@ class RankPipeline {
 
   void prepare(Pass pass, const PassPlan& plan);
   void run_pass(Pass pass);
+  void launch_stage(Pass pass, int s, bool sdpa_only);
   void issue_cast(PassPrep& pp, int s, std::vector<Event>& done);
   void issue_reduce(Pass pass, PassPrep& pp, int t, RowKind kind, std::vector<Event>& done);
 
@@ -148,6 +162,7 @@ class RankPipeline {
   BufferSizes sizes_;
   Bytes meta_bytes_ = 0;
   Token tail_ = 0;                   // zero rows after every buffer (SDPA path)
+  std::vector<std::string> sdpa_failures_;
   std::uint8_t* scratch_ = nullptr;  // SDPA outputs, packed
   Bytes scratch_bytes_ = 0;
   PassPrep pass_[2];

@@ -42,6 +42,7 @@ RunOptions parse_run_options(const Params& p) {
     o.seed = static_cast<std::uint64_t>(s);
   }
   if (p.has("threads")) o.threads = static_cast<int>(p.get_int("threads"));
+  if (p.has("compute_timing")) o.compute_timing = p.get_bool("compute_timing");
   if (p.has("attention")) {
     const std::string a = one_of("attention", p.get_string("attention"), {"auto", "cudnn", "kernels"});
     o.attention = a == "auto" ? AttentionMode::automatic : a == "cudnn" ? AttentionMode::cudnn : AttentionMode::kernels;
@@ -64,6 +65,8 @@ double median(std::vector<double> v) {
 // Per-rank figures travelling to rank 0, in this order; then each pass's
 // RouteSummary (args, then area, by reason).
 enum Fig { kFwdMs, kBwdMs, kFwdFlops, kBwdFlops, kDeviceBytes, kSendBytes, kRecvBytes, kGraphs, kGraphSeconds, kNumFigs };
+// With compute_timing, after the check, in this order.
+enum ComputeFig { kAloneFwdMs, kAloneBwdMs, kDirectFwdMs, kDirectBwdMs, kDirectFwdFlops, kDirectBwdFlops, kNumComputeFigs };
 constexpr std::size_t kRouteFigs = 2 * kNumRouteReasons;
 
 void put_routes(std::vector<double>& figs, const RouteSummary& r) {
@@ -203,6 +206,38 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
     if (me != 0) check_text = fmt::format("self-check at rank 0: {}", passed ? "passed" : "FAILED");
   }
 
+  // Compute alone, one rank at a time (a barrier between turns, so that no
+  // other rank's work shares the device or the link).
+  std::vector<Blob> compute_figs;
+  if (opt.compute_timing) {
+    auto barrier = [&] {
+      gather_to_root(staging, Blob(1, 0));
+      broadcast_from_root(staging, Blob(1, 0));
+    };
+    std::vector<double> cf(kNumComputeFigs, 0.0);
+    for (Rank turn = 0; turn < P; ++turn) {
+      barrier();
+      if (turn != me) continue;
+      auto timed = [&](Pass ps, bool sdpa_only) {
+        std::vector<double> ms;
+        pipe.time_compute(ps, sdpa_only);  // warm-up
+        for (int i = 0; i < opt.iterations; ++i) ms.push_back(pipe.time_compute(ps, sdpa_only));
+        return median(ms);
+      };
+      cf[kAloneFwdMs] = timed(Pass::fwd, false);
+      cf[kAloneBwdMs] = timed(Pass::bwd, false);
+      const bool any_sdpa = pipe.sdpa(Pass::fwd).routes.summary.cudnn_args() + pipe.sdpa(Pass::bwd).routes.summary.cudnn_args() > 0;
+      if (any_sdpa) {
+        cf[kDirectFwdMs] = timed(Pass::fwd, true);
+        cf[kDirectBwdMs] = timed(Pass::bwd, true);
+      }
+      cf[kDirectFwdFlops] = cudnn_flops(mine.fwd.calc, pipe.sdpa(Pass::fwd).routes, problem, Pass::fwd);
+      cf[kDirectBwdFlops] = cudnn_flops(mine.bwd.calc, pipe.sdpa(Pass::bwd).routes, problem, Pass::bwd);
+    }
+    barrier();
+    compute_figs = gather_to_root(staging, to_blob(cf));
+  }
+
   ExecutionReport rep;
   rep.passed = passed;
   std::string& t = rep.text;
@@ -244,6 +279,9 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
     t += fmt::format("attention (all ranks), forward: {}\n", routes[0].text());
     t += fmt::format("attention (all ranks), backward: {}\n", routes[1].text());
     if (graphs_max > 0) t += fmt::format("SDPA graphs per rank: at most {} ({:.2f} s to build)\n", graphs_max, build_max);
+    if (!pipe.sdpa_failures().empty())
+      t += fmt::format("rank 0: cuDNN could not build {} graph(s), their args ran on the kernels; the first: {}\n",
+                       pipe.sdpa_failures().size(), pipe.sdpa_failures().front());
     const auto route_figs = [&](const char* pass, const RouteSummary& rs) {
       rep.figures.set(fmt::format("{}_cudnn_args", pass), static_cast<double>(rs.cudnn_args()));
       rep.figures.set(fmt::format("{}_kernel_args", pass), static_cast<double>(rs.kernel_args()));
@@ -252,6 +290,29 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
     };
     route_figs("fwd", routes[0]);
     route_figs("bwd", routes[1]);
+    if (!compute_figs.empty()) {
+      // Each rank's compute alone, and cuDNN alone on its batches.
+      t += fmt::format("compute alone, one rank at a time (no transfers); cuDNN alone: its graphs on the same batches\n");
+      t += fmt::format("{:>5} {:>10} {:>10} {:>12} {:>12} {:>10} {:>10} {:>12} {:>12}\n", "rank", "fwd ms", "bwd ms",
+                       "fwd TFLOP/s", "bwd TFLOP/s", "cuDNN fwd", "cuDNN bwd", "cuDNN fwd TF", "cuDNN bwd TF");
+      auto tf = [](double flops, double ms) { return ms > 0 ? flops / (ms * 1e9) : 0.0; };
+      for (Rank r = 0; r < P; ++r) {
+        const std::vector<double> c = from_blob<double>(compute_figs[static_cast<std::size_t>(r)]);
+        const std::vector<double> f = from_blob<double>(all_figs[static_cast<std::size_t>(r)]);
+        if (c.size() != kNumComputeFigs) throw Error("cuda_nccl: malformed compute figures");
+        t += fmt::format("{:>5} {:>10.3f} {:>10.3f} {:>12.2f} {:>12.2f} {:>10.3f} {:>10.3f} {:>12.2f} {:>12.2f}\n", r,
+                         c[kAloneFwdMs], c[kAloneBwdMs], tf(f[kFwdFlops], c[kAloneFwdMs]),
+                         tf(f[kBwdFlops], c[kAloneBwdMs]), c[kDirectFwdMs], c[kDirectBwdMs],
+                         tf(c[kDirectFwdFlops], c[kDirectFwdMs]), tf(c[kDirectBwdFlops], c[kDirectBwdMs]));
+        const std::string id = fmt::format("rank{}", r);
+        rep.figures.set(id + ".alone_fwd_ms", c[kAloneFwdMs]);
+        rep.figures.set(id + ".alone_bwd_ms", c[kAloneBwdMs]);
+        rep.figures.set(id + ".alone_fwd_tflops", tf(f[kFwdFlops], c[kAloneFwdMs]));
+        rep.figures.set(id + ".alone_bwd_tflops", tf(f[kBwdFlops], c[kAloneBwdMs]));
+        rep.figures.set(id + ".cudnn_fwd_tflops", tf(c[kDirectFwdFlops], c[kDirectFwdMs]));
+        rep.figures.set(id + ".cudnn_bwd_tflops", tf(c[kDirectBwdFlops], c[kDirectBwdMs]));
+      }
+    }
     rep.figures.set("fwd_ms", fmax);
     rep.figures.set("bwd_ms", bmax);
     rep.figures.set("fwd_tflops", ftf);

@@ -30,6 +30,10 @@ struct RunOptions {
   int threads = 0;                         // CPU threads of the self-check's sim run (0: all)
   Schedule schedule = Schedule::eager;     // emulation only
   AttentionMode attention = AttentionMode::automatic;  // range args: cuDNN where possible, or own kernels
+  // After the iterations (and the check): each rank in turn, the others
+  // waiting, times its compute alone (every stage's attention of a pass back
+  // to back, no transfer) and cuDNN's graphs alone on the same batches.
+  bool compute_timing = false;
 };
 
 // Reads and validates the executor's parameters; errors name the parameter.

@@ -24,7 +24,7 @@ std::string_view to_string(SdpaMask m) {
 
 std::string_view to_string(RouteReason r) {
   static constexpr std::array<std::string_view, kNumRouteReasons> kNames{
-      "cudnn", "index_arg", "mode", "no_cudnn", "heads", "rare_band", "offsets", "empty"};
+      "cudnn", "index_arg", "mode", "no_cudnn", "heads", "rare_band", "offsets", "graph", "empty"};
   return kNames[static_cast<std::size_t>(r)];
 }
 
@@ -176,6 +176,7 @@ PassRoutes choose_routes(const CalcMeta& calc, const HeadLayout& h, const SdpaPo
       else if (!pol.backend_lacks.empty()) r = RouteReason::no_cudnn;
       else if (!heads.empty()) r = RouteReason::heads;
       else if (!offsets_fit(a.q_buf, true) || !offsets_fit(a.k_buf, false)) r = RouteReason::offsets;
+      else if (s < pol.no_graph.size() && i < pol.no_graph[s].size() && pol.no_graph[s][i]) r = RouteReason::graph;
       rs[i] = r;
       if (r == RouteReason::cudnn && a.type == MaskType::bi_causal) {
         const Clip c = clip_arg(a);

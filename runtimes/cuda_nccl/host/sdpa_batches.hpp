@@ -111,9 +111,10 @@ enum class RouteReason : std::uint8_t {
   heads,          // not bf16 GQA with a head dim cuDNN takes
   rare_band,      // a bi_causal diagonal without a graph
   offsets,        // ragged offsets beyond 32 bits
+  graph,          // cuDNN could not build its batch's graph (automatic mode)
   empty,          // no entries (nothing to run)
 };
-inline constexpr int kNumRouteReasons = 8;
+inline constexpr int kNumRouteReasons = 9;
 std::string_view to_string(RouteReason r);
 
 struct RouteSummary {
@@ -137,6 +138,9 @@ struct SdpaPolicy {
   int max_band_graphs = 4;      // bi_causal diagonals with a graph, per pass
   i64 min_band_area = 16384;    // ... each covering at least this many entries per head
   int min_bucket = 64;          // smallest bucketed S
+  // [stage][arg]: args whose batch's graph cuDNN could not build (they run
+  // on the kernels; the pipeline fills it when a graph fails to build).
+  std::vector<std::vector<bool>> no_graph;
 };
 
 // Zero rows after every in-place buffer the SDPA path reads: bucketing's

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <mutex>
 #include <random>
 
 #include "brute_force.hpp"
@@ -516,4 +517,60 @@ TEST_CASE("the executor's attention parameter and report") {
   bad.set("attention", std::string("flash"));
   CHECK_THROWS_WITH_AS(g::parse_run_options(bad), doctest::Contains("attention = 'flash' is not one of auto, cudnn, kernels"),
                        Error);
+}
+
+namespace {
+
+// A backend whose cuDNN cannot build causal graphs.
+class NoCausalBackend final : public g::HostBackend {
+ public:
+  using g::HostBackend::HostBackend;
+  int sdpa_prepare(const g::SdpaGeometry& geo) override {
+    if (geo.mask == g::SdpaMask::causal) throw Error("cuDNN (test): no engine for " + g::describe(geo));
+    return g::HostBackend::sdpa_prepare(geo);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a graph cuDNN cannot build sends its batch's args to the kernels (auto), or fails the run (cudnn)") {
+  std::mt19937_64 rng(61);
+  auto c = test::make_plan_case(test::random_document_mask(360, rng), 3, Heads{4, 2, 16, 2}, GridOptions{true, 1}, 2, 4);
+  const g::HeadLayout hl = g::HeadLayout::of(*c.problem);
+  const auto in = inputs_of(c, 5);
+  for (const g::AttentionMode mode : {g::AttentionMode::automatic, g::AttentionMode::cudnn}) {
+    g::PipelineOptions opt = every_band();
+    opt.attention = mode;
+    g::HostWorld world(3);
+    std::vector<g::RankOutputs> out(3);
+    g::RouteSummary fwd;
+    std::size_t failures = 0;
+    std::mutex mu;
+    auto run = [&] {
+      g::run_rank_threads(world, 3, [&](Rank r) {
+        NoCausalBackend be(world, r);
+        g::RankPipeline pipe(be, c.plan.ranks[static_cast<std::size_t>(r)], hl,
+                             c.plan.sharding.rank_tokens(r).size(), opt);
+        pipe.set_inputs(in[static_cast<std::size_t>(r)]);
+        pipe.forward();
+        pipe.backward();
+        pipe.synchronize();
+        out[static_cast<std::size_t>(r)] = pipe.outputs();
+        std::lock_guard lock(mu);
+        fwd.add(pipe.sdpa(g::Pass::fwd).routes.summary);
+        failures += pipe.sdpa_failures().size();
+      });
+    };
+    if (mode == g::AttentionMode::cudnn) {
+      CHECK_THROWS_WITH_AS(run(), doctest::Contains("no engine for fwd causal"), Error);
+      continue;
+    }
+    run();
+    const g::CheckResult res = g::check_against_sim(*c.problem, c.plan, out, 5, g::kDefaultTolerance, 2);
+    INFO(res.text, "; ", fwd.text());
+    CHECK(res.passed);
+    CHECK(failures > 0);
+    CHECK(fwd.args[static_cast<std::size_t>(g::RouteReason::graph)] > 0);
+    CHECK(fwd.cudnn_args() > 0);  // the other forms stay on cuDNN
+  }
 }

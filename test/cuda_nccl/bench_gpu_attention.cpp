@@ -1,0 +1,170 @@
+// The GPU runtime's attention at hardware speed, on one GPU (a benchmark, not
+// a test; exits 77 without a device): the kernel table of issue 45.
+//
+// For each mask and tokens per rank (configs/quickstart.yaml's documents,
+// heads 64:8, D 128, bf16 by default), forward and backward TFLOP/s of
+//   (a) cuDNN's SDPA graphs called directly on the runtime's batches of the
+//       P = 1 plan (no merges, no kernels: the library's ceiling here),
+//   (b) the runtime at P = 1 (a whole pass: fills, cuDNN batches, merges,
+//       the runtime's kernels on the args cuDNN does not take),
+//   (c) each rank's compute at loopback P = 8 (the default solver's plan,
+//       ranks as threads on this GPU; each rank timed alone, one at a time,
+//       every stage's attention back to back without transfers), as the
+//       slowest rank's time over its FLOPs at the P = 1 rate (issue 45 asks
+//       <= 1.25) and the lowest rank rate;
+// then DSA's index kernels (configs/dsa.yaml's selection; heads 128:1 with
+// D 128, since the runtime refuses MLA's 576 / 512) in TFLOP/s of selected
+// pairs. FLOPs are the timing model's (4 x area x heads x D forward, 2.5x
+// backward). Prints a table and writes it as CSV (--csv).
+//
+//   bench_gpu_attention [--masks causal,causal_document,full_document,sliding_window]
+//                       [--sizes 8192,16384,32768] [--p8-sizes 8192,16384,32768]
+//                       [--heads 64:8] [--dim 128] [--iterations 3] [--dsa-size 32768]
+//                       [--csv FILE] [--configs DIR]
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../../tools/bench/bench_common.hpp"
+#include "cpsched/base/error.hpp"
+#include "cpsched/config/config.hpp"
+#include "cpsched/session/session.hpp"
+#include "device/cuda_backend.hpp"
+#include "device/cudnn_sdpa.hpp"
+#include "host/rank_run.hpp"
+
+using namespace cpsched;
+namespace g = cpsched::gpu;
+
+namespace {
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string x; std::getline(in, x, ',');)
+    if (!x.empty()) out.push_back(x);
+  return out;
+}
+
+struct Run {
+  ExecutionReport rep;
+  int P = 1;
+  double fig(const std::string& n) const { return rep.figures.get(n).value_or(0.0); }
+};
+
+// The config's problem with `overrides`, solved (default solver unless the
+// config names one), run on this GPU with `P` loopback ranks.
+Run run(const std::string& config, const std::vector<std::string>& overrides, int iterations, bool compute_timing) {
+  const Config cfg = load_config(config, overrides);
+  Session session(cfg);
+  const SolveResult& s = session.solve_config_mask();
+  const Plan& plan = *s.plan;
+  g::RunOptions opt;
+  opt.launch = "loopback";
+  opt.warmup = 1;
+  opt.iterations = iterations;
+  opt.compute_timing = compute_timing;
+  opt.attention = g::AttentionMode::automatic;
+  Run r;
+  r.P = plan.sharding.cp_size;
+  r.rep = g::run_in_process(session.problem(), plan, opt, 1, [](g::HostWorld& world, Rank rank) {
+    return g::make_cuda_loopback_backend(world, rank, 0);
+  });
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (g::cuda_device_count() == 0) {
+    fmt::print("no CUDA device: skipped\n");
+    return 77;
+  }
+  const std::string configs = bench::arg(argc, argv, "--configs", "configs");
+  const auto masks = split(bench::arg(argc, argv, "--masks", "causal,causal_document,full_document,sliding_window"));
+  const auto sizes = split(bench::arg(argc, argv, "--sizes", "8192,16384,32768"));
+  const auto p8 = split(bench::arg(argc, argv, "--p8-sizes", "8192,16384,32768"));
+  const std::string heads = bench::arg(argc, argv, "--heads", "64:8");
+  const std::string dim = bench::arg(argc, argv, "--dim", "128");
+  const int iterations = std::stoi(bench::arg(argc, argv, "--iterations", "3"));
+  const std::string dsa_size = bench::arg(argc, argv, "--dsa-size", "32768");
+  const std::string csv_path = bench::arg(argc, argv, "--csv", "");
+  const auto hq = heads.substr(0, heads.find(':')), hkv = heads.substr(heads.find(':') + 1);
+  const std::string heads_set = fmt::format("problem.heads={{q: {}, kv: {}, dim: {}, dtype: bf16}}", hq, hkv, dim);
+  fmt::print("{}; heads {}, D {}, bf16; medians of {} iterations after 1 warm-up\n", g::cudnn::describe_build(), heads,
+             dim, iterations);
+  std::vector<std::string> csv = {
+      "mask,tokens_per_rank,cudnn_fwd_tflops,cudnn_bwd_tflops,runtime_fwd_tflops,runtime_bwd_tflops,"
+      "runtime_vs_cudnn_fwd,runtime_vs_cudnn_bwd,p8_rank_min_fwd_tflops,p8_rank_min_bwd_tflops,"
+      "p8_worst_time_over_area_fwd,p8_worst_time_over_area_bwd,cudnn_area_share"};
+  fmt::print("\n{:<16} {:>7} | {:>9} {:>9} | {:>9} {:>9} {:>6} {:>6} | {:>9} {:>9} {:>6} {:>6} | {:>6}\n", "mask",
+             "S/rank", "(a) fwd", "(a) bwd", "(b) fwd", "(b) bwd", "b/a f", "b/a b", "(c) fwd", "(c) bwd", "x1.25f",
+             "x1.25b", "cuDNN%");
+  int failed = 0;
+  for (const std::string& mask : masks)
+    for (const std::string& S : sizes) {
+      try {
+        const std::vector<std::string> base = {"problem.cp_size=1", "problem.seqlen_per_rank=" + S, heads_set,
+                                               "problem.mask.kind=" + mask};
+        const Run one = run(configs + "/quickstart.yaml", base, iterations, true);
+        const double af = one.fig("rank0.cudnn_fwd_tflops"), ab = one.fig("rank0.cudnn_bwd_tflops");
+        const double bf = one.fig("fwd_tflops"), bb = one.fig("bwd_tflops");
+        const double share = (one.fig("fwd_cudnn_area") + one.fig("fwd_kernel_area")) > 0
+                                 ? one.fig("fwd_cudnn_area") / (one.fig("fwd_cudnn_area") + one.fig("fwd_kernel_area"))
+                                 : 0.0;
+        // (c): each rank alone at P = 8, against its FLOPs at the P = 1 rate.
+        double cf = 0, cb = 0, wf = 0, wb = 0;
+        if (std::find(p8.begin(), p8.end(), S) != p8.end()) {
+          std::vector<std::string> o8 = base;
+          o8[0] = "problem.cp_size=8";
+          const Run eight = run(configs + "/quickstart.yaml", o8, iterations, true);
+          cf = cb = 1e30;
+          for (int r = 0; r < eight.P; ++r) {
+            const std::string id = fmt::format("rank{}", r);
+            const double rf = eight.fig(id + ".alone_fwd_tflops"), rb = eight.fig(id + ".alone_bwd_tflops");
+            cf = std::min(cf, rf);
+            cb = std::min(cb, rb);
+            // time / (flops / P=1 rate) = P=1 rate / rank rate
+            if (rf > 0) wf = std::max(wf, bf / rf);
+            if (rb > 0) wb = std::max(wb, bb / rb);
+          }
+        }
+        fmt::print("{:<16} {:>7} | {:>9.1f} {:>9.1f} | {:>9.1f} {:>9.1f} {:>6.2f} {:>6.2f} | {:>9.1f} {:>9.1f} {:>6.2f} "
+                   "{:>6.2f} | {:>5.1f}%\n",
+                   mask, S, af, ab, bf, bb, af > 0 ? bf / af : 0.0, ab > 0 ? bb / ab : 0.0, cf, cb, wf, wb,
+                   100 * share);
+        std::fflush(stdout);
+        csv.push_back(fmt::format("{},{},{:.2f},{:.2f},{:.2f},{:.2f},{:.3f},{:.3f},{:.2f},{:.2f},{:.3f},{:.3f},{:.4f}",
+                                  mask, S, af, ab, bf, bb, af > 0 ? bf / af : 0.0, ab > 0 ? bb / ab : 0.0, cf, cb, wf,
+                                  wb, share));
+      } catch (const std::exception& e) {
+        fmt::print("{:<16} {:>7} | FAILED: {}\n", mask, S, e.what());
+        ++failed;
+      }
+    }
+  // DSA's index kernels: every arg is an index arg, so the pass rate is theirs.
+  try {
+    const Run d = run(configs + "/dsa.yaml",
+                      {"problem.cp_size=1", "problem.seqlen_per_rank=" + dsa_size,
+                       fmt::format("problem.heads={{q: 128, kv: 1, dim: {}, dtype: bf16}}", dim)},
+                      iterations, false);
+    fmt::print("\nDSA index kernels (configs/dsa.yaml selection, S = {}, heads 128:1, D {}): forward {:.1f}, backward "
+               "{:.1f} TFLOP/s of selected pairs ({:.3f} / {:.3f} ms)\n",
+               dsa_size, dim, d.fig("fwd_tflops"), d.fig("bwd_tflops"), d.fig("fwd_ms"), d.fig("bwd_ms"));
+    csv.push_back(fmt::format("dsa_index,{},,,{:.2f},{:.2f},,,,,,,0", dsa_size, d.fig("fwd_tflops"), d.fig("bwd_tflops")));
+  } catch (const std::exception& e) {
+    fmt::print("\nDSA index kernels: FAILED: {}\n", e.what());
+    ++failed;
+  }
+  if (!csv_path.empty()) {
+    std::ofstream f(csv_path);
+    for (const auto& line : csv) f << line << "\n";
+    fmt::print("wrote {}\n", csv_path);
+  }
+  return failed == 0 ? 0 : 1;
+}
