@@ -1,29 +1,46 @@
 #!/usr/bin/env bash
-# GPU check of the cuda_nccl runtime and of cpsched.torch on CUDA tensors, for
-# a machine with NVIDIA GPUs, CUDA and NCCL. Under 10 minutes:
-#   1. builds (release, CPSCHED_CUDA=ON) the tool, the plugins it needs and
-#      the GPU tests (skipped with --no-build: BUILD_DIR was built elsewhere);
-#   2. the GPU tests (kernels against their CPU twins and the sim, loopback
-#      pipelines of 1-4 ranks on device 0, device mask ingestion, NCCL) and
-#      the device top-k counting benchmark;
-#   3. for 1, 2 and all local GPUs (one process per GPU, env launch):
-#      causal_document at 8192 tokens per rank (configs/quickstart.yaml's
-#      histogram pack), binary_greedy placement,
-#      a) the self-check against the sim runtime (heads 16:2, D 128, so the
-#         CPU reference stays small), then
-#      b) the standard heads 64:8, D 128, timed: forward and backward time per
-#         rank and achieved TFLOP/s (rank 0 prints the table), for
-#         causal_document and the plain causal mask;
-#   4. loopback (launch: loopback, P ranks as threads on device 0): the
-#      default solver's plans for P = 2, 4, 8 at 8192 tokens per rank
-#      (causal_document), the plain masks, DSA and NSA, each self-checked;
-#   5. where python3 imports torch (with CUDA) and cpsched: the CUDA tests of
-#      cpsched.torch and its kernel benchmark (python/bench/bench_torch_cuda.py).
+# GPU check of the cuda_nccl runtime (and of cpsched.torch on CUDA tensors),
+# for a machine with NVIDIA GPUs (H100 / H200: sm_90), CUDA, NCCL and cuDNN.
+# About 8 minutes on one GPU. Everything it prints also goes to a log file.
+#   1. builds (release, CPSCHED_CUDA=ON, CPSCHED_CUDNN=ON, sm_90 only) the tool,
+#      its plugins, the GPU tests and benchmarks (skipped with --no-build:
+#      BUILD_DIR was built elsewhere, e.g. by tools/gpu_bundle.sh);
+#   2. the GPU tests (ctest -L gpu: kernels and index kernels against their
+#      CPU twins and the sim, cuDNN's SDPA against its twin per mask form,
+#      whole plans on cuDNN and on the runtime's kernels, NCCL);
+#   3. self-checks against the sim runtime: P = 1 (one process, env launch;
+#      attention auto, then the runtime's kernels only), loopback P = 2 / 4 / 8
+#      (causal_document, 8192 tokens per rank), the plain masks (causal, full,
+#      sliding_window), DSA and NSA; with 2+ GPUs, one process per GPU (NCCL);
+#   4. the kernel table (bench_gpu_attention): causal, causal_document,
+#      full_document and sliding_window at 8k / 16k / 32k tokens per rank,
+#      heads 64:8, D 128, bf16, forward and backward TFLOP/s of (a) cuDNN's
+#      SDPA called directly on the same batches, (b) the runtime at P = 1,
+#      (c) each rank's compute alone at loopback P = 8; DSA's index kernels;
+#   5. the device top-k counting benchmark; where python3 imports torch with
+#      CUDA and cpsched, cpsched.torch's CUDA tests and kernel benchmark.
 # Exits 77 (skipped) when no GPU is visible, 1 when a step fails.
 #   tools/gpu_check.sh                       build folder build/gpu-check
-#   BUILD_DIR=... tools/gpu_check.sh [--no-build]
+#   BUILD_DIR=... tools/gpu_check.sh --no-build
+#   GPU_CHECK_LOG=file (default build/gpu_check.<date>.log), TABLE_SIZES="8192 16384 32768",
+#   TABLE_P8_SIZES (default TABLE_SIZES), TABLE_MASKS="causal causal_document full_document sliding_window"
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+no_build=0
+for a in "$@"; do
+  case "$a" in
+    --no-build) no_build=1 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    *) echo "gpu_check: unknown argument '$a' (--no-build, --help)"; exit 2 ;;
+  esac
+done
+
+mkdir -p build
+log="${GPU_CHECK_LOG:-build/gpu_check.$(date +%Y%m%d-%H%M%S).log}"
+# Everything printed from here on also goes to the log.
+exec > >(tee -a "$log") 2>&1
+echo "gpu_check: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), log $log, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu_check: no NVIDIA GPU visible (nvidia-smi): skipped"
@@ -36,20 +53,24 @@ if [[ "$ngpu" -lt 1 ]]; then
 fi
 echo "gpu_check: $ngpu GPU(s):"
 nvidia-smi -L | sed 's/^/  /'
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | sed 's/^/  /' || true
 
 build="${BUILD_DIR:-build/gpu-check}"
 jobs="$(nproc)"
 start=$(date +%s)
-if [[ "${1:-}" == "--no-build" ]]; then
+if [[ $no_build -eq 1 ]]; then
   echo "== prebuilt: $build"
   [[ -x "$build/bin/cpsched" ]] || { echo "gpu_check: --no-build, but $build/bin/cpsched is missing"; exit 1; }
 else
-  echo "== build ($build, release, CPSCHED_CUDA=ON)"
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCPSCHED_CUDA=ON -DCPSCHED_BUILD_TESTS=ON \
-    -DCPSCHED_BUILD_BENCHMARKS=OFF >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
-  grep "cpsched: CUDA/NCCL" "$build.configure.log" || true
+  echo "== build ($build, release, CPSCHED_CUDA=ON, CPSCHED_CUDNN=ON, sm_90)"
+  tools/install_deps.sh
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCPSCHED_CUDA=ON -DCPSCHED_CUDNN=ON \
+    -DCPSCHED_CUDA_ARCHITECTURES=90 -DCPSCHED_BUILD_TESTS=ON -DCPSCHED_BUILD_BENCHMARKS=OFF \
+    >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
+  grep "cpsched: CUDA/NCCL\|cpsched: cuDNN" "$build.configure.log" || true
   cmake --build "$build" -j "$jobs" --target cpsched cpsched_cuda_nccl cpsched_sim cpsched_binary_greedy \
-    cuda_nccl_gpu_kernels cuda_nccl_gpu_nccl bench_gpu_topk_count
+    cpsched_balanced_bytes cuda_nccl_gpu_kernels cuda_nccl_gpu_nccl cuda_nccl_gpu_cudnn bench_gpu_topk_count \
+    bench_gpu_attention
   echo "   built in $(( $(date +%s) - start )) s"
 fi
 
@@ -59,20 +80,33 @@ step() {
   local name="$1" rc=0
   shift
   echo "== $name"
-  local t0=$(date +%s)
+  local t0
+  t0=$(date +%s)
   "$@" || rc=$?
   case $rc in
     0) echo "   $name: passed ($(( $(date +%s) - t0 )) s)" ;;
     77) echo "   $name: skipped" ;;
-    *) echo "   $name: FAILED (exit $rc)"; status=1 ;;
+    *) echo "   $name: FAILED (exit $rc, $(( $(date +%s) - t0 )) s)"; status=1 ;;
   esac
 }
-for t in cuda_nccl_gpu_kernels cuda_nccl_gpu_nccl; do
-  if [[ ! -x "$build/bin/$t" ]]; then echo "== $t: not built"; status=1; continue; fi
-  step "GPU test $t" timeout 300 "$build/bin/$t"
-done
-[[ -x "$build/bin/bench_gpu_topk_count" ]] &&
-  step "device top-k counting benchmark" timeout 120 "$build/bin/bench_gpu_topk_count"
+
+# 2. GPU tests: ctest where the build folder has its test files, else the binaries themselves.
+gpu_tests() {
+  if [[ -f "$build/CTestTestfile.cmake" ]] && command -v ctest >/dev/null; then
+    ctest --test-dir "$build" -L gpu --output-on-failure --timeout 300
+    return
+  fi
+  local t rc=0
+  for t in cuda_nccl_gpu_kernels cuda_nccl_gpu_cudnn cuda_nccl_gpu_nccl; do
+    if [[ ! -x "$build/bin/$t" ]]; then echo "   $t: not built"; rc=1; continue; fi
+    echo "-- $t"
+    local r=0
+    timeout 300 "$build/bin/$t" || r=$?
+    [[ $r -eq 0 || $r -eq 77 ]] || rc=1
+  done
+  return $rc
+}
+step "GPU tests (ctest -L gpu)" gpu_tests
 
 tool="$build/bin/cpsched"
 tmp="$(mktemp -d)"
@@ -100,36 +134,33 @@ run_ranks() {
       tail -n 20 "$tmp/$name.rank$r.log" | sed 's/^/     /'
     fi
   done
-  sed -n '/^executor/,$p' "$tmp/$name.rank0.log" | sed 's/^/   /'
+  sed -n '/^executor/,$p' "$tmp/$name.rank0.log" | grep -v "^ *$" | head -n 40 | sed 's/^/   /'
   return $failed
 }
 
-counts=(1)
-[[ "$ngpu" -ge 2 ]] && counts+=(2)
-[[ "$ngpu" -gt 2 ]] && counts+=("$ngpu")
-for n in "${counts[@]}"; do
-  step "$n GPU(s): self-check against the sim runtime (causal_document, heads 16:2, D 128)" \
-    run_ranks "$n" "check$n" --set "problem.heads={q: 16, kv: 2, dim: 128, dtype: bf16}" \
+heads16="problem.heads={q: 16, kv: 2, dim: 128, dtype: bf16}"
+# 3. Self-checks against the sim runtime.
+step "P=1 (env launch): self-check, causal_document, heads 16:2, D 128, attention auto" \
+  run_ranks 1 check1 --set "$heads16" --set "executor.params={cuda_nccl: {check: true, warmup: 0, iterations: 1}}"
+step "P=1 (env launch): self-check, the runtime's own kernels only (attention: kernels)" \
+  run_ranks 1 check1k --set "$heads16" \
+  --set "executor.params={cuda_nccl: {check: true, attention: kernels, warmup: 0, iterations: 1}}"
+if [[ "$ngpu" -ge 2 ]]; then
+  step "$ngpu GPUs (one process each, NCCL): self-check, causal_document" \
+    run_ranks "$ngpu" "check$ngpu" --set "$heads16" \
     --set "executor.params={cuda_nccl: {check: true, warmup: 0, iterations: 1}}"
-  for kind in causal_document causal; do
-    step "$n GPU(s): timing, $kind, heads 64:8, D 128" \
-      run_ranks "$n" "time$n$kind" --set problem.mask.kind=$kind --set "problem.heads={q: 64, kv: 8, dim: 128, dtype: bf16}" \
-      --set "executor.params={cuda_nccl: {warmup: 1, iterations: 3}}"
-  done
-done
+fi
 
-# loopback: one process, P ranks as threads on device 0 (transfers through host memory), the
-# default solver's plans at real sizes, checked against the sim runtime.
+# loopback: one process, P ranks as threads on device 0 (transfers through host memory), checked against the sim.
 loopback() {
   local log="$tmp/loopback.log"
+  local rc=0
   timeout 300 "$tool" run "$@" --set executor.name=cuda_nccl \
-    --set "executor.params={cuda_nccl: {launch: loopback, check: true, warmup: 0, iterations: 1}}" >"$log" 2>&1
-  local rc=$?
-  sed -n '/^executor/,$p' "$log" | grep -E "self-check|max|passed|FAILED|error" | sed 's/^/   /'
+    --set "executor.params={cuda_nccl: {launch: loopback, check: true, warmup: 0, iterations: 1}}" >"$log" 2>&1 || rc=$?
+  sed -n '/^executor/,$p' "$log" | grep -E "self-check|attention \(all|SDPA graphs|FAILED|error" | sed 's/^/   /'
   [[ $rc -eq 0 ]] || tail -n 20 "$log" | sed 's/^/     /'
   return $rc
 }
-heads16="problem.heads={q: 16, kv: 2, dim: 128, dtype: bf16}"
 for P in 2 4 8; do
   step "loopback P=$P: causal_document, 8192 tokens per rank, default solver, self-check" \
     loopback configs/quickstart.yaml --set problem.cp_size=$P --set problem.seqlen_per_rank=8192 --set "$heads16"
@@ -139,11 +170,28 @@ for kind in causal full sliding_window; do
     loopback configs/quickstart.yaml --set problem.cp_size=4 --set problem.seqlen_per_rank=2048 \
     --set problem.mask.kind=$kind --set "$heads16"
 done
-step "loopback P=8: dsa (configs/dsa.yaml, heads 16:1, D 128), self-check" \
+# The runtime refuses MLA (576 / 512): DSA's selection with GQA heads.
+step "loopback P=8: dsa (configs/dsa.yaml selection, heads 16:1, D 128), self-check" \
   loopback configs/dsa.yaml --set "problem.heads={q: 16, kv: 1, dim: 128, dtype: bf16}"
 step "loopback P=4: nsa (configs/nsa.yaml, heads 16:4, D 128), self-check" \
   loopback configs/nsa.yaml --set problem.cp_size=4 --set "problem.heads={q: 16, kv: 4, dim: 128, dtype: bf16}"
 
+# 4. The kernel table.
+sizes="${TABLE_SIZES:-8192 16384 32768}"
+p8="${TABLE_P8_SIZES:-$sizes}"
+masks="${TABLE_MASKS:-causal causal_document full_document sliding_window}"
+csv="${log%.log}.kernel_table.csv"
+if [[ -x "$build/bin/bench_gpu_attention" ]]; then
+  step "kernel table: (a) cuDNN direct, (b) runtime P=1, (c) each rank alone at loopback P=8; DSA index kernels" \
+    timeout 420 "$build/bin/bench_gpu_attention" --masks "${masks// /,}" --sizes "${sizes// /,}" \
+    --p8-sizes "${p8// /,}" --heads 64:8 --dim 128 --iterations 3 --csv "$csv"
+else
+  echo "== kernel table: bench_gpu_attention not built"; status=1
+fi
+[[ -x "$build/bin/bench_gpu_topk_count" ]] &&
+  step "device top-k counting benchmark" timeout 120 "$build/bin/bench_gpu_topk_count"
+
+# 5. cpsched.torch on CUDA tensors.
 if python3 -c "import torch, cpsched; assert torch.cuda.is_available()" >/dev/null 2>&1; then
   step "cpsched.torch on CUDA tensors (pytest)" timeout 240 python3 -m pytest -q -p no:cacheprovider \
     python/tests/test_torch_cuda.py
@@ -151,5 +199,5 @@ if python3 -c "import torch, cpsched; assert torch.cuda.is_available()" >/dev/nu
 else
   echo "== cpsched.torch on CUDA: skipped (python3 does not import torch with CUDA and cpsched)"
 fi
-echo "gpu_check: $([[ $status -eq 0 ]] && echo passed || echo FAILED) in $(( $(date +%s) - start )) s"
+echo "gpu_check: $([[ $status -eq 0 ]] && echo passed || echo FAILED) in $(( $(date +%s) - start )) s; log $log"
 exit $status
