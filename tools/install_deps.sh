@@ -44,8 +44,12 @@ trap 'rm -rf "$tmp"' EXIT
 echo "installing: nvidia-cudnn-frontend==$fe_version (headers) into $fe_dir"
 # --target installs beside the system's packages, never into them (so
 # Debian's externally-managed Python allows it).
-"$py" -m pip install -q --root-user-action=ignore --no-deps --no-compile --target "$tmp/wheel" "nvidia-cudnn-frontend==$fe_version"
-[ -f "$tmp/wheel/include/cudnn_frontend.h" ] || { echo "install_deps: the wheel has no include/cudnn_frontend.h"; exit 1; }
+# Optional: without it (no index reachable, say) the CUDA runtime builds with its own kernels only.
+if ! "$py" -m pip install -q --root-user-action=ignore --no-deps --no-compile --target "$tmp/wheel" \
+     "nvidia-cudnn-frontend==$fe_version" || [ ! -f "$tmp/wheel/include/cudnn_frontend.h" ]; then
+  echo "install_deps: nvidia-cudnn-frontend==$fe_version not installed: the CUDA runtime builds without cuDNN's path"
+  exit 0
+fi
 mkdir -p "$fe_dir.partial"
 rm -rf "$fe_dir.partial/include"
 mv "$tmp/wheel/include" "$fe_dir.partial/include"
