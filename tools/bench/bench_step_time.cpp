@@ -30,7 +30,8 @@
 // without the table, old and new priced with it (the bound: the exact area
 // at attention_tflops), new / old per pack (mean, min, max), what tiles
 // cost old (its step with tiles over its step on exact areas at the same
-// rates), the packs where new is slower than old, the packs where tiles cost
+// rates) and what they cost the mask's own args (uncut: one rank, one block),
+// the packs where new is slower than old, the packs where tiles cost
 // old more than 5 % and new is not at least 2 % faster, the mean blocks per
 // rank of both plans' grids (old / new: the fixed layout's finer grids), and the median
 // whole-path latency of both solves; --notes prints each pack's two solver
@@ -55,6 +56,7 @@
 #include "cpsched/plugin/registry.hpp"
 #include "cpsched/timing/model.hpp"
 #include "cpsched/plugin/cost_model.hpp"
+#include "cpsched/timing/task_kernel.hpp"
 
 using namespace cpsched;
 
@@ -74,6 +76,20 @@ SolverSpec parse_solver(std::string s, bool first) {
 // The spec without its @time / @area suffix.
 std::string plugin_spec(const SolverSpec& s) {
   return s.label.ends_with("@time") || s.label.ends_with("@area") ? s.label.substr(0, s.label.size() - 5) : s.label;
+}
+
+// What tiles cost the mask itself: its slices' args uncut (one rank, one
+// block), priced with tiles over priced on their exact areas, fwd + bwd.
+double mask_tile_cost(const Problem& p, const HardwareProfile& hw, const HardwareProfile& area) {
+  Problem one = Problem::make(p.mask, 1, p.heads, p.grid.flatten_head_groups ? GridOptions{true, 1} : GridOptions{false, 1});
+  const TaskGrid grid(std::make_shared<const Problem>(std::move(one)));
+  const auto with = task_kernel_seconds(grid, hw), without = task_kernel_seconds(grid, area);
+  double a = 0, b = 0;
+  for (TaskId t = 0; t < grid.num_tasks(); ++t) {
+    a += with->both[with->unit_of(t)];
+    b += without->both[without->unit_of(t)];
+  }
+  return b > 0 ? a / b : 1.0;
 }
 
 double median(std::vector<double> v) {
@@ -96,9 +112,9 @@ void kernel_compare(Registry& reg, const DocHistogram& hist, const CompareArgs& 
   fmt::print("kernel compare: {} plans made on the profile without its kernel table (old) and with it (new), both "
              "priced with it; step / bound (bound: exact area at attention_tflops), mean over packs; layout {}, uses {}\n",
              c.solver, c.layout == Layout::fixed ? "fixed" : "planned", c.uses ? c.uses->str() : "by layout");
-  fmt::print("{:<16} {:<16} {:>4} {:>9} {:>9} {:>9} {:>24} {:>9} {:>6} {:>9} {:>7} {:>9} {:>9}\n", "hardware", "mask",
-             "P", "old flat", "old kern", "new kern", "new/old mean [min, max]", "tiles old", "slower", "tiles>5%",
-             "blocks", "old ms", "new ms");
+  fmt::print("{:<16} {:<16} {:>4} {:>9} {:>9} {:>9} {:>24} {:>9} {:>10} {:>6} {:>9} {:>7} {:>9} {:>9}\n", "hardware",
+             "mask", "P", "old flat", "old kern", "new kern", "new/old mean [min, max]", "tiles old", "tiles mask",
+             "slower", "tiles>5%", "blocks", "old ms", "new ms");
   for (const std::string& hw_name : c.hardware) {
     const HardwareProfile hw = resolve_hardware_profile(hw_name);
     if (!hw.kernel) throw Error("bench_step_time: --kernel-compare needs a profile with a kernel model, '" + hw_name +
@@ -123,7 +139,7 @@ void kernel_compare(Registry& reg, const DocHistogram& hist, const CompareArgs& 
       for (const std::string& cp : c.cps) {
         const int P = std::stoi(cp);
         const int n = packed ? c.packs : 1;
-        double old_flat = 0, old_kern = 0, new_kern = 0, ratio = 0, tiles = 0, lo = 1e300, hi = 0;
+        double old_flat = 0, old_kern = 0, new_kern = 0, ratio = 0, tiles = 0, lo = 1e300, hi = 0, mask_tiles = 0;
         int slower = 0, tiled = 0, tiled_short = 0;
         double old_blocks = 0, new_blocks = 0;  // blocks per rank of the plans' grids
         std::vector<double> old_ms, new_ms;
@@ -148,22 +164,25 @@ void kernel_compare(Registry& reg, const DocHistogram& hist, const CompareArgs& 
           old_kern += ok.ratio();
           new_kern += nk.ratio();
           const double r = nk.step() / ok.step(), t = ok.step() / oa.step();
+          const double mt = mask_tile_cost(*problem, hw, area);
+          mask_tiles += mt;
           ratio += r;
           tiles += t;
           lo = std::min(lo, r);
           hi = std::max(hi, r);
           slower += r > 1 + 1e-9;
           if (c.notes)
-            fmt::print("  pack {} new/old {:.3f}\n    old: {}\n    new: {}\n", pack, r, ro.note, rn.note);
+            fmt::print("  pack {} new/old {:.3f}, tiles cost old {:.3f}, the mask {:.3f}\n    old: {}\n    new: {}\n", pack,
+                       r, t, mt, ro.note, rn.note);
           if (t > 1.05) {
             ++tiled;
             tiled_short += r > 0.98;
           }
         }
-        fmt::print("{:<16} {:<16} {:>4} {:>9.3f} {:>9.3f} {:>9.3f} {:>8.3f} [{:.3f}, {:.3f}] {:>9.3f} {:>3}/{:<2} {:>3}/{:<2}{:>3} "
-                   "{:>3.1f}/{:<3.1f} {:>9.2f} {:>9.2f}\n",
-                   hw_name, m, P, old_flat / n, old_kern / n, new_kern / n, ratio / n, lo, hi, tiles / n, slower, n,
-                   tiled_short, tiled, "", old_blocks / n, new_blocks / n, median(old_ms), median(new_ms));
+        fmt::print("{:<16} {:<16} {:>4} {:>9.3f} {:>9.3f} {:>9.3f} {:>8.3f} [{:.3f}, {:.3f}] {:>9.3f} {:>10.3f} {:>3}/{:<2} "
+                   "{:>3}/{:<2}{:>3} {:>3.1f}/{:<3.1f} {:>9.2f} {:>9.2f}\n",
+                   hw_name, m, P, old_flat / n, old_kern / n, new_kern / n, ratio / n, lo, hi, tiles / n, mask_tiles / n,
+                   slower, n, tiled_short, tiled, "", old_blocks / n, new_blocks / n, median(old_ms), median(new_ms));
         std::fflush(stdout);
       }
     }
