@@ -139,7 +139,7 @@ def summarize_topk(indices, session, causal=True):
     if int(col_counts.sum()) != len(col_cell):
         raise AssertionError("summarize_topk: a key run lies in no cell")
     col_off = np.concatenate([[0], np.cumsum(col_counts)]).astype(np.int64)
-    summary = TopkSummary(rank, (cells, row_off, row_ranges, col_off, col_ranges))
+    summary = TopkSummary(rank, (cells, row_off, row_ranges, col_off, col_ranges), seqlen=S)
     return TopkRowRuns(summary, width.cpu().numpy(), area.cpu().numpy(), H, causal), xs
 
 
