@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 #include "cpsched/base/parallel_for.hpp"
 #include "cpsched/search/byte_model.hpp"
@@ -61,8 +62,11 @@ Candidate predicted(std::string origin, std::shared_ptr<const TaskGrid> grid, st
   const TimeObjective to = time_objective(prices, *grid, opt.spread);
   const std::int64_t excess = excess_load(*grid, rank, balance_cap(*grid, opt.mu));
   Candidate c{std::move(origin), std::move(rank), excess, 0.0, std::move(grid)};
-  c.predicted_s = predict_max_rank_time(model, c.rank, to);
-  c.effort_s = effort_on_areas(to, *c.grid) ? predict_max_rank_time(model, c.rank, on_areas(to)) : c.predicted_s;
+  if (effort_on_areas(to, *c.grid)) {
+    std::tie(c.predicted_s, c.effort_s) = predict_max_rank_times(model, c.rank, to);
+  } else {
+    c.predicted_s = c.effort_s = predict_max_rank_time(model, c.rank, to);
+  }
   return c;
 }
 

@@ -11,12 +11,17 @@ namespace {
 constexpr std::size_t kMaxBits = std::size_t{1} << 27;
 }  // namespace
 
-double predict_max_rank_time(const ByteModel& model, const std::vector<Rank>& rank, const TimeObjective& to) {
+namespace {
+
+// predict_max_rank_time's pass; `areas`: also on the tasks' exact areas.
+std::pair<double, double> predict(const ByteModel& model, const std::vector<Rank>& rank, const TimeObjective& to,
+                                  bool areas) {
   const TaskGrid& grid = model.grid();
   const int P = model.ranks(), G = model.groups();
   const auto uP = static_cast<std::size_t>(P);
   struct Seconds {
     double compute = 0, local = 0, cast_in = 0, cast_out = 0, red_in = 0, red_out = 0;
+    double area_compute = 0, area_local = 0;  // on exact areas (areas)
   };
   std::vector<Seconds> sec(uP);
   std::vector<int> node(uP);
@@ -73,6 +78,11 @@ double predict_max_rank_time(const ByteModel& model, const std::vector<Rank>& ra
         const double load = to.task_seconds(t, model.load(t));
         x.compute += load;
         if (qh == r && kh == r) x.local += load;
+        if (areas) {
+          const double a = static_cast<double>(model.load(t)) * to.load_s;
+          x.area_compute += a;
+          if (qh == r && kh == r) x.area_local += a;
+        }
         const int unit = per_group_cells ? static_cast<int>(t) : static_cast<int>(c);
         const auto gg = static_cast<std::size_t>(g - g0);
         if (qh != r)
@@ -82,11 +92,29 @@ double predict_max_rank_time(const ByteModel& model, const std::vector<Rank>& ra
       }
     }
   }
-  double worst = 0;
-  for (const Seconds& x : sec)
-    worst = std::max(worst, std::max(x.local, std::max(x.cast_in, x.cast_out)) + (x.compute - x.local) +
-                                std::max(x.red_in, x.red_out));
-  return worst;
+  double worst = 0, area_worst = 0;
+  for (const Seconds& x : sec) {
+    const double comm_in = std::max(x.cast_in, x.cast_out), comm_back = std::max(x.red_in, x.red_out);
+    worst = std::max(worst, std::max(x.local, comm_in) + (x.compute - x.local) + comm_back);
+    if (areas)
+      area_worst = std::max(area_worst, std::max(x.area_local, comm_in) + (x.area_compute - x.area_local) + comm_back);
+  }
+  return {worst, area_worst};
+}
+
+}  // namespace
+
+double predict_max_rank_time(const ByteModel& model, const std::vector<Rank>& rank, const TimeObjective& to) {
+  return predict(model, rank, to, false).first;
+}
+
+std::pair<double, double> predict_max_rank_times(const ByteModel& model, const std::vector<Rank>& rank,
+                                                 const TimeObjective& to) {
+  if (!to.kernel) {
+    const double t = predict(model, rank, to, false).first;
+    return {t, t};
+  }
+  return predict(model, rank, to, true);
 }
 
 }  // namespace cpsched::search

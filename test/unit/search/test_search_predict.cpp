@@ -16,6 +16,8 @@
 #include "cpsched/search/placements.hpp"
 #include "cpsched/search/predict.hpp"
 #include "cpsched/search/state.hpp"
+#include "cpsched/timing/hardware.hpp"
+#include "cpsched/timing/task_kernel.hpp"
 #include "random_specs.hpp"
 
 using namespace cpsched;
@@ -55,6 +57,40 @@ TEST_CASE("predict_max_rank_time equals a State's prediction") {
               doctest::Approx(st.max_rank_time()).epsilon(1e-12));
       }
     }
+}
+
+TEST_CASE("under a kernel model: a State and the one-pass prediction read each task's kernel seconds") {
+  // (Bundled h100 profile: its kernel table; the same objective on exact areas without it.)
+  const HardwareProfile hw = resolve_hardware_profile("h100_8x_nvlink");
+  REQUIRE(hw.kernel);
+  std::mt19937_64 rng(12);
+  for (MaskKind kind : {MaskKind::causal_document, MaskKind::sliding_window, MaskKind::causal}) {
+    const auto grid = test::random_grid(kind, 16, Heads{16, 4, 64, 2}, rng, Layout::fixed);
+    const search::ByteModel model(*grid, 1.0, 1.0);
+    search::TimeObjective area = objective(8);
+    const Heads& h = grid->problem().heads;
+    area.load_s = h.fwd_flops_per_pair() * (1.0 / (hw.fwd_tflops * 1e12) + h.bwd_flops_ratio() / (hw.bwd_tflops * 1e12));
+    search::TimeObjective kernel = area;
+    kernel.kernel = task_kernel_seconds(*grid, hw);
+    REQUIRE(kernel.kernel);
+    for (const std::vector<Rank>& placement : {search::owner_placement(*grid), search::usp_placement(*grid, 8)}) {
+      const search::State st(model, placement, std::numeric_limits<std::int64_t>::max() / 4, 0.0, &kernel);
+      // A rank's compute: the kernel seconds of its tasks.
+      for (Rank r = 0; r < 16; ++r) {
+        double want = 0;
+        for (TaskId t = 0; t < grid->num_tasks(); ++t)
+          if (placement[static_cast<std::size_t>(t)] == r) want += kernel.kernel->both[kernel.kernel->unit_of(t)];
+        CHECK(st.port_seconds(r).compute == doctest::Approx(want).epsilon(1e-12));
+      }
+      const double k = search::predict_max_rank_time(model, placement, kernel);
+      CHECK(k == doctest::Approx(st.max_rank_time()).epsilon(1e-12));
+      // Both in one pass: the kernels' and the exact areas'.
+      const auto [with, without] = search::predict_max_rank_times(model, placement, kernel);
+      CHECK(with == k);
+      CHECK(without == doctest::Approx(search::predict_max_rank_time(model, placement, area)).epsilon(1e-12));
+      CHECK(with > without);
+    }
+  }
 }
 
 TEST_CASE("balance_rows: heavy ranks to the target, rows kept together") {

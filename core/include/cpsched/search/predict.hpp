@@ -5,6 +5,7 @@
 // grid of millions of tasks (P = 1024 causal: 4.2M) a State per placement
 // cost more than the rest of a used-once path (docs/bounds.md#uses-and-effort);
 // this keeps one bit per (segment, rank) of one head group at a time.
+#include <utility>
 #include <vector>
 
 #include "cpsched/search/byte_model.hpp"
@@ -15,5 +16,9 @@ namespace cpsched::search {
 // The largest predicted rank time (seconds) of `rank` under `to`'s per-rank
 // model (its relays and coupled options are not read).
 double predict_max_rank_time(const ByteModel& model, const std::vector<Rank>& rank, const TimeObjective& to);
+// The same in one pass with `to`'s compute and with compute on the tasks'
+// exact areas at the peak rate (`to` without its kernel model): {to's, areas'}.
+std::pair<double, double> predict_max_rank_times(const ByteModel& model, const std::vector<Rank>& rank,
+                                                 const TimeObjective& to);
 
 }  // namespace cpsched::search
