@@ -6,9 +6,10 @@ P processes on this machine's CPU join a gloo group; every rank makes the same c
 (a causal mask over S = P x --tokens, balanced_bytes, stages 2, heads 8:8 d 16 fp32: every rank casts and
 reduces) with the kernels
 skipped (backend "none": the plan's collectives and the executor run, the attention math does not), forward
-only under no_grad, so that what differs between the two modes is the agreement alone. Blocks of --calls
-calls alternate between check_peers=False and True; per mode the median of the blocks' medians, in us, and
-the exchange alone (the agreement's all_gather of the claims and their comparison), measured the same way.
+only under no_grad, so that what differs between the two modes is the agreement alone. The calls alternate one
+by one between check_peers=False and True (--calls of each); per mode the median, in us, and the exchange alone
+(the agreement's all_gather of the claims and their comparison) and a bare gloo all_gather of the claim's size,
+measured between them.
 """
 from __future__ import annotations
 
@@ -41,34 +42,39 @@ def _worker(rank, P, port, args, out):
     L = tp.rows
     q, k, v = (torch.randn(L, 8, 16) for _ in range(3))
 
-    def block(check):
-        ts = []
-        for _ in range(args.calls):
-            t0 = time.perf_counter()
-            cpt.attention(q, k, v, tp, backend="none", check_peers=check)
-            ts.append(time.perf_counter() - t0)
-        return statistics.median(ts) * 1e6
+    def one(check):
+        t0 = time.perf_counter()
+        cpt.attention(q, k, v, tp, backend="none", check_peers=check)
+        return time.perf_counter() - t0
 
-    def exchange_block():
-        ts = []
-        for _ in range(args.calls):
-            t0 = time.perf_counter()
-            c = Claim("attention").plan(tp)
-            c.add("dtype", 0, "dtype")
-            exchange(c, None, dist.group.WORLD, rank, P, "cpu")
-            ts.append(time.perf_counter() - t0)
-        return statistics.median(ts) * 1e6
+    def exchange_once():
+        t0 = time.perf_counter()
+        c = Claim("attention").plan(tp)
+        c.add("dtype", 0, "dtype")
+        exchange(c, None, dist.group.WORLD, rank, P, "cpu")
+        return time.perf_counter() - t0
+
+    vec = torch.zeros(3 + 24 + 4 + 2 * P, dtype=torch.int64)  # the claim's size (_agree.Claim.vector)
+    parts = [torch.empty_like(vec) for _ in range(P)]
+
+    def gather_once():
+        t0 = time.perf_counter()
+        dist.all_gather(parts, vec)
+        return time.perf_counter() - t0
 
     with torch.no_grad():
         for check in (False, True):  # warm: the plan's program laid out
-            block(check)
-        res = {"off": [], "on": [], "exchange": []}
-        for _ in range(args.blocks):
-            res["off"].append(block(False))
-            res["on"].append(block(True))
-            res["exchange"].append(exchange_block())
+            for _ in range(10):
+                one(check)
+        res = {"off": [], "on": [], "exchange": [], "gather": []}
+        for _ in range(args.calls):  # call by call alternating, so that the machine's load drifts over both alike
+            res["off"].append(one(False))
+            res["on"].append(one(True))
+            res["exchange"].append(exchange_once())
+            res["gather"].append(gather_once())
+        res = {k: statistics.median(v) * 1e6 for k, v in res.items()}
     if rank == 0:
-        out.put({k: statistics.median(v) for k, v in res.items()})
+        out.put(res)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -77,12 +83,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", type=int, nargs="*", default=[2, 4])
     ap.add_argument("--tokens", type=int, default=64, help="tokens per rank")
-    ap.add_argument("--calls", type=int, default=100, help="calls per block")
-    ap.add_argument("--blocks", type=int, default=5, help="blocks per mode, alternating")
+    ap.add_argument("--calls", type=int, default=500, help="calls per mode, alternating one by one")
     args = ap.parse_args()
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
-    print(f"{'P':>3} {'check_peers=False us':>21} {'True us':>8} {'difference us':>14} {'exchange alone us':>18}")
+    print(f"{'P':>3} {'check_peers=False us':>21} {'True us':>8} {'difference us':>14} {'exchange alone us':>18} "
+          f"{'all_gather alone us':>20}")
     for P in args.ranks:
         q = ctx.Queue()
         port = _port()
@@ -92,8 +98,8 @@ def main():
         res = q.get(timeout=1800)
         for p in procs:
             p.join(timeout=60)
-        print(f"{P:>3} {res['off']:>21.1f} {res['on']:>8.1f} {res['on'] - res['off']:>14.1f} {res['exchange']:>18.1f}",
-              flush=True)
+        print(f"{P:>3} {res['off']:>21.1f} {res['on']:>8.1f} {res['on'] - res['off']:>14.1f} {res['exchange']:>18.1f} "
+              f"{res['gather']:>20.1f}", flush=True)
     return 0
 
 
