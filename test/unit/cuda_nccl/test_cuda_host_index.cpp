@@ -19,82 +19,18 @@
 #include "host/plan_codec.hpp"
 #include "host/rank_run.hpp"
 #include "host/index_worklist.hpp"
-#include "numeric_check.hpp"
+#include "index_checks.hpp"
 #include "plans.hpp"
 #include "random_index_masks.hpp"
-#include "reference.hpp"
 
 using namespace cpsched;
 using cpsched::gpu::i64;
 namespace g = cpsched::gpu;
 
-namespace {
-
-std::shared_ptr<const IndexMask> dsa_mask(Token S, std::vector<Token> lengths, std::uint64_t seed) {
-  MaskSpec spec;
-  spec.kind = MaskKind::dsa;
-  spec.lengths = std::move(lengths);
-  spec.seed = seed;
-  spec.topk = 24;
-  spec.sink = 4;
-  spec.local = 8;
-  return std::make_shared<const IndexMask>(make_index_mask(spec, S));
-}
-
-int count_index_args(const Plan& plan, bool remote_only) {
-  int n = 0;
-  for (const RankPlan& rp : plan.ranks)
-    for (const PassPlan* pp : {&rp.fwd, &rp.bwd}) {
-      if (!remote_only)
-        for (const AttnArg& a : pp->calc.local_attn_args) n += a.is_index() ? 1 : 0;
-      for (const auto& s : pp->calc.remote_attn_args)
-        for (const AttnArg& a : s) n += a.is_index() ? 1 : 0;
-    }
-  return n;
-}
-
-// The ranks' outputs at their global tokens.
-sim::GlobalOutputs gathered(const test::PlanCase& c, const g::EmulatedRun& run, const sim::GlobalInputs& in) {
-  sim::GlobalOutputs out = sim::GlobalOutputs::like(in, 0.f, 0.f);
-  const auto wq = static_cast<std::size_t>(in.q_width()), wk = static_cast<std::size_t>(in.k_width());
-  const auto hq = static_cast<std::size_t>(in.hq);
-  for (Rank r = 0; r < c.plan.sharding.cp_size; ++r) {
-    const g::RankOutputs& o = run.outputs[static_cast<std::size_t>(r)];
-    std::size_t local = 0;
-    const RangeSet tokens = c.plan.sharding.rank_tokens(r);
-    for (const Range& x : tokens.ranges())
-      for (Token t = x.begin; t < x.end; ++t, ++local) {
-        const auto gt = static_cast<std::size_t>(t);
-        std::copy_n(o.o.begin() + static_cast<std::ptrdiff_t>(local * wq), wq, out.o.begin() + static_cast<std::ptrdiff_t>(gt * wq));
-        std::copy_n(o.dq.begin() + static_cast<std::ptrdiff_t>(local * wq), wq, out.dq.begin() + static_cast<std::ptrdiff_t>(gt * wq));
-        std::copy_n(o.dk.begin() + static_cast<std::ptrdiff_t>(local * wk), wk, out.dk.begin() + static_cast<std::ptrdiff_t>(gt * wk));
-        std::copy_n(o.dv.begin() + static_cast<std::ptrdiff_t>(local * wk), wk, out.dv.begin() + static_cast<std::ptrdiff_t>(gt * wk));
-        std::copy_n(o.lse.begin() + static_cast<std::ptrdiff_t>(local * hq), hq, out.lse.begin() + static_cast<std::ptrdiff_t>(gt * hq));
-      }
-  }
-  return out;
-}
-
-struct Checked {
-  g::CheckResult plan;      // against the sim running the same plan
-  double dense_error = 0;   // against the dense reference
-  bool passed() const { return plan.passed && dense_error <= g::kDefaultTolerance; }
-};
-
-Checked run_and_check(const test::PlanCase& c, g::Schedule s = g::Schedule::eager, g::EmulatedRun* out = nullptr) {
-  const g::HeadLayout h = g::HeadLayout::of(*c.problem);
-  std::vector<g::RankInputs> in;
-  for (Rank r = 0; r < c.plan.sharding.cp_size; ++r) in.push_back(g::shard_inputs(*c.problem, c.plan.sharding, r, 7));
-  g::EmulatedRun run = g::emulate(c.plan, h, in, s);
-  Checked res;
-  res.plan = g::check_against_sim(*c.problem, c.plan, run.outputs, 7, g::kDefaultTolerance, 2);
-  const sim::GlobalInputs gi = g::global_inputs(*c.problem, 7);
-  res.dense_error = sim::compare_outputs(gathered(c, run, gi), sim::dense_reference(*c.problem, gi, 2)).max();
-  if (out != nullptr) *out = std::move(run);
-  return res;
-}
-
-}  // namespace
+using test::Checked;
+using test::count_index_args;
+using test::dsa_mask;
+using test::run_and_check;
 
 TEST_CASE("index args' launch lists: q rows with their key lists, 16-col tiles with their selecting rows and masks") {
   // q rows [0, 3) of the local buffer, keys in the hull [2, 6): row 0 -> {2, 5},
@@ -315,27 +251,4 @@ TEST_CASE("index args under relays (two-level collectives): the emulated pipelin
     CHECK(res.passed());
   }
   CHECK(relayed >= 1);
-}
-
-TEST_CASE("index args on tensor cores: 1 to 128 query heads per kv head (one or more 16- and 64-head blocks)") {
-  // The MMA rows of the q-major programs are one row's query heads of a kv
-  // head: 16 per block up to 16 of them, else blocks of 64; k-major pairs
-  // (row, head) 64 at a time whatever the count.
-  std::mt19937_64 rng(59);
-  struct Case {
-    int hq, hkv, dim, P, stages;
-    std::uint64_t placement;
-  };
-  const Case cases[] = {{16, 1, 16, 2, 1, 3}, {32, 2, 16, 3, 2, 5}, {128, 1, 16, 2, 1, 7}, {24, 1, 32, 2, 2, 0}};
-  for (const Case& k : cases) {
-    const Token S = 60 * k.P + static_cast<Token>(rng() % 20);
-    auto c = test::make_index_plan_case(dsa_mask(S, {S / 2, S - S / 2}, rng()), k.P, Heads{k.hq, k.hkv, k.dim, 2},
-                                        GridOptions{true, 1}, k.stages, k.placement);
-    INFO("heads ", k.hq, ":", k.hkv, " D=", k.dim, " P=", k.P);
-    REQUIRE(count_index_args(c.plan, false) > 0);
-    const Checked res = run_and_check(c);
-    INFO(res.plan.text, "; dense reference: ", res.dense_error);
-    CHECK(res.passed());
-    CHECK(res.dense_error < 5e-3);
-  }
 }
