@@ -195,16 +195,15 @@ void placed_kernel_args(const TaskGrid& g, const PlacedTask& pt, const BufferMap
   }
 }
 
-// Whether some range of the cell's needed rows or cols spans two runs of its
-// buffer (a tight slice lies inside one such range: otherwise none is cut).
-bool cut_by_runs(const Cell& c, const BufferMaps& maps, const PlacedTask& pt) {
-  thread_local std::vector<BufferMap::Run> runs;
-  const BufferMap qm = maps.of(pt.xq, c.qblock), km = maps.of(pt.xk, c.kblock);
-  for (Range r : c.rows.ranges())
-    if (!qm.runs(r, runs) || runs.size() > 1) return true;
-  for (Range r : c.cols.ranges())
-    if (!km.runs(r, runs) || runs.size() > 1) return true;
-  return false;
+// Per xfer: whether two of its runs are adjacent in tokens (not in the
+// buffer, else they would be one): only there can a tight slice, whose rows
+// are contiguous needed rows, be cut.
+std::vector<char> broken_xfers(const XferLayout& where) {
+  std::vector<char> out(where.begin.empty() ? 0 : where.begin.size() - 1, 0);
+  for (std::size_t x = 0; x < out.size(); ++x)
+    for (std::size_t i = where.begin[x] + 1; i < where.begin[x + 1] && !out[x]; ++i)
+      out[x] = where.runs[i - 1].global.end == where.runs[i].global.begin;
+  return out;
 }
 
 }  // namespace
@@ -224,7 +223,11 @@ void sheet_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
     stage_of.assign(out.area.size(), KernelStage(*km, pass, task_flops_per_pair(g.problem(), g.flattened(), pass),
                                                  pass == Pass::fwd ? hw->fwd_tflops : hw->bwd_tflops));
   std::optional<BufferMaps> maps;
-  if (km && where) maps.emplace(BufferMaps{g.sharding(), *where});
+  std::vector<char> broken;
+  if (km && where) {
+    maps.emplace(BufferMaps{g.sharding(), *where});
+    broken = broken_xfers(*where);
+  }
   // Each task's args at once, from the grid's (computed once per grid).
   const std::shared_ptr<const TaskKernelSeconds> ks = km ? task_kernel_seconds(g, *hw) : nullptr;
   const int p = pass == Pass::fwd ? 0 : 1;
@@ -237,13 +240,15 @@ void sheet_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
       if (!km) return;
       const BufferId qb = pt.xq < 0 ? BufferId::local : BufferId::remote;
       const BufferId kb = pt.xk < 0 ? BufferId::local : BufferId::remote;
-      if (maps && !g.index_cells() && (pt.xq >= 0 || pt.xk >= 0) && cut_by_runs(*pt.cell, *maps, pt)) {
+      if (maps && !g.index_cells() && ((pt.xq >= 0 && broken[static_cast<std::size_t>(pt.xq)]) ||
+                                       (pt.xk >= 0 && broken[static_cast<std::size_t>(pt.xk)]))) {
         placed_kernel_args(g, pt, *maps, args);  // cut where relayed rows land
         for (const KernelArg& x : args) stage_of[i].add(x, qb, kb);
         return;
       }
       const std::size_t u = ks->unit_of(pt.t);
-      stage_of[i].add_task(ks->femtos[p][u], ks->unheld[p][u], ks->forms[p][u], qb, kb);
+      const TaskKernelSeconds::Stage& k = ks->stage[p][u];
+      stage_of[i].add_task(k.femtos, k.unheld, k.forms, qb, kb);
     });
   if (km) {
     out.kernel.resize(stage_of.size());

@@ -47,9 +47,7 @@ std::shared_ptr<TaskKernelSeconds> compute(const TaskGrid& g, const HardwareProf
   out->bwd.assign(units, 0.0);
   out->both.assign(units, 0.0);
   for (int p = 0; p < 2; ++p) {
-    out->femtos[p].assign(units, 0);
-    out->unheld[p].assign(units, 0);
-    out->forms[p].assign(units, 0);
+    out->stage[p].assign(units, TaskKernelSeconds::Stage{});
   }
   const Problem& p = g.problem();
   const double fpp[2] = {task_flops_per_pair(p, g.flattened(), Pass::fwd),
@@ -66,11 +64,12 @@ std::shared_ptr<TaskKernelSeconds> compute(const TaskGrid& g, const HardwareProf
       for (int p = 0; p < 2; ++p) {
         const Pass pass = p == 0 ? Pass::fwd : Pass::bwd;
         if (!km.pass(pass).holds(a.form)) {
-          out->unheld[p][u] += a.area;
+          out->stage[p][u].unheld += a.area;
           continue;
         }
-        out->femtos[p][u] += kernel_femtos(km.arg_seconds(pass, a, fpp[p], p == 0 ? hw.fwd_tflops : hw.bwd_tflops));
-        out->forms[p][u] = static_cast<std::uint8_t>(out->forms[p][u] | (1u << static_cast<unsigned>(a.form)));
+        out->stage[p][u].femtos +=
+            kernel_femtos(km.arg_seconds(pass, a, fpp[p], p == 0 ? hw.fwd_tflops : hw.bwd_tflops));
+        out->stage[p][u].forms |= 1u << static_cast<unsigned>(a.form);
       }
     }
     out->fwd[u] = f;

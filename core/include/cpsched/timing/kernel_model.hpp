@@ -103,9 +103,10 @@ struct KernelModel {
 // The calls of one stage: a set of (q buffer, k buffer, form).
 class KernelCalls {
  public:
-  void add(BufferId q, BufferId k, KernelForm f) {
-    bits_ |= 1u << ((static_cast<unsigned>(q) * 2 + static_cast<unsigned>(k)) * kKernelForms +
-                    static_cast<unsigned>(f));
+  void add(BufferId q, BufferId k, KernelForm f) { add_forms(q, k, 1u << static_cast<unsigned>(f)); }
+  // Every form of `forms` (bit f: form f).
+  void add_forms(BufferId q, BufferId k, std::uint32_t forms) {
+    bits_ |= forms << ((static_cast<unsigned>(q) * 2 + static_cast<unsigned>(k)) * kKernelForms);
   }
   int count() const { return __builtin_popcount(bits_); }
 
@@ -138,11 +139,10 @@ class KernelStage {
   }
   // A task's args at once: their femtoseconds and unheld area, and the held
   // forms among them (bit f: form f).
-  void add_task(std::int64_t femtos, Token unheld, unsigned held_forms, BufferId q, BufferId k) {
+  void add_task(std::int64_t femtos, Token unheld, std::uint32_t held_forms, BufferId q, BufferId k) {
     femtos_ += femtos;
     unheld_ += unheld;
-    for (int f = 0; f < kKernelForms; ++f)
-      if (held_forms & (1u << f)) calls_.add(q, k, static_cast<KernelForm>(f));
+    calls_.add_forms(q, k, held_forms);
   }
   double seconds() const {
     return static_cast<double>(femtos_) * 1e-15 + static_cast<double>(unheld_) * fpp_ / (peak_ * 1e12) +

@@ -34,9 +34,12 @@ double task_flops_per_pair(const Problem& problem, bool one_group, Pass p);
 // femtoseconds, the other forms' area, the held forms present.
 struct TaskKernelSeconds {
   std::vector<double> fwd, bwd, both;
-  std::vector<std::int64_t> femtos[2];
-  std::vector<Token> unheld[2];
-  std::vector<std::uint8_t> forms[2];
+  struct Stage {
+    std::int64_t femtos = 0;  // the held forms' args
+    Token unheld = 0;         // the other forms' area
+    std::uint32_t forms = 0;  // bit f: an arg of held form f
+  };
+  std::vector<Stage> stage[2];  // [pass][unit]
   bool per_task = false;  // units are tasks (per-group cells), else cells
   int groups = 1;
   std::size_t unit_of(TaskId t) const {
