@@ -1,6 +1,7 @@
 #include "cpsched/timing/task_kernel.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 
 #include "cpsched/mask/slice_clip.hpp"
@@ -79,19 +80,62 @@ std::shared_ptr<TaskKernelSeconds> compute(const TaskGrid& g, const HardwareProf
   return out;
 }
 
-// A grid is a function of its problem and sharding: the key. The problem is
-// held weakly (an index mask's problem holds its indices), and while it lives
-// no other problem has its address.
+// What a unit's kernel seconds are a function of, hashed: the heads' FLOPs
+// per pair and grouping, and per unit its cell's pieces and blocks (index
+// cells: rows, cols, pairs). A cache keyed by it holds nothing of the grid or
+// its problem (whose shared state a plugin may have made: a plugin's code
+// must not be called after it is unloaded, at exit or earlier).
+std::uint64_t fingerprint(const TaskGrid& g) {
+  std::uint64_t h = 0x9e3779b97f4a7c15ULL;
+  auto mix = [&](std::uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 31;
+  };
+  auto mixd = [&](double d) {
+    std::uint64_t u;
+    std::memcpy(&u, &d, sizeof u);
+    mix(u);
+  };
+  const Problem& p = g.problem();
+  for (Pass pass : {Pass::fwd, Pass::bwd}) mixd(task_flops_per_pair(p, g.flattened(), pass));
+  mix(static_cast<std::uint64_t>(g.num_groups()));
+  mix(g.per_group_cells() ? 1 : 0);
+  mix(g.index_cells() ? 1 : 0);
+  const std::size_t units = g.per_group_cells() ? static_cast<std::size_t>(g.num_tasks()) : g.cells().size();
+  mix(units);
+  const auto G = static_cast<std::size_t>(g.num_groups());
+  const Sharding& sh = g.sharding();
+  for (std::size_t u = 0; u < units; ++u) {
+    const Cell& c = g.cell_of(static_cast<TaskId>(g.per_group_cells() ? u : u * G));
+    if (g.index_cells()) {
+      mix(static_cast<std::uint64_t>(c.rows.size()));
+      mix(static_cast<std::uint64_t>(c.cols.size()));
+      mix(static_cast<std::uint64_t>(c.area));
+      continue;
+    }
+    for (const Range r : {sh.blocks[static_cast<std::size_t>(c.qblock)], sh.blocks[static_cast<std::size_t>(c.kblock)]}) {
+      mix(static_cast<std::uint64_t>(r.begin));
+      mix(static_cast<std::uint64_t>(r.end));
+    }
+    mix(c.pieces.size());
+    for (const Slice& x : c.pieces) {
+      mix(static_cast<std::uint64_t>(x.q.begin));
+      mix(static_cast<std::uint64_t>(x.q.end));
+      mix(static_cast<std::uint64_t>(x.k.begin));
+      mix(static_cast<std::uint64_t>(x.k.end));
+      mix(static_cast<std::uint64_t>(x.type));
+    }
+  }
+  return h;
+}
+
 struct Entry {
-  std::weak_ptr<const Problem> problem;
-  Sharding sharding;
+  std::uint64_t grid = 0;  // fingerprint()
+  std::size_t units = 0;
   HardwareProfile hw;
   std::shared_ptr<const TaskKernelSeconds> seconds;
 };
-
-bool same_sharding(const Sharding& a, const Sharding& b) {
-  return a.cp_size == b.cp_size && a.blocks == b.blocks && a.host == b.host;
-}
 
 }  // namespace
 
@@ -100,26 +144,21 @@ std::shared_ptr<const TaskKernelSeconds> task_kernel_seconds(const TaskGrid& g, 
   static std::mutex mu;
   static std::vector<Entry> cache;  // most recent last
   constexpr std::size_t kEntries = 8;
-  const std::shared_ptr<const Problem> problem = g.problem_ptr();
+  const std::uint64_t key = fingerprint(g);
+  const std::size_t units = g.per_group_cells() ? static_cast<std::size_t>(g.num_tasks()) : g.cells().size();
   {
     std::lock_guard<std::mutex> lock(mu);
     for (std::size_t i = cache.size(); i-- > 0;) {
-      Entry& e = cache[i];
-      const std::shared_ptr<const Problem> held = e.problem.lock();
-      if (!held) {
-        cache.erase(cache.begin() + static_cast<std::ptrdiff_t>(i));
-        continue;
-      }
-      if (held.get() == problem.get() && same_sharding(e.sharding, g.sharding()) && *e.hw.kernel == *hw.kernel &&
-          e.hw.fwd_tflops == hw.fwd_tflops && e.hw.bwd_tflops == hw.bwd_tflops)
+      const Entry& e = cache[i];
+      if (e.grid == key && e.units == units && *e.hw.kernel == *hw.kernel && e.hw.fwd_tflops == hw.fwd_tflops &&
+          e.hw.bwd_tflops == hw.bwd_tflops)
         return e.seconds;
     }
   }
   std::shared_ptr<const TaskKernelSeconds> s = compute(g, hw);
-  if (!problem) return s;
   std::lock_guard<std::mutex> lock(mu);
   if (cache.size() >= kEntries) cache.erase(cache.begin());
-  cache.push_back({problem, g.sharding(), hw, s});
+  cache.push_back({key, units, hw, s});
   return s;
 }
 

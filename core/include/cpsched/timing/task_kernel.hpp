@@ -49,8 +49,9 @@ struct TaskKernelSeconds {
 
 // Null when `hw` has no kernel model (`hw` must be the profile a plan is
 // priced on: the table, its peaks). O(cells x pieces) the first time for a
-// (problem, sharding, profile); kept for later calls while the problem lives
-// (a few grids at a time), so the solvers of one solve share it. Thread safe.
+// grid's content and profile; the last few are kept (by a hash of what they
+// depend on: the heads, and each cell's pieces and blocks), so that the
+// solvers and the pricing of one solve share them. Thread safe.
 std::shared_ptr<const TaskKernelSeconds> task_kernel_seconds(const TaskGrid& g, const HardwareProfile& hw);
 
 }  // namespace cpsched
