@@ -54,12 +54,22 @@ bool effort_on_areas(const TimeObjective& to, const TaskGrid& grid) {
   return to.kernel && to.nodes.node_of(grid.cp_size() - 1) > 0;
 }
 
+// The input grid's time objective, made once: under a kernel model making
+// one looks the grid's task seconds up (a hash over its cells).
+struct InputObjective {
+  const TaskGrid* grid;
+  const TimeObjective* to;
+  TimeObjective of(const TaskGrid& g, const TimePrices& prices, const Options& opt) const {
+    return &g == grid ? *to : time_objective(prices, g, opt.spread);
+  }
+};
+
 // A placement with its predicted step (the search's model, no plan built), in
 // one pass without a State: the State's prediction, without its trees and
 // lists, which only the short search needs (it builds its own, from one start).
 Candidate predicted(std::string origin, std::shared_ptr<const TaskGrid> grid, std::vector<Rank> rank,
-                    const ByteModel& model, const TimePrices& prices, const Options& opt) {
-  const TimeObjective to = time_objective(prices, *grid, opt.spread);
+                    const ByteModel& model, const TimePrices& prices, const Options& opt, const InputObjective& input) {
+  const TimeObjective to = input.of(*grid, prices, opt);
   const std::int64_t excess = excess_load(*grid, rank, balance_cap(*grid, opt.mu));
   Candidate c{std::move(origin), std::move(rank), excess, 0.0, std::move(grid)};
   if (effort_on_areas(to, *c.grid)) {
@@ -77,11 +87,11 @@ Candidate predicted(std::string origin, std::shared_ptr<const TaskGrid> grid, st
 // the kernel model's (the same start descends elsewhere: a second candidate).
 std::optional<Candidate> search_from(const Candidate& from, std::int64_t moves, const std::string& suffix,
                                      const ByteModel& input_model, const TimePrices& prices, const Options& opt,
-                                     bool exact_area = false) {
+                                     const InputObjective& input, bool exact_area = false) {
   std::optional<ByteModel> own;
   if (&input_model.grid() != from.grid.get()) own.emplace(*from.grid, 1.0, 1.0);
   const ByteModel& model = own ? *own : input_model;
-  const TimeObjective to = time_objective(prices, *from.grid, opt.spread);
+  const TimeObjective to = input.of(*from.grid, prices, opt);
   const TimeObjective area = on_areas(to);
   State st(model, from.rank, balance_cap(*from.grid, opt.mu), 0.0, exact_area ? &area : &to);
   Budget budget{moves};
@@ -131,14 +141,15 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
 
   const ByteModel model(grid, 1.0, 1.0);
   std::vector<Candidate> cands;
-  cands.push_back(predicted("owner", in.grid(), owner_placement(grid), model, prices, opt_));
+  const InputObjective input{&grid, &to};
+  cands.push_back(predicted("owner", in.grid(), owner_placement(grid), model, prices, opt_, input));
   if (grid.flattened()) {
-    cands.push_back(predicted("usp", in.grid(), usp_placement(grid, opt_.usp_max_degree), model, prices, opt_));
+    cands.push_back(predicted("usp", in.grid(), usp_placement(grid, opt_.usp_max_degree), model, prices, opt_, input));
     // hybrid takes owner's or usp's rows per q block: where it took the
     // same for all (one causal sequence), it is that start again.
     std::vector<Rank> hybrid = hybrid_placement(grid, opt_.usp_max_degree, to.byte_s, to.nodes.gpus_per_node);
     if (hybrid != cands[0].rank && hybrid != cands[1].rank)
-      cands.push_back(predicted("hybrid", in.grid(), std::move(hybrid), model, prices, opt_));
+      cands.push_back(predicted("hybrid", in.grid(), std::move(hybrid), model, prices, opt_, input));
   }
   const std::size_t starts = cands.size();
   const auto by_effort = [](const Candidate& a, const Candidate& b) { return a.effort_s < b.effort_s; };
@@ -181,7 +192,8 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   auto short_search = [&, start = cands[from_index]]() {
     std::optional<Candidate> runs[2];
     parallel_for(prices.kernel ? 2 : 1, cost.short_search >= kThreadMinS ? opt_.threads : 1, [&](std::size_t i) {
-      runs[i] = search_from(start, kShortSearchMoves, i == 0 ? "+short" : "+short(area)", model, prices, opt_, i == 1);
+      runs[i] =
+          search_from(start, kShortSearchMoves, i == 0 ? "+short" : "+short(area)", model, prices, opt_, input, i == 1);
     });
     std::vector<Candidate> found;
     for (std::optional<Candidate>& c : runs)
@@ -245,7 +257,7 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
     std::optional<ByteModel> member_model;
     if (!own_grid) member_model.emplace(*sol->assignment.grid, 1.0, 1.0);
     cands.push_back(predicted(name, sol->assignment.grid, std::move(sol->assignment.rank),
-                              own_grid ? model : *member_model, prices, opt_));
+                              own_grid ? model : *member_model, prices, opt_, input));
   }
 
   // Where the full search is expected to pay for itself, it runs (the members
@@ -282,7 +294,7 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
     if (from.grid != in.grid()) {
       note += "; no polish (the best candidate is on " + from.origin + "'s own grid)";
     } else if (worth(cost.polish, weight, PhaseGains::polish_one_node, from.effort_s, effort_bound)) {
-      if (std::optional<Candidate> c = search_from(from, kPolishMoves, "+polish", model, prices, opt_)) {
+      if (std::optional<Candidate> c = search_from(from, kPolishMoves, "+polish", model, prices, opt_, input)) {
         cands.push_back(std::move(*c));
         polished = true;
       }

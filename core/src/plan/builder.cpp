@@ -50,8 +50,8 @@ void build_pass(const Assignment& a, const plan_detail::Transfers& tr, const std
 // A price sheet's pass: what the timing model reads of build_pass's. Returns
 // where the rows land with relays (none without: transfers land contiguous).
 std::optional<plan_detail::XferLayout> sheet_pass(const Assignment& a, const plan_detail::Transfers& tr, const std::vector<int>& stage, int stages,
-                bool local_tail, const plan_detail::RelayOptions& relay, const HardwareProfile* hw, Pass pass,
-                PriceSheet::Pass& out) {
+                bool local_tail, const plan_detail::RelayOptions& relay, const HardwareProfile* hw,
+                const TaskKernelSeconds* kernel, Pass pass, PriceSheet::Pass& out) {
   plan_detail::SheetSink sink(a.grid->cp_size(), stages, hw != nullptr && hw->kernel.has_value());
   // (With relays, which relay forwards what is worked out as for a run, and
   // where the rows land, which cuts args under a kernel model.)
@@ -64,7 +64,7 @@ std::optional<plan_detail::XferLayout> sheet_pass(const Assignment& a, const pla
     if (!sink.keeps_layout()) where.reset();
   }
   sink.finish(out);
-  plan_detail::sheet_calc(a, tr, stage, stages, local_tail, hw, pass, where ? &*where : nullptr, out);
+  plan_detail::sheet_calc(a, tr, stage, stages, local_tail, hw, kernel, pass, where ? &*where : nullptr, out);
   return where;
 }
 
@@ -120,6 +120,18 @@ struct PlanBuilder::State {
   }
   // What build()'s cut and assemble read: for_plan of its options.
   mutable const plan_detail::Transfers* current = nullptr;
+  // The grid's task kernel seconds on the last kernel model priced (a
+  // builder prices one placement many times).
+  mutable std::shared_ptr<const TaskKernelSeconds> kernel;
+  mutable HardwareProfile kernel_hw;
+  const TaskKernelSeconds* kernel_seconds(const HardwareProfile& hw) const {
+    if (!kernel || !(*kernel_hw.kernel == *hw.kernel) || kernel_hw.fwd_tflops != hw.fwd_tflops ||
+        kernel_hw.bwd_tflops != hw.bwd_tflops) {
+      kernel = task_kernel_seconds(*a.grid, hw);
+      kernel_hw = hw;
+    }
+    return kernel.get();
+  }
   const TransferTokens& tokens() const { return tr ? tr->tokens : own ? own->tokens : all().tokens; }
 };
 
@@ -305,17 +317,18 @@ PriceSheet PlanBuilder::sheet(const PlanOptions& options, const Cut& cut) const 
     out.peak_tflops[1] = hw->bwd_tflops;
   }
   const int node = options.relay_node_size >= 2 ? options.relay_node_size : 0;
-  const std::optional<plan_detail::XferLayout> where =
-      sheet_pass(a, tr, cut.fwd, out.stages, cut.local_tail, {node, s_->fb.qo_out, s_->fb.kv_out}, hw, Pass::fwd, out.fwd);
+  const TaskKernelSeconds* kernel = out.kernel ? s_->kernel_seconds(*hw) : nullptr;
+  const std::optional<plan_detail::XferLayout> where = sheet_pass(
+      a, tr, cut.fwd, out.stages, cut.local_tail, {node, s_->fb.qo_out, s_->fb.kv_out}, hw, kernel, Pass::fwd, out.fwd);
   if (cut.bwd == cut.fwd) {
     out.bwd = out.fwd;  // (as a plan's backward description is then its forward one)
     // Its args are the forward's: the backward's kernel seconds of them.
     if (out.kernel)
-      plan_detail::sheet_calc(a, tr, cut.bwd, out.stages, cut.local_tail, hw, Pass::bwd, where ? &*where : nullptr,
-                              out.bwd);
+      plan_detail::sheet_calc(a, tr, cut.bwd, out.stages, cut.local_tail, hw, kernel, Pass::bwd,
+                              where ? &*where : nullptr, out.bwd);
   } else {
-    sheet_pass(a, tr, cut.bwd, out.stages, cut.local_tail, {node, s_->bb.qo_out, s_->bb.kv_out}, hw, Pass::bwd,
-               out.bwd);
+    sheet_pass(a, tr, cut.bwd, out.stages, cut.local_tail, {node, s_->bb.qo_out, s_->bb.kv_out}, hw, kernel,
+               Pass::bwd, out.bwd);
   }
   return out;
 }

@@ -11,6 +11,7 @@
 #include "cpsched/problem/metrics.hpp"
 #include "cpsched/plan/plan.hpp"
 #include "cpsched/plan/price_sheet.hpp"
+#include "cpsched/timing/task_kernel.hpp"
 
 namespace cpsched::plan_detail {
 
@@ -189,8 +190,10 @@ void summary_comm(const Transfers& tr, const std::vector<int>& stage, SheetSink&
 // model also each stage's kernel seconds in `pass` (PriceSheet::Pass::kernel),
 // its args cut where `where` (relays: layout_comm's summary) says a buffer is
 // discontinuous, as build_calc cuts them (null: transfers land contiguous).
+// `kernel`: the grid's task_kernel_seconds on `hw` (non-null with a kernel model).
 void sheet_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, int stages, bool local_tail,
-                const HardwareProfile* hw, Pass pass, const XferLayout* where, PriceSheet::Pass& out);
+                const HardwareProfile* hw, const TaskKernelSeconds* kernel, Pass pass, const XferLayout* where,
+                PriceSheet::Pass& out);
 // Fills calc of every rank (only >= 0: of that rank) and the reduce_after
 // fields of comm (the same on every rank, so computed over all tasks).
 // Index pools are written into buffers from `buffers` (null: new ones).

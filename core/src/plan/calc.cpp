@@ -209,7 +209,8 @@ std::vector<char> broken_xfers(const XferLayout& where) {
 }  // namespace
 
 void sheet_calc(const Assignment& a, const Transfers& tr, const std::vector<int>& stage, int stages, bool local_tail,
-                const HardwareProfile* hw, Pass pass, const XferLayout* where, PriceSheet::Pass& out) {
+                const HardwareProfile* hw, const TaskKernelSeconds* ks, Pass pass, const XferLayout* where,
+                PriceSheet::Pass& out) {
   const TaskGrid& g = *a.grid;
   const std::size_t row = static_cast<std::size_t>(stages) + 1;
   out.area.assign(static_cast<std::size_t>(g.cp_size()) * row, 0);
@@ -228,8 +229,8 @@ void sheet_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
     maps.emplace(BufferMaps{g.sharding(), *where});
     broken = broken_xfers(*where);
   }
-  // Each task's args at once, from the grid's (computed once per grid).
-  const std::shared_ptr<const TaskKernelSeconds> ks = km ? task_kernel_seconds(g, *hw) : nullptr;
+  // (Each task's args at once, from the grid's.)
+  if (km && ks == nullptr) throw Error("plan builder (internal): a kernel model's sheet without its task seconds");
   const int p = pass == Pass::fwd ? 0 : 1;
   LastReaders last(stages);
   for (std::size_t d = 0; d + 1 < tr.rank_begin.size(); ++d)
