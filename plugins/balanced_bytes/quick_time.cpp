@@ -130,12 +130,13 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   // predicted step and the compute bound as they were measured, on exact
   // areas at the peak rate. Across nodes its tests read that gap
   // (Candidate::effort_s) under a kernel model too, so the same phases run:
-  // with the kernels' gaps static's members and two stages passed tests they
-  // fail there, and their plans were slower (planned layout, used once, P =
-  // 32: 7 of 20 packs, up to 25 %). On one node the kernels' gaps ran more
-  // members and polishes that paid (P = 8: 4 % faster on average, against
-  // 1 % slower on the areas' gaps): there the tests read the kernels' gap.
-  // The kernel model ranks and prices either way (docs/bounds.md).
+  // on the kernels' gaps static's members were skipped where they ran there,
+  // and the plans were slower (planned layout, used once, causal_document at
+  // P = 32: 2 % on average, one pack 25 %). On one node the kernels' gaps ran
+  // more members and polishes that paid (P = 8: 4 % faster on average,
+  // against 1 % slower on the areas' gaps): there the tests read the
+  // kernels' gap. The kernel model ranks and prices either way
+  // (docs/bounds.md).
   const double effort_bound = predicted_compute_bound(grid, effort_on_areas(to, grid) ? on_areas(to) : to);
   const PhaseCosts cost = predict_phase_costs(grid.num_tasks(), grid.cp_size(), grid.problem().layout == Layout::planned);
 
@@ -388,10 +389,10 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   const bool priced_pays =
       worth(cost.stages + (priced ? 0.0 : cost.price_plan), weight, stages_gain, stages_from, effort_bound);
   // Under a kernel model static's dispatch on its own grid across nodes is
-  // priced at two stages, as its test charges: with the kernels' larger
-  // gaps the test passed where its unpriced two stages were slower (planned
-  // layout, used once, P = 16-32: 7-10 of 20 full_document packs, by up to
-  // 16 %; docs/bounds.md).
+  // priced at two stages, as its test charges: on the kernels' gaps the test
+  // passed where its unpriced two stages were slower (planned layout, used
+  // once, P = 16-32: 7-10 of 20 full_document packs, by up to 21 %;
+  // docs/bounds.md).
   const bool price_static_stages = prices.kernel && best->grid != in.grid();
   if (may_stage && !one_node && price_static_stages && priced_pays) {
     const auto placement = in.pricing()->add(best->grid, best->rank);
