@@ -34,8 +34,9 @@
 // the packs where new is slower than old, the packs where tiles cost
 // old more than 5 % and new is not at least 2 % faster, the mean blocks per
 // rank of both plans' grids (old / new: the fixed layout's finer grids), and the median
-// whole-path latency of both solves; --notes prints each pack's two solver
-// notes.
+// whole-path latency of both solves (with --rank, that rank's whole path;
+// --repeat N solves each plan N times per pack, old and new alternating, for
+// more latency samples); --notes prints each pack's two solver notes.
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -104,6 +105,8 @@ struct CompareArgs {
   PlanShape shape;
   Layout layout = Layout::planned;
   std::optional<PlanUses> uses;
+  Rank rank = -1;      // >= 0: the solves build that rank's plan only (its whole path is the latency)
+  int repeat = 1;      // solves of each plan per pack, alternating old and new (latency samples)
   bool notes = false;  // each pack's two solver notes
 };
 
@@ -147,19 +150,33 @@ void kernel_compare(Registry& reg, const DocHistogram& hist, const CompareArgs& 
           const auto problem = bench::standard_problem(m, hist, pack, P, c.layout);
           // Alternately first, so that neither solve always meets a warmer cache.
           SolveResult ro, rn;
-          for (int k = 0; k < 2; ++k) {
-            const bool old_now = (k == 0) == (pack % 2 == 0);
+          for (int k = 0; k < 2 * c.repeat; ++k) {
+            const bool old_now = (k % 2 == 0) == (pack % 2 == 0);
             const auto t0 = std::chrono::steady_clock::now();
-            if (old_now) ro = SolvePath(*old_solver, old_cost, reg).run(problem, {.shape = shape, .uses = c.uses});
-            else rn = SolvePath(*new_solver, new_cost, reg).run(problem, {.shape = shape, .uses = c.uses});
+            if (old_now)
+              ro = SolvePath(*old_solver, old_cost, reg).run(problem, {.shape = shape, .uses = c.uses, .rank = c.rank});
+            else
+              rn = SolvePath(*new_solver, new_cost, reg).run(problem, {.shape = shape, .uses = c.uses, .rank = c.rank});
             (old_now ? old_ms : new_ms).push_back(ms_since(t0));
           }
           const Problem& po = ro.assignment->grid->problem();
           const Problem& pn = rn.assignment->grid->problem();
           old_blocks += po.grid.blocks_per_rank;
           new_blocks += pn.grid.blocks_per_rank;
-          const StepEstimate of = estimate_step(po, *ro.plan, flat), ok = estimate_step(po, *ro.plan, hw),
-                             oa = estimate_step(po, *ro.plan, area), nk = estimate_step(pn, *rn.plan, hw);
+          // A rank plan holds one rank's metas: each whole plan again, from its assignment and shape, on the
+          // profile it was planned on (its stage cut, as every rank's plan takes it).
+          const auto whole = [&](const SolveResult& r, const HardwareProfile& on) {
+            return build_plan(*r.assignment, {.stages = r.shape.stages,
+                                              .relay_node_size = r.shape.relay_node_size(),
+                                              .hardware = &on,
+                                              .stage_cut = r.shape.cut});
+          };
+          std::optional<Plan> wo, wn;
+          if (c.rank >= 0) wo = whole(ro, flat), wn = whole(rn, hw);
+          const Plan& plo = wo ? *wo : *ro.plan;
+          const Plan& pln = wn ? *wn : *rn.plan;
+          const StepEstimate of = estimate_step(po, plo, flat), ok = estimate_step(po, plo, hw),
+                             oa = estimate_step(po, plo, area), nk = estimate_step(pn, pln, hw);
           old_flat += of.ratio();
           old_kern += ok.ratio();
           new_kern += nk.ratio();
@@ -194,7 +211,7 @@ void kernel_compare(Registry& reg, const DocHistogram& hist, const CompareArgs& 
 int main(int argc, char** argv) {
   bench::check_args(argc, argv, "bench_step_time",
                     {"--hardware", "--cp", "--masks", "--packs", "--solvers", "--stages", "--relay", "--layout", "--uses",
-                     "--rank"},
+                     "--rank", "--repeat"},
                     {"--kernel-compare", "--notes"});
   try {
     const auto hardware = bench::split(bench::arg(argc, argv, "--hardware", "h100_8x_nvlink,cluster_8gpu_ib"));
@@ -238,6 +255,9 @@ int main(int argc, char** argv) {
       c.layout = layout;
       c.uses = uses;
       c.notes = bench::flag(argc, argv, "--notes");
+      c.rank = rank;
+      c.repeat = std::stoi(bench::arg(argc, argv, "--repeat", "1"));
+      if (c.repeat < 1) throw Error("bench_step_time: --repeat must be >= 1, got " + std::to_string(c.repeat));
       kernel_compare(reg, h, c);
       return 0;
     }

@@ -267,6 +267,56 @@ StepEstimate PlanBuilder::price(const PlanOptions& options, bool* forwards) cons
   return timed ? *timed : estimate_step(s_->a.grid->problem(), s, *options.hardware);
 }
 
+StepEstimate PlanBuilder::price(const PlanOptions& options, const HardwareProfile& areas, StepEstimate& on_areas,
+                                bool* forwards, bool* forwards_on_areas) const {
+  const HardwareProfile* hw = options.hardware;
+  if (hw == nullptr) throw Error("plan: pricing a plan needs a hardware profile (PlanOptions::hardware)");
+  check_options(options);
+  if (options.rank >= 0)
+    throw Error("plan: a price sheet covers every rank (PlanOptions::rank must be -1, got " +
+                std::to_string(options.rank) + ")");
+  s_->current = &s_->all();
+  const Problem& pr = s_->a.grid->problem();
+  auto out = [&](const PriceSheet& k, const StepEstimate& ek, const PriceSheet& a, const StepEstimate& ea) {
+    on_areas = ea;
+    if (forwards) *forwards = k.has_forwarding();
+    if (forwards_on_areas) *forwards_on_areas = a.has_forwarding();
+    return ek;
+  };
+  if (options.stages < 2 || options.stage_cut != PlanOptions::StageCut::automatic || s_->current->xfers.empty()) {
+    const PriceSheet s = sheet(options, chosen_cut(options, nullptr, nullptr));  // (one cut: nothing to choose)
+    return out(s, estimate_step(pr, s, *hw), s, estimate_step(pr, s, areas));
+  }
+  // The automatic cut: both cuts' sheets (made on `hw`, whose areas and
+  // tokens are the ones `areas` reads), each profile choosing its own.
+  Cut receivers = cut(options.stages, nullptr), by_ports = cut(options.stages, hw);
+  receivers.local_tail = by_ports.local_tail = true;
+  const State::Chosen* on_hw = s_->chosen_for(options, *hw);
+  const State::Chosen* on_areas_hw = s_->chosen_for(options, areas);
+  auto note = [&](const State::Chosen* known, const HardwareProfile& on, bool ports) {
+    if (!known) s_->chosen.push_back({options.stages, options.relay_node_size, on, ports});
+  };
+  if (by_ports == receivers) {
+    const PriceSheet s = sheet(options, receivers);
+    note(on_hw, *hw, false);
+    note(on_areas_hw, areas, false);
+    return out(s, estimate_step(pr, s, *hw), s, estimate_step(pr, s, areas));
+  }
+  if (on_hw && on_areas_hw && on_hw->ports == on_areas_hw->ports) {
+    const PriceSheet s = sheet(options, on_hw->ports ? by_ports : receivers);
+    return out(s, estimate_step(pr, s, *hw), s, estimate_step(pr, s, areas));
+  }
+  const PriceSheet pa = sheet(options, receivers), pb = sheet(options, by_ports);
+  const StepEstimate ka = estimate_step(pr, pa, *hw), kb = estimate_step(pr, pb, *hw);
+  const StepEstimate aa = estimate_step(pr, pa, areas), ab = estimate_step(pr, pb, areas);
+  // (Ties to the receivers' cut, as chosen_cut.)
+  const bool ports = on_hw ? on_hw->ports : kb.step() < ka.step();
+  const bool ports_on_areas = on_areas_hw ? on_areas_hw->ports : ab.step() < aa.step();
+  note(on_hw, *hw, ports);
+  note(on_areas_hw, areas, ports_on_areas);
+  return out(ports ? pb : pa, ports ? kb : ka, ports_on_areas ? pb : pa, ports_on_areas ? ab : aa);
+}
+
 PlanBuilder::Cut PlanBuilder::chosen_cut(const PlanOptions& options, std::optional<PriceSheet>* kept,
                                          std::optional<StepEstimate>* kept_step) const {
   const HardwareProfile* hw = options.hardware;

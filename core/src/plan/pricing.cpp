@@ -13,7 +13,7 @@ struct HostPricing::Entry {
   std::vector<Rank> rank;
   std::mutex mu;                          // one query of this placement at a time
   std::unique_ptr<PlanBuilder> builder;   // made by the first query
-  std::optional<StepBound> bound;
+  std::optional<StepBound> bound, bound_on_areas;
   std::size_t priced = 0;
 
   PlanBuilder& get_builder() {
@@ -27,7 +27,7 @@ struct HostPricing::Entry {
   }
 };
 
-HostPricing::HostPricing(HardwareProfile hw) : hw_(std::move(hw)) {}
+HostPricing::HostPricing(HardwareProfile hw) : hw_(std::move(hw)), areas_(hw_) { areas_.kernel.reset(); }
 HostPricing::~HostPricing() = default;
 
 HostPricing::Entry& HostPricing::entry(Placement p) {
@@ -56,6 +56,38 @@ StepBound HostPricing::bound(Placement p) {
   if (!e.bound)
     e.bound = step_lower_bound(*e.grid, e.rank, e.get_builder().transfers(), time_prices(hw_), hw_.gpus_per_node);
   return *e.bound;
+}
+
+StepBound HostPricing::bound_on_areas(Placement p) {
+  if (!hw_.kernel) return bound(p);
+  Entry& e = entry(p);
+  std::lock_guard<std::mutex> lock(e.mu);
+  if (!e.bound_on_areas)
+    e.bound_on_areas =
+        step_lower_bound(*e.grid, e.rank, e.get_builder().transfers(), time_prices(areas_), areas_.gpus_per_node);
+  return *e.bound_on_areas;
+}
+
+PlanPrices HostPricing::price_both(Placement p, const PlanShape& shape) {
+  if (!hw_.kernel) {
+    const PlanPrice one = price(p, shape);
+    return {one, one};
+  }
+  if (!shape.resolved()) throw Error("pricing: the shape " + shape.str() + " is not resolved");
+  Entry& e = entry(p);
+  std::lock_guard<std::mutex> lock(e.mu);
+  PlanOptions po{shape.stages, shape.relay_node_size()};
+  po.hardware = &hw_;
+  po.stage_cut = shape.cut;
+  PlanPrices out;
+  StepEstimate on_areas;
+  const StepEstimate est = e.get_builder().price(po, areas_, on_areas, &out.kernels.forwards, &out.areas.forwards);
+  ++e.priced;
+  out.kernels.step = est.step();
+  out.kernels.compute_bound = est.compute_floor;
+  out.areas.step = on_areas.step();
+  out.areas.compute_bound = on_areas.compute_floor;
+  return out;
 }
 
 PlanPrice HostPricing::price(Placement p, const PlanShape& shape) {

@@ -16,6 +16,7 @@
 #include "cpsched/timing/hardware.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/plan/builder.hpp"
+#include "cpsched/plan/pricing.hpp"
 #include "cpsched/search/placements.hpp"
 #include "cpsched/timing/step_bound.hpp"
 #include "cpsched/timing/model.hpp"
@@ -187,6 +188,64 @@ TEST_CASE("price sheets: the plan's tokens per peer and areas per stage, and its
   }
   CHECK(forwarded > 20);
   CHECK(kernel_forwarded > 10);
+}
+
+TEST_CASE("both prices: under the kernel model and on exact areas, each what its own profile's pricing gives") {
+  // HostPricing::price_both against two hosts, one on the bundled profile
+  // and one on it without its kernel table, to the bit: the plan on each
+  // profile takes its own stage cut where automatic. In any order of shapes
+  // (the builder keeps each profile's cut), a cut named or automatic.
+  int cuts_differ = 0;  // automatic shapes where the two profiles chose different cuts
+  for (const char* hw_name : {"cluster_8gpu_ib", "h100_8x_nvlink"}) {
+    const HardwareProfile hw = resolve_hardware_profile(hw_name);
+    REQUIRE(hw.kernel);
+    HardwareProfile flat = hw;
+    flat.kernel.reset();
+    for_each_case([&](const Assignment& a) {
+      HostPricing both(hw), kern(hw), areas(flat), plain(flat);
+      const auto grid = a.grid;
+      const auto pb = both.add(grid, a.rank), pk = kern.add(grid, a.rank), pa = areas.add(grid, a.rank),
+                 pp = plain.add(grid, a.rank);
+      for (const PlanShape& shape :
+           {PlanShape::fixed(2, 0), PlanShape::fixed(1, 0), PlanShape::fixed(3, 8), PlanShape::fixed(2, 0),
+            PlanShape::fixed(2, 8, PlanShape::Cut::ports), PlanShape::fixed(1, 8),
+            PlanShape::fixed(3, 0, PlanShape::Cut::receivers), PlanShape::fixed(3, 8)}) {
+        CAPTURE(shape.str());
+        const PlanPrices got = both.price_both(pb, shape);
+        const PlanPrice k = kern.price(pk, shape), f = areas.price(pa, shape);
+        CHECK(got.kernels.step == k.step);
+        CHECK(got.kernels.compute_bound == k.compute_bound);
+        CHECK(got.kernels.forwards == k.forwards);
+        CHECK(got.areas.step == f.step);
+        CHECK(got.areas.compute_bound == f.compute_bound);
+        CHECK(got.areas.forwards == f.forwards);
+        if (shape.stages >= 2 && shape.cut == PlanShape::Cut::automatic) {
+          const PlanBuilder* b = both.builder_of(a);
+          REQUIRE(b != nullptr);
+          PlanOptions ok{shape.stages, shape.relay_node_size()}, oa = ok;
+          ok.hardware = &hw;
+          oa.hardware = &flat;
+          cuts_differ += b->cut_of(ok) != b->cut_of(oa);
+        }
+        // Without a kernel model both are the one price.
+        const PlanPrices same = plain.price_both(pp, shape);
+        CHECK(same.kernels.step == f.step);
+        CHECK(same.areas.step == f.step);
+      }
+      CHECK(both.bound_on_areas(pb).plain == areas.bound(pa).plain);
+      CHECK(both.bound_on_areas(pb).relayed == areas.bound(pa).relayed);
+      CHECK(both.bound_on_areas(pb).may_forward == areas.bound(pa).may_forward);
+      CHECK(both.bound(pb).plain == kern.bound(pk).plain);
+      // A plan built on either profile from the builder that priced both is the one its own pricing chose.
+      for (const HardwareProfile* on : {&hw, static_cast<const HardwareProfile*>(&flat)}) {
+        PlanOptions o{2, 0};
+        o.hardware = on;
+        CHECK(test::same_plan(both.builder_of(a)->build(o), build_plan(a, o)));
+      }
+    });
+  }
+  MESSAGE("automatic shapes whose cut differs between the two profiles: " << cuts_differ);
+  CHECK(cuts_differ > 0);  // the path where each profile takes its own cut is exercised
 }
 
 TEST_CASE("price sheets: every rank or none, a profile to price on; a sheet that does not fit the problem is refused") {

@@ -167,6 +167,14 @@ class PlanBuilder {
   // timing the automatic cut's choice already did; `forwards` (may be null):
   // whether the plan relays anything.
   StepEstimate price(const PlanOptions& options, bool* forwards = nullptr) const;
+  // price(options), and the same shape's plan priced on `areas` too (the
+  // profile without its kernel model: the plan build() makes with
+  // options.hardware = &areas, its own stage cut where automatic), from the
+  // same price sheets: one more run of the timing model on each. What a
+  // planner that chose on exact areas would have priced, beside what the
+  // kernels cost. `forwards*` (each may be null): whether each plan relays.
+  StepEstimate price(const PlanOptions& options, const HardwareProfile& areas, StepEstimate& on_areas,
+                     bool* forwards = nullptr, bool* forwards_on_areas = nullptr) const;
   // The stage cut a plan built with `options` takes: the one asked, or the
   // one build() chose (automatic, two or more stages on a profile); automatic
   // where it has none to take (one stage, no profile, nothing sent) or none

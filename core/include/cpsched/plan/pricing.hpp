@@ -21,6 +21,8 @@ class HostPricing final : public PlanPricing {
   Placement add(std::shared_ptr<const TaskGrid> grid, std::vector<Rank> rank) override;
   StepBound bound(Placement p) override;
   PlanPrice price(Placement p, const PlanShape& shape) override;
+  StepBound bound_on_areas(Placement p) override;
+  PlanPrices price_both(Placement p, const PlanShape& shape) override;
 
   // The builder of the registered placement equal to `a` (the same grid
   // object and ranks), or null. For the solve path, after the solve.
@@ -32,6 +34,7 @@ class HostPricing final : public PlanPricing {
   struct Entry;
   Entry& entry(Placement p);
   HardwareProfile hw_;
+  HardwareProfile areas_;  // hw_ without its kernel model
   mutable std::mutex mu_;
   std::deque<Entry> entries_;  // stable addresses: queries lock one entry, not the list
 };

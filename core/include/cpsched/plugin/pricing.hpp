@@ -36,6 +36,16 @@ struct PlanPrice {
   bool forwards = false;     // the plan has a forwarding phase (relays that relay something)
 };
 
+// A plan priced under the profile's kernel model and on exact areas (the
+// same profile without its kernel table: every arg's exact area at
+// attention_tflops), from the same price sheets: the step the kernels take,
+// and the one a planner that knew no kernel model chose on. Equal on a
+// profile without a kernel model.
+struct PlanPrices {
+  PlanPrice kernels;
+  PlanPrice areas;  // the plan this shape gives on the profile without its table (its own stage cut)
+};
+
 class PlanPricing {
  public:
   using Placement = std::size_t;
@@ -48,6 +58,12 @@ class PlanPricing {
   // relays on with a node size or off). Priced from the plan's price sheet
   // (plan/price_sheet.hpp), whose step equals the full plan's.
   virtual PlanPrice price(Placement p, const PlanShape& shape) = 0;
+  // bound() on exact areas at attention_tflops: what it gives on the profile
+  // without its kernel table (equal to bound() without one).
+  virtual StepBound bound_on_areas(Placement p) = 0;
+  // price(), and the same shape priced on exact areas (PlanPrices): one more
+  // run of the timing model on each sheet, no other plan built.
+  virtual PlanPrices price_both(Placement p, const PlanShape& shape) = 0;
 
  protected:
   ~PlanPricing() = default;
