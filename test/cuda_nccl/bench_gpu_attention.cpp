@@ -15,12 +15,15 @@
 // then DSA's index kernels (configs/dsa.yaml's selection; heads 128:1 with
 // D 128, since the runtime refuses MLA's 576 / 512) in TFLOP/s of selected
 // pairs. FLOPs are the timing model's (4 x area x heads x D forward, 2.5x
-// backward). Prints a table and writes it as CSV (--csv).
+// backward). Beside (b) and (c): the measured time over the kernel model's
+// predicted compute (--hardware's profile, when it has a kernel table; (b)
+// holds the whole pass, (c) the worst rank's compute alone). Prints a table
+// and writes it as CSV (--csv).
 //
 //   bench_gpu_attention [--masks causal,causal_document,full_document,sliding_window]
 //                       [--sizes 8192,16384,32768] [--p8-sizes 8192,16384,32768]
 //                       [--heads 64:8] [--dim 128] [--iterations 3] [--dsa-size 32768]
-//                       [--csv FILE] [--configs DIR]
+//                       [--csv FILE] [--configs DIR] [--hardware h100_8x_nvlink]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -34,6 +37,7 @@
 #include "cpsched/base/error.hpp"
 #include "cpsched/config/config.hpp"
 #include "cpsched/session/session.hpp"
+#include "cpsched/timing/hardware.hpp"
 #include "device/cuda_backend.hpp"
 #include "device/cudnn_sdpa.hpp"
 #include "host/rank_run.hpp"
@@ -59,7 +63,8 @@ struct Run {
 
 // The config's problem with `overrides`, solved (default solver unless the
 // config names one), run on this GPU with `P` loopback ranks.
-Run run(const std::string& config, const std::vector<std::string>& overrides, int iterations, bool compute_timing) {
+Run run(const std::string& config, const std::vector<std::string>& overrides, int iterations, bool compute_timing,
+        const std::string& hardware) {
   const Config cfg = load_config(config, overrides);
   Session session(cfg);
   const SolveResult& s = session.solve_config_mask();
@@ -69,6 +74,7 @@ Run run(const std::string& config, const std::vector<std::string>& overrides, in
   opt.warmup = 1;
   opt.iterations = iterations;
   opt.compute_timing = compute_timing;
+  opt.hardware = hardware;
   opt.attention = g::AttentionMode::automatic;
   Run r;
   r.P = plan.sharding.cp_size;
@@ -94,6 +100,7 @@ int main(int argc, char** argv) {
   const int iterations = std::stoi(bench::arg(argc, argv, "--iterations", "3"));
   const std::string dsa_size = bench::arg(argc, argv, "--dsa-size", "32768");
   const std::string csv_path = bench::arg(argc, argv, "--csv", "");
+  const std::string hardware = bench::arg(argc, argv, "--hardware", kDefaultHardwareProfile);
   const auto hq = heads.substr(0, heads.find(':')), hkv = heads.substr(heads.find(':') + 1);
   const std::string heads_set = fmt::format("problem.heads={{q: {}, kv: {}, dim: {}, dtype: bf16}}", hq, hkv, dim);
   fmt::print("{}; heads {}, D {}, bf16; medians of {} iterations after 1 warm-up\n", g::cudnn::describe_build(), heads,
@@ -101,28 +108,36 @@ int main(int argc, char** argv) {
   std::vector<std::string> csv = {
       "mask,tokens_per_rank,cudnn_fwd_tflops,cudnn_bwd_tflops,runtime_fwd_tflops,runtime_bwd_tflops,"
       "runtime_vs_cudnn_fwd,runtime_vs_cudnn_bwd,p8_rank_min_fwd_tflops,p8_rank_min_bwd_tflops,"
-      "p8_worst_time_over_area_fwd,p8_worst_time_over_area_bwd,cudnn_area_share"};
-  fmt::print("\n{:<16} {:>7} | {:>9} {:>9} | {:>9} {:>9} {:>6} {:>6} | {:>9} {:>9} {:>6} {:>6} | {:>6}\n", "mask",
-             "S/rank", "(a) fwd", "(a) bwd", "(b) fwd", "(b) bwd", "b/a f", "b/a b", "(c) fwd", "(c) bwd", "x1.25f",
-             "x1.25b", "cuDNN%");
+      "p8_worst_time_over_area_fwd,p8_worst_time_over_area_bwd,cudnn_area_share,runtime_fwd_over_model,"
+      "runtime_bwd_over_model,p8_worst_over_model_fwd,p8_worst_over_model_bwd"};
+  fmt::print("model: measured time / the kernel model's predicted compute of hardware profile {} (0: no kernel table)\n",
+             hardware);
+  fmt::print("\n{:<16} {:>7} | {:>9} {:>9} | {:>9} {:>9} {:>6} {:>6} {:>6} {:>6} | {:>9} {:>9} {:>6} {:>6} {:>6} {:>6} | "
+             "{:>6}\n",
+             "mask", "S/rank", "(a) fwd", "(a) bwd", "(b) fwd", "(b) bwd", "b/a f", "b/a b", "b/m f", "b/m b",
+             "(c) fwd", "(c) bwd", "x1.25f", "x1.25b", "c/m f", "c/m b", "cuDNN%");
   int failed = 0;
   for (const std::string& mask : masks)
     for (const std::string& S : sizes) {
       try {
         const std::vector<std::string> base = {"problem.cp_size=1", "problem.seqlen_per_rank=" + S, heads_set,
                                                "problem.mask.kind=" + mask};
-        const Run one = run(configs + "/quickstart.yaml", base, iterations, true);
+        const Run one = run(configs + "/quickstart.yaml", base, iterations, true, hardware);
+        // measured over predicted (0 where the profile has no kernel table)
+        auto over = [](double ms, double model_ms) { return model_ms > 0 ? ms / model_ms : 0.0; };
+        const double mf = over(one.fig("fwd_ms"), one.fig("model_fwd_ms")),
+                     mb = over(one.fig("bwd_ms"), one.fig("model_bwd_ms"));
         const double af = one.fig("rank0.cudnn_fwd_tflops"), ab = one.fig("rank0.cudnn_bwd_tflops");
         const double bf = one.fig("fwd_tflops"), bb = one.fig("bwd_tflops");
         const double share = (one.fig("fwd_cudnn_area") + one.fig("fwd_kernel_area")) > 0
                                  ? one.fig("fwd_cudnn_area") / (one.fig("fwd_cudnn_area") + one.fig("fwd_kernel_area"))
                                  : 0.0;
         // (c): each rank alone at P = 8, against its FLOPs at the P = 1 rate.
-        double cf = 0, cb = 0, wf = 0, wb = 0;
+        double cf = 0, cb = 0, wf = 0, wb = 0, cmf = 0, cmb = 0;
         if (std::find(p8.begin(), p8.end(), S) != p8.end()) {
           std::vector<std::string> o8 = base;
           o8[0] = "problem.cp_size=8";
-          const Run eight = run(configs + "/quickstart.yaml", o8, iterations, true);
+          const Run eight = run(configs + "/quickstart.yaml", o8, iterations, true, hardware);
           cf = cb = 1e30;
           for (int r = 0; r < eight.P; ++r) {
             const std::string id = fmt::format("rank{}", r);
@@ -132,16 +147,19 @@ int main(int argc, char** argv) {
             // time / (flops / P=1 rate) = P=1 rate / rank rate
             if (rf > 0) wf = std::max(wf, bf / rf);
             if (rb > 0) wb = std::max(wb, bb / rb);
+            cmf = std::max(cmf, over(eight.fig(id + ".alone_fwd_ms"), eight.fig(id + ".model_fwd_ms")));
+            cmb = std::max(cmb, over(eight.fig(id + ".alone_bwd_ms"), eight.fig(id + ".model_bwd_ms")));
           }
         }
-        fmt::print("{:<16} {:>7} | {:>9.1f} {:>9.1f} | {:>9.1f} {:>9.1f} {:>6.2f} {:>6.2f} | {:>9.1f} {:>9.1f} {:>6.2f} "
-                   "{:>6.2f} | {:>5.1f}%\n",
-                   mask, S, af, ab, bf, bb, af > 0 ? bf / af : 0.0, ab > 0 ? bb / ab : 0.0, cf, cb, wf, wb,
-                   100 * share);
+        fmt::print("{:<16} {:>7} | {:>9.1f} {:>9.1f} | {:>9.1f} {:>9.1f} {:>6.2f} {:>6.2f} {:>6.2f} {:>6.2f} | {:>9.1f} "
+                   "{:>9.1f} {:>6.2f} {:>6.2f} {:>6.2f} {:>6.2f} | {:>5.1f}%\n",
+                   mask, S, af, ab, bf, bb, af > 0 ? bf / af : 0.0, ab > 0 ? bb / ab : 0.0, mf, mb, cf, cb, wf, wb,
+                   cmf, cmb, 100 * share);
         std::fflush(stdout);
-        csv.push_back(fmt::format("{},{},{:.2f},{:.2f},{:.2f},{:.2f},{:.3f},{:.3f},{:.2f},{:.2f},{:.3f},{:.3f},{:.4f}",
-                                  mask, S, af, ab, bf, bb, af > 0 ? bf / af : 0.0, ab > 0 ? bb / ab : 0.0, cf, cb, wf,
-                                  wb, share));
+        csv.push_back(fmt::format(
+            "{},{},{:.2f},{:.2f},{:.2f},{:.2f},{:.3f},{:.3f},{:.2f},{:.2f},{:.3f},{:.3f},{:.4f},{:.3f},{:.3f},{:.3f},{:.3f}",
+            mask, S, af, ab, bf, bb, af > 0 ? bf / af : 0.0, ab > 0 ? bb / ab : 0.0, cf, cb, wf, wb, share, mf, mb, cmf,
+            cmb));
       } catch (const std::exception& e) {
         fmt::print("{:<16} {:>7} | FAILED: {}\n", mask, S, e.what());
         ++failed;
@@ -152,11 +170,12 @@ int main(int argc, char** argv) {
     const Run d = run(configs + "/dsa.yaml",
                       {"problem.cp_size=1", "problem.seqlen_per_rank=" + dsa_size,
                        fmt::format("problem.heads={{q: 128, kv: 1, dim: {}, dtype: bf16}}", dim)},
-                      iterations, false);
+                      iterations, false, hardware);
     fmt::print("\nDSA index kernels (configs/dsa.yaml selection, S = {}, heads 128:1, D {}): forward {:.1f}, backward "
-               "{:.1f} TFLOP/s of selected pairs ({:.3f} / {:.3f} ms)\n",
-               dsa_size, dim, d.fig("fwd_tflops"), d.fig("bwd_tflops"), d.fig("fwd_ms"), d.fig("bwd_ms"));
-    csv.push_back(fmt::format("dsa_index,{},,,{:.2f},{:.2f},,,,,,,0", dsa_size, d.fig("fwd_tflops"), d.fig("bwd_tflops")));
+               "{:.1f} TFLOP/s of selected pairs ({:.3f} / {:.3f} ms; model {:.3f} / {:.3f} ms)\n",
+               dsa_size, dim, d.fig("fwd_tflops"), d.fig("bwd_tflops"), d.fig("fwd_ms"), d.fig("bwd_ms"),
+               d.fig("model_fwd_ms"), d.fig("model_bwd_ms"));
+    csv.push_back(fmt::format("dsa_index,{},,,{:.2f},{:.2f},,,,,,,0,,,,", dsa_size, d.fig("fwd_tflops"), d.fig("bwd_tflops")));
   } catch (const std::exception& e) {
     fmt::print("\nDSA index kernels: FAILED: {}\n", e.what());
     ++failed;

@@ -1,6 +1,7 @@
 // Executor plugin `cuda_nccl`: runs plans on GPUs with NCCL (docs/plan_format.md).
 #include <cpsched/plugin/plugin.hpp>
 
+#include "cpsched/timing/hardware.hpp"
 #include "executor.hpp"
 
 namespace {
@@ -27,6 +28,9 @@ const cpsched_param_spec kParams[] = {
     {"compute_timing", CPSCHED_PARAM_BOOL, "false",
      "after the iterations, each rank in turn times its compute alone (every stage's attention back to back, no "
      "transfers) and cuDNN's graphs alone on the same batches"},
+    {"hardware", CPSCHED_PARAM_STRING, cpsched::kDefaultHardwareProfile,
+     "hardware profile whose kernel model's predicted compute per rank and pass is printed beside the measured "
+     "times (when the profile has a kernel table): a bundled name or a YAML file"},
     {"schedule", CPSCHED_PARAM_STRING, "eager",
      "emulation only: eager, lazy_comm or lazy_compute (delays one stream to expose missing waits)"},
 };

@@ -9,6 +9,7 @@
 #include "collectives.hpp"
 #include "emulate.hpp"
 #include "cpsched/base/error.hpp"
+#include "cpsched/timing/model.hpp"
 #include "inputs.hpp"
 #include "pipeline.hpp"
 #include "plan_codec.hpp"
@@ -43,6 +44,7 @@ RunOptions parse_run_options(const Params& p) {
   }
   if (p.has("threads")) o.threads = static_cast<int>(p.get_int("threads"));
   if (p.has("compute_timing")) o.compute_timing = p.get_bool("compute_timing");
+  if (p.has("hardware")) o.hardware = p.get_string("hardware");
   if (p.has("attention")) {
     const std::string a = one_of("attention", p.get_string("attention"), {"auto", "cudnn", "kernels"});
     o.attention = a == "auto" ? AttentionMode::automatic : a == "cudnn" ? AttentionMode::cudnn : AttentionMode::kernels;
@@ -64,7 +66,12 @@ double median(std::vector<double> v) {
 
 // Per-rank figures travelling to rank 0, in this order; then each pass's
 // RouteSummary (args, then area, by reason).
-enum Fig { kFwdMs, kBwdMs, kFwdFlops, kBwdFlops, kDeviceBytes, kSendBytes, kRecvBytes, kGraphs, kGraphSeconds, kNumFigs };
+// kModelFwdMs / kModelBwdMs: the kernel model's compute of the rank's plan
+// (-1 without a kernel table).
+enum Fig {
+  kFwdMs, kBwdMs, kFwdFlops, kBwdFlops, kDeviceBytes, kSendBytes, kRecvBytes, kGraphs, kGraphSeconds, kModelFwdMs,
+  kModelBwdMs, kNumFigs
+};
 // With compute_timing, after the check, in this order.
 enum ComputeFig { kAloneFwdMs, kAloneBwdMs, kDirectFwdMs, kDirectBwdMs, kDirectFwdFlops, kDirectBwdFlops, kNumComputeFigs };
 constexpr std::size_t kRouteFigs = 2 * kNumRouteReasons;
@@ -123,6 +130,8 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
                             "process per rank",
                             P, plan.sharding.cp_size));
   const HeadLayout h = HeadLayout::of(problem);
+  // Resolved before any collective, so that a bad name fails every rank alike.
+  const HardwareProfile hw = resolve_hardware_profile(opt.hardware);
   // The collectives' device buffer, sized once from the plan: the figures,
   // every rank's sizes and, with the check, the largest rank's outputs (rank
   // 0 receives them one rank at a time). A broadcast plan larger than that
@@ -179,6 +188,11 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
           figs[kSendBytes] += static_cast<double>(kl->cast_send.bytes + kl->reduce_send.bytes);
           figs[kRecvBytes] += static_cast<double>(kl->cast_recv.bytes + kl->reduce_recv.bytes);
         }
+  figs[kModelFwdMs] = figs[kModelBwdMs] = -1;
+  if (hw.kernel) {
+    figs[kModelFwdMs] = 1e3 * compute_seconds(problem, mine.fwd, hw, cpsched::Pass::fwd);
+    figs[kModelBwdMs] = 1e3 * compute_seconds(problem, mine.bwd, hw, cpsched::Pass::bwd);
+  }
   figs[kGraphs] = be.sdpa_stats().graphs;
   figs[kGraphSeconds] = be.sdpa_stats().build_s;
   put_routes(figs, pipe.sdpa(Pass::fwd).routes.summary);
@@ -247,8 +261,13 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
                    to_string(opt.attention), lacks.empty() ? "" : fmt::format(" (no cuDNN: {})", lacks), opt.warmup,
                    opt.iterations);
   if (me == 0) {
-    t += fmt::format("{:>5} {:>10} {:>10} {:>12} {:>12} {:>11} {:>11} {:>11}\n", "rank", "fwd ms", "bwd ms",
-                     "fwd TFLOP/s", "bwd TFLOP/s", "send MiB", "recv MiB", "device MiB");
+    // The kernel model's compute beside the measured pass (it holds no transfer).
+    const bool model = hw.kernel.has_value();
+    if (model) t += fmt::format("model: the kernel model of hardware profile {}, the rank's compute alone\n", hw.name);
+    t += fmt::format("{:>5} {:>10} {:>10} {:>12} {:>12} {:>11} {:>11} {:>11}{}\n", "rank", "fwd ms", "bwd ms",
+                     "fwd TFLOP/s", "bwd TFLOP/s", "send MiB", "recv MiB", "device MiB",
+                     model ? fmt::format(" {:>10} {:>10}", "model fwd", "model bwd") : "");
+    double model_fmax = 0, model_bmax = 0;
     double fmax = 0, bmax = 0, fsum = 0, bsum = 0, graphs_max = 0, build_max = 0;
     RouteSummary routes[2];
     for (Rank r = 0; r < P; ++r) {
@@ -259,10 +278,17 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
       graphs_max = std::max(graphs_max, f[kGraphs]);
       build_max = std::max(build_max, f[kGraphSeconds]);
       auto tflops = [](double flops, double ms) { return ms > 0 ? flops / (ms * 1e9) : 0.0; };
-      t += fmt::format("{:>5} {:>10.3f} {:>10.3f} {:>12.2f} {:>12.2f} {:>11.1f} {:>11.1f} {:>11.1f}\n", r, f[kFwdMs],
+      t += fmt::format("{:>5} {:>10.3f} {:>10.3f} {:>12.2f} {:>12.2f} {:>11.1f} {:>11.1f} {:>11.1f}{}\n", r, f[kFwdMs],
                        f[kBwdMs], tflops(f[kFwdFlops], f[kFwdMs]), tflops(f[kBwdFlops], f[kBwdMs]),
-                       f[kSendBytes] / 1048576.0, f[kRecvBytes] / 1048576.0, f[kDeviceBytes] / 1048576.0);
+                       f[kSendBytes] / 1048576.0, f[kRecvBytes] / 1048576.0, f[kDeviceBytes] / 1048576.0,
+                       model ? fmt::format(" {:>10.3f} {:>10.3f}", f[kModelFwdMs], f[kModelBwdMs]) : "");
       const std::string id = fmt::format("rank{}", r);
+      if (model) {
+        rep.figures.set(id + ".model_fwd_ms", f[kModelFwdMs]);
+        rep.figures.set(id + ".model_bwd_ms", f[kModelBwdMs]);
+        model_fmax = std::max(model_fmax, f[kModelFwdMs]);
+        model_bmax = std::max(model_bmax, f[kModelBwdMs]);
+      }
       rep.figures.set(id + ".fwd_ms", f[kFwdMs]);
       rep.figures.set(id + ".bwd_ms", f[kBwdMs]);
       rep.figures.set(id + ".fwd_tflops", tflops(f[kFwdFlops], f[kFwdMs]));
@@ -273,8 +299,14 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
       bsum += f[kBwdFlops];
     }
     const double ftf = fmax > 0 ? fsum / (fmax * 1e9) : 0.0, btf = bmax > 0 ? bsum / (bmax * 1e9) : 0.0;
-    t += fmt::format("{:>5} {:>10.3f} {:>10.3f} {:>12.2f} {:>12.2f}   (slowest rank; all ranks' FLOPs over its time)\n",
-                     "all", fmax, bmax, ftf, btf);
+    t += fmt::format("{:>5} {:>10.3f} {:>10.3f} {:>12.2f} {:>12.2f}   (slowest rank; all ranks' FLOPs over its time{})\n",
+                     "all", fmax, bmax, ftf, btf,
+                     model ? fmt::format("; model: slowest rank's compute {:.3f} / {:.3f} ms", model_fmax, model_bmax)
+                           : "");
+    if (model) {
+      rep.figures.set("model_fwd_ms", model_fmax);
+      rep.figures.set("model_bwd_ms", model_bmax);
+    }
     if (fmax == 0) t += "      (no clock: the CPU emulation measures no time)\n";
     t += fmt::format("attention (all ranks), forward: {}\n", routes[0].text());
     t += fmt::format("attention (all ranks), backward: {}\n", routes[1].text());
@@ -293,17 +325,25 @@ ExecutionReport run_rank(Backend& be, const Problem& problem, const Plan& plan, 
     if (!compute_figs.empty()) {
       // Each rank's compute alone, and cuDNN alone on its batches.
       t += fmt::format("compute alone, one rank at a time (no transfers); cuDNN alone: its graphs on the same batches\n");
-      t += fmt::format("{:>5} {:>10} {:>10} {:>12} {:>12} {:>10} {:>10} {:>12} {:>12}\n", "rank", "fwd ms", "bwd ms",
-                       "fwd TFLOP/s", "bwd TFLOP/s", "cuDNN fwd", "cuDNN bwd", "cuDNN fwd TF", "cuDNN bwd TF");
+      t += fmt::format("{:>5} {:>10} {:>10} {:>12} {:>12} {:>10} {:>10} {:>12} {:>12}{}\n", "rank", "fwd ms", "bwd ms",
+                       "fwd TFLOP/s", "bwd TFLOP/s", "cuDNN fwd", "cuDNN bwd", "cuDNN fwd TF", "cuDNN bwd TF",
+                       model ? fmt::format(" {:>10} {:>10} {:>9} {:>9}", "model fwd", "model bwd", "fwd/model",
+                                           "bwd/model")
+                             : "");
       auto tf = [](double flops, double ms) { return ms > 0 ? flops / (ms * 1e9) : 0.0; };
       for (Rank r = 0; r < P; ++r) {
         const std::vector<double> c = from_blob<double>(compute_figs[static_cast<std::size_t>(r)]);
         const std::vector<double> f = from_blob<double>(all_figs[static_cast<std::size_t>(r)]);
         if (c.size() != kNumComputeFigs) throw Error("cuda_nccl: malformed compute figures");
-        t += fmt::format("{:>5} {:>10.3f} {:>10.3f} {:>12.2f} {:>12.2f} {:>10.3f} {:>10.3f} {:>12.2f} {:>12.2f}\n", r,
+        auto ratio = [](double ms, double model_ms) { return model_ms > 0 ? ms / model_ms : 0.0; };
+        t += fmt::format("{:>5} {:>10.3f} {:>10.3f} {:>12.2f} {:>12.2f} {:>10.3f} {:>10.3f} {:>12.2f} {:>12.2f}{}\n", r,
                          c[kAloneFwdMs], c[kAloneBwdMs], tf(f[kFwdFlops], c[kAloneFwdMs]),
                          tf(f[kBwdFlops], c[kAloneBwdMs]), c[kDirectFwdMs], c[kDirectBwdMs],
-                         tf(c[kDirectFwdFlops], c[kDirectFwdMs]), tf(c[kDirectBwdFlops], c[kDirectBwdMs]));
+                         tf(c[kDirectFwdFlops], c[kDirectFwdMs]), tf(c[kDirectBwdFlops], c[kDirectBwdMs]),
+                         model ? fmt::format(" {:>10.3f} {:>10.3f} {:>9.2f} {:>9.2f}", f[kModelFwdMs], f[kModelBwdMs],
+                                             ratio(c[kAloneFwdMs], f[kModelFwdMs]),
+                                             ratio(c[kAloneBwdMs], f[kModelBwdMs]))
+                               : "");
         const std::string id = fmt::format("rank{}", r);
         rep.figures.set(id + ".alone_fwd_ms", c[kAloneFwdMs]);
         rep.figures.set(id + ".alone_bwd_ms", c[kAloneBwdMs]);

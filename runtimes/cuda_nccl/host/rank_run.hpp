@@ -13,6 +13,7 @@
 #include "backend.hpp"
 #include "cpsched/plugin/executor.hpp"
 #include "cpsched/plugin/params.hpp"
+#include "cpsched/timing/hardware.hpp"
 #include "host_backend.hpp"
 #include "sdpa_batches.hpp"
 
@@ -34,6 +35,9 @@ struct RunOptions {
   // waiting, times its compute alone (every stage's attention of a pass back
   // to back, no transfer) and cuDNN's graphs alone on the same batches.
   bool compute_timing = false;
+  // Hardware profile whose kernel model predicts each rank's compute (printed
+  // beside the measured times when the profile has a kernel table).
+  std::string hardware = kDefaultHardwareProfile;
 };
 
 // Reads and validates the executor's parameters; errors name the parameter.

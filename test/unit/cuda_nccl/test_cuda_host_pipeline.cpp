@@ -4,12 +4,14 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <fmt/format.h>
 #include <limits>
 #include <random>
 
 #include "brute_force.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/mask/generators.hpp"
+#include "cpsched/timing/model.hpp"
 #include "host/check.hpp"
 #include "host/emulate.hpp"
 #include "host/host_backend.hpp"
@@ -126,6 +128,38 @@ TEST_CASE("the executor's rank program reports per-rank figures and the check on
     for (const auto& [name, v] : rep.figures) has_rank2 = has_rank2 || name == "rank2.fwd_ms";
     CHECK(has_rank2);
   }
+}
+
+TEST_CASE("the kernel model's predicted compute of each rank and pass is reported beside the measured times") {
+  std::mt19937_64 rng(29);
+  auto c = test::make_plan_case(test::random_document_mask(320, rng), 3, Heads{4, 2, 16, 2}, GridOptions{true, 1}, 2, 6);
+  Params p;
+  p.set("backend", std::string("emulate"));
+  p.set("hardware", std::string("h200_8x_nvlink"));
+  p.set("compute_timing", true);
+  const ExecutionReport rep = g::run_emulated(*c.problem, c.plan, g::parse_run_options(p), 11);
+  INFO(rep.text);
+  const HardwareProfile hw = resolve_hardware_profile("h200_8x_nvlink");
+  REQUIRE(hw.kernel.has_value());
+  const std::vector<RankCompute> want = predicted_compute(*c.problem, c.plan, hw);
+  double fmax = 0;
+  for (Rank r = 0; r < 3; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    const std::string id = fmt::format("rank{}", r);
+    CHECK(rep.figures.get(id + ".model_fwd_ms").value_or(-1) == doctest::Approx(1e3 * want[i].fwd).epsilon(1e-12));
+    CHECK(rep.figures.get(id + ".model_bwd_ms").value_or(-1) == doctest::Approx(1e3 * want[i].bwd).epsilon(1e-12));
+    CHECK(want[i].bwd > want[i].fwd);
+    fmax = std::max(fmax, 1e3 * want[i].fwd);
+  }
+  CHECK(rep.figures.get("model_fwd_ms").value_or(-1) == doctest::Approx(fmax).epsilon(1e-12));
+  CHECK(rep.text.find("kernel model of hardware profile h200_8x_nvlink") != std::string::npos);
+  CHECK(rep.text.find("fwd/model") != std::string::npos);  // the compute_timing table's columns
+
+  Params bad;
+  bad.set("backend", std::string("emulate"));
+  bad.set("hardware", std::string("h999"));
+  CHECK_THROWS_WITH_AS(g::run_emulated(*c.problem, c.plan, g::parse_run_options(bad), 11), doctest::Contains("h999"),
+                       Error);
 }
 
 TEST_CASE("executor parameters are validated with the parameter named") {
