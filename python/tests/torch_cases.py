@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 import cpsched
 import cpsched.torch as cpt
+from cpsched.torch import _groups
 from cpsched.torch.reference import dense_attention, mask_matrix, plan_mask, topk_matrix
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -81,15 +82,16 @@ def nsa_session(spec, P):
     return cpsched.Session.from_config(NSA, over)
 
 
-def solve(spec, P, rank):
-    """(TorchPlan of this rank, plan JSON text) — the same plan on every rank."""
+def solve(spec, P, rank, group=None):
+    """(TorchPlan of this rank, plan JSON text) — the same plan on every rank. `group`: the ranks' group (None:
+    the world of gloo processes; a cpsched.torch.loopback group for threads)."""
     kind = spec["mask"]
     if spec.get("solver") == "ilp":  # a time-limited MIP need not be deterministic: rank 0 solves, all run it
         text = [None]
         if rank == 0:
             m = range_mask(spec, P)
             text[0] = session(spec, P).solve(m.q_ranges, m.k_ranges, m.types).to_json()
-        dist.broadcast_object_list(text, src=0)
+        _groups.broadcast_object_list(text, 0, group)
         return cpt.TorchPlan.from_json(text[0], rank), text[0]
     if kind == "block_topk":
         r = nsa_session(spec, P).solve_config()
@@ -118,20 +120,21 @@ def _np(t):
     return None if t is None else t.detach().double().cpu().numpy()
 
 
-def attn_case(rank, P, spec):
-    tp, text = solve(spec, P, rank)
+def attn_case(rank, P, spec, group=None):
+    """Forward and backward of the case on this rank: its shard's out, dq, dk, dv. `group`: as for solve."""
+    tp, text = solve(spec, P, rank, group)
     dev = torch.device(spec.get("device", "cpu"))
     q, k, v, do = (None if x is None else x.to(dev) for x in global_inputs(spec, tp.seqlen))
     if spec.get("noncontig"):  # shards with permuted strides (as from a fused projection), layout passed
         sh = lambda x: None if x is None else (  # noqa: E731
-            cpt.dispatch(x, tp).transpose(0, 1).contiguous().transpose(0, 1).requires_grad_())
+            cpt.dispatch(x, tp, group).transpose(0, 1).contiguous().transpose(0, 1).requires_grad_())
     else:
-        sh = lambda x: None if x is None else cpt.dispatch(x, tp).requires_grad_()  # noqa: E731
+        sh = lambda x: None if x is None else cpt.dispatch(x, tp, group).requires_grad_()  # noqa: E731
     ql, kl, vl = sh(q), sh(k), sh(v)
     if spec.get("noncontig"):
         assert not ql.is_contiguous()
-        out = cpt.attention(ql, kl, vl, tp, layout=tp.layout, backend=backend_of(spec.get("backend", "auto")))
-        dol = cpt.dispatch(do, tp).transpose(0, 1).contiguous().transpose(0, 1)
+        out = cpt.attention(ql, kl, vl, tp, group, layout=tp.layout, backend=backend_of(spec.get("backend", "auto")))
+        dol = cpt.dispatch(do, tp, group).transpose(0, 1).contiguous().transpose(0, 1)
         out.backward(dol)
         return {"rows": tp.layout.global_index(rank).numpy(), "out": _np(out), "dq": _np(ql.grad),
                 "dk": _np(kl.grad), "dv": _np(vl.grad), "plan": text if rank == 0 else None, "relays": tp.relays,
@@ -140,20 +143,20 @@ def attn_case(rank, P, spec):
         if spec["mask"] == "topk":
             idx = torch.from_numpy(topk_indices(spec, P))[tp.layout.global_index(rank)].to(dev)
             # summaries: the module's Session knows its rank, so ingest_topk exchanges per-rank summaries
-            mod = cpt.DistAttention(session(spec, P, rank if spec.get("summaries") else None))
+            mod = cpt.DistAttention(session(spec, P, rank if spec.get("summaries") else None), group)
             out = mod(ql, kl, vl, idx, backend=spec.get("backend", "auto"))
             if spec.get("summaries"):
                 assert mod.last_plan.result.solver == "owner" and len(json.loads(mod.last_plan.result.to_json())["ranks"]) == 1
         else:
             m = range_mask(spec, P)
-            mod = cpt.DistAttention(session(spec, P))
+            mod = cpt.DistAttention(session(spec, P), group)
             out = mod(ql, kl, vl, (m.q_ranges, m.k_ranges, m.types), backend=spec.get("backend", "auto"),
                       layout=cpt.layout_of(ql))
             out2 = mod(ql, kl, vl, (m.q_ranges, m.k_ranges, m.types), layout=cpt.layout_of(ql))
             assert torch.equal(out, out2) and mod.hits == 1 and mod.misses == 1, (mod.hits, mod.misses)
     else:
-        out = cpt.attention(ql, kl, vl, tp, backend=backend_of(spec.get("backend", "auto")))
-    out.backward(cpt.dispatch(do, tp))
+        out = cpt.attention(ql, kl, vl, tp, group, backend=backend_of(spec.get("backend", "auto")))
+    out.backward(cpt.dispatch(do, tp, group))
     return {"rows": tp.layout.global_index(rank).numpy(), "out": _np(out), "dq": _np(ql.grad), "dk": _np(kl.grad),
             "dv": _np(vl.grad) if vl is not None else None, "plan": text if rank == 0 else None,
             "relays": tp.relays, "layout_sequential": tp.layout.sequential, "stages": tp.num_stages,

@@ -9,6 +9,7 @@
 
 q, k, v are this rank's shards in the plan's layout; forward and backward run the plan's collectives
 (all_to_all_single with split lists, asynchronous) and attention kernels ('torch', 'flash', 'flex').
+`cpsched.torch.loopback.run` runs P ranks as threads of one process (one GPU).
 """
 try:
     import torch as _torch  # noqa: F401
@@ -25,7 +26,8 @@ from ._module import DistAttention, ingest_topk, remap_topk  # noqa: E402
 from ._plan import Layout, TorchPlan  # noqa: E402
 from ._topk import summarize_topk, write_index_rows  # noqa: E402
 from ._workspace import release_workspaces, workspace_bytes  # noqa: E402
+from . import loopback  # noqa: E402
 
 __all__ = ["attention", "DistAttention", "dispatch", "undispatch", "layout_of", "prepare", "TorchPlan", "Layout",
            "ingest_topk", "remap_topk", "summarize_topk", "write_index_rows", "TorchBackend", "FlashBackend", "FlexBackend", "NullBackend", "Comm", "flash_available",
-           "flex_available", "check_inputs", "release_workspaces", "workspace_bytes"]
+           "flex_available", "check_inputs", "release_workspaces", "workspace_bytes", "loopback"]

@@ -25,6 +25,8 @@ import struct
 import torch
 import torch.distributed as dist
 
+from ._groups import all_gather as _all_gather
+
 MAX_FIELDS = 24
 FWD_WORDS = 4            # bits of the forwarding phases a rank's own plan uses: 4 x 63 (pass, stage, kind)
 _HEAD = 3                # error flag, call, number of fields
@@ -140,7 +142,9 @@ _DEVICE_TYPES = {}
 
 def group_device_types(g):
     """{device type: backend name} of a process group ('gloo', 'nccl', ...), from what torch registers
-    (cached per group)."""
+    (cached per group); a group that serves its collectives itself says it."""
+    if getattr(g, "cpsched_group", False) is True:
+        return g.device_types
     hit = _DEVICE_TYPES.get(id(g))
     if hit is not None and hit[0] is g:
         return hit[1]
@@ -190,7 +194,7 @@ def exchange(claim, err, g, rank, size, device):
     dev = torch.device("cpu") if "cpu" in group_device_types(g) else torch.device(device)
     t = torch.tensor(vec, dtype=torch.int64, device=dev)
     parts = [torch.empty_like(t) for _ in range(size)]
-    dist.all_gather(parts, t, group=g)
+    _all_gather(parts, t, g)
     rows = torch.stack(parts).cpu().tolist()
     if err:
         raise ValueError(err)

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 
 import torch
-import torch.distributed as dist
 
-from ._agree import FWD_WORDS, Claim, default_check, digest, dtype_code, exchange, float_code, group_device_types, scale_value, \
+from . import _groups
+from ._agree import FWD_WORDS, Claim, default_check, digest, dtype_code, exchange, float_code, scale_value, \
     shape_code
 from ._backends import make_backend
 from ._exec import Comm, run_backward, run_forward
@@ -15,6 +16,7 @@ from ._plan import Layout, TorchPlan, _rank_arg
 
 _PLANS: "OrderedDict[tuple, tuple]" = OrderedDict()
 _PLAN_CACHE_SIZE = 32
+_PLANS_LOCK = threading.Lock()
 _LAYOUT_ATTR = "_cpsched_layout"
 
 
@@ -36,30 +38,23 @@ def prepare(plan, rank):
         raise ValueError(f"plan: expected a cpsched.Result (Session.solve) or a cpsched.torch.TorchPlan, got "
                          f"{type(plan).__name__}")
     key = (id(plan), rank)
-    hit = _PLANS.get(key)
-    if hit is not None and hit[0] is plan:
-        _PLANS.move_to_end(key)
-        return hit[1]
+    with _PLANS_LOCK:  # the ranks of a loopback group are threads of one process
+        hit = _PLANS.get(key)
+        if hit is not None and hit[0] is plan:
+            _PLANS.move_to_end(key)
+            return hit[1]
     tp = TorchPlan(plan, rank)
-    _PLANS[key] = (plan, tp)
-    while len(_PLANS) > _PLAN_CACHE_SIZE:
-        _PLANS.popitem(last=False)
+    with _PLANS_LOCK:
+        _PLANS[key] = (plan, tp)
+        while len(_PLANS) > _PLAN_CACHE_SIZE:
+            _PLANS.popitem(last=False)
     return tp
 
 
 def _group_info(group, P_plan):
     """(group, rank, size, {device type: backend name}) — without torch.distributed only a one-rank plan
-    runs."""
-    if not dist.is_available() or not dist.is_initialized():
-        if group is not None:
-            raise ValueError("group: torch.distributed is not initialized (dist.init_process_group) but a group "
-                             "was given")
-        if P_plan != 1:
-            raise ValueError(f"group: the plan is for P = {P_plan} ranks but torch.distributed is not initialized "
-                             f"(call torch.distributed.init_process_group first)")
-        return None, 0, 1, None
-    g = group if group is not None else dist.group.WORLD
-    return g, dist.get_rank(g), dist.get_world_size(g), group_device_types(g)
+    runs (or a group that serves its collectives itself: cpsched.torch.loopback)."""
+    return _groups.info(group, P_plan)
 
 
 def _checking(check_peers, g, size):
@@ -142,7 +137,7 @@ class _Gather(torch.autograd.Function):
         pad = torch.zeros((mx,) + tuple(yt.shape[1:]), dtype=y.dtype, device=y.device)
         pad[:yt.shape[0]] = yt
         parts = [torch.empty_like(pad) for _ in range(P)]
-        dist.all_gather(parts, pad, group=group)
+        _groups.all_gather(parts, pad, group)
         cat = torch.cat([p[:n] for p, n in zip(parts, rows)])
         out = torch.empty_like(cat)
         out[lay.order().to(y.device)] = cat
@@ -346,8 +341,7 @@ def _attention(q, k, v, plan, group, backend, return_lse, layout, softmax_scale,
     call's mask) that every rank learns in the agreement."""
     is_plan = isinstance(plan, (TorchPlan, _result_type()))
     P_plan = plan.cp_size if is_plan else 1
-    g, rank, size, devs = _group_info(group, P_plan if is_plan else (dist.get_world_size(group) if group is not None
-                                                                      and dist.is_initialized() else 1))
+    g, rank, size, devs = _group_info(group, P_plan if is_plan else _groups.size_of(group))
     try:
         checking = _checking(check_peers, g, size)
     except ValueError as e:  # a wrong check_peers: checked anyway, so that every rank learns it

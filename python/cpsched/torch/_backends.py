@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import threading
 
 import torch
 
@@ -345,20 +346,26 @@ class _ByteLru:
 
     def __init__(self, max_bytes):
         self.max_bytes, self.bytes, self.items = max_bytes, 0, collections.OrderedDict()
+        self.lock = threading.Lock()  # the ranks of a loopback group are threads of one process
 
     def get(self, key):
-        hit = self.items.get(key)
-        if hit is not None:
-            self.items.move_to_end(key)
-            return hit[0]
+        with self.lock:
+            hit = self.items.get(key)
+            if hit is not None:
+                self.items.move_to_end(key)
+                return hit[0]
         return None
 
     def put(self, key, value, nbytes):
-        self.items[key] = (value, nbytes)
-        self.bytes += nbytes
-        while self.bytes > self.max_bytes and len(self.items) > 1:
-            _, (_, n) = self.items.popitem(last=False)
-            self.bytes -= n
+        with self.lock:
+            old = self.items.pop(key, None)
+            if old is not None:
+                self.bytes -= old[1]
+            self.items[key] = (value, nbytes)
+            self.bytes += nbytes
+            while self.bytes > self.max_bytes and len(self.items) > 1:
+                _, (_, n) = self.items.popitem(last=False)
+                self.bytes -= n
 
 
 # Block masks by batch geometry (row spans and block lists, O(rows + blocks^2) bytes each, never rows x

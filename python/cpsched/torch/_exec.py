@@ -27,8 +27,8 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.distributed as dist
 
+from . import _groups
 from ._kernels import Buffers, compute_dtype, scatter_merge
 from ._workspace import Arena, Carver, Scratch, arena
 
@@ -43,7 +43,7 @@ class Comm:
         self.group = group
 
     def a2a(self, out, inp, out_splits, in_splits):
-        return dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.group, async_op=True)
+        return _groups.all_to_all_single(out, inp, out_splits, in_splits, self.group, True)
 
 
 class _Packed:

@@ -1,12 +1,14 @@
 """cpsched.torch.DistAttention: solve each call's mask with a Session (cached), then run it."""
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 
 import torch
 import torch.distributed as dist
 
 from .. import Mask, _ranges, _types
+from . import _groups
 from ._agree import Claim, compare, digest, exchange
 from ._api import _attention, _checking, _group_info, prepare
 from ._plan import TorchPlan
@@ -180,7 +182,7 @@ def ingest_topk(indices, session, group=None, causal=True, check_peers=None, rem
         # widest, in int64 if any rank has int64 keys
         kk = torch.tensor([int(indices.shape[2]), int(indices.dtype == torch.int64)], dtype=torch.int64, device=dev)
         ks = [torch.empty_like(kk) for _ in range(size)]
-        dist.all_gather(ks, kk, group=g)
+        _groups.all_gather(ks, kk, g)
         kmax = max(int(x[0]) for x in ks)
         dt = torch.int64 if any(int(x[1]) for x in ks) else torch.int32
         import cpsched
@@ -189,7 +191,7 @@ def ingest_topk(indices, session, group=None, causal=True, check_peers=None, rem
         pad = torch.full((mx, indices.shape[1], kmax), -1, dtype=dt, device=indices.device)
         pad[:indices.shape[0], :, :indices.shape[2]] = indices
         parts = [torch.empty_like(pad) for _ in range(size)]
-        dist.all_gather(parts, pad, group=g)
+        _groups.all_gather(parts, pad, g)
         full = torch.cat([p[:n] for p, n in zip(parts, rows)])
     else:
         full = indices
@@ -225,7 +227,7 @@ def _ingest_summaries(indices, session, g, rank, size, causal, err, on_device, c
     mine = ("error", err, None) if err else ("summary", summary, claim.vector(size, None))
     if g is not None and size > 1:
         got = [None] * size
-        dist.all_gather_object(got, mine, group=g)
+        _groups.all_gather_object(got, mine, g)
     else:
         got = [mine]
     if err:
@@ -249,6 +251,7 @@ def _ingest_summaries(indices, session, g, rank, size, causal, err, on_device, c
 
 _SHARED = OrderedDict()  # (session, group, rank, mask) -> TorchPlan: layers that share a mask share its plan
 _SHARED_SIZE = 32
+_SHARED_LOCK = threading.Lock()
 
 
 class DistAttention(torch.nn.Module):
@@ -267,12 +270,11 @@ class DistAttention(torch.nn.Module):
         self.cache_size = int(cache_size)
         self._plans = OrderedDict()
         P = session.options["cp_size"]
-        if dist.is_available() and dist.is_initialized():
-            g = group if group is not None else dist.group.WORLD
-            n = dist.get_world_size(g)
+        if _groups.own(group) or (dist.is_available() and dist.is_initialized()):
+            _, rank, n, _ = _groups.info(group, P)
             if n != P:
                 raise ValueError(f"group: the process group has {n} ranks, the Session plans for P = {P} (cp_size)")
-            self.rank = dist.get_rank(g)
+            self.rank = rank
         else:
             if P != 1:
                 raise ValueError(f"group: the Session plans for P = {P} ranks but torch.distributed is not "
@@ -303,17 +305,20 @@ class DistAttention(torch.nn.Module):
             return tp
         self.misses += 1
         skey = (id(self.session), id(self.group), self.rank) + key
-        hit = _SHARED.get(skey)
+        with _SHARED_LOCK:  # the ranks of a loopback group are threads of one process
+            hit = _SHARED.get(skey)
+            if hit is not None and hit[0] is self.session and hit[1] is self.group:
+                _SHARED.move_to_end(skey)
         if hit is not None and hit[0] is self.session and hit[1] is self.group:
-            _SHARED.move_to_end(skey)
             tp = hit[2]
         else:
             tp = TorchPlan(self.session.solve(qr, kr, tt), self.rank)
             if not self.session.options.get("relay_node_size"):
                 tp.declare_no_forwarding()  # a rank's own plan of a Session without relays
-            _SHARED[skey] = (self.session, self.group, tp)
-            while len(_SHARED) > _SHARED_SIZE:
-                _SHARED.popitem(last=False)
+            with _SHARED_LOCK:
+                _SHARED[skey] = (self.session, self.group, tp)
+                while len(_SHARED) > _SHARED_SIZE:
+                    _SHARED.popitem(last=False)
         self._plans[key] = tp
         while len(self._plans) > self.cache_size:
             self._plans.popitem(last=False)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import math
+import threading
 import weakref
 
 import torch
@@ -83,31 +84,46 @@ class Arena:
         self.buf = None
 
 
-_ARENAS: "dict[str, Arena]" = {}
+_ARENAS: "dict[tuple, Arena]" = {}
+_ARENAS_LOCK = threading.Lock()
+_SCOPE = threading.local()
+
+
+def set_scope(name):
+    """This thread's arenas: None (the process's, shared by every call) or a name of its own. The ranks of a
+    loopback group are threads of one process whose calls run at the same time: each has its arenas."""
+    _SCOPE.name = name
 
 
 def arena(device):
-    """The device's shared arena (made on first use)."""
-    key = str(device)
+    """The device's shared arena (made on first use) of this thread's scope."""
+    key = (str(device), getattr(_SCOPE, "name", None))
     a = _ARENAS.get(key)
     if a is None:
-        a = _ARENAS[key] = Arena(device)
+        with _ARENAS_LOCK:
+            a = _ARENAS.get(key)
+            if a is None:
+                a = _ARENAS[key] = Arena(device)
     return a
 
 
 def workspace_bytes(device=None):
-    """Bytes the executor's workspaces hold now: on `device`, or on every device."""
-    if device is not None:
-        a = _ARENAS.get(str(device))
-        return a.nbytes if a is not None else 0
-    return sum(a.nbytes for a in _ARENAS.values())
+    """Bytes the executor's workspaces hold now: on `device`, or on every device (every scope)."""
+    with _ARENAS_LOCK:
+        arenas = list(_ARENAS.items())
+    return sum(a.nbytes for (dev, _), a in arenas if device is None or dev == str(device))
 
 
-def release_workspaces():
+def release_workspaces(scope=None):
     """Frees every device's workspace (the next call lays its program out again): e.g. after an evaluation
-    with much longer sequences than training's."""
-    for a in _ARENAS.values():
-        a.release()
+    with much longer sequences than training's. `scope`: only those of that scope (a loopback rank's), which
+    are forgotten."""
+    with _ARENAS_LOCK:
+        for key in list(_ARENAS):
+            if scope is None or key[1] == scope:
+                _ARENAS[key].release()
+                if scope is not None:
+                    del _ARENAS[key]
 
 
 class Carver:
