@@ -129,6 +129,11 @@ def train_distributed(args):
             model.activation_checkpointing_enable()
         else:  # transformers before its rename
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if args.compile:
+        import torch._dynamo as dynamo  # (not `import torch._dynamo`: it would make torch a local name here)
+        from torch._dynamo.utils import counters
+        dynamo.reset()
+        counters.clear()
     run = torch.compile(model, backend=args.compile_backend, fullgraph=True) if args.compile else model
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     losses, t0 = [], time.time()
@@ -148,15 +153,32 @@ def train_distributed(args):
         if rank == 0 and not args.quiet:
             print(f"step {step:2d}  loss {total.item():.6f}", flush=True)
     info = {"seconds": time.time() - t0, "cp_size": cp.size, "dp": dp, "stats": dict(cp.stats)}
+    if args.compile:  # fullgraph=True raises at a break; the counters say it too
+        info["graph_breaks"] = sum(counters["graph_break"].values())
+        info["unique_graphs"] = counters["stats"]["unique_graphs"]
     if rank == 0 and not args.quiet:
         print(f"{args.steps} steps in {info['seconds']:.1f} s: {world} ranks, CP over {cp.size}"
               + (f", FSDP2 over {args.fsdp_over} of a {dp} x {cp.size} mesh" if args.fsdp else "")
               + (f", compiled ({args.compile_backend})" if args.compile else "")
-              + f"; plans: {cp.stats['solves']} solved for {cp.stats['calls']} attention calls", flush=True)
+              + f"; plans: {cp.stats['solves']} solved for {cp.stats['calls']} attention calls"
+              + (f"; graph breaks: {info['graph_breaks']}, graphs: {info['unique_graphs']}" if args.compile else ""),
+              flush=True)
     return losses, info
 
 
-def main():
+def run(args):
+    """The distributed run (the process group initialized), then on rank 0 with --check the single process:
+    {distributed: losses, reference, max_abs_diff, cp_size, dp, stats, ...} (rank 0's; the others' without
+    the reference)."""
+    losses, info = train_distributed(args)
+    out = dict(info, distributed=losses, args=vars(args))
+    if args.check and dist.get_rank() == 0:
+        ref = train_reference(args, info["dp"])
+        out.update(reference=ref, max_abs_diff=max(abs(a - b) for a, b in zip(losses, ref)))
+    return out
+
+
+def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--seqlen", type=int, default=512, help="S, tokens per pack")
@@ -180,7 +202,11 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--json", help="write the losses to this file (rank 0)")
     ap.add_argument("--quiet", action="store_true")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse(argv)
     torch.set_num_threads(1)
     if args.reference:
         losses = train_reference(args, args.dp if args.fsdp else 1)
@@ -192,13 +218,11 @@ def main():
     dist.init_process_group("gloo")
     rc = 0
     try:
-        losses, info = train_distributed(args)
+        out = run(args)
         if dist.get_rank() == 0:
-            out = dict(info, distributed=losses, args=vars(args))
+            losses = out["distributed"]
             if args.check:
-                ref = train_reference(args, info["dp"])
-                diff = max(abs(a - b) for a, b in zip(losses, ref))
-                out.update(reference=ref, max_abs_diff=diff)
+                ref, diff = out["reference"], out["max_abs_diff"]
                 what = f"{dist.get_world_size()} ranks" + (", FSDP2" if args.fsdp else "") + \
                     (", compiled" if args.compile else "") + (", two masks" if args.masks == "two" else "")
                 print(f"\n| step | single process | {what} | diff |\n|---:|---:|---:|---:|")

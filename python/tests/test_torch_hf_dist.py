@@ -1,7 +1,8 @@
 """cpsched.torch's transformers integration on 4 gloo ranks (torchrun, CPU): one launch of torch_hf_ranks.py
 runs every case on every rank (CP against the single process, activation checkpointing, FSDP2 on a 2 x 2 mesh,
-a rank whose batch differs, torch.compile, a loader that shards on its own); then the example
-examples/torch/train_hf.py, shortened, in each of its modes with --check."""
+a rank whose batch differs, a loader that shards on its own); then the example
+examples/torch/train_hf.py, shortened, in each of its modes with --check (in the same launch: starting 4
+processes that import torch and transformers costs more than the cases)."""
 import json
 import os
 import subprocess
@@ -14,7 +15,6 @@ pytest.importorskip("transformers")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-EXAMPLE = os.path.join(ROOT, "examples", "torch", "train_hf.py")
 TIMEOUT = 420
 
 
@@ -78,30 +78,25 @@ def test_a_rank_with_another_batch_makes_every_rank_raise(ranks):
     assert len({v["next_loss"] for v in vals}) == 1  # the group still works: the next step ran everywhere
 
 
-def test_compiled_cp_model_has_no_graph_break(ranks):
-    for v in _values(ranks, "compile"):
-        assert v["losses"]["eager"] == pytest.approx(v["losses"]["compiled"], abs=1e-6), v
-        assert v["grad_rel"] < 1e-5, v
-        assert v["graph_breaks"] == 0 and v["unique_graphs"] == 1, v
-        assert v["stats"]["solves"] == 4, v  # two steps, two mask kinds
-
-
 def test_gather_batch_from_local_position_ids(ranks):
     for v in _values(ranks, "gather"):
         assert v["documents"] == 5 and v["diff"] == 0.0, v
 
 
-@pytest.mark.parametrize("mode", [[], ["--fsdp"], ["--compile", "--compile-backend", "aot_eager"],
-                                  ["--masks", "two"]], ids=["cp", "fsdp", "compile", "two_masks"])
-def test_example_losses_match_one_process(mode, tmp_path):
-    """examples/torch/train_hf.py, 3 steps on 4 ranks (the docs' tables: 20 steps), --check against the
-    single process within 1e-4."""
-    if not os.path.exists(EXAMPLE):
-        pytest.skip("examples/torch/train_hf.py is not beside the tests")
-    out = tmp_path / "losses.json"
-    p = _torchrun([EXAMPLE, "--steps", "3", "--check", "--json", str(out), "--quiet"] + mode, tmp_path)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    res = json.loads(out.read_text())
+@pytest.mark.parametrize("mode", ["cp", "fsdp", "compile", "two_masks"])
+def test_example_losses_match_one_process(ranks, mode):
+    """examples/torch/train_hf.py, 3 steps on 4 ranks in each of its modes (the docs' tables: 20 steps), --check
+    against the single process within 1e-4; compiled with fullgraph=True and no graph break."""
+    vals = _values(ranks, "example")
+    res = vals[0][mode]
     assert len(res["distributed"]) == 3 and res["max_abs_diff"] <= 1e-4, res
-    assert res["distributed"][-1] < res["distributed"][0]
-    assert res["cp_size"] == (2 if "--fsdp" in mode else 4)
+    assert res["distributed"][-1] < res["distributed"][0], res
+    assert res["cp_size"] == (2 if mode == "fsdp" else 4)
+    # one plan per distinct mask: the Llama's one kind, two kinds with sliding layers (a pack whose
+    # documents are all shorter than the window has one), solved at most once per step and kind
+    kinds = 2 if mode == "two_masks" else 1
+    assert 1 <= res["stats"]["solves"] <= kinds * 3 and res["stats"]["calls"] == 3 * 4, res
+    if mode == "compile":
+        assert res["graph_breaks"] == 0 and res["unique_graphs"] == 1, res
+    for v in vals[1:]:  # every rank saw the same losses
+        assert v[mode]["distributed"] == res["distributed"]

@@ -5,8 +5,8 @@ rank measured (or raised) to --out as JSON.
 Cases: cp (CP over the 4 ranks: loss and gradients against the single process's own `sdpa` model),
 checkpoint (activation checkpointing: the same gradients, the same collectives on every rank), fsdp (a 2 x 2
 dp x cp DeviceMesh with FSDP2 on the other dimension and on the same ranks), mismatch (one rank's batch
-differs: every rank raises, then the next step runs), compile (torch.compile: losses, one graph break per
-attention layer), gather (a loader that shards on its own).
+differs: every rank raises, then the next step runs), gather (a loader that shards on its own), example
+(examples/torch/train_hf.py shortened, in each mode: CP, FSDP2, compiled, two masks; against one process).
 """
 from __future__ import annotations
 
@@ -244,37 +244,6 @@ def case_mismatch(rank, P):
     return {"error": err, "seconds": seconds, "next_loss": total(loss.item())}
 
 
-def case_compile(rank, P, backend="aot_eager"):
-    """torch.compile(model, fullgraph=True) of a CP model with two mask kinds: the attention layers are the
-    custom operator, so the model is one graph with no break; two steps of other documents (same S) run the
-    compiled graph again without recompiling; losses and gradients equal the eager CP model's."""
-    import torch._dynamo
-    from torch._dynamo.utils import counters
-    import cpsched.torch.integrations.transformers as hf
-    from cpsched.torch.integrations.mesh import all_reduce_gradients
-    cfg = qwen2_config()
-    batches = [packed(LENGTHS[0], 6), packed(LENGTHS[1], 7)]
-    res = {}
-    torch._dynamo.reset()
-    counters.clear()
-    for mode in ("eager", "compiled"):
-        m = build(cfg, "cpsched")
-        cp = hf.ContextParallel(m)
-        run = torch.compile(m, backend=backend, fullgraph=True) if mode == "compiled" else m
-        losses, grads = [], []
-        for batch in batches:
-            m.zero_grad()
-            losses.append(total(cp_step(run, cp, batch, (batch[2] >= 0).sum()).item()))
-            all_reduce_gradients(m.parameters())
-            grads.append({n: p.grad.clone() for n, p in m.named_parameters()})
-        res[mode] = {"losses": losses, "grads": grads, "stats": dict(cp.stats)}
-    return {"losses": {k: v["losses"] for k, v in res.items()},
-            "grad_rel": max(max_rel(g, r) for g, r in zip(res["compiled"]["grads"], res["eager"]["grads"])),
-            "graph_breaks": sum(counters["graph_break"].values()), "unique_graphs": counters["stats"]["unique_graphs"],
-            "frames": counters["stats"]["calls_captured"] and counters["frames"]["ok"],
-            "stats": res["compiled"]["stats"], "layers": cfg.num_hidden_layers}
-
-
 def case_gather(rank, P):
     """A loader that shards on its own: gather_batch all-gathers the local position ids into the step's
     documents; the loss equals shard's."""
@@ -290,8 +259,31 @@ def case_gather(rank, P):
     return {"documents": step.documents, "diff": abs(a.item() - b.item())}
 
 
+EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "torch", "train_hf.py")
+EXAMPLE_MODES = {"cp": [], "fsdp": ["--fsdp"], "compile": ["--compile", "--compile-backend", "aot_eager"],
+                 "two_masks": ["--masks", "two"]}
+EXAMPLE_STEPS = 3
+
+
+def case_example(rank, P):
+    """examples/torch/train_hf.py, shortened (EXAMPLE_STEPS steps), in each of its modes with --check, in this
+    launch (its `run`; a torchrun of its own per mode would cost more to start than to run): {mode: rank 0's
+    losses, the single process's, the largest difference, ...}."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("train_hf", EXAMPLE)
+    ex = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ex)
+    res = {}
+    for mode, extra in EXAMPLE_MODES.items():
+        args = ex.parse(["--steps", str(EXAMPLE_STEPS), "--check", "--quiet"] + extra)
+        out = ex.run(args)
+        out.pop("args", None)
+        res[mode] = out
+    return res
+
+
 CASES = {"cp": case_cp, "checkpoint": case_checkpoint, "fsdp": case_fsdp, "mismatch": case_mismatch,
-         "compile": case_compile, "gather": case_gather}
+         "gather": case_gather, "example": case_example}
 
 
 def main():
