@@ -38,6 +38,8 @@ fi
 "$venv/bin/python" -m pip install -q --no-build-isolation --config-settings=build-dir=build/python-test .
 # cpsched.torch's tests (docs/torch.md) run on the CPU: PyTorch from the package index, gloo between processes.
 "$venv/bin/python" -m pip install -q "torch>=2.4"
+# The transformers integration's tests (python/tests/test_torch_hf*.py): models from configs, nothing downloaded.
+"$venv/bin/python" -m pip install -q transformers
 # Run from outside the tree: the installed package is what is imported.
 cd "$root/build"
 CPSCHED_CLI="$root/build/$preset/bin/cpsched" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
