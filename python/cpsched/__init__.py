@@ -598,6 +598,14 @@ class Result:
             self._metrics = self._r.metrics()
         return self._metrics
 
+    def predicted_compute(self, rank, hardware=None):
+        """The timing model's compute seconds of `rank`'s attention args, {"fwd": s, "bwd": s}: the
+        profile's kernel model where it has one (tiles, rates by mask form and length), else FLOPs at its
+        peak rate; what a runtime's benchmark prints beside the time it measures. `hardware`: a bundled
+        profile name or a YAML path; None: the profile the plan was made on (the time cost model's)."""
+        hardware = None if hardware is None else _str(hardware, "hardware")
+        return self._r.predicted_compute(self._rank(rank), hardware)
+
     def index_rows(self, rank, pass_="fwd"):
         """The index pool of `rank`'s pass (the plan JSON's `indices`) as an int32 array; empty for range
         masks and for plans whose index rows the executor writes."""

@@ -28,6 +28,8 @@
 #include "cpsched/io/plan_json.hpp"
 #include "cpsched/io/plan_svg.hpp"
 #include "cpsched/plan/validator.hpp"
+#include "cpsched/timing/hardware.hpp"
+#include "cpsched/timing/model.hpp"
 #include "cpsched/plugin/registry.hpp"
 #include "cpsched/base/resources.hpp"
 #include "cpsched/version.hpp"
@@ -288,6 +290,25 @@ class Result {
   }
 
   nb::dict metrics() const { return metrics_dict(plan_->metrics); }
+
+  // The timing model's compute seconds of `r`'s args per pass (the kernel
+  // model's where the profile has one): what a runtime's benchmark prints
+  // beside the attention time it measures. On `hardware` (a bundled name or a
+  // YAML path), else on the profile the plan was built on.
+  nb::dict predicted_compute(Rank r, const std::optional<std::string>& hardware) const {
+    const PassPlan& fwd = pass(r, "fwd");
+    const PassPlan& bwd = pass(r, "bwd");
+    std::shared_ptr<const HardwareProfile> hw = plan_->hardware;
+    if (hardware) hw = std::make_shared<const HardwareProfile>(resolve_hardware_profile(*hardware));
+    if (!hw)
+      throw Error("hardware: this plan was made without a hardware profile (its cost model has none); name one, "
+                  "e.g. hardware='h100_8x_nvlink'");
+    const Problem& problem = plan_->assignment->grid->problem();
+    nb::dict d;
+    d["fwd"] = compute_seconds(problem, fwd, *hw, Pass::fwd);
+    d["bwd"] = compute_seconds(problem, bwd, *hw, Pass::bwd);
+    return d;
+  }
   // The solver that made this plan: the session's, or owner's for per-rank top-k summaries.
   std::string solver() const { return plan_->solver.empty() ? info_->solver : plan_->solver; }
 
@@ -788,6 +809,7 @@ NB_MODULE(_cpsched, m) {
       .def("calc_meta", &Result::calc_meta, "rank"_a, "pass_"_a = "fwd")
       .def("comm_meta", &Result::comm_meta, "rank"_a, "pass_"_a = "fwd")
       .def("metrics", &Result::metrics)
+      .def("predicted_compute", &Result::predicted_compute, "rank"_a, "hardware"_a = nb::none())
       .def("to_json", &Result::to_json, "indent"_a = -1, "solve_ms"_a = nb::none(), "tasks"_a = true,
            "index_rows"_a = true)
       .def("index_rows", &Result::index_rows, "rank"_a, "pass_"_a = "fwd")

@@ -106,6 +106,44 @@ def test_metrics_equal_the_clis(cli, quickstart, tmp_path):
     assert m["imbalance"] == pytest.approx(ref["imbalance"], rel=1e-12)
 
 
+def test_predicted_compute_per_rank_and_pass(quickstart, tmp_path):
+    # Without a kernel table a rank's compute is its FLOPs at the peak rates: on the full mask the ranks' sum
+    # is 4 x S^2 x 64 heads x D at 550 TFLOP/s forward, 2.5x that at 420 backward. With the table (the
+    # bundled profile) every rank's compute costs more: tiles and rates below the peak.
+    hw = (quickstart.parent / "hardware" / "h100_8x_nvlink.yaml").read_text().splitlines()
+    start = next(i for i, l in enumerate(hw) if l.startswith("kernel:"))
+    end = next(i for i in range(start + 1, len(hw)) if hw[i] and not hw[i][0].isspace() and not hw[i].startswith("#"))
+    flat = tmp_path / "h100_flat.yaml"
+    flat.write_text("\n".join(hw[:start] + hw[end:]) + "\n")
+    S = 2 * 1024
+    s = cpsched.Session.from_config(quickstart, {"problem.cp_size": 2, "problem.seqlen_per_rank": 1024,
+                                                 "problem.mask": "{kind: full}"})
+    r = s.solve_config()
+    fwd = sum(r.predicted_compute(k, hardware=str(flat))["fwd"] for k in range(2))
+    bwd = sum(r.predicted_compute(k, hardware=str(flat))["bwd"] for k in range(2))
+    flops = 4.0 * S * S * 64 * 128
+    assert fwd == pytest.approx(flops / 550e12, rel=1e-12)
+    assert bwd == pytest.approx(2.5 * flops / 420e12, rel=1e-12)
+    for k in range(2):
+        own = r.predicted_compute(k)  # the profile the plan was made on: the bundled one, with its table
+        assert own == r.predicted_compute(k, hardware="h100_8x_nvlink")
+        plain = r.predicted_compute(k, hardware=str(flat))
+        for p in ("fwd", "bwd"):
+            assert plain[p] < own[p] < 2 * plain[p]
+    with pytest.raises(ValueError, match="rank"):
+        r.predicted_compute(2)
+    with pytest.raises(ValueError, match="hardware"):
+        r.predicted_compute(0, hardware=3)
+    with pytest.raises(ValueError, match="no_such_profile"):
+        r.predicted_compute(0, hardware="no_such_profile")
+    # A plan made without a profile (the area cost model) needs one named.
+    a = cpsched.Session.from_config(quickstart, {"problem.cp_size": 2, "problem.seqlen_per_rank": 1024,
+                                                 "cost_model.name": "area"}).solve_config()
+    with pytest.raises(ValueError, match="hardware"):
+        a.predicted_compute(0)
+    assert a.predicted_compute(0, hardware=str(flat))["fwd"] > 0
+
+
 # ---- inputs: lists, numpy, DLPack, __array__ ---------------------------------------------------
 
 class DLPackOnly:
