@@ -52,11 +52,11 @@ class FakeComm:
         return _Done()
 
 
-def _meta_flash(q, k, v, cu_q, cu_k, mq, mk, scale, causal):
+def _meta_flash(q, k, v, cu_q, cu_k, mq, mk, scale, causal, window=None):
     return q.new_empty(q.shape[0], q.shape[1], v.shape[-1]), q.new_empty(q.shape[0], q.shape[1], dtype=torch.float32)
 
 
-def _meta_flash_bwd(do, q, k, v, o, lse, dq, dk, dv, cu_q, cu_k, mq, mk, scale, causal):
+def _meta_flash_bwd(do, q, k, v, o, lse, dq, dk, dv, cu_q, cu_k, mq, mk, scale, causal, window=None):
     return None
 
 

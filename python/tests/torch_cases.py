@@ -35,6 +35,13 @@ def _spr(spec, P):
 
 
 def range_mask(spec, P):
+    if spec.get("ranges"):  # explicit slices (q0, q1, k0, k1, type) as fractions of S
+        import types as _types_mod
+        S = P * _spr(spec, P)
+        rs = [(int(a * S), int(b * S), int(c * S), int(d * S), t) for a, b, c, d, t in spec["ranges"]]
+        return _types_mod.SimpleNamespace(q_ranges=np.array([[a, b] for a, b, _, _, _ in rs], dtype=np.int64),
+                                          k_ranges=np.array([[c, d] for _, _, c, d, _ in rs], dtype=np.int64),
+                                          types=[t for *_, t in rs])
     over = {"problem.cp_size": P, "problem.seqlen_per_rank": _spr(spec, P), "problem.mask.kind": spec["mask"],
             "problem.mask.pack": spec.get("pack", 0)}
     over.update(spec.get("mask_over", {}))
@@ -327,39 +334,21 @@ def layout_case(rank, P):
     return True
 
 
-# ---- a torch stand-in for flash-attn's varlen kernels (the flash backend's batching, tested on the CPU) ----
-
-
-def _seqs(cu):
-    c = cu.tolist()
-    return list(zip(c[:-1], c[1:]))
-
-
-def varlen_stub(q, k, v, cu_q, cu_k, mq, mk, scale, causal):
-    from cpsched.torch._kernels import range_forward
-    o = torch.zeros(q.shape[0], q.shape[1], v.shape[-1], dtype=q.dtype)
-    lse = torch.full((q.shape[0], q.shape[1]), float("-inf"))
-    for (a, b), (c, d) in zip(_seqs(cu_q), _seqs(cu_k)):
-        oo, ll = range_forward(q[a:b], k[c:d], v[c:d], 1 if causal else 0, scale)
-        o[a:b], lse[a:b] = oo.to(q.dtype), ll
-    return o, lse
-
-
-def varlen_bwd_stub(do, q, k, v, o, lse, dq, dk, dv, cu_q, cu_k, mq, mk, scale, causal):
-    from cpsched.torch._kernels import range_backward
-    dq.zero_(), dk.zero_(), dv.zero_()
-    for (a, b), (c, d) in zip(_seqs(cu_q), _seqs(cu_k)):
-        delta = (do[a:b].float() * o[a:b].float()).sum(-1)
-        gq = torch.zeros(b - a, q.shape[1], q.shape[2])
-        gk = torch.zeros(d - c, k.shape[1], k.shape[2])
-        gv = torch.zeros(d - c, v.shape[1], v.shape[2])
-        range_backward(q[a:b], k[c:d], v[c:d], do[a:b], lse[a:b], delta, 1 if causal else 0, scale, gq, gk, gv)
-        dq[a:b], dk[c:d], dv[c:d] = gq.to(dq.dtype), gk.to(dk.dtype), gv.to(dv.dtype)
+# ---- the varlen backends on a CPU stand-in with FA2's semantics (fa2_standin.py) ----------------------------
 
 
 def backend_of(name):
+    """A backend object for a case's backend name: 'flash_stub' (the flash backend on the stand-in),
+    'aten_stub' (the aten backend on the stand-in, every call also run on the real ops' meta kernels),
+    'flex_compiled', or a name cpsched.torch.attention takes."""
+    import fa2_standin
     if name == "flash_stub":
-        return cpt.FlashBackend(kernel=varlen_stub, bwd_kernel=varlen_bwd_stub)
+        fwd, bwd = fa2_standin.flash_kernels()
+        return cpt.FlashBackend(kernel=fwd, bwd_kernel=bwd)
+    if name == "aten_stub":
+        return cpt.AtenBackend(ops=fa2_standin.MetaChecked(fa2_standin.AtenOps()))
+    if name == "aten_stub_triton":  # index args on Triton (TRITON_INTERPRET=1 on the CPU), ranges on the stand-in
+        return cpt.AtenBackend(ops=fa2_standin.MetaChecked(fa2_standin.AtenOps()), index="triton")
     if name == "flex_compiled":
         return cpt.FlexBackend(compile=True)
     return name

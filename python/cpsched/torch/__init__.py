@@ -8,8 +8,8 @@
     x_local = cpt.dispatch(x, plan); y = cpt.undispatch(y_local, plan)
 
 q, k, v are this rank's shards in the plan's layout; forward and backward run the plan's collectives
-(all_to_all_single with split lists, asynchronous) and attention kernels ('torch', 'flash', 'flex').
-`cpsched.torch.loopback.run` runs P ranks as threads of one process (one GPU).
+(all_to_all_single with split lists, asynchronous) and attention kernels ('torch', 'aten', 'flash', 'flex',
+'triton'). `cpsched.torch.loopback.run` runs P ranks as threads of one process (one GPU).
 """
 try:
     import torch as _torch  # noqa: F401
@@ -19,6 +19,7 @@ except ImportError as e:  # pragma: no cover - exercised by a test without torch
                       "(or pip install torch)") from e
 
 from ._api import attention, check_inputs, dispatch, layout_of, prepare, undispatch  # noqa: E402
+from ._aten import AtenBackend  # noqa: E402
 from ._backends import FlashBackend, FlexBackend, flash_available, flex_available  # noqa: E402
 from ._exec import Comm  # noqa: E402
 from ._kernels import NullBackend, TorchBackend  # noqa: E402
@@ -29,5 +30,6 @@ from ._workspace import release_workspaces, workspace_bytes  # noqa: E402
 from . import loopback  # noqa: E402
 
 __all__ = ["attention", "DistAttention", "dispatch", "undispatch", "layout_of", "prepare", "TorchPlan", "Layout",
-           "ingest_topk", "remap_topk", "summarize_topk", "write_index_rows", "TorchBackend", "FlashBackend", "FlexBackend", "NullBackend", "Comm", "flash_available",
+           "ingest_topk", "remap_topk", "summarize_topk", "write_index_rows", "TorchBackend", "FlashBackend", "FlexBackend",
+           "AtenBackend", "NullBackend", "Comm", "flash_available",
            "flex_available", "check_inputs", "release_workspaces", "workspace_bytes", "loopback"]

@@ -14,7 +14,8 @@ import threading
 
 import torch
 
-from ._kernels import TorchBackend, _heads, merge_into, scatter_merge
+from ._kernels import TorchBackend, _heads, merge_into
+from ._varlen import VarlenBackend
 
 
 @functools.lru_cache(maxsize=None)
@@ -36,212 +37,44 @@ def flex_available():
         return False
 
 
-class _FlashBatch:
-    """Full or causal range args of one stage with the same mask type and buffers: one varlen sequence each.
-    Row indices (local rows flattened with their head group, or remote rows) and cu_seqlens are built once
-    per plan and device and cached on the plan's arg list."""
-    __slots__ = ("causal", "q_remote", "k_remote", "q_idx", "k_idx", "cu_q", "cu_k", "max_q", "max_k")
-
-    def __init__(self, args, G, device):
-        import numpy as np
-        a0 = args[0]
-        self.causal = a0.type == 1
-        self.q_remote, self.k_remote = a0.q_remote, a0.k_remote
-
-        def rows(lo, hi, remote, group):
-            r = np.arange(lo, hi, dtype=np.int64)
-            return r if remote else r * G + max(group, 0)
-        self.q_idx = torch.from_numpy(np.concatenate([rows(a.q0, a.q1, a.q_remote, a.group) for a in args])).to(device)
-        self.k_idx = torch.from_numpy(np.concatenate([rows(a.k0, a.k1, a.k_remote, a.group) for a in args])).to(device)
-        lq = [a.q1 - a.q0 for a in args]
-        lk = [a.k1 - a.k0 for a in args]
-        self.cu_q = torch.tensor([0] + lq, dtype=torch.int32).cumsum(0, dtype=torch.int32).to(device)
-        self.cu_k = torch.tensor([0] + lk, dtype=torch.int32).cumsum(0, dtype=torch.int32).to(device)
-        self.max_q, self.max_k = max(lq), max(lk)
-
-
-def _side(batches, remote, attr):
-    """Rows of buffer `remote` that the batches read on one side (q_idx or k_idx), concatenated, and each
-    reading batch's range in them."""
-    mine = [x for x in batches if getattr(x, attr[0]) == remote]
-    if not mine:
-        return None
-    idxs = [getattr(x, attr[1]) for x in mine]
-    at, ranges = 0, {}
-    for x, i in zip(mine, idxs):
-        ranges[id(x)] = (at, at + i.numel())
-        at += i.numel()
-    return torch.cat(idxs) if len(idxs) > 1 else idxs[0], ranges
-
-
-class _FlashStage:
-    """A stage's args split for the flash backend, built once per plan and device: its batches, the args left
-    to the torch kernels, and per side (q, k) and buffer (local, remote) the rows the batches read, so that a
-    stage gathers each field of a buffer with one index_select into a buffer of the stage (`io`) whose rows
-    are the batches' inputs, and adds each gradient back with one index_add (or hands it to the executor)."""
-    __slots__ = ("batches", "rest", "q_side", "k_side", "merge")
-
-    def __init__(self, args, G, qpg, device):
-        groups, self.rest = {}, []
-        for a in args:
-            if a.index_width == 0 and a.type in (0, 1) and a.q1 > a.q0 and a.k1 > a.k0:
-                groups.setdefault((a.type, a.q_remote, a.k_remote), []).append(a)
-            else:
-                self.rest.append(a)
-        self.batches = [_FlashBatch(batch, G, device) for batch in groups.values()]
-        self.q_side = {r: x for r in (False, True) if (x := _side(self.batches, r, ("q_remote", "q_idx"))) is not None}
-        self.k_side = {r: x for r in (False, True) if (x := _side(self.batches, r, ("k_remote", "k_idx"))) is not None}
-        rq = self.q_side.get(True)
-        self.merge = None if rq is None else (rq[0], rq[0].view(-1, 1, 1).expand(-1, qpg, 1).contiguous())
-
-    def buffers(self, pass_, b):
-        """The stage's gathered inputs (and, backward, the kernels' gradient outputs) for this pass and
-        dtype: per buffer and field one tensor, per batch its views. They live in the device's shared
-        workspace (`b.take`: the same offsets every call of the plan, nothing kept between calls) and are the
-        stage's own until its gradients are added (the executor adds local gradients at the end of the pass)."""
-        dt = b.rk.dtype
-        dqk, dv = b.rq.shape[-1], b.rv.shape[-1]
-        if pass_ == "fwd":
-            qf = [("q", dt, (b.qpg, dqk))]
-            kf = [("k", dt, (b.kpg, dqk)), ("v", dt, (b.kpg, dv))]
-        else:
-            qf = [("q", dt, (b.qpg, dqk)), ("o", dt, (b.qpg, dv)), ("do", dt, (b.qpg, dv)),
-                  ("lse", torch.float32, (b.qpg,)), ("dq", dt, (b.qpg, dqk))]
-            kf = [("k", dt, (b.kpg, dqk)), ("v", dt, (b.kpg, dv)), ("dk", dt, (b.kpg, dqk)),
-                  ("dv", dt, (b.kpg, dv))]
-        names, specs = [], []
-        for side, fields, rows in (("q", qf, self.q_side), ("k", kf, self.k_side)):
-            for remote, (idx, _) in rows.items():
-                for name, t, tail in fields:
-                    names.append((side, remote, name))
-                    specs.append(((idx.numel(),) + tail, t))
-
-        def build(tensors):
-            io = {"q": {}, "k": {}}
-            for (side, remote, name), t in zip(names, tensors):
-                io[side].setdefault(remote, {})[name] = t
-            views = []
-            for x in self.batches:
-                v = {}
-                for side, rows, rem in (("q", self.q_side, x.q_remote), ("k", self.k_side, x.k_remote)):
-                    lo, hi = rows[rem][1][id(x)]
-                    v.update({name: t[lo:hi] for name, t in io[side][rem].items()})
-                views.append(v)
-            return io, views
-        return b.take((id(self), pass_, dt, b.qpg, b.kpg, dqk, dv), specs, build)
-
-
-class FlashBackend(TorchBackend):
-    """flash-attn varlen: the full and the causal range args of a stage are batched, per mask type and
-    (q buffer, k buffer), into one varlen call each (flash's causal is bottom-right aligned, as the plan's),
-    returning lse. A stage gathers each field of each buffer its batches read with one index_select (rows
-    cached on the plan) into a buffer of the stage whose rows are the batches' inputs. Forward outputs for
-    remote rows are merged into the accumulators with one lse-weighted scatter per stage; those of local rows
-    are handed to the executor, which merges them with the returned partials in one scatter at the end of
-    the pass. The backward calls flash's varlen backward per batch with the *final* O and lse of the rows (the
-    merged ones), which is the exact gradient of each arg's share; each gradient is added back with one
-    index_add per stage and buffer (local rows: by the executor, once per pass). inv_causal / bi_causal and
-    index args run on the torch kernels. GPU, fp16 / bf16. Not run in this repository (no GPU): `kernel` /
-    `bwd_kernel` can be replaced (the tests use a torch stand-in, the benchmark meta stubs)."""
+class FlashBackend(VarlenBackend):
+    """flash-attn's varlen kernels on the shared varlen batching (_varlen.py: full, causal, inv_causal as causal
+    on reversed rows, bi_causal as a window), with lse. GPU, fp16 / bf16, flash-attn >= 2.4 (window_size).
+    Not run in this repository (no flash-attn on the GPU machine): `kernel` / `bwd_kernel` can be replaced
+    (the tests use a torch stand-in, the benchmark meta stubs) with the `_fwd` / `_bwd` signatures of
+    VarlenBackend."""
 
     name = "flash"
+    grads_in_place = True
 
-    def __init__(self, kernel=None, bwd_kernel=None):
+    def __init__(self, kernel=None, bwd_kernel=None, index="torch"):
+        super().__init__(index=index)
         self.kernel = kernel
         self.bwd_kernel = bwd_kernel
 
-    def _split(self, args, b):
-        device = b.q.device
-        key = "_flash_" + str(device)
-        hit = getattr(args, key, None) if hasattr(args, "__dict__") else None
-        if hit is not None:
-            return hit
-        with torch.inference_mode(False):  # kept on the plan: ordinary tensors
-            out = _FlashStage(args, b.q.shape[1] // b.qpg, b.qpg, device)
-        if hasattr(args, "__dict__"):
-            setattr(args, key, out)
-        return out
+    def graph_key(self):
+        return super().graph_key() + (id(self.kernel), id(self.bwd_kernel))
 
-    def _fwd_kernel(self):
+    def _fwd(self, q, k, v, cu_q, cu_k, mq, mk, scale, causal, window):
         if self.kernel is not None:
-            return self.kernel
+            return self.kernel(q, k, v, cu_q, cu_k, mq, mk, scale, causal, window)
         from flash_attn import flash_attn_varlen_func
+        out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, mq, mk, dropout_p=0.0, softmax_scale=scale,
+                                             causal=causal, window_size=window, return_attn_probs=True)
+        return out, lse.transpose(0, 1)  # flash's varlen lse is [heads, total_q]
 
-        def run(q, k, v, cu_q, cu_k, mq, mk, scale, causal):
-            out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, mq, mk, dropout_p=0.0, softmax_scale=scale,
-                                                 causal=causal, return_attn_probs=True)
-            return out, lse.transpose(0, 1)  # flash's varlen lse is [heads, total_q]
-        return run
-
-    def forward_stage(self, args, b):
-        st = self._split(args, b)
-        if st.rest:
-            super().forward_stage(st.rest, b)
-        if not st.batches:
-            return
-        kern = self._fwd_kernel()
-        io, views = st.buffers("fwd", b)
-        for remote, (idx, _) in st.q_side.items():
-            torch.index_select(b.rq if remote else b.flat("q"), 0, idx, out=io["q"][remote]["q"])
-        for remote, (idx, _) in st.k_side.items():
-            t = io["k"][remote]
-            torch.index_select(b.rk if remote else b.flat("k"), 0, idx, out=t["k"])
-            torch.index_select(b.rv if remote else b.flat("v"), 0, idx, out=t["v"])
-        remote_parts = []
-        for x, v in zip(st.batches, views):
-            o, lse = kern(v["q"], v["k"], v["v"], x.cu_q, x.cu_k, x.max_q, x.max_k, b.scale, x.causal)
-            if x.q_remote:
-                remote_parts.append((o, lse))
-            else:  # merged with the pass's other partials of local rows at its end
-                b.merge_local(o, lse, x.q_idx)
-        if remote_parts:  # the order of the batches reading remote rows: that of the merge's rows
-            idx, exp = st.merge
-            o = torch.cat([p[0] for p in remote_parts]) if len(remote_parts) > 1 else remote_parts[0][0]
-            lse = torch.cat([p[1] for p in remote_parts]) if len(remote_parts) > 1 else remote_parts[0][1]
-            scatter_merge(b.ro, b.rlse_rows, idx, o, lse.unsqueeze(-1), exp)
-
-    def backward_stage(self, args, b):
-        st = self._split(args, b)
-        if st.rest:
-            super().backward_stage(st.rest, b)
-        if not st.batches:
-            return
-        io, views = st.buffers("bwd", b)
-        for remote, (idx, _) in st.q_side.items():
-            t = io["q"][remote]
-            srcs = (b.rq, b.rout, b.rdout, b.rlse) if remote else \
-                (b.flat("q"), b.flat("out"), b.flat("dout"), b.flat("lse"))
-            for name, src in zip(("q", "o", "do", "lse"), srcs):
-                torch.index_select(src, 0, idx, out=t[name])
-        for remote, (idx, _) in st.k_side.items():
-            t = io["k"][remote]
-            torch.index_select(b.rk if remote else b.flat("k"), 0, idx, out=t["k"])
-            torch.index_select(b.rv if remote else b.flat("v"), 0, idx, out=t["v"])
-        for x, v in zip(st.batches, views):
-            self._bwd(v["do"], v["q"], v["k"], v["v"], v["o"], v["lse"], v["dq"], v["dk"], v["dv"], x.cu_q, x.cu_k,
-                      x.max_q, x.max_k, b.scale, x.causal)
-        cdt = b.rdq.dtype
-        sides = (("q", st.q_side, ("dq",), (b.rdq,)), ("k", st.k_side, ("dk", "dv"), (b.rdk, b.rdv)))
-        for side, rows, names, acc in sides:
-            for remote, (idx, _) in rows.items():
-                for name, a in zip(names, acc):
-                    g = io[side][remote][name]
-                    if remote:
-                        a.index_add_(0, idx, g.to(cdt))
-                    else:  # added with the pass's other gradients of local rows at its end
-                        b.add_local(name, g, idx)
-
-    def _bwd(self, do, q, k, v, o, lse, dq, dk, dv, cu_q, cu_k, mq, mk, scale, causal):
+    def _bwd(self, do, q, k, v, o, lse_hn, cu_q, cu_k, mq, mk, scale, causal, window, dq, dk, dv):
         if self.bwd_kernel is not None:
-            return self.bwd_kernel(do, q, k, v, o, lse, dq, dk, dv, cu_q, cu_k, mq, mk, scale, causal)
+            self.bwd_kernel(do, q, k, v, o, lse_hn, dq, dk, dv, cu_q, cu_k, mq, mk, scale, causal, window)
+            return dq, dk, dv
         from flash_attn import flash_attn_interface as fi
-        lse_t = lse.transpose(0, 1).contiguous()  # [heads, total_q], as flash keeps it
         try:  # flash-attn >= 2.6: window sizes and softcap as separate arguments
-            fi._flash_attn_varlen_backward(do, q, k, v, o, lse_t, dq, dk, dv, cu_q, cu_k, mq, mk, 0.0, scale,
-                                           causal, -1, -1, 0.0, None, False, None)
+            fi._flash_attn_varlen_backward(do, q, k, v, o, lse_hn, dq, dk, dv, cu_q, cu_k, mq, mk, 0.0, scale,
+                                           causal, window[0], window[1], 0.0, None, False, None)
         except TypeError:  # flash-attn 2.4-2.5: window_size as a tuple
-            fi._flash_attn_varlen_backward(do, q, k, v, o, lse_t, dq, dk, dv, cu_q, cu_k, mq, mk, 0.0, scale,
-                                           causal, (-1, -1), None, False, None)
+            fi._flash_attn_varlen_backward(do, q, k, v, o, lse_hn, dq, dk, dv, cu_q, cu_k, mq, mk, 0.0, scale,
+                                           causal, tuple(window), None, False, None)
+        return dq, dk, dv
 
 
 def _row_spans(geometry, rows):
@@ -491,22 +324,52 @@ class FlexBackend(TorchBackend):
                 (b.dk[c0:c1, kh, :b.v.shape[-1]] if b.shared else b.dv[c0:c1, kh]).add_(gv.float())
 
 
+_NAMES = "'auto', 'torch', 'aten', 'flash', 'flex' or 'triton'"
+
+
+def _flash_applies(device, dtype, tp):
+    return device.type == "cuda" and dtype in (torch.float16, torch.bfloat16) and flash_available() \
+        and tp.dqk <= 256 and tp.dv <= 256 and not tp.kv_shared
+
+
 def make_backend(name, device, dtype, tp):
-    """The backend object for `name` ('auto', 'torch', 'flash', 'flex') on `device`, or a ValueError naming
-    why it cannot run there."""
+    """The backend object for `name` on `device`, or a ValueError naming why it cannot run there.
+
+    auto: on CUDA the range args on flash-attn where it imports and applies, else on PyTorch's FA2 ops (aten)
+    where they apply, else on the torch kernels; index args on the Triton kernels where Triton runs, else on
+    the torch gather kernel. On the CPU the torch kernels. triton: index args on Triton, range args on aten
+    where it applies, else on the torch kernels."""
+    from ._aten import AtenBackend, aten_unavailable
+    from ._triton import triton_unavailable
     if not isinstance(name, str):
         if hasattr(name, "forward_stage") and hasattr(name, "backward_stage"):
             return name  # a backend object (benchmarks, tests)
-        raise ValueError(f"backend: expected 'auto', 'torch', 'flash' or 'flex', got {name!r}")
+        raise ValueError(f"backend: expected {_NAMES}, got {name!r}")
     if name == "auto":
-        if device.type == "cuda" and dtype in (torch.float16, torch.bfloat16) and flash_available() \
-                and tp.dqk <= 256 and tp.dv <= 256 and not tp.kv_shared:
-            return FlashBackend()
-        # Without flash-attn the torch kernels, not eager flex, which they beat on a GPU in both passes
+        if device.type != "cuda":
+            return TorchBackend()
+        index = "triton" if tp.has_index_args and triton_unavailable(device, dtype, tp) is None else "torch"
+        if _flash_applies(device, dtype, tp):
+            return FlashBackend(index=index)
+        if aten_unavailable(device, dtype, tp) is None:
+            return AtenBackend(index=index)
+        # Without FA2 the torch kernels, not eager flex, which they beat on a GPU in both passes
         # (docs/torch.md, "On a GPU"); flex stays available by name.
-        return TorchBackend()
+        return TorchBackend(index=index)
     if name == "torch":
         return TorchBackend()
+    if name == "aten":
+        why = aten_unavailable(device, dtype, tp)
+        if why is not None:
+            raise ValueError(f"backend='aten': {why}")
+        return AtenBackend()
+    if name == "triton":
+        why = triton_unavailable(device, dtype, tp)
+        if why is not None:
+            raise ValueError(f"backend='triton': {why}")
+        if device.type == "cuda" and aten_unavailable(device, dtype, tp) is None:
+            return AtenBackend(index="triton")
+        return TorchBackend(index="triton")
     if name == "flash":
         if device.type != "cuda":
             raise ValueError(f"backend='flash': flash-attn runs on CUDA tensors; q is on {device}")
@@ -525,4 +388,4 @@ def make_backend(name, device, dtype, tp):
     if name == "none":
         from ._kernels import NullBackend
         return NullBackend()
-    raise ValueError(f"backend: expected 'auto', 'torch', 'flash' or 'flex', got {name!r}")
+    raise ValueError(f"backend: expected {_NAMES}, got {name!r}")

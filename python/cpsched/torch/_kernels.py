@@ -345,9 +345,26 @@ def _heads(a, per_group):
 
 class TorchBackend:
     """The reference: one pure-torch kernel call per arg (range args: masked scores, fp32 softmax with lse,
-    chunked; index args: the gather kernel), partial results merged by lse in fp32. CPU and GPU."""
+    chunked; index args: the gather kernel), partial results merged by lse in fp32. CPU and GPU.
+    `index="triton"`: index args on the Triton kernels (_triton.py) instead of the gather kernel."""
 
     name = "torch"
+    index = "torch"
+
+    def __init__(self, index="torch"):
+        if index not in ("torch", "triton"):
+            raise ValueError(f"index: expected 'torch' or 'triton', got {index!r}")
+        self.index = index
+
+    def graph_key(self):
+        """What a captured pass of this backend depends on (_graphs.py)."""
+        return (type(self).__qualname__, self.index)
+
+    def _index_kernels(self):
+        if self.index == "triton":
+            from ._triton import index_backward as ib, index_forward as ifw
+            return ifw, ib
+        return index_forward, index_backward
 
     def forward_stage(self, args, b):
         for a in args:
@@ -358,7 +375,7 @@ class TorchBackend:
                 kbuf = b.rk if a.k_remote else b.k[:, kh]
                 vbuf = b.rv if a.k_remote else b.v[:, kh]
                 idx = b.indices[a.index_offset:a.index_offset + (a.q1 - a.q0) * a.index_width]
-                o, lse = index_forward(qv, kbuf, vbuf, idx.view(a.q1 - a.q0, a.index_width), b.scale)
+                o, lse = self._index_kernels()[0](qv, kbuf, vbuf, idx.view(a.q1 - a.q0, a.index_width), b.scale)
             else:
                 kv_ = b.rk[a.k0:a.k1] if a.k_remote else b.k[a.k0:a.k1, kh]
                 vv_ = b.rv[a.k0:a.k1] if a.k_remote else b.v[a.k0:a.k1, kh]
@@ -386,8 +403,8 @@ class TorchBackend:
                 dvbuf = b.dk[:, kh, :b.v.shape[-1]] if b.shared else b.dv[:, kh]
             if a.index_width > 0:
                 idx = b.indices[a.index_offset:a.index_offset + (a.q1 - a.q0) * a.index_width]
-                index_backward(qv, kbuf, vbuf, dov, lsev, dlt, idx.view(a.q1 - a.q0, a.index_width), b.scale,
-                               dqv, dkbuf, dvbuf)
+                self._index_kernels()[1](qv, kbuf, vbuf, dov, lsev, dlt, idx.view(a.q1 - a.q0, a.index_width),
+                                         b.scale, dqv, dkbuf, dvbuf)
             else:
                 ks = slice(a.k0, a.k1)
                 range_backward(qv, kbuf[ks], vbuf[ks], dov, lsev, dlt, a.type, b.scale, dqv, dkbuf[ks], dvbuf[ks])
@@ -397,6 +414,9 @@ class NullBackend:
     """Computes nothing: the executor's own host-side cost (benchmarks, byte accounting)."""
 
     name = "none"
+
+    def graph_key(self):
+        return ("none",)
 
     def forward_stage(self, args, b):
         pass
