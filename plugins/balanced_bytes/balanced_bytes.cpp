@@ -1,5 +1,6 @@
 #include "balanced_bytes.hpp"
 #include "effort.hpp"
+#include "kernel_pick.hpp"
 #include "plan_pricing.hpp"
 #include "time_mode.hpp"
 
@@ -624,6 +625,37 @@ void BalancedBytes::search_member_grids(const SolveInput& in, const std::vector<
 // timing model (plan_pricing.hpp); the fastest plan wins, with its stage count
 // when the host lets the solver choose (stages 0 = auto).
 Solution BalancedBytes::solve_time(const SolveInput& in) const {
+  if (!in.time_prices()->kernel) return solve_time_on(in);
+  // Under a kernel model: today's plan, every decision on the profile without
+  // its table, then the fastest under the kernel model of the plans it
+  // priced (kernel_pick.hpp). Used a few times that costs one more run of the
+  // timing model per plan priced: the search on the kernels' seconds, and a
+  // second search beside it, had made the used-once path 1.2-2.8x slower and
+  // its plans slower than today's on up to 7 of 20 packs (docs/bounds.md).
+  AreasFirstPricing areas(*in.pricing());
+  TimePrices flat = *in.time_prices();
+  flat.kernel.reset();
+  SolveInput on_areas(in);
+  on_areas.with_time_prices(flat).with_pricing(&areas);
+  Solution sol = solve_time_on(on_areas);
+  const std::optional<AreasFirstPricing::Priced> pick = areas.fastest_on_kernels(sol, in.shape());
+  if (pick) sol = with_kernel_pick(std::move(sol), *pick, opt_.mu);
+  if (in.uses().planning_weight() > 0 || !pick) return sol;
+  // Made ahead (the time is hidden): the search on the kernels' seconds too,
+  // and the faster of the two plans under the kernel model.
+  Solution k = solve_time_on(in);
+  const std::optional<double> ks = k.figures.get("predicted_step_s");
+  if (k.figures.has("compute_bound_s") && ks && *ks < pick->prices.kernels.step) {
+    k.note += "; faster than the plan searched on exact areas (" + num(pick->prices.kernels.step * 1e3, "%.4f") +
+              " ms under the kernel model)";
+    return k;
+  }
+  sol.note += "; the search on the kernels' seconds found no faster plan (" +
+              (ks ? num(*ks * 1e3, "%.4f") + " ms" : std::string("none priced")) + ")";
+  return sol;
+}
+
+Solution BalancedBytes::solve_time_on(const SolveInput& in) const {
   SolvedMembers solved;
   if (std::optional<Solution> quick = solve_time_quick(in, solved)) return std::move(*quick);
   Solution sol = solve_time_full(in, std::move(solved));

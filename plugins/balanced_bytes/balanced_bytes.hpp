@@ -109,7 +109,11 @@ class BalancedBytes final : public Solver {
   // The members' specs for this solve (binary_greedy's balance target by the nodes).
   std::vector<std::string> member_names(const SolveInput& in) const;
   Solution solve_bytes(const SolveInput& in) const;
+  // The time mode; under a kernel model today's plan, then the fastest under
+  // the kernel model of the plans priced (kernel_pick.hpp).
   Solution solve_time(const SolveInput& in) const;
+  // The time mode on `in`'s prices as they are.
+  Solution solve_time_on(const SolveInput& in) const;
   // The full time-mode solve on the input grid (members, searches, pricing).
   Solution solve_time_full(const SolveInput& in, SolvedMembers solved) const;
   // After a full solve (sol, priced and not settled): the full solve repeated

@@ -287,3 +287,56 @@ TEST_CASE("kernel model: made ahead across nodes, the default stops choosing fin
   // The solver's own figure is the plan's price under the kernel model.
   CHECK(new_plan.figures.get("predicted_step_s").value_or(0) == doctest::Approx(new_step).epsilon(1e-9));
 }
+
+TEST_CASE("kernel model: the default's plan is never slower than the one made without it, used once and made ahead") {
+  // Today's plan is made on the profile without its kernel table; under the
+  // table the default decides as there and takes the fastest under the kernel
+  // model of the plans it priced (plugins/balanced_bytes/kernel_pick.hpp), so
+  // priced with the table its plan is never slower. One and two nodes, both
+  // layouts, the document masks, a few packs each (docs/bounds.md has 20 to
+  // 128 ranks: bench_step_time --kernel-compare).
+  Plugins pl;
+  if (!pl.has(PluginKind::solver, "balanced_bytes")) return;
+  const HardwareProfile hw = resolve_hardware_profile("h100_8x_nvlink");
+  REQUIRE(hw.kernel);
+  HardwareProfile flat = hw;
+  flat.kernel.reset();
+  const TimeCostModel with(hw), without(flat);
+  auto bb = pl.solver("balanced_bytes");
+  const DocHistogram hist =
+      DocHistogram::load_csv(std::string(CPSCHED_SOURCE_DIR) + "/configs/data/doc_length_distribution.csv");
+  int cases = 0, faster = 0;
+  for (const bool ahead : {false, true})
+    for (const Layout layout : {Layout::fixed, Layout::planned})
+      for (const MaskKind kind : {MaskKind::causal_document, MaskKind::full_document})
+        for (const int P : {8, 16})
+          for (int pack = 0; pack < (ahead ? 1 : 3); ++pack) {
+            if (ahead && (P == 16) != (kind == MaskKind::causal_document)) continue;  // (kept short)
+            MaskSpec spec;
+            spec.kind = kind;
+            spec.histogram = hist;
+            spec.seed = 42;
+            spec.pack = pack;
+            Problem made = Problem::make(make_mask(spec, Token{8192} * P), P, Heads{64, 8, 128, 2});
+            made.set_layout(layout);
+            const auto problem = std::make_shared<const Problem>(std::move(made));
+            const SolvePath::Options o{.shape = test::shape(0, -1),
+                                       .uses = ahead ? PlanUses::ahead() : PlanUses{1}};
+            const SolveResult old_plan = SolvePath(*bb, without, pl.reg).run(problem, o);
+            const SolveResult new_plan = SolvePath(*bb, with, pl.reg).run(problem, o);
+            CAPTURE(ahead);
+            CAPTURE(P);
+            CAPTURE(pack);
+            CAPTURE(static_cast<int>(kind));
+            CAPTURE(static_cast<int>(layout));
+            INFO(old_plan.note);
+            INFO(new_plan.note);
+            const double old_step = estimate_step(old_plan.assignment->grid->problem(), *old_plan.plan, hw).step();
+            const double new_step = estimate_step(new_plan.assignment->grid->problem(), *new_plan.plan, hw).step();
+            CHECK(new_step <= old_step * (1 + 1e-12));
+            ++cases;
+            faster += new_step < old_step * (1 - 1e-6);
+          }
+  MESSAGE(faster << " of " << cases << " plans faster than today's under the kernel model");
+  CHECK(cases == 28);
+}

@@ -1,0 +1,70 @@
+#pragma once
+// Under a kernel model the time mode plans as it does without one, and takes
+// the fastest of the plans it priced under the kernel model.
+//
+// The search and every decision (which phases run, which placements are
+// priced, at which stages and relays) read the profile without its kernel
+// table: exact areas at the peak rate, today's default to the bit. Each plan
+// it prices is priced from the same price sheet under the kernel model too
+// (PlanPricing::price_both: one more run of the timing model), and the plan
+// returned is the fastest of those under the kernel model. Today's pick is
+// among them wherever it was priced, so the plan is never slower than
+// today's under the kernel model; where today's pick was taken unpriced (two
+// stages across nodes, used once), it is returned as it is. Planning ahead,
+// the search on the kernels' seconds runs too, and the faster of the two
+// picks is taken (docs/bounds.md, "Plans priced as the kernels run them").
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include <cpsched/plugin/pricing.hpp>
+#include <cpsched/plugin/solver.hpp>
+
+namespace cpsched::search {
+
+// Forwards to the host's pricing, answering on exact areas (bound_on_areas,
+// price_both's areas) and keeping the kernels' price of every plan priced.
+class AreasFirstPricing final : public PlanPricing {
+ public:
+  explicit AreasFirstPricing(PlanPricing& host) : host_(host) {}
+
+  Placement add(std::shared_ptr<const TaskGrid> grid, std::vector<Rank> rank) override;
+  StepBound bound(Placement p) override { return host_.bound_on_areas(p); }
+  PlanPrice price(Placement p, const PlanShape& shape) override { return price_both(p, shape).areas; }
+  StepBound bound_on_areas(Placement p) override { return host_.bound_on_areas(p); }
+  // (To its caller both are the areas' price: it knows no kernel model.)
+  PlanPrices price_both(Placement p, const PlanShape& shape) override;
+
+  // A plan priced: its placement, shape and both prices.
+  struct Priced {
+    std::shared_ptr<const TaskGrid> grid;
+    const std::vector<Rank>* rank;  // (the placement's, kept here)
+    PlanShape shape;
+    PlanPrices prices;
+    bool today;  // today's pick itself
+  };
+  // The fastest plan priced under the kernel model, `today` where it is among
+  // the fastest (equal steps), else the first of them in an order that does not
+  // depend on the order of pricing; nullopt where nothing was priced or
+  // `today` was not priced (then today's plan is the answer).
+  std::optional<Priced> fastest_on_kernels(const Solution& today, const PlanShape& asked) const;
+
+ private:
+  struct Placed {
+    Placement host;
+    std::shared_ptr<const TaskGrid> grid;
+    std::unique_ptr<const std::vector<Rank>> rank;
+  };
+  PlanPricing& host_;
+  mutable std::mutex mu_;
+  std::vector<Placed> placed_;                         // by the host's placement handle
+  std::vector<std::pair<Placement, PlanShape>> keys_;  // the plans priced (each once)
+  std::vector<PlanPrices> prices_;
+};
+
+// Solution `today` replaced by the plan `p` (kernels' figures; the note says why).
+Solution with_kernel_pick(Solution today, const AreasFirstPricing::Priced& p, double mu);
+
+}  // namespace cpsched::search
