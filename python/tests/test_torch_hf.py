@@ -175,7 +175,7 @@ def test_compiled_model_has_no_graph_break():
     from torch._dynamo.utils import counters
     torch._dynamo.reset()
     counters.clear()
-    cfg = qwen2_config(window=5)
+    cfg = qwen2_config(layers=2, window=5)  # a full and a sliding layer
     eager, m = build(cfg, "cpsched"), build(cfg, "cpsched")
     cpe, cpc = hf.ContextParallel(eager), hf.ContextParallel(m)
     run = torch.compile(m, backend="aot_eager", fullgraph=True)

@@ -262,11 +262,11 @@ def case_gather(rank, P):
 EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "torch", "train_hf.py")
 EXAMPLE_MODES = {"cp": [], "fsdp": ["--fsdp"], "compile": ["--compile", "--compile-backend", "aot_eager"],
                  "two_masks": ["--masks", "two"]}
-EXAMPLE_STEPS = 3
+EXAMPLE_STEPS, EXAMPLE_LAYERS = 3, 2  # the docs' tables: 20 steps, 4 layers
 
 
 def case_example(rank, P):
-    """examples/torch/train_hf.py, shortened (EXAMPLE_STEPS steps), in each of its modes with --check, in this
+    """examples/torch/train_hf.py, shortened (EXAMPLE_STEPS steps of EXAMPLE_LAYERS layers), in each of its modes with --check, in this
     launch (its `run`; a torchrun of its own per mode would cost more to start than to run): {mode: rank 0's
     losses, the single process's, the largest difference, ...}."""
     import importlib.util
@@ -275,7 +275,8 @@ def case_example(rank, P):
     spec.loader.exec_module(ex)
     res = {}
     for mode, extra in EXAMPLE_MODES.items():
-        args = ex.parse(["--steps", str(EXAMPLE_STEPS), "--check", "--quiet"] + extra)
+        args = ex.parse(["--steps", str(EXAMPLE_STEPS), "--layers", str(EXAMPLE_LAYERS), "--check", "--quiet"]
+                        + extra)
         out = ex.run(args)
         out.pop("args", None)
         res[mode] = out
