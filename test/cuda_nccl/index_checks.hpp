@@ -40,25 +40,12 @@ inline int count_index_args(const Plan& plan, bool remote_only) {
   return n;
 }
 
-// The ranks' outputs at their global tokens.
+// The ranks' outputs at their global tokens (MLA: O, dO and dV of d_v, a shared latent's dK only).
 inline sim::GlobalOutputs gathered(const test::PlanCase& c, const g::EmulatedRun& run, const sim::GlobalInputs& in) {
   sim::GlobalOutputs out = sim::GlobalOutputs::like(in, 0.f, 0.f);
-  const auto wq = static_cast<std::size_t>(in.q_width()), wk = static_cast<std::size_t>(in.k_width());
-  const auto hq = static_cast<std::size_t>(in.hq);
-  for (Rank r = 0; r < c.plan.sharding.cp_size; ++r) {
-    const g::RankOutputs& o = run.outputs[static_cast<std::size_t>(r)];
-    std::size_t local = 0;
-    const RangeSet tokens = c.plan.sharding.rank_tokens(r);
-    for (const Range& x : tokens.ranges())
-      for (Token t = x.begin; t < x.end; ++t, ++local) {
-        const auto gt = static_cast<std::size_t>(t);
-        std::copy_n(o.o.begin() + static_cast<std::ptrdiff_t>(local * wq), wq, out.o.begin() + static_cast<std::ptrdiff_t>(gt * wq));
-        std::copy_n(o.dq.begin() + static_cast<std::ptrdiff_t>(local * wq), wq, out.dq.begin() + static_cast<std::ptrdiff_t>(gt * wq));
-        std::copy_n(o.dk.begin() + static_cast<std::ptrdiff_t>(local * wk), wk, out.dk.begin() + static_cast<std::ptrdiff_t>(gt * wk));
-        std::copy_n(o.dv.begin() + static_cast<std::ptrdiff_t>(local * wk), wk, out.dv.begin() + static_cast<std::ptrdiff_t>(gt * wk));
-        std::copy_n(o.lse.begin() + static_cast<std::ptrdiff_t>(local * hq), hq, out.lse.begin() + static_cast<std::ptrdiff_t>(gt * hq));
-      }
-  }
+  const g::HeadLayout h = g::HeadLayout::of(*c.problem);
+  for (Rank r = 0; r < c.plan.sharding.cp_size; ++r)
+    g::place_outputs(c.plan.sharding, r, h, run.outputs[static_cast<std::size_t>(r)], out);
   return out;
 }
 

@@ -68,11 +68,11 @@ void launch(const Program& prog, i64 grid_x, int grid_y, cudaStream_t s) {
   check(cudaGetLastError(), "kernel launch");
 }
 
-template <template <int> class Prog>
+template <template <int, int> class Prog>
 void attention_dim(const AttnLaunch& p, int dim, Grid g, cudaStream_t s) {
   switch (dim) {
-    case 64: launch(Prog<64>{p}, g.x, g.y, s); return;
-    case 128: launch(Prog<128>{p}, g.x, g.y, s); return;
+    case 64: launch(Prog<64, 64>{p}, g.x, g.y, s); return;
+    case 128: launch(Prog<128, 128>{p}, g.x, g.y, s); return;
     default: break;
   }
   throw Error("cuda_nccl: head dim " + std::to_string(dim) + " has no CUDA kernel (built: 64, 128)");
@@ -95,20 +95,26 @@ void index_dim(IndexKernel k, const IndexLaunch& p, Grid g, cudaStream_t s) {
   const bool wide = p.hq / p.hkv > 16;
   switch (k) {
     case IndexKernel::fwd:
-      if (wide) launch(IndexFwdProgram<D, 4>{p}, g.x, g.y, s);
-      else launch(IndexFwdProgram<D, 1>{p}, g.x, g.y, s);
+      if (wide) launch(IndexFwdProgram<D, D, 4>{p}, g.x, g.y, s);
+      else launch(IndexFwdProgram<D, D, 1>{p}, g.x, g.y, s);
       return;
     case IndexKernel::dq:
-      if (wide) launch(IndexDqProgram<D, 4>{p}, g.x, g.y, s);
-      else launch(IndexDqProgram<D, 1>{p}, g.x, g.y, s);
+      if (wide) launch(IndexDqProgram<D, D, 4>{p}, g.x, g.y, s);
+      else launch(IndexDqProgram<D, D, 1>{p}, g.x, g.y, s);
       return;
-    case IndexKernel::dkdv: launch(IndexDkvProgram<D>{p}, g.x, g.y, s); return;
+    case IndexKernel::dkdv: launch(IndexDkvProgram<D, D>{p}, g.x, g.y, s); return;
   }
 }
 
+// MLA (d_v != d_qk, or a shared latent) has no CUDA kernel yet: the
+// executor refuses it before any buffer (executor.cpp); this is the backstop.
+void refuse_mla(int dim, int dim_v) {
+  throw Error("cuda_nccl: MLA head dims (d_qk " + std::to_string(dim) + ", d_v " + std::to_string(dim_v) +
+              ") have no CUDA kernel (built: GQA 64, 128); run them with backend: emulate");
+}
 }  // namespace
-
-void index_attention(IndexKernel k, const IndexLaunch& p, int dim, Grid g, cudaStream_t s) {
+void index_attention(IndexKernel k, const IndexLaunch& p, int dim, int dim_v, Grid g, cudaStream_t s) {
+  if (dim != dim_v) refuse_mla(dim, dim_v);
   switch (dim) {
     case 64: index_dim<64>(k, p, g, s); return;
     case 128: index_dim<128>(k, p, g, s); return;
@@ -117,7 +123,8 @@ void index_attention(IndexKernel k, const IndexLaunch& p, int dim, Grid g, cudaS
   throw Error("cuda_nccl: head dim " + std::to_string(dim) + " has no index kernel (built: 64, 128)");
 }
 
-void attention(AttnKernel k, const AttnLaunch& p, int dim, Grid g, cudaStream_t s) {
+void attention(AttnKernel k, const AttnLaunch& p, int dim, int dim_v, Grid g, cudaStream_t s) {
+  if (dim != dim_v) refuse_mla(dim, dim_v);
   switch (k) {
     case AttnKernel::fwd: attention_dim<FwdProgram>(p, dim, g, s); return;
     case AttnKernel::dq: attention_dim<DqProgram>(p, dim, g, s); return;

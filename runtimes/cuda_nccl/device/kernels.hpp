@@ -13,8 +13,8 @@ namespace cpsched::gpu::cuda {
 
 // Head dims with a kernel: 64 and 128.
 bool has_attention_kernel(int dim);
-void attention(AttnKernel k, const AttnLaunch& p, int dim, Grid g, cudaStream_t s);
-void index_attention(IndexKernel k, const IndexLaunch& p, int dim, Grid g, cudaStream_t s);
+void attention(AttnKernel k, const AttnLaunch& p, int dim, int dim_v, Grid g, cudaStream_t s);
+void index_attention(IndexKernel k, const IndexLaunch& p, int dim, int dim_v, Grid g, cudaStream_t s);
 void copy(const CopySeg* segs, int n, cudaStream_t s);
 void merge(const MergeSeg* segs, int n, cudaStream_t s);
 void sum(const SumSeg* segs, int n, cudaStream_t s);

@@ -15,6 +15,12 @@
 // Index args (token top-k) have their own programs on tensor cores
 // (index_programs.hpp); these run range args only.
 //
+// Head dims (docs/heads.md): DQ for Q and K rows (QK^T), DV for V, O and dO
+// rows (GQA: DQ = DV). V (and dV) rows are read (written) at KSide::v_stride
+// elements per head: DV, or DQ when V is the first DV dims of K's shared
+// latent row; then v == k and dv_acc == dk_acc, and the one thread that owns
+// a key adds its dV into the latent's gradient after its dK.
+//
 // Head mapping. A local row holds every head; a remote row only the heads of
 // its split's group. The head slot `by` is the head index inside a row of the
 // tiled buffer; an entry of group g uses global q head h = g*hq_g + (slot in
@@ -90,18 +96,18 @@ CPSCHED_HD inline void merge_into(float* acc_o, float* acc_lse, Load o, float ls
 }
 
 // ---------------------------------------------------------------- forward
-template <int D>
+template <int DQ, int DV>
 struct FwdProgram {
   static constexpr int kThreads = kTile;
   struct State {
-    float acc[D];
+    float acc[DV];
     float m;
     float l;
   };
   struct Smem {
-    bf16 q[kTile][D + 2];  // padded: thread t reads row t, conflict-free
-    bf16 k[kChunk][D];     // every thread reads the same row: broadcast
-    bf16 v[kChunk][D];
+    bf16 q[kTile][DQ + 2];  // padded: thread t reads row t, conflict-free
+    bf16 k[kChunk][DQ];     // every thread reads the same row: broadcast
+    bf16 v[kChunk][DV];
   };
   AttnLaunch p;
 
@@ -113,10 +119,10 @@ struct FwdProgram {
     ex.each([&](int t, State& st) {
       st.m = neg_inf();
       st.l = 0.f;
-      for (int d = 0; d < D; ++d) st.acc[d] = 0.f;
+      for (int d = 0; d < DV; ++d) st.acc[d] = 0.f;
       if (t < nrows) {
-        const bf16* src = qs.q + ((r0 + t) * qs.heads + slot) * D;
-        for (int d = 0; d < D; ++d) sm.q[t][d] = src[d];
+        const bf16* src = qs.q + ((r0 + t) * qs.heads + slot) * DQ;
+        for (int d = 0; d < DQ; ++d) sm.q[t][d] = src[d];
       }
     });
     for (int e = p.entry_begin[bx]; e < p.entry_begin[bx + 1]; ++e) {
@@ -128,11 +134,13 @@ struct FwdProgram {
         const int nc = static_cast<int>(hd_min<i64>(kChunk, w.loop_e - c0));
         ex.sync();
         ex.each([&](int t, State&) {
-          for (int i = t; i < nc * D; i += kTile) {
-            const int j = i / D, d = i % D;
-            const i64 off = ((c0 + j) * ks.heads + hm.k_buf_head) * D + d;
-            sm.k[j][d] = ks.k[off];
-            sm.v[j][d] = ks.v[off];
+          for (int i = t; i < nc * DQ; i += kTile) {
+            const int j = i / DQ, d = i % DQ;
+            sm.k[j][d] = ks.k[((c0 + j) * ks.heads + hm.k_buf_head) * DQ + d];
+          }
+          for (int i = t; i < nc * DV; i += kTile) {
+            const int j = i / DV, d = i % DV;
+            sm.v[j][d] = ks.v[((c0 + j) * ks.heads + hm.k_buf_head) * ks.v_stride + d];
           }
         });
         ex.sync();
@@ -150,7 +158,7 @@ struct FwdProgram {
             float x = neg_inf();
             if (c >= cb && c < ce) {
               float dot = 0.f;
-              for (int d = 0; d < D; ++d) dot += bf16_to_float(sm.q[t][d]) * bf16_to_float(sm.k[j][d]);
+              for (int d = 0; d < DQ; ++d) dot += bf16_to_float(sm.q[t][d]) * bf16_to_float(sm.k[j][d]);
               x = dot * p.scale;
             }
             s[j] = x;
@@ -159,13 +167,13 @@ struct FwdProgram {
           const float m_new = hd_max(st.m, mx);
           const float corr = hd_exp(st.m - m_new);
           st.l *= corr;
-          for (int d = 0; d < D; ++d) st.acc[d] *= corr;
+          for (int d = 0; d < DV; ++d) st.acc[d] *= corr;
           CPSCHED_UNROLL
           for (int j = 0; j < kChunk; ++j) {
             if (is_neg_inf(s[j])) continue;
             const float pj = hd_exp(s[j] - m_new);
             st.l += pj;
-            for (int d = 0; d < D; ++d) st.acc[d] += pj * bf16_to_float(sm.v[j][d]);
+            for (int d = 0; d < DV; ++d) st.acc[d] += pj * bf16_to_float(sm.v[j][d]);
           }
           st.m = m_new;
         });
@@ -175,28 +183,28 @@ struct FwdProgram {
       if (t >= nrows || !(st.l > 0.f)) return;
       const float inv = 1.f / st.l;
       const i64 rh = (r0 + t) * qs.heads + slot;
-      merge_into(qs.o_acc + rh * D, qs.lse_acc + rh, [&](int d) { return st.acc[d] * inv; },
-                 st.m + hd_log(st.l), D);
+      merge_into(qs.o_acc + rh * DV, qs.lse_acc + rh, [&](int d) { return st.acc[d] * inv; },
+                 st.m + hd_log(st.l), DV);
     });
   }
 };
 
 // ---------------------------------------------------------------- dQ
 // dS = P (dP - delta), P = exp(scale S - lse), dP = dO V^T; dQ += scale dS K.
-template <int D>
+template <int DQ, int DV>
 struct DqProgram {
   static constexpr int kThreads = kTile;
   struct State {
-    float dq[D];
+    float dq[DQ];
     float lse;
     float delta;
     bool touched;
   };
   struct Smem {
-    bf16 q[kTile][D + 2];
-    bf16 d_o[kTile][D + 2];
-    bf16 k[kChunk][D];
-    bf16 v[kChunk][D];
+    bf16 q[kTile][DQ + 2];
+    bf16 d_o[kTile][DV + 2];
+    bf16 k[kChunk][DQ];
+    bf16 v[kChunk][DV];
   };
   AttnLaunch p;
 
@@ -209,13 +217,11 @@ struct DqProgram {
       st.touched = false;
       st.lse = 0.f;
       st.delta = 0.f;
-      for (int d = 0; d < D; ++d) st.dq[d] = 0.f;
+      for (int d = 0; d < DQ; ++d) st.dq[d] = 0.f;
       if (t < nrows) {
         const i64 rh = (r0 + t) * qs.heads + slot;
-        for (int d = 0; d < D; ++d) {
-          sm.q[t][d] = qs.q[rh * D + d];
-          sm.d_o[t][d] = qs.d_o[rh * D + d];
-        }
+        for (int d = 0; d < DQ; ++d) sm.q[t][d] = qs.q[rh * DQ + d];
+        for (int d = 0; d < DV; ++d) sm.d_o[t][d] = qs.d_o[rh * DV + d];
         st.lse = qs.lse[rh];
         st.delta = qs.delta[rh];
       }
@@ -229,11 +235,13 @@ struct DqProgram {
         const int nc = static_cast<int>(hd_min<i64>(kChunk, w.loop_e - c0));
         ex.sync();
         ex.each([&](int t, State&) {
-          for (int i = t; i < nc * D; i += kTile) {
-            const int j = i / D, d = i % D;
-            const i64 off = ((c0 + j) * ks.heads + hm.k_buf_head) * D + d;
-            sm.k[j][d] = ks.k[off];
-            sm.v[j][d] = ks.v[off];
+          for (int i = t; i < nc * DQ; i += kTile) {
+            const int j = i / DQ, d = i % DQ;
+            sm.k[j][d] = ks.k[((c0 + j) * ks.heads + hm.k_buf_head) * DQ + d];
+          }
+          for (int i = t; i < nc * DV; i += kTile) {
+            const int j = i / DV, d = i % DV;
+            sm.v[j][d] = ks.v[((c0 + j) * ks.heads + hm.k_buf_head) * ks.v_stride + d];
           }
         });
         ex.sync();
@@ -246,40 +254,38 @@ struct DqProgram {
           st.touched = true;
           for (int j = static_cast<int>(cb - c0); j < static_cast<int>(ce - c0); ++j) {
             float s = 0.f, dp = 0.f;
-            for (int d = 0; d < D; ++d) {
-              s += bf16_to_float(sm.q[t][d]) * bf16_to_float(sm.k[j][d]);
-              dp += bf16_to_float(sm.d_o[t][d]) * bf16_to_float(sm.v[j][d]);
-            }
+            for (int d = 0; d < DQ; ++d) s += bf16_to_float(sm.q[t][d]) * bf16_to_float(sm.k[j][d]);
+            for (int d = 0; d < DV; ++d) dp += bf16_to_float(sm.d_o[t][d]) * bf16_to_float(sm.v[j][d]);
             const float pj = hd_exp(s * p.scale - st.lse);
             const float ds = pj * (dp - st.delta);
-            for (int d = 0; d < D; ++d) st.dq[d] += ds * bf16_to_float(sm.k[j][d]);
+            for (int d = 0; d < DQ; ++d) st.dq[d] += ds * bf16_to_float(sm.k[j][d]);
           }
         });
       }
     }
     ex.each([&](int t, State& st) {
       if (t >= nrows || !st.touched) return;
-      float* dst = qs.dq_acc + ((r0 + t) * qs.heads + slot) * D;
-      for (int d = 0; d < D; ++d) dst[d] += st.dq[d] * p.scale;
+      float* dst = qs.dq_acc + ((r0 + t) * qs.heads + slot) * DQ;
+      for (int d = 0; d < DQ; ++d) dst[d] += st.dq[d] * p.scale;
     });
   }
 };
 
 // ---------------------------------------------------------------- dK, dV
 // dV += P^T dO, dK += scale dS^T Q, summed over the q heads of the kv head.
-template <int D>
+template <int DQ, int DV>
 struct DkvProgram {
   static constexpr int kThreads = kTile;
   struct State {
-    float dk[D];
-    float dv[D];
+    float dk[DQ];
+    float dv[DV];
     bool touched;
   };
   struct Smem {
-    bf16 k[kTile][D + 2];
-    bf16 v[kTile][D + 2];
-    bf16 q[kChunk][D];
-    bf16 d_o[kChunk][D];
+    bf16 k[kTile][DQ + 2];
+    bf16 v[kTile][DV + 2];
+    bf16 q[kChunk][DQ];
+    bf16 d_o[kChunk][DV];
     float lse[kChunk];
     float delta[kChunk];
   };
@@ -292,13 +298,12 @@ struct DkvProgram {
     const i64 ncols = hd_min<i64>(kTile, ks.rows - c0);
     ex.each([&](int t, State& st) {
       st.touched = false;
-      for (int d = 0; d < D; ++d) st.dk[d] = st.dv[d] = 0.f;
+      for (int d = 0; d < DQ; ++d) st.dk[d] = 0.f;
+      for (int d = 0; d < DV; ++d) st.dv[d] = 0.f;
       if (t < ncols) {
-        const i64 off = ((c0 + t) * ks.heads + slot) * D;
-        for (int d = 0; d < D; ++d) {
-          sm.k[t][d] = ks.k[off + d];
-          sm.v[t][d] = ks.v[off + d];
-        }
+        const i64 kh = (c0 + t) * ks.heads + slot;
+        for (int d = 0; d < DQ; ++d) sm.k[t][d] = ks.k[kh * DQ + d];
+        for (int d = 0; d < DV; ++d) sm.v[t][d] = ks.v[kh * ks.v_stride + d];
       }
     });
     for (int e = p.entry_begin[bx]; e < p.entry_begin[bx + 1]; ++e) {
@@ -312,11 +317,13 @@ struct DkvProgram {
           const int nr = static_cast<int>(hd_min<i64>(kChunk, w.loop_e - r0));
           ex.sync();
           ex.each([&](int t, State&) {
-            for (int i = t; i < nr * D; i += kTile) {
-              const int j = i / D, d = i % D;
-              const i64 off = ((r0 + j) * qs.heads + qh) * D + d;
-              sm.q[j][d] = qs.q[off];
-              sm.d_o[j][d] = qs.d_o[off];
+            for (int i = t; i < nr * DQ; i += kTile) {
+              const int j = i / DQ, d = i % DQ;
+              sm.q[j][d] = qs.q[((r0 + j) * qs.heads + qh) * DQ + d];
+            }
+            for (int i = t; i < nr * DV; i += kTile) {
+              const int j = i / DV, d = i % DV;
+              sm.d_o[j][d] = qs.d_o[((r0 + j) * qs.heads + qh) * DV + d];
             }
             if (t < nr) {
               sm.lse[t] = qs.lse[(r0 + t) * qs.heads + qh];
@@ -333,16 +340,12 @@ struct DkvProgram {
             st.touched = true;
             for (int j = static_cast<int>(rb - r0); j < static_cast<int>(re - r0); ++j) {
               float s = 0.f, dp = 0.f;
-              for (int d = 0; d < D; ++d) {
-                s += bf16_to_float(sm.q[j][d]) * bf16_to_float(sm.k[t][d]);
-                dp += bf16_to_float(sm.d_o[j][d]) * bf16_to_float(sm.v[t][d]);
-              }
+              for (int d = 0; d < DQ; ++d) s += bf16_to_float(sm.q[j][d]) * bf16_to_float(sm.k[t][d]);
+              for (int d = 0; d < DV; ++d) dp += bf16_to_float(sm.d_o[j][d]) * bf16_to_float(sm.v[t][d]);
               const float pj = hd_exp(s * p.scale - sm.lse[j]);
               const float ds = pj * (dp - sm.delta[j]);
-              for (int d = 0; d < D; ++d) {
-                st.dv[d] += pj * bf16_to_float(sm.d_o[j][d]);
-                st.dk[d] += ds * bf16_to_float(sm.q[j][d]);
-              }
+              for (int d = 0; d < DV; ++d) st.dv[d] += pj * bf16_to_float(sm.d_o[j][d]);
+              for (int d = 0; d < DQ; ++d) st.dk[d] += ds * bf16_to_float(sm.q[j][d]);
             }
           });
         }
@@ -350,11 +353,10 @@ struct DkvProgram {
     }
     ex.each([&](int t, State& st) {
       if (t >= ncols || !st.touched) return;
-      const i64 off = ((c0 + t) * ks.heads + slot) * D;
-      for (int d = 0; d < D; ++d) {
-        ks.dk_acc[off + d] += st.dk[d] * p.scale;
-        ks.dv_acc[off + d] += st.dv[d];
-      }
+      const i64 kh = (c0 + t) * ks.heads + slot;
+      for (int d = 0; d < DQ; ++d) ks.dk_acc[kh * DQ + d] += st.dk[d] * p.scale;
+      // A shared latent: dv_acc is dk_acc, so dV lands on the latent's first DV dims.
+      for (int d = 0; d < DV; ++d) ks.dv_acc[kh * ks.v_stride + d] += st.dv[d];
     });
   }
 };

@@ -58,9 +58,10 @@ class Backend {
 
   // Kernels. `dim` selects the instantiation (the CUDA backend has 64 and
   // 128; the host backend also 16 and 32 for small tests).
-  virtual void attention(AttnKernel k, const AttnLaunch& p, int dim, Grid g) = 0;  // compute stream
+  // dim: d_qk, dim_v: d_v (GQA: equal).
+  virtual void attention(AttnKernel k, const AttnLaunch& p, int dim, int dim_v, Grid g) = 0;  // compute stream
   // Index args on tensor cores (index_programs.hpp); compute stream.
-  virtual void index_attention(IndexKernel k, const IndexLaunch& p, int dim, Grid g) = 0;
+  virtual void index_attention(IndexKernel k, const IndexLaunch& p, int dim, int dim_v, Grid g) = 0;
   virtual void copy(StreamId s, const CopySeg* segs, int n) = 0;                   // segs in device memory
   virtual void merge(const MergeSeg* segs, int n) = 0;                             // compute stream
   virtual void sum(const SumSeg* segs, int n) = 0;                                 // compute stream
@@ -75,6 +76,8 @@ class Backend {
   // pass (it may grow the rank's one workspace). `sdpa_run` enqueues a graph
   // on the compute stream.
   virtual std::string sdpa_support() const { return "this backend has no cuDNN"; }
+  // Why the backend has no attention kernels for these head dims ("" when it has).
+  virtual std::string kernel_dims_lack(int dim, int dim_v, bool shared) const = 0;
   virtual int sdpa_prepare(const SdpaGeometry& g) {
     throw Error("cuda_nccl (internal): SDPA graph " + gpu::describe(g) + " on a backend without cuDNN");
   }

@@ -50,7 +50,7 @@ BufferSizes buffer_sizes(const RankPlan& plan, const PassLists& fwd, const PassL
     z.staging[p] = staging_layout(*lists[p]);
     const Bytes staging = z.staging[p].empty() ? 0 : z.staging[p].back().offset + z.staging[p].back().bytes;
     RemoteBuffers rb;
-    visit_remote(rb, p == 0 ? Pass::fwd : Pass::bwd, remote_shape(*pp[p], h), h.dim, staging,
+    visit_remote(rb, p == 0 ? Pass::fwd : Pass::bwd, remote_shape(*pp[p], h), h, staging,
                  [&](const char* name, Bytes n, auto&) {
                    z.remote[p].push_back({name, n});
                    z.remote_bytes[p] += n;

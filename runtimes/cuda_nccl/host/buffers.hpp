@@ -56,45 +56,50 @@ struct StageStaging {
 std::vector<StageStaging> staging_layout(const PassLists& lists);
 
 // `tail`: zero rows after every buffer (the SDPA path's, sdpa_batches.hpp's kSdpaTailRows).
+// MLA: Q, K, dQ, dK hold d_qk per head, O, dO, V, dV d_v; with a shared
+// latent V and dV take no bytes (null: the latent's rows serve).
 template <class F>
 void visit_local(LocalBuffers& b, const HeadLayout& h, Token rows, F&& f, Token tail = 0) {
   rows += tail;
-  const Bytes q = rows * h.hq * h.dim, kv = rows * h.hkv * h.dim, qh = rows * h.hq;
+  const Bytes q = rows * h.hq * h.dim, o = rows * h.hq * h.dv(), k = rows * h.hkv * h.dim,
+              v = h.shared ? 0 : rows * h.hkv * h.dv(), qh = rows * h.hq;
   f("q", q * 2, b.q);
-  f("k", kv * 2, b.k);
-  f("v", kv * 2, b.v);
-  f("do", q * 2, b.d_o);
-  f("o", q * 2, b.o);
-  f("o_acc", q * 4, b.o_acc);
+  f("k", k * 2, b.k);
+  f("v", v * 2, b.v);
+  f("do", o * 2, b.d_o);
+  f("o", o * 2, b.o);
+  f("o_acc", o * 4, b.o_acc);
   f("lse_acc", qh * 4, b.lse_acc);
   f("delta", qh * 4, b.delta);
   f("dq_acc", q * 4, b.dq_acc);
-  f("dk_acc", kv * 4, b.dk_acc);
-  f("dv_acc", kv * 4, b.dv_acc);
+  f("dk_acc", k * 4, b.dk_acc);
+  f("dv_acc", v * 4, b.dv_acc);
 }
 
 template <class F>
-void visit_remote(RemoteBuffers& b, Pass pass, const RemoteShape& s, int dim, Bytes staging, F&& f, Token tail = 0) {
+void visit_remote(RemoteBuffers& b, Pass pass, const RemoteShape& s, const HeadLayout& h, Bytes staging, F&& f,
+                  Token tail = 0) {
   const Token qr = s.qo_rows + tail, kr = s.kv_rows + tail;
-  const Bytes q = qr * s.q_heads * dim, kv = kr * s.kv_heads * dim, qh = qr * s.q_heads;
+  const Bytes q = qr * s.q_heads * h.dim, o = qr * s.q_heads * h.dv(), k = kr * s.kv_heads * h.dim,
+              v = h.shared ? 0 : kr * s.kv_heads * h.dv(), qh = qr * s.q_heads;
   f("remote q", q * 2, b.q);
-  f("remote k", kv * 2, b.k);
-  f("remote v", kv * 2, b.v);
+  f("remote k", k * 2, b.k);
+  f("remote v", v * 2, b.v);
   if (pass == Pass::fwd) {
-    f("remote o_acc", q * 4, b.o_acc);
+    f("remote o_acc", o * 4, b.o_acc);
     f("remote lse_acc", qh * 4, b.lse_acc);
-    f("remote o_wire", q * 2, b.o_wire);
+    f("remote o_wire", o * 2, b.o_wire);
   } else {
-    f("remote o", q * 2, b.o);
-    f("remote do", q * 2, b.d_o);
+    f("remote o", o * 2, b.o);
+    f("remote do", o * 2, b.d_o);
     f("remote lse", qh * 4, b.lse);
     f("remote delta", qh * 4, b.delta);
     f("remote dq_acc", q * 4, b.dq_acc);
-    f("remote dk_acc", kv * 4, b.dk_acc);
-    f("remote dv_acc", kv * 4, b.dv_acc);
+    f("remote dk_acc", k * 4, b.dk_acc);
+    f("remote dv_acc", v * 4, b.dv_acc);
     f("remote dq_wire", q * 2, b.dq_wire);
-    f("remote dk_wire", kv * 2, b.dk_wire);
-    f("remote dv_wire", kv * 2, b.dv_wire);
+    f("remote dk_wire", k * 2, b.dk_wire);
+    f("remote dv_wire", v * 2, b.dv_wire);
   }
   f("staging", staging, b.staging);
 }

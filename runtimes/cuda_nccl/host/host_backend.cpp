@@ -1,5 +1,7 @@
 #include "host_backend.hpp"
 
+#include <type_traits>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -92,61 +94,91 @@ void HostBackend::download(void* dst, const void* src, Bytes n) {
 
 namespace {
 
-template <template <int> class Prog>
-void run_attention(const AttnLaunch& p, int dim, Grid g) {
-  switch (dim) {
-    case 16: run_on_host(Prog<16>{p}, g.x, g.y); return;
-    case 32: run_on_host(Prog<32>{p}, g.x, g.y); return;
-    case 64: run_on_host(Prog<64>{p}, g.x, g.y); return;
-    case 128: run_on_host(Prog<128>{p}, g.x, g.y); return;
-    default: break;
+// The head dims the CPU emulation has kernels for: GQA (d_qk = d_v) 16, 32,
+// 64, 128; MLA 576 / 512 (DeepSeek's latent, configs/dsa.yaml) and 48 / 32
+// (the same geometry, small enough for CI).
+template <class F>
+bool with_dims(int dim, int dim_v, F&& f) {
+  if (dim == dim_v) {
+    switch (dim) {
+      case 16: f(std::integral_constant<int, 16>{}, std::integral_constant<int, 16>{}); return true;
+      case 32: f(std::integral_constant<int, 32>{}, std::integral_constant<int, 32>{}); return true;
+      case 64: f(std::integral_constant<int, 64>{}, std::integral_constant<int, 64>{}); return true;
+      case 128: f(std::integral_constant<int, 128>{}, std::integral_constant<int, 128>{}); return true;
+      default: return false;
+    }
   }
-  throw Error(fmt::format("cuda_nccl: head dim {} has no kernel (the CPU emulation has 16, 32, 64, 128)", dim));
+  if (dim == 576 && dim_v == 512) {
+    f(std::integral_constant<int, 576>{}, std::integral_constant<int, 512>{});
+    return true;
+  }
+  if (dim == 48 && dim_v == 32) {
+    f(std::integral_constant<int, 48>{}, std::integral_constant<int, 32>{});
+    return true;
+  }
+  return false;
 }
 
-// Index programs: D, and MT (16-head tiles) by the query heads per kv head.
-template <int D>
+std::string host_dims_lack(int dim, int dim_v, const char* what) {
+  if (with_dims(dim, dim_v, [](auto, auto) {})) return "";
+  return fmt::format("cuda_nccl: head dims d_qk {} / d_v {} have no {} (the CPU emulation has GQA 16, 32, 64, 128 "
+                     "and MLA 576 / 512, 48 / 32)",
+                     dim, dim_v, what);
+}
+
+void check_host_dims(int dim, int dim_v, const char* what) {
+  const std::string why = host_dims_lack(dim, dim_v, what);
+  if (!why.empty()) throw Error(why);
+}
+
+// Index programs: MT (16-head tiles) by the query heads per kv head.
+template <int DQ, int DV>
 void run_index(IndexKernel k, const IndexLaunch& p, Grid g) {
   const bool wide = p.hq / p.hkv > 16;
   switch (k) {
     case IndexKernel::fwd:
-      if (wide) run_on_host(IndexFwdProgram<D, 4>{p}, g.x, g.y);
-      else run_on_host(IndexFwdProgram<D, 1>{p}, g.x, g.y);
+      if (wide) run_on_host(IndexFwdProgram<DQ, DV, 4>{p}, g.x, g.y);
+      else run_on_host(IndexFwdProgram<DQ, DV, 1>{p}, g.x, g.y);
       return;
     case IndexKernel::dq:
-      if (wide) run_on_host(IndexDqProgram<D, 4>{p}, g.x, g.y);
-      else run_on_host(IndexDqProgram<D, 1>{p}, g.x, g.y);
+      if (wide) run_on_host(IndexDqProgram<DQ, DV, 4>{p}, g.x, g.y);
+      else run_on_host(IndexDqProgram<DQ, DV, 1>{p}, g.x, g.y);
       return;
-    case IndexKernel::dkdv: run_on_host(IndexDkvProgram<D>{p}, g.x, g.y); return;
+    case IndexKernel::dkdv: run_on_host(IndexDkvProgram<DQ, DV>{p}, g.x, g.y); return;
+  }
+}
+
+template <int DQ, int DV>
+void run_attention(AttnKernel k, const AttnLaunch& p, Grid g) {
+  switch (k) {
+    case AttnKernel::fwd: run_on_host(FwdProgram<DQ, DV>{p}, g.x, g.y); return;
+    case AttnKernel::dq: run_on_host(DqProgram<DQ, DV>{p}, g.x, g.y); return;
+    case AttnKernel::dkdv: run_on_host(DkvProgram<DQ, DV>{p}, g.x, g.y); return;
   }
 }
 
 }  // namespace
 
-void HostBackend::index_attention(IndexKernel k, const IndexLaunch& p, int dim, Grid g) {
+std::string HostBackend::kernel_dims_lack(int dim, int dim_v, bool) const {
+  return host_dims_lack(dim, dim_v, "kernel");
+}
+
+void HostBackend::index_attention(IndexKernel k, const IndexLaunch& p, int dim, int dim_v, Grid g) {
   if (g.x == 0 || g.y == 0) return;
-  if (dim != 16 && dim != 32 && dim != 64 && dim != 128)
-    throw Error(fmt::format("cuda_nccl: head dim {} has no index kernel (the CPU emulation has 16, 32, 64, 128)", dim));
+  check_host_dims(dim, dim_v, "index kernel");
   enqueue(StreamId::compute, {[=, this] {
             ++kernels_;
-            switch (dim) {
-              case 16: run_index<16>(k, p, g); break;
-              case 32: run_index<32>(k, p, g); break;
-              case 64: run_index<64>(k, p, g); break;
-              default: run_index<128>(k, p, g); break;
-            }
+            with_dims(dim, dim_v, [&](auto dq, auto dv) { run_index<decltype(dq)::value, decltype(dv)::value>(k, p, g); });
           }});
 }
 
-void HostBackend::attention(AttnKernel k, const AttnLaunch& p, int dim, Grid g) {
+void HostBackend::attention(AttnKernel k, const AttnLaunch& p, int dim, int dim_v, Grid g) {
   if (g.x == 0 || g.y == 0) return;
+  check_host_dims(dim, dim_v, "kernel");
   enqueue(StreamId::compute, {[=, this] {
             ++kernels_;
-            switch (k) {
-              case AttnKernel::fwd: run_attention<FwdProgram>(p, dim, g); break;
-              case AttnKernel::dq: run_attention<DqProgram>(p, dim, g); break;
-              case AttnKernel::dkdv: run_attention<DkvProgram>(p, dim, g); break;
-            }
+            with_dims(dim, dim_v,
+                      [&](auto dq, auto dv) { run_attention<decltype(dq)::value, decltype(dv)::value>(k, p, g); });
           }});
 }
 

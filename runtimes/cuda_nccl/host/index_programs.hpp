@@ -21,6 +21,12 @@
 // time: S^T = K Q^T, dP^T = V dO^T, then dV += P^T dO and dK += dS^T Q, a
 // pair's mask bit zeroing the keys its row did not select. Every result is
 // written once by one CTA, in a fixed order: deterministic, no atomics.
+//
+// Head dims: DQ for Q and K (the S products, dQ, dK), DV for V, O and dO (the
+// PV and dP products, dV). MLA's shared latent (KSide::v == k): V is the
+// first DV columns of the K rows already gathered, so a key's latent row is
+// read once per CTA for both products, and dV is added into the latent's
+// gradient after dK (one barrier apart: different threads own them).
 #include "attention_programs.hpp"
 #include "tile_mma.hpp"
 
@@ -79,20 +85,21 @@ CPSCHED_HD inline bool index_heads(const IndexLaunch& p, int q_buf, int k_buf, i
 CPSCHED_HD inline int index_block_heads(int ratio) { return ratio <= 16 ? 16 : 64; }
 
 // ---------------------------------------------------------------- forward
-template <int D, int MT>
+template <int DQ, int DV, int MT>
 struct IndexFwdProgram {
+  static_assert(DQ % 16 == 0 && DV % 16 == 0, "index programs: head dims multiple of 16");
   static constexpr int kThreads = kIndexThreads;
   static constexpr int kM = 16 * MT, kN = kIndexKeys;
-  static constexpr int kLdh = D + 8, kLdf = D + 4, kLds = kN + 4, kLdp = kN + 8;
+  static constexpr int kLdq = DQ + 8, kLdv = DV + 8, kLdo = DV + 4, kLds = kN + 4, kLdp = kN + 8;
   static constexpr int kTpr = kThreads / kM, kCpt = kN / kTpr;  // softmax: threads per row, cols per thread
   using State = IndexNoState;
   struct Smem {
-    alignas(32) bf16 q[kM][kLdh];
-    alignas(32) bf16 k[kN][kLdh];
-    alignas(32) bf16 v[kN][kLdh];
+    alignas(32) bf16 q[kM][kLdq];
+    alignas(32) bf16 k[kN][kLdq];
+    alignas(32) bf16 v[kN][kLdv];  // unused with a shared latent
     alignas(32) float s[kM][kLds];
     alignas(32) bf16 p[kM][kLdp];
-    alignas(32) float o[kM][kLdf];
+    alignas(32) float o[kM][kLdo];
     float m[kM], l[kM], mnew[kM], corr[kM];
     float part[kM][kTpr];
     std::int32_t key[kN];
@@ -110,7 +117,7 @@ struct IndexFwdProgram {
         sm.m[r] = neg_inf();
         sm.l[r] = 0.f;
       }
-      for (int i = t; i < kM * kLdf; i += kThreads) (&sm.o[0][0])[i] = 0.f;
+      for (int i = t; i < kM * kLdo; i += kThreads) (&sm.o[0][0])[i] = 0.f;
     });
     int q_head = -1;
     for (int e = p.begin[bx]; e < p.begin[bx + 1]; ++e) {
@@ -120,14 +127,15 @@ struct IndexFwdProgram {
       if (q_head < 0) {  // the row's query heads, once
         q_head = hm.q_head + h_lo;
         ex.each([&](int t, State&) {
-          for (int u = t; u < kM * (D / 8); u += kThreads) {
-            const int r = u / (D / 8), c = (u % (D / 8)) * 8;
-            if (r < nh) copy16(&sm.q[r][c], qs.q + (row * qs.heads + q_head + r) * D + c);
+          for (int u = t; u < kM * (DQ / 8); u += kThreads) {
+            const int r = u / (DQ / 8), c = (u % (DQ / 8)) * 8;
+            if (r < nh) copy16(&sm.q[r][c], qs.q + (row * qs.heads + q_head + r) * DQ + c);
             else zero16(&sm.q[r][c]);
           }
         });
       }
       const KSide& ks = p.k[it.other_buf];
+      const bool latent = ks.v == ks.k;
       const std::int32_t* keys = p.indices + it.keys;
       for (int j0 = 0; j0 < it.width; j0 += kN) {
         ex.sync();
@@ -135,26 +143,27 @@ struct IndexFwdProgram {
           for (int j = t; j < kN; j += kThreads) sm.key[j] = j0 + j < it.width ? keys[j0 + j] : -1;
         });
         ex.sync();
-        ex.each([&](int t, State&) {  // gather the chunk's K and V rows
-          for (int u = t; u < kN * (D / 8); u += kThreads) {
-            const int j = u / (D / 8), c = (u % (D / 8)) * 8;
+        ex.each([&](int t, State&) {  // gather the chunk's K (the latent) and V rows
+          for (int u = t; u < kN * (DQ / 8); u += kThreads) {
+            const int j = u / (DQ / 8), c = (u % (DQ / 8)) * 8;
             const std::int32_t key = sm.key[j];
-            if (key >= 0) {
-              const i64 off = (static_cast<i64>(key) * ks.heads + hm.k_head) * D + c;
-              copy16(&sm.k[j][c], ks.k + off);
-              copy16(&sm.v[j][c], ks.v + off);
-            } else {
-              zero16(&sm.k[j][c]);
-              zero16(&sm.v[j][c]);
-            }
+            if (key >= 0) copy16(&sm.k[j][c], ks.k + (static_cast<i64>(key) * ks.heads + hm.k_head) * DQ + c);
+            else zero16(&sm.k[j][c]);
           }
+          if (!latent)
+            for (int u = t; u < kN * (DV / 8); u += kThreads) {
+              const int j = u / (DV / 8), c = (u % (DV / 8)) * 8;
+              const std::int32_t key = sm.key[j];
+              if (key >= 0) copy16(&sm.v[j][c], ks.v + (static_cast<i64>(key) * ks.heads + hm.k_head) * ks.v_stride + c);
+              else zero16(&sm.v[j][c]);
+            }
         });
         ex.sync();
         ex.warps([&](int w) {  // S = Q K^T
           for (int tile = w; tile < MT * (kN / 16); tile += kIndexWarps) {
             const int i = tile / (kN / 16), j = tile % (kN / 16);
-            warp_mma<D, RowMajor, ColMajor, false>(&sm.s[16 * i][16 * j], kLds, &sm.q[16 * i][0], kLdh,
-                                                   &sm.k[16 * j][0], kLdh);
+            warp_mma<DQ, RowMajor, ColMajor, false>(&sm.s[16 * i][16 * j], kLds, &sm.q[16 * i][0], kLdq,
+                                                    &sm.k[16 * j][0], kLdq);
           }
         });
         ex.sync();
@@ -198,14 +207,16 @@ struct IndexFwdProgram {
             sm.l[r] = sm.l[r] * sm.corr[r] + sum;
             sm.m[r] = sm.mnew[r];
           }
-          for (int i = t; i < kM * D; i += kThreads) sm.o[i / D][i % D] *= sm.corr[i / D];
+          for (int i = t; i < kM * DV; i += kThreads) sm.o[i / DV][i % DV] *= sm.corr[i / DV];
         });
         ex.sync();
+        const bf16* vt = latent ? &sm.k[0][0] : &sm.v[0][0];
+        const int ldv = latent ? kLdq : kLdv;
         ex.warps([&](int w) {  // O += P V
-          for (int tile = w; tile < MT * (D / 16); tile += kIndexWarps) {
-            const int i = tile / (D / 16), j = tile % (D / 16);
-            warp_mma<kN, RowMajor, RowMajor, true>(&sm.o[16 * i][16 * j], kLdf, &sm.p[16 * i][0], kLdp,
-                                                   &sm.v[0][16 * j], kLdh);
+          for (int tile = w; tile < MT * (DV / 16); tile += kIndexWarps) {
+            const int i = tile / (DV / 16), j = tile % (DV / 16);
+            warp_mma<kN, RowMajor, RowMajor, true>(&sm.o[16 * i][16 * j], kLdo, &sm.p[16 * i][0], kLdp, vt + 16 * j,
+                                                   ldv);
           }
         });
       }
@@ -217,8 +228,8 @@ struct IndexFwdProgram {
         if (!(sm.l[r] > 0.f)) continue;
         const float inv = 1.f / sm.l[r];
         const i64 rh = row * qs.heads + q_head + r;
-        merge_into(qs.o_acc + rh * D, qs.lse_acc + rh, [&](int d) { return sm.o[r][d] * inv; },
-                   sm.m[r] + hd_log(sm.l[r]), D);
+        merge_into(qs.o_acc + rh * DV, qs.lse_acc + rh, [&](int d) { return sm.o[r][d] * inv; },
+                   sm.m[r] + hd_log(sm.l[r]), DV);
       }
     });
   }
@@ -226,17 +237,18 @@ struct IndexFwdProgram {
 
 // ---------------------------------------------------------------- dQ
 // dS = P (dP - delta), P = exp(scale S - lse), dP = dO V^T; dQ += scale dS K.
-template <int D, int MT>
+template <int DQ, int DV, int MT>
 struct IndexDqProgram {
+  static_assert(DQ % 16 == 0 && DV % 16 == 0, "index programs: head dims multiple of 16");
   static constexpr int kThreads = kIndexThreads;
   static constexpr int kM = 16 * MT, kN = kIndexKeys;
-  static constexpr int kLdh = D + 8, kLdf = D + 4, kLds = kN + 4, kLdp = kN + 8;
+  static constexpr int kLdq = DQ + 8, kLdv = DV + 8, kLdf = DQ + 4, kLds = kN + 4, kLdp = kN + 8;
   using State = IndexNoState;
   struct Smem {
-    alignas(32) bf16 q[kM][kLdh];
-    alignas(32) bf16 d_o[kM][kLdh];
-    alignas(32) bf16 k[kN][kLdh];
-    alignas(32) bf16 v[kN][kLdh];
+    alignas(32) bf16 q[kM][kLdq];
+    alignas(32) bf16 d_o[kM][kLdv];
+    alignas(32) bf16 k[kN][kLdq];
+    alignas(32) bf16 v[kN][kLdv];  // unused with a shared latent
     alignas(32) float s[kM][kLds];
     alignas(32) float dp[kM][kLds];
     alignas(32) bf16 ds[kM][kLdp];
@@ -263,16 +275,15 @@ struct IndexDqProgram {
       if (q_head < 0) {
         q_head = hm.q_head + h_lo;
         ex.each([&](int t, State&) {
-          for (int u = t; u < kM * (D / 8); u += kThreads) {
-            const int r = u / (D / 8), c = (u % (D / 8)) * 8;
-            if (r < nh) {
-              const i64 off = (row * qs.heads + q_head + r) * D + c;
-              copy16(&sm.q[r][c], qs.q + off);
-              copy16(&sm.d_o[r][c], qs.d_o + off);
-            } else {
-              zero16(&sm.q[r][c]);
-              zero16(&sm.d_o[r][c]);
-            }
+          for (int u = t; u < kM * (DQ / 8); u += kThreads) {
+            const int r = u / (DQ / 8), c = (u % (DQ / 8)) * 8;
+            if (r < nh) copy16(&sm.q[r][c], qs.q + (row * qs.heads + q_head + r) * DQ + c);
+            else zero16(&sm.q[r][c]);
+          }
+          for (int u = t; u < kM * (DV / 8); u += kThreads) {
+            const int r = u / (DV / 8), c = (u % (DV / 8)) * 8;
+            if (r < nh) copy16(&sm.d_o[r][c], qs.d_o + (row * qs.heads + q_head + r) * DV + c);
+            else zero16(&sm.d_o[r][c]);
           }
           for (int r = t; r < kM; r += kThreads) {
             const i64 rh = row * qs.heads + q_head + r;
@@ -282,6 +293,7 @@ struct IndexDqProgram {
         });
       }
       const KSide& ks = p.k[it.other_buf];
+      const bool latent = ks.v == ks.k;
       const std::int32_t* keys = p.indices + it.keys;
       for (int j0 = 0; j0 < it.width; j0 += kN) {
         ex.sync();
@@ -290,30 +302,33 @@ struct IndexDqProgram {
         });
         ex.sync();
         ex.each([&](int t, State&) {
-          for (int u = t; u < kN * (D / 8); u += kThreads) {
-            const int j = u / (D / 8), c = (u % (D / 8)) * 8;
+          for (int u = t; u < kN * (DQ / 8); u += kThreads) {
+            const int j = u / (DQ / 8), c = (u % (DQ / 8)) * 8;
             const std::int32_t key = sm.key[j];
-            if (key >= 0) {
-              const i64 off = (static_cast<i64>(key) * ks.heads + hm.k_head) * D + c;
-              copy16(&sm.k[j][c], ks.k + off);
-              copy16(&sm.v[j][c], ks.v + off);
-            } else {
-              zero16(&sm.k[j][c]);
-              zero16(&sm.v[j][c]);
-            }
+            if (key >= 0) copy16(&sm.k[j][c], ks.k + (static_cast<i64>(key) * ks.heads + hm.k_head) * DQ + c);
+            else zero16(&sm.k[j][c]);
           }
+          if (!latent)
+            for (int u = t; u < kN * (DV / 8); u += kThreads) {
+              const int j = u / (DV / 8), c = (u % (DV / 8)) * 8;
+              const std::int32_t key = sm.key[j];
+              if (key >= 0) copy16(&sm.v[j][c], ks.v + (static_cast<i64>(key) * ks.heads + hm.k_head) * ks.v_stride + c);
+              else zero16(&sm.v[j][c]);
+            }
         });
         ex.sync();
+        const bf16* vt = latent ? &sm.k[0][0] : &sm.v[0][0];
+        const int ldv = latent ? kLdq : kLdv;
         ex.warps([&](int w) {  // S = Q K^T and dP = dO V^T
           for (int tile = w; tile < 2 * MT * (kN / 16); tile += kIndexWarps) {
             const int which = tile / (MT * (kN / 16)), x = tile % (MT * (kN / 16));
             const int i = x / (kN / 16), j = x % (kN / 16);
             if (which == 0)
-              warp_mma<D, RowMajor, ColMajor, false>(&sm.s[16 * i][16 * j], kLds, &sm.q[16 * i][0], kLdh,
-                                                     &sm.k[16 * j][0], kLdh);
+              warp_mma<DQ, RowMajor, ColMajor, false>(&sm.s[16 * i][16 * j], kLds, &sm.q[16 * i][0], kLdq,
+                                                      &sm.k[16 * j][0], kLdq);
             else
-              warp_mma<D, RowMajor, ColMajor, false>(&sm.dp[16 * i][16 * j], kLds, &sm.d_o[16 * i][0], kLdh,
-                                                     &sm.v[16 * j][0], kLdh);
+              warp_mma<DV, RowMajor, ColMajor, false>(&sm.dp[16 * i][16 * j], kLds, &sm.d_o[16 * i][0], kLdv,
+                                                      vt + 16 * j * ldv, ldv);
           }
         });
         ex.sync();
@@ -326,10 +341,10 @@ struct IndexDqProgram {
         });
         ex.sync();
         ex.warps([&](int w) {  // dQ += dS K
-          for (int tile = w; tile < MT * (D / 16); tile += kIndexWarps) {
-            const int i = tile / (D / 16), j = tile % (D / 16);
+          for (int tile = w; tile < MT * (DQ / 16); tile += kIndexWarps) {
+            const int i = tile / (DQ / 16), j = tile % (DQ / 16);
             warp_mma<kN, RowMajor, RowMajor, true>(&sm.dq[16 * i][16 * j], kLdf, &sm.ds[16 * i][0], kLdp,
-                                                   &sm.k[0][16 * j], kLdh);
+                                                   &sm.k[0][16 * j], kLdq);
           }
         });
       }
@@ -337,9 +352,9 @@ struct IndexDqProgram {
     if (q_head < 0) return;
     ex.sync();
     ex.each([&](int t, State&) {
-      for (int i = t; i < nh * D; i += kThreads) {
-        const int r = i / D, d = i % D;
-        qs.dq_acc[(row * qs.heads + q_head + r) * D + d] += sm.dq[r][d] * p.scale;
+      for (int i = t; i < nh * DQ; i += kThreads) {
+        const int r = i / DQ, d = i % DQ;
+        qs.dq_acc[(row * qs.heads + q_head + r) * DQ + d] += sm.dq[r][d] * p.scale;
       }
     });
   }
@@ -347,23 +362,24 @@ struct IndexDqProgram {
 
 // ---------------------------------------------------------------- dK, dV
 // dV += P^T dO, dK += scale dS^T Q over the selecting (row, head) pairs.
-template <int D>
+template <int DQ, int DV>
 struct IndexDkvProgram {
+  static_assert(DQ % 16 == 0 && DV % 16 == 0, "index programs: head dims multiple of 16");
   static constexpr int kThreads = kIndexThreads;
   static constexpr int kT = kIndexColTile, kP = kIndexKeys;
-  static constexpr int kLdh = D + 8, kLdf = D + 4, kLds = kP + 4, kLdp = kP + 8;
+  static constexpr int kLdq = DQ + 8, kLdv = DV + 8, kLdk = DQ + 4, kLdo = DV + 4, kLds = kP + 4, kLdp = kP + 8;
   using State = IndexNoState;
   struct Smem {
-    alignas(32) bf16 k[kT][kLdh];
-    alignas(32) bf16 v[kT][kLdh];
-    alignas(32) bf16 q[kP][kLdh];
-    alignas(32) bf16 d_o[kP][kLdh];
+    alignas(32) bf16 k[kT][kLdq];
+    alignas(32) bf16 v[kT][kLdv];  // unused with a shared latent
+    alignas(32) bf16 q[kP][kLdq];
+    alignas(32) bf16 d_o[kP][kLdv];
     alignas(32) float st[kT][kLds];
     alignas(32) float dpt[kT][kLds];
     alignas(32) bf16 pt[kT][kLdp];
     alignas(32) bf16 dst[kT][kLdp];
-    alignas(32) float dk[kT][kLdf];
-    alignas(32) float dv[kT][kLdf];
+    alignas(32) float dk[kT][kLdk];
+    alignas(32) float dv[kT][kLdo];
     float lse[kP], delta[kP];
     std::uint32_t mask[kP];
   };
@@ -372,34 +388,33 @@ struct IndexDkvProgram {
   template <class Exec>
   CPSCHED_HD void operator()(Exec& ex, int bx, int slot, Smem& sm) const {
     const KSide& ks = p.k[p.major_buf];
+    const bool latent = ks.v == ks.k;
     const i64 c0 = p.major[bx];
     const int ncols = static_cast<int>(hd_min<i64>(kT, ks.rows - c0));
     const int ratio = p.hq / p.hkv;
     ex.each([&](int t, State&) {
-      for (int i = t; i < kT * kLdf; i += kThreads) {
-        (&sm.dk[0][0])[i] = 0.f;
-        (&sm.dv[0][0])[i] = 0.f;
-      }
+      for (int i = t; i < kT * kLdk; i += kThreads) (&sm.dk[0][0])[i] = 0.f;
+      for (int i = t; i < kT * kLdo; i += kThreads) (&sm.dv[0][0])[i] = 0.f;
     });
     int k_head = -1;
     for (int e = p.begin[bx]; e < p.begin[bx + 1]; ++e) {
       const IndexKItem it = p.k_items[e];
       IndexHeads hm;
       if (!index_heads(p, it.other_buf, p.major_buf, p.major_buf, it.group, slot, hm)) continue;
-      if (k_head < 0) {  // the tile's keys, once
+      if (k_head < 0) {  // the tile's keys (latent rows), once
         k_head = hm.k_head;
         ex.each([&](int t, State&) {
-          for (int u = t; u < kT * (D / 8); u += kThreads) {
-            const int j = u / (D / 8), c = (u % (D / 8)) * 8;
-            if (j < ncols) {
-              const i64 off = ((c0 + j) * ks.heads + k_head) * D + c;
-              copy16(&sm.k[j][c], ks.k + off);
-              copy16(&sm.v[j][c], ks.v + off);
-            } else {
-              zero16(&sm.k[j][c]);
-              zero16(&sm.v[j][c]);
-            }
+          for (int u = t; u < kT * (DQ / 8); u += kThreads) {
+            const int j = u / (DQ / 8), c = (u % (DQ / 8)) * 8;
+            if (j < ncols) copy16(&sm.k[j][c], ks.k + ((c0 + j) * ks.heads + k_head) * DQ + c);
+            else zero16(&sm.k[j][c]);
           }
+          if (!latent)
+            for (int u = t; u < kT * (DV / 8); u += kThreads) {
+              const int j = u / (DV / 8), c = (u % (DV / 8)) * 8;
+              if (j < ncols) copy16(&sm.v[j][c], ks.v + ((c0 + j) * ks.heads + k_head) * ks.v_stride + c);
+              else zero16(&sm.v[j][c]);
+            }
         });
       }
       const QSide& qs = p.q[it.other_buf];
@@ -407,21 +422,29 @@ struct IndexDkvProgram {
       for (i64 p0 = 0; p0 < npairs; p0 += kP) {
         ex.sync();
         ex.each([&](int t, State&) {  // gather the step's (row, head) pairs: Q, dO, lse, delta, the row's mask
-          for (int u = t; u < kP * (D / 8); u += kThreads) {
-            const int j = u / (D / 8), c = (u % (D / 8)) * 8;
+          for (int u = t; u < kP * (DQ / 8); u += kThreads) {
+            const int j = u / (DQ / 8), c = (u % (DQ / 8)) * 8;
+            const i64 pair = p0 + j;
+            if (pair < npairs) {
+              const i64 rh = static_cast<i64>(p.u_rows[it.first + pair / ratio]) * qs.heads + hm.q_head + pair % ratio;
+              copy16(&sm.q[j][c], qs.q + rh * DQ + c);
+            } else {
+              zero16(&sm.q[j][c]);
+            }
+          }
+          for (int u = t; u < kP * (DV / 8); u += kThreads) {
+            const int j = u / (DV / 8), c = (u % (DV / 8)) * 8;
             const i64 pair = p0 + j;
             if (pair < npairs) {
               const i64 ur = it.first + pair / ratio;
               const i64 rh = static_cast<i64>(p.u_rows[ur]) * qs.heads + hm.q_head + pair % ratio;
-              copy16(&sm.q[j][c], qs.q + rh * D + c);
-              copy16(&sm.d_o[j][c], qs.d_o + rh * D + c);
+              copy16(&sm.d_o[j][c], qs.d_o + rh * DV + c);
               if (c == 0) {
                 sm.lse[j] = qs.lse[rh];
                 sm.delta[j] = qs.delta[rh];
                 sm.mask[j] = p.u_masks[ur];
               }
             } else {
-              zero16(&sm.q[j][c]);
               zero16(&sm.d_o[j][c]);
               if (c == 0) {
                 sm.lse[j] = 0.f;
@@ -432,15 +455,16 @@ struct IndexDkvProgram {
           }
         });
         ex.sync();
+        const bf16* vt = latent ? &sm.k[0][0] : &sm.v[0][0];
+        const int ldv = latent ? kLdq : kLdv;
         ex.warps([&](int w) {  // S^T = K Q^T and dP^T = V dO^T
           for (int tile = w; tile < 2 * (kP / 16); tile += kIndexWarps) {
             const int j = tile % (kP / 16);
             if (tile < kP / 16)
-              warp_mma<D, RowMajor, ColMajor, false>(&sm.st[0][16 * j], kLds, &sm.k[0][0], kLdh, &sm.q[16 * j][0],
-                                                     kLdh);
+              warp_mma<DQ, RowMajor, ColMajor, false>(&sm.st[0][16 * j], kLds, &sm.k[0][0], kLdq, &sm.q[16 * j][0],
+                                                      kLdq);
             else
-              warp_mma<D, RowMajor, ColMajor, false>(&sm.dpt[0][16 * j], kLds, &sm.v[0][0], kLdh,
-                                                     &sm.d_o[16 * j][0], kLdh);
+              warp_mma<DV, RowMajor, ColMajor, false>(&sm.dpt[0][16 * j], kLds, vt, ldv, &sm.d_o[16 * j][0], kLdv);
           }
         });
         ex.sync();
@@ -455,14 +479,13 @@ struct IndexDkvProgram {
         });
         ex.sync();
         ex.warps([&](int w) {  // dV += P^T dO, dK += dS^T Q
-          for (int tile = w; tile < 2 * (D / 16); tile += kIndexWarps) {
-            const int j = tile % (D / 16);
-            if (tile < D / 16)
-              warp_mma<kP, RowMajor, RowMajor, true>(&sm.dv[0][16 * j], kLdf, &sm.pt[0][0], kLdp, &sm.d_o[0][16 * j],
-                                                     kLdh);
+          for (int tile = w; tile < DV / 16 + DQ / 16; tile += kIndexWarps) {
+            if (tile < DV / 16)
+              warp_mma<kP, RowMajor, RowMajor, true>(&sm.dv[0][16 * tile], kLdo, &sm.pt[0][0], kLdp,
+                                                     &sm.d_o[0][16 * tile], kLdv);
             else
-              warp_mma<kP, RowMajor, RowMajor, true>(&sm.dk[0][16 * j], kLdf, &sm.dst[0][0], kLdp, &sm.q[0][16 * j],
-                                                     kLdh);
+              warp_mma<kP, RowMajor, RowMajor, true>(&sm.dk[0][16 * (tile - DV / 16)], kLdk, &sm.dst[0][0], kLdp,
+                                                     &sm.q[0][16 * (tile - DV / 16)], kLdq);
           }
         });
       }
@@ -470,11 +493,16 @@ struct IndexDkvProgram {
     if (k_head < 0) return;
     ex.sync();
     ex.each([&](int t, State&) {
-      for (int i = t; i < ncols * D; i += kThreads) {
-        const int c = i / D, d = i % D;
-        const i64 off = ((c0 + c) * ks.heads + k_head) * D + d;
-        ks.dk_acc[off] += sm.dk[c][d] * p.scale;
-        ks.dv_acc[off] += sm.dv[c][d];
+      for (int i = t; i < ncols * DQ; i += kThreads) {
+        const int c = i / DQ, d = i % DQ;
+        ks.dk_acc[((c0 + c) * ks.heads + k_head) * DQ + d] += sm.dk[c][d] * p.scale;
+      }
+    });
+    ex.sync();  // a shared latent: dV adds into what other threads just wrote
+    ex.each([&](int t, State&) {
+      for (int i = t; i < ncols * DV; i += kThreads) {
+        const int c = i / DV, d = i % DV;
+        ks.dv_acc[((c0 + c) * ks.heads + k_head) * ks.v_stride + d] += sm.dv[c][d];
       }
     });
   }

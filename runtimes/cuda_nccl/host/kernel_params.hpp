@@ -40,6 +40,8 @@ struct QSide {
   std::int32_t pad;
 };
 
+// v and dv_acc: `v_stride` elements per head of a row (d_v; d_qk when V is
+// the first d_v dims of K's latent row, v == k and dv_acc == dk_acc).
 struct KSide {
   const bf16* k;
   const bf16* v;
@@ -47,7 +49,7 @@ struct KSide {
   float* dv_acc;
   i64 rows;
   std::int32_t heads;
-  std::int32_t pad;
+  std::int32_t v_stride;
 };
 
 // One attention launch: the tiles of one buffer (`major_buf`) of one stage.

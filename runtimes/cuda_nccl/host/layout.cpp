@@ -19,17 +19,12 @@ bool is_q_side(Tensor t) {
 }
 
 HeadLayout HeadLayout::of(const Problem& p) {
-  // The kernels and buffers hold one head dim for every tensor: MLA (d_v !=
-  // d_qk, or V sharing K's latent row) is refused before anything is sized.
-  if (!p.heads.is_gqa())
-    throw Error(fmt::format("cuda_nccl: MLA head geometry (d_qk {}, d_v {}{}) is not supported: its kernels and "
-                            "buffers are built for GQA (one head dim for Q, K, V and O); run it on the sim executor",
-                            p.heads.dqk(), p.heads.dv(), p.heads.kv_shared ? ", shared KV latent" : ""));
-  HeadLayout h{p.heads.q, p.heads.kv, p.heads.dim, p.num_groups(), p.heads.dtype_bytes};
+  HeadLayout h{p.heads.q, p.heads.kv, p.heads.dqk(), p.num_groups(), p.heads.dtype_bytes, p.heads.dv(),
+               p.heads.kv_shared};
   if (h.hq <= 0 || h.hkv <= 0 || h.hq % h.hkv != 0 || h.groups <= 0 || h.hkv % h.groups != 0 || h.dim <= 0 ||
-      h.dtype_bytes <= 0)
-    throw Error(fmt::format("cuda_nccl: unsupported heads q={} kv={} dim={} dtype_bytes={} with {} head groups",
-                            h.hq, h.hkv, h.dim, h.dtype_bytes, h.groups));
+      h.dv() <= 0 || h.dtype_bytes <= 0 || (h.shared && h.dv() > h.dim))
+    throw Error(fmt::format("cuda_nccl: unsupported heads q={} kv={} d_qk={} d_v={}{} dtype_bytes={} with {} head groups",
+                            h.hq, h.hkv, h.dim, h.dv(), h.shared ? " (shared latent)" : "", h.dtype_bytes, h.groups));
   return h;
 }
 
@@ -45,19 +40,22 @@ namespace {
 constexpr std::array kFwdQoCast{Tensor::q};
 constexpr std::array kFwdQoReduce{Tensor::o, Tensor::lse};
 constexpr std::array kKvCast{Tensor::k, Tensor::v};
+constexpr std::array kLatentCast{Tensor::k};
+constexpr std::array kLatentReduce{Tensor::dk};
 constexpr std::array kBwdQoCast{Tensor::q, Tensor::o, Tensor::d_o, Tensor::lse};
 constexpr std::array kBwdQoReduce{Tensor::dq};
 constexpr std::array kBwdKvReduce{Tensor::dk, Tensor::dv};
 }  // namespace
 
-std::span<const Tensor> cast_tensors(Pass p, RowKind k) {
-  if (k == RowKind::kv) return kKvCast;
+std::span<const Tensor> cast_tensors(Pass p, RowKind k, bool shared) {
+  if (k == RowKind::kv) return shared ? std::span<const Tensor>(kLatentCast) : std::span<const Tensor>(kKvCast);
   return p == Pass::fwd ? std::span<const Tensor>(kFwdQoCast) : std::span<const Tensor>(kBwdQoCast);
 }
 
-std::span<const Tensor> reduce_tensors(Pass p, RowKind k) {
+std::span<const Tensor> reduce_tensors(Pass p, RowKind k, bool shared) {
   if (p == Pass::fwd) return k == RowKind::qo ? std::span<const Tensor>(kFwdQoReduce) : std::span<const Tensor>();
-  return k == RowKind::qo ? std::span<const Tensor>(kBwdQoReduce) : std::span<const Tensor>(kBwdKvReduce);
+  if (k == RowKind::qo) return kBwdQoReduce;
+  return shared ? std::span<const Tensor>(kLatentReduce) : std::span<const Tensor>(kBwdKvReduce);
 }
 
 }  // namespace cpsched::gpu

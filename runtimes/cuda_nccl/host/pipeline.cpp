@@ -81,7 +81,10 @@ RankPipeline::RankPipeline(Backend& be, const RankPlan& plan, const HeadLayout& 
   if (h_.dtype_bytes != 2)
     throw Error(fmt::format("cuda_nccl: dtype of {} bytes is not supported (the kernels take bf16, 2 bytes)",
                             h_.dtype_bytes));
-  if (h_.dim % 2 != 0) throw Error(fmt::format("cuda_nccl: head dim {} must be even", h_.dim));
+  if (h_.dim % 2 != 0 || h_.dv() % 2 != 0)
+    throw Error(fmt::format("cuda_nccl: head dims (d_qk {}, d_v {}) must be even", h_.dim, h_.dv()));
+  // Before any buffer or collective, on every rank alike.
+  if (const std::string why = be_.kernel_dims_lack(h_.dim, h_.dv(), h_.shared); !why.empty()) throw Error(why);
   const Rank self = be_.rank();
   lists_[0] = translate(plan.fwd, Pass::fwd, h_, self);
   lists_[1] = translate(plan.bwd, Pass::bwd, h_, self);
@@ -293,16 +296,16 @@ CopySeg RankPipeline::PassBuilder::local_pack(const Segment& g) const {
 
 MergeSeg RankPipeline::PassBuilder::local_merge(const Segment& o) const {
   const int off = h_.head_offset(Tensor::o, o.group);
-  return MergeSeg{lb_.o_acc + (o.row * h_.hq + off) * h_.dim, lb_.lse_acc + o.row * h_.hq + off, nullptr, nullptr,
-                  o.rows, static_cast<i64>(h_.hq) * h_.dim, h_.hq, h_.heads(Tensor::o, o.group), h_.dim};
+  return MergeSeg{lb_.o_acc + (o.row * h_.hq + off) * h_.dv(), lb_.lse_acc + o.row * h_.hq + off, nullptr, nullptr,
+                  o.rows, static_cast<i64>(h_.hq) * h_.dv(), h_.hq, h_.heads(Tensor::o, o.group), h_.dv()};
 }
 
 SumSeg RankPipeline::PassBuilder::local_sum(const Segment& g) const {
   float* acc = g.tensor == Tensor::dq ? lb_.dq_acc : g.tensor == Tensor::dk ? lb_.dk_acc : lb_.dv_acc;
   const int heads = h_.local_heads(g.tensor);
-  const int off = h_.head_offset(g.tensor, g.group);
-  return SumSeg{acc + (g.row * heads + off) * h_.dim, nullptr, g.rows, static_cast<i64>(heads) * h_.dim,
-                static_cast<i64>(h_.heads(g.tensor, g.group)) * h_.dim};
+  const int off = h_.head_offset(g.tensor, g.group), d = h_.elems_per_head(g.tensor);
+  return SumSeg{acc + (g.row * heads + off) * d, nullptr, g.rows, static_cast<i64>(heads) * d,
+                static_cast<i64>(h_.heads(g.tensor, g.group)) * d};
 }
 
 CopySeg RankPipeline::PassBuilder::relay_pack(Token off, const Segment& g) const {
@@ -312,14 +315,14 @@ CopySeg RankPipeline::PassBuilder::relay_pack(Token off, const Segment& g) const
 
 MergeSeg RankPipeline::PassBuilder::relay_merge(Token off, const Segment& o) const {
   const i64 qh = pp_.shape.q_heads, row = off + o.row;
-  return MergeSeg{rb_.o_acc + row * qh * h_.dim, rb_.lse_acc + row * qh, nullptr, nullptr, o.rows, qh * h_.dim, qh,
-                  static_cast<int>(qh), h_.dim};
+  return MergeSeg{rb_.o_acc + row * qh * h_.dv(), rb_.lse_acc + row * qh, nullptr, nullptr, o.rows, qh * h_.dv(), qh,
+                  static_cast<int>(qh), h_.dv()};
 }
 
 SumSeg RankPipeline::PassBuilder::relay_sum(Token off, const Segment& g) const {
   const bool q_side = g.tensor == Tensor::dq;
   float* acc = q_side ? rb_.dq_acc : g.tensor == Tensor::dk ? rb_.dk_acc : rb_.dv_acc;
-  const i64 width = static_cast<i64>(q_side ? pp_.shape.q_heads : pp_.shape.kv_heads) * h_.dim;
+  const i64 width = static_cast<i64>(q_side ? pp_.shape.q_heads : pp_.shape.kv_heads) * h_.elems_per_head(g.tensor);
   return SumSeg{acc + (off + g.row) * width, nullptr, g.rows, width, width};
 }
 
@@ -468,9 +471,13 @@ RankPipeline::PassBuilder::Operands RankPipeline::PassBuilder::operands() const 
       pass == Pass::fwd
           ? QSide{rb.q, nullptr, nullptr, nullptr, nullptr, rb.o_acc, rb.lse_acc, nullptr, sh.qo_rows, sh.q_heads, 0}
           : QSide{rb.q, rb.o, rb.d_o, rb.lse, rb.delta, nullptr, nullptr, rb.dq_acc, sh.qo_rows, sh.q_heads, 0};
-  const KSide k_local{lb.k, lb.v, pass == Pass::bwd ? lb.dk_acc : nullptr, pass == Pass::bwd ? lb.dv_acc : nullptr,
-                      rows, h_.hkv, 0};
-  const KSide k_remote{rb.k, rb.v, rb.dk_acc, rb.dv_acc, sh.kv_rows, sh.kv_heads, 0};
+  // A shared latent: V is K's rows (first d_v of each head's d_qk), dV adds into dK.
+  const bool sh_kv = h_.shared;
+  const int vs = h_.v_stride();
+  const KSide k_local{lb.k, sh_kv ? lb.k : lb.v, pass == Pass::bwd ? lb.dk_acc : nullptr,
+                      pass == Pass::bwd ? (sh_kv ? lb.dk_acc : lb.dv_acc) : nullptr, rows, h_.hkv, vs};
+  const KSide k_remote{rb.k, sh_kv ? rb.k : rb.v, rb.dk_acc, sh_kv ? rb.dk_acc : rb.dv_acc, sh.kv_rows, sh.kv_heads,
+                       vs};
   return Operands{q_local, q_remote, k_local, k_remote};
 }
 
@@ -726,7 +733,7 @@ void RankPipeline::prepare(Pass pass, const PassPlan& plan) {
   pp.shape = remote_shape(plan, h_);
   const std::vector<StageStaging>& stg = sizes_.staging[pi];
   const Bytes staging_total = stg.empty() ? 0 : stg.back().offset + stg.back().bytes;
-  visit_remote(pp.rb, pass, pp.shape, h_.dim, staging_total, [&](const char*, Bytes n, auto& ptr) {
+  visit_remote(pp.rb, pass, pp.shape, h_, staging_total, [&](const char*, Bytes n, auto& ptr) {
     using P = std::remove_reference_t<decltype(ptr)>;
     ptr = static_cast<P>(be_.alloc(n));
   }, tail_);
@@ -739,14 +746,17 @@ void RankPipeline::prepare(Pass pass, const PassPlan& plan) {
 }
 
 void RankPipeline::set_inputs(const RankInputs& in) {
+  // MLA: q and k hold d_qk per head, dO and v d_v; with a shared latent v is empty.
   const auto nq = static_cast<std::size_t>(rows_ * h_.hq * h_.dim), nk = static_cast<std::size_t>(rows_ * h_.hkv * h_.dim);
-  if (in.q.size() != nq || in.d_o.size() != nq || in.k.size() != nk || in.v.size() != nk)
+  const auto no = static_cast<std::size_t>(rows_ * h_.hq * h_.dv()),
+             nv = h_.shared ? std::size_t{0} : static_cast<std::size_t>(rows_ * h_.hkv * h_.dv());
+  if (in.q.size() != nq || in.d_o.size() != no || in.k.size() != nk || in.v.size() != nv)
     throw Error(fmt::format("cuda_nccl: rank {} inputs have {} / {} / {} / {} elements (q, k, v, dO), expected {} / {} / {} / {}",
-                            be_.rank(), in.q.size(), in.k.size(), in.v.size(), in.d_o.size(), nq, nk, nk, nq));
+                            be_.rank(), in.q.size(), in.k.size(), in.v.size(), in.d_o.size(), nq, nk, nv, no));
   be_.upload(local_.q, in.q.data(), static_cast<Bytes>(nq * 2));
   be_.upload(local_.k, in.k.data(), static_cast<Bytes>(nk * 2));
-  be_.upload(local_.v, in.v.data(), static_cast<Bytes>(nk * 2));
-  be_.upload(local_.d_o, in.d_o.data(), static_cast<Bytes>(nq * 2));
+  if (nv > 0) be_.upload(local_.v, in.v.data(), static_cast<Bytes>(nv * 2));
+  be_.upload(local_.d_o, in.d_o.data(), static_cast<Bytes>(no * 2));
 }
 
 void RankPipeline::issue_cast(PassPrep& pp, int s, std::vector<Event>& done) {
@@ -762,8 +772,11 @@ void RankPipeline::issue_cast(PassPrep& pp, int s, std::vector<Event>& done) {
 void RankPipeline::issue_reduce(Pass pass, PassPrep& pp, int t, RowKind kind, std::vector<Event>& done) {
   const Stage& st = pp.stages[static_cast<std::size_t>(t - 1)];
   const RemoteBuffers& rb = pp.rb;
-  const i64 qn = st.qo_rows * pp.shape.q_heads * h_.dim, qo = st.qo_off * pp.shape.q_heads * h_.dim;
+  // O rows hold d_v per head, dQ and dK rows d_qk, dV rows d_v (none with a shared latent).
+  const i64 qd = pass == Pass::fwd ? h_.dv() : h_.dim;
+  const i64 qn = st.qo_rows * pp.shape.q_heads * qd, qo = st.qo_off * pp.shape.q_heads * qd;
   const i64 kn = st.kv_rows * pp.shape.kv_heads * h_.dim, ko = st.kv_off * pp.shape.kv_heads * h_.dim;
+  const i64 vn = st.kv_rows * pp.shape.kv_heads * h_.dv(), vo = st.kv_off * pp.shape.kv_heads * h_.dv();
   // Partial results of stage t's rows to the wire dtype (lse travels as fp32).
   auto to_wire = [&] {
     if (kind == RowKind::qo) {
@@ -771,7 +784,7 @@ void RankPipeline::issue_reduce(Pass pass, PassPrep& pp, int t, RowKind kind, st
       else be_.convert(rb.dq_acc + qo, rb.dq_wire + qo, qn);
     } else {
       be_.convert(rb.dk_acc + ko, rb.dk_wire + ko, kn);
-      be_.convert(rb.dv_acc + ko, rb.dv_wire + ko, kn);
+      if (!h_.shared) be_.convert(rb.dv_acc + vo, rb.dv_wire + vo, vn);
     }
   };
   to_wire();
@@ -811,8 +824,10 @@ void RankPipeline::launch_stage(Pass pass, int s, bool sdpa_only) {
     }
   }
   if (sdpa_only) return;
-  for (const Launch& L : pp.launches[static_cast<std::size_t>(s)]) be_.attention(L.kernel, L.p, h_.dim, L.grid);
-  for (const IndexRun& L : pp.index[static_cast<std::size_t>(s)]) be_.index_attention(L.kernel, L.p, h_.dim, L.grid);
+  for (const Launch& L : pp.launches[static_cast<std::size_t>(s)])
+    be_.attention(L.kernel, L.p, h_.dim, h_.dv(), L.grid);
+  for (const IndexRun& L : pp.index[static_cast<std::size_t>(s)])
+    be_.index_attention(L.kernel, L.p, h_.dim, h_.dv(), L.grid);
 }
 
 double RankPipeline::time_compute(Pass pass, bool sdpa_only) {
@@ -822,13 +837,13 @@ double RankPipeline::time_compute(Pass pass, bool sdpa_only) {
   const Event t0 = be_.record(StreamId::compute);
   for (int s = 0; s < static_cast<int>(pp.launches.size()); ++s) {
     if (!sdpa_only && pass == Pass::bwd) {
-      if (s == 0) be_.delta(local_.o, local_.d_o, local_.delta, rows_ * h_.hq, h_.dim);
+      if (s == 0) be_.delta(local_.o, local_.d_o, local_.delta, rows_ * h_.hq, h_.dv());
       else {
         const Stage& st = pp.stages[static_cast<std::size_t>(s - 1)];
         if (st.qo_rows > 0) {
           const i64 off = st.qo_off * pp.shape.q_heads;
-          be_.delta(pp.rb.o + off * h_.dim, pp.rb.d_o + off * h_.dim, pp.rb.delta + off,
-                    st.qo_rows * pp.shape.q_heads, h_.dim);
+          be_.delta(pp.rb.o + off * h_.dv(), pp.rb.d_o + off * h_.dv(), pp.rb.delta + off,
+                    st.qo_rows * pp.shape.q_heads, h_.dv());
         }
       }
     }
@@ -852,8 +867,8 @@ void RankPipeline::run_pass(Pass pass) {
     const Stage& st = pp.stages[static_cast<std::size_t>(s - 1)];
     if (pass == Pass::bwd && st.qo_rows > 0) {
       const i64 off = st.qo_off * pp.shape.q_heads;
-      be_.delta(pp.rb.o + off * h_.dim, pp.rb.d_o + off * h_.dim, pp.rb.delta + off, st.qo_rows * pp.shape.q_heads,
-                h_.dim);
+      be_.delta(pp.rb.o + off * h_.dv(), pp.rb.d_o + off * h_.dv(), pp.rb.delta + off,
+                st.qo_rows * pp.shape.q_heads, h_.dv());
     }
     launch_stage(s);
     for (int t = 1; t <= N; ++t) {
@@ -879,29 +894,30 @@ void RankPipeline::forward() {
   be_.recycle_events();
   PassPrep& pp = pass_[0];
   const i64 nq = rows_ * h_.hq;
-  be_.fill(local_.o_acc, nq * h_.dim, 0.f);
+  be_.fill(local_.o_acc, nq * h_.dv(), 0.f);
   be_.fill(local_.lse_acc, nq, neg_inf());
   const i64 rq = pp.shape.qo_rows * pp.shape.q_heads;
-  be_.fill(pp.rb.o_acc, rq * h_.dim, 0.f);
+  be_.fill(pp.rb.o_acc, rq * h_.dv(), 0.f);
   be_.fill(pp.rb.lse_acc, rq, neg_inf());
   pp.t0 = be_.record(StreamId::compute);
   be_.wait(StreamId::comm, pp.t0);
   run_pass(Pass::fwd);
-  be_.convert(local_.o_acc, local_.o, nq * h_.dim);  // the backward's O
+  be_.convert(local_.o_acc, local_.o, nq * h_.dv());  // the backward's O
   pp.t1 = be_.record(StreamId::compute);
 }
 
 void RankPipeline::backward() {
   PassPrep& pp = pass_[1];
   const i64 nq = rows_ * h_.hq * h_.dim, nk = rows_ * h_.hkv * h_.dim;
+  const i64 dv = h_.shared ? 0 : h_.dv();  // a shared latent's dV is inside dK
   be_.fill(local_.dq_acc, nq, 0.f);
   be_.fill(local_.dk_acc, nk, 0.f);
-  be_.fill(local_.dv_acc, nk, 0.f);
+  be_.fill(local_.dv_acc, rows_ * h_.hkv * dv, 0.f);
   be_.fill(pp.rb.dq_acc, pp.shape.qo_rows * pp.shape.q_heads * h_.dim, 0.f);
   be_.fill(pp.rb.dk_acc, pp.shape.kv_rows * pp.shape.kv_heads * h_.dim, 0.f);
-  be_.fill(pp.rb.dv_acc, pp.shape.kv_rows * pp.shape.kv_heads * h_.dim, 0.f);
+  be_.fill(pp.rb.dv_acc, pp.shape.kv_rows * pp.shape.kv_heads * dv, 0.f);
   pp.t0 = be_.record(StreamId::compute);
-  be_.delta(local_.o, local_.d_o, local_.delta, rows_ * h_.hq, h_.dim);
+  be_.delta(local_.o, local_.d_o, local_.delta, rows_ * h_.hq, h_.dv());
   // The casts read O and lse of the forward pass (compute stream).
   be_.wait(StreamId::comm, pp.t0);
   run_pass(Pass::bwd);
@@ -911,12 +927,12 @@ void RankPipeline::backward() {
 RankOutputs RankPipeline::outputs() {
   RankOutputs out;
   const auto nq = static_cast<std::size_t>(rows_ * h_.hq), nk = static_cast<std::size_t>(rows_ * h_.hkv);
-  const auto D = static_cast<std::size_t>(h_.dim);
-  out.o.resize(nq * D);
+  const auto D = static_cast<std::size_t>(h_.dim), Dv = static_cast<std::size_t>(h_.dv());
+  out.o.resize(nq * Dv);
   out.lse.resize(nq);
   out.dq.resize(nq * D);
-  out.dk.resize(nk * D);
-  out.dv.resize(nk * D);
+  out.dk.resize(nk * D);                 // with a shared latent: its whole gradient
+  out.dv.resize(h_.shared ? 0 : nk * Dv);
   auto get = [&](std::vector<float>& v, const float* p) {
     if (!v.empty()) be_.download(v.data(), p, static_cast<Bytes>(v.size() * 4));
   };

@@ -38,11 +38,23 @@ struct RankInputs {
   std::vector<bf16> q, k, v, d_o;
 };
 
-// fp32 results at the shard's rows: o [rows x hq x D], lse [rows x hq],
-// dq [rows x hq x D], dk and dv [rows x hkv x D].
+// fp32 results at the shard's rows: o [rows x hq x d_v], lse [rows x hq],
+// dq [rows x hq x d_qk], dk [rows x hkv x d_qk] and dv [rows x hkv x d_v]
+// (MLA's shared latent: dk is the latent's whole gradient, dv is empty).
 struct RankOutputs {
   std::vector<float> o, lse, dq, dk, dv;
 };
+
+// Floats per token of each output.
+struct OutputWidths {
+  std::size_t o, lse, q, k, v;
+  std::size_t total() const { return o + lse + q + k + v; }
+};
+inline OutputWidths output_widths(const HeadLayout& h) {
+  const auto hq = static_cast<std::size_t>(h.hq), hkv = static_cast<std::size_t>(h.hkv);
+  return {hq * static_cast<std::size_t>(h.dv()), hq, hq * static_cast<std::size_t>(h.dim),
+          hkv * static_cast<std::size_t>(h.dim), h.shared ? 0 : hkv * static_cast<std::size_t>(h.dv())};
+}
 
 // How a pipeline computes attention: `attention` picks the route of range
 // args (sdpa_batches.hpp): automatic (cuDNN where the backend has it and the

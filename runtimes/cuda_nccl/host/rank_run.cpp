@@ -92,7 +92,7 @@ RouteSummary get_routes(const std::vector<double>& f, std::size_t at) {
 
 // Bytes of one rank's fp32 outputs (o, lse, dq, dk, dv) for `rows` tokens.
 Bytes outputs_bytes(Token rows, const HeadLayout& h) {
-  return 4 * rows * (2 * static_cast<Bytes>(h.hq) * h.dim + h.hq + 2 * static_cast<Bytes>(h.hkv) * h.dim);
+  return 4 * rows * static_cast<Bytes>(output_widths(h).total());
 }
 
 Blob outputs_blob(const RankOutputs& o) {
@@ -103,9 +103,9 @@ Blob outputs_blob(const RankOutputs& o) {
 
 RankOutputs outputs_from_blob(const Blob& b, Token rows, const HeadLayout& h) {
   const std::vector<float> all = from_blob<float>(b);
-  const auto nq = static_cast<std::size_t>(rows * h.hq), nk = static_cast<std::size_t>(rows * h.hkv);
-  const auto D = static_cast<std::size_t>(h.dim);
-  const std::size_t sizes[5] = {nq * D, nq, nq * D, nk * D, nk * D};
+  const OutputWidths w = output_widths(h);
+  const auto n = static_cast<std::size_t>(rows);
+  const std::size_t sizes[5] = {n * w.o, n * w.lse, n * w.q, n * w.k, n * w.v};
   std::size_t want = 0;
   for (std::size_t s : sizes) want += s;
   if (all.size() != want) throw Error(fmt::format("cuda_nccl check: gathered {} floats, expected {}", all.size(), want));

@@ -149,7 +149,7 @@ PassRoutes choose_routes(const CalcMeta& calc, const HeadLayout& h, const SdpaPo
   PassRoutes out;
   const std::size_t n = calc.remote_attn_args.size() + 1;
   out.reason.resize(n);
-  const std::string heads = sdpa_heads_reason(h.dim, h.dim, false, h.dtype_bytes);
+  const std::string heads = sdpa_heads_reason(h.dim, h.dv(), h.shared, h.dtype_bytes);
   const Buffers buf{local_rows, shape, &h};
   // Elements of an in-place buffer, tail rows included, must fit the ragged offsets.
   auto offsets_fit = [&](BufferId b, bool q_side) {

@@ -116,10 +116,10 @@ PassLists translate(const PassPlan& plan, Pass pass, const HeadLayout& h, Rank s
     StageLists st;
     st.stage = static_cast<int>(s) + 1;
     auto fill = [&](KindLists& k, const GroupCollectiveArg& arg, Token recv_offset, RowKind kind) {
-      k.cast_send = packed_side(arg, cast_tensors(pass, kind), h, self);
-      k.cast_recv = buffer_side(arg, recv_offset, cast_tensors(pass, kind), h, self);
-      k.reduce_send = buffer_side(arg, recv_offset, reduce_tensors(pass, kind), h, self);
-      k.reduce_recv = packed_side(arg, reduce_tensors(pass, kind), h, self);
+      k.cast_send = packed_side(arg, cast_tensors(pass, kind, h.shared), h, self);
+      k.cast_recv = buffer_side(arg, recv_offset, cast_tensors(pass, kind, h.shared), h, self);
+      k.reduce_send = buffer_side(arg, recv_offset, reduce_tensors(pass, kind, h.shared), h, self);
+      k.reduce_recv = packed_side(arg, reduce_tensors(pass, kind, h.shared), h, self);
     };
     fill(st.qo, sc.qo, sc.qo_recv_offset, RowKind::qo);
     fill(st.kv, sc.kv, sc.kv_recv_offset, RowKind::kv);
@@ -132,10 +132,10 @@ PassLists translate(const PassPlan& plan, Pass pass, const HeadLayout& h, Rank s
                                   "stage's {} first-phase {} rows",
                                   self, to_string(pass), s + 1, i, arg.input_ranges[i].begin, arg.input_ranges[i].end,
                                   first, to_string(kind)));
-      k.cast_send = packed_side(arg, cast_tensors(pass, kind), h, self);
-      k.cast_recv = buffer_side(arg, recv_offset + first, cast_tensors(pass, kind), h, self);
-      k.reduce_send = buffer_side(arg, recv_offset + first, reduce_tensors(pass, kind), h, self);
-      k.reduce_recv = packed_side(arg, reduce_tensors(pass, kind), h, self);
+      k.cast_send = packed_side(arg, cast_tensors(pass, kind, h.shared), h, self);
+      k.cast_recv = buffer_side(arg, recv_offset + first, cast_tensors(pass, kind, h.shared), h, self);
+      k.reduce_send = buffer_side(arg, recv_offset + first, reduce_tensors(pass, kind, h.shared), h, self);
+      k.reduce_recv = packed_side(arg, reduce_tensors(pass, kind, h.shared), h, self);
     };
     fill_fwd(st.qo_fwd, sc.qo_fwd, sc.qo_recv_offset, qo, RowKind::qo);
     fill_fwd(st.kv_fwd, sc.kv_fwd, sc.kv_recv_offset, kv, RowKind::kv);
