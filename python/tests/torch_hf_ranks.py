@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import datetime
 import json
 import os
 import sys
@@ -293,7 +294,8 @@ def main():
     ap.add_argument("--cases", default=",".join(CASES))
     args = ap.parse_args()
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    # a collective left waiting raises here within 2 minutes (a case that hangs fails; pytest's limit is 420 s)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
     rank, P = dist.get_rank(), dist.get_world_size()
     results = {}
     for name in args.cases.split(","):
