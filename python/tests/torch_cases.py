@@ -128,7 +128,24 @@ def _np(t):
 
 
 def attn_case(rank, P, spec, group=None):
-    """Forward and backward of the case on this rank: its shard's out, dq, dk, dv. `group`: as for solve."""
+    """Forward and backward of the case on this rank: its shard's out, dq, dk, dv. `group`: as for solve.
+    spec["graphs"]: the calls pass graphs=True (with spec["warnings"], the CPU stand-in of capture is on and
+    the warnings the call gave are returned)."""
+    if spec.get("warnings"):
+        import warnings
+        from cpsched.torch import _graphs
+        spec = {k: v for k, v in spec.items() if k != "warnings"}
+        old = _graphs.RECORD_ON_CPU
+        _graphs.RECORD_ON_CPU = True
+        try:
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                out = attn_case(rank, P, spec, group)
+        finally:
+            _graphs.RECORD_ON_CPU = old
+        out["warnings"] = [str(x.message) for x in w if "graphs=True" in str(x.message)]
+        return out
+    gkw = {"graphs": True} if spec.get("graphs") else {}
     tp, text = solve(spec, P, rank, group)
     dev = torch.device(spec.get("device", "cpu"))
     q, k, v, do = (None if x is None else x.to(dev) for x in global_inputs(spec, tp.seqlen))
@@ -140,7 +157,8 @@ def attn_case(rank, P, spec, group=None):
     ql, kl, vl = sh(q), sh(k), sh(v)
     if spec.get("noncontig"):
         assert not ql.is_contiguous()
-        out = cpt.attention(ql, kl, vl, tp, group, layout=tp.layout, backend=backend_of(spec.get("backend", "auto")))
+        out = cpt.attention(ql, kl, vl, tp, group, layout=tp.layout, backend=backend_of(spec.get("backend", "auto")),
+                            **gkw)
         dol = cpt.dispatch(do, tp, group).transpose(0, 1).contiguous().transpose(0, 1)
         out.backward(dol)
         return {"rows": tp.layout.global_index(rank).numpy(), "out": _np(out), "dq": _np(ql.grad),
@@ -151,18 +169,18 @@ def attn_case(rank, P, spec, group=None):
             idx = torch.from_numpy(topk_indices(spec, P))[tp.layout.global_index(rank)].to(dev)
             # summaries: the module's Session knows its rank, so ingest_topk exchanges per-rank summaries
             mod = cpt.DistAttention(session(spec, P, rank if spec.get("summaries") else None), group)
-            out = mod(ql, kl, vl, idx, backend=spec.get("backend", "auto"))
+            out = mod(ql, kl, vl, idx, backend=spec.get("backend", "auto"), **gkw)
             if spec.get("summaries"):
                 assert mod.last_plan.result.solver == "owner" and len(json.loads(mod.last_plan.result.to_json())["ranks"]) == 1
         else:
             m = range_mask(spec, P)
             mod = cpt.DistAttention(session(spec, P), group)
             out = mod(ql, kl, vl, (m.q_ranges, m.k_ranges, m.types), backend=spec.get("backend", "auto"),
-                      layout=cpt.layout_of(ql))
-            out2 = mod(ql, kl, vl, (m.q_ranges, m.k_ranges, m.types), layout=cpt.layout_of(ql))
+                      layout=cpt.layout_of(ql), **gkw)
+            out2 = mod(ql, kl, vl, (m.q_ranges, m.k_ranges, m.types), layout=cpt.layout_of(ql), **gkw)
             assert torch.equal(out, out2) and mod.hits == 1 and mod.misses == 1, (mod.hits, mod.misses)
     else:
-        out = cpt.attention(ql, kl, vl, tp, group, backend=backend_of(spec.get("backend", "auto")))
+        out = cpt.attention(ql, kl, vl, tp, group, backend=backend_of(spec.get("backend", "auto")), **gkw)
     out.backward(cpt.dispatch(do, tp, group))
     return {"rows": tp.layout.global_index(rank).numpy(), "out": _np(out), "dq": _np(ql.grad), "dk": _np(kl.grad),
             "dv": _np(vl.grad) if vl is not None else None, "plan": text if rank == 0 else None,
@@ -188,6 +206,41 @@ def reference(spec, P, plan_text):
     out = dense_attention(q, k, vv, mask)
     out.backward(do.detach())
     return {"out": out.detach(), "dq": q.grad, "dk": k.grad, "dv": None if v is None else v.grad}
+
+
+def reference_on(spec, P, plan_text, device):
+    """As reference, computed on `device` in fp32, one KV head at a time (GPU tests at sizes whose dense fp64
+    reference would not fit the host): out, dq, dk, dv on the CPU."""
+    d = json.loads(plan_text)
+    S = int(d["problem"]["seqlen"])
+    if spec["mask"] == "topk":
+        mask = topk_matrix(topk_indices(spec, P))
+    elif spec["mask"] == "block_topk":
+        mask = plan_mask(d)
+    else:
+        m = range_mask(spec, P)
+        mask = mask_matrix(m.q_ranges, m.k_ranges, m.types, S).unsqueeze(0)
+    h = _heads(spec)
+    q, k, v, do = (None if x is None else x.to(device).float() for x in global_inputs(spec, S))
+    hq, hkv = q.shape[1], k.shape[1]
+    r = hq // hkv
+    out = torch.empty(S, hq, h.get("dim_v") or h["dim"])
+    dq, dk = torch.empty(q.shape), torch.empty(k.shape)
+    dv = None if v is None else torch.empty(v.shape)
+    for g in range(hkv):
+        qs = q[:, g * r:(g + 1) * r].clone().requires_grad_()
+        ks = k[:, g:g + 1].clone().requires_grad_()
+        vs = None if v is None else v[:, g:g + 1].clone().requires_grad_()
+        vv = ks[..., :h["dim_v"]] if h.get("kv_shared") else vs
+        mk = (mask[g] if mask.shape[0] > 1 else mask[0]).to(device)
+        o = dense_attention(qs, ks, vv, mk, scale=1.0 / float(h["dim"]) ** 0.5)
+        o.backward(do[:, g * r:(g + 1) * r])
+        out[:, g * r:(g + 1) * r] = o.detach().cpu()
+        dq[:, g * r:(g + 1) * r] = qs.grad.cpu()
+        dk[:, g:g + 1] = ks.grad.cpu()
+        if dv is not None:
+            dv[:, g:g + 1] = vs.grad.cpu()
+    return {"out": out.double(), "dq": dq.double(), "dk": dk.double(), "dv": None if dv is None else dv.double()}
 
 
 def assemble(results, key):
@@ -352,6 +405,26 @@ def backend_of(name):
     if name == "flex_compiled":
         return cpt.FlexBackend(compile=True)
     return name
+
+
+class CopyComm:
+    """Collectives of one rank made of device copies, without peers: each receives the first rows of its own
+    send buffer (zeros beyond). Nothing a real plan computes, but a program with every collective's data
+    dependency that a CUDA graph (or the CPU stand-in of capture) can hold: tests and benchmarks of
+    capture, replay and host time on one device."""
+
+    group = None
+    capturable = True
+
+    class _Done:
+        def wait(self):
+            return None
+
+    def a2a(self, out, inp, out_splits, in_splits):
+        n = min(out.shape[0], inp.shape[0])
+        out[n:].zero_()
+        out[:n].copy_(inp[:n])
+        return self._Done()
 
 
 def remap_case(rank, P, spec):

@@ -7,7 +7,7 @@ from collections import OrderedDict
 
 import torch
 
-from . import _groups
+from . import _graphs, _groups
 from ._agree import FWD_WORDS, Claim, default_check, digest, dtype_code, exchange, float_code, scale_value, \
     shape_code
 from ._backends import make_backend
@@ -289,10 +289,13 @@ def _once(outputs):
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, dp, backend, comm, scale):
-        out, lse = run_forward(dp, q, k, v, backend, comm, scale)
+    def forward(ctx, q, k, v, dp, backend, comm, scale, graphs=False):
+        if graphs:
+            out, lse = _graphs.forward(dp, q, k, v, backend, comm, scale)
+        else:
+            out, lse = run_forward(dp, q, k, v, backend, comm, scale)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.dp, ctx.backend, ctx.comm, ctx.scale = dp, backend, comm, scale
+        ctx.dp, ctx.backend, ctx.comm, ctx.scale, ctx.graphs = dp, backend, comm, scale, graphs
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -303,7 +306,8 @@ class _Attention(torch.autograd.Function):
         # create_graph=True (grad mode on here) every rank still runs the same backward, and the gradients
         # refuse a second differentiation instead of failing (or leaving a rank in a collective).
         with torch.no_grad():
-            dq, dk, dv = run_backward(ctx.dp, q, k, v, out, lse, dout, ctx.backend, ctx.comm, ctx.scale)
+            run = _graphs.backward if ctx.graphs else run_backward
+            dq, dk, dv = run(ctx.dp, q, k, v, out, lse, dout, ctx.backend, ctx.comm, ctx.scale)
         if torch.is_grad_enabled() and (dout.requires_grad or any(ctx.needs_input_grad[:3])):
             idx = [i for i, x in enumerate((dq, dk, dv)) if x is not None]
             wrapped = _once(tuple((dq, dk, dv)[i] for i in idx))
@@ -311,7 +315,7 @@ class _Attention(torch.autograd.Function):
             for i, x in zip(idx, wrapped):
                 res[i] = x
             dq, dk, dv = res
-        return dq, dk, dv, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None
 
 
 _FP8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
@@ -319,7 +323,7 @@ _FP8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8
 
 
 def attention(q, k, v, plan, group=None, backend="auto", return_lse=False, *, layout=None, softmax_scale=None,
-              check_peers=None):
+              check_peers=None, graphs=False):
     """Distributed attention of this rank's shards under a cpsched plan.
 
     q [rows, heads_q, d_qk], k [rows, heads_kv, d_qk], v [rows, heads_kv, d_v] (None for a shared latent KV:
@@ -331,12 +335,16 @@ def attention(q, k, v, plan, group=None, backend="auto", return_lse=False, *, la
     backend: gloo, or NCCL with a gloo CPU backend): before any collective the ranks agree on what they run
     (the plan, dtype, head shapes, scale, whether a backward follows), so that a rank whose inputs are wrong or
     differ makes every rank raise the same ValueError instead of waiting in a collective (docs/torch.md).
+    `graphs`: capture each pass of the plan once as a CUDA graph and replay it (docs/torch.md, "Graphs"); where
+    that cannot work (gloo, a loopback group, index rows written per call, flex, a host sync in the pass) the
+    call runs eagerly and says why once.
     Inputs are checked on every rank before any collective; a bad one raises ValueError naming it."""
-    return _attention(q, k, v, plan, group, backend, return_lse, layout, softmax_scale, check_peers, None)
+    return _attention(q, k, v, plan, group, backend, return_lse, layout, softmax_scale, check_peers, None,
+                      graphs=graphs)
 
 
 def _attention(q, k, v, plan, group, backend, return_lse, layout, softmax_scale, check_peers, pre_err,
-               no_forwarding=False):
+               no_forwarding=False, graphs=False):
     """attention, with an error found before it on this rank alone (`pre_err`: DistAttention's solve of the
     call's mask) that every rank learns in the agreement."""
     is_plan = isinstance(plan, (TorchPlan, _result_type()))
@@ -354,6 +362,8 @@ def _attention(q, k, v, plan, group, backend, return_lse, layout, softmax_scale,
         try:
             if not isinstance(return_lse, bool):
                 raise ValueError(f"return_lse: expected True or False, got {return_lse!r}")
+            if not isinstance(graphs, bool):
+                raise ValueError(f"graphs: expected True or False, got {graphs!r}")
             if not is_plan:
                 raise ValueError(f"plan: expected a cpsched.Result (Session.solve) or a cpsched.torch.TorchPlan, got "
                                  f"{type(plan).__name__}")
@@ -403,5 +413,5 @@ def _attention(q, k, v, plan, group, backend, return_lse, layout, softmax_scale,
         fits = 4 * N <= 63 * FWD_WORDS
         tp.set_forwarding(bits if bits is not None and fits else tp.conservative_forwarding_bits())
     dp = tp.on(q.device)
-    out, lse = _Attention.apply(q, k, v, dp, be, Comm(g), scale)
+    out, lse = _Attention.apply(q, k, v, dp, be, Comm(g), scale, graphs)
     return (out, lse) if return_lse else out

@@ -358,6 +358,13 @@ def _begin(dp, pass_, q, k, v):
 
 def run_forward(dp, q, k, v, backend, comm, scale):
     """Forward pass of this rank: returns O (q's dtype) [L, hq, dv] and lse (fp32) [L, hq]."""
+    o, lse = forward_program(dp, q, k, v, backend, comm, scale)
+    return o.to(q.dtype, copy=True), lse.to(torch.float32, copy=True)
+
+
+def forward_program(dp, q, k, v, backend, comm, scale):
+    """The forward pass up to its accumulators: O and lse in the compute dtype, views of the device's
+    workspace, valid until its next call (what a CUDA graph of the pass captures, _graphs.py)."""
     pp = dp.fwd
     ar, ws, b, v = _begin(dp, "fwd", q, k, v)
     b.q, b.k, b.v, b.scale = q, k, v, scale
@@ -369,7 +376,6 @@ def run_forward(dp, q, k, v, backend, comm, scale):
 
 
 def _forward(ws, b, pp, backend, comm, src):
-    dt = ws.dt
     ws.pack(src)
     finals = []
     racc = ws.racc3
@@ -397,11 +403,19 @@ def _forward(ws, b, pp, backend, comm, src):
     elif fin is not None:
         back, idx, lse3, exp = fin
         scatter_merge(ws.lacc["o"], ws.lacc["lse"], idx, back.typed["o"], lse3, exp)
-    return b.o.to(dt, copy=True), b.lse.to(torch.float32, copy=True)
+    return b.o, b.lse
 
 
 def run_backward(dp, q, k, v, out, lse, dout, backend, comm, scale):
     """Backward pass of this rank: dQ, dK, dV (None when K and V share the latent: dV is inside dK)."""
+    dq, dk, dv = backward_program(dp, q, k, v, out, lse, dout, backend, comm, scale)
+    dt = q.dtype
+    return dq.to(dt, copy=True), dk.to(dt, copy=True), (None if dv is None else dv.to(dt, copy=True))
+
+
+def backward_program(dp, q, k, v, out, lse, dout, backend, comm, scale):
+    """The backward pass up to its accumulators: dQ, dK, dV in the compute dtype (dV None for a shared
+    latent), views of the device's workspace valid until its next call."""
     pp = dp.bwd
     dt = q.dtype
     ar, ws, b, v = _begin(dp, "bwd", q, k, v)
@@ -417,7 +431,7 @@ def run_backward(dp, q, k, v, out, lse, dout, backend, comm, scale):
 
 
 def _backward(ws, b, pp, backend, comm, src):
-    dt, cdt = ws.dt, ws.cdt
+    cdt = ws.cdt
     ws.pack(src)
     racc = ws.racc3
     finals = []
@@ -452,4 +466,4 @@ def _backward(ws, b, pp, backend, comm, src):
         idx, _ = ws.merge_rows([p[1] for p in lst])
         g = torch.cat([p[0] for p in lst]) if len(lst) > 1 else lst[0][0]
         ws.lacc[name].index_add_(0, idx, g.to(cdt))
-    return b.dq.to(dt, copy=True), b.dk.to(dt, copy=True), (None if ws.shared else b.dv.to(dt, copy=True))
+    return b.dq, b.dk, (None if ws.shared else b.dv)

@@ -324,7 +324,7 @@ class DistAttention(torch.nn.Module):
             self._plans.popitem(last=False)
         return tp
 
-    _ATTENTION_KW = ("backend", "return_lse", "layout", "softmax_scale", "check_peers")
+    _ATTENTION_KW = ("backend", "return_lse", "layout", "softmax_scale", "check_peers", "graphs")
 
     def forward(self, q, k, v, mask, **kw):
         bad = sorted(set(kw) - set(self._ATTENTION_KW))
@@ -344,4 +344,4 @@ class DistAttention(torch.nn.Module):
             err = str(e) if isinstance(e, ValueError) else f"mask: {type(e).__name__}: {e}"
         self.last_plan = tp  # the TorchPlan this call ran
         return _attention(q, k, v, tp, self.group, kw["backend"], kw.get("return_lse", False), kw.get("layout"),
-                          kw.get("softmax_scale"), kw.get("check_peers"), err)
+                          kw.get("softmax_scale"), kw.get("check_peers"), err, graphs=kw.get("graphs", False))
