@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# GPU check of cpsched.torch (issue 46), for a machine with an NVIDIA GPU (H100 / H200) and a python that
+# imports torch with CUDA and cpsched. Everything it prints also goes to OUT_DIR/gpu_check_torch.log; the
+# benchmark's table also to OUT_DIR/bench_torch_cuda.txt.
+#   1. the CUDA tests (python/tests/test_torch_cuda.py, loopback excluded): every backend (torch, aten:
+#      PyTorch's FA2 ops, flash where flash-attn imports, flex eager and compiled, triton: the index kernels)
+#      against the dense reference; the Triton index kernels against the torch gather kernel on DSA's shapes;
+#      CUDA graphs' replay against eager;
+#   2. the loopback runs: P = 2, 4 and 8 ranks of a plan as threads on this one GPU (every kernel real, the
+#      collectives device copies) against a dense reference computed on the GPU;
+#   3. python/bench/bench_torch_cuda.py: FA2 varlen direct, FlexAttention compiled direct, cpsched.torch per
+#      backend at P = 1, each rank at loopback P = 8, DSA's Triton kernel, host time per call eager and with
+#      graphs (BENCH_ARGS: extra arguments, e.g. "--tokens 16384 --masks causal_document").
+# Exits 77 (skipped) when python cannot use a CUDA device, 1 when a step fails (the others still run).
+#   python/bench/gpu_check_torch.sh [OUT_DIR]      default OUT_DIR build/gpu_check_torch
+#   PYTHON=python3 (the interpreter), STEP_TIMEOUT=600 (seconds per step)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+out="${1:-build/gpu_check_torch}"
+py="${PYTHON:-python3}"
+limit="${STEP_TIMEOUT:-600}"
+mkdir -p "$out"
+log="$out/gpu_check_torch.log"
+exec > >(tee -a "$log") 2>&1
+echo "gpu_check_torch: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), log $log, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+
+if ! "$py" -c "import torch, cpsched.torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then
+  echo "gpu_check_torch: $py does not import torch with a CUDA device and cpsched: skipped"
+  exit 77
+fi
+"$py" - <<'EOF'
+import torch
+print(f"  torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name()} "
+      f"(sm{''.join(map(str, torch.cuda.get_device_capability()))}), FA2 ops: "
+      f"{torch.backends.cuda.is_flash_attention_available()}")
+try:
+    import triton
+    print(f"  triton {triton.__version__}")
+except ImportError:
+    print("  triton: not installed (the Triton index tests skip)")
+try:
+    import flash_attn
+    print(f"  flash-attn {flash_attn.__version__}")
+except ImportError:
+    print("  flash-attn: not installed (the flash backend's tests skip; auto uses aten)")
+EOF
+
+status=0
+# step NAME COMMAND...: runs it under the step timeout; 77 counts as skipped, any other failure fails the check.
+step() {
+  local name="$1"; shift
+  local t0; t0=$(date +%s)
+  echo "== $name"
+  timeout "$limit" "$@"
+  local rc=$?
+  case $rc in
+    0) echo "   $name: ok ($(( $(date +%s) - t0 )) s)" ;;
+    77) echo "   $name: skipped" ;;
+    124) echo "   $name: FAILED (timed out after $limit s)"; status=1 ;;
+    *) echo "   $name: FAILED (exit $rc, $(( $(date +%s) - t0 )) s)"; status=1 ;;
+  esac
+}
+
+step "cpsched.torch CUDA tests (backends, Triton index kernels, graphs)" \
+  "$py" -m pytest -q -p no:cacheprovider -rs python/tests/test_torch_cuda.py -k "not loopback"
+step "cpsched.torch loopback P = 2, 4, 8 on one GPU against the dense reference" \
+  "$py" -m pytest -v -p no:cacheprovider python/tests/test_torch_cuda.py -k loopback
+# shellcheck disable=SC2086  # BENCH_ARGS is a list of arguments
+step "cpsched.torch kernel benchmark (bench_torch_cuda.py)" \
+  "$py" python/bench/bench_torch_cuda.py --out "$out/bench_torch_cuda.txt" ${BENCH_ARGS:-}
+
+echo "gpu_check_torch: $([[ $status == 0 ]] && echo passed || echo FAILED), log $log"
+exit $status
