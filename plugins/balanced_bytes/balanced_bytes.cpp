@@ -627,20 +627,27 @@ void BalancedBytes::search_member_grids(const SolveInput& in, const std::vector<
 Solution BalancedBytes::solve_time(const SolveInput& in) const {
   if (!in.time_prices()->kernel) return solve_time_on(in);
   // Under a kernel model: today's plan, every decision on the profile without
-  // its table, then the fastest under the kernel model of the plans it
-  // priced (kernel_pick.hpp). Used a few times that costs one more run of the
-  // timing model per plan priced: the search on the kernels' seconds, and a
-  // second search beside it, had made the used-once path 1.2-2.8x slower and
-  // its plans slower than today's on up to 7 of 20 packs (docs/bounds.md).
-  AreasFirstPricing areas(*in.pricing());
+  // its table (kernel_pick.hpp). Used a few times, at today's cost: the
+  // search on the kernels' seconds and a second search beside it had made the
+  // used-once path 1.2-2.8x slower and its plans slower than today's on up
+  // to 7 of 20 packs; pricing today's plans under the kernel model too cost
+  // 13 % more and changed no plan (docs/bounds.md). Made ahead, the fastest
+  // under the kernel model of the plans it priced, and of the search on the
+  // kernels' seconds.
+  const bool ahead = in.uses().planning_weight() <= 0;
+  AreasFirstPricing areas(*in.pricing(), ahead);
   TimePrices flat = *in.time_prices();
   flat.kernel.reset();
   SolveInput on_areas(in);
   on_areas.with_time_prices(flat).with_pricing(&areas);
   Solution sol = solve_time_on(on_areas);
+  if (!ahead) {
+    sol.note += "; decided on exact areas (the profile's kernel model prices the plan built)";
+    return sol;
+  }
   const std::optional<AreasFirstPricing::Priced> pick = areas.fastest_on_kernels(sol, in.shape());
-  if (pick) sol = with_kernel_pick(std::move(sol), *pick, opt_.mu);
-  if (in.uses().planning_weight() > 0 || !pick) return sol;
+  if (!pick) return sol;
+  sol = with_kernel_pick(std::move(sol), *pick, opt_.mu);
   // Made ahead (the time is hidden): the search on the kernels' seconds too,
   // and the faster of the two plans under the kernel model.
   Solution k = solve_time_on(in);

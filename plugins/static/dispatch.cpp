@@ -31,17 +31,68 @@ std::vector<Rank> deal_chunks(const std::vector<Token>& areas, int P) {
   return host;
 }
 
+std::vector<Range> uniform_chunks(Token S, Token chunk) {
+  std::vector<Range> out;
+  for (Token b = 0; b < S; b += chunk) out.push_back({b, std::min(b + chunk, S)});
+  return out;
+}
+
+namespace {
+
+// The chunks [first, last) that `q` overlaps (chunks in position order, contiguous).
+std::pair<std::size_t, std::size_t> chunks_over(const std::vector<Range>& chunks, Range q) {
+  const auto first = std::upper_bound(chunks.begin(), chunks.end(), q.begin,
+                                      [](Token t, const Range& c) { return t < c.end; });
+  const auto last = std::lower_bound(first, chunks.end(), q.end, [](const Range& c, Token t) { return c.begin < t; });
+  return {static_cast<std::size_t>(first - chunks.begin()), static_cast<std::size_t>(last - chunks.begin())};
+}
+
+}  // namespace
+
 std::vector<Range> chunk_key_ranges(const Problem& p, Token chunk) {
-  const Token S = p.seqlen();
-  const auto n = static_cast<std::size_t>((S + chunk - 1) / chunk);
-  std::vector<Range> keys(n, Range{});
+  return chunk_key_ranges(p, uniform_chunks(p.seqlen(), chunk));
+}
+
+std::vector<Range> chunk_key_ranges(const Problem& p, const std::vector<Range>& chunks) {
+  std::vector<Range> keys(chunks.size(), Range{});
   if (p.index_mask || !p.head_masks.empty()) return keys;
   for (const Slice& s : p.mask.slices()) {
     if (s.q.empty() || s.k.empty()) continue;
-    for (auto c = static_cast<std::size_t>(s.q.begin / chunk); c < n && static_cast<Token>(c) * chunk < s.q.end; ++c)
-      keys[c] = keys[c].hull(s.k);
+    const auto [first, last] = chunks_over(chunks, s.q);
+    for (std::size_t c = first; c < last; ++c) keys[c] = keys[c].hull(s.k);
   }
   return keys;
+}
+
+std::vector<Token> chunk_areas(const Problem& p, const std::vector<Range>& chunks) {
+  std::vector<Token> area(chunks.size(), 0);
+  const Range all{0, p.seqlen()};
+  for (const Slice& s : p.mask.slices()) {
+    const auto [first, last] = chunks_over(chunks, s.q);
+    for (std::size_t c = first; c < last; ++c) area[c] += slice_area(s, chunks[c], all);
+  }
+  return area;
+}
+
+std::vector<Range> tile_aligned_chunks(const Problem& p, std::vector<Range> chunks, Token tile) {
+  if (tile < 2 || p.index_mask || !p.head_masks.empty()) return chunks;
+  for (const Range& c : chunks)
+    if (c.size() < 2 * tile) return chunks;
+  // The bounds of the mask's ranges: a cut between two of them is inside one range.
+  std::vector<Token> bounds{0, p.seqlen()};
+  for (const Slice& s : p.mask.slices())
+    for (Token t : {s.q.begin, s.q.end, s.k.begin, s.k.end}) bounds.push_back(t);
+  std::sort(bounds.begin(), bounds.end());
+  bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+  for (std::size_t i = 0; i + 1 < chunks.size(); ++i) {
+    const Token cut = chunks[i].end;
+    const auto next = std::upper_bound(bounds.begin(), bounds.end(), cut);  // (S is in bounds: cut < S)
+    const Token start = *(next - 1), end = *next;
+    if (start == cut) continue;
+    const Token moved = std::min(end, start + (cut - start + tile / 2) / tile * tile);
+    chunks[i].end = chunks[i + 1].begin = moved;
+  }
+  return chunks;
 }
 
 namespace {
@@ -85,6 +136,13 @@ constexpr std::int64_t kSwapPairs = 1 << 20;  // swap pairs tried at most (a cou
 
 std::vector<Rank> deal_chunks_local(const std::vector<Token>& area, const std::vector<Range>& keys, Token size,
                                     int bins) {
+  std::vector<Range> ranges(area.size());
+  for (std::size_t c = 0; c < ranges.size(); ++c) ranges[c] = {static_cast<Token>(c) * size, static_cast<Token>(c + 1) * size};
+  return deal_chunks_local(area, keys, ranges, bins);
+}
+
+std::vector<Rank> deal_chunks_local(const std::vector<Token>& area, const std::vector<Range>& keys,
+                                    const std::vector<Range>& ranges, int bins) {
   const std::size_t m = area.size();
   // Start: the plain deal (largest first to the least loaded bin with room).
   std::vector<Rank> bin = deal_chunks(area, bins);
@@ -115,7 +173,7 @@ std::vector<Rank> deal_chunks_local(const std::vector<Token>& area, const std::v
     own.clear();
     for (std::size_t c : mine) {
       need.push_back(keys[c]);
-      own.push_back({static_cast<Token>(c) * size, static_cast<Token>(c + 1) * size});
+      own.push_back(ranges[c]);
     }
     return static_cast<double>(missing_tokens(need, own));
   };
@@ -160,17 +218,27 @@ std::vector<Rank> deal_chunks_local(const std::vector<Token>& area, const std::v
 
 std::vector<Rank> deal_chunks_by_node(const std::vector<Token>& areas, const std::vector<Range>& keys, Token chunk,
                                       Token node_chunk, int P, int node_ranks) {
+  std::vector<Range> chunks(areas.size());
+  for (std::size_t i = 0; i < chunks.size(); ++i) chunks[i] = {static_cast<Token>(i) * chunk, static_cast<Token>(i + 1) * chunk};
+  return deal_chunks_by_node(areas, keys, chunks, static_cast<std::size_t>(node_chunk / chunk), P, node_ranks);
+}
+
+std::vector<Rank> deal_chunks_by_node(const std::vector<Token>& areas, const std::vector<Range>& keys,
+                                      const std::vector<Range>& chunks, std::size_t per, int P, int node_ranks) {
   const int nodes = P / node_ranks;
-  const auto per = static_cast<std::size_t>(node_chunk / chunk);  // chunks per node chunk
   const std::size_t n = areas.size();
   const std::size_t m = (n + per - 1) / per;
   std::vector<Token> node_area(m, 0);
   std::vector<Range> node_keys(m, Range{});
+  // (A node chunk's tokens: its first chunk's start to where the next node chunk starts.)
+  std::vector<Range> node_range(m, Range{});
+  for (std::size_t j = 0; j < m; ++j)
+    node_range[j] = {chunks[j * per].begin, j + 1 < m ? chunks[(j + 1) * per].begin : chunks[j * per].begin + Token(per) * (chunks[0].end - chunks[0].begin)};
   for (std::size_t i = 0; i < n; ++i) {
     node_area[i / per] += areas[i];
     if (i < keys.size()) node_keys[i / per] = node_keys[i / per].hull(keys[i]);
   }
-  const std::vector<Rank> node_of = deal_chunks_local(node_area, node_keys, node_chunk, nodes);
+  const std::vector<Rank> node_of = deal_chunks_local(node_area, node_keys, node_range, nodes);
   std::vector<Rank> host(n, 0);
   for (int node = 0; node < nodes; ++node) {
     std::vector<std::size_t> mine;
@@ -185,10 +253,14 @@ std::vector<Rank> deal_chunks_by_node(const std::vector<Token>& areas, const std
 }
 
 Sharding dispatched_sharding(Token S, Token chunk, const std::vector<Rank>& host, int P) {
+  return dispatched_sharding(uniform_chunks(S, chunk), host, P);
+}
+
+Sharding dispatched_sharding(const std::vector<Range>& chunks, const std::vector<Rank>& host, int P) {
   std::vector<Range> blocks;
   std::vector<Rank> owner;
   for (std::size_t i = 0; i < host.size(); ++i) {
-    const Range r{static_cast<Token>(i) * chunk, std::min(static_cast<Token>(i + 1) * chunk, S)};
+    const Range r = chunks[i];
     if (!blocks.empty() && owner.back() == host[i]) {
       blocks.back().end = r.end;
     } else {

@@ -31,6 +31,9 @@ std::vector<Rank> deal_chunks(const std::vector<Token>& areas, int cp_size);
 inline constexpr double kNodeSlack = 0.04;
 std::vector<Rank> deal_chunks_local(const std::vector<Token>& areas, const std::vector<Range>& keys, Token size,
                                     int bins);
+// The same with chunk i the tokens `ranges[i]` (chunks of any sizes).
+std::vector<Rank> deal_chunks_local(const std::vector<Token>& areas, const std::vector<Range>& keys,
+                                    const std::vector<Range>& ranges, int bins);
 
 // Two-level dispatch for clusters of nodes of `node_ranks` ranks (P a
 // multiple of it): the sequence is first cut into node chunks of
@@ -42,13 +45,36 @@ std::vector<Rank> deal_chunks_local(const std::vector<Token>& areas, const std::
 // `keys`: per chunk, the key range its queries read (empty: unknown).
 std::vector<Rank> deal_chunks_by_node(const std::vector<Token>& areas, const std::vector<Range>& keys, Token chunk,
                                       Token node_chunk, int cp_size, int node_ranks);
+// The same on chunks of any sizes (`chunks`, in position order), a node
+// chunk `per` consecutive chunks.
+std::vector<Rank> deal_chunks_by_node(const std::vector<Token>& areas, const std::vector<Range>& keys,
+                                      const std::vector<Range>& chunks, std::size_t per, int cp_size, int node_ranks);
+
+// Chunks of `chunk` tokens: [i x chunk, (i + 1) x chunk), the last cut at S.
+std::vector<Range> uniform_chunks(Token seqlen, Token chunk);
+
+// Chunk cuts where a kernel computes whole tiles of `tile` tokens anchored at
+// each arg's origin: every cut inside a range of the mask's slices (between
+// two consecutive of their q and k bounds: a document, in a document mask)
+// moves to the nearest multiple of `tile` from that range's start, or to its
+// end where that is nearer; each cut moves at most tile / 2 tokens, so the
+// pieces of a document cut there touch no more tiles than the document.
+// `chunks` as given where `tile` < 2 or a chunk is shorter than 2 x tile, and
+// for index masks and masks per KV head.
+std::vector<Range> tile_aligned_chunks(const Problem& p, std::vector<Range> chunks, Token tile);
+
+// Per chunk, the pairs its q rows compute (query_chunk_areas on chunks of any
+// sizes): range masks only (one mask for all heads).
+std::vector<Token> chunk_areas(const Problem& p, const std::vector<Range>& chunks);
 
 // Per chunk of `chunk` tokens, the hull of the keys its queries read under the
 // problem's range mask; all empty for index masks and masks per KV head.
 std::vector<Range> chunk_key_ranges(const Problem& p, Token chunk);
+std::vector<Range> chunk_key_ranges(const Problem& p, const std::vector<Range>& chunks);
 
 // The sharding of the dispatch: chunks in position order, adjacent chunks of
 // one rank merged into one block (the same tokens on the same rank).
 Sharding dispatched_sharding(Token seqlen, Token chunk, const std::vector<Rank>& host, int cp_size);
+Sharding dispatched_sharding(const std::vector<Range>& chunks, const std::vector<Rank>& host, int cp_size);
 
 }  // namespace cpsched::static_solver

@@ -90,13 +90,19 @@ PlanPrices HostPricing::price_both(Placement p, const PlanShape& shape) {
   return out;
 }
 
-PlanPrice HostPricing::price(Placement p, const PlanShape& shape) {
+PlanPrice HostPricing::price(Placement p, const PlanShape& shape) { return price_on(p, shape, hw_); }
+
+PlanPrice HostPricing::price_on_areas(Placement p, const PlanShape& shape) {
+  return price_on(p, shape, hw_.kernel ? areas_ : hw_);
+}
+
+PlanPrice HostPricing::price_on(Placement p, const PlanShape& shape, const HardwareProfile& hw) {
   if (!shape.resolved()) throw Error("pricing: the shape " + shape.str() + " is not resolved");
   Entry& e = entry(p);
   std::lock_guard<std::mutex> lock(e.mu);
   // Priced, not built: the plan's price sheet.
   PlanOptions po{shape.stages, shape.relay_node_size()};
-  po.hardware = &hw_;
+  po.hardware = &hw;
   po.stage_cut = shape.cut;
   PlanPrice out;
   const StepEstimate est = e.get_builder().price(po, &out.forwards);

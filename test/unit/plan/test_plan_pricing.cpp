@@ -219,6 +219,9 @@ TEST_CASE("both prices: under the kernel model and on exact areas, each what its
         CHECK(got.areas.step == f.step);
         CHECK(got.areas.compute_bound == f.compute_bound);
         CHECK(got.areas.forwards == f.forwards);
+        const PlanPrice alone = both.price_on_areas(pb, shape);  // (the areas' price alone, to the bit)
+        CHECK(alone.step == f.step);
+        CHECK(alone.compute_bound == f.compute_bound);
         if (shape.stages >= 2 && shape.cut == PlanShape::Cut::automatic) {
           const PlanBuilder* b = both.builder_of(a);
           REQUIRE(b != nullptr);

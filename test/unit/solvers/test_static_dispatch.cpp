@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 #include <set>
 
@@ -89,4 +90,51 @@ TEST_CASE("chunk_key_ranges: the hull of the keys each chunk's queries read") {
   CHECK(k[1] == Range{0, 40});
   CHECK(k[2] == Range{0, 64});  // rows 32..47 read both documents' keys
   CHECK(k[3] == Range{40, 64});
+}
+
+TEST_CASE("tile_aligned_chunks: cuts inside a document at tile multiples from its start, each moved at most tile / 2") {
+  // Causal documents of 300, 1000, 37, 1500 and 1259 tokens (S = 4096),
+  // chunks of 512, tiles of 128.
+  const std::vector<Token> docs{300, 1000, 37, 1500, 1259};
+  std::vector<Slice> slices;
+  std::vector<Token> starts{0};
+  for (Token len : docs) {
+    const Token b = starts.back();
+    slices.push_back({{b, b + len}, {b, b + len}, MaskType::causal});
+    starts.push_back(b + len);
+  }
+  const Token S = starts.back(), chunk = 512, tile = 128;
+  const Problem p = Problem::make(RangeMask(S, slices), 4, Heads{4, 2, 8, 2});
+  const std::vector<Range> uniform = uniform_chunks(S, chunk);
+  // chunk_areas on uniform chunks is query_chunk_areas.
+  CHECK(chunk_areas(p, uniform) == query_chunk_areas(p, chunk));
+  const std::vector<Range> cut = tile_aligned_chunks(p, uniform, tile);
+  REQUIRE(cut.size() == uniform.size());
+  CHECK(cut.front().begin == 0);
+  CHECK(cut.back().end == S);
+  int moved = 0;
+  for (std::size_t i = 0; i + 1 < cut.size(); ++i) {
+    CAPTURE(i);
+    CHECK(cut[i].end == cut[i + 1].begin);
+    const Token c = cut[i].end;
+    CHECK(std::abs(c - uniform[i].end) <= tile / 2);
+    moved += c != uniform[i].end;
+    // On a document's bound, or inside one at a multiple of the tile from its start.
+    const auto doc = std::upper_bound(starts.begin(), starts.end(), c) - 1;
+    CHECK((c == *doc || (c - *doc) % tile == 0));
+  }
+  CHECK(moved > 0);
+  // The areas still add up to the mask's.
+  const std::vector<Token> a = chunk_areas(p, cut);
+  const std::vector<Token> before = query_chunk_areas(p, chunk);
+  CHECK(std::accumulate(a.begin(), a.end(), Token{0}) == std::accumulate(before.begin(), before.end(), Token{0}));
+  // Chunks shorter than two tiles: as given.
+  CHECK(tile_aligned_chunks(p, uniform_chunks(S, 200), tile) == uniform_chunks(S, 200));
+  CHECK(tile_aligned_chunks(p, uniform, 1) == uniform);
+  // The dispatch over them: the chunks' tokens on their hosts, neighbours merged.
+  const std::vector<Rank> host = deal_chunks(a, 4);
+  const Sharding sh = dispatched_sharding(cut, host, 4);
+  for (std::size_t i = 0; i < cut.size(); ++i)
+    CHECK(sh.host[static_cast<std::size_t>(sh.block_of(cut[i].begin))] == host[i]);
+  CHECK(dispatched_sharding(uniform, host, 4).blocks == dispatched_sharding(S, chunk, host, 4).blocks);
 }

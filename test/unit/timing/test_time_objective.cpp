@@ -340,3 +340,51 @@ TEST_CASE("kernel model: the default's plan is never slower than the one made wi
   MESSAGE(faster << " of " << cases << " plans faster than today's under the kernel model");
   CHECK(cases == 28);
 }
+
+TEST_CASE("static under a kernel model cuts documents at tile multiples; without one its dispatch is as published") {
+  Plugins pl;
+  if (!pl.has(PluginKind::solver, "static")) return;
+  const HardwareProfile hw = resolve_hardware_profile("h100_8x_nvlink");
+  REQUIRE(hw.kernel);
+  HardwareProfile flat = hw;
+  flat.kernel.reset();
+  const TimeCostModel with(hw), without(flat);
+  const AreaCostModel area;
+  const DocHistogram hist =
+      DocHistogram::load_csv(std::string(CPSCHED_SOURCE_DIR) + "/configs/data/doc_length_distribution.csv");
+  const int P = 8;
+  const Token chunk = 1024;  // S / (8 P)
+  double old_sum = 0, new_sum = 0;
+  for (int pack = 0; pack < 4; ++pack) {
+    MaskSpec spec;
+    spec.kind = MaskKind::causal_document;
+    spec.histogram = hist;
+    spec.seed = 42;
+    spec.pack = pack;
+    auto problem = test::planned(Problem::make(make_mask(spec, Token{8192} * P), P, Heads{64, 8, 128, 2}));
+    auto grid = std::make_shared<const TaskGrid>(problem);
+    auto st = pl.solver("static");
+    const Solution a = solve(*st, grid, area), f = solve(*st, grid, without), k = solve(*st, grid, with);
+    // Without a kernel model: the same dispatch as under the area model, cut every `chunk` tokens.
+    CHECK(f.assignment.grid->sharding().blocks == a.assignment.grid->sharding().blocks);
+    CHECK(f.assignment.grid->sharding().host == a.assignment.grid->sharding().host);
+    for (const Range& b : f.assignment.grid->sharding().blocks) CHECK(b.begin % chunk == 0);
+    CHECK(f.figures.get("tile_aligned").value_or(-1) == 0);
+    // With one: every cut within 64 tokens of the published one, inside a document at a multiple of 128 from its start.
+    CHECK(k.figures.get("tile_aligned").value_or(0) == 128);
+    std::vector<Token> starts;
+    for (const Slice& s : problem->mask.slices()) starts.push_back(s.q.begin);
+    starts.push_back(problem->seqlen());
+    std::sort(starts.begin(), starts.end());
+    for (const Range& b : k.assignment.grid->sharding().blocks) {
+      const Token near = (b.begin + chunk / 2) / chunk * chunk;
+      CHECK(std::abs(b.begin - near) <= 64);
+      const Token doc = *(std::upper_bound(starts.begin(), starts.end(), b.begin) - 1);
+      CHECK((b.begin - doc) % 128 == 0);
+    }
+    old_sum += estimate_step(*problem, build_plan(f.assignment, 1), hw).step();
+    new_sum += estimate_step(*problem, build_plan(k.assignment, 1), hw).step();
+  }
+  MESSAGE("static's plans at one stage under the kernel model, 4 packs: " << old_sum * 1e3 << " ms as published, "
+                                                                          << new_sum * 1e3 << " ms cut at tiles");
+}

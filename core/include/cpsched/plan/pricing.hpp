@@ -23,6 +23,7 @@ class HostPricing final : public PlanPricing {
   PlanPrice price(Placement p, const PlanShape& shape) override;
   StepBound bound_on_areas(Placement p) override;
   PlanPrices price_both(Placement p, const PlanShape& shape) override;
+  PlanPrice price_on_areas(Placement p, const PlanShape& shape) override;
 
   // The builder of the registered placement equal to `a` (the same grid
   // object and ranks), or null. For the solve path, after the solve.
@@ -33,6 +34,7 @@ class HostPricing final : public PlanPricing {
  private:
   struct Entry;
   Entry& entry(Placement p);
+  PlanPrice price_on(Placement p, const PlanShape& shape, const HardwareProfile& hw);
   HardwareProfile hw_;
   HardwareProfile areas_;  // hw_ without its kernel model
   mutable std::mutex mu_;

@@ -64,6 +64,9 @@ class PlanPricing {
   // price(), and the same shape priced on exact areas (PlanPrices): one more
   // run of the timing model on each sheet, no other plan built.
   virtual PlanPrices price_both(Placement p, const PlanShape& shape) = 0;
+  // price() on the profile without its kernel table alone (price_both's
+  // areas, at what price() costs without a kernel model).
+  virtual PlanPrice price_on_areas(Placement p, const PlanShape& shape) = 0;
 
  protected:
   ~PlanPricing() = default;
