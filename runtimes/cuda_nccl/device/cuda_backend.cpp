@@ -101,14 +101,8 @@ class CudaBackendImpl final : public Backend {
     if (n > 0) check(cudaMemcpy(dst, src, static_cast<std::size_t>(n), cudaMemcpyDeviceToHost), "cudaMemcpy(download)");
   }
 
-  std::string kernel_dims_lack(int dim, int dim_v, bool shared) const override {
-    if (dim != dim_v || shared)
-      return "cuda_nccl: MLA head dims (d_qk " + std::to_string(dim) + ", d_v " + std::to_string(dim_v) +
-             (shared ? ", shared latent" : "") +
-             ") have no CUDA kernel (built: GQA 64, 128); run them with backend: emulate";
-    if (!cuda::has_attention_kernel(dim))
-      return "cuda_nccl: head dim " + std::to_string(dim) + " has no CUDA kernel (built: 64, 128)";
-    return "";
+  std::string kernel_dims_lack(int dim, int dim_v, bool shared, bool range_args) const override {
+    return cuda::kernel_dims_lack(dim, dim_v, shared, range_args);
   }
   void attention(AttnKernel k, const AttnLaunch& p, int dim, int dim_v, Grid g) override {
     cuda::attention(k, p, dim, dim_v, g, stream_[0]);

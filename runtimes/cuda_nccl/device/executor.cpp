@@ -17,11 +17,8 @@ ExecutionReport CudaNcclExecutor::execute(const ExecuteInput& in) {
   const Plan& plan = *in.plan;
   const std::uint64_t seed = opt_.seed != 0 ? opt_.seed : in.seed;
   if (opt_.backend == "emulate") return run_emulated(problem, plan, opt_, seed);
-  if (!problem.heads.is_gqa())
-    throw Error(fmt::format("cuda_nccl: MLA heads (d_qk {}, d_v {}{}) run on the CPU emulation only (backend: "
-                            "emulate): the CUDA kernels are built for GQA head dims 64 and 128",
-                            problem.heads.dqk(), problem.heads.dv(), problem.heads.kv_shared ? ", shared latent" : ""));
-  if (!cuda::has_attention_kernel(problem.heads.dim))
+  // MLA's kernels are checked per plan (its routes) by every rank's pipeline.
+  if (problem.heads.is_gqa() && !cuda::has_attention_kernel(problem.heads.dim))
     throw Error(fmt::format("cuda_nccl: head dim {} has no CUDA kernel (built: 64, 128)", problem.heads.dim));
   if (opt_.launch == "loopback")
     return run_in_process(problem, plan, opt_, seed, [](HostWorld& world, Rank r) {

@@ -87,12 +87,23 @@ void check(cudaError_t e, const char* what) {
 
 bool has_attention_kernel(int dim) { return dim == 64 || dim == 128; }
 
+std::string kernel_dims_lack(int dim, int dim_v, bool shared, bool range_args) {
+  if (dim == dim_v && !shared)
+    return has_attention_kernel(dim) ? "" : "cuda_nccl: head dim " + std::to_string(dim) + " has no CUDA kernel (built: 64, 128)";
+  if (dim == 576 && dim_v == 512 && shared && !range_args) return "";
+  return "cuda_nccl: MLA heads (d_qk " + std::to_string(dim) + ", d_v " + std::to_string(dim_v) +
+         (shared ? ", shared latent" : "") + ")" +
+         (dim == 576 && dim_v == 512 && shared ? " with range args on the runtime's kernels" : "") +
+         ": the CUDA kernels take MLA only as DSA does (a shared latent of 576 / 512, index args); run it with "
+         "backend: emulate";
+}
+
 namespace {
 
 // Index programs: MT (16-head tiles per block) by the query heads per kv head.
 template <int D>
 void index_dim(IndexKernel k, const IndexLaunch& p, Grid g, cudaStream_t s) {
-  const bool wide = p.hq / p.hkv > 16;
+  const bool wide = index_mt(p.hq / p.hkv, D) > 1;
   switch (k) {
     case IndexKernel::fwd:
       if (wide) launch(IndexFwdProgram<D, D, 4>{p}, g.x, g.y, s);
@@ -106,15 +117,34 @@ void index_dim(IndexKernel k, const IndexLaunch& p, Grid g, cudaStream_t s) {
   }
 }
 
-// MLA (d_v != d_qk, or a shared latent) has no CUDA kernel yet: the
-// executor refuses it before any buffer (executor.cpp); this is the backstop.
+// MLA: DSA's shared latent, 576 / 512, index args only (kernel_dims_lack
+// refuses the rest before any buffer; these are the backstops).
 void refuse_mla(int dim, int dim_v) {
   throw Error("cuda_nccl: MLA head dims (d_qk " + std::to_string(dim) + ", d_v " + std::to_string(dim_v) +
-              ") have no CUDA kernel (built: GQA 64, 128); run them with backend: emulate");
+              ") have no CUDA kernel for this arg; run them with backend: emulate");
 }
+
+// DSA's latent: 32 heads per block over 16 (index_mt), half steps (index_step).
+void index_mla(IndexKernel k, const IndexLaunch& p, Grid g, cudaStream_t s) {
+  const bool wide = index_mt(p.hq / p.hkv, 576) > 1;
+  switch (k) {
+    case IndexKernel::fwd:
+      if (wide) launch(IndexFwdProgram<576, 512, 2, true>{p}, g.x, g.y, s);
+      else launch(IndexFwdProgram<576, 512, 1, true>{p}, g.x, g.y, s);
+      return;
+    case IndexKernel::dq:
+      if (wide) launch(IndexDqProgram<576, 512, 2, true>{p}, g.x, g.y, s);
+      else launch(IndexDqProgram<576, 512, 1, true>{p}, g.x, g.y, s);
+      return;
+    case IndexKernel::dkdv: launch(IndexDkvProgram<576, 512, true>{p}, g.x, g.y, s); return;
+  }
+}
+
 }  // namespace
+
 void index_attention(IndexKernel k, const IndexLaunch& p, int dim, int dim_v, Grid g, cudaStream_t s) {
-  if (dim != dim_v) refuse_mla(dim, dim_v);
+  if (dim == 576 && dim_v == 512 && p.latent != 0) return index_mla(k, p, g, s);
+  if (dim != dim_v || p.latent != 0) refuse_mla(dim, dim_v);
   switch (dim) {
     case 64: index_dim<64>(k, p, g, s); return;
     case 128: index_dim<128>(k, p, g, s); return;

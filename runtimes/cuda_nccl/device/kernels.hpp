@@ -1,4 +1,5 @@
 #pragma once
+#include <string>
 // Launches of the CTA programs (host/attention_programs.hpp,
 // host/data_programs.hpp, host/mask_ingest.hpp) as CUDA kernels. All
 // asynchronous on `stream`; errors of the launch itself throw cpsched::Error.
@@ -13,6 +14,10 @@ namespace cpsched::gpu::cuda {
 
 // Head dims with a kernel: 64 and 128.
 bool has_attention_kernel(int dim);
+// Why there are no CUDA kernels for these heads ("" when there are): GQA 64
+// and 128; MLA's shared latent 576 / 512 on index args only (range_args: the
+// plan has range args on the runtime's kernels).
+std::string kernel_dims_lack(int dim, int dim_v, bool shared, bool range_args);
 void attention(AttnKernel k, const AttnLaunch& p, int dim, int dim_v, Grid g, cudaStream_t s);
 void index_attention(IndexKernel k, const IndexLaunch& p, int dim, int dim_v, Grid g, cudaStream_t s);
 void copy(const CopySeg* segs, int n, cudaStream_t s);

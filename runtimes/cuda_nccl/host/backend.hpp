@@ -76,8 +76,10 @@ class Backend {
   // pass (it may grow the rank's one workspace). `sdpa_run` enqueues a graph
   // on the compute stream.
   virtual std::string sdpa_support() const { return "this backend has no cuDNN"; }
-  // Why the backend has no attention kernels for these head dims ("" when it has).
-  virtual std::string kernel_dims_lack(int dim, int dim_v, bool shared) const = 0;
+  // Why the backend has no attention kernels for these head dims ("" when it
+  // has); range_args: some range args run on the runtime's kernels (not only
+  // index args).
+  virtual std::string kernel_dims_lack(int dim, int dim_v, bool shared, bool range_args) const = 0;
   virtual int sdpa_prepare(const SdpaGeometry& g) {
     throw Error("cuda_nccl (internal): SDPA graph " + gpu::describe(g) + " on a backend without cuDNN");
   }

@@ -131,21 +131,33 @@ void check_host_dims(int dim, int dim_v, const char* what) {
   if (!why.empty()) throw Error(why);
 }
 
-// Index programs: MT (16-head tiles) by the query heads per kv head.
-template <int DQ, int DV>
-void run_index(IndexKernel k, const IndexLaunch& p, Grid g) {
-  const bool wide = p.hq / p.hkv > 16;
+// Index programs: MT (16-head tiles) by the query heads per kv head and the
+// head dim (index_mt), and the shared latent's variant (MLA dims only).
+template <int DQ, int DV, bool kLatent>
+void run_index_as(IndexKernel k, const IndexLaunch& p, Grid g) {
+  const int mt = index_mt(p.hq / p.hkv, DQ);
+  constexpr int kWide = DQ > 256 ? 2 : 4;
   switch (k) {
     case IndexKernel::fwd:
-      if (wide) run_on_host(IndexFwdProgram<DQ, DV, 4>{p}, g.x, g.y);
-      else run_on_host(IndexFwdProgram<DQ, DV, 1>{p}, g.x, g.y);
+      if (mt > 1) run_on_host(IndexFwdProgram<DQ, DV, kWide, kLatent>{p}, g.x, g.y);
+      else run_on_host(IndexFwdProgram<DQ, DV, 1, kLatent>{p}, g.x, g.y);
       return;
     case IndexKernel::dq:
-      if (wide) run_on_host(IndexDqProgram<DQ, DV, 4>{p}, g.x, g.y);
-      else run_on_host(IndexDqProgram<DQ, DV, 1>{p}, g.x, g.y);
+      if (mt > 1) run_on_host(IndexDqProgram<DQ, DV, kWide, kLatent>{p}, g.x, g.y);
+      else run_on_host(IndexDqProgram<DQ, DV, 1, kLatent>{p}, g.x, g.y);
       return;
-    case IndexKernel::dkdv: run_on_host(IndexDkvProgram<DQ, DV>{p}, g.x, g.y); return;
+    case IndexKernel::dkdv: run_on_host(IndexDkvProgram<DQ, DV, kLatent>{p}, g.x, g.y); return;
   }
+}
+
+template <int DQ, int DV>
+void run_index(IndexKernel k, const IndexLaunch& p, Grid g) {
+  if constexpr (DQ != DV) {
+    if (p.latent != 0) return run_index_as<DQ, DV, true>(k, p, g);
+  } else {
+    if (p.latent != 0) throw Error("cuda_nccl: a shared latent with d_v = d_qk has no index kernel");
+  }
+  run_index_as<DQ, DV, false>(k, p, g);
 }
 
 template <int DQ, int DV>
@@ -159,7 +171,10 @@ void run_attention(AttnKernel k, const AttnLaunch& p, Grid g) {
 
 }  // namespace
 
-std::string HostBackend::kernel_dims_lack(int dim, int dim_v, bool) const {
+std::string HostBackend::kernel_dims_lack(int dim, int dim_v, bool shared, bool) const {
+  if (shared && dim == dim_v)
+    return fmt::format("cuda_nccl: a shared latent with d_v = d_qk ({}) has no kernel (MLA's latent has d_v < d_qk)",
+                       dim);
   return host_dims_lack(dim, dim_v, "kernel");
 }
 

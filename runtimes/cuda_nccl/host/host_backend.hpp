@@ -59,7 +59,7 @@ class HostBackend : public Backend {
   void upload(void* dst, const void* src, Bytes n) override;
   void download(void* dst, const void* src, Bytes n) override;
 
-  std::string kernel_dims_lack(int dim, int dim_v, bool shared) const override;
+  std::string kernel_dims_lack(int dim, int dim_v, bool shared, bool range_args) const override;
   void attention(AttnKernel k, const AttnLaunch& p, int dim, int dim_v, Grid g) override;
   void index_attention(IndexKernel k, const IndexLaunch& p, int dim, int dim_v, Grid g) override;
   void copy(StreamId s, const CopySeg* segs, int n) override;

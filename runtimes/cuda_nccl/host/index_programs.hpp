@@ -23,7 +23,8 @@
 // written once by one CTA, in a fixed order: deterministic, no atomics.
 //
 // Head dims: DQ for Q and K (the S products, dQ, dK), DV for V, O and dO (the
-// PV and dP products, dV). MLA's shared latent (KSide::v == k): V is the
+// PV and dP products, dV). MLA's shared latent (kLatent, the launch's
+// `latent`; KSide::v == k): V is the
 // first DV columns of the K rows already gathered, so a key's latent row is
 // read once per CTA for both products, and dV is added into the latent's
 // gradient after dK (one barrier apart: different threads own them).
@@ -81,11 +82,20 @@ CPSCHED_HD inline bool index_heads(const IndexLaunch& p, int q_buf, int k_buf, i
   return true;
 }
 
-// Query heads per block of a q-major launch: MT tiles of 16.
-CPSCHED_HD inline int index_block_heads(int ratio) { return ratio <= 16 ? 16 : 64; }
+// 16-head MMA tiles per block of a q-major launch: one up to 16 query heads
+// per kv head, else 4 (64 heads), or 2 (32 heads) when the head dim is over
+// 256 (MLA's 576: a block's Q, its gathered latent rows and its fp32 O
+// accumulator must fit sm_90's 227 KiB of shared memory).
+CPSCHED_HD constexpr int index_mt(int ratio, int dim) { return ratio <= 16 ? 1 : dim > 256 ? 2 : 4; }
+// Query heads per block of a q-major launch.
+CPSCHED_HD constexpr int index_block_heads(int ratio, int dim) { return 16 * index_mt(ratio, dim); }
+// Keys (dQ: q-major) or (row, head) pairs (dK / dV: k-major) per step: halved
+// over 256 dims, for the same reason.
+CPSCHED_HD constexpr int index_step(int dim) { return dim > 256 ? kIndexKeys / 2 : kIndexKeys; }
 
 // ---------------------------------------------------------------- forward
-template <int DQ, int DV, int MT>
+// kLatent: MLA's shared latent (IndexLaunch::latent): V is K's first DV columns, no V tile.
+template <int DQ, int DV, int MT, bool kLatent = false>
 struct IndexFwdProgram {
   static_assert(DQ % 16 == 0 && DV % 16 == 0, "index programs: head dims multiple of 16");
   static constexpr int kThreads = kIndexThreads;
@@ -96,7 +106,7 @@ struct IndexFwdProgram {
   struct Smem {
     alignas(32) bf16 q[kM][kLdq];
     alignas(32) bf16 k[kN][kLdq];
-    alignas(32) bf16 v[kN][kLdv];  // unused with a shared latent
+    alignas(32) bf16 v[kLatent ? 1 : kN][kLdv];  // none with a shared latent
     alignas(32) float s[kM][kLds];
     alignas(32) bf16 p[kM][kLdp];
     alignas(32) float o[kM][kLdo];
@@ -135,7 +145,6 @@ struct IndexFwdProgram {
         });
       }
       const KSide& ks = p.k[it.other_buf];
-      const bool latent = ks.v == ks.k;
       const std::int32_t* keys = p.indices + it.keys;
       for (int j0 = 0; j0 < it.width; j0 += kN) {
         ex.sync();
@@ -150,13 +159,14 @@ struct IndexFwdProgram {
             if (key >= 0) copy16(&sm.k[j][c], ks.k + (static_cast<i64>(key) * ks.heads + hm.k_head) * DQ + c);
             else zero16(&sm.k[j][c]);
           }
-          if (!latent)
+          if constexpr (!kLatent) {
             for (int u = t; u < kN * (DV / 8); u += kThreads) {
               const int j = u / (DV / 8), c = (u % (DV / 8)) * 8;
               const std::int32_t key = sm.key[j];
               if (key >= 0) copy16(&sm.v[j][c], ks.v + (static_cast<i64>(key) * ks.heads + hm.k_head) * ks.v_stride + c);
               else zero16(&sm.v[j][c]);
             }
+          }
         });
         ex.sync();
         ex.warps([&](int w) {  // S = Q K^T
@@ -210,8 +220,8 @@ struct IndexFwdProgram {
           for (int i = t; i < kM * DV; i += kThreads) sm.o[i / DV][i % DV] *= sm.corr[i / DV];
         });
         ex.sync();
-        const bf16* vt = latent ? &sm.k[0][0] : &sm.v[0][0];
-        const int ldv = latent ? kLdq : kLdv;
+        const bf16* vt = kLatent ? &sm.k[0][0] : &sm.v[0][0];
+        const int ldv = kLatent ? kLdq : kLdv;
         ex.warps([&](int w) {  // O += P V
           for (int tile = w; tile < MT * (DV / 16); tile += kIndexWarps) {
             const int i = tile / (DV / 16), j = tile % (DV / 16);
@@ -237,18 +247,18 @@ struct IndexFwdProgram {
 
 // ---------------------------------------------------------------- dQ
 // dS = P (dP - delta), P = exp(scale S - lse), dP = dO V^T; dQ += scale dS K.
-template <int DQ, int DV, int MT>
+template <int DQ, int DV, int MT, bool kLatent = false>
 struct IndexDqProgram {
   static_assert(DQ % 16 == 0 && DV % 16 == 0, "index programs: head dims multiple of 16");
   static constexpr int kThreads = kIndexThreads;
-  static constexpr int kM = 16 * MT, kN = kIndexKeys;
+  static constexpr int kM = 16 * MT, kN = index_step(DQ);
   static constexpr int kLdq = DQ + 8, kLdv = DV + 8, kLdf = DQ + 4, kLds = kN + 4, kLdp = kN + 8;
   using State = IndexNoState;
   struct Smem {
     alignas(32) bf16 q[kM][kLdq];
     alignas(32) bf16 d_o[kM][kLdv];
     alignas(32) bf16 k[kN][kLdq];
-    alignas(32) bf16 v[kN][kLdv];  // unused with a shared latent
+    alignas(32) bf16 v[kLatent ? 1 : kN][kLdv];  // none with a shared latent
     alignas(32) float s[kM][kLds];
     alignas(32) float dp[kM][kLds];
     alignas(32) bf16 ds[kM][kLdp];
@@ -293,7 +303,6 @@ struct IndexDqProgram {
         });
       }
       const KSide& ks = p.k[it.other_buf];
-      const bool latent = ks.v == ks.k;
       const std::int32_t* keys = p.indices + it.keys;
       for (int j0 = 0; j0 < it.width; j0 += kN) {
         ex.sync();
@@ -308,17 +317,18 @@ struct IndexDqProgram {
             if (key >= 0) copy16(&sm.k[j][c], ks.k + (static_cast<i64>(key) * ks.heads + hm.k_head) * DQ + c);
             else zero16(&sm.k[j][c]);
           }
-          if (!latent)
+          if constexpr (!kLatent) {
             for (int u = t; u < kN * (DV / 8); u += kThreads) {
               const int j = u / (DV / 8), c = (u % (DV / 8)) * 8;
               const std::int32_t key = sm.key[j];
               if (key >= 0) copy16(&sm.v[j][c], ks.v + (static_cast<i64>(key) * ks.heads + hm.k_head) * ks.v_stride + c);
               else zero16(&sm.v[j][c]);
             }
+          }
         });
         ex.sync();
-        const bf16* vt = latent ? &sm.k[0][0] : &sm.v[0][0];
-        const int ldv = latent ? kLdq : kLdv;
+        const bf16* vt = kLatent ? &sm.k[0][0] : &sm.v[0][0];
+        const int ldv = kLatent ? kLdq : kLdv;
         ex.warps([&](int w) {  // S = Q K^T and dP = dO V^T
           for (int tile = w; tile < 2 * MT * (kN / 16); tile += kIndexWarps) {
             const int which = tile / (MT * (kN / 16)), x = tile % (MT * (kN / 16));
@@ -362,16 +372,16 @@ struct IndexDqProgram {
 
 // ---------------------------------------------------------------- dK, dV
 // dV += P^T dO, dK += scale dS^T Q over the selecting (row, head) pairs.
-template <int DQ, int DV>
+template <int DQ, int DV, bool kLatent = false>
 struct IndexDkvProgram {
   static_assert(DQ % 16 == 0 && DV % 16 == 0, "index programs: head dims multiple of 16");
   static constexpr int kThreads = kIndexThreads;
-  static constexpr int kT = kIndexColTile, kP = kIndexKeys;
+  static constexpr int kT = kIndexColTile, kP = index_step(DQ);
   static constexpr int kLdq = DQ + 8, kLdv = DV + 8, kLdk = DQ + 4, kLdo = DV + 4, kLds = kP + 4, kLdp = kP + 8;
   using State = IndexNoState;
   struct Smem {
     alignas(32) bf16 k[kT][kLdq];
-    alignas(32) bf16 v[kT][kLdv];  // unused with a shared latent
+    alignas(32) bf16 v[kLatent ? 1 : kT][kLdv];  // none with a shared latent
     alignas(32) bf16 q[kP][kLdq];
     alignas(32) bf16 d_o[kP][kLdv];
     alignas(32) float st[kT][kLds];
@@ -388,7 +398,6 @@ struct IndexDkvProgram {
   template <class Exec>
   CPSCHED_HD void operator()(Exec& ex, int bx, int slot, Smem& sm) const {
     const KSide& ks = p.k[p.major_buf];
-    const bool latent = ks.v == ks.k;
     const i64 c0 = p.major[bx];
     const int ncols = static_cast<int>(hd_min<i64>(kT, ks.rows - c0));
     const int ratio = p.hq / p.hkv;
@@ -409,12 +418,13 @@ struct IndexDkvProgram {
             if (j < ncols) copy16(&sm.k[j][c], ks.k + ((c0 + j) * ks.heads + k_head) * DQ + c);
             else zero16(&sm.k[j][c]);
           }
-          if (!latent)
+          if constexpr (!kLatent) {
             for (int u = t; u < kT * (DV / 8); u += kThreads) {
               const int j = u / (DV / 8), c = (u % (DV / 8)) * 8;
               if (j < ncols) copy16(&sm.v[j][c], ks.v + ((c0 + j) * ks.heads + k_head) * ks.v_stride + c);
               else zero16(&sm.v[j][c]);
             }
+          }
         });
       }
       const QSide& qs = p.q[it.other_buf];
@@ -455,8 +465,8 @@ struct IndexDkvProgram {
           }
         });
         ex.sync();
-        const bf16* vt = latent ? &sm.k[0][0] : &sm.v[0][0];
-        const int ldv = latent ? kLdq : kLdv;
+        const bf16* vt = kLatent ? &sm.k[0][0] : &sm.v[0][0];
+        const int ldv = kLatent ? kLdq : kLdv;
         ex.warps([&](int w) {  // S^T = K Q^T and dP^T = V dO^T
           for (int tile = w; tile < 2 * (kP / 16); tile += kIndexWarps) {
             const int j = tile % (kP / 16);

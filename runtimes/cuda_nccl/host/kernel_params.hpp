@@ -105,6 +105,7 @@ struct IndexLaunch {
   std::int32_t hq, hkv, groups;    // problem heads (global)
   std::int32_t slots;              // kv heads per row of the major buffer's layout
   float scale;
+  std::int32_t latent;             // 1: MLA's shared latent (V is K's first d_v dims; the kLatent programs)
 };
 
 // Copy of `rows` rows of `row_bytes` bytes each between strided places (the

@@ -83,8 +83,6 @@ RankPipeline::RankPipeline(Backend& be, const RankPlan& plan, const HeadLayout& 
                             h_.dtype_bytes));
   if (h_.dim % 2 != 0 || h_.dv() % 2 != 0)
     throw Error(fmt::format("cuda_nccl: head dims (d_qk {}, d_v {}) must be even", h_.dim, h_.dv()));
-  // Before any buffer or collective, on every rank alike.
-  if (const std::string why = be_.kernel_dims_lack(h_.dim, h_.dv(), h_.shared); !why.empty()) throw Error(why);
   const Rank self = be_.rank();
   lists_[0] = translate(plan.fwd, Pass::fwd, h_, self);
   lists_[1] = translate(plan.bwd, Pass::bwd, h_, self);
@@ -131,6 +129,16 @@ RankPipeline::RankPipeline(Backend& be, const RankPlan& plan, const HeadLayout& 
         scratch_bytes_ = std::max(scratch_bytes_, sdpa_scratch(b).bytes);
       }
   }
+  // Kernels for the head dims, before any buffer or collective (on every rank
+  // alike: the routes are a function of the plan); range args on the
+  // runtime's kernels may need more than index args do.
+  bool range_args = false;
+  for (const PassSdpa& sd : sdpa_)
+    for (const auto& st : sd.routes.reason)
+      for (const RouteReason r : st)
+        range_args = range_args || !(r == RouteReason::cudnn || r == RouteReason::index_arg || r == RouteReason::empty);
+  if (const std::string why = be_.kernel_dims_lack(h_.dim, h_.dv(), h_.shared, range_args); !why.empty())
+    throw Error(fmt::format("rank {}: {}", self, why));
   sizes_ = buffer_sizes(plan, lists_[0], lists_[1], h_, rows_, tail_);
   visit_local(local_, h_, rows_, [&](const char*, Bytes n, auto& ptr) {
     using P = std::remove_reference_t<decltype(ptr)>;
@@ -549,14 +557,15 @@ IndexLaunch RankPipeline::PassBuilder::index_launch(int major, std::int32_t n, c
                      h_.hkv,
                      h_.groups,
                      major == 0 ? h_.hkv : pp_.shape.kv_heads,
-                     1.0f / std::sqrt(static_cast<float>(h_.dim))};
+                     1.0f / std::sqrt(static_cast<float>(h_.dim)),
+                     h_.shared ? 1 : 0};
 }
 
 void RankPipeline::PassBuilder::add_index_q(std::size_t s, IndexKernel k, const IndexQList& w, int major,
                                             const Operands& ops) {
   if (w.empty()) return;
   IndexLaunch p = index_launch(major, static_cast<std::int32_t>(w.rows.size()), ops);
-  const int ratio = h_.hq / h_.hkv, per_block = index_block_heads(ratio);
+  const int ratio = h_.hq / h_.hkv, per_block = index_block_heads(ratio, h_.dim);
   const int blocks = (ratio + per_block - 1) / per_block;
   auto& v = pp_.index[s];
   pi_.push_back({s, v.size(), arena_.add(w.rows), arena_.add(w.begin), arena_.add(w.items), kNone, kNone});

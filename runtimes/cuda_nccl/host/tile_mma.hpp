@@ -54,8 +54,7 @@ CPSCHED_HD inline void warp_mma(float* c, int ldc, const bf16* a, int lda, const
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
   if constexpr (kAccumulate) wmma::load_matrix_sync(acc, c, static_cast<unsigned>(ldc), wmma::mem_row_major);
   else wmma::fill_fragment(acc, 0.f);
-  CPSCHED_UNROLL
-  for (int k0 = 0; k0 < K; k0 += 16) {
+  auto step = [&](int k0) {
     wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, LayA> fa;
     wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, LayB> fb;
     const bf16* ap = std::is_same_v<LA, RowMajor> ? a + k0 : a + k0 * lda;
@@ -63,6 +62,14 @@ CPSCHED_HD inline void warp_mma(float* c, int ldc, const bf16* a, int lda, const
     wmma::load_matrix_sync(fa, reinterpret_cast<const __nv_bfloat16*>(ap), static_cast<unsigned>(lda));
     wmma::load_matrix_sync(fb, reinterpret_cast<const __nv_bfloat16*>(bp), static_cast<unsigned>(ldb));
     wmma::mma_sync(acc, fa, fb, acc);
+  };
+  if constexpr (K > 256) {
+    // MLA's 576 / 512: a full unroll spilled in the dK / dV program (ptxas -v, sm_90).
+#pragma unroll 4
+    for (int k0 = 0; k0 < K; k0 += 16) step(k0);
+  } else {
+    CPSCHED_UNROLL
+    for (int k0 = 0; k0 < K; k0 += 16) step(k0);
   }
   wmma::store_matrix_sync(c, acc, static_cast<unsigned>(ldc), wmma::mem_row_major);
 #else

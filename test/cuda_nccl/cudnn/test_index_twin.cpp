@@ -36,22 +36,26 @@ TEST_CASE("index args on tensor cores: 1 to 128 query heads per kv head (one or 
   }
 }
 
-TEST_CASE("index args with MLA heads: d_qk 48 / d_v 32, V apart or inside a shared latent (dK = dK + dV)") {
+TEST_CASE("index args with MLA heads: d_qk 48 / d_v 32 and 576 / 512, V apart or inside a shared latent (dK = dK + dV)") {
   // DSA's geometry at a CI size: the latent row is K, its first d_v columns
   // V; the programs gather it once per key and add dV into its gradient.
   std::mt19937_64 rng(61);
+  // 576 / 512 with 32 heads: the GPU's MLA variant (32 heads per block,
+  // half steps; index_mt, index_step), whose twin runs the same program.
   struct Case {
     int hq, hkv, P, stages;
     bool shared;
     std::uint64_t placement;
+    int dim = 48, dim_v = 32;
   };
-  const Case cases[] = {{16, 1, 2, 1, true, 3}, {32, 1, 3, 2, true, 5}, {8, 2, 2, 2, false, 0}};
+  const Case cases[] = {{16, 1, 2, 1, true, 3}, {32, 1, 3, 2, true, 5}, {8, 2, 2, 2, false, 0},
+                        {32, 1, 2, 1, true, 7, 576, 512}};
   for (const Case& k : cases) {
-    const Token S = 60 * k.P + static_cast<Token>(rng() % 20);
+    const Token S = (k.dim > 256 ? 20 : 60) * k.P + static_cast<Token>(rng() % 20);
     auto c = test::make_index_plan_case(dsa_mask(S, {S / 2, S - S / 2}, rng()), k.P,
-                                        Heads{k.hq, k.hkv, 48, 2, 32, k.shared}, GridOptions{true, 1}, k.stages,
-                                        k.placement);
-    INFO("heads ", k.hq, ":", k.hkv, " shared=", k.shared, " P=", k.P);
+                                        Heads{k.hq, k.hkv, k.dim, 2, k.dim_v, k.shared}, GridOptions{true, 1},
+                                        k.stages, k.placement);
+    INFO("heads ", k.hq, ":", k.hkv, " dims ", k.dim, "/", k.dim_v, " shared=", k.shared, " P=", k.P);
     REQUIRE(count_index_args(c.plan, false) > 0);
     const Checked res = run_and_check(c);
     INFO(res.plan.text, "; dense reference: ", res.dense_error);
