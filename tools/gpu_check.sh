@@ -11,12 +11,16 @@
 #   3. self-checks against the sim runtime: P = 1 (one process, env launch;
 #      attention auto, then the runtime's kernels only), loopback P = 2 / 4 / 8
 #      (causal_document, 8192 tokens per rank), the plain masks (causal, full,
-#      sliding_window), DSA and NSA; with 2+ GPUs, one process per GPU (NCCL);
+#      sliding_window), DSA (MLA's shared latent, 576 / 512, 16 query heads;
+#      P = 1 and loopback P = 8) and NSA; with 2+ GPUs, one process per GPU (NCCL);
 #   4. the kernel table (bench_gpu_attention): causal, causal_document,
 #      full_document and sliding_window at 8k / 16k / 32k tokens per rank,
 #      heads 64:8, D 128, bf16, forward and backward TFLOP/s of (a) cuDNN's
 #      SDPA called directly on the same batches, (b) the runtime at P = 1,
-#      (c) each rank's compute alone at loopback P = 8; DSA's index kernels;
+#      (c) each rank's compute alone at loopback P = 8, each beside the kernel
+#      model's prediction (the h100 / h200 profile by the GPU's name); DSA's
+#      MLA index kernels on configs/dsa.yaml's shapes (128:1, 576 / 512, 16k
+#      and 32k tokens);
 #   5. the device top-k counting benchmark; where python3 imports torch with
 #      CUDA and cpsched, cpsched.torch's CUDA tests and kernel benchmark.
 # Exits 77 (skipped) when no GPU is visible, 1 when a step fails.
@@ -31,7 +35,7 @@ no_build=0
 for a in "$@"; do
   case "$a" in
     --no-build) no_build=1 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument '$a' (--no-build, --help)"; exit 2 ;;
   esac
 done
@@ -170,9 +174,13 @@ for kind in causal full sliding_window; do
     loopback configs/quickstart.yaml --set problem.cp_size=4 --set problem.seqlen_per_rank=2048 \
     --set problem.mask.kind=$kind --set "$heads16"
 done
-# The runtime refuses MLA (576 / 512): DSA's selection with GQA heads.
-step "loopback P=8: dsa (configs/dsa.yaml selection, heads 16:1, D 128), self-check" \
-  loopback configs/dsa.yaml --set "problem.heads={q: 16, kv: 1, dim: 128, dtype: bf16}"
+# DSA as configs/dsa.yaml has it: MLA's shared latent (576 / 512) on the MLA
+# index kernels; 16 query heads and fewer tokens, so that the sim's CPU
+# reference stays within minutes (its FLOPs about those of the D 128 check before).
+step "loopback P=1: dsa (configs/dsa.yaml, MLA 576 / 512 shared latent, heads 16:1, 2048 tokens), self-check" \
+  loopback configs/dsa.yaml --set problem.cp_size=1 --set problem.seqlen_per_rank=2048 --set problem.heads.q=16
+step "loopback P=8: dsa (configs/dsa.yaml, MLA 576 / 512 shared latent, heads 16:1, 1024 tokens per rank), self-check" \
+  loopback configs/dsa.yaml --set problem.seqlen_per_rank=1024 --set problem.heads.q=16
 step "loopback P=4: nsa (configs/nsa.yaml, heads 16:4, D 128), self-check" \
   loopback configs/nsa.yaml --set problem.cp_size=4 --set "problem.heads={q: 16, kv: 4, dim: 128, dtype: bf16}"
 
@@ -181,10 +189,13 @@ sizes="${TABLE_SIZES:-8192 16384 32768}"
 p8="${TABLE_P8_SIZES:-$sizes}"
 masks="${TABLE_MASKS:-causal causal_document full_document sliding_window}"
 csv="${log%.log}.kernel_table.csv"
+# The kernel model the table's times are set beside: the profile of this GPU.
+hw=h100_8x_nvlink
+nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 | grep -q H200 && hw=h200_8x_nvlink
 if [[ -x "$build/bin/bench_gpu_attention" ]]; then
-  step "kernel table: (a) cuDNN direct, (b) runtime P=1, (c) each rank alone at loopback P=8; DSA index kernels" \
-    timeout 420 "$build/bin/bench_gpu_attention" --masks "${masks// /,}" --sizes "${sizes// /,}" \
-    --p8-sizes "${p8// /,}" --heads 64:8 --dim 128 --iterations 3 --csv "$csv"
+  step "kernel table: (a) cuDNN direct, (b) runtime P=1, (c) each rank alone at loopback P=8; DSA's MLA index kernels" \
+    timeout 480 "$build/bin/bench_gpu_attention" --masks "${masks// /,}" --sizes "${sizes// /,}" \
+    --p8-sizes "${p8// /,}" --heads 64:8 --dim 128 --iterations 3 --hardware "$hw" --csv "$csv"
 else
   echo "== kernel table: bench_gpu_attention not built"; status=1
 fi

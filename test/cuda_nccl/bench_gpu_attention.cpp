@@ -12,17 +12,17 @@
 //       every stage's attention back to back without transfers), as the
 //       slowest rank's time over its FLOPs at the P = 1 rate (issue 45 asks
 //       <= 1.25) and the lowest rank rate;
-// then DSA's index kernels (configs/dsa.yaml's selection; heads 128:1 with
-// D 128, since the runtime refuses MLA's 576 / 512) in TFLOP/s of selected
-// pairs. FLOPs are the timing model's (4 x area x heads x D forward, 2.5x
-// backward). Beside (b) and (c): the measured time over the kernel model's
+// then DSA's index kernels on configs/dsa.yaml's own shapes (MLA 128:1,
+// d_qk 576 / d_v 512, one shared latent row per token; --dsa-size tokens,
+// a comma list) in TFLOP/s of selected pairs. FLOPs are the timing model's
+// (4 x area x heads x D forward, 2.5x backward; MLA: docs/heads.md). Beside (b) and (c): the measured time over the kernel model's
 // predicted compute (--hardware's profile, when it has a kernel table; (b)
 // holds the whole pass, (c) the worst rank's compute alone). Prints a table
 // and writes it as CSV (--csv).
 //
 //   bench_gpu_attention [--masks causal,causal_document,full_document,sliding_window]
 //                       [--sizes 8192,16384,32768] [--p8-sizes 8192,16384,32768]
-//                       [--heads 64:8] [--dim 128] [--iterations 3] [--dsa-size 32768]
+//                       [--heads 64:8] [--dim 128] [--iterations 3] [--dsa-size 16384,32768]
 //                       [--csv FILE] [--configs DIR] [--hardware h100_8x_nvlink]
 #include <fmt/format.h>
 
@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   const std::string heads = bench::arg(argc, argv, "--heads", "64:8");
   const std::string dim = bench::arg(argc, argv, "--dim", "128");
   const int iterations = std::stoi(bench::arg(argc, argv, "--iterations", "3"));
-  const std::string dsa_size = bench::arg(argc, argv, "--dsa-size", "32768");
+  const std::string dsa_size = bench::arg(argc, argv, "--dsa-size", "16384,32768");
   const std::string csv_path = bench::arg(argc, argv, "--csv", "");
   const std::string hardware = bench::arg(argc, argv, "--hardware", kDefaultHardwareProfile);
   const auto hq = heads.substr(0, heads.find(':')), hkv = heads.substr(heads.find(':') + 1);
@@ -165,20 +165,28 @@ int main(int argc, char** argv) {
         ++failed;
       }
     }
-  // DSA's index kernels: every arg is an index arg, so the pass rate is theirs.
-  try {
-    const Run d = run(configs + "/dsa.yaml",
-                      {"problem.cp_size=1", "problem.seqlen_per_rank=" + dsa_size,
-                       fmt::format("problem.heads={{q: 128, kv: 1, dim: {}, dtype: bf16}}", dim)},
-                      iterations, false, hardware);
-    fmt::print("\nDSA index kernels (configs/dsa.yaml selection, S = {}, heads 128:1, D {}): forward {:.1f}, backward "
-               "{:.1f} TFLOP/s of selected pairs ({:.3f} / {:.3f} ms; model {:.3f} / {:.3f} ms)\n",
-               dsa_size, dim, d.fig("fwd_tflops"), d.fig("bwd_tflops"), d.fig("fwd_ms"), d.fig("bwd_ms"),
-               d.fig("model_fwd_ms"), d.fig("model_bwd_ms"));
-    csv.push_back(fmt::format("dsa_index,{},,,{:.2f},{:.2f},,,,,,,0,,,,", dsa_size, d.fig("fwd_tflops"), d.fig("bwd_tflops")));
-  } catch (const std::exception& e) {
-    fmt::print("\nDSA index kernels: FAILED: {}\n", e.what());
-    ++failed;
+  // DSA's index kernels on configs/dsa.yaml's own shapes (MLA: 128 query heads
+  // on one shared latent row, d_qk 576 / d_v 512; token top-k 2048): every
+  // arg is an index arg, so the pass rate is theirs, in TFLOP/s of selected
+  // pairs (2 d_qk + 2 d_v FLOPs per pair and head forward, 6 d_qk + 4 d_v
+  // backward: docs/heads.md).
+  for (const std::string& S : split(dsa_size)) {
+    try {
+      const Run d = run(configs + "/dsa.yaml", {"problem.cp_size=1", "problem.seqlen_per_rank=" + S}, iterations,
+                        false, hardware);
+      fmt::print("\nDSA index kernels (configs/dsa.yaml: MLA 128:1, d_qk 576 / d_v 512, shared latent, top-k 2048; S = "
+                 "{}, P = 1): forward {:.1f}, backward {:.1f} TFLOP/s of selected pairs ({:.3f} / {:.3f} ms; model "
+                 "{:.3f} / {:.3f} ms)\n",
+                 S, d.fig("fwd_tflops"), d.fig("bwd_tflops"), d.fig("fwd_ms"), d.fig("bwd_ms"), d.fig("model_fwd_ms"),
+                 d.fig("model_bwd_ms"));
+      csv.push_back(fmt::format("dsa_mla_index,{},,,{:.2f},{:.2f},,,,,,,0,{:.3f},{:.3f},,", S, d.fig("fwd_tflops"),
+                                d.fig("bwd_tflops"),
+                                d.fig("model_fwd_ms") > 0 ? d.fig("fwd_ms") / d.fig("model_fwd_ms") : 0.0,
+                                d.fig("model_bwd_ms") > 0 ? d.fig("bwd_ms") / d.fig("model_bwd_ms") : 0.0));
+    } catch (const std::exception& e) {
+      fmt::print("\nDSA index kernels (S = {}): FAILED: {}\n", S, e.what());
+      ++failed;
+    }
   }
   if (!csv_path.empty()) {
     std::ofstream f(csv_path);

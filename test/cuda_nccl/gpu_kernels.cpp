@@ -10,7 +10,8 @@
 //  2. The executor itself on a one-rank plan (launch single, check on).
 //  3. Device-side mask ingestion equals the TaskGrid.
 //  4. Token top-k plans (index args on the tensor-core programs, random per
-//     head and dsa, 4 and 32 query heads per kv head) through the same
+//     head and dsa, 4 and 32 query heads per kv head, and DSA's MLA: a
+//     shared latent of 576 / 512 under 16 and 128 query heads) through the same
 //     pipeline check as 1.
 //  5. Device-side top-k counting equals count_index_cells and its CPU twin.
 #include <cmath>
@@ -78,7 +79,9 @@ void pipeline_case(int P, int stages, int dim, bool flat, std::uint64_t placemen
 }
 
 // Token top-k plans (index args): random per-head selections or the dsa generator.
-void index_pipeline_case(int P, int stages, int dim, bool dsa, std::uint64_t placement, int hq = 8) {
+// dim_v > 0: MLA with a shared latent (DSA: 576 / 512 over hkv = 1).
+void index_pipeline_case(int P, int stages, int dim, bool dsa, std::uint64_t placement, int hq = 8, int dim_v = 0,
+                         int hkv = 2) {
   std::mt19937_64 rng(static_cast<std::uint64_t>(P * 1000 + stages * 10 + dim));
   const Token S = 400 * P + static_cast<Token>(rng() % 200);
   std::shared_ptr<const IndexMask> mask;
@@ -93,8 +96,10 @@ void index_pipeline_case(int P, int stages, int dim, bool dsa, std::uint64_t pla
   } else {
     mask = test::random_topk(S, 2, 40, rng);
   }
-  auto c = test::make_index_plan_case(mask, P, Heads{hq, 2, dim, 2}, GridOptions{true, 1}, stages, placement);
-  run_pipeline(c, fmt::format("top-k pipeline P={} stages={} D={} heads {}:2 {}", P, stages, dim, hq,
+  auto c = test::make_index_plan_case(mask, P, Heads{hq, hkv, dim, 2, dim_v, dim_v > 0}, GridOptions{true, 1}, stages,
+                                      placement);
+  run_pipeline(c, fmt::format("top-k pipeline P={} stages={} D={}{} heads {}:{} {}", P, stages, dim,
+                              dim_v > 0 ? fmt::format(" / {} (shared latent)", dim_v) : "", hq, hkv,
                               dsa ? "dsa" : "random per head"));
 }
 
@@ -254,6 +259,8 @@ int main() {
     index_pipeline_case(3, 2, 128, true, 5);
     index_pipeline_case(4, 2, 64, true, 0);
     index_pipeline_case(2, 2, 128, true, 9, 64);
+    index_pipeline_case(2, 2, 576, true, 11, 128, 512, 1);  // DSA's MLA: 128 heads on one latent
+    index_pipeline_case(3, 1, 576, true, 13, 16, 512, 1);
     topk_counting();
   } catch (const std::exception& e) {
     expect(false, std::string("exception: ") + e.what());
