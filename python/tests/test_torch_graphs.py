@@ -80,7 +80,7 @@ def test_p1_replay_equals_eager(backend):
 def test_p4_relays_replay_equals_eager_and_touches_only_the_workspace():
     """Rank 2 of a P = 4 plan with relays and two stages; its collectives are device copies (a capturable
     stand-in: each receives rows of its own send buffer)."""
-    spec = {"mask": "causal", "solver": "static", "stages": 2, "relay": 2}
+    spec = {"mask": "causal", "solver": "static", "stages": 2, "relay": 2, "spr": 128}
     m = tc.range_mask(spec, 4)
     r = tc.session(spec, 4).solve(m.q_ranges, m.k_ranges, m.types)
     tp = TorchPlan(r, 2)
@@ -158,7 +158,7 @@ def test_a_host_sync_falls_back_with_its_reason():
 
 def test_a_workspace_that_grew_is_laid_out_and_captured_again():
     small = tc.solve({"mask": "causal_document", "spr": 256}, 1, 0)[0]
-    big = tc.solve({"mask": "full_document", "spr": 4096, "heads": {"q": 4, "kv": 2, "dim": 64}}, 1, 0)[0]
+    big = tc.solve({"mask": "full_document", "spr": 2048, "heads": {"q": 4, "kv": 2, "dim": 64}}, 1, 0)[0]
     be = cpt.TorchBackend()
     for i in range(3):
         _call(small, _inputs(small, i), be, NoComm(), True)
@@ -216,7 +216,7 @@ def test_stand_in_kernels_of_the_aten_backend_are_captured_with_it():
     program: replays make no call of the backend's Python."""
     ops = fa2_standin.AtenOps()
     be = cpt.AtenBackend(ops=ops)
-    tp, _ = tc.solve({"mask": "prefix_lm", "stages": 2}, 1, 0)
+    tp, _ = tc.solve({"mask": "prefix_lm", "stages": 2, "spr": 256}, 1, 0)
     for i in range(2):
         _call(tp, _inputs(tp, i), be, NoComm(), True)
     n = len(ops.calls)

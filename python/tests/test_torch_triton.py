@@ -95,7 +95,15 @@ PLANS = [
 ]
 
 
-@pytest.mark.parametrize("P,spec", PLANS, ids=["P3-mla-shared", "P2-two-selections-summaries"])
+# The interpreter runs every program in Python: the P = 3 plan takes 10-16 s here, so CI runs the P = 2 one
+# (the MLA latent is in the kernel cases above) and CPSCHED_TORCH_SLOW=1 both.
+SLOW = os.environ.get("CPSCHED_TORCH_SLOW") == "1"
+PLAN_PARAMS = [pytest.param(*PLANS[0], id="P3-mla-shared", marks=pytest.mark.skipif(
+                   not SLOW, reason="slow under the interpreter: CPSCHED_TORCH_SLOW=1 runs it")),
+               pytest.param(*PLANS[1], id="P2-two-selections-summaries")]
+
+
+@pytest.mark.parametrize("P,spec", PLAN_PARAMS)
 def test_dsa_plans_on_triton_match_the_dense_reference(P, spec):
     before = dict(T.LAUNCHES)
     res = loopback.run(lambda r, g: tc.attn_case(r, P, spec, g), P, timeout=300)
