@@ -432,34 +432,60 @@ struct IndexDkvProgram {
       for (i64 p0 = 0; p0 < npairs; p0 += kP) {
         ex.sync();
         ex.each([&](int t, State&) {  // gather the step's (row, head) pairs: Q, dO, lse, delta, the row's mask
-          for (int u = t; u < kP * (DQ / 8); u += kThreads) {
-            const int j = u / (DQ / 8), c = (u % (DQ / 8)) * 8;
-            const i64 pair = p0 + j;
-            if (pair < npairs) {
-              const i64 rh = static_cast<i64>(p.u_rows[it.first + pair / ratio]) * qs.heads + hm.q_head + pair % ratio;
-              copy16(&sm.q[j][c], qs.q + rh * DQ + c);
-            } else {
-              zero16(&sm.q[j][c]);
-            }
-          }
-          for (int u = t; u < kP * (DV / 8); u += kThreads) {
-            const int j = u / (DV / 8), c = (u % (DV / 8)) * 8;
-            const i64 pair = p0 + j;
-            if (pair < npairs) {
-              const i64 ur = it.first + pair / ratio;
-              const i64 rh = static_cast<i64>(p.u_rows[ur]) * qs.heads + hm.q_head + pair % ratio;
-              copy16(&sm.d_o[j][c], qs.d_o + rh * DV + c);
-              if (c == 0) {
-                sm.lse[j] = qs.lse[rh];
-                sm.delta[j] = qs.delta[rh];
-                sm.mask[j] = p.u_masks[ur];
+          if constexpr (DQ == DV) {  // one pass over both (GQA)
+            for (int u = t; u < kP * (DQ / 8); u += kThreads) {
+              const int j = u / (DQ / 8), c = (u % (DQ / 8)) * 8;
+              const i64 pair = p0 + j;
+              if (pair < npairs) {
+                const i64 ur = it.first + pair / ratio;
+                const i64 rh = static_cast<i64>(p.u_rows[ur]) * qs.heads + hm.q_head + pair % ratio;
+                copy16(&sm.q[j][c], qs.q + rh * DQ + c);
+                copy16(&sm.d_o[j][c], qs.d_o + rh * DV + c);
+                if (c == 0) {
+                  sm.lse[j] = qs.lse[rh];
+                  sm.delta[j] = qs.delta[rh];
+                  sm.mask[j] = p.u_masks[ur];
+                }
+              } else {
+                zero16(&sm.q[j][c]);
+                zero16(&sm.d_o[j][c]);
+                if (c == 0) {
+                  sm.lse[j] = 0.f;
+                  sm.delta[j] = 0.f;
+                  sm.mask[j] = 0u;
+                }
               }
-            } else {
-              zero16(&sm.d_o[j][c]);
-              if (c == 0) {
-                sm.lse[j] = 0.f;
-                sm.delta[j] = 0.f;
-                sm.mask[j] = 0u;
+            }
+          } else {  // MLA: Q rows of d_qk, dO rows of d_v
+            for (int u = t; u < kP * (DQ / 8); u += kThreads) {
+              const int j = u / (DQ / 8), c = (u % (DQ / 8)) * 8;
+              const i64 pair = p0 + j;
+              if (pair < npairs) {
+                const i64 rh = static_cast<i64>(p.u_rows[it.first + pair / ratio]) * qs.heads + hm.q_head + pair % ratio;
+                copy16(&sm.q[j][c], qs.q + rh * DQ + c);
+              } else {
+                zero16(&sm.q[j][c]);
+              }
+            }
+            for (int u = t; u < kP * (DV / 8); u += kThreads) {
+              const int j = u / (DV / 8), c = (u % (DV / 8)) * 8;
+              const i64 pair = p0 + j;
+              if (pair < npairs) {
+                const i64 ur = it.first + pair / ratio;
+                const i64 rh = static_cast<i64>(p.u_rows[ur]) * qs.heads + hm.q_head + pair % ratio;
+                copy16(&sm.d_o[j][c], qs.d_o + rh * DV + c);
+                if (c == 0) {
+                  sm.lse[j] = qs.lse[rh];
+                  sm.delta[j] = qs.delta[rh];
+                  sm.mask[j] = p.u_masks[ur];
+                }
+              } else {
+                zero16(&sm.d_o[j][c]);
+                if (c == 0) {
+                  sm.lse[j] = 0.f;
+                  sm.delta[j] = 0.f;
+                  sm.mask[j] = 0u;
+                }
               }
             }
           }
