@@ -287,34 +287,18 @@ StepEstimate PlanBuilder::price(const PlanOptions& options, const HardwareProfil
     const PriceSheet s = sheet(options, chosen_cut(options, nullptr, nullptr));  // (one cut: nothing to choose)
     return out(s, estimate_step(pr, s, *hw), s, estimate_step(pr, s, areas));
   }
-  // The automatic cut: both cuts' sheets (made on `hw`, whose areas and
-  // tokens are the ones `areas` reads), each profile choosing its own.
-  Cut receivers = cut(options.stages, nullptr), by_ports = cut(options.stages, hw);
-  receivers.local_tail = by_ports.local_tail = true;
-  const State::Chosen* on_hw = s_->chosen_for(options, *hw);
-  const State::Chosen* on_areas_hw = s_->chosen_for(options, areas);
-  auto note = [&](const State::Chosen* known, const HardwareProfile& on, bool ports) {
-    if (!known) s_->chosen.push_back({options.stages, options.relay_node_size, on, ports});
-  };
-  if (by_ports == receivers) {
-    const PriceSheet s = sheet(options, receivers);
-    note(on_hw, *hw, false);
-    note(on_areas_hw, areas, false);
-    return out(s, estimate_step(pr, s, *hw), s, estimate_step(pr, s, areas));
-  }
-  if (on_hw && on_areas_hw && on_hw->ports == on_areas_hw->ports) {
-    const PriceSheet s = sheet(options, on_hw->ports ? by_ports : receivers);
-    return out(s, estimate_step(pr, s, *hw), s, estimate_step(pr, s, areas));
-  }
-  const PriceSheet pa = sheet(options, receivers), pb = sheet(options, by_ports);
-  const StepEstimate ka = estimate_step(pr, pa, *hw), kb = estimate_step(pr, pb, *hw);
-  const StepEstimate aa = estimate_step(pr, pa, areas), ab = estimate_step(pr, pb, areas);
-  // (Ties to the receivers' cut, as chosen_cut.)
-  const bool ports = on_hw ? on_hw->ports : kb.step() < ka.step();
-  const bool ports_on_areas = on_areas_hw ? on_areas_hw->ports : ab.step() < aa.step();
-  note(on_hw, *hw, ports);
-  note(on_areas_hw, areas, ports_on_areas);
-  return out(ports ? pb : pa, ports ? kb : ka, ports_on_areas ? pb : pa, ports_on_areas ? ab : aa);
+  // The automatic cut: the one chosen on exact areas (chosen_cut: under a
+  // kernel model too), its sheet on each profile.
+  PlanOptions on_areas_options = options;
+  on_areas_options.hardware = &areas;
+  std::optional<PriceSheet> kept;
+  std::optional<StepEstimate> kept_step;
+  const Cut c = chosen_cut(on_areas_options, &kept, &kept_step);
+  const Cut k = chosen_cut(options, nullptr, nullptr);  // (the same cut, from the choice just made)
+  const PriceSheet ks = sheet(options, k);
+  const PriceSheet as = kept ? std::move(*kept) : sheet(on_areas_options, c);
+  const StepEstimate ea = kept_step ? *kept_step : estimate_step(pr, as, areas);
+  return out(ks, estimate_step(pr, ks, *hw), as, ea);
 }
 
 PlanBuilder::Cut PlanBuilder::chosen_cut(const PlanOptions& options, std::optional<PriceSheet>* kept,
@@ -339,7 +323,18 @@ PlanBuilder::Cut PlanBuilder::chosen_cut(const PlanOptions& options, std::option
   if (const State::Chosen* c = s_->chosen_for(options, *hw)) return tailed(c->ports);
   const Cut receivers = tailed(false), by_ports = tailed(true);
   bool ports = false;
-  if (!(by_ports == receivers)) {
+  if (hw->kernel && !(by_ports == receivers)) {
+    // Under a kernel model the cut is chosen on exact areas, as on the
+    // profile without the table (the links are the same): today's cut, at
+    // today's cost (sheets without the kernels' content; on the kernels' own
+    // sheets a used-once path at P = 8 took 1.26x the instructions,
+    // docs/bounds.md). The kernel model prices the plan of the cut chosen.
+    HardwareProfile flat = *hw;
+    flat.kernel.reset();
+    PlanOptions on_flat = options;
+    on_flat.hardware = &flat;
+    ports = chosen_cut(on_flat, nullptr, nullptr) == tailed(true);
+  } else if (!(by_ports == receivers)) {
     // (Two or more stages: the current transfers are every rank's.)
     PriceSheet pa = sheet(options, receivers), pb = sheet(options, by_ports);
     const Problem& pr = s_->a.grid->problem();

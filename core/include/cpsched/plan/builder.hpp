@@ -49,7 +49,9 @@
 // the busiest spread theirs over every stage. With a hardware profile and
 // N >= 2 the builder makes both cuts' price sheets, prices them with
 // the timing model (timing/model.hpp) on that profile and keeps rule B only
-// when it is faster: the choice is the same on every rank.
+// when it is faster: the choice is the same on every rank. (Under a kernel
+// model, on the profile without its table: exact areas, today's cut at
+// today's cost; the kernel model prices the plan.)
 //
 // The local tail. Every reduce waits for the compute of its stage, so the
 // reduces of the last stages run after all compute and nothing hides them.
@@ -168,11 +170,11 @@ class PlanBuilder {
   // whether the plan relays anything.
   StepEstimate price(const PlanOptions& options, bool* forwards = nullptr) const;
   // price(options), and the same shape's plan priced on `areas` too (the
-  // profile without its kernel model: the plan build() makes with
-  // options.hardware = &areas, its own stage cut where automatic), from the
-  // same price sheets: one more run of the timing model on each. What a
-  // planner that chose on exact areas would have priced, beside what the
-  // kernels cost. `forwards*` (each may be null): whether each plan relays.
+  // profile without its kernel model; the stage cut, where automatic, is
+  // chosen on exact areas for both, as build() chooses it under a kernel
+  // model): one more run of the timing model. What a planner that knew no
+  // kernel model priced, beside what the kernels cost. `forwards*` (each may
+  // be null): whether each plan relays.
   StepEstimate price(const PlanOptions& options, const HardwareProfile& areas, StepEstimate& on_areas,
                      bool* forwards = nullptr, bool* forwards_on_areas = nullptr) const;
   // The stage cut a plan built with `options` takes: the one asked, or the
