@@ -321,28 +321,37 @@ PlanBuilder::Cut PlanBuilder::chosen_cut(const PlanOptions& options, std::option
   // building its own plan chooses as the others do), once per shape and
   // profile.
   if (const State::Chosen* c = s_->chosen_for(options, *hw)) return tailed(c->ports);
+  // Under a kernel model the cut is chosen on exact areas, as on the profile
+  // without the table (the links are the same): today's cut, at today's cost
+  // (sheets without the kernels' content; on the kernels' own sheets a
+  // used-once path at P = 8 took 1.26x the instructions, docs/bounds.md).
+  // The kernel model prices the plan of the cut chosen.
+  std::optional<HardwareProfile> flat;
+  if (hw->kernel) {
+    flat = *hw;
+    flat->kernel.reset();
+    if (const State::Chosen* c = s_->chosen_for(options, *flat)) {
+      const bool ports = c->ports;
+      s_->chosen.push_back({options.stages, options.relay_node_size, *hw, ports});
+      return tailed(ports);
+    }
+  }
   const Cut receivers = tailed(false), by_ports = tailed(true);
   bool ports = false;
-  if (hw->kernel && !(by_ports == receivers)) {
-    // Under a kernel model the cut is chosen on exact areas, as on the
-    // profile without the table (the links are the same): today's cut, at
-    // today's cost (sheets without the kernels' content; on the kernels' own
-    // sheets a used-once path at P = 8 took 1.26x the instructions,
-    // docs/bounds.md). The kernel model prices the plan of the cut chosen.
-    HardwareProfile flat = *hw;
-    flat.kernel.reset();
-    PlanOptions on_flat = options;
-    on_flat.hardware = &flat;
-    ports = chosen_cut(on_flat, nullptr, nullptr) == tailed(true);
-  } else if (!(by_ports == receivers)) {
+  if (!(by_ports == receivers)) {
     // (Two or more stages: the current transfers are every rank's.)
-    PriceSheet pa = sheet(options, receivers), pb = sheet(options, by_ports);
+    PlanOptions on = options;
+    if (flat) on.hardware = &*flat;
+    PriceSheet pa = sheet(on, receivers), pb = sheet(on, by_ports);
     const Problem& pr = s_->a.grid->problem();
-    const StepEstimate eb = estimate_step(pr, pb, *hw), ea = estimate_step(pr, pa, *hw);
+    const StepEstimate eb = estimate_step(pr, pb, *on.hardware), ea = estimate_step(pr, pa, *on.hardware);
     ports = eb.step() < ea.step();
-    if (kept) *kept = ports ? std::move(pb) : std::move(pa);
-    if (kept_step) *kept_step = ports ? eb : ea;
+    if (!flat) {  // (a sheet on exact areas is not the kernels' sheet)
+      if (kept) *kept = ports ? std::move(pb) : std::move(pa);
+      if (kept_step) *kept_step = ports ? eb : ea;
+    }
   }
+  if (flat) s_->chosen.push_back({options.stages, options.relay_node_size, *flat, ports});
   s_->chosen.push_back({options.stages, options.relay_node_size, *hw, ports});
   return ports ? by_ports : receivers;
 }
