@@ -64,10 +64,6 @@ struct Candidate {
   // rank's time); it ranks the candidates before the timing model prices the
   // most promising ones as plans. Infinity where not predicted.
   double predicted_s = std::numeric_limits<double>::infinity();
-  // The same prediction on the tasks' exact areas at the peak rate (=
-  // predicted_s without a kernel model): the gap the effort model's gains
-  // were measured on, which its tests read (quick_time.cpp).
-  double effort_s = std::numeric_limits<double>::infinity();
 };
 
 // The same placement: the same grid and the same rank of every task.

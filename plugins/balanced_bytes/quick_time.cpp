@@ -1,6 +1,8 @@
 // The time mode when the planning time counts (uses >= 1, not ahead): the
 // cheap starts as they are, then only the phases that pay for their own
 // weighted time (effort.hpp); where the full search would pay, it runs.
+// Under a kernel model it runs on exact areas (BalancedBytes::solve_time), as
+// its phases' costs and gains were measured.
 #include "balanced_bytes.hpp"
 #include "effort.hpp"
 #include "time_mode.hpp"
@@ -12,7 +14,6 @@
 #include <memory>
 #include <optional>
 #include <thread>
-#include <tuple>
 
 #include "cpsched/base/parallel_for.hpp"
 #include "cpsched/search/byte_model.hpp"
@@ -41,80 +42,41 @@ std::string ms(double s) {
   return buf;
 }
 
-// The search's prices with compute on the tasks' exact areas at the peak
-// rate, not the kernel model's.
-TimeObjective on_areas(TimeObjective to) {
-  to.kernel.reset();
-  return to;
-}
-
-// Whether the effort model's tests read the gap on exact areas (Candidate::
-// effort_s): under a kernel model, across nodes (see solve_time_quick).
-bool effort_on_areas(const TimeObjective& to, const TaskGrid& grid) {
-  return to.kernel && to.nodes.node_of(grid.cp_size() - 1) > 0;
-}
-
-// The input grid's time objective, made once: under a kernel model making
-// one looks the grid's task seconds up (a hash over its cells).
-struct InputObjective {
-  const TaskGrid* grid;
-  const TimeObjective* to;
-  TimeObjective of(const TaskGrid& g, const TimePrices& prices, const Options& opt) const {
-    return &g == grid ? *to : time_objective(prices, g, opt.spread);
-  }
-};
-
 // A placement with its predicted step (the search's model, no plan built), in
 // one pass without a State: the State's prediction, without its trees and
 // lists, which only the short search needs (it builds its own, from one start).
 Candidate predicted(std::string origin, std::shared_ptr<const TaskGrid> grid, std::vector<Rank> rank,
-                    const ByteModel& model, const TimePrices& prices, const Options& opt, const InputObjective& input) {
-  const TimeObjective to = input.of(*grid, prices, opt);
+                    const ByteModel& model, const TimePrices& prices, const Options& opt) {
+  const TimeObjective to = time_objective(prices, *grid, opt.spread);
   const std::int64_t excess = excess_load(*grid, rank, balance_cap(*grid, opt.mu));
   Candidate c{std::move(origin), std::move(rank), excess, 0.0, std::move(grid)};
-  if (effort_on_areas(to, *c.grid)) {
-    std::tie(c.predicted_s, c.effort_s) = predict_max_rank_times(model, c.rank, to);
-  } else {
-    c.predicted_s = c.effort_s = predict_max_rank_time(model, c.rank, to);
-  }
+  c.predicted_s = predict_max_rank_time(model, c.rank, to);
   return c;
 }
 
 // A short search from `from` on its own grid (repair, descent and an
 // iterated search within `moves` evaluations), or nullopt where the search's
 // model predicts no gain. `input_model` is the input grid's, reused there.
-// exact_area: compute priced on the tasks' exact area at the peak rate, not
-// the kernel model's (the same start descends elsewhere: a second candidate).
 std::optional<Candidate> search_from(const Candidate& from, std::int64_t moves, const std::string& suffix,
-                                     const ByteModel& input_model, const TimePrices& prices, const Options& opt,
-                                     const InputObjective& input, bool exact_area = false) {
+                                     const ByteModel& input_model, const TimePrices& prices, const Options& opt) {
   std::optional<ByteModel> own;
   if (&input_model.grid() != from.grid.get()) own.emplace(*from.grid, 1.0, 1.0);
   const ByteModel& model = own ? *own : input_model;
-  const TimeObjective to = input.of(*from.grid, prices, opt);
-  const TimeObjective area = on_areas(to);
-  State st(model, from.rank, balance_cap(*from.grid, opt.mu), 0.0, exact_area ? &area : &to);
+  const TimeObjective to = time_objective(prices, *from.grid, opt.spread);
+  State st(model, from.rank, balance_cap(*from.grid, opt.mu), 0.0, &to);
   Budget budget{moves};
   repair(st, budget);
   descend(st, budget);
   iterate(st, budget, opt.seed);
   Candidate c{from.origin + suffix, st.placement(), st.excess(), st.objective(), from.grid, true};
-  // (Predicted as every candidate is, on the kernels' seconds, and on exact areas.)
-  c.predicted_s = exact_area ? predict_max_rank_time(model, c.rank, to) : st.max_rank_time();
-  c.effort_s = !effort_on_areas(to, *from.grid) ? c.predicted_s
-               : exact_area                        ? st.max_rank_time()
-                                                   : predict_max_rank_time(model, c.rank, area);
+  c.predicted_s = st.max_rank_time();
   if (c.predicted_s < from.predicted_s) return c;
   return std::nullopt;
 }
 
-// All compute / P in the search's prices: no placement's predicted step is
-// below it. (Under a kernel model: all the tasks' kernel seconds / P.)
+// All compute / P in the search's prices: no placement's predicted step is below it.
 double predicted_compute_bound(const TaskGrid& grid, const TimeObjective& to) {
-  if (!to.kernel) return to.load_s * static_cast<double>(grid.total_load()) / grid.cp_size();
-  double total = 0;
-  for (TaskId t = 0; t < grid.num_tasks(); ++t) total += to.kernel->both[to.kernel->unit_of(t)];
-  return total / grid.cp_size();
+  return to.load_s * static_cast<double>(grid.total_load()) / grid.cp_size();
 }
 
 }  // namespace
@@ -126,35 +88,25 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   if (grid.num_tasks() > opt_.member_max_tasks) return solve_time_huge(in);
   const TimePrices& prices = *in.time_prices();
   const TimeObjective to = time_objective(prices, grid, opt_.spread);
-  // The effort model's gains are shares of the gap between a placement's
-  // predicted step and the compute bound as they were measured, on exact
-  // areas at the peak rate. Across nodes its tests read that gap
-  // (Candidate::effort_s) under a kernel model too, so the same phases run:
-  // on the kernels' gaps static's members were skipped where they ran there,
-  // and the plans were slower (planned layout, used once, causal_document at
-  // P = 32: 2 % on average, one pack 25 %). On one node the kernels' gaps ran
-  // more members and polishes that paid (P = 8: 4 % faster on average,
-  // against 1 % slower on the areas' gaps): there the tests read the
-  // kernels' gap. The kernel model ranks and prices either way
-  // (docs/bounds.md).
-  const double effort_bound = predicted_compute_bound(grid, effort_on_areas(to, grid) ? on_areas(to) : to);
+  const double bound = predicted_compute_bound(grid, to);
   const PhaseCosts cost = predict_phase_costs(grid.num_tasks(), grid.cp_size(), grid.problem().layout == Layout::planned);
 
   const ByteModel model(grid, 1.0, 1.0);
   std::vector<Candidate> cands;
-  const InputObjective input{&grid, &to};
-  cands.push_back(predicted("owner", in.grid(), owner_placement(grid), model, prices, opt_, input));
+  cands.push_back(predicted("owner", in.grid(), owner_placement(grid), model, prices, opt_));
   if (grid.flattened()) {
-    cands.push_back(predicted("usp", in.grid(), usp_placement(grid, opt_.usp_max_degree), model, prices, opt_, input));
+    cands.push_back(predicted("usp", in.grid(), usp_placement(grid, opt_.usp_max_degree), model, prices, opt_));
     // hybrid takes owner's or usp's rows per q block: where it took the
     // same for all (one causal sequence), it is that start again.
     std::vector<Rank> hybrid = hybrid_placement(grid, opt_.usp_max_degree, to.byte_s, to.nodes.gpus_per_node);
     if (hybrid != cands[0].rank && hybrid != cands[1].rank)
-      cands.push_back(predicted("hybrid", in.grid(), std::move(hybrid), model, prices, opt_, input));
+      cands.push_back(predicted("hybrid", in.grid(), std::move(hybrid), model, prices, opt_));
   }
   const std::size_t starts = cands.size();
-  const auto by_effort = [](const Candidate& a, const Candidate& b) { return a.effort_s < b.effort_s; };
-  auto best_effort = [&]() -> const Candidate& { return *std::min_element(cands.begin(), cands.end(), by_effort); };
+  const auto by_predicted = [](const Candidate& a, const Candidate& b) { return a.predicted_s < b.predicted_s; };
+  auto best_predicted = [&]() -> const Candidate& {
+    return *std::min_element(cands.begin(), cands.end(), by_predicted);
+  };
 
   std::string note;
   double members_cost = 0;  // predicted seconds of the members run here
@@ -174,32 +126,16 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   // where that start is above the balance cap its repair is what pays, and a
   // member predicted ahead of it does not make it pay less.
   const auto from_index = static_cast<std::size_t>(
-      std::min_element(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(starts), by_effort) -
+      std::min_element(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(starts), by_predicted) -
       cands.begin());
   const bool short_runs =
       cands[from_index].excess > 0 && worth(cost.short_search + cost.price_plan, weight, PhaseGains::short_search,
-                                            cands[from_index].effort_s, effort_bound);
+                                            cands[from_index].predicted_s, bound);
   // (Its start is copied: the members' candidates are appended to `cands`
   // meanwhile. Repairing to the cap can cost more bytes than it saves
   // compute: priced only where the model predicts a gain.)
-  // Under a kernel model it runs twice, on the kernels' seconds and on the
-  // exact areas: the two descend to different local optima, and the pricing
-  // takes the faster plan (on the standard workload the better of the two
-  // was 1-2 % faster than either; on exact areas alone 2.7 % faster at P =
-  // 128, on the kernels' alone 1-3 % at P = 16-64: docs/bounds.md). The
-  // second run costs what the first does and gains about as much again, so
-  // the test above stays the first's.
-  // (The two run side by side where there are threads: the same results.)
   auto short_search = [&, start = cands[from_index]]() {
-    std::optional<Candidate> runs[2];
-    parallel_for(prices.kernel ? 2 : 1, cost.short_search >= kThreadMinS ? opt_.threads : 1, [&](std::size_t i) {
-      runs[i] =
-          search_from(start, kShortSearchMoves, i == 0 ? "+short" : "+short(area)", model, prices, opt_, input, i == 1);
-    });
-    std::vector<Candidate> found;
-    for (std::optional<Candidate>& c : runs)
-      if (c) found.push_back(std::move(*c));
-    return found;
+    return search_from(start, kShortSearchMoves, "+short", model, prices, opt_);
   };
   // It depends on the starts alone, so with a second thread it runs beside
   // the members, where the full search cannot follow: members only lower the
@@ -208,8 +144,8 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   for (const std::string& name : names)
     if (!member_skipped(name)) all_members += name.rfind("static", 0) == 0 ? cost.dispatch : cost.member;
   const bool full_possible =
-      worth(cost.full - all_members, weight, full_gain, best_effort().effort_s, effort_bound);
-  std::vector<Candidate> short_found;
+      worth(cost.full - all_members, weight, full_gain, best_predicted().predicted_s, bound);
+  std::optional<Candidate> short_found;
   std::exception_ptr short_error;
   std::thread beside;
   if (short_runs && !full_possible && opt_.threads > 1 && cost.short_search >= kThreadMinS &&
@@ -241,7 +177,7 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
         nodes > 2 && full_possible ? PhaseGains::dispatch_nodes : PhaseGains::dispatch(nodes);
     const double gain =
         dispatches ? dispatch_gain : (one_node ? PhaseGains::member_one_node : PhaseGains::member_nodes);
-    if (!worth(c, weight, gain, best_effort().effort_s, effort_bound)) {
+    if (!worth(c, weight, gain, best_predicted().predicted_s, bound)) {
       note += "; member " + name + " not run (" + ms(c) + " ms predicted)";
       continue;
     }
@@ -258,12 +194,12 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
     std::optional<ByteModel> member_model;
     if (!own_grid) member_model.emplace(*sol->assignment.grid, 1.0, 1.0);
     cands.push_back(predicted(name, sol->assignment.grid, std::move(sol->assignment.rank),
-                              own_grid ? model : *member_model, prices, opt_, input));
+                              own_grid ? model : *member_model, prices, opt_));
   }
 
   // Where the full search is expected to pay for itself, it runs (the members
   // run here are not solved again; the starts are priced again, a small part of it).
-  if (worth(cost.full - members_cost, weight, full_gain, best_effort().effort_s, effort_bound))
+  if (worth(cost.full - members_cost, weight, full_gain, best_predicted().predicted_s, bound))
     return std::nullopt;
 
   const int stages = in.shape().auto_stages() ? 1 : in.shape().stages;
@@ -280,7 +216,7 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   } else if (short_runs) {
     short_found = short_search();
   }
-  for (Candidate& c : short_found) cands.push_back(std::move(c));
+  if (short_found) cands.push_back(std::move(*short_found));
 
   // The polish, on one node: a search from the best candidate so far, often
   // a member's placement within the cap, which no start's short search
@@ -289,13 +225,13 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   // effort.hpp).
   bool polished = false;
   if (one_node) {
-    const Candidate from = best_effort();
+    const Candidate from = best_predicted();
     // (Not on a member's own grid: on static's chunks, in the planned layout,
     // it cost 4x its prediction and found no faster plan.)
     if (from.grid != in.grid()) {
       note += "; no polish (the best candidate is on " + from.origin + "'s own grid)";
-    } else if (worth(cost.polish, weight, PhaseGains::polish_one_node, from.effort_s, effort_bound)) {
-      if (std::optional<Candidate> c = search_from(from, kPolishMoves, "+polish", model, prices, opt_, input)) {
+    } else if (worth(cost.polish, weight, PhaseGains::polish_one_node, from.predicted_s, bound)) {
+      if (std::optional<Candidate> c = search_from(from, kPolishMoves, "+polish", model, prices, opt_)) {
         cands.push_back(std::move(*c));
         polished = true;
       }
@@ -312,28 +248,22 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   std::stable_sort(order.begin(), order.end(),
                    [](const Candidate* a, const Candidate* b) { return a->predicted_s < b->predicted_s; });
   const Candidate* first_start = nullptr;  // the best predicted placement as it is
-  double first_effort = std::numeric_limits<double>::infinity();  // the best effort_s of one as it is
   for (const Candidate* c : order)
     if (!c->searched) {
-      if (!first_start) first_start = c;
-      first_effort = std::min(first_effort, c->effort_s);
+      first_start = c;
+      break;
     }
   std::vector<const Candidate*> to_price;
   for (const Candidate* c : order) {
     const bool repeat =
         std::any_of(to_price.begin(), to_price.end(), [&](const Candidate* p) { return same_placement(*p, *c); });
-    // (Near either way: the placements priced without the kernel model are among them.)
-    const bool near = c->predicted_s <= (1 + PhaseGains::near_tie) * first_start->predicted_s ||
-                      c->effort_s <= (1 + PhaseGains::near_tie) * first_effort;
+    const bool near = c->predicted_s <= (1 + PhaseGains::near_tie) * first_start->predicted_s;
     if (!repeat && (near || c->searched)) to_price.push_back(c);
   }
-  // (The polish paid for pricing its plan; the short search's second run on
-  // exact areas is weighed as its first: see short_search.)
-  const auto second_runs = static_cast<std::size_t>(std::count_if(
-      to_price.begin(), to_price.end(), [](const Candidate* c) { return c->origin.ends_with("+short(area)"); }));
+  // (The polish paid for pricing its plan.)
   bool priced = to_price.size() >= 2 &&
-                (polished || worth(static_cast<double>(to_price.size() - second_runs) * cost.price_plan, weight,
-                                   PhaseGains::price, best_effort().effort_s, effort_bound));
+                (polished || worth(static_cast<double>(to_price.size()) * cost.price_plan, weight,
+                                   PhaseGains::price, best_predicted().predicted_s, bound));
   double step = std::numeric_limits<double>::infinity(), compute_bound = 0;
   std::size_t plans = 0;
   const Candidate* best = first_start;
@@ -382,29 +312,12 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   const double stages_gain = !one_node        ? PhaseGains::stages_nodes
                              : static_dispatch ? PhaseGains::stages_static_one_node
                                                : PhaseGains::stages_one_node;
-  // (Across nodes under a kernel model the gap of the measured gains.)
-  const double stages_from = effort_on_areas(to, grid) ? best->effort_s : priced ? step : best->predicted_s;
+  const double stages_from = priced ? step : best->predicted_s;
   const bool may_stage = in.shape().auto_stages() && in.pricing() != nullptr;
-  const bool unpriced_pays = worth(cost.stages_unpriced, weight, stages_gain, stages_from, effort_bound);
+  const bool unpriced_pays = worth(cost.stages_unpriced, weight, stages_gain, stages_from, bound);
   const bool priced_pays =
-      worth(cost.stages + (priced ? 0.0 : cost.price_plan), weight, stages_gain, stages_from, effort_bound);
-  // Under a kernel model static's dispatch on its own grid across nodes is
-  // priced at two stages, as its test charges: on the kernels' gaps the test
-  // passed where its unpriced two stages were slower (planned layout, used
-  // once, P = 16-32: 7-10 of 20 full_document packs, by up to 21 %;
-  // docs/bounds.md).
-  const bool price_static_stages = prices.kernel && best->grid != in.grid();
-  if (may_stage && !one_node && price_static_stages && priced_pays) {
-    const auto placement = in.pricing()->add(best->grid, best->rank);
-    if (!priced) {
-      const PlanPrice one = in.pricing()->price(placement, PlanShape::fixed(1, relay));
-      step = one.step, compute_bound = one.compute_bound, ++plans;
-      priced = true;
-    }
-    const PlanPrice two = in.pricing()->price(placement, PlanShape::fixed(2, relay));
-    ++plans;
-    if (two.step < step) step = two.step, chosen_stages = 2;
-  } else if (may_stage && !one_node && (best->grid == in.grid() ? unpriced_pays : priced_pays)) {
+      worth(cost.stages + (priced ? 0.0 : cost.price_plan), weight, stages_gain, stages_from, bound);
+  if (may_stage && !one_node && (best->grid == in.grid() ? unpriced_pays : priced_pays)) {
     chosen_stages = 2;
     stages_unpriced = true;
   } else if (may_stage && one_node && !polished && unpriced_pays) {
