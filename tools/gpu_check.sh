@@ -22,7 +22,9 @@
 #      MLA index kernels on configs/dsa.yaml's shapes (128:1, 576 / 512, 16k
 #      and 32k tokens);
 #   5. the device top-k counting benchmark; where python3 imports torch with
-#      CUDA and cpsched, cpsched.torch's CUDA tests and kernel benchmark.
+#      CUDA and cpsched, python/bench/gpu_check_torch.sh: cpsched.torch's CUDA
+#      tests, loopback P = 2-8 and kernel benchmark (its log and table in
+#      <log>.torch/; TORCH_STEP_TIMEOUT, default 240 s per step).
 # Exits 77 (skipped) when no GPU is visible, 1 when a step fails.
 #   tools/gpu_check.sh                       build folder build/gpu-check
 #   BUILD_DIR=... tools/gpu_check.sh --no-build
@@ -202,13 +204,9 @@ fi
 [[ -x "$build/bin/bench_gpu_topk_count" ]] &&
   step "device top-k counting benchmark" timeout 120 "$build/bin/bench_gpu_topk_count"
 
-# 5. cpsched.torch on CUDA tensors.
-if python3 -c "import torch, cpsched; assert torch.cuda.is_available()" >/dev/null 2>&1; then
-  step "cpsched.torch on CUDA tensors (pytest)" timeout 240 python3 -m pytest -q -p no:cacheprovider \
-    python/tests/test_torch_cuda.py
-  step "cpsched.torch kernel benchmark" timeout 240 python3 python/bench/bench_torch_cuda.py
-else
-  echo "== cpsched.torch on CUDA: skipped (python3 does not import torch with CUDA and cpsched)"
-fi
+# 5. cpsched.torch on CUDA tensors: its CUDA tests, loopback P = 2-8 and kernel benchmark
+#    (python/bench/gpu_check_torch.sh; exits 77 where python3 has no CUDA torch and cpsched).
+step "cpsched.torch: CUDA tests, loopback P = 2-8, kernel benchmark" \
+  env PYTHON=python3 STEP_TIMEOUT="${TORCH_STEP_TIMEOUT:-240}" python/bench/gpu_check_torch.sh "${log%.log}.torch"
 echo "gpu_check: $([[ $status -eq 0 ]] && echo passed || echo FAILED) in $(( $(date +%s) - start )) s; log $log"
 exit $status
