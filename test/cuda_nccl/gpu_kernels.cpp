@@ -14,6 +14,8 @@
 //     shared latent of 576 / 512 under 16 and 128 query heads) through the same
 //     pipeline check as 1.
 //  5. Device-side top-k counting equals count_index_cells and its CPU twin.
+//  6. MLA's shared latent (576 / 512) on range masks: the range args as index
+//     rows on the index programs, through the same pipeline check as 1.
 #include <cmath>
 #include <cstdio>
 #include <cuda_runtime_api.h>
@@ -76,6 +78,18 @@ void pipeline_case(int P, int stages, int dim, bool flat, std::uint64_t placemen
   auto c = test::make_plan_case(test::random_document_mask(S, rng), P, Heads{8, 2, dim, 2}, GridOptions{flat, 1},
                                 stages, placement);
   run_pipeline(c, fmt::format("pipeline P={} stages={} D={} {}", P, stages, dim, flat ? "flattened" : "grouped"));
+}
+
+// MLA's shared latent (576 / 512, one kv head) on a range mask: the range
+// args run as index rows on the tensor-core index programs.
+void mla_range_pipeline_case(int P, int stages, std::uint64_t placement, int hq) {
+  std::mt19937_64 rng(static_cast<std::uint64_t>(P * 100 + stages * 10 + hq));
+  const Token S = 128 * P + static_cast<Token>(rng() % 64);  // small: the CPU emulation runs it too
+  auto c = test::make_plan_case(test::random_document_mask(S, rng), P, Heads{hq, 1, 576, 2, 512, true},
+                                GridOptions{true, 1}, stages, placement);
+  run_pipeline(c, fmt::format("MLA range pipeline P={} stages={} 576 / 512 (shared latent) heads {}:1, range args as "
+                              "index rows",
+                              P, stages, hq));
 }
 
 // Token top-k plans (index args): random per-head selections or the dsa generator.
@@ -261,6 +275,8 @@ int main() {
     index_pipeline_case(2, 2, 128, true, 9, 64);
     index_pipeline_case(2, 2, 576, true, 11, 128, 512, 1);  // DSA's MLA: 128 heads on one latent
     index_pipeline_case(3, 1, 576, true, 13, 16, 512, 1);
+    mla_range_pipeline_case(1, 1, 0, 128);
+    mla_range_pipeline_case(2, 2, 17, 16);
     topk_counting();
   } catch (const std::exception& e) {
     expect(false, std::string("exception: ") + e.what());

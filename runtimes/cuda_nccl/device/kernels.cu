@@ -93,9 +93,9 @@ std::string kernel_dims_lack(int dim, int dim_v, bool shared, bool range_args) {
   if (dim == 576 && dim_v == 512 && shared && !range_args) return "";
   return "cuda_nccl: MLA heads (d_qk " + std::to_string(dim) + ", d_v " + std::to_string(dim_v) +
          (shared ? ", shared latent" : "") + ")" +
-         (dim == 576 && dim_v == 512 && shared ? " with range args on the runtime's kernels" : "") +
-         ": the CUDA kernels take MLA only as DSA does (a shared latent of 576 / 512, index args); run it with "
-         "backend: emulate";
+         (dim == 576 && dim_v == 512 && shared ? " with range args on the range programs" : "") +
+         ": the CUDA kernels take MLA only as DSA has it (a shared latent of 576 / 512, on the index programs; "
+         "range args as index rows); run it with backend: emulate";
 }
 
 namespace {
@@ -117,8 +117,9 @@ void index_dim(IndexKernel k, const IndexLaunch& p, Grid g, cudaStream_t s) {
   }
 }
 
-// MLA: DSA's shared latent, 576 / 512, index args only (kernel_dims_lack
-// refuses the rest before any buffer; these are the backstops).
+// MLA: DSA's shared latent, 576 / 512, on the index programs (range args as
+// index rows; kernel_dims_lack refuses the rest before any buffer; these are
+// the backstops).
 void refuse_mla(int dim, int dim_v) {
   throw Error("cuda_nccl: MLA head dims (d_qk " + std::to_string(dim) + ", d_v " + std::to_string(dim_v) +
               ") have no CUDA kernel for this arg; run them with backend: emulate");

@@ -15,8 +15,9 @@ namespace cpsched::gpu::cuda {
 // Head dims with a kernel: 64 and 128.
 bool has_attention_kernel(int dim);
 // Why there are no CUDA kernels for these heads ("" when there are): GQA 64
-// and 128; MLA's shared latent 576 / 512 on index args only (range_args: the
-// plan has range args on the runtime's kernels).
+// and 128; MLA's shared latent 576 / 512 on the index programs (its range
+// args too, as index rows; range_args: the plan has range args on the range
+// programs, which have no MLA instantiation).
 std::string kernel_dims_lack(int dim, int dim_v, bool shared, bool range_args);
 void attention(AttnKernel k, const AttnLaunch& p, int dim, int dim_v, Grid g, cudaStream_t s);
 void index_attention(IndexKernel k, const IndexLaunch& p, int dim, int dim_v, Grid g, cudaStream_t s);

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "cpsched/base/error.hpp"
+#include "worklist.hpp"
 
 namespace cpsched::gpu {
 
@@ -42,9 +43,20 @@ std::span<const std::int32_t> index_rows(const AttnArg& a, std::size_t i, std::s
   return keys;
 }
 
+// A range arg taken as index rows: its keys must be rows of the pool's run (int32 keys).
+Band2 range_band(const AttnArg& a, std::size_t i) {
+  if (a.q.empty() || a.k.empty() || a.q.begin < 0 || a.k.begin < 0 ||
+      a.k.end > std::numeric_limits<std::int32_t>::max())
+    throw Error(fmt::format("cuda_nccl: range arg {} has q [{}, {}) and k [{}, {}) (as index rows: k rows within "
+                            "int32)",
+                            i, a.q.begin, a.q.end, a.k.begin, a.k.end));
+  return band_of(a);
+}
+
 }  // namespace
 
-IndexQList index_q_major(std::span<const AttnArg> args, BufferId q_buf, std::span<const std::int32_t> indices) {
+IndexQList index_q_major(std::span<const AttnArg> args, BufferId q_buf, std::span<const std::int32_t> indices,
+                         i64 rows_at) {
   struct Piece {
     i64 row;
     std::size_t order;
@@ -54,7 +66,22 @@ IndexQList index_q_major(std::span<const AttnArg> args, BufferId q_buf, std::spa
   IndexQList out;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const AttnArg& a = args[i];
-    if (!a.is_index() || a.q_buf != q_buf) continue;
+    if (a.q_buf != q_buf) continue;
+    if (!a.is_index()) {
+      if (rows_at < 0) continue;
+      const Band2 b = range_band(a, i);
+      const Iv rows = band_rows(b);
+      const std::int32_t other = a.k_buf == BufferId::local ? 0 : 1;
+      for (i64 q = rows.b; q < rows.e; ++q) {
+        const Iv c = row_cols(b, q);
+        out.area += c.size();
+        for (i64 k0 = c.b; k0 < c.e; k0 += kIndexRowKeys)
+          pieces.push_back({q, pieces.size(),
+                            IndexQItem{rows_at + k0, static_cast<std::int32_t>(std::min<i64>(kIndexRowKeys, c.e - k0)),
+                                       a.group, other, 0}});
+      }
+      continue;
+    }
     const auto keys = index_rows(a, i, indices);
     for (i64 r = 0; r < a.q.size(); ++r) {
       const auto row = keys.subspan(static_cast<std::size_t>(r * a.index_width), static_cast<std::size_t>(a.index_width));
@@ -82,14 +109,17 @@ IndexQList index_q_major(std::span<const AttnArg> args, BufferId q_buf, std::spa
   return out;
 }
 
-IndexKList index_k_major(std::span<const AttnArg> args, BufferId k_buf, std::span<const std::int32_t> indices) {
-  // (tile, arg order, row, bit) of every selected pair, then merged per (tile, arg, row).
+IndexKList index_k_major(std::span<const AttnArg> args, BufferId k_buf, std::span<const std::int32_t> indices,
+                         bool range_rows) {
+  // (tile, arg order, row, cols) of every selected pair (a range arg's row: its cols in the tile), then merged
+  // per (tile, arg, row).
   struct Pair {
     i64 tile;
     std::size_t order;
     std::int32_t row;
     std::uint32_t bit;
   };
+  i64 area = 0;
   std::vector<Pair> pairs;
   struct ArgInfo {
     std::int32_t group, other_buf;
@@ -98,19 +128,39 @@ IndexKList index_k_major(std::span<const AttnArg> args, BufferId k_buf, std::spa
   IndexKList out;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const AttnArg& a = args[i];
-    if (!a.is_index() || a.k_buf != k_buf) continue;
+    if (a.k_buf != k_buf || (!a.is_index() && !range_rows)) continue;
+    if (!a.is_index()) {
+      const Band2 b = range_band(a, i);
+      const std::size_t order = info.size();
+      info.push_back({a.group, a.q_buf == BufferId::local ? 0 : 1});
+      const Iv cols = band_cols(b);
+      for (i64 t = cols.b / kIndexColTile; t * kIndexColTile < cols.e; ++t) {
+        const i64 t0 = t * kIndexColTile;
+        const Band2 sub = clip(b, {b.qa, b.qb}, {t0, t0 + kIndexColTile});
+        const Iv rows = band_rows(sub);
+        for (i64 q = rows.b; q < rows.e; ++q) {
+          const Iv c = row_cols(sub, q);
+          if (c.empty()) continue;
+          area += c.size();
+          pairs.push_back({t, order, static_cast<std::int32_t>(q),
+                           ((1u << static_cast<unsigned>(c.size())) - 1u) << static_cast<unsigned>(c.b - t0)});
+        }
+      }
+      continue;
+    }
     const auto keys = index_rows(a, i, indices);
     const std::size_t order = info.size();
     info.push_back({a.group, a.q_buf == BufferId::local ? 0 : 1});
     for (std::size_t e = 0; e < keys.size(); ++e) {
       const std::int32_t k = keys[e];
       if (k < 0) continue;
+      ++area;
       pairs.push_back({k / kIndexColTile, order,
                        static_cast<std::int32_t>(a.q.begin + static_cast<i64>(e) / a.index_width),
                        1u << static_cast<unsigned>(k % kIndexColTile)});
     }
   }
-  out.area = static_cast<i64>(pairs.size());
+  out.area = area;
   // Rows ascend inside an arg already; a stable sort by (tile, arg) keeps them so.
   std::stable_sort(pairs.begin(), pairs.end(), [](const Pair& x, const Pair& y) {
     return x.tile != y.tile ? x.tile < y.tile : x.order < y.order;

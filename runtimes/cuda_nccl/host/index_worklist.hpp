@@ -18,6 +18,17 @@
 // Checked here: offsets inside the pool, every key -1 or inside the arg's
 // hull (the kernels index K / V rows without bounds checks), no key twice in
 // a row (the masks could not count it twice).
+//
+// Range args as index rows (MLA, sdpa_batches.hpp's range_args_as_index_rows):
+// row q of a range arg selects the cols row_cols(band, q), one interval, so
+// its key list is a window of an ascending run 0, 1, ..., n - 1 that the pass
+// appends to its pool (at `rows_at`; n covers every range arg's k rows): no
+// key list per row. q-major cuts each row's interval into items of at most
+// kIndexRowKeys keys (the row's CTA runs them with the one online softmax, so
+// they merge by LSE as the args on a row do); k-major gives each 16-col tile
+// the arg's rows reaching it, with their col masks. Range args join the index
+// args in arg order; without `rows_at` (< 0) they are left out (GQA: the
+// range programs or cuDNN take them).
 #include <span>
 #include <vector>
 
@@ -48,7 +59,10 @@ struct IndexKList {
 
 // The index args of `args` whose q buffer is `q_buf` (q-major) / whose k
 // buffer is `k_buf` (k-major). Throws cpsched::Error naming a bad entry.
-IndexQList index_q_major(std::span<const AttnArg> args, BufferId q_buf, std::span<const std::int32_t> indices);
-IndexKList index_k_major(std::span<const AttnArg> args, BufferId k_buf, std::span<const std::int32_t> indices);
+inline constexpr std::int32_t kIndexRowKeys = 2048;
+IndexQList index_q_major(std::span<const AttnArg> args, BufferId q_buf, std::span<const std::int32_t> indices,
+                         i64 rows_at = -1);
+IndexKList index_k_major(std::span<const AttnArg> args, BufferId k_buf, std::span<const std::int32_t> indices,
+                         bool range_rows = false);
 
 }  // namespace cpsched::gpu

@@ -136,7 +136,8 @@ RankPipeline::RankPipeline(Backend& be, const RankPlan& plan, const HeadLayout& 
   for (const PassSdpa& sd : sdpa_)
     for (const auto& st : sd.routes.reason)
       for (const RouteReason r : st)
-        range_args = range_args || !(r == RouteReason::cudnn || r == RouteReason::index_arg || r == RouteReason::empty);
+        range_args = range_args || !(r == RouteReason::cudnn || r == RouteReason::index_arg ||
+                                     r == RouteReason::index_rows || r == RouteReason::empty);
   if (const std::string why = be_.kernel_dims_lack(h_.dim, h_.dv(), h_.shared, range_args); !why.empty())
     throw Error(fmt::format("rank {}: {}", self, why));
   sizes_ = buffer_sizes(plan, lists_[0], lists_[1], h_, rows_, tail_);
@@ -494,31 +495,53 @@ RankPipeline::PassBuilder::Operands RankPipeline::PassBuilder::operands() const 
 // tensor cores: index_programs.hpp).
 void RankPipeline::PassBuilder::build_launches() {
   const Operands ops = operands();
+  const PassSdpa& sd = rp_.sdpa_[static_cast<int>(which_pass_)];
   // Index args' keys: the pass's CalcMeta::indices, uploaded once with the
   // rest of the metadata (every q-major index launch of the pass reads them).
   indices_at_ = plan_.calc.indices.empty() ? kNone : arena_.add(plan_.calc.indices);
   const std::span<const std::int32_t> indices = plan_.calc.indices.span();
+  // MLA: range args as index rows (index_worklist.hpp), their keys windows of
+  // the run 0 .. n - 1 uploaded after the pool; rows_at: where it starts, in
+  // keys from the pool's start (both arena offsets are 16-byte aligned).
+  const bool as_rows = range_args_as_index_rows(h_);
+  i64 rows_at = -1;
+  if (as_rows) {
+    i64 n = 0;
+    for (const auto& args : sd.kernel_args)
+      for (const AttnArg& a : args)
+        if (!a.is_index()) n = std::max(n, a.k.end);
+    if (n > 0) {
+      std::vector<std::int32_t> run(static_cast<std::size_t>(n));
+      for (std::size_t j = 0; j < run.size(); ++j) run[j] = static_cast<std::int32_t>(j);
+      const std::size_t at = arena_.add(run);
+      if (indices_at_ == kNone) indices_at_ = at;
+      rows_at = static_cast<i64>((at - indices_at_) / sizeof(std::int32_t));
+    }
+  }
   pp_.launches.assign(static_cast<std::size_t>(n_) + 1, {});
   pp_.index.assign(static_cast<std::size_t>(n_) + 1, {});
   // Range args on cuDNN are the SDPA batches' (build_sdpa); the rest run here.
-  const PassSdpa& sd = rp_.sdpa_[static_cast<int>(which_pass_)];
   for (int s = 0; s <= n_; ++s) {
     const std::vector<AttnArg>& args = sd.kernel_args[static_cast<std::size_t>(s)];
     const auto at = static_cast<std::size_t>(s);
     if (which_pass_ == Pass::fwd) {
-      add_launch(at, AttnKernel::fwd, q_major(args, BufferId::local), 0, ops);
-      add_launch(at, AttnKernel::fwd, q_major(args, BufferId::remote), 1, ops);
-      add_index_q(at, IndexKernel::fwd, index_q_major(args, BufferId::local, indices), 0, ops);
-      add_index_q(at, IndexKernel::fwd, index_q_major(args, BufferId::remote, indices), 1, ops);
+      if (!as_rows) {
+        add_launch(at, AttnKernel::fwd, q_major(args, BufferId::local), 0, ops);
+        add_launch(at, AttnKernel::fwd, q_major(args, BufferId::remote), 1, ops);
+      }
+      add_index_q(at, IndexKernel::fwd, index_q_major(args, BufferId::local, indices, rows_at), 0, ops);
+      add_index_q(at, IndexKernel::fwd, index_q_major(args, BufferId::remote, indices, rows_at), 1, ops);
     } else {
-      add_launch(at, AttnKernel::dq, q_major(args, BufferId::local), 0, ops);
-      add_launch(at, AttnKernel::dq, q_major(args, BufferId::remote), 1, ops);
-      add_launch(at, AttnKernel::dkdv, k_major(args, BufferId::local), 0, ops);
-      add_launch(at, AttnKernel::dkdv, k_major(args, BufferId::remote), 1, ops);
-      add_index_q(at, IndexKernel::dq, index_q_major(args, BufferId::local, indices), 0, ops);
-      add_index_q(at, IndexKernel::dq, index_q_major(args, BufferId::remote, indices), 1, ops);
-      add_index_k(at, index_k_major(args, BufferId::local, indices), 0, ops);
-      add_index_k(at, index_k_major(args, BufferId::remote, indices), 1, ops);
+      if (!as_rows) {
+        add_launch(at, AttnKernel::dq, q_major(args, BufferId::local), 0, ops);
+        add_launch(at, AttnKernel::dq, q_major(args, BufferId::remote), 1, ops);
+        add_launch(at, AttnKernel::dkdv, k_major(args, BufferId::local), 0, ops);
+        add_launch(at, AttnKernel::dkdv, k_major(args, BufferId::remote), 1, ops);
+      }
+      add_index_q(at, IndexKernel::dq, index_q_major(args, BufferId::local, indices, rows_at), 0, ops);
+      add_index_q(at, IndexKernel::dq, index_q_major(args, BufferId::remote, indices, rows_at), 1, ops);
+      add_index_k(at, index_k_major(args, BufferId::local, indices, as_rows), 0, ops);
+      add_index_k(at, index_k_major(args, BufferId::remote, indices, as_rows), 1, ops);
     }
   }
 }

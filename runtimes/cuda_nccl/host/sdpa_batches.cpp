@@ -24,7 +24,7 @@ std::string_view to_string(SdpaMask m) {
 
 std::string_view to_string(RouteReason r) {
   static constexpr std::array<std::string_view, kNumRouteReasons> kNames{
-      "cudnn", "index_arg", "mode", "no_cudnn", "heads", "rare_band", "offsets", "graph", "empty"};
+      "cudnn", "index_arg", "mode", "no_cudnn", "heads", "rare_band", "offsets", "graph", "empty", "index_rows"};
   return kNames[static_cast<std::size_t>(r)];
 }
 
@@ -172,6 +172,7 @@ PassRoutes choose_routes(const CalcMeta& calc, const HeadLayout& h, const SdpaPo
       RouteReason r = RouteReason::cudnn;
       if (a.is_index()) r = RouteReason::index_arg;
       else if (clip_arg(a).area == 0) r = RouteReason::empty;
+      else if (range_args_as_index_rows(h)) r = RouteReason::index_rows;
       else if (pol.mode == AttentionMode::kernels) r = RouteReason::mode;
       else if (!pol.backend_lacks.empty()) r = RouteReason::no_cudnn;
       else if (!heads.empty()) r = RouteReason::heads;

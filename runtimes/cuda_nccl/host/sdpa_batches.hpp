@@ -113,8 +113,9 @@ enum class RouteReason : std::uint8_t {
   offsets,        // ragged offsets beyond 32 bits
   graph,          // cuDNN could not build its batch's graph (automatic mode)
   empty,          // no entries (nothing to run)
+  index_rows,     // MLA range arg: each row's keys as index rows on the index kernels
 };
-inline constexpr int kNumRouteReasons = 9;
+inline constexpr int kNumRouteReasons = 10;
 std::string_view to_string(RouteReason r);
 
 struct RouteSummary {
@@ -151,6 +152,11 @@ inline constexpr Token kSdpaTailRows = 128;
 // Why cuDNN cannot take these heads ("" when it can): bf16 (2-byte) GQA,
 // d_qk = d_v a multiple of 8 and at most 256, K and V apart.
 std::string sdpa_heads_reason(int dim_qk, int dim_v, bool kv_shared, int dtype_bytes);
+
+// MLA heads (d_qk != d_v, or a shared latent) run their range args on the
+// index kernels (tensor cores, the latent read once per key), each row's keys
+// given as index rows (index_worklist.hpp); cuDNN's SDPA takes no MLA.
+inline bool range_args_as_index_rows(const HeadLayout& h) { return h.is_mla(); }
 
 // Per arg of every stage of a pass (stage 0 = local args): the route.
 struct PassRoutes {

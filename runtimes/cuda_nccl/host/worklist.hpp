@@ -9,7 +9,8 @@
 // Entries of one tile keep the args' order: results are deterministic.
 //
 // Index args (token top-k) are not listed here: index_worklist.hpp builds
-// their launches (tensor-core programs).
+// their launches (tensor-core programs), and those of MLA's range args too
+// (as index rows; the pipeline then builds no range launches).
 #include <span>
 #include <vector>
 

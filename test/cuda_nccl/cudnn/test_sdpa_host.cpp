@@ -365,6 +365,21 @@ TEST_CASE("routes: index args, the attention mode, a backend without cuDNN, head
   pol.backend_lacks.clear();
   CHECK(g::choose_routes(calc, g::HeadLayout{4, 2, 12, 1, 2}, pol, none, 200).reason[0][0] == g::RouteReason::heads);
   CHECK(g::choose_routes(calc, g::HeadLayout{4, 2, 320, 1, 2}, pol, none, 200).reason[0][0] == g::RouteReason::heads);
+  // MLA (apart or a shared latent): range args run as index rows on the index kernels, whatever the mode; index
+  // args stay index args.
+  for (const bool shared : {false, true}) {
+    const g::HeadLayout mla{4, shared ? 1 : 2, 576, 1, 2, 512, shared};
+    for (const auto mode : {g::AttentionMode::automatic, g::AttentionMode::kernels}) {
+      pol.mode = mode;
+      r = g::choose_routes(calc, mla, pol, none, 200);
+      CHECK(r.reason[0][0] == g::RouteReason::index_rows);
+      CHECK(r.reason[0][1] == g::RouteReason::index_arg);
+      CHECK(r.summary.args[static_cast<std::size_t>(g::RouteReason::index_rows)] == 7);
+      CHECK(r.summary.cudnn_args() == 0);
+      CHECK(r.summary.text().find("index_rows 7") != std::string::npos);
+    }
+  }
+  pol.mode = g::AttentionMode::automatic;
   // 32-bit offsets: a local buffer of 2^31 / (hq * d) rows or more stays on the kernels.
   CHECK(g::choose_routes(calc, h, pol, none, (Token{1} << 31) / 64).reason[0][0] == g::RouteReason::offsets);
   // An arg outside its buffer is an error naming it.

@@ -1,7 +1,7 @@
 // Head geometry in the CUDA runtime's host side (docs/heads.md): GQA, and MLA
 // with d_qk != d_v, apart or with K and V in one shared latent row, run end
-// to end on the CPU emulation (range args on the runtime's own kernels, the
-// SDPA route refusing MLA with the reason counted) and match the sim; the
+// to end on the CPU emulation (range args as index rows on the index
+// programs, as on the GPU, counted under index_rows) and match the sim; the
 // buffers, transfers and outputs carry d_qk, d_v and the latent as the
 // byte table of docs/heads.md says. Head dims without a kernel are refused
 // with both dims named.
@@ -78,11 +78,30 @@ TEST_CASE("MLA heads run end to end on the emulation and match the sim (d_qk 48,
       INFO("shared=", shared, " P=", P, ": ", rep.text);
       CHECK(rep.passed);
       CHECK(rep.text.find(shared ? "dLatent (dK + dV)" : "dV ") != std::string::npos);
-      // Range args: MLA is outside cuDNN's SDPA, so all of them ran on the kernels, counted as such.
+      // Range args: MLA is outside cuDNN's SDPA; all of them ran as index rows, counted as such.
       CHECK(rep.figures.get("fwd_cudnn_args").value_or(-1) == 0);
       CHECK(rep.figures.get("fwd_kernel_args").value_or(0) > 0);
-      CHECK(rep.text.find("heads") != std::string::npos);
+      CHECK(rep.text.find("index_rows") != std::string::npos);
+      CHECK(rep.text.find("heads ") == std::string::npos);
     }
+}
+
+// DSA's geometry (576 / 512, one shared latent row) on a range mask: the
+// range args run on the same index programs as the CUDA backend's (the CPU
+// twins), each row's keys as index rows, and match the sim.
+TEST_CASE("MLA 576 / 512 shared latent: causal_document range args as index rows match the sim (P = 1, 2)") {
+  for (const int P : {1, 2}) {
+    const Heads h{16, 1, 576, 2, 512, true};
+    auto c = test::make_plan_case(test::generated_mask(MaskKind::causal_document, 64, {40, 24}), P, h,
+                                  GridOptions{true, 1}, 2, 7);
+    const ExecutionReport rep = g::run_emulated(*c.problem, c.plan, emulated(), 13);
+    INFO("P=", P, ": ", rep.text);
+    CHECK(rep.passed);
+    CHECK(rep.text.find("dLatent (dK + dV)") != std::string::npos);
+    CHECK(rep.figures.get("fwd_cudnn_args").value_or(-1) == 0);
+    CHECK(rep.figures.get("fwd_kernel_args").value_or(0) > 0);
+    CHECK(rep.text.find("index_rows") != std::string::npos);
+  }
 }
 
 TEST_CASE("MLA dims without a kernel are refused naming both dims; GQA written with dim_v = dim is GQA") {

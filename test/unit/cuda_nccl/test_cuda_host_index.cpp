@@ -87,6 +87,85 @@ TEST_CASE("index args' launch lists: q rows with their key lists, 16-col tiles w
                        "cuda_nccl: index arg 0: row 0 selects key 2 twice", Error);
 }
 
+TEST_CASE("range args as index rows (MLA): each row's keys, cut at kIndexRowKeys, and the 16-col tiles' masks") {
+  // A pool of 5 index keys, then the run 0 .. 2599 at rows_at = 5. Arg 0:
+  // causal, rows wider than kIndexRowKeys (two items); arg 1: bi_causal on
+  // the remote k buffer; arg 2: an index arg, left as before (row 2600 -> 7).
+  constexpr i64 kN = 2600, kAt = 5;
+  std::vector<std::int32_t> pool = {7, -1, 9, 9, 9};
+  for (i64 j = 0; j < kN; ++j) pool.push_back(static_cast<std::int32_t>(j));
+  std::vector<AttnArg> args(3);
+  args[0].q = {0, 2600};
+  args[0].k = {0, 2600};
+  args[0].type = MaskType::causal;
+  args[1].q = {100, 200};
+  args[1].k = {40, 180};
+  args[1].type = MaskType::bi_causal;
+  args[1].k_buf = BufferId::remote;
+  args[2].q = {2600, 2601};
+  args[2].k = {7, 8};
+  args[2].index_width = 2;
+  args[2].index_offset = 0;
+  args[2].index_area = 1;
+  const std::span<const std::int32_t> indices(pool.data(), 5);
+  // Without rows_at the range args stay out (GQA).
+  CHECK(g::index_q_major(args, BufferId::local, indices).area == 1);
+  CHECK(g::index_k_major(args, BufferId::local, indices).area == 1);
+
+  const g::IndexQList q = g::index_q_major(args, BufferId::local, indices, kAt);
+  i64 expect = 1;
+  for (int a = 0; a < 2; ++a) expect += g::band_area(g::band_of(args[static_cast<std::size_t>(a)]));
+  CHECK(q.area == expect);
+  // Per row: the keys of its items (in order) are exactly its cols, arg by arg.
+  std::vector<std::vector<std::pair<int, std::int32_t>>> got(static_cast<std::size_t>(kN) + 1);
+  int wide = 0;
+  for (std::size_t r = 0; r < q.rows.size(); ++r)
+    for (std::int32_t i = q.begin[r]; i < q.begin[r + 1]; ++i) {
+      const g::IndexQItem& it = q.items[static_cast<std::size_t>(i)];
+      CHECK(it.width <= g::kIndexRowKeys);
+      wide += it.width == g::kIndexRowKeys ? 1 : 0;
+      for (std::int32_t j = 0; j < it.width; ++j)
+        if (const std::int32_t key = pool[static_cast<std::size_t>(it.keys + j)]; key >= 0)
+          got[static_cast<std::size_t>(q.rows[r])].push_back({it.other_buf, key});
+    }
+  CHECK(wide == kN - g::kIndexRowKeys + 1);  // rows 2047 .. 2599 of arg 0 (cols [0, row + 1)) hold one full item
+  bool same = true;
+  for (i64 row = 0; row <= kN; ++row) {
+    std::vector<std::pair<int, std::int32_t>> want;
+    for (int a = 0; a < 3; ++a) {
+      const AttnArg& x = args[static_cast<std::size_t>(a)];
+      if (row < x.q.begin || row >= x.q.end) continue;
+      if (x.is_index()) {
+        want.push_back({0, 7});
+        continue;
+      }
+      const g::Iv c = g::row_cols(g::band_of(x), row);
+      for (i64 k = c.b; k < c.e; ++k) want.push_back({x.k_buf == BufferId::local ? 0 : 1, static_cast<std::int32_t>(k)});
+    }
+    same = same && want == got[static_cast<std::size_t>(row)];
+  }
+  CHECK(same);
+
+  // k-major over the remote k buffer (arg 1): every (row, col) bit is a mask entry, and no other.
+  const g::IndexKList k = g::index_k_major(args, BufferId::remote, indices, true);
+  const g::Band2 b = g::band_of(args[1]);
+  CHECK(k.area == g::band_area(b));
+  i64 bits = 0;
+  bool inside = true;
+  for (std::size_t t = 0; t < k.tiles.size(); ++t)
+    for (std::int32_t i = k.begin[t]; i < k.begin[t + 1]; ++i) {
+      const g::IndexKItem& it = k.items[static_cast<std::size_t>(i)];
+      for (i64 u = it.first; u < it.first + it.count; ++u)
+        for (int c = 0; c < g::kIndexColTile; ++c)
+          if ((k.masks[static_cast<std::size_t>(u)] >> c) & 1u) {
+            ++bits;
+            inside = inside && g::band_contains(b, k.rows[static_cast<std::size_t>(u)], k.tiles[t] + c);
+          }
+    }
+  CHECK(inside);
+  CHECK(bits == k.area);
+}
+
 TEST_CASE("index args with keys outside their hull or past the pool are refused, naming the entry") {
   AttnArg a;
   a.q = {4, 6};
