@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <thread>
 
@@ -184,6 +185,10 @@ std::vector<std::string> BalancedBytes::member_names(const SolveInput& in) const
     greedy += ":mu=" + num(kMemberMuOneNode);
   // static re-lays out the tokens: a member only where the layout is the solver's to plan.
   if (in.grid()->problem().layout == Layout::fixed) return {greedy};
+  if (opt_.member_tile > 0) {
+    const std::string tile = "tile_tokens=" + std::to_string(opt_.member_tile);
+    return {greedy, "static:" + tile, "static:node_ranks=-1+node_chunks=8+" + tile};
+  }
   return {greedy, "static", "static:node_ranks=-1+node_chunks=8"};
 }
 
@@ -202,6 +207,16 @@ std::int64_t excess_load(const TaskGrid& g, const std::vector<Rank>& rank, std::
   std::int64_t excess = 0;
   for (const std::int64_t l : rank_loads(g, rank)) excess += std::max<std::int64_t>(0, l - cap);
   return excess;
+}
+
+// The tokens every tile side of both passes divides (static's tile_tokens), 0 without a kernel model.
+static Token kernel_tile_tokens(const HardwareProfile& hw) {
+  if (!hw.kernel) return 0;
+  const KernelModel& k = *hw.kernel;
+  Token tile = 1;
+  for (const int t : {k.fwd.tile_q, k.fwd.tile_k, k.bwd.tile_q, k.bwd.tile_k})
+    if (t > 0) tile = std::lcm(tile, Token{t});
+  return tile > 1 ? tile : 0;
 }
 
 // Load = area x q heads; FLOPs = load x FLOPs per pair forward (4 D under
@@ -640,11 +655,21 @@ Solution BalancedBytes::solve_time(const SolveInput& in) const {
   flat.kernel.reset();
   SolveInput on_areas(in);
   on_areas.with_time_prices(flat).with_pricing(&areas);
-  Solution sol = solve_time_on(on_areas);
   if (!ahead) {
+    // On one node, static's dispatch cut at the kernels' tiles, at the cost of
+    // its published cuts, compared with the others on exact areas as today's
+    // (no plan of 40 packs at P = 8 slower than today's under the kernel
+    // model). Pricing it beside today's plan took 2.3x today's instructions
+    // at P = 8; across nodes, cut at the tiles without pricing, the plans were
+    // slower on up to 6 of 20 packs (docs/bounds.md).
+    BalancedBytes tiled(*this);
+    if (in.grid()->cp_size() <= in.time_prices()->nodes.gpus_per_node)
+      tiled.opt_.member_tile = kernel_tile_tokens(*in.time_prices()->kernel);
+    Solution sol = tiled.solve_time_on(on_areas);
     sol.note += "; decided on exact areas (the profile's kernel model prices the plan built)";
     return sol;
   }
+  Solution sol = solve_time_on(on_areas);
   const std::optional<AreasFirstPricing::Priced> pick = areas.fastest_on_kernels(sol, in.shape());
   if (!pick) return sol;
   sol = with_kernel_pick(std::move(sol), *pick, opt_.mu);

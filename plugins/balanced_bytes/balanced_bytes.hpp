@@ -36,6 +36,10 @@ struct Options {
   // one- and two-level.
   std::vector<std::string> members;
   bool members_by_layout = true;
+  // (Not a parameter.) static's members cut documents at multiples of this
+  // many tokens (static's tile_tokens), 0: as static decides. Set used a few
+  // times under a kernel model, where the members see the profile without it.
+  std::int64_t member_tile = 0;
   double mu = 1.10;
   double fwd_weight = 1.0;
   double bwd_weight = 0.0;

@@ -11,8 +11,9 @@
 // model (today's pick is among them wherever it was priced, so it is never
 // slower than today's under the kernel model; unpriced, today's plan is
 // kept), then the search on the kernels' seconds runs too, and the faster of
-// the two plans is taken. Used a few times the plan is today's, at today's
-// cost: pricing the plans under the kernel model as well cost 13 % more
+// the two plans is taken. Used a few times the plan is today's (on one node
+// with static's members cut at the kernels' tiles: BalancedBytes::solve_time),
+// at today's cost: pricing the plans under the kernel model as well cost 13 % more
 // instructions on the used-once path and changed no plan of 400 packs
 // (docs/bounds.md, "Plans priced as the kernels run them").
 #include <cstddef>

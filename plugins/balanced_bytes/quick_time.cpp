@@ -119,7 +119,7 @@ std::optional<Solution> BalancedBytes::solve_time_quick(const SolveInput& in, So
   std::stable_partition(names.begin(), names.end(), [](const std::string& n) { return n.rfind("static", 0) == 0; });
   // (On one node static's two-level dispatch is its one-level one.)
   auto member_skipped = [&](const std::string& name) {
-    return name.rfind("static", 0) == 0 && one_node && name != "static";
+    return name.rfind("static", 0) == 0 && one_node && name.find("node_ranks=") != std::string::npos;
   };
 
   // The short search, from the best predicted start (owner, usp, hybrid):

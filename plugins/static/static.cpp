@@ -35,7 +35,8 @@ class Static final : public Solver {
       : chunk_tokens_(p.get_int("chunk_tokens")),
         chunks_per_rank_(p.get_int("chunks_per_rank")),
         node_ranks_(p.get_int("node_ranks")),
-        node_chunks_(p.get_int("node_chunks")) {
+        node_chunks_(p.get_int("node_chunks")),
+        tile_tokens_(p.get_int("tile_tokens")) {
     if (chunks_per_rank_ < 1 || chunks_per_rank_ > 4096)
       throw Error("static: chunks_per_rank = " + std::to_string(chunks_per_rank_) + " must be in [1, 4096]");
     if (node_chunks_ < 1 || node_chunks_ > 1024)
@@ -43,6 +44,9 @@ class Static final : public Solver {
     if (node_ranks_ < -1)
       throw Error("static: node_ranks = " + std::to_string(node_ranks_) +
                   " must be -1 (the cost model's GPUs per node), 0 (one level, as published) or a rank count");
+    if (tile_tokens_ < 0 || tile_tokens_ > (1 << 20))
+      throw Error("static: tile_tokens = " + std::to_string(tile_tokens_) +
+                  " must be in [0, 1048576] (0: the cost model's kernel tiles, none without a kernel model)");
     if (chunk_tokens_ < 0)
       throw Error("static: chunk_tokens = " + std::to_string(chunk_tokens_) + " must be >= 0 (0: S / (8 P))");
   }
@@ -68,8 +72,10 @@ class Static final : public Solver {
     // a document move to tile multiples from its start: cut there, its
     // pieces touch no more tiles than it does (static's 1024-token chunks
     // had made tiles cost its plans up to 13 % on short documents,
-    // docs/bounds.md). Without one, the chunks as published.
-    const Token tile = kernel_tile(in);
+    // docs/bounds.md). Without one, the chunks as published. tile_tokens
+    // sets the tile where the cost model does not show it (balanced_bytes
+    // used a few times decides on the profile without its kernel model).
+    const Token tile = tile_tokens_ > 0 ? Token{tile_tokens_} : kernel_tile(in);
     std::vector<Range> chunks = static_solver::uniform_chunks(S, chunk);
     const bool aligned = tile > 1 && !p.index_mask && p.head_masks.empty();
     if (aligned) chunks = static_solver::tile_aligned_chunks(p, std::move(chunks), tile);
@@ -117,6 +123,7 @@ class Static final : public Solver {
   std::int64_t chunks_per_rank_;
   std::int64_t node_ranks_;
   std::int64_t node_chunks_;
+  std::int64_t tile_tokens_;
 };
 
 const cpsched_param_spec kParams[] = {
@@ -127,6 +134,9 @@ const cpsched_param_spec kParams[] = {
      "then swapped to keep documents inside few nodes), then chunks to the node's ranks; -1: N from the time cost "
      "model's GPUs per node"},
     {"node_chunks", CPSCHED_PARAM_INT, "4", "two levels: node chunks per node (node chunk = S / (node_chunks x nodes))"},
+    {"tile_tokens", CPSCHED_PARAM_INT, "0",
+     "cuts inside a document move to multiples of this many tokens from its start (at most half of it); 0: the "
+     "time cost model's kernel tiles, and the published cuts without a kernel model"},
 };
 
 }  // namespace
