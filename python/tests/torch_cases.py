@@ -188,18 +188,24 @@ def attn_case(rank, P, spec, group=None):
             "local_tail": tp.local_tail}
 
 
-def reference(spec, P, plan_text):
-    """Dense single-process out, dq, dk, dv (fp64, autograd over the whole sequence with the boolean mask)."""
+def _case_mask(spec, P, plan_text, check=True):
+    """(S, the case's boolean mask [heads or 1, S, S]) from its spec; with check, a range mask is also compared
+    with the plan's own (dense: not at the GPU tests' sizes)."""
     d = json.loads(plan_text)
     S = int(d["problem"]["seqlen"])
     if spec["mask"] == "topk":
-        mask = topk_matrix(topk_indices(spec, P))
-    elif spec["mask"] == "block_topk":
-        mask = plan_mask(d)
-    else:
-        m = range_mask(spec, P)
-        mask = mask_matrix(m.q_ranges, m.k_ranges, m.types, S)
-        assert torch.equal(mask, plan_mask(d)[0])
+        return S, topk_matrix(topk_indices(spec, P))
+    if spec["mask"] == "block_topk":
+        return S, plan_mask(d)
+    m = range_mask(spec, P)
+    mask = mask_matrix(m.q_ranges, m.k_ranges, m.types, S).unsqueeze(0)
+    assert not check or torch.equal(mask[0], plan_mask(d)[0])
+    return S, mask
+
+
+def reference(spec, P, plan_text):
+    """Dense single-process out, dq, dk, dv (fp64, autograd over the whole sequence with the boolean mask)."""
+    S, mask = _case_mask(spec, P, plan_text)
     q, k, v, do = (None if x is None else x.double().requires_grad_() for x in global_inputs(spec, S))
     h = _heads(spec)
     vv = k[..., :h["dim_v"]] if h.get("kv_shared") else v
@@ -211,15 +217,7 @@ def reference(spec, P, plan_text):
 def reference_on(spec, P, plan_text, device):
     """As reference, computed on `device` in fp32, one KV head at a time (GPU tests at sizes whose dense fp64
     reference would not fit the host): out, dq, dk, dv on the CPU."""
-    d = json.loads(plan_text)
-    S = int(d["problem"]["seqlen"])
-    if spec["mask"] == "topk":
-        mask = topk_matrix(topk_indices(spec, P))
-    elif spec["mask"] == "block_topk":
-        mask = plan_mask(d)
-    else:
-        m = range_mask(spec, P)
-        mask = mask_matrix(m.q_ranges, m.k_ranges, m.types, S).unsqueeze(0)
+    S, mask = _case_mask(spec, P, plan_text, check=False)
     h = _heads(spec)
     q, k, v, do = (None if x is None else x.to(device).float() for x in global_inputs(spec, S))
     hq, hkv = q.shape[1], k.shape[1]
@@ -683,3 +681,18 @@ def memory_case(rank, P, steps, spr, layers=2, hq=8, d=32):
             del ql
         held.append(_live_tensor_bytes() - base)
     return held, 3 * q.numel() * q.element_size()
+
+
+def check_results(res, spec, P, tol):
+    """Every rank's results (one dict per rank, rank order) against the dense reference of the case: out, dq, dk,
+    dv within tol (relative); returns the errors per field."""
+    ref = reference(spec, P, res[0]["plan"])
+    errs = {}
+    for key in ("out", "dq", "dk", "dv"):
+        got = assemble(res, key)
+        if ref[key] is None:
+            assert got is None
+            continue
+        errs[key] = rel_err(got, ref[key])
+    assert max(errs.values()) <= tol, (spec, errs)
+    return errs
