@@ -21,6 +21,7 @@ import hashlib
 import math
 import numbers
 import struct
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -137,19 +138,25 @@ class Claim:
         return v
 
 
+# id(group) -> (weak reference to the group, its device types). Weak: a group the cache kept alive after
+# destroy_process_group kept gloo's worker threads running into the interpreter's exit, where one of them released
+# a tensor's Python object without the GIL and aborted the process ("terminate called without an active exception").
 _DEVICE_TYPES = {}
 
 
 def group_device_types(g):
     """{device type: backend name} of a process group ('gloo', 'nccl', ...), from what torch registers
-    (cached per group); a group that serves its collectives itself says it."""
+    (cached per group, weakly); a group that serves its collectives itself says it."""
     if getattr(g, "cpsched_group", False) is True:
         return g.device_types
     hit = _DEVICE_TYPES.get(id(g))
-    if hit is not None and hit[0] is g:
+    if hit is not None and hit[0]() is g:
         return hit[1]
     out = _device_types(g)
-    _DEVICE_TYPES[id(g)] = (g, out)
+    try:
+        _DEVICE_TYPES[id(g)] = (weakref.ref(g, lambda _r, k=id(g): _DEVICE_TYPES.pop(k, None)), out)
+    except TypeError:  # an object without weak references is not cached
+        pass
     return out
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 
 import torch
@@ -249,7 +250,13 @@ def _ingest_summaries(indices, session, g, rank, size, causal, err, on_device, c
     return tp
 
 
-_SHARED = OrderedDict()  # (session, group, rank, mask) -> TorchPlan: layers that share a mask share its plan
+# (session, group, rank, mask) -> TorchPlan: layers that share a mask share its plan. The session and the group
+# are held weakly (a cache that kept a process group alive kept gloo's threads running into the interpreter's exit).
+_SHARED = OrderedDict()
+
+
+def _weak(x):
+    return (lambda: None) if x is None else weakref.ref(x)
 _SHARED_SIZE = 32
 _SHARED_LOCK = threading.Lock()
 
@@ -307,16 +314,16 @@ class DistAttention(torch.nn.Module):
         skey = (id(self.session), id(self.group), self.rank) + key
         with _SHARED_LOCK:  # the ranks of a loopback group are threads of one process
             hit = _SHARED.get(skey)
-            if hit is not None and hit[0] is self.session and hit[1] is self.group:
+            if hit is not None and hit[0]() is self.session and hit[1]() is self.group:
                 _SHARED.move_to_end(skey)
-        if hit is not None and hit[0] is self.session and hit[1] is self.group:
+        if hit is not None and hit[0]() is self.session and hit[1]() is self.group:
             tp = hit[2]
         else:
             tp = TorchPlan(self.session.solve(qr, kr, tt), self.rank)
             if not self.session.options.get("relay_node_size"):
                 tp.declare_no_forwarding()  # a rank's own plan of a Session without relays
             with _SHARED_LOCK:
-                _SHARED[skey] = (self.session, self.group, tp)
+                _SHARED[skey] = (_weak(self.session), _weak(self.group), tp)
                 while len(_SHARED) > _SHARED_SIZE:
                     _SHARED.popitem(last=False)
         self._plans[key] = tp
