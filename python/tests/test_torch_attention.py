@@ -98,17 +98,7 @@ def _id(case):
 
 @pytest.mark.parametrize("P,spec", CASES, ids=[_id(c) for c in CASES])
 def test_matches_dense_reference_fp32(P, spec):
-    spec = {k: v for k, v in spec.items() if v is not None}
-    expect_relays = spec.pop("expect_relays", False)
-    expect_tail = spec.pop("expect_tail", False)
-    expect_dispatch = spec.pop("expect_dispatch", spec.get("solver") == "static" or spec.get("cost") == "time")
-    r0, _ = check(P, spec)
-    if expect_relays:
-        assert r0["relays"], "the plan was meant to forward rows through relays"
-    if expect_tail:
-        assert r0["local_tail"] and r0["stages"] == spec["stages"] + 1, "the plan was meant to end with a local tail"
-    if expect_dispatch:
-        assert not r0["layout_sequential"], "the plan was meant to dispatch the tokens"
+    tc.check_expected_plan(check, P, spec)
 
 
 @pytest.mark.parametrize("P", [2, 3, 4])

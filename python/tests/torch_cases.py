@@ -696,3 +696,19 @@ def check_results(res, spec, P, tol):
         errs[key] = rel_err(got, ref[key])
     assert max(errs.values()) <= tol, (spec, errs)
     return errs
+
+
+def check_expected_plan(check, P, spec):
+    """A correctness case of the CASES table: check(P, spec) against the dense reference, then what the case
+    expects of the plan (relays, a local tail, a dispatched layout)."""
+    spec = {k: v for k, v in spec.items() if v is not None}
+    expect_relays = spec.pop("expect_relays", False)
+    expect_tail = spec.pop("expect_tail", False)
+    expect_dispatch = spec.pop("expect_dispatch", spec.get("solver") == "static" or spec.get("cost") == "time")
+    r0, _ = check(P, spec)
+    if expect_relays:
+        assert r0["relays"], "the plan was meant to forward rows through relays"
+    if expect_tail:
+        assert r0["local_tail"] and r0["stages"] == spec["stages"] + 1, "the plan was meant to end with a local tail"
+    if expect_dispatch:
+        assert not r0["layout_sequential"], "the plan was meant to dispatch the tokens"

@@ -272,16 +272,23 @@ def _pool(device):
     return p
 
 
-def forward(dp, q, k, v, backend, comm, scale):
-    """Forward of one call with graphs: O (q's dtype), lse fp32."""
-    device = q.device
-    key = ("fwd", q.dtype, tuple(q.shape), tuple(k.shape), None if v is None else tuple(v.shape),
+def _call_entry(pass_, dp, q, k, v, backend, comm, scale):
+    """The graph entry of one pass of a call (per dtype, shapes, backend, scale and group); a new one that cannot
+    be captured falls back at once, with its reason."""
+    key = (pass_, q.dtype, tuple(q.shape), tuple(k.shape), None if v is None else tuple(v.shape),
            backend_key(backend), float(scale), id(getattr(comm, "group", None)))
     e = _entry(dp, key)
     if e.state == "new" and e.reason is None:
-        why = _prior_reason(dp, backend, comm, device)
+        why = _prior_reason(dp, backend, comm, q.device)
         if why is not None:
             _fallback(e, why)
+    return e
+
+
+def forward(dp, q, k, v, backend, comm, scale):
+    """Forward of one call with graphs: O (q's dtype), lse fp32."""
+    device = q.device
+    e = _call_entry("fwd", dp, q, k, v, backend, comm, scale)
     if e.state == "eager":
         return run_forward(dp, q, k, v, backend, comm, scale)
     dt = q.dtype
@@ -300,13 +307,7 @@ def backward(dp, q, k, v, out, lse, dout, backend, comm, scale):
     device = q.device
     dt = q.dtype
     out, dout, lse = out.to(dt), dout.to(dt), lse.float()
-    key = ("bwd", dt, tuple(q.shape), tuple(k.shape), None if v is None else tuple(v.shape),
-           backend_key(backend), float(scale), id(getattr(comm, "group", None)))
-    e = _entry(dp, key)
-    if e.state == "new" and e.reason is None:
-        why = _prior_reason(dp, backend, comm, device)
-        if why is not None:
-            _fallback(e, why)
+    e = _call_entry("bwd", dp, q, k, v, backend, comm, scale)
     if e.state == "eager":
         return run_backward(dp, q, k, v, out, lse, dout, backend, comm, scale)
 
