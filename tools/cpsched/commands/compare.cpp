@@ -53,9 +53,13 @@ int cmd_compare(const Args& args) {
   ConfigOptions co;
   std::string out_dir;
   bool quiet = false;
+  std::string plans_dir;
   po::options_description desc("options");
   desc.add_options()("out,o", po::value(&out_dir), "report folder to write (created; files in it are replaced)")(
-      "quiet,q", po::bool_switch(&quiet), "no terminal table (the report folder is still written)");
+      "quiet,q", po::bool_switch(&quiet), "no terminal table (the report folder is still written)")(
+      "plans", po::value(&plans_dir),
+      "also write every solved plan's JSON to this folder, one file per cell, without timings (to compare two "
+      "builds' plans byte for byte)");
   co.add_to(desc);
   po::variables_map vm;
   if (!co.parse(args, "compare",
@@ -71,7 +75,14 @@ int cmd_compare(const Args& args) {
   const Config cfg = co.load();
   Registry reg;
   scan_plugins(reg, &cfg, co.plugin_paths);
-  const CompareSpec spec = read_compare_spec(cfg, reg, co.sets);
+  CompareSpec spec = read_compare_spec(cfg, reg, co.sets);
+  if (!plans_dir.empty()) {
+    std::error_code pec;
+    std::filesystem::create_directories(plans_dir, pec);
+    if (pec || !std::filesystem::is_directory(plans_dir))
+      throw Error(fmt::format("--plans {}: cannot create the folder{}", plans_dir, pec ? ": " + pec.message() : ""));
+    spec.plans_dir = plans_dir;
+  }
 
   const std::filesystem::path dir = out_dir;
   // The report's files never replace an input (the config, its histogram, profile or .npy files).

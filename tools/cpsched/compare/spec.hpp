@@ -63,6 +63,10 @@ struct CompareSpec {
   // per-rank whole path is grid + solve + the slowest rank's plan. P builds
   // per point, so off by default.
   bool rank_path = false;
+  // Set by `cpsched compare --plans DIR` (not a config key): every solved
+  // plan's JSON is written there, timings left out, so two builds' plans can
+  // be compared byte for byte.
+  std::string plans_dir;
   // plan.relay for every row: off, on (nodes of the profile's size) or auto
   // (a solver that prices plans chooses; the others plan without).
   PlanShape::Relay relay = PlanShape::Relay::off;

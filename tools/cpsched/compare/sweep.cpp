@@ -13,6 +13,8 @@
 #include "compare/timing.hpp"
 #include "cpsched/base/stopwatch.hpp"
 #include "cpsched/base/error.hpp"
+#include "cpsched/io/atomic_file.hpp"
+#include "cpsched/io/plan_json.hpp"
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/problem/metrics.hpp"
 #include "cpsched/session/solve_path.hpp"
@@ -151,6 +153,28 @@ std::vector<std::optional<double>> rank_path_ms(const Assignment& a, const PlanS
   return out;
 }
 
+// `compare --plans DIR`: one file per solved plan, named by its cell. The
+// solve's time is left out (0) so that equal plans give equal bytes.
+void write_plans(const std::string& dir, const CompareRow& base, const std::string& solver,
+                 const std::vector<int>& stages, const std::vector<std::shared_ptr<const Plan>>& plans,
+                 const SolveResult& result) {
+  for (std::size_t s = 0; s < plans.size(); ++s) {
+    PlanExport e;
+    e.assignment = result.assignment.get();
+    e.metrics = &result.metrics;
+    e.plan = plans[s].get();
+    e.solver = solver;
+    e.solve_ms = 0;
+    e.feasible = result.feasible;
+    e.note = result.note;
+    const std::string name =
+        fmt::format("{}_P{}_pack{}_{}x{}_{}_{}_{}_s{}.json", base.mask, base.cp_size, base.pack, base.heads.q,
+                    base.heads.kv, to_string(base.layout), base.asked_uses ? base.asked_uses->str() : "default", solver,
+                    stages[s]);
+    write_file_atomic(std::filesystem::path(dir) / name, plan_json(e, 1) + "\n");
+  }
+}
+
 // One solver on one problem: `h.repeats` runs of the whole path (grid, solve,
 // plan for each stage count), metrics of the last, timing of each plan on
 // every profile of `slots`. Rows: [profile][stage count].
@@ -218,6 +242,7 @@ std::vector<CompareRow> run_solver(const SolverHandle& h, const std::shared_ptr<
   } catch (const Error& e) {
     return fail_all(e.what());
   }
+  if (!spec.plans_dir.empty()) write_plans(spec.plans_dir, base, h.name, spec.stages, plans, result);
   const std::vector<std::optional<double>> rank_path = spec.rank_path
                                                            ? rank_path_ms(*result.assignment, result.shape, spec.stages, cost.hardware(),
                                                                           median(grid_ms) + median(solve_ms), h.repeats)
