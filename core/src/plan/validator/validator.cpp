@@ -5,7 +5,7 @@
 #include "cpsched/plan/builder.hpp"
 
 #include "cpsched/problem/metrics.hpp"
-#include "plan/validator_internal.hpp"
+#include "plan/validator/internal.hpp"
 
 namespace cpsched {
 

@@ -10,7 +10,7 @@
 #include "cpsched/plan/validator.hpp"
 #include "cpsched/timing/hardware.hpp"
 #include "cpsched/timing/model.hpp"
-#include "plan/builder_internal.hpp"
+#include "plan/builder/internal.hpp"
 
 namespace cpsched {
 

@@ -6,7 +6,7 @@
 
 #include "cpsched/base/resources.hpp"
 
-#include "plan/validator_internal.hpp"
+#include "plan/validator/internal.hpp"
 
 namespace cpsched::validate_detail {
 

@@ -9,8 +9,8 @@
 #include "cpsched/base/error.hpp"
 #include "cpsched/mask/slice_clip.hpp"
 #include "cpsched/timing/task_kernel.hpp"
-#include "plan/buffer_map.hpp"
-#include "plan/builder_internal.hpp"
+#include "plan/builder/buffer_map.hpp"
+#include "plan/builder/internal.hpp"
 
 namespace cpsched::plan_detail {
 

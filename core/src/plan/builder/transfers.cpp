@@ -8,7 +8,7 @@
 #include <tuple>
 
 #include "mask/index/internal.hpp"
-#include "plan/builder_internal.hpp"
+#include "plan/builder/internal.hpp"
 
 namespace cpsched::plan_detail {
 

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "plan/builder_internal.hpp"
+#include "plan/builder/internal.hpp"
 
 namespace cpsched::plan_detail {
 

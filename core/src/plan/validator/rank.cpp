@@ -5,7 +5,7 @@
 #include "cpsched/base/error.hpp"
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/plan/validator.hpp"
-#include "plan/validator_internal.hpp"
+#include "plan/validator/internal.hpp"
 
 namespace cpsched {
 

@@ -2,7 +2,7 @@
 // without relays reads, and the stand-ins for the ones it does not keep.
 #include <algorithm>
 
-#include "plan/builder_internal.hpp"
+#include "plan/builder/internal.hpp"
 
 namespace cpsched::plan_detail {
 

@@ -7,7 +7,7 @@
 #include <tuple>
 
 #include "cpsched/timing/node_map.hpp"
-#include "plan/builder_internal.hpp"
+#include "plan/builder/internal.hpp"
 
 namespace cpsched::plan_detail {
 

@@ -10,9 +10,9 @@
 
 #include "cpsched/base/error.hpp"
 #include "mask/index/internal.hpp"
-#include "plan/buffer_map.hpp"
-#include "plan/builder_internal.hpp"
-#include "plan/stream_out.hpp"
+#include "plan/builder/buffer_map.hpp"
+#include "plan/builder/internal.hpp"
+#include "plan/index/stream_out.hpp"
 
 namespace cpsched::plan_detail {
 

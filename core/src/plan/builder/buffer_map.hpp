@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "cpsched/base/error.hpp"
-#include "plan/builder_internal.hpp"
+#include "plan/builder/internal.hpp"
 
 namespace cpsched::plan_detail {
 

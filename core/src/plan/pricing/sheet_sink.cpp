@@ -1,7 +1,7 @@
 // The splits of a price sheet (builder_internal.hpp: SheetSink).
 #include <algorithm>
 
-#include "plan/builder_internal.hpp"
+#include "plan/builder/internal.hpp"
 
 namespace cpsched::plan_detail {
 

@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 
 #include "cpsched/base/error.hpp"
-#include "plan/buffer_map.hpp"
-#include "plan/builder_internal.hpp"
+#include "plan/builder/buffer_map.hpp"
+#include "plan/builder/internal.hpp"
 
 namespace cpsched::plan_detail {
 
