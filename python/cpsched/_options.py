@@ -1,16 +1,17 @@
-"""A Session's options (heads, stages, layout, uses, rank), checked and converted for the extension."""
+"""A Session's options (heads, plan shape, layout, uses, rank), checked and converted into _Session's keywords
+(named as the C++ SessionOptions' fields)."""
 from __future__ import annotations
 
 import numpy as np
 
-from ._args import _INT32_MAX, _MAX_DTYPE_BYTES, _MAX_HEAD_DIM, _MAX_HEADS, _bool, _int
+from ._args import _INT32_MAX, _MAX_DTYPE_BYTES, _MAX_HEAD_DIM, _MAX_HEADS, _MAX_RANKS, _bool, _int
 
 
 _DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp32": 4, "float32": 4, "fp8": 1}
 
 
 def _heads(h):
-    """(q, kv, dim, dtype_bytes, dim_v, kv_shared). A dict may give MLA's geometry (docs/heads.md):
+    """{q, kv, dim, dtype_bytes, dim_v, kv_shared} (Heads). A dict may give MLA's geometry (docs/heads.md):
     dim_qk (= dim), dim_v (0: dim) and kv_shared (K and V one latent row of dim_qk dims)."""
     dim_v, kv_shared = 0, False
     if isinstance(h, dict):
@@ -42,12 +43,21 @@ def _heads(h):
                              f"or a size in bytes)")
         dtype = _DTYPE_BYTES[dtype]
     dtype = _int(dtype, "heads[3] (dtype bytes)", 1, _MAX_DTYPE_BYTES)
-    return q, kv, dim, dtype, dim_v, kv_shared
+    return {"q": q, "kv": kv, "dim": dim, "dtype_bytes": dtype, "dim_v": dim_v, "kv_shared": kv_shared}
+
+
+def _plan_shape(stages, relay_node_size):
+    """{stages, relay, node_size} (PlanShape) from Session's stages and relay_node_size: -1, relays where the
+    solver finds them faster, on the hardware profile's nodes; 0, none; n, on nodes of n ranks."""
+    stages = _stages(stages)
+    n = _int(relay_node_size, "relay_node_size", -1, _MAX_RANKS)
+    relay = "auto" if n == -1 else "off" if n == 0 else "on"
+    return {"stages": stages, "relay": relay, "node_size": max(n, 0)}
 
 
 def _stages(s):
     if isinstance(s, str) and s == "auto":
-        return 0
+        return s
     if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)):
         raise ValueError(f"stages: expected a number of remote stages (1-64) or 'auto', got {s!r}")
     return _int(s, "stages", 1, 64)
@@ -61,17 +71,15 @@ def _layout(v):
 
 
 def _uses(v):
-    # Python's encoding for the extension: -1 = by the layout, 0 = ahead, n = n attention calls.
-    if v is None:
-        return -1
-    if isinstance(v, str) and v == "ahead":
-        return 0
+    # None: by the layout (1 when fixed, ahead when planned).
+    if v is None or (isinstance(v, str) and v == "ahead"):
+        return v
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
         raise ValueError(f"uses: expected the attention calls that run each plan (>= 1), 'ahead' or None, got {v!r}")
     return _int(v, "uses", 1, _INT32_MAX)
 
 
 def _rank(v, cp_size):
-    if v is None:
-        return -1
+    if v is None:  # every rank's plan
+        return v
     return _int(v, "rank", 0, cp_size - 1)

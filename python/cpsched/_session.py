@@ -5,10 +5,11 @@ import weakref
 
 from . import _cpsched
 from ._ahead import _AheadFuture, _AheadWaiter, _resolve
-from ._args import _INT32_MAX, _MAX_BLOCKS_PER_RANK, _MAX_RANKS, _MAX_SEQLEN, _bool, _folders, _int, _params, _path, _str
+from ._args import (_INT32_MAX, _MAX_BLOCKS_PER_RANK, _MAX_RANKS, _MAX_SEQLEN, _bool, _folders, _int, _params, _path,
+                    _str)
 from ._config import _overrides
 from ._masks import _seed_lists
-from ._options import _heads, _layout, _rank, _stages, _uses
+from ._options import _heads, _layout, _plan_shape, _rank, _uses
 from ._result import Result
 from ._topk import TopkRowRuns, TopkSummary, _int32_keys, _keys_array
 
@@ -29,19 +30,18 @@ class Session:
         uses: attention calls that run each plan, or 'ahead' (made ahead of need); None: 1 when fixed, ahead
         when planned. rank: build only this rank's CalcMeta/CommMeta (every rank solves the same input to the
         same plan); None: every rank's. ahead_queue: masks that may wait in solve_async's queue. docs/python.md."""
-        hq, hkv, dim, dtype_bytes, dim_v, kv_shared = _heads(heads)
+        heads = _heads(heads)
         cp_size = _int(cp_size, "cp_size", 1, _MAX_RANKS)
-        self._s = _cpsched._Session(cp_size, _int(seqlen, "seqlen", 0, _MAX_SEQLEN),
-                                    hq, hkv, dim, dtype_bytes, dim_v, kv_shared,
-                                    _bool(flatten_head_groups, "flatten_head_groups"),
-                                    _int(blocks_per_rank, "blocks_per_rank", 1, _MAX_BLOCKS_PER_RANK),
-                                    _str(solver, "solver"), _params(solver_params, "solver_params"),
-                                    _str(cost_model, "cost_model"), _params(cost_params, "cost_params"),
-                                    _stages(stages), _int(relay_node_size, "relay_node_size", -1, _MAX_RANKS),
-                                    _int(cache_size, "cache_size", 0, _INT32_MAX),
-                                    _folders(plugin_paths, "plugin_paths"),
-                                    _bool(validate, "validate"), _layout(layout), _uses(uses),
-                                    _rank(rank, cp_size), _int(ahead_queue, "ahead_queue", 1, 1 << 20))
+        self._s = _cpsched._Session(
+            cp_size=cp_size, seqlen=_int(seqlen, "seqlen", 0, _MAX_SEQLEN), heads=heads,
+            grid={"flatten_head_groups": _bool(flatten_head_groups, "flatten_head_groups"),
+                  "blocks_per_rank": _int(blocks_per_rank, "blocks_per_rank", 1, _MAX_BLOCKS_PER_RANK)},
+            solver=_str(solver, "solver"), solver_params=_params(solver_params, "solver_params"),
+            cost_model=_str(cost_model, "cost_model"), cost_params=_params(cost_params, "cost_params"),
+            plan=_plan_shape(stages, relay_node_size), cache_size=_int(cache_size, "cache_size", 0, _INT32_MAX),
+            plugin_paths=_folders(plugin_paths, "plugin_paths"), validate=_bool(validate, "validate"),
+            layout=_layout(layout), uses=_uses(uses), rank=_rank(rank, cp_size),
+            ahead_queue=_int(ahead_queue, "ahead_queue", 1, 1 << 20))
         self._ahead = None
 
     @classmethod
@@ -52,12 +52,12 @@ class Session:
         a config is the same on every rank, the rank is not."""
         path = _path(path, "path")
         overrides = _overrides(overrides)
-        rank = -1 if rank is None else _int(rank, "rank", 0, _MAX_RANKS - 1)
+        rank = None if rank is None else _int(rank, "rank", 0, _MAX_RANKS - 1)
         self = cls.__new__(cls)
         try:
             self._s = _cpsched._Session.from_config(path, overrides, rank)
         except ValueError as e:
-            if rank >= 0 and "session: rank must be" in str(e):
+            if rank is not None and "session: rank must be" in str(e):
                 raise ValueError(f"rank: {rank} is outside [0, cp_size) of the config ({e})") from None
             raise
         self._ahead = None

@@ -1,5 +1,5 @@
 // cpsched._cpsched: the Python binding of the library facade (cpsched.hpp).
-// The Python package (python/cpsched/__init__.py) normalises inputs (lists,
+// The Python package (python/cpsched/) normalises inputs (lists,
 // numpy, DLPack and __array__ objects) into C-contiguous int64 / int32 arrays
 // and wraps the dicts returned here into small record classes; this file does
 // the work that must be fast or must hold C++ objects: solving with the GIL
@@ -12,11 +12,15 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <memory>
+#include <filesystem>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cpsched/base/stopwatch.hpp"
@@ -206,6 +210,195 @@ nb::dict params_to_py(const Params& p) {
   nb::dict d;
   for (const auto& [k, v] : p.values()) d[k.c_str()] = param_to_py(v);
   return d;
+}
+
+std::string py_type_name(nb::handle v) { return nb::cast<std::string>(nb::str(v.type().attr("__name__"))); }
+std::string py_repr(nb::handle v) { return nb::cast<std::string>(nb::repr(v)); }
+bool is_integer(nb::handle v) { return nb::isinstance<nb::int_>(v) && !nb::isinstance<nb::bool_>(v); }
+std::optional<std::string> text(nb::handle v) {
+  if (!nb::isinstance<nb::str>(v)) return std::nullopt;
+  return nb::cast<std::string>(v);
+}
+
+// Named options, read by name with their types checked: a Session's keywords
+// (_Session(**options)) or one of its dict-valued options (heads, grid,
+// plan). An option not given, or None, keeps SessionOptions' default; one
+// given but never read is refused, so a misspelt name is an error naming it,
+// not a silent default. Errors name the option as Python spells it.
+class NamedOptions {
+ public:
+  NamedOptions(std::string owner, nb::handle obj) : owner_(std::move(owner)) {
+    if (!nb::isinstance<nb::dict>(obj))
+      throw Error("session: " + owner_ + ": expected a dict, got " + py_repr(obj) + " (" + py_type_name(obj) + ")");
+    values_ = nb::borrow<nb::dict>(obj);
+  }
+
+  // The value given for `key` (None: not given), marked as read.
+  nb::object get(const char* key) {
+    read_.insert(key);
+    return values_.contains(key) ? nb::object(values_[key]) : nb::none();
+  }
+
+  // `key` as Python spells it: "cp_size", "plan['relay']".
+  std::string name(const char* key) const { return owner_.empty() ? key : owner_ + "['" + key + "']"; }
+
+  Error expected(const char* key, const std::string& what, nb::handle v) const {
+    return Error("session: " + name(key) + ": expected " + what + ", got " + py_repr(v) + " (" + py_type_name(v) + ")");
+  }
+
+  // An integer that fits T, else an error naming `key` (never wrapped around).
+  template <class T>
+  T integer(const char* key, nb::handle v) const {
+    if (!is_integer(v)) throw expected(key, "an integer", v);
+    constexpr long long lo = std::is_signed_v<T> ? std::numeric_limits<T>::min() : 0;
+    constexpr long long hi = std::cmp_greater(std::numeric_limits<T>::max(), std::numeric_limits<long long>::max())
+                                 ? std::numeric_limits<long long>::max()
+                                 : static_cast<long long>(std::numeric_limits<T>::max());
+    int overflow = 0;
+    const long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+    if (overflow != 0 || x < lo || x > hi)
+      throw Error("session: " + name(key) + ": " + py_repr(v) + " is outside [" + std::to_string(lo) + ", " +
+                  std::to_string(hi) + "]");
+    return static_cast<T>(x);
+  }
+
+  // Reads `key` into `out` when given: True or False, a string, or an integer
+  // that fits `out`.
+  template <class T>
+  void read(const char* key, T& out) {
+    const nb::object v = get(key);
+    if (v.is_none()) return;
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!nb::isinstance<nb::bool_>(v)) throw expected(key, "True or False", v);
+      out = nb::cast<bool>(v);
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      if (!nb::isinstance<nb::str>(v)) throw expected(key, "a string", v);
+      out = nb::cast<std::string>(v);
+    } else {
+      out = integer<T>(key, v);
+    }
+  }
+
+  // Every option given was read (the names read are the ones known).
+  void check_all_read() const {
+    for (auto [k, v] : values_) {
+      const std::optional<std::string> key = text(k);
+      if (key && read_.count(*key)) continue;
+      std::string known;
+      for (const std::string& r : read_) known += (known.empty() ? "" : ", ") + r;
+      throw Error("session: " + (owner_.empty() ? "" : owner_ + ": ") + "unknown option " + py_repr(k) + " (expected " +
+                  known + ")");
+    }
+  }
+
+ private:
+  std::string owner_;
+  nb::dict values_;
+  std::set<std::string> read_;
+};
+
+// A count (>= 1), or `word` as `code` (PlanShape::kAutoStages,
+// PlanUses::kAhead): only the word says it, the integer code is refused.
+// Upper bounds are the Session's to check.
+int count_or_word(const NamedOptions& o, const char* key, nb::handle v, const char* word, int code) {
+  if (text(v) == word) return code;
+  const int n = is_integer(v) ? o.integer<int>(key, v) : 0;
+  if (n < 1) throw o.expected(key, "a count of at least 1 or '" + std::string(word) + "'", v);
+  return n;
+}
+
+// heads: {"q", "kv", "dim", "dtype_bytes", "dim_v", "kv_shared"} (Heads).
+Heads heads_from(nb::handle obj) {
+  NamedOptions o("heads", obj);
+  Heads h;
+  o.read("q", h.q);
+  o.read("kv", h.kv);
+  o.read("dim", h.dim);
+  o.read("dtype_bytes", h.dtype_bytes);
+  o.read("dim_v", h.dim_v);
+  o.read("kv_shared", h.kv_shared);
+  o.check_all_read();
+  return h;
+}
+
+// grid: {"flatten_head_groups", "blocks_per_rank"} (GridOptions).
+GridOptions grid_from(nb::handle obj) {
+  NamedOptions o("grid", obj);
+  GridOptions g;
+  o.read("flatten_head_groups", g.flatten_head_groups);
+  o.read("blocks_per_rank", g.blocks_per_rank);
+  o.check_all_read();
+  return g;
+}
+
+// plan: {"stages": n or "auto", "relay": "off", "on" or "auto", "node_size":
+// n (0: the hardware profile's)} (PlanShape); Session checks the ranges.
+PlanShape plan_shape_from(nb::handle obj) {
+  NamedOptions o("plan", obj);
+  PlanShape s;
+  if (const nb::object v = o.get("stages"); !v.is_none())
+    s.stages = count_or_word(o, "stages", v, "auto", PlanShape::kAutoStages);
+  if (const nb::object v = o.get("relay"); !v.is_none()) {
+    const std::optional<std::string> r = text(v);
+    if (r == "off") s.relay = PlanShape::Relay::off;
+    else if (r == "on") s.relay = PlanShape::Relay::on;
+    else if (r == "auto") s.relay = PlanShape::Relay::automatic;
+    else throw o.expected("relay", "'off', 'on' or 'auto'", v);
+  }
+  o.read("node_size", s.node_size);
+  o.check_all_read();
+  return s;
+}
+
+Layout layout_from(const NamedOptions& o, nb::handle v) {
+  if (text(v) == "fixed") return Layout::fixed;
+  if (text(v) == "planned") return Layout::planned;
+  throw o.expected("layout", "'fixed' or 'planned'", v);
+}
+
+// uses: attention calls that run each plan (>= 1) or "ahead" (PlanUses).
+PlanUses uses_from(const NamedOptions& o, nb::handle v) {
+  return PlanUses{count_or_word(o, "uses", v, "ahead", PlanUses::kAhead)};
+}
+
+std::vector<std::filesystem::path> folders_from(const NamedOptions& o, nb::handle v) {
+  if (!nb::isinstance<nb::list>(v) && !nb::isinstance<nb::tuple>(v))
+    throw o.expected("plugin_paths", "a list of folders", v);
+  std::vector<std::filesystem::path> out;
+  std::size_t i = 0;
+  for (nb::handle p : v) {
+    const std::optional<std::string> s = text(p);
+    if (!s) throw o.expected(("plugin_paths[" + std::to_string(i) + "]").c_str(), "a path string", p);
+    out.emplace_back(*s);
+    ++i;
+  }
+  return out;
+}
+
+// A Session's options from _Session's keywords, named as SessionOptions'
+// fields (cpsched/session/session.hpp); the Python package checks the
+// public Session's arguments first and passes them so.
+SessionOptions session_options_from(nb::handle kwargs) {
+  NamedOptions o("", kwargs);
+  SessionOptions s;
+  o.read("cp_size", s.cp_size);
+  o.read("seqlen", s.seqlen);
+  if (const nb::object v = o.get("heads"); !v.is_none()) s.heads = heads_from(v);
+  if (const nb::object v = o.get("grid"); !v.is_none()) s.grid = grid_from(v);
+  if (const nb::object v = o.get("layout"); !v.is_none()) s.layout = layout_from(o, v);
+  o.read("solver", s.solver);
+  s.solver_params = params_from_py("solver_params", o.get("solver_params"));
+  o.read("cost_model", s.cost_model);
+  s.cost_params = params_from_py("cost_params", o.get("cost_params"));
+  if (const nb::object v = o.get("plan"); !v.is_none()) s.plan = plan_shape_from(v);
+  if (const nb::object v = o.get("uses"); !v.is_none()) s.uses = uses_from(o, v);
+  o.read("rank", s.rank);
+  o.read("cache_size", s.cache_size);
+  o.read("ahead_queue", s.ahead_queue);
+  if (const nb::object v = o.get("plugin_paths"); !v.is_none()) s.plugin_paths = folders_from(o, v);
+  o.read("validate", s.validate);
+  o.check_all_read();
+  return s;
 }
 
 using Int64Rows = nb::ndarray<const std::int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
@@ -632,7 +825,7 @@ class PySession {
     d["solver"] = o.solver;
     d["solver_params"] = params_to_py(session_->solver_params());
     d["cost_model"] = o.cost_model;
-    d["stages"] = o.plan.stages;
+    d["stages"] = o.plan.auto_stages() ? nb::object(nb::str("auto")) : nb::object(nb::int_(o.plan.stages));
     d["relay_node_size"] = o.plan.auto_relay() ? -1 : o.plan.relay_node_size();
     d["cache_size"] = o.cache_size;
     d["layout"] = std::string(to_string(o.layout));
@@ -857,55 +1050,25 @@ NB_MODULE(_cpsched, m) {
   nb::class_<PySession>(m, "_Session")
       .def(
           "__init__",
-          [](PySession* self, int cp_size, Token seqlen, int hq, int hkv, int dim, int dtype_bytes, int dim_v,
-             bool kv_shared, bool flatten,
-             int blocks_per_rank, const std::string& solver, nb::handle solver_params, const std::string& cost_model,
-             nb::handle cost_params, int stages, int relay_node_size, std::int64_t cache_size,
-             std::vector<std::string> plugin_paths, bool validate, const std::string& layout, int uses, int rank,
-             int ahead_queue) {
-            if (cache_size < 0) throw Error("session: cache_size must not be negative, got " + std::to_string(cache_size));
-            SessionOptions o;
-            o.cp_size = cp_size;
-            o.seqlen = seqlen;
-            o.heads = Heads{hq, hkv, dim, dtype_bytes, dim_v, kv_shared};
-            o.grid.flatten_head_groups = flatten;
-            o.grid.blocks_per_rank = blocks_per_rank;
-            o.solver = solver;
-            o.solver_params = params_from_py("solver_params", solver_params);
-            o.cost_model = cost_model;
-            o.cost_params = params_from_py("cost_params", cost_params);
-            // Python's integers: stages 0 = auto; relay_node_size -1 = auto,
-            // 0 = off, n = on nodes of n ranks.
-            if (relay_node_size < -1)
-              throw Error("session: relay_node_size must be -1 (auto), 0 (no relays) or the ranks per node, got " +
-                          std::to_string(relay_node_size));
-            o.plan.stages = stages;
-            if (relay_node_size == -1) o.plan.relay = PlanShape::Relay::automatic;
-            else if (relay_node_size > 0) o.plan = PlanShape{stages, PlanShape::Relay::on, relay_node_size};
-            o.cache_size = static_cast<std::size_t>(cache_size);
-            for (auto& p : plugin_paths) o.plugin_paths.emplace_back(p);
-            o.validate = validate;
-            o.layout = layout == "planned" ? Layout::planned : Layout::fixed;
-            // uses: -1 = by the layout, 0 = ahead, n = n calls (checked in Python).
-            if (uses >= 0) o.uses = PlanUses{uses};
-            o.rank = rank;
-            o.ahead_queue = static_cast<std::size_t>(ahead_queue);
+          [](PySession* self, nb::kwargs options) {
+            SessionOptions o = session_options_from(options);
             nb::gil_scoped_release release;  // loading plugins reads files
             new (self) PySession(std::move(o));
           },
-          "cp_size"_a, "seqlen"_a, "hq"_a, "hkv"_a, "dim"_a, "dtype_bytes"_a, "dim_v"_a, "kv_shared"_a,
-          "flatten_head_groups"_a,
-          "blocks_per_rank"_a, "solver"_a, "solver_params"_a.none(), "cost_model"_a, "cost_params"_a.none(), "stages"_a,
-          "relay_node_size"_a, "cache_size"_a, "plugin_paths"_a, "validate"_a, "layout"_a, "uses"_a, "rank"_a,
-          "ahead_queue"_a)
+          "options"_a,
+          "Keyword options named as SessionOptions' fields: cp_size, seqlen, heads {q, kv, dim, dtype_bytes, dim_v, "
+          "kv_shared}, grid {flatten_head_groups, blocks_per_rank}, layout ('fixed', 'planned'), solver, "
+          "solver_params, cost_model, cost_params, plan {stages (n or 'auto'), relay ('off', 'on', 'auto'), "
+          "node_size}, uses (n or 'ahead'), rank, cache_size, ahead_queue, plugin_paths, validate. Not given or "
+          "None: SessionOptions' default.")
       .def_static(
           "from_config",
-          [](const std::string& path, const std::vector<std::string>& overrides, int rank) {
+          [](const std::string& path, const std::vector<std::string>& overrides, std::optional<Rank> rank) {
             Config cfg = load_config(path, overrides);
             nb::gil_scoped_release release;
-            return new PySession(std::move(cfg), rank);
+            return new PySession(std::move(cfg), rank.value_or(-1));  // None: every rank's plan
           },
-          "path"_a, "overrides"_a, "rank"_a = -1)
+          "path"_a, "overrides"_a, "rank"_a = nb::none())
       .def("solve", &PySession::solve, "q_ranges"_a, "k_ranges"_a, "types"_a)
       .def("solve_async", &PySession::solve_async, "q_ranges"_a, "k_ranges"_a, "types"_a)
       .def("solve_config", &PySession::solve_config)
