@@ -24,6 +24,12 @@ from ._masks import _ranges, _types  # noqa: F401
 
 __version__ = _cpsched.__version__
 
+# The public classes name (and pickle as) their public path, cpsched.X, not the private module that holds them:
+# a TopkSummary pickled on one rank unpickles on another whatever the package's inner layout.
+for _cls in (Session, Result, TopkSummary, TopkRowRuns, CalcMeta, CommMeta, StageComm, GroupCollectiveArg, AttnArgs, Mask):
+    _cls.__module__ = __name__
+del _cls
+
 __all__ = [
     "Session", "Result", "TopkSummary", "TopkRowRuns", "CalcMeta", "CommMeta", "StageComm", "GroupCollectiveArg", "AttnArgs",
     "plugins", "plugin_problems", "run", "mask_from_config", "MASK_TYPES", "__version__",
