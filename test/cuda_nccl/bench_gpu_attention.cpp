@@ -40,7 +40,7 @@
 #include "cpsched/timing/hardware.hpp"
 #include "device/cuda_backend.hpp"
 #include "device/cudnn_sdpa.hpp"
-#include "host/rank_run.hpp"
+#include "host/run/rank_run.hpp"
 
 using namespace cpsched;
 namespace g = cpsched::gpu;

@@ -13,8 +13,8 @@
 
 #include "cpsched/config/config.hpp"
 #include "cpsched/session/session.hpp"
-#include "host/buffers.hpp"
-#include "host/sdpa_batches.hpp"
+#include "host/plan/buffers.hpp"
+#include "host/plan/sdpa_batches.hpp"
 
 using namespace cpsched;
 namespace g = cpsched::gpu;

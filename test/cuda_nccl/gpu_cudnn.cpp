@@ -25,10 +25,10 @@
 #include "device/cudnn_sdpa.hpp"
 #include "device/executor.hpp"
 #include "device/kernels.hpp"
-#include "host/check.hpp"
-#include "host/emulate.hpp"
-#include "host/inputs.hpp"
-#include "host/sdpa_twin.hpp"
+#include "host/backend/sdpa_twin.hpp"
+#include "host/run/check.hpp"
+#include "host/run/emulate.hpp"
+#include "host/run/inputs.hpp"
 #include "plans.hpp"
 
 using namespace cpsched;

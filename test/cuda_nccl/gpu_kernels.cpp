@@ -29,9 +29,9 @@
 #include "device/cuda_backend.hpp"
 #include "device/executor.hpp"
 #include "device/kernels.hpp"
-#include "host/check.hpp"
-#include "host/emulate.hpp"
-#include "host/inputs.hpp"
+#include "host/run/check.hpp"
+#include "host/run/emulate.hpp"
+#include "host/run/inputs.hpp"
 #include "plans.hpp"
 #include "random_index_masks.hpp"
 

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "cpsched/mask/generators.hpp"
-#include "host/check.hpp"
-#include "host/emulate.hpp"
-#include "host/inputs.hpp"
+#include "host/run/check.hpp"
+#include "host/run/emulate.hpp"
+#include "host/run/inputs.hpp"
 #include "numeric_check.hpp"
 #include "plans.hpp"
 #include "reference.hpp"

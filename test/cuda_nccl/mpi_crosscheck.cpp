@@ -17,9 +17,9 @@
 #include <unistd.h>
 
 #include "cpsched/mask/generators.hpp"
-#include "host/bootstrap.hpp"
-#include "host/plan_codec.hpp"
-#include "host/transfers.hpp"
+#include "host/bootstrap/bootstrap.hpp"
+#include "host/plan/plan_codec.hpp"
+#include "host/plan/transfers.hpp"
 #include "plans.hpp"
 
 using namespace cpsched;

@@ -5,9 +5,9 @@
 // groups run on the communication stream.
 #include <memory>
 
-#include "host/backend.hpp"
-#include "host/bootstrap.hpp"
-#include "host/host_backend.hpp"
+#include "host/backend/backend.hpp"
+#include "host/backend/host_backend.hpp"
+#include "host/bootstrap/bootstrap.hpp"
 
 namespace cpsched::gpu {
 

@@ -18,8 +18,8 @@
 #include <memory>
 #include <string>
 
-#include "host/backend.hpp"
-#include "host/sdpa_batches.hpp"
+#include "host/backend/backend.hpp"
+#include "host/plan/sdpa_batches.hpp"
 
 // The path lives in its own shared library (libcpsched_cuda_cudnn.so, beside
 // libcpsched): the frontend's headers carry thread-local variables, which a

@@ -4,7 +4,7 @@
 
 #include "cpsched/base/error.hpp"
 #include "cuda_backend.hpp"
-#include "host/bootstrap.hpp"
+#include "host/bootstrap/bootstrap.hpp"
 #include "kernels.hpp"
 
 namespace cpsched::gpu {

@@ -6,8 +6,8 @@
 
 #include "cpsched/plugin/executor.hpp"
 #include "cpsched/plugin/params.hpp"
-#include "host/bootstrap.hpp"
-#include "host/rank_run.hpp"
+#include "host/bootstrap/bootstrap.hpp"
+#include "host/run/rank_run.hpp"
 
 namespace cpsched::gpu {
 

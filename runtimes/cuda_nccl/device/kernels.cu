@@ -5,11 +5,11 @@
 #include <type_traits>
 
 #include "cpsched/base/error.hpp"
-#include "host/attention_programs.hpp"
-#include "host/data_programs.hpp"
-#include "host/index_programs.hpp"
-#include "host/mask_ingest.hpp"
-#include "host/topk_count.hpp"
+#include "host/programs/attention_programs.hpp"
+#include "host/programs/data_programs.hpp"
+#include "host/programs/index_programs.hpp"
+#include "host/programs/mask_ingest.hpp"
+#include "host/programs/topk_count.hpp"
 #include "kernels.hpp"
 
 namespace cpsched::gpu::cuda {

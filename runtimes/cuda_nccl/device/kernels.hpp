@@ -6,9 +6,9 @@
 #include <cuda_runtime_api.h>
 #include <vector>
 
-#include "host/backend.hpp"
-#include "host/mask_ingest.hpp"
-#include "host/topk_count.hpp"
+#include "host/backend/backend.hpp"
+#include "host/programs/mask_ingest.hpp"
+#include "host/programs/topk_count.hpp"
 
 namespace cpsched::gpu::cuda {
 

@@ -12,7 +12,7 @@
 
 #include "cpsched/config/config.hpp"
 #include "cpsched/session/session.hpp"
-#include "host/rank_run.hpp"
+#include "host/run/rank_run.hpp"
 
 using namespace cpsched;
 namespace g = cpsched::gpu;

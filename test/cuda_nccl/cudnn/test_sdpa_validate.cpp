@@ -21,7 +21,7 @@
 #include "cpsched/config/config.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "device/cudnn_sdpa.hpp"
-#include "host/sdpa_batches.hpp"
+#include "host/plan/sdpa_batches.hpp"
 #include "plans.hpp"
 
 using namespace cpsched;

@@ -12,10 +12,10 @@
 
 #include "brute_force.hpp"
 #include "cpsched/base/error.hpp"
-#include "host/bootstrap.hpp"
-#include "host/collectives.hpp"
-#include "host/host_backend.hpp"
-#include "host/plan_codec.hpp"
+#include "host/backend/host_backend.hpp"
+#include "host/bootstrap/bootstrap.hpp"
+#include "host/plan/plan_codec.hpp"
+#include "host/run/collectives.hpp"
 #include "plans.hpp"
 
 using namespace cpsched;

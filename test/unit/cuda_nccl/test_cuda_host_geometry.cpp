@@ -8,9 +8,9 @@
 #include "brute_force.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/problem/task_grid.hpp"
-#include "host/host_exec.hpp"
-#include "host/mask_geometry.hpp"
-#include "host/mask_ingest.hpp"
+#include "host/programs/host_exec.hpp"
+#include "host/programs/mask_geometry.hpp"
+#include "host/programs/mask_ingest.hpp"
 #include "plans.hpp"
 
 using namespace cpsched;

@@ -11,9 +11,9 @@
 
 #include "brute_force.hpp"
 #include "cpsched/base/error.hpp"
-#include "host/buffers.hpp"
-#include "host/layout.hpp"
-#include "host/rank_run.hpp"
+#include "host/plan/buffers.hpp"
+#include "host/plan/layout.hpp"
+#include "host/run/rank_run.hpp"
 #include "plans.hpp"
 
 using namespace cpsched;

@@ -6,9 +6,9 @@
 #include <random>
 
 #include "cpsched/mask/mask.hpp"
-#include "host/attention_programs.hpp"
-#include "host/pipeline.hpp"
-#include "host/worklist.hpp"
+#include "host/plan/worklist.hpp"
+#include "host/programs/attention_programs.hpp"
+#include "host/run/pipeline.hpp"
 
 using namespace cpsched;
 namespace g = cpsched::gpu;

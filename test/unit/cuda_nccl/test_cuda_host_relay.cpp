@@ -7,11 +7,11 @@
 
 #include "brute_force.hpp"
 #include "cpsched/plan/builder.hpp"
-#include "host/check.hpp"
-#include "host/emulate.hpp"
-#include "host/inputs.hpp"
-#include "host/plan_codec.hpp"
-#include "host/transfers.hpp"
+#include "host/plan/plan_codec.hpp"
+#include "host/plan/transfers.hpp"
+#include "host/run/check.hpp"
+#include "host/run/emulate.hpp"
+#include "host/run/inputs.hpp"
 #include "plans.hpp"
 
 using namespace cpsched;

@@ -10,7 +10,7 @@
 
 #include "cpsched/base/error.hpp"
 #include "cpsched/mask/generators.hpp"
-#include "host/topk_count.hpp"
+#include "host/programs/topk_count.hpp"
 #include "index_cell_checks.hpp"
 #include "random_index_masks.hpp"
 #include "test_helpers.hpp"

@@ -7,8 +7,8 @@
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/problem/metrics.hpp"
-#include "host/buffers.hpp"
-#include "host/transfers.hpp"
+#include "host/plan/buffers.hpp"
+#include "host/plan/transfers.hpp"
 #include "plans.hpp"
 
 using namespace cpsched;

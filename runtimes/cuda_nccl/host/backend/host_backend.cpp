@@ -7,11 +7,11 @@
 #include <limits>
 #include <fmt/format.h>
 
-#include "attention_programs.hpp"
+#include "host/programs/attention_programs.hpp"
 #include "cpsched/base/error.hpp"
-#include "data_programs.hpp"
-#include "host_exec.hpp"
-#include "index_programs.hpp"
+#include "host/programs/data_programs.hpp"
+#include "host/programs/host_exec.hpp"
+#include "host/programs/index_programs.hpp"
 #include "sdpa_twin.hpp"
 
 namespace cpsched::gpu {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "cpsched/plan/plan.hpp"
-#include "kernel_params.hpp"
+#include "host/programs/kernel_params.hpp"
 
 namespace cpsched::gpu {
 

@@ -10,12 +10,12 @@
 #include <memory>
 #include <string>
 
-#include "backend.hpp"
+#include "host/backend/backend.hpp"
 #include "cpsched/plugin/executor.hpp"
 #include "cpsched/plugin/params.hpp"
 #include "cpsched/timing/hardware.hpp"
-#include "host_backend.hpp"
-#include "sdpa_batches.hpp"
+#include "host/backend/host_backend.hpp"
+#include "host/plan/sdpa_batches.hpp"
 
 namespace cpsched::gpu {
 

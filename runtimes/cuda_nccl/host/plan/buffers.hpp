@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "cpsched/plan/plan.hpp"
-#include "hd.hpp"
+#include "host/programs/hd.hpp"
 #include "layout.hpp"
 #include "transfers.hpp"
 

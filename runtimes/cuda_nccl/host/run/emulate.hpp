@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "cpsched/plan/plan.hpp"
-#include "host_backend.hpp"
+#include "host/backend/host_backend.hpp"
 #include "pipeline.hpp"
 
 namespace cpsched::gpu {

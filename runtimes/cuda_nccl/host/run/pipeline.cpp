@@ -8,8 +8,8 @@
 
 #include "cpsched/base/error.hpp"
 #include "cpsched/timing/model.hpp"
-#include "index_programs.hpp"
-#include "index_worklist.hpp"
+#include "host/plan/index_worklist.hpp"
+#include "host/programs/index_programs.hpp"
 
 namespace cpsched::gpu {
 

@@ -46,7 +46,7 @@
 
 #include "buffers.hpp"
 #include "cpsched/plan/plan.hpp"
-#include "kernel_params.hpp"
+#include "host/programs/kernel_params.hpp"
 #include "layout.hpp"
 
 namespace cpsched::gpu {

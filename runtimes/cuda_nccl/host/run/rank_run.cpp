@@ -12,7 +12,7 @@
 #include "cpsched/timing/model.hpp"
 #include "inputs.hpp"
 #include "pipeline.hpp"
-#include "plan_codec.hpp"
+#include "host/plan/plan_codec.hpp"
 
 namespace cpsched::gpu {
 

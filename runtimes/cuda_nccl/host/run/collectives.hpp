@@ -10,7 +10,7 @@
 #include <functional>
 #include <vector>
 
-#include "backend.hpp"
+#include "host/backend/backend.hpp"
 
 namespace cpsched::gpu {
 

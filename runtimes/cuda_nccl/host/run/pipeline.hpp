@@ -25,11 +25,11 @@
 #include <string>
 #include <vector>
 
-#include "backend.hpp"
-#include "buffers.hpp"
+#include "host/backend/backend.hpp"
+#include "host/plan/buffers.hpp"
 #include "cpsched/plan/plan.hpp"
-#include "layout.hpp"
-#include "transfers.hpp"
+#include "host/plan/layout.hpp"
+#include "host/plan/transfers.hpp"
 
 namespace cpsched::gpu {
 

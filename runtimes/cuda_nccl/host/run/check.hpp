@@ -14,7 +14,7 @@
 
 #include "cpsched/plan/plan.hpp"
 #include "cpsched/problem/problem.hpp"
-#include "layout.hpp"
+#include "host/plan/layout.hpp"
 #include "numeric_check.hpp"
 #include "pipeline.hpp"
 

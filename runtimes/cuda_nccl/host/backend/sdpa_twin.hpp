@@ -18,7 +18,7 @@
 // A query row that no key reaches gets NaN in O and its stats: cuDNN does not
 // document that case, so the translation must never produce one, and a test
 // that did would fail on the NaN.
-#include "sdpa_batches.hpp"
+#include "host/plan/sdpa_batches.hpp"
 
 namespace cpsched::gpu {
 

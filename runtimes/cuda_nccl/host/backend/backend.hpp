@@ -10,9 +10,9 @@
 
 #include "cpsched/base/error.hpp"
 #include "cpsched/problem/metrics.hpp"
-#include "kernel_params.hpp"
-#include "sdpa_batches.hpp"
-#include "worklist.hpp"
+#include "host/plan/sdpa_batches.hpp"
+#include "host/plan/worklist.hpp"
+#include "host/programs/kernel_params.hpp"
 
 namespace cpsched::gpu {
 
