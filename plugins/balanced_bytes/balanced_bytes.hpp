@@ -7,9 +7,8 @@
 // The time mode does the same in the fixed layout across nodes, where finer
 // blocks are the only way to split a long document's rows over ranks and
 // stages: made ahead it solves the grids of 2 and 4 times the blocks too and
-// keeps the fastest plan.
+// keeps the fastest plan (the time mode's phases: planner.hpp).
 #include <cstdint>
-#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -36,10 +35,6 @@ struct Options {
   // one- and two-level.
   std::vector<std::string> members;
   bool members_by_layout = true;
-  // (Not a parameter.) static's members cut documents at multiples of this
-  // many tokens (static's tile_tokens), 0: as static decides. Set used a few
-  // times under a kernel model, where the members see the profile without it.
-  std::int64_t member_tile = 0;
   double mu = 1.10;
   double fwd_weight = 1.0;
   double bwd_weight = 0.0;
@@ -77,8 +72,8 @@ inline bool same_placement(const Candidate& a, const Candidate& b) {
 
 class MemberSolvers;
 
-// Member solutions already made (time mode: the quick path's, reused by the
-// full search), by member name; nullopt where the member failed, with `why`.
+// Member solutions already made (time mode: the used-few-times path's, reused
+// by the full search), by member name; nullopt where the member failed, with `why`.
 struct SolvedMembers {
   std::map<std::string, std::optional<Solution>> got;
   std::map<std::string, std::string> why;
@@ -90,63 +85,59 @@ struct MemberResult {
   const TaskGrid* input_grid = nullptr;  // the grid the member was given
 };
 
+// The members' placements, in the order of their names, and those that failed (with why).
+struct MembersRun {
+  std::vector<MemberResult> results;
+  std::vector<std::string> skipped;
+};
+
+// The members' specs for this solve (binary_greedy's balance target by the
+// nodes). member_tile: static's members cut documents at multiples of this
+// many tokens (static's tile_tokens), 0: as static decides.
+std::vector<std::string> member_names(const SolveInput& in, const Options& opt, Objective objective,
+                                      std::int64_t member_tile);
+
+// Every member of `names` solved on `in` (none above member_max_tasks); those
+// in `solved` are not solved again.
+MembersRun solve_members(const SolveInput& in, const Options& opt, MemberSolvers& members,
+                         const std::vector<std::string>& names, SolvedMembers solved);
+
+// How one grid is searched, beside the options: the objective (resolved),
+// the balance cap and the effort.
+struct GridSearch {
+  Objective objective = Objective::bytes;
+  double mu = 1.10;
+  std::int64_t effort = 0;    // move evaluations per solve up to 256 tasks
+  bool member_grid = false;   // a member's own grid (time mode): its placement priced as it is
+};
+
+// The options' own search of a grid under `objective`.
+GridSearch grid_search(const Options& opt, Objective objective);
+
+// Every candidate the search of `in`'s grid looks at: the starts (the
+// portfolio's placements and the members' on this grid), each searched, and
+// the best one searched further.
+std::vector<Candidate> search_grid(const SolveInput& in, const Options& opt, const GridSearch& how,
+                                  const std::vector<MemberResult>& members);
+
+// The best of `cands` from `from` on (meeting the cap first, then less load
+// above it, then a lower objective; the first of equals).
+const Candidate& best_candidate(const std::vector<Candidate>& cands, std::size_t from = 0);
+
 class BalancedBytes final : public Solver {
  public:
   explicit BalancedBytes(const Params& p);
   explicit BalancedBytes(Options o);
-  BalancedBytes(const BalancedBytes&) = default;
   ~BalancedBytes() override;
   Solution solve(const SolveInput& in) override;
 
  private:
-  // The best candidate on one grid, and every candidate it looked at.
-  // member_grid: the grid of a member that dispatches tokens (time mode).
-  Candidate solve_grid(const SolveInput& in, std::vector<Candidate>& seen, const std::vector<MemberResult>& members,
-                       bool member_grid = false) const;
-  // Every member's result, in member_names' order; those in `solved` are not solved again.
-  std::vector<MemberResult> solve_members(const SolveInput& in, std::vector<std::string>& skipped,
-                                          SolvedMembers solved = {}) const;
-  // The members' specs for this solve (binary_greedy's balance target by the nodes).
-  std::vector<std::string> member_names(const SolveInput& in) const;
-  Solution solve_bytes(const SolveInput& in) const;
-  // The time mode; under a kernel model today's plan, then the fastest under
-  // the kernel model of the plans priced (kernel_pick.hpp).
+  Solution solve_bytes(const SolveInput& in, Objective objective) const;
+  // The time mode (time_mode.cpp); under a kernel model today's plan, then the
+  // fastest under the kernel model of the plans priced (kernel_pick.hpp).
   Solution solve_time(const SolveInput& in) const;
-  // The time mode on `in`'s prices as they are.
-  Solution solve_time_on(const SolveInput& in) const;
-  // The full time-mode solve on the input grid (members, searches, pricing).
-  Solution solve_time_full(const SolveInput& in, SolvedMembers solved) const;
-  // After a full solve (sol, priced and not settled): the full solve repeated
-  // as `solve` where that pays (effort.hpp: (1 / uses) x cost < gain x the gap
-  // left), the faster plan kept in sol; `tried` notes it as `what`. False
-  // where it did not run.
-  bool repeat_solve(const SolveInput& in, Solution& sol, double cost, double gain, const std::string& what,
-                    std::string& tried, const std::function<Solution()>& solve) const;
-  // On one node: the full solve under a balance cap of 1.03 (NVLink makes a
-  // tighter balance cheap there).
-  void try_tighter_cap(const SolveInput& in, Solution& sol, std::string& tried) const;
-  // The full solve under that cap, feasible against mu.
-  Solution solve_time_tight(const SolveInput& in) const;
-  // The fixed layout: the full solve on grids of 2 and 4 times the blocks per
-  // rank (on one node under the tighter cap).
-  void try_finer_grids(const SolveInput& in, Solution& sol, std::string& tried) const;
-  // The time mode used a few times (uses >= 1): the starts, and the phases
-  // that pay for their weighted planning time (effort.hpp); nullopt where the
-  // full search pays (and always when made ahead).
-  // `solved`: the members it ran, for the full search.
-  std::optional<Solution> solve_time_quick(const SolveInput& in, SolvedMembers& solved) const;
-  // The same on a grid above member_max_tasks (quick_huge.cpp): the starts
-  // and the best one balanced row by row, by prediction alone.
-  Solution solve_time_huge(const SolveInput& in) const;
-  // solve_time's steps: the bytes objective's candidate, and the searches on
-  // the grids of members that dispatch tokens.
-  Candidate bytes_mode_candidate(const SolveInput& in, const std::vector<MemberResult>& members) const;
-  void search_member_grids(const SolveInput& in, const std::vector<MemberResult>& members,
-                           std::vector<Candidate>& seen) const;
-  // The same solver with another objective (auto resolved; the bytes candidate).
-  BalancedBytes with_objective(Objective o) const;
   Options opt_;
-  std::shared_ptr<MemberSolvers> members_;  // loaded once, shared by with_objective's copies
+  std::shared_ptr<MemberSolvers> members_;  // loaded once, for every solve
 };
 
 }  // namespace cpsched::search

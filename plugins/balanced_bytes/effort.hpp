@@ -39,7 +39,9 @@ inline constexpr std::int64_t kPolishMoves = 1000;
 // also runs and searches the members that dispatch.
 PhaseCosts predict_phase_costs(std::int64_t tasks, int ranks, bool planned);
 
-// The expected share of (best step - compute bound) that each phase recovers.
+// The expected share of (best step - compute bound) that each phase recovers,
+// each measured on the benchmark workload: the numbers behind every one are in
+// docs/bounds.md#the-default-solvers-phase-constants, by name.
 struct PhaseGains {
   static constexpr double price = 0.25;  // pricing the best predicted starts (the model misranks some)
   // A member solver beside the starts, when the ranks fit in one node and
@@ -49,12 +51,9 @@ struct PhaseGains {
   static constexpr double member_one_node = 0.3;
   static constexpr double member_nodes = 0.03;
   // static's dispatch (planned layout) keeps documents on their ranks: the
-  // largest gain on one node and on two to four (P = 16 and 32, 20 packs,
-  // used once: 0.45-0.55 of the gap on both document masks, for 0.2-0.25 of
-  // the bound on the path at P = 32); on eight nodes its members recovered
-  // 0.13-0.30 of the gap while their predictions and plans on the finer grid
-  // took 0.5-0.8 of the bound (P = 64). (dispatch_nodes also where the full
-  // search may follow on more than two nodes: quick_time.cpp.)
+  // largest gain on one to four nodes; on eight its members' predictions and
+  // plans on the finer grid cost most of what they recover. (dispatch_nodes
+  // also where the full search may follow on more than two nodes.)
   static constexpr double dispatch_one_node = 0.5;
   static constexpr double dispatch_few_nodes = 0.45;
   static constexpr double dispatch_nodes = 0.05;
@@ -77,30 +76,21 @@ struct PhaseGains {
     return !planned ? full_fixed : one_node ? full_planned_one_node : full_planned_nodes;
   }
   // Two stages instead of one for the placement chosen (a pipelined cast and
-  // a local tail, plan/builder.hpp), on one node and across nodes: the fixed
-  // layout's document masks recovered 38-44 % of the gap at P = 8 and 8-26 %
-  // at P = 16-128 (5 packs).
+  // a local tail, plan/builder.hpp), on one node and across nodes.
   static constexpr double stages_one_node = 0.4;
   static constexpr double stages_nodes = 0.15;
   // Static's dispatch on its own grid, one node: its one-stage plans are
-  // slower than the search's model predicts, and two stages recovered more
-  // than the whole predicted gap (planned layout, P = 8, 40 document packs,
-  // docs/bounds.md#uses-and-effort).
+  // slower than the search's model predicts, so two stages recover the whole
+  // predicted gap.
   static constexpr double stages_static_one_node = 1.0;
   // The full solve again on grids of 2 and 4 times the blocks per rank
-  // (fixed layout, across nodes): 13-26 % of the gap left by the full solve
-  // on the document masks at P = 16-128 (10 packs, docs/bounds.md#finer-blocks).
+  // (fixed layout, across nodes).
   static constexpr double finer_grid = 0.2;
-  // The full solve again under a balance cap of 1.03 on one node: 22 % of the
-  // gap on causal_document and 48 % on full_document at P = 8 (fixed layout,
-  // made ahead, 20 packs, docs/bounds.md#a-tighter-balance-cap-on-one-node).
+  // The full solve again under a balance cap of 1.03 on one node.
   static constexpr double tighter_cap = 0.3;
   // A search from the best candidate found (often a member's, within the
-  // balance cap) priced against it, on one node: at P = 8 (fixed layout, 20
-  // packs) its plans recovered 28 % (causal_document) and 20 %
-  // (full_document) of the predicted gap used once, and 15 % used 8 times,
-  // where the cheaper phases had already run (docs/bounds.md#uses-and-effort).
-  // Across nodes its one-stage winner lost to its start at two stages.
+  // balance cap) priced against it, on one node; across nodes its one-stage
+  // winner lost to its start at two stages.
   static constexpr double polish_one_node = 0.25;
   // Placements predicted within this fraction of the best are priced to
   // choose among them (the search's model misranks such near ties); beyond

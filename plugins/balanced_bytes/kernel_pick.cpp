@@ -1,11 +1,7 @@
 #include "kernel_pick.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <tuple>
-
-#include "cpsched/search/placements.hpp"
-#include "time_mode.hpp"
 
 namespace cpsched::search {
 
@@ -31,14 +27,15 @@ PlanPrices AreasFirstPricing::price_both(Placement p, const PlanShape& shape) {
   return {both.areas, both.areas};
 }
 
-std::optional<AreasFirstPricing::Priced> AreasFirstPricing::fastest_on_kernels(const Solution& today,
-                                                                              const PlanShape& asked) const {
+std::optional<AreasFirstPricing::Priced> AreasFirstPricing::fastest_on_kernels(
+    const std::shared_ptr<const TaskGrid>& grid, const std::vector<Rank>& rank, const PlanShape& shape,
+    const PlanShape& asked) const {
   std::lock_guard<std::mutex> lock(mu_);
-  const PlanShape today_shape = asked.resolve(today.shape);
+  const PlanShape today_shape = asked.resolve(shape);
   std::optional<std::size_t> today_at;
   for (std::size_t i = 0; i < keys_.size() && !today_at; ++i) {
     const Placed& pl = placed_[keys_[i].first];
-    if (pl.grid == today.assignment.grid && *pl.rank == today.assignment.rank && keys_[i].second == today_shape)
+    if (pl.grid == grid && *pl.rank == rank && keys_[i].second == today_shape)
       today_at = i;
   }
   if (!today_at) return std::nullopt;
@@ -56,33 +53,6 @@ std::optional<AreasFirstPricing::Priced> AreasFirstPricing::fastest_on_kernels(c
   }
   const Placed& pl = placed_[keys_[best].first];
   return Priced{pl.grid, pl.rank.get(), keys_[best].second, prices_[best], best == *today_at};
-}
-
-Solution with_kernel_pick(Solution today, const AreasFirstPricing::Priced& p, double mu) {
-  Solution sol = std::move(today);
-  char buf[200];
-  if (p.today) {
-    std::snprintf(buf, sizeof buf, "; under the kernel model its step is %.4f ms, the fastest of the plans priced",
-                  p.prices.kernels.step * 1e3);
-  } else {
-    std::snprintf(buf, sizeof buf,
-                  "; under the kernel model another plan priced is faster, taken: %.4f ms (%d block(s) per rank, "
-                  "%d stage(s); %.4f ms on exact areas)",
-                  p.prices.kernels.step * 1e3, p.grid->problem().grid.blocks_per_rank, p.shape.stages,
-                  p.prices.areas.step * 1e3);
-  }
-  sol.assignment.grid = p.grid;
-  sol.assignment.rank = *p.rank;
-  sol.shape = p.shape;
-  sol.feasible = balance_cap(*p.grid, mu) >= max_load(*p.grid, *p.rank);
-  sol.figures.set("stages", p.shape.stages);
-  sol.figures.set("relay_node_size", p.shape.relay_node_size());
-  sol.figures.set("blocks_per_rank", p.grid->problem().grid.blocks_per_rank);
-  sol.note += buf;
-  if (const std::optional<double> s = sol.figures.get("predicted_step_s")) sol.figures.set("areas_step_s", *s);
-  sol.figures.set("predicted_step_s", p.prices.kernels.step);
-  sol.figures.set("compute_bound_s", p.prices.kernels.compute_bound);
-  return sol;
 }
 
 }  // namespace cpsched::search

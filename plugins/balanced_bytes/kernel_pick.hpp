@@ -4,18 +4,16 @@
 //
 // The search and every decision (which phases run, which placements are
 // priced, at which stages and relays) read the profile without its kernel
-// table: exact areas at the peak rate, today's default to the bit. Each plan
-// Planning ahead, each plan it prices is priced from the same price sheet
-// under the kernel model too (PlanPricing::price_both: one more run of the
-// timing model), the plan kept is the fastest of those under the kernel
-// model (today's pick is among them wherever it was priced, so it is never
-// slower than today's under the kernel model; unpriced, today's plan is
-// kept), then the search on the kernels' seconds runs too, and the faster of
-// the two plans is taken. Used a few times the plan is today's (on one node
-// with static's members cut at the kernels' tiles: BalancedBytes::solve_time),
-// at today's cost: pricing the plans under the kernel model as well cost 13 % more
-// instructions on the used-once path and changed no plan of 400 packs
-// (docs/bounds.md, "Plans priced as the kernels run them").
+// table: exact areas at the peak rate, today's default to the bit. Planning
+// ahead, each plan it prices is priced from the same price sheet under the
+// kernel model too (PlanPricing::price_both: one more run of the timing
+// model), the plan kept is the fastest of those under the kernel model
+// (today's pick is among them wherever it was priced, so it is never slower
+// than today's under the kernel model; unpriced, today's plan is kept), then
+// the search on the kernels' seconds runs too, and the faster of the two plans
+// is taken (time_mode.cpp). Used a few times the plan is today's, at today's
+// cost: pricing under the kernel model as well cost more and changed no plan
+// (docs/bounds.md#the-default-solvers-phase-constants).
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -53,11 +51,13 @@ class AreasFirstPricing final : public PlanPricing {
     PlanPrices prices;
     bool today;  // today's pick itself
   };
-  // The fastest plan priced under the kernel model, `today` where it is among
-  // the fastest (equal steps), else the first of them in an order that does not
-  // depend on the order of pricing; nullopt where nothing was priced or
-  // `today` was not priced (then today's plan is the answer).
-  std::optional<Priced> fastest_on_kernels(const Solution& today, const PlanShape& asked) const;
+  // The fastest plan priced under the kernel model, today's (`rank` on `grid`
+  // at `shape`, resolved against `asked`) where it is among the fastest (equal
+  // steps), else the first of them in an order that does not depend on the
+  // order of pricing; nullopt where nothing was priced or today's plan was not
+  // priced (then today's plan is the answer).
+  std::optional<Priced> fastest_on_kernels(const std::shared_ptr<const TaskGrid>& grid, const std::vector<Rank>& rank,
+                                           const PlanShape& shape, const PlanShape& asked) const;
 
  private:
   struct Placed {
@@ -72,8 +72,5 @@ class AreasFirstPricing final : public PlanPricing {
   std::vector<std::pair<Placement, PlanShape>> keys_;  // the plans priced (each once)
   std::vector<PlanPrices> prices_;
 };
-
-// Solution `today` replaced by the plan `p` (kernels' figures; the note says why).
-Solution with_kernel_pick(Solution today, const AreasFirstPricing::Priced& p, double mu);
 
 }  // namespace cpsched::search

@@ -1,14 +1,38 @@
 #pragma once
 // What the time mode's files share: the search's time prices of a grid under
-// a time cost model, and a placement's busiest rank.
+// a time cost model, a placement's busiest rank, and the search's helpers.
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include <cpsched/plugin/solver.hpp>
 
+#include "balanced_bytes.hpp"
 #include "cpsched/search/state.hpp"
 
 namespace cpsched::search {
+
+// The time objective's default effort (move evaluations per solve up to 256 tasks).
+inline constexpr std::int64_t kTimeEffort = 10000;
+// Searching a member's own grid (static's dispatch is 8 x finer) costs about
+// its task count; beyond this only the member's plan as it is is priced.
+inline constexpr TaskId kMemberGridSearchTasks = 400000;
+// The balance cap of the time mode's second full solve on one node
+// (docs/bounds.md#the-default-solvers-phase-constants).
+inline constexpr double kTighterMu = 1.03;
+
+// `v` printed by `fmt` (a figure in a note).
+std::string num(double v, const char* fmt = "%.6g");
+
+// a strictly better than b: meeting the cap first, then less load above it,
+// then a lower objective.
+bool better(const Candidate& a, const Candidate& b);
+
+// Whether `g` is the sequential sharding of its problem's blocks per rank.
+bool is_sequential(const TaskGrid& g);
+// The same problem sharded sequentially into `blocks_per_rank` blocks per rank.
+std::shared_ptr<const TaskGrid> finer_grid(const TaskGrid& g, int blocks_per_rank);
 
 // The search's time prices of `grid` under a time cost model (one rank's
 // predicted time each; the used-few-times path's model).
