@@ -1,4 +1,4 @@
-// Device-side top-k counting (host/topk_count.hpp) on one GPU: DSA-like
+// Device-side top-k counting (host/programs/topk_count.hpp) on one GPU: DSA-like
 // token top-k indices already in device memory, S = 131072, k = 2048,
 // H_kv = 1 (268M int32, 1 GiB), equal blocks of P = 8, 32 and 64 ranks.
 // Prints the median of 5 calls of cuda::count_topk (synchronous: counting,

@@ -2,7 +2,7 @@
 // a test): per rank and pass, the SDPA calls (batches), the cuDNN graphs to
 // build (distinct geometries), the sequences, the rows bucketing adds, and
 // the args and area left to the runtime's kernels. No device: only the
-// translation (host/sdpa_batches.hpp) runs.
+// translation (host/plan/sdpa_batches.hpp) runs.
 //
 //   bench_sdpa_plan CONFIG [--set key=value ...]
 #include <fmt/format.h>

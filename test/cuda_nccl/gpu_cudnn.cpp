@@ -2,7 +2,7 @@
 // attention, on one GPU.
 //  1. One batch per mask form and pass (sequences with Lq < Lk, Lq = Lk and
 //     Lq > Lk, head groups, remote-style row strides), run by cuDNN on the
-//     device and by its CPU twin (host/sdpa_twin.hpp) on the same bf16
+//     device and by its CPU twin (host/backend/sdpa_twin.hpp) on the same bf16
 //     inputs: O and lse, or dQ, dK and dV, agree (cuDNN rounds P and dS to
 //     bf16 for its products; the twin does not).
 //  2. What cuDNN writes for a query row that no key reaches (printed; the

@@ -1,6 +1,6 @@
 #pragma once
 // cuDNN's fused attention (SDPA) through the cuDNN frontend's graph API, for
-// the batches of host/sdpa_batches.hpp. No cuDNN header here: the build
+// the batches of host/plan/sdpa_batches.hpp. No cuDNN header here: the build
 // compiles cudnn_sdpa.cpp where CMake found cuDNN and its frontend, and
 // cudnn_sdpa_none.cpp (which says why not) elsewhere.
 //

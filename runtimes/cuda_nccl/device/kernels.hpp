@@ -1,7 +1,7 @@
 #pragma once
 #include <string>
-// Launches of the CTA programs (host/attention_programs.hpp,
-// host/data_programs.hpp, host/mask_ingest.hpp) as CUDA kernels. All
+// Launches of the CTA programs (host/programs/attention_programs.hpp,
+// host/programs/data_programs.hpp, host/programs/mask_ingest.hpp) as CUDA kernels. All
 // asynchronous on `stream`; errors of the launch itself throw cpsched::Error.
 #include <cuda_runtime_api.h>
 #include <vector>
@@ -45,7 +45,7 @@ struct IngestResult {
 };
 IngestResult ingest_mask(const DevSlice* d_slices, int n, const Sharding& sh, cudaStream_t s);
 
-// Device-side counting of a token top-k selection (host/topk_count.hpp):
+// Device-side counting of a token top-k selection (host/programs/topk_count.hpp):
 // `d_idx` is the int32 [S, H, k] index tensor in device memory; the grid's
 // cells over `blocks` (tiling [0, S)) come back, equal to count_index_cells.
 // Only per-cell numbers and row/col runs cross to the host. Synchronous on

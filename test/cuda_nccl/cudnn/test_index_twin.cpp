@@ -1,5 +1,5 @@
 // Index args (token top-k) on the tensor-core programs' CPU twin
-// (host/index_programs.hpp): whole plans through the emulate backend against
+// (host/programs/index_programs.hpp): whole plans through the emulate backend against
 // the sim runtime and its dense reference, across query heads per kv head.
 #include <doctest/doctest.h>
 

@@ -1,8 +1,8 @@
 #pragma once
 // Internal steps of build_plan, one file each:
-//   plan_transfers.cpp  which rows travel (transfers) and in which stage
-//   plan_comm.cpp       the group-collective args of every rank and stage
-//   plan_calc.cpp       the attention args of every rank and stage
+//   transfers.cpp       which rows travel (transfers) and in which stage
+//   comm.cpp            the group-collective args of every rank and stage
+//   calc.cpp            the attention args of every rank and stage
 #include <cstdint>
 #include <vector>
 
@@ -209,7 +209,7 @@ void build_calc(const Assignment& a, const Transfers& tr, const std::vector<int>
 // areas only (PlanOptions::index_rows = false). The pool is counted, then
 // written in place, each task's part by one of up to the hardware's threads
 // (a DSA rank's pool is tens of MiB); the result does not depend on them.
-// (index_args.cpp)
+// (plan/index/args.cpp)
 struct RankIndexArgs {
   std::vector<std::vector<AttnArg>> args;
   IndexPool pool;
@@ -219,7 +219,7 @@ RankIndexArgs rank_index_args(const Assignment& a, const Transfers& tr, const Xf
                               bool write_pool, BufferRecycler* buffers);
 // The same shapes from the problem's row runs (Problem::index_row_runs),
 // without the rows: no pool, its size in deferred_entries (the executor
-// writes it, CalcMeta::deferred_index_entries). (deferred_index_args.cpp)
+// writes it, CalcMeta::deferred_index_entries). (plan/index/deferred_index_args.cpp)
 RankIndexArgs rank_deferred_index_args(const Assignment& a, const Transfers& tr, const XferLayout& where,
                                        std::size_t d);
 

@@ -1,8 +1,8 @@
 #pragma once
 // Shared pieces of the plan validator:
-//   plan_validator.cpp        entry point, shape, send/receive agreement, metrics
-//   plan_validator_calc.cpp   args back to global coords, exactly-once coverage
-//   plan_validator_brute.cpp  entry-by-entry reference for small problems
+//   validator.cpp             entry point, shape, send/receive agreement, metrics
+//   calc.cpp                  args back to global coords, exactly-once coverage
+//   brute.cpp                 entry-by-entry reference for small problems
 #include <algorithm>
 #include <string>
 #include <vector>

@@ -69,7 +69,7 @@ class Backend {
   virtual void fill(float* dst, i64 n, float value) = 0;                           // compute stream
   virtual void delta(const bf16* o, const bf16* d_o, float* out, i64 row_heads, int dim) = 0;  // compute
 
-  // cuDNN's fused attention (host/sdpa_batches.hpp). `sdpa_support` is ""
+  // cuDNN's fused attention (host/plan/sdpa_batches.hpp). `sdpa_support` is ""
   // when this backend runs SDPA graphs, else why not (the pipeline then keeps
   // every arg on the kernels). `sdpa_prepare` builds the graph of a geometry,
   // or finds the one built before, and returns its id; it runs before any

@@ -1,5 +1,5 @@
 #pragma once
-// The CPU twin of one cuDNN SDPA call (host/sdpa_batches.hpp): the same
+// The CPU twin of one cuDNN SDPA call (host/plan/sdpa_batches.hpp): the same
 // ragged (THD) batch semantics, executed on host memory, so the emulate
 // backend runs the pipeline's cuDNN path and the CPU tests check the arg ->
 // batch translation against the dense reference.

@@ -1,4 +1,4 @@
-// Device-side counting of token top-k indices (host/topk_count.hpp), run by
+// Device-side counting of token top-k indices (host/programs/topk_count.hpp), run by
 // its CPU twin (the very programs the GPU runs): the cells, areas, needed
 // rows and cols equal core's count_index_cells on random masks (P 2..8,
 // H_kv 1 and 2, per head or merged, uneven blocks that cut bitmap words) and
