@@ -4,6 +4,9 @@
 
 #include "cpsched/base/error.hpp"
 
+#ifdef CPSCHED_CUDNN_MISSING_HEADER
+#include "cudnn_missing.hpp"
+#endif
 #ifndef CPSCHED_CUDNN_MISSING
 #define CPSCHED_CUDNN_MISSING "cuDNN was not found at configure time"
 #endif
