@@ -171,7 +171,7 @@ void write_plans(const std::string& dir, const CompareRow& base, const std::stri
         fmt::format("{}_P{}_pack{}_{}x{}_{}_{}_{}_s{}.json", base.mask, base.cp_size, base.pack, base.heads.q,
                     base.heads.kv, to_string(base.layout), base.asked_uses ? base.asked_uses->str() : "default", solver,
                     stages[s]);
-    write_file_atomic(std::filesystem::path(dir) / name, plan_json(e, 1) + "\n");
+    write_file_atomic(std::filesystem::path(dir) / name, plan_json(e) + "\n");
   }
 }
 
