@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "attention_kernel.hpp"
@@ -86,6 +87,8 @@ class Cluster {
     out.faults = std::move(faults_);
     out.args_run = args_run_;
     out.rows_moved = rows_moved_;
+    out.ran[0] = std::move(ran_[0]);
+    out.ran[1] = std::move(ran_[1]);
     return out;
   }
 
@@ -203,27 +206,58 @@ class Cluster {
       }
     const std::vector<int> qo_after = reduce_points(pass, RowKind::qo, routes);
     const std::vector<int> kv_after = reduce_points(pass, RowKind::kv, routes);
-
-    compute_stage(pass, 0);
-    for (int s = 1; s <= N_; ++s) {
-      // First phase, then the relays forward what they received.
-      for (bool fwd : {false, true})
-        for (RowKind k : {RowKind::qo, RowKind::kv})
-          cast(pass, s, k, (fwd ? fwd_routes : routes)[static_cast<std::size_t>(s - 1)][static_cast<std::size_t>(k)],
-               fwd);
-      compute_stage(pass, s);
-      for (int s2 = 1; s2 <= s; ++s2) {
-        // Forwarded partials go back to their relays first (merged there), then
-        // the relays' rows to the sources.
-        for (bool fwd : {true, false}) {
-          const auto& rt = (fwd ? fwd_routes : routes)[static_cast<std::size_t>(s2 - 1)];
-          if (qo_after[static_cast<std::size_t>(s2)] == s) reduce(pass, s2, RowKind::qo, rt[0], fwd);
-          if (pass == Pass::bwd && kv_after[static_cast<std::size_t>(s2)] == s)
-            reduce(pass, s2, RowKind::kv, rt[1], fwd);
-        }
+    const std::optional<Program> prog = agreed_program(pass);
+    if (!prog) return;
+    // A cast's rows are there once it is waited for (both phases, in the
+    // order issued); a reduce sends its partials as they are when issued.
+    std::vector<Instr> in_flight;
+    for (const Instr& i : *prog) {
+      ran_[static_cast<int>(pass)].push_back(i);
+      const auto si = static_cast<std::size_t>(i.stage - 1);
+      const bool fwd = i.phase == Phase::forwarding;
+      switch (i.op) {
+        case Op::cast: in_flight.push_back(i); break;
+        case Op::wait_cast:
+          for (const Instr& c : in_flight) {
+            if (c.stage != i.stage) continue;
+            const bool cf = c.phase == Phase::forwarding;
+            for (RowKind k : {RowKind::qo, RowKind::kv})
+              cast(pass, c.stage, k, (cf ? fwd_routes : routes)[static_cast<std::size_t>(c.stage - 1)][static_cast<std::size_t>(k)], cf);
+          }
+          std::erase_if(in_flight, [&](const Instr& c) { return c.stage == i.stage; });
+          break;
+        case Op::compute: compute_stage(pass, i.stage); break;
+        case Op::reduce:
+          // (reduce_points reported a stage whose reduce point is wrong: it is not reduced.)
+          if ((i.kind == RowKind::qo ? qo_after : kv_after)[si + 1] != 0)
+            reduce(pass, i.stage, i.kind, (fwd ? fwd_routes : routes)[si][static_cast<std::size_t>(i.kind)], fwd);
+          break;
+        case Op::wait_reduces: break;  // each reduce merged as it was issued
+        case Op::merge: break;
       }
     }
     report_unread(pass);
+  }
+
+  // The pass's program: the sim runs the ranks in step, so every rank's must
+  // be the same and runnable (a fault otherwise, and the pass is not run).
+  std::optional<Program> agreed_program(Pass pass) {
+    auto of = [&](int r) { return pp(r, pass).program.empty() ? pass_program(pp(r, pass).comm.stages, pass) : pp(r, pass).program; };
+    if (P_ == 0) return std::nullopt;
+    const Program first = of(0);
+    bool ok = true;
+    for (int r = 0; r < P_; ++r) {
+      const Program p = r == 0 ? first : of(r);
+      if (const std::string why = program_error(p, pp(r, pass).comm.stages, pass); !why.empty()) {
+        faults_.add(fmt::format("{} program of rank {}: {}", to_string(pass), r, why));
+        ok = false;
+      } else if (p != first) {
+        faults_.add(fmt::format("{} program of rank {} differs from rank 0's (the ranks run one schedule)", to_string(pass), r));
+        ok = false;
+      }
+    }
+    if (!ok) return std::nullopt;
+    return first;
   }
 
   // When each stage's outputs go back (index s = 1..N; 0: never). A value
@@ -497,6 +531,7 @@ class Cluster {
   std::vector<Token> local_rows_;
   Faults faults_;
   std::int64_t args_run_ = 0, rows_moved_ = 0;
+  Program ran_[2];  // per pass: the instructions run
 };
 
 }  // namespace

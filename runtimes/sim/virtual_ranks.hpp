@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cpsched/plan/plan.hpp"
+#include "cpsched/plan/program.hpp"
 #include "cpsched/problem/problem.hpp"
 #include "global_tensors.hpp"
 #include "routing.hpp"
@@ -19,6 +20,7 @@ struct VirtualRun {
   Faults faults;          // plan faults met while executing
   std::int64_t args_run = 0;
   std::int64_t rows_moved = 0;  // rows copied by group-casts (both passes)
+  Program ran[2];               // per pass: the instructions run, in order (the plan's program)
 };
 
 // threads: 0 = all cores. Throws cpsched::Error only when the plan cannot be

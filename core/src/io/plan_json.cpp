@@ -372,6 +372,12 @@ void pass_json(JsonOut& j, const PassPlan& p, bool index_rows) {
   }
   j.end_array();
   j.end_object();
+  if (!p.program.empty()) {  // the order the rank runs the pass in (plan/program.hpp)
+    j.key("program");
+    j.begin_array();
+    for (const Instr& i : p.program) j.value(to_string(i));
+    j.end_array();
+  }
   j.end_object();
 }
 

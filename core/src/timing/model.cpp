@@ -1,5 +1,7 @@
 #include "cpsched/timing/model.hpp"
 
+#include "cpsched/plan/program.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -66,8 +68,9 @@ struct TimingWorkspace::Buffers {
   std::vector<double> flops;                // per rank: FLOPs of all its args (compute_seconds' order)
   std::vector<double> kernel;               // per rank: kernel seconds of all its args (kernel model)
   std::vector<double> fwd_seconds;          // per rank: forward compute seconds (estimate_step)
-  std::vector<std::int32_t> red_off;        // per rank x (N + 2): bucket offsets of reduce parts by stage
-  std::vector<std::int32_t> red_item;       // (s - 1) * 2 + kind, grouped by (rank, reduce stage)
+  std::vector<double> cast_waited;          // per rank: end of the casts its next compute waits for
+  std::vector<std::int32_t> red_off;        // per rank x phase x (N + 2): offsets of reduce parts by point
+  std::vector<std::int32_t> red_item;       // (s - 1) * 2 + kind, grouped by (rank, phase, reduce point)
   // One collective.
   std::vector<double> out_bytes, in_bytes;  // per rank x class
   std::vector<std::int64_t> out_msgs, in_msgs;
@@ -102,8 +105,8 @@ void fill(std::vector<T>& v, std::size_t n, T x) {
 }
 
 // What PassSim reads of one pass: the ranks and stages, each rank's FLOPs
-// per stage (in the order compute_seconds sums them), the reduce_after
-// fields, and each collective part's splits. Two sources: a plan, and a
+// per stage (in the order compute_seconds sums them), each rank's program,
+// and each collective part's splits. Two sources: a plan, and a
 // price sheet (plan/price_sheet.hpp), which holds the same figures.
 class PlanView {
  public:
@@ -115,7 +118,20 @@ class PlanView {
         throw Error(fmt::format("timing model: rank {} {} plan has {} remote arg lists and {} comm stages, the plan "
                                 "declares {} stages",
                                 r, to_string(pass), p.calc.remote_attn_args.size(), p.comm.stages.size(), N));
+      if (p.program.empty()) continue;
+      if (const std::string why = program_error(p.program, p.comm.stages, pass); !why.empty())
+        throw Error(fmt::format("timing model: rank {} {} program: {}", r, to_string(pass), why));
     }
+  }
+  // The order rank r runs the pass in: its plan's program (the default one
+  // where the plan carries none).
+  const Program& program(int r) const {
+    const PassPlan& p = pp(r);
+    if (!p.program.empty()) return p.program;
+    if (defaults_.empty()) defaults_.resize(static_cast<std::size_t>(ranks()));
+    Program& d = defaults_[static_cast<std::size_t>(r)];
+    if (d.empty()) d = pass_program(p.comm.stages, pass_);
+    return d;
   }
   int ranks() const { return static_cast<int>(plan_.ranks.size()); }
   int stages() const { return plan_.num_stages; }
@@ -138,10 +154,6 @@ class PlanView {
     return stage_kernel_seconds(s == 0 ? c.local_attn_args : c.remote_attn_args[static_cast<std::size_t>(s - 1)], c,
                                 problem_, km, pass_, peak_tflops);
   }
-  int reduce_after(int r, int s, RowKind kind) const {
-    const StageComm& sc = pp(r).comm.stages[static_cast<std::size_t>(s - 1)];
-    return kind == RowKind::qo ? sc.qo_reduce_after : sc.kv_reduce_after;
-  }
   // Rank r's part (stage s, kind, fwd: the forwarding phase): sent(tokens,
   // dst) for each destination of each input split, then received(tokens,
   // src) for each output split, in the arg's order.
@@ -161,6 +173,7 @@ class PlanView {
   const Problem& problem_;
   const Plan& plan_;
   Pass pass_;
+  mutable std::vector<Program> defaults_;
 };
 
 class SheetView {
@@ -174,7 +187,10 @@ class SheetView {
         (sheet.kernel && p_.kernel.size() != p_.area.size()))
       throw Error(fmt::format("timing model: the {} price sheet's arrays do not match its {} ranks and {} stages",
                               to_string(pass), sheet.ranks, sheet.stages));
+    program_ = pass_program(sheet.stages, p_.qo_reduce_after, p_.kv_reduce_after, pass);
   }
+  // A sheet prices the default program (the same on every rank).
+  const Program& program(int) const { return program_; }
   int ranks() const { return sheet_.ranks; }
   int stages() const { return sheet_.stages; }
   bool has_forwarding() const { return p_.has_forwarding; }
@@ -188,9 +204,6 @@ class SheetView {
   double kernel_seconds(int r, int s, const KernelModel&, double) const {
     return p_.kernel[static_cast<std::size_t>(r) * (static_cast<std::size_t>(sheet_.stages) + 1) +
                      static_cast<std::size_t>(s)];
-  }
-  int reduce_after(int, int s, RowKind kind) const {
-    return (kind == RowKind::qo ? p_.qo_reduce_after : p_.kv_reduce_after)[static_cast<std::size_t>(s - 1)];
   }
   template <class Sent, class Received>
   void for_each_split(int r, int s, RowKind kind, bool fwd, Sent&& sent, Received&& received) const {
@@ -206,6 +219,7 @@ class SheetView {
   const PriceSheet& sheet_;
   const PriceSheet::Pass& p_;
   Pass pass_;
+  Program program_;
 };
 
 template <class View>
@@ -260,31 +274,12 @@ class PassSim {
       w_.mark_in.assign(P, 0);
       w_.epoch = 0;
     }
+    fill(w_.cast_waited, P, 0.0);
     bucket_reduces();
-
-    // Relays: a cast's forwarding phase follows its first phase; a reduce's
-    // forwarding phase (partials back to the relays) precedes it.
-    auto cast = [&](int s) {
-      run_comm(OpKind::cast, s, false);
-      if (has_fwd_) run_comm(OpKind::cast, s, true);
-    };
-    if (N_ >= 1) cast(1);
-    run_compute(0);
-    for (int s = 1; s <= N_; ++s) {
-      if (s < N_) cast(s + 1);
-      run_compute(s);
-      if (has_fwd_) run_comm(OpKind::reduce, s, true);
-      run_comm(OpKind::reduce, s, false);
-    }
+    if (P_ > 0) interpret(view_.program(0));
     double makespan = 0;
     for (std::size_t r = 0; r < P; ++r) {
-      auto& f = w_.free[r];
-      if (w_.merge[r] > 0) {  // pass end: wait for every reduce, then merge on the compute stream
-        double& cs = f[static_cast<std::size_t>(compute_stream())];
-        const double start = std::max(cs, w_.reduce_end[r]);
-        cs = start + w_.merge[r];
-        if (out_) out_->ranks[r].compute.push_back({OpKind::merge, N_, start, cs, w_.merge_bytes[r], 0});
-      }
+      const auto& f = w_.free[r];
       const double end = std::max(f[0], f[1]);
       if (out_) out_->ranks[r].end = end;
       makespan = std::max(makespan, end);
@@ -299,31 +294,92 @@ class PassSim {
   int link_class(int a, int b) const { return hw_.nodes().same_node(a, b) ? kIntra : kInter; }
   bool valid_peer(int r, Rank p) const { return p >= 0 && p < P_ && p != r; }
 
-  // Stage whose reduce follows compute(t) for stage s's outputs: the plan's
-  // *_reduce_after, or the last stage when it is out of [s, N].
-  int reduce_stage(int s, int after) const { return after >= s && after <= N_ ? after : N_; }
+  // Runs the program: its casts, waits and computes as written; the reduces
+  // that follow compute(s) (every rank's own, bucket_reduces) as one
+  // collective per phase, forwarding first, once the run of them ends; the
+  // pass-end merge. The skeleton (all but the reduces) is the same on every
+  // rank: rank 0's drives the ranks in step.
+  void interpret(const Program& prog) {
+    int pending = 0;  // the point whose reduces are still to run (0: none)
+    auto run_reduces = [&] {
+      if (pending == 0) return;
+      if (has_fwd_) run_comm(OpKind::reduce, pending, true);
+      run_comm(OpKind::reduce, pending, false);
+      pending = 0;
+    };
+    for (const Instr& i : prog) {
+      if (i.op != Op::reduce) run_reduces();
+      switch (i.op) {
+        case Op::cast:
+          if (i.phase == Phase::first || has_fwd_) run_comm(OpKind::cast, i.stage, i.phase == Phase::forwarding);
+          break;
+        case Op::wait_cast:
+          for (int r = 0; r < P_; ++r)
+            w_.cast_waited[static_cast<std::size_t>(r)] =
+                w_.cast_end[2 * static_cast<std::size_t>(r) + static_cast<std::size_t>(i.stage & 1)];
+          break;
+        case Op::compute:
+          run_compute(i.stage);
+          pending = i.stage;
+          break;
+        case Op::reduce: break;          // in the collective of their point
+        case Op::wait_reduces: break;    // the merge starts after every reduce's end
+        case Op::merge: merge_returns(); break;
+      }
+    }
+    run_reduces();
+  }
 
-  // Groups every rank's (stage, kind) reduce parts by the stage after which
-  // they are reduced (a counting sort): reduce(t) then visits only its own
-  // parts, so the pass is linear in the number of stages.
+  // Pass end: once every reduce is in, the returned partials are merged on
+  // the compute stream.
+  void merge_returns() {
+    for (std::size_t r = 0; r < static_cast<std::size_t>(P_); ++r) {
+      if (w_.merge[r] <= 0) continue;
+      double& cs = w_.free[r][static_cast<std::size_t>(compute_stream())];
+      const double start = std::max(cs, w_.reduce_end[r]);
+      cs = start + w_.merge[r];
+      if (out_) out_->ranks[r].compute.push_back({OpKind::merge, N_, start, cs, w_.merge_bytes[r], 0});
+    }
+  }
+
+  std::size_t bucket(int r, Phase ph) const {
+    return (2 * static_cast<std::size_t>(r) + static_cast<std::size_t>(ph)) * (static_cast<std::size_t>(N_) + 2);
+  }
+
+  // Groups each rank's reduce instructions by phase and by the stage computed
+  // before them, its point (a counting sort, in program order within one):
+  // a reduce collective then visits only its own parts, so the pass is
+  // linear in the number of stages.
   void bucket_reduces() {
     const auto P = static_cast<std::size_t>(P_);
-    const std::size_t B = static_cast<std::size_t>(N_) + 2;  // buckets 0..N, and the end
-    fill(w_.red_off, P * B, std::int32_t{0});
-    fill(w_.red_item, P * 2 * static_cast<std::size_t>(N_), std::int32_t{0});
+    const std::size_t B = static_cast<std::size_t>(N_) + 2;  // points 0..N, and the end
+    const std::size_t per_rank = 4 * static_cast<std::size_t>(N_) + 4;
+    fill(w_.red_off, P * 2 * B, std::int32_t{0});
+    fill(w_.red_item, P * per_rank, std::int32_t{0});
+    auto each_reduce = [&](int r, auto&& f) {
+      int point = 0;
+      for (const Instr& i : view_.program(r)) {
+        if (i.op == Op::compute) point = i.stage;
+        else if (i.op == Op::reduce) f(i, point);
+      }
+    };
     for (int r = 0; r < P_; ++r) {
-      std::int32_t* off = w_.red_off.data() + static_cast<std::size_t>(r) * B;
-      for (int s = 1; s <= N_; ++s) {
-        ++off[reduce_stage(s, view_.reduce_after(r, s, RowKind::qo)) + 1];
-        ++off[reduce_stage(s, view_.reduce_after(r, s, RowKind::kv)) + 1];
+      each_reduce(r, [&](const Instr& i, int point) { ++w_.red_off[bucket(r, i.phase) + static_cast<std::size_t>(point) + 1]; });
+      // One item array per rank: the forwarding phase's buckets after the first's.
+      std::int32_t* off = w_.red_off.data() + bucket(r, Phase::first);
+      std::int32_t total = 0;
+      for (std::size_t t = 0; t < 2 * B; ++t) {
+        total += off[t];
+        off[t] = total;
       }
-      for (std::size_t t = 1; t < B; ++t) off[t] += off[t - 1];
-      std::int32_t* items = w_.red_item.data() + static_cast<std::size_t>(r) * 2 * static_cast<std::size_t>(N_);
-      for (int s = 1; s <= N_; ++s) {  // fills off[t] up to off[t + 1]; shifted back below
-        items[off[reduce_stage(s, view_.reduce_after(r, s, RowKind::qo))]++] = (s - 1) * 2;
-        items[off[reduce_stage(s, view_.reduce_after(r, s, RowKind::kv))]++] = (s - 1) * 2 + 1;
-      }
-      for (std::size_t t = B - 1; t > 0; --t) off[t] = off[t - 1];
+      if (static_cast<std::size_t>(total) > per_rank)
+        throw Error(fmt::format("timing model: rank {}'s program has {} reduces for {} stages", r, total, N_));
+      std::int32_t* items = w_.red_item.data() + static_cast<std::size_t>(r) * per_rank;
+      each_reduce(r, [&](const Instr& i, int point) {  // fills off[t] up to off[t + 1]; shifted back below
+        items[off[static_cast<std::size_t>(i.phase) * B + static_cast<std::size_t>(point)]++] =
+            (i.stage - 1) * 2 + static_cast<std::int32_t>(i.kind);
+      });
+      for (std::size_t t = 2 * B - 1; t > 0; --t) off[t] = off[t - 1];
       off[0] = 0;
     }
   }
@@ -331,16 +387,15 @@ class PassSim {
   // Calls f(s, kind) for every part (stage s, kind) of collective `stage`
   // on rank r: a cast's two kinds of its stage, a reduce's bucket.
   template <class F>
-  void for_each_part(int r, OpKind op, int stage, F&& f) const {
+  void for_each_part(int r, OpKind op, int stage, bool fwd, F&& f) const {
     if (op == OpKind::cast) {
       w_.parts_visited += 2;
       f(stage, RowKind::qo);
       f(stage, RowKind::kv);
       return;
     }
-    const std::size_t B = static_cast<std::size_t>(N_) + 2;
-    const std::int32_t* off = w_.red_off.data() + static_cast<std::size_t>(r) * B;
-    const std::int32_t* items = w_.red_item.data() + static_cast<std::size_t>(r) * 2 * static_cast<std::size_t>(N_);
+    const std::int32_t* off = w_.red_off.data() + bucket(r, fwd ? Phase::forwarding : Phase::first);
+    const std::int32_t* items = w_.red_item.data() + static_cast<std::size_t>(r) * (4 * static_cast<std::size_t>(N_) + 4);
     w_.parts_visited += off[stage + 1] - off[stage];
     for (std::int32_t i = off[stage]; i < off[stage + 1]; ++i)
       f(items[i] / 2 + 1, items[i] % 2 == 0 ? RowKind::qo : RowKind::kv);
@@ -359,7 +414,7 @@ class PassSim {
   template <class Begin, class F>
   void for_each_transfer(int r, OpKind op, int stage, bool fwd, Begin&& part_begin, F&& f) const {
     const bool back = op == OpKind::reduce;
-    for_each_part(r, op, stage, [&](int s, RowKind kind) {
+    for_each_part(r, op, stage, fwd, [&](int s, RowKind kind) {
       const double b = token_bytes(kind, back);
       if (b <= 0) return;
       part_begin(kind);
@@ -391,7 +446,7 @@ class PassSim {
         continue;
       }
       double& f = w_.free[static_cast<std::size_t>(r)][static_cast<std::size_t>(compute_stream())];
-      const double start = std::max(f, s > 0 ? w_.cast_end[2 * static_cast<std::size_t>(r) + (s & 1)] : 0.0);
+      const double start = std::max(f, s > 0 ? w_.cast_waited[static_cast<std::size_t>(r)] : 0.0);
       f = km_ ? start + seconds : start + flops / (tflops_ * 1e12);
       if (out_) out_->ranks[static_cast<std::size_t>(r)].compute.push_back({OpKind::compute, s, start, f, 0.0, 0});
     }

@@ -52,6 +52,7 @@
 #include "cpsched/base/row_kind.hpp"
 #include "cpsched/mask/mask.hpp"
 #include "cpsched/plan/index_pool.hpp"
+#include "cpsched/plan/program.hpp"
 #include "cpsched/problem/problem.hpp"
 
 namespace cpsched {
@@ -177,6 +178,10 @@ struct CommMeta {
 struct PassPlan {
   CalcMeta calc;
   CommMeta comm;
+  // The order the rank runs the pass in (plan/program.hpp): the builder
+  // writes the default; empty in plans made without one (executors then
+  // run the default).
+  Program program;
   friend bool operator==(const PassPlan&, const PassPlan&) = default;
 };
 

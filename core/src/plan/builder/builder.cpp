@@ -427,6 +427,13 @@ Plan PlanBuilder::assemble(const PlanOptions& options, const Cut& cut) const {
     for (std::size_t r = 0; r < P; ++r) pass[r] = &plan.ranks[r].bwd;
     build_pass(a, tr, bwd_stage, stages, cut.local_tail, {node, bb.qo_out, bb.kv_out}, options, pass);
   }
+  // The order each rank runs its passes in: the default program, written once here.
+  for (std::size_t r = 0; r < P; ++r)
+    if (options.rank < 0 || options.peers_comm || static_cast<Rank>(r) == options.rank) {
+      RankPlan& rp = plan.ranks[r];
+      rp.fwd.program = pass_program(rp.fwd.comm.stages, Pass::fwd);
+      rp.bwd.program = pass_program(rp.bwd.comm.stages, Pass::bwd);
+    }
 
 #ifndef NDEBUG
   const std::vector<std::string> problems =
