@@ -1,4 +1,4 @@
-"""Python-side cost of cpsched's binding at P = 64 (issue 14): prints medians.
+"""Python-side cost of cpsched's binding at P = 64 (docs/python.md, "Benchmark"): prints medians.
 
     python python/bench/bench_overhead.py [--packs N] [--hits N]
 

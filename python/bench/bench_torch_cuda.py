@@ -1,4 +1,4 @@
-"""cpsched.torch on one GPU against the kernels it is built on (issue 46; docs/torch.md, "On a GPU").
+"""cpsched.torch on one GPU against the kernels it is built on (docs/torch.md, "On a GPU").
 
     python python/bench/bench_torch_cuda.py --out build/gpu_check/bench_torch_cuda.txt
     python python/bench/bench_torch_cuda.py --tokens 16384 --masks causal_document --iters 10

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check of cpsched.torch (issue 46), for a machine with an NVIDIA GPU (H100 / H200) and a python that
+# GPU check of cpsched.torch (docs/torch.md, "On a GPU"), for a machine with an NVIDIA GPU (H100 / H200) and a python that
 # imports torch with CUDA and cpsched. Everything it prints also goes to OUT_DIR/gpu_check_torch.log; the
 # benchmark's table also to OUT_DIR/bench_torch_cuda.txt.
 #   1. the CUDA tests (python/tests/test_torch_cuda.py, loopback excluded): every backend (torch, aten:

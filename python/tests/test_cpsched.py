@@ -1,5 +1,5 @@
 """What a PyTorch user relies on: the CLI's plans and messages, every input form, errors, lifetime,
-threads and the plan cache (issue 14)."""
+threads and the plan cache (docs/python.md, "API")."""
 import concurrent.futures
 import enum
 import gc

@@ -1,7 +1,7 @@
-"""Issue 27: the Python API raises ValueError naming the argument for every bad value, before any C++ is
+"""The Python API raises ValueError naming the argument for every bad value, before any C++ is
 reached (no nanobind TypeError with a signature dump, no silent float->int, no string scanned as a list,
 no lenient booleans); read-only arrays are accepted; solve_topk checks S against the Session; an empty
-workload is an error; uint64 values are reported as given."""
+workload is an error; uint64 values are reported as given (docs/hardening.md, "The rules the code keeps")."""
 import os
 import subprocess
 import sys
@@ -194,7 +194,7 @@ def test_fifo_paths_are_refused_at_once(tmp_path):
         cpsched.Session.from_config(cfg)
 
 
-# ---- issue 50: the core and extension side --------------------------------------------------------------
+# ---- the core and extension side (docs/hardening.md, "Third round") ---------------------------------------
 
 @pytest.mark.parametrize("kw", [dict(stages=1), dict(stages=2), dict(stages="auto", cost_model="time"),
                                 dict(stages=2, relay_node_size=2)])

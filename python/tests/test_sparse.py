@@ -176,7 +176,7 @@ def test_index_rows_come_as_arrays_and_the_json_can_leave_them_and_the_tasks_out
         r.to_json(index_rows="no")
 
 
-# ---- summaries from other ranks are input like any other (issue 50) ----------------------------------------
+# ---- summaries from other ranks are input like any other (docs/hardening.md, "Third round") ---------------
 
 def _three_ranks():
     P, S = 3, 96

@@ -1,4 +1,4 @@
-# A FIFO given as an input path (issue 27: an .npy FIFO hung forever in open):
+# A FIFO given as an input path (an .npy FIFO hung forever in open):
 # refused at once, naming the file. The test has a TIMEOUT.
 file(REMOVE_RECURSE "${DIR}")
 file(MAKE_DIRECTORY "${DIR}")

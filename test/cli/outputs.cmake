@@ -1,4 +1,4 @@
-# Outputs (issue 27): written only after everything succeeded, all or nothing;
+# Outputs (docs/hardening.md, "The rules the code keeps"): written only after everything succeeded, all or nothing;
 # an output equal to an input or to another output is refused.
 file(REMOVE_RECURSE "${DIR}")
 file(MAKE_DIRECTORY "${DIR}")

@@ -1,5 +1,6 @@
 // The GPU runtime's attention at hardware speed, on one GPU (a benchmark, not
-// a test; exits 77 without a device): the kernel table of issue 45.
+// a test; exits 77 without a device): the kernel table of
+// runtimes/cuda_nccl/README.md, "The kernel table".
 //
 // For each mask and tokens per rank (configs/quickstart.yaml's documents,
 // heads 64:8, D 128, bf16 by default), forward and backward TFLOP/s of
@@ -10,8 +11,8 @@
 //   (c) each rank's compute at loopback P = 8 (the default solver's plan,
 //       ranks as threads on this GPU; each rank timed alone, one at a time,
 //       every stage's attention back to back without transfers), as the
-//       slowest rank's time over its FLOPs at the P = 1 rate (issue 45 asks
-//       <= 1.25) and the lowest rank rate;
+//       slowest rank's time over its FLOPs at the P = 1 rate (the README's
+//       target: <= 1.25) and the lowest rank rate;
 // then DSA's index kernels on configs/dsa.yaml's own shapes (MLA 128:1,
 // d_qk 576 / d_v 512, one shared latent row per token; --dsa-size tokens,
 // a comma list) in TFLOP/s of selected pairs. FLOPs are the timing model's

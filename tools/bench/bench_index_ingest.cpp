@@ -1,4 +1,4 @@
-// Index-mask ingestion (issue 13, "Must show: ingestion"): count_index_cells
+// Index-mask ingestion (docs/masks.md, "Ingestion cost"): count_index_cells
 // over DSA-like token top-k indices held in memory, S = 131072, k = 2048,
 // H_kv = 1 (268M int32 indices, 1 GiB), sequential blocks of P = 8, 32, 64.
 // Prints the median of 5 calls and the peak resident memory the call adds

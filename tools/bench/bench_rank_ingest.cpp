@@ -1,9 +1,9 @@
-// Per-rank ingestion of a token top-k mask (issue 25 item 6, "Must show:
-// DSA from each rank's own index rows"): what one rank of a run spends on a
-// layer's mask, median of R repeats per rank, the slowest rank reported,
-// 2-core numbers in docs/bounds.md. Beside it, the path it replaces: every
-// rank given the whole [S, H_kv, k] tensor (after an all-gather this does not
-// time) and solving it for its own plan (Session::solve_topk, rank = r).
+// Per-rank ingestion of a token top-k mask (docs/bounds.md, "Per-rank top-k
+// ingestion": DSA from each rank's own index rows): what one rank of a run
+// spends on a layer's mask, median of R repeats per rank, the slowest rank
+// reported, 2-core numbers in docs/bounds.md. Beside it, the path it replaces:
+// every rank given the whole [S, H_kv, k] tensor (after an all-gather this does
+// not time) and solving it for its own plan (Session::solve_topk, rank = r).
 //
 //   bench_rank_ingest [--config configs/dsa.yaml] [--repeats 5] [--set key=value ...] [--no-whole]
 //

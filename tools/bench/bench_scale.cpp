@@ -1,4 +1,4 @@
-// Scale of the core paths (issue 12): a million slices validated, gridded,
+// Scale of the core paths (docs/bounds.md, "Solvers"): a million slices validated, gridded,
 // placed, planned and measured at P = 64. Target on the 2-core reference
 // machine: validate + grid + solve + plan (with its metrics) <= 10 s per mask.
 //

@@ -1,4 +1,4 @@
-// KV traffic of index masks (issue 13's "Traffic" figures): the default
+// KV traffic of index masks: the default
 // solver's plan moves only the selected KV rows of each remote task; this
 // prints those bytes against what gathering whole needed KV chunks (every
 // kv block a rank computes a remote task of, whole) would move for the same

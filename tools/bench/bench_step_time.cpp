@@ -1,8 +1,8 @@
-// Step time against the compute bound (issue 11's benchmark): for every
-// hardware profile x mask x P, every solver plans each of the seed-42 packs
-// (8192 tokens per rank, GQA 64:8, D 128, bf16, flattened head groups), the
-// plan is priced by the timing model (fwd + bwd), and the program prints the
-// mean step / compute bound over the packs, the median whole-path latency
+// Step time against the compute bound (docs/design.md, "Benchmark of record"):
+// for every hardware profile x mask x P, every solver plans each of the seed-42
+// packs (8192 tokens per rank, GQA 64:8, D 128, bf16, flattened head groups),
+// the plan is priced by the timing model (fwd + bwd), and the program prints
+// the mean step / compute bound over the packs, the median whole-path latency
 // (grid + solve + plan), and how often the first solver (the default) is more
 // than 1 % slower than the best of the others on a pack.
 //
@@ -23,20 +23,21 @@
 // (a suffix @time or @area overrides). A solver may carry parameters, typed by
 // its schema: `balanced_bytes:objective=bytes+mu=1.05`.
 //
-// --kernel-compare (issue 48): for each profile with a kernel model, the
-// first solver plans every pack twice, on the profile without its kernel
-// table (today's plans, "old") and with it ("new"), and both plans are
-// priced with it. Per (mask, P): the mean step / bound of old priced
-// without the table, old and new priced with it (the bound: the exact area
-// at attention_tflops), new / old per pack (mean, min, max), what tiles
-// cost old (its step with tiles over its step on exact areas at the same
-// rates) and what they cost the mask's own args (uncut: one rank, one block),
-// the packs where new is slower than old, the packs where tiles cost
-// old more than 5 % and new is not at least 2 % faster, the mean blocks per
-// rank of both plans' grids (old / new: the fixed layout's finer grids), and the median
-// whole-path latency of both solves (with --rank, that rank's whole path;
-// --repeat N solves each plan N times per pack, old and new alternating, for
-// more latency samples); --notes prints each pack's two solver notes.
+// --kernel-compare (docs/bounds.md, "Plans priced as the kernels run them"):
+// for each profile with a kernel model, the first solver plans every pack
+// twice, on the profile without its kernel table (today's plans, "old") and
+// with it ("new"), and both plans are priced with it. Per (mask, P): the mean
+// step / bound of old priced without the table, old and new priced with it (the
+// bound: the exact area at attention_tflops), new / old per pack (mean, min,
+// max), what tiles cost old (its step with tiles over its step on exact areas
+// at the same rates) and what they cost the mask's own args (uncut: one rank,
+// one block), the packs where new is slower than old, the packs where tiles
+// cost old more than 5 % and new is not at least 2 % faster, the mean blocks
+// per rank of both plans' grids (old / new: the fixed layout's finer grids),
+// and the median whole-path latency of both solves (with --rank, that rank's
+// whole path; --repeat N solves each plan N times per pack, old and new
+// alternating, for more latency samples); --notes prints each pack's two solver
+// notes.
 #include <algorithm>
 #include <chrono>
 #include <map>

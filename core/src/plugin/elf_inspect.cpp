@@ -1,5 +1,5 @@
 // Plugin file checks before dlopen and the loaded image's address ranges
-// (issue 12: a truncated plugin killed every command with SIGBUS).
+// (a truncated plugin mapped into memory kills the process with SIGBUS).
 #include "plugin/elf_inspect.hpp"
 
 #include <dlfcn.h>

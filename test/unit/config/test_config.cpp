@@ -252,7 +252,7 @@ TEST_CASE("errors in an overridden node name the --set as their source") {
   CHECK(has_line(msg, "--set problem.cp_size: problem.cp_size: expected an integer, got 'abc'"));
   CHECK(contains(msg, "--set problem.mask: problem.mask.kind: unknown mask kind 'nope'"));
   CHECK(lines_of(msg).size() == 2);
-  // An element of a list the --set gave (issue 27: located at "base.yaml:1:2", the file it did not come from).
+  // An element of a list the --set gave (it was located at "base.yaml:1:2", the file it did not come from).
   const std::string list = parse_error("problem:\n  cp_size: 2\n  seqlen_per_rank: 64\n",
                                        {"problem.mask={kind: block_topk, indices: x.npy}", "problem.mask.block_size=[0, 64]"});
   CHECK(contains(list, "--set problem.mask.block_size: problem.mask.block_size[0]: "));
@@ -394,7 +394,7 @@ TEST_CASE("resolve_selection: plugin names and parameters checked against the re
             .rfind("--set solver.name: solver.name: ", 0) == 0);
 }
 
-// ---- hardening (issue 12) and the top-level `hardware:` key (issue 11) ----
+// ---- hardening (docs/hardening.md) and the top-level `hardware:` key (docs/design.md, "Cost models and step time") ----
 
 namespace {
 

@@ -166,7 +166,7 @@ TEST_CASE("a target name of 255 characters still gets a temporary within the nam
   CHECK(others(t.dir, p) == 0);
 }
 
-TEST_CASE("a batch writes all or nothing (issue 27: plan -o P.json --svg /dev/full replaced P.json)") {
+TEST_CASE("a batch writes all or nothing (plan -o P.json --svg /dev/full replaced P.json)") {
   TempDir t;
   const fs::path a = t.dir / "a.json", b = t.dir / "b.svg";
   write_file_atomic(a, std::string_view("old a"));

@@ -1,4 +1,4 @@
-// Input paths (issue 27): a FIFO given as an .npy file hung forever in open.
+// Input paths (docs/hardening.md, "The rules the code keeps"): a FIFO given as an .npy file hung forever in open.
 // Every input (config, hardware profile, histogram, .npy, plugin folder) is
 // a regular file (or folder), opened without blocking and read with a bound;
 // a FIFO, device or folder is an error naming the path, at once.

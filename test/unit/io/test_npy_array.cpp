@@ -103,7 +103,7 @@ TEST_CASE("load_index_npy: errors name the file and the fault") {
         hdr.string() + ": truncated .npy header (118 bytes announced, the file has 17 bytes)");
 }
 
-TEST_CASE("load_index_npy: the header is NumPy's dict literal, strictly (issue 27)") {
+TEST_CASE("load_index_npy: the header is NumPy's dict literal, strictly") {
   std::vector<std::int32_t> a(16 * 1024, 0);
   // ("a", 1, 16) was read as shape 0; (1024.0, 1, 16) was accepted.
   const fs::path str = write_npy("shape_str.npy", "<i4", false, "(\"a\", 1, 16)", a.data(), a.size() * 4);

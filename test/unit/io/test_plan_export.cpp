@@ -263,7 +263,7 @@ TEST_CASE("plan JSON reaches the stream in bounded pieces, not as one whole docu
 }
 
 TEST_CASE("plan SVGs have a size bound: above kSvgMaxTasks tasks a panel aggregates per rank pair") {
-  // Issue 27: a causal mask at P = 1024 drew every task (106 MB). Here P =
+  // Unbounded, a causal mask at P = 1024 drew every task (106 MB). Here P =
   // 256 (32896 causal tasks per group, over kSvgMaxTasks) against P = 64
   // (2080 tasks, drawn one by one).
   auto draw = [](int P, int kv) {

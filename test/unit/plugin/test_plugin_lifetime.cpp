@@ -1,4 +1,4 @@
-// Plugin lifetimes through the Session API (issue 12): a plan kept after its
+// Plugin lifetimes through the Session API: a plan kept after its
 // Session, and with it the Registry and every plugin library, are gone must
 // still be usable and releasable. Grids made inside a plugin (balanced_bytes
 // re-grids, static dispatches) are the objects at risk.

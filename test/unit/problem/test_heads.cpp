@@ -1,4 +1,4 @@
-// Head geometry beyond GQA (issue 13, item 3; docs/heads.md): MLA's d_qk,
+// Head geometry beyond GQA (docs/heads.md): MLA's d_qk,
 // d_v and a latent KV row shared by K and V give Q, O, K and V rows their
 // true bytes in the metrics, the time prices, the plan JSON and the config;
 // GQA stays as docs/design.md#metrics has it.

@@ -84,7 +84,7 @@ TEST_CASE("bad inputs are errors that say what is wrong") {
   CHECK_THROWS_WITH_AS(s.solve({{0, 60}, {50, 103}}, {{0, 60}, {0, 103}}, {MaskType::full, MaskType::full}),
                        doctest::Contains("overlap"), Error);
   CHECK_THROWS_WITH_AS(s.solve_config_mask(), doctest::Contains("Config"), Error);
-  // Issue 27: an empty workload is an error here as in a config (it gave a 0-task result).
+  // An empty workload is an error here as in a config (it gave a 0-task result; docs/hardening.md).
   CHECK_THROWS_WITH_AS(s.solve({}, {}, {}), doctest::Contains("no slice"), Error);
   // A top-k selection must have the session's S, and at least one token per rank.
   std::vector<std::int32_t> rows(2048, -1);

@@ -1,4 +1,4 @@
-// MLA head geometry in the sim runtime (issue 13, item 3): the CPU kernel
+// MLA head geometry in the sim runtime (docs/heads.md, "Runtimes"): the CPU kernel
 // computes QK^T over d_qk and PV / O / dO over d_v, a shared latent makes V
 // the first d_v dims of K and sums dK and dV into one gradient; plans of
 // every solver executed on virtual ranks equal the dense reference.

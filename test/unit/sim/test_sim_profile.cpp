@@ -92,7 +92,7 @@ TEST_CASE("errors name the file, the line and the key") {
     CHECK_THROWS_WITH_AS(parse_hardware_profile(t, "x.yaml"),
                          doctest::Contains("key 'intra_node.bandwidth_gb_s': must be > 0"), Error);
   }
-  SUBCASE("non-finite and absurd numbers are refused, naming the key (issue 27: latency_us: .inf looped the sim)") {
+  SUBCASE("non-finite and absurd numbers are refused, naming the key (latency_us: .inf looped the sim)") {
     CHECK_THROWS_WITH_AS(parse_hardware_profile(swap_text("latency_us: 10", "latency_us: .inf"), "x.yaml"),
                          doctest::Contains("key 'inter_node.latency_us': must be a finite number (got .inf)"),
                          Error);

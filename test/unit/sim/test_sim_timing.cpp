@@ -277,7 +277,7 @@ TEST_CASE("the Gantt chart draws both passes, every shown rank and its ops") {
 }
 
 TEST_CASE("the Gantt time axis is bounded: a non-finite time is an error, any span at most a few dozen ticks") {
-  // Issue 27: an infinite latency made the tick loop endless (and ate memory).
+  // An infinite latency made the tick loop endless (and ate memory) before it was refused.
   Timeline t;
   t.fwd.ranks.resize(1);
   t.bwd.ranks.resize(1);

@@ -1,8 +1,8 @@
 // balanced_bytes used once under a kernel model decides on exact areas, with
 // static's members cutting documents at the kernels' tiles (static's
 // tile_tokens): where it picks static's dispatch, its plan is static's cut at
-// the tiles, faster under the kernel model than today's (docs/bounds.md:
-// issue 48).
+// the tiles, faster under the kernel model than today's (docs/bounds.md,
+// "Plans priced as the kernels run them").
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -208,7 +208,7 @@ TEST_CASE("objective auto: time under a time model, exactly bytes under area; ti
   CHECK(d.note.find("(bottleneck)") != std::string::npos);
 }
 
-TEST_CASE("a huge mu is no cap and does not hang (issue 12)") {
+TEST_CASE("a huge mu is no cap and does not hang") {
   Plugins pl;
   if (!pl.has(PluginKind::solver, "balanced_bytes")) return;
   std::mt19937_64 rng(8);

@@ -54,7 +54,7 @@ struct SessionOptions {
   // say). docs/design.md#vocabulary.
   Layout layout = Layout::fixed;
   std::vector<std::vector<Range>> host_ranges;  // per rank; empty: sequential
-  std::string solver = "balanced_bytes";  // the default solver (issue 8); "binary_greedy" is the seed's
+  std::string solver = "balanced_bytes";  // the default solver (docs/design.md, "Solvers"); "binary_greedy" is the seed's
   Params solver_params;            // given values; the plugin's defaults fill the rest
   std::string cost_model = "area";
   Params cost_params;

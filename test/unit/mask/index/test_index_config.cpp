@@ -111,7 +111,7 @@ TEST_CASE("config: dsa and nsa generators, block kinds, kv_heads") {
   CHECK(contains(error_of([&] { load_config(write_config("k0.yaml", "{kind: dsa, topk: 0}")); }), "problem.mask.topk"));
 }
 
-TEST_CASE("config: an empty selection is an error naming the file (issue 27: it planned 0 tasks and PASSED)") {
+TEST_CASE("config: an empty selection is an error naming the file (it planned 0 tasks and PASSED)") {
   // S = 8: shape [8, 1, 0], and [8, 1, 2] all -1.
   write_i4(dir() / "k0.npy", {}, "(8, 1, 0)");
   const fs::path c0 = write_config("k0.yaml", "{kind: topk, indices: k0.npy}");
@@ -132,7 +132,7 @@ TEST_CASE("config: an empty selection is an error naming the file (issue 27: it 
 }
 
 TEST_CASE("config: a head-count mismatch names the file and says what fits") {
-  // Issue 27: "a selection is shared by all heads (1) or per KV head (1)", no file named.
+  // The message was "a selection is shared by all heads (1) or per KV head (1)", no file named.
   std::vector<std::int32_t> v(8 * 2 * 1, -1);
   for (int i = 0; i < 8; ++i) v[static_cast<std::size_t>(i * 2)] = i;
   write_i4(dir() / "two.npy", v, "(8, 2, 1)");

@@ -136,7 +136,7 @@ TEST_CASE("an index pool is shared by its copies and compares by its entries") {
 }
 
 TEST_CASE("the validator checks index pairs in bounded chunks: the same verdicts with 1-pair and whole chunks") {
-  // Issue 27: the validator kept 40 bytes per selected pair (2.5 GB on the
+  // The validator kept 40 bytes per selected pair (2.5 GB on the
   // bundled DSA config). It now checks chunks of query rows; a chunk smaller
   // than a row, chunks of a few rows and one chunk must agree, and a fault
   // is found wherever the chunk boundaries fall.
