@@ -9,7 +9,7 @@ import torch_cases as tc  # noqa: E402
 from torch_pool import get_pool  # noqa: E402
 
 FP32_TOL = 1e-5   # max |a - b| / max(1, max |ref|), per tensor
-BF16_TOL = 1e-2   # bf16 inputs, partial results and gradients travel in bf16; measured 2-4e-3 (docs/torch.md)
+BF16_TOL = 1e-2   # bf16 inputs, partial results and gradients travel in bf16 (errors: docs/torch.md, "Tolerances")
 
 RANGE_MASKS = ["causal_document", "full_document", "sliding_window", "prefix_lm", "share_question"]
 SOLVERS = ["balanced_bytes", "binary_greedy", "usp", "static", "owner", "ilp"]

@@ -1,12 +1,12 @@
 // Speed of the sim executor's timing mode (metadata only): the standard
 // workload (causal_document packs from the histogram, 8192 tokens per rank,
-// GQA 64:8 flattened, D = 128, bf16) up to P = 1024, S = 8M tokens. Prints,
-// per solver and P, the time of solve, build_plan and the executor's timing
-// run (report and chart included), the median of estimate_step (what a
-// solver calls per candidate plan: a few ms at P = 128, under ~100 ms at
-// P = 1024) and of simulate_timeline (with per-op records), the plan's size
-// (destination entries of all collectives) and the simulated step time and
-// step / compute bound.
+// GQA 64:8 flattened, D = 128, bf16) up to P = 1024, S = 8M tokens. Prints, per
+// solver and P, the time of solve, build_plan and the executor's timing run
+// (report and chart included), the median of estimate_step (what a solver calls
+// per candidate plan; its cost:
+// docs/bounds.md#measurements-behind-code-constants) and of simulate_timeline
+// (with per-op records), the plan's size (destination entries of all
+// collectives) and the simulated step time and step / compute bound.
 //
 //   bench_sim_timing [--cp 8,64,256,1024] [--solvers owner,usp,binary_greedy] [--hardware NAME|FILE]
 //                    [--stages N] [--repeats R] [--data-dir DIR]

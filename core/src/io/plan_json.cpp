@@ -1,6 +1,7 @@
 // Plan export as JSON (docs/plan_format.md), streamed: a plan of P = 1024
 // ranks is gigabytes of JSON, so it is written piece by piece instead of as a
-// whole document tree (which took about 12x the file size). The output is
+// whole document tree (which took many times the file size in memory:
+// docs/bounds.md#measurements-behind-code-constants). The output is
 // byte-for-byte what nlohmann::json's dump() printed before: object keys in
 // sorted order, the same indentation, and nlohmann's own formatting of reals
 // and strings (test_plan_export checks parse(out).dump(indent) == out).

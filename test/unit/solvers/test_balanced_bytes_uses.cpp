@@ -371,7 +371,7 @@ TEST_CASE("balanced_bytes used once on a grid above member_max_tasks balances it
 // standalone placement is among the candidates priced: where the member runs
 // (always when made ahead; used once where it pays, as on these full_document
 // packs at P = 32, where under the time prices the member found a slower
-// placement and the default lost 7-10 % of the step to binary_greedy alone),
+// placement than binary_greedy alone: docs/bounds.md#measurements-behind-code-constants),
 // the default's plan is never slower than binary_greedy's own.
 TEST_CASE("balanced_bytes is never slower than binary_greedy run on its own, where it runs it as a member") {
   const auto reg = test::new_build_registry();
@@ -398,7 +398,8 @@ TEST_CASE("balanced_bytes is never slower than binary_greedy run on its own, whe
 // Planned layout across nodes, a plan used 8 times (a step's layers): the full
 // search re-lays out the documents over the nodes and pays for itself, so it
 // runs (effort.hpp's planned gain). With the fixed layout's gain it did not,
-// and static's dispatch alone was up to 19 % faster than the default's plan.
+// and static's dispatch alone was faster than the default's plan
+// (docs/bounds.md#measurements-behind-code-constants).
 TEST_CASE("balanced_bytes planned for a few uses across nodes runs the full search and beats static's dispatch") {
   const auto reg = test::new_build_registry();
   const int P = 16;  // two nodes of h100_8x_nvlink
@@ -412,10 +413,11 @@ TEST_CASE("balanced_bytes planned for a few uses across nodes runs the full sear
   }
 }
 
-// Planned layout on two nodes, a plan used once: static's dispatch is about
-// half the gap on the document masks and costs 5-20 % of the bound there, so
-// the cheap path runs it (effort.hpp's dispatch gain). With the gain of more
-// nodes it did not, and on these packs static alone was 16-19 % faster per use.
+// Planned layout on two nodes, a plan used once: static's dispatch recovers
+// more of the gap on the document masks than it costs there, so the cheap
+// path runs it (effort.hpp's dispatch gain). With the gain of more nodes it
+// did not, and on these packs static alone was faster per use
+// (docs/bounds.md#measurements-behind-code-constants).
 TEST_CASE("balanced_bytes planned and used once on two to four nodes runs static's dispatch") {
   const auto reg = test::new_build_registry();
   for (const auto& [P, pack] : {std::pair{16, 4}, std::pair{32, 6}})
@@ -452,7 +454,8 @@ TEST_CASE("balanced_bytes made ahead in the fixed layout across nodes also solve
 
 TEST_CASE("balanced_bytes made ahead on one node also solves finer blocks under the tighter cap") {
   // Pack 16 at P = 8 has little work: one block per rank keeps a long
-  // document's rows together, and its host computes 14 % above the mean.
+  // document's rows together, and its host computes well above the mean
+  // (docs/bounds.md#measurements-behind-code-constants).
   const Planned ahead = check_finer_blocks_pay(test::new_build_registry(), 8, document_mask(MaskKind::causal_document, 8, 16));
   CHECK(ahead.note.find("blocks per rank at mu 1.03") != std::string::npos);
 }
@@ -460,7 +463,8 @@ TEST_CASE("balanced_bytes made ahead on one node also solves finer blocks under 
 TEST_CASE("balanced_bytes made ahead on one node also searches under a tighter balance cap") {
   const auto reg = test::new_build_registry();
   const int P = 8;
-  // Pack 6: the tighter cap's solve is about 3 % faster than the one under mu = 1.10.
+  // Pack 6: the tighter cap's solve is faster than the one under mu = 1.10
+  // (docs/bounds.md#measurements-behind-code-constants).
   const RangeMask mask = document_mask(MaskKind::causal_document, P, 6);
   const auto automatic = PlanShape::Relay::automatic;
   const Planned ahead = plan_of(reg, "balanced_bytes", PlanUses::ahead(), P, mask, "time", {}, Layout::fixed, 0, automatic);

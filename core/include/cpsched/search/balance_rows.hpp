@@ -4,8 +4,8 @@
 // tasks of one head group), to one rank while it has room, so that each row's
 // Q rows travel to few ranks. The repair's unpriced moves send each task to
 // its kv host or the least loaded rank, scattering a heavy row's Q over
-// hundreds of ranks (P = 1024 causal: its plan stayed 2.1 x the compute bound,
-// behind usp as it is; docs/bounds.md#uses-and-effort).
+// hundreds of ranks, so that its plan stayed behind usp as it is
+// (docs/bounds.md#measurements-behind-code-constants).
 #include <cstdint>
 #include <vector>
 

@@ -13,8 +13,9 @@
 // stamps, see scan_topk_row). Per query block: a byte per key and head
 // marks the selected keys, which give the cols of each key block (a byte
 // store per key; a bitmap's read-modify-write of one word per key chained
-// through memory, 3-6x slower on sorted rows); rows grow as runs (a row
-// touches a cell once). Extra memory is O(S) bytes per thread plus the
+// through memory, was slower on sorted rows:
+// docs/bounds.md#measurements-behind-code-constants); rows grow as runs (a
+// row touches a cell once). Extra memory is O(S) bytes per thread plus the
 // cells themselves, never O(indices).
 #include "cpsched/mask/index/cells.hpp"
 

@@ -323,8 +323,9 @@ PlanBuilder::Cut PlanBuilder::chosen_cut(const PlanOptions& options, std::option
   if (const State::Chosen* c = s_->chosen_for(options, *hw)) return tailed(c->ports);
   // Under a kernel model the cut is chosen on exact areas, as on the profile
   // without the table (the links are the same): today's cut, at today's cost
-  // (sheets without the kernels' content; on the kernels' own sheets a
-  // used-once path at P = 8 took 1.26x the instructions, docs/bounds.md).
+  // (sheets without the kernels' content, which cost the used-once path
+  // fewer instructions than the kernels' own sheets:
+  // docs/bounds.md#measurements-behind-code-constants).
   // The kernel model prices the plan of the cut chosen.
   std::optional<HardwareProfile> flat;
   if (hw->kernel) {
