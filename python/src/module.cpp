@@ -476,6 +476,20 @@ class Result {
     return numpy_from(std::vector<std::int32_t>(pool.begin(), pool.end()), pool.size(), 0);
   }
 
+  // The order `r` runs pass `p` in (plan/program.hpp), one row per instruction: op, stage, kind, phase (int32,
+  // the enums' values; the docstring lists them). A plan made without one (none the builder makes) gets the
+  // core's default program: an executor never emits its own.
+  nb::object program(Rank r, const std::string& p) const {
+    const PassPlan& pp = pass(r, p);
+    const Program prog = pp.program.empty() ? pass_program(pp.comm.stages, parse_pass(p)) : pp.program;
+    std::vector<std::int32_t> flat;
+    flat.reserve(4 * prog.size());
+    for (const Instr& i : prog)
+      for (auto v : {static_cast<int>(i.op), i.stage, static_cast<int>(i.kind), static_cast<int>(i.phase)})
+        flat.push_back(static_cast<std::int32_t>(v));
+    return numpy_from(std::move(flat), prog.size(), 4);
+  }
+
   nb::list comm_meta(Rank r, const std::string& p) const {
     nb::list stages;
     for (const StageComm& s : pass(r, p).comm.stages) stages.append(to_py(s));
@@ -1001,6 +1015,10 @@ NB_MODULE(_cpsched, m) {
   nb::class_<Result>(m, "Result")
       .def("calc_meta", &Result::calc_meta, "rank"_a, "pass_"_a = "fwd")
       .def("comm_meta", &Result::comm_meta, "rank"_a, "pass_"_a = "fwd")
+      .def("program", &Result::program, "rank"_a, "pass_"_a = "fwd",
+           "The order rank runs the pass in: int32 rows (op, stage, kind, phase). op: 0 cast, 1 wait_cast, "
+           "2 compute, 3 reduce, 4 wait_reduces, 5 merge; kind (reduce): 0 qo, 1 kv; phase (cast, reduce): "
+           "0 first, 1 forwarding (cpsched/plan/program.hpp)")
       .def("metrics", &Result::metrics)
       .def("predicted_compute", &Result::predicted_compute, "rank"_a, "hardware"_a = nb::none())
       .def("to_json", &Result::to_json, "indent"_a = -1, "solve_ms"_a = nb::none(), "tasks"_a = true,
