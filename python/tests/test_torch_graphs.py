@@ -123,11 +123,10 @@ def _plan_storages(dp):
             for fin in ws.finals.values():
                 for x in fin[1:]:
                     add(x)
-            for red in ws.reduces.values():
-                for _, relay, first in red:
-                    for rr in (relay, first):
-                        if rr is not None:
-                            add(rr.idx), add(rr.idx_exp)
+            for relay, first in ws.reduces.values():
+                for rr in (relay, first):
+                    if rr is not None:
+                        add(rr.idx), add(rr.idx_exp)
             for _, idx, _, _ in ws.fill_fields:
                 add(idx)
             for hit in ws.merge_idx.values():

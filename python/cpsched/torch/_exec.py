@@ -1,13 +1,16 @@
-"""The executor of one pass of a plan on one rank: the sim runtime's program (runtimes/sim/virtual_ranks.cpp)
-with real collectives.
+"""The executor of one pass of a plan on one rank: it interprets the pass's program (the core's,
+core/include/cpsched/plan/program.hpp, as the timing model and the sim do) with real collectives, and keeps no
+order of stages of its own.
 
-Per pass: cast(1) is issued; stage 0's local args run while it is in flight; for s = 1..N: wait for cast(s),
-run the relays' forwarding phase of stage s, issue cast(s + 1), run stage s's args, then reduce every stage
-whose `*_reduce_after` is s (forwarded partials back to their relays first, merged there, then the first
-phase back to the hosts). The first-phase reduces are asynchronous; their partials are merged into the host's
-own partial result once all have arrived. Every group-cast and every group-reduce of a (stage, kind, phase)
-is one `all_to_all_single` with split lists on the group, issued with async_op=True; a collective that carries
-nothing on any rank is skipped on every rank.
+The instructions (`_interpret`): cast(s, first) issues stage s's group-casts; cast(s, forwarding) is the
+relays' forwarding phase, which leaves once the first phase has arrived: torch has no comm stream, so it is
+issued at wait_cast(s), which waits for the first phase, and waited for before compute(s) runs stage s's args
+(the default program issues cast(s + 1) in between, as the sim does). reduce(t, kind, forwarding) sends the
+forwarded partials back to their relays; reduce(t, kind, first) merges (forward) or adds (backward) those into
+the relay's rows, then sends stage t's partials back to their hosts, asynchronously. wait_reduces waits for
+every reduce; merge folds the returns into the rank's own rows. Every group-cast and every group-reduce of a
+(stage, kind, phase) is one `all_to_all_single` with split lists on the group, issued with async_op=True; a
+collective that carries nothing on any rank is skipped on every rank.
 
 Rows travel as bytes: a row of a collective packs the fields of one (token, head group) as the plan's byte
 counts have them (docs/design.md#metrics, docs/heads.md): forward QO cast Q; forward QO reduce lse (fp32) and O; KV cast
@@ -230,13 +233,14 @@ class _Workspace:
                 if rows.loose and n:
                     self.pulls[s].append(rows.rows(r0, r0 + n))
 
-        # reduces, in the order the pass issues them; the first phase's returns of a kind land side by side
-        # in one buffer, merged (forward) or added (backward) once at the end of the pass
-        order = [(t, s2, kind) for t in sorted(pp.reduces) for s2, kind in pp.reduces[t]]
-        self.reduces = {}
+        # reduces, in the order the program issues their first phases; the first phase's returns of a kind
+        # land side by side in one buffer, merged (forward) or added (backward) once at the end of the pass
+        order = [(i.stage, i.kind) for i in pp.program if i.op == "reduce" and i.phase == "first"
+                 and (i.kind == "qo" or pass_ == "bwd")]
+        self.reduces = {}  # (stage, kind) -> (relay, first): their _Reduce, None where it moves nothing
         self.finals = {}
         for kind in ("qo", "kv"):
-            firsts = [getattr(pp.comm[s2 - 1], kind) for _, s2, kd in order if kd == kind]
+            firsts = [getattr(pp.comm[s2 - 1], kind) for s2, kd in order if kd == kind]
             firsts = [c for c in firsts if c.active]
             if not firsts:
                 continue
@@ -244,7 +248,7 @@ class _Workspace:
             idx = torch.cat([c.send_rows for c in firsts])
             self.finals[kind] = (back, idx) + _merge_views(back, idx)
         at = {"qo": 0, "kv": 0}
-        for t, s2, kind in order:
+        for s2, kind in order:
             st = pp.comm[s2 - 1]
             c_fwd, c = getattr(st, kind + "_fwd"), getattr(st, kind)
             relay = _Reduce(c_fwd, red_fields[kind], racc, None, carve) if c_fwd is not None and c_fwd.active else None
@@ -254,7 +258,7 @@ class _Workspace:
                 at[kind] += c.n_send
                 first = _Reduce(c, red_fields[kind], racc, back, carve)
             if relay is not None or first is not None:
-                self.reduces.setdefault(t, []).append((kind, relay, first))
+                self.reduces[(s2, kind)] = (relay, first)
 
         self.fill_fields = [(name, idx, t, self.row_shape[name]) for idx, send in self.fill
                             for name, t in send.typed.items()]
@@ -299,24 +303,91 @@ class _Workspace:
         for send in self.fill_loose:
             send.push()
 
-    def pipeline(self, comm):
-        """The pass's stage order, the same forward and backward: yields 0 once stage 1's casts are in flight
-        (stage 0's local work overlaps them), then each remote stage s once its rows (and the relays'
-        forwarded ones) have arrived, with stage s + 1's casts already issued."""
-        N = self.N
-        works = [comm.a2a(*x) for x in self.casts[0]] if N else []
-        yield 0
-        for s in range(1, N + 1):
-            _wait(works)
-            fw = []
-            for rows, idx, send, out, osp, isp in self.forwards[s - 1]:
-                torch.index_select(rows, 0, idx, out=send)
-                fw.append(comm.a2a(out, send, osp, isp))
-            works = [comm.a2a(*x) for x in self.casts[s]] if s < N else []
-            _wait(fw)
-            for p in self.pulls[s - 1]:
-                p.pull()
-            yield s
+    def forward_rows(self, s, comm):
+        """The relays' forwarding phase of stage s (its first phase has arrived): issued, not waited for."""
+        works = []
+        for rows, idx, send, out, osp, isp in self.forwards[s - 1]:
+            torch.index_select(rows, 0, idx, out=send)
+            works.append(comm.a2a(out, send, osp, isp))
+        return works
+
+    def unpack(self, s):
+        """Stage s's received rows into the fields that do not live in the bytes (odd sizes)."""
+        for p in self.pulls[s - 1]:
+            p.pull()
+
+
+class _Pass:
+    """What one run of a pass's program has in flight: each stage's casts until its wait_cast, its forwarding
+    phase until its compute, each relay's forwarded partials until its first-phase reduce, and the
+    first-phase reduces until wait_reduces. `compute(stage)`, `fold(relay)` (the relay's returns into its
+    rows) and `merge()` are the pass's own (forward or backward)."""
+
+    __slots__ = ("ws", "comm", "casts", "forwarding", "relays", "returns")
+
+    def __init__(self, ws, comm):
+        self.ws, self.comm = ws, comm
+        self.casts, self.forwarding, self.relays, self.returns = {}, {}, {}, []
+
+    def cast(self, i):
+        if i.phase == "first":
+            self.casts[i.stage] = [self.comm.a2a(*x) for x in self.ws.casts[i.stage - 1]]
+        # the forwarding phase leaves at wait_cast, once the first phase has arrived (no comm stream here)
+
+    def wait_cast(self, i):
+        _wait(self.casts.pop(i.stage))
+        self.forwarding[i.stage] = self.ws.forward_rows(i.stage, self.comm)
+
+    def arrive(self, s):
+        """Stage s's rows are all here (forwarded ones too) before it computes."""
+        if s:
+            _wait(self.forwarding.pop(s))
+            self.ws.unpack(s)
+
+    def reduce(self, i, fold):
+        relay, first = self.ws.reduces.get((i.stage, i.kind), (None, None))
+        if i.phase == "forwarding":
+            if relay is not None:
+                self.relays[(i.stage, i.kind)] = (relay, relay.issue(self.comm))
+            return
+        self.fold_relay((i.stage, i.kind), fold)  # the relay's rows hold its peers' partials before they go back
+        if first is not None:
+            self.returns.append(first.issue(self.comm))
+
+    def fold_relay(self, key, fold):
+        pending = self.relays.pop(key, None)
+        if pending is not None:
+            relay, work = pending
+            if work is not None:
+                work.wait()
+            relay.back.pull()
+            fold(relay)
+
+    def wait_reduces(self, fold):
+        for key in list(self.relays):
+            self.fold_relay(key, fold)
+        _wait(self.returns)
+
+
+def _interpret(ws, program, comm, compute, fold, merge):
+    """Runs the pass's program (module docstring): `compute(stage)` runs a stage's args, `fold(relay)` folds
+    a relay's returned partials into its rows, `merge()` folds the returns into the rank's own rows."""
+    run = _Pass(ws, comm)
+    for i in program:
+        op = i.op
+        if op == "cast":
+            run.cast(i)
+        elif op == "wait_cast":
+            run.wait_cast(i)
+        elif op == "compute":
+            run.arrive(i.stage)
+            compute(i.stage)
+        elif op == "reduce":
+            run.reduce(i, fold)
+        elif op == "wait_reduces":
+            run.wait_reduces(fold)
+        elif op == "merge":
+            merge()
 
 
 def _workspace(dp, pass_, dt):
@@ -377,20 +448,19 @@ def forward_program(dp, q, k, v, backend, comm, scale):
 
 def _forward(ws, b, pp, backend, comm, src):
     ws.pack(src)
-    finals = []
     racc = ws.racc3
-    for s in ws.pipeline(comm):
+
+    def compute(s):
         backend.forward_stage(pp.stages[s - 1] if s else pp.stage0, b)
-        for _, relay, first in ws.reduces.get(s, ()):
-            if relay is not None:  # forwarded partials back to the relay, merged there first
-                w = relay.issue(comm)
-                if w is not None:
-                    w.wait()
-                relay.back.pull()
-                scatter_merge(racc["o"], racc["lse"], relay.idx, relay.back.typed["o"], relay.lse3, relay.idx_exp)
-            if first is not None:
-                finals.append(first.issue(comm))
-    _wait(finals)
+
+    def fold(relay):  # forwarded partials back at their relay: merged into its rows
+        scatter_merge(racc["o"], racc["lse"], relay.idx, relay.back.typed["o"], relay.lse3, relay.idx_exp)
+
+    _interpret(ws, pp.program, comm, compute, fold, lambda: _merge_forward(ws, b))
+    return b.o, b.lse
+
+
+def _merge_forward(ws, b):
     fin = ws.finals.get("qo")
     if fin is not None:
         fin[0].pull()
@@ -403,7 +473,6 @@ def _forward(ws, b, pp, backend, comm, src):
     elif fin is not None:
         back, idx, lse3, exp = fin
         scatter_merge(ws.lacc["o"], ws.lacc["lse"], idx, back.typed["o"], lse3, exp)
-    return b.o, b.lse
 
 
 def run_backward(dp, q, k, v, out, lse, dout, backend, comm, scale):
@@ -434,26 +503,23 @@ def _backward(ws, b, pp, backend, comm, src):
     cdt = ws.cdt
     ws.pack(src)
     racc = ws.racc3
-    finals = []
-    for s in ws.pipeline(comm):
+
+    def compute(s):
         if s:
             d = ws.rdelta_of[s - 1]
             if d is not None:
                 b.defer_rdelta(*d)
         backend.backward_stage(pp.stages[s - 1] if s else pp.stage0, b)
-        todo = ws.reduces.get(s, ()) if s else ()
-        # forwarded gradients back to their relays first (summed there), then the first phase to the hosts
-        fwd_works = [(relay, relay.issue(comm)) for _, relay, _ in todo if relay is not None]
-        for relay, w in fwd_works:
-            if w is not None:
-                w.wait()
-            relay.back.pull()
-            for name, g in relay.back.typed.items():
-                racc[name].index_add_(0, relay.idx, g.to(cdt))
-        for _, _, first in todo:
-            if first is not None:
-                finals.append(first.issue(comm))
-    _wait(finals)
+
+    def fold(relay):  # forwarded gradients back at their relay: added into its rows
+        for name, g in relay.back.typed.items():
+            racc[name].index_add_(0, relay.idx, g.to(cdt))
+
+    _interpret(ws, pp.program, comm, compute, fold, lambda: _merge_backward(ws, b))
+    return b.dq, b.dk, (None if ws.shared else b.dv)
+
+
+def _merge_backward(ws, b):
     # every stage's returns of a field and the backend's gradients of local rows at once: one index_add
     parts = {name: list(g) for name, g in b.local_grads.items()}
     for back, idx, _, _ in ws.finals.values():
@@ -465,5 +531,4 @@ def _backward(ws, b, pp, backend, comm, src):
             continue
         idx, _ = ws.merge_rows([p[1] for p in lst])
         g = torch.cat([p[0] for p in lst]) if len(lst) > 1 else lst[0][0]
-        ws.lacc[name].index_add_(0, idx, g.to(cdt))
-    return b.dq, b.dk, (None if ws.shared else b.dv)
+        ws.lacc[name].index_add_(0, idx, g.to(ws.cdt))

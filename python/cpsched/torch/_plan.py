@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from .. import _cpsched
+from . import _program
 
 _TYPE_CODE = {"full": 0, "causal": 1, "inv_causal": 2, "bi_causal": 3}
 
@@ -131,6 +132,7 @@ class PassPlan:
     kv_rows: int
     indices: torch.Tensor | None  # the pass's index pool (index args), int64
     reduces: dict = field(default_factory=dict)  # t -> [s2, ...] (QO and KV lists)
+    program: tuple = ()  # the order the rank runs the pass in (_program.Instr, the core's)
 
 
 def _coll_of(rank_stages, s, key, P, G, rank, recv_at, relay):
@@ -202,7 +204,9 @@ def _rank_entry(d, rank):
     raise ValueError(f"plan: it holds the plan of rank(s) {[e.get('rank') for e in ranks]} only, not rank {rank}'s")
 
 
-def _pass_plan(d, rank, pass_, G, pool=None):
+def _pass_plan(d, rank, pass_, G, pool=None, program=None):
+    """`rank`'s pass from the plan `d`; its index pool and program from the extension when given (a Result),
+    else from `d` (a plan text, validated)."""
     P = int(d["problem"]["cp_size"])
     mine = _rank_entry(d, rank)[pass_]
     # A rank's own plan does not list the other ranks' sends: _any_send then reads what every rank's plan
@@ -259,7 +263,28 @@ def _pass_plan(d, rank, pass_, G, pool=None):
     pp.remote_rows = {kind: _remote_runs(mine["comm"].get(f"remote_{kind}_rows", []), total)
                       for kind, total in (("qo", qo_total), ("kv", kv_total))}
     pp.reduces = _reduce_points(pp, pass_)
+    pp.program = program if program is not None else _program_of_text(mine, rank, pass_)
     return pp
+
+
+def _program_of_text(mine, rank, pass_):
+    texts = mine.get("program")
+    if texts is None:
+        raise ValueError(f"plan: ranks[{rank}].{pass_}.program: missing (the order the rank runs the pass in; "
+                         "Result.to_json writes it)")
+    return tuple(_program.parse(t) for t in texts)
+
+
+def _programs(result, d, pass_):
+    """Every rank's program of `pass_` that `d` lists (one rank's for a rank's own plan), as the extension
+    gives it for a Result, else from the text."""
+    out = []
+    raw = getattr(result, "_r", result)  # the extension's Result (cpsched.Result wraps it)
+    for e in d["ranks"]:
+        r = int(e.get("rank", len(out)))
+        out.append(_program.from_array(raw.program(r, pass_)) if result is not None
+                   else _program_of_text(e[pass_], r, pass_))
+    return out
 
 
 def _reduce_points(pp, pass_):
@@ -348,12 +373,14 @@ def _rank_arg(rank):
     return int(rank)
 
 
-def _plan_digest(d, per_rank):
+def _plan_digest(d, per_rank, programs):
     """A digest of what a rank runs that every rank's copy of the same plan shares: the problem (mask, layout,
-    heads), the stages and, for a plan of all ranks, every rank's args and collectives; for a rank's own plan
-    the reduce points (its splits are matched with the peers' by the split digests)."""
+    heads), the stages, the programs `d` lists (`programs`: pass -> per entry of d["ranks"]) and, for a plan of
+    all ranks, every rank's args and collectives; for a rank's own plan the reduce points (its splits are
+    matched with the peers' by the split digests)."""
     from ._agree import digest
-    parts = [d["problem"], d.get("stages"), bool(d.get("local_tail", False))]
+    parts = [d["problem"], d.get("stages"), bool(d.get("local_tail", False)),
+             {p: [[str(i) for i in prog] for prog in programs[p]] for p in ("fwd", "bwd")}]
     if per_rank:
         parts.append([[(st.get("qo_reduce_after"), st.get("kv_reduce_after")) for st in e[p]["comm"]["stages"]]
                       for e in d["ranks"] for p in ("fwd", "bwd")])
@@ -437,8 +464,12 @@ class TorchPlan:
             raise ValueError("plan: metrics: expected {fwd, bwd: {send, recv, total_send}} (Result.to_json's)") from None
         pools = (None, None) if plan_json is not None else (result.index_rows(self.rank, "fwd"),
                                                              result.index_rows(self.rank, "bwd"))
-        self.fwd = _pass_plan(d, self.rank, "fwd", self.G, pools[0])
-        self.bwd = _pass_plan(d, self.rank, "bwd", self.G, pools[1])
+        # the programs from the extension (a Result), else from the text
+        programs = {p: _programs(result, d, p) for p in ("fwd", "bwd")}
+        mine = next(i for i, e in enumerate(d["ranks"]) if int(e.get("rank", i)) == self.rank) \
+            if len(d["ranks"]) != self.cp_size else self.rank
+        self.fwd = _pass_plan(d, self.rank, "fwd", self.G, pools[0], programs["fwd"][mine])
+        self.bwd = _pass_plan(d, self.rank, "bwd", self.G, pools[1], programs["bwd"][mine])
         if self.index_mask is not None and len(d["ranks"]) == self.cp_size:  # what remap_topk needs
             for pp, name in ((self.fwd, "fwd"), (self.bwd, "bwd")):
                 pp.row_global = _remote_row_globals(d, self.rank, name, self.layout)
@@ -456,7 +487,7 @@ class TorchPlan:
         self.per_rank = len(d["ranks"]) != self.cp_size
         self.forwarding_known = not self.per_rank
         self._forwarding = None if self.per_rank else "known"
-        self.digest = _plan_digest(d, self.per_rank)
+        self.digest = _plan_digest(d, self.per_rank, programs)
         self.split_digests = _split_digests(self)
         self.own_forwarding_bits = _own_forwarding_bits(self) if self.per_rank else 0
         self._devices = {}
@@ -577,7 +608,7 @@ class _OtherRankPlan(TorchPlan):
 
 
 class _DevicePass:
-    __slots__ = ("stage0", "stages", "comm", "qo_rows", "kv_rows", "indices", "reduces", "__weakref__")
+    __slots__ = ("stage0", "stages", "comm", "qo_rows", "kv_rows", "indices", "reduces", "program", "__weakref__")
 
     def __init__(self, pp, device):
         def mv(c):
@@ -592,6 +623,7 @@ class _DevicePass:
         self.kv_rows = pp.kv_rows
         self.indices = pp.indices.to(device) if pp.indices is not None else None
         self.reduces = pp.reduces
+        self.program = pp.program
 
 
 class _DevicePlan:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _program
+
 _TYPES = ("full", "causal", "inv_causal", "bi_causal")
 _PRIMES = (2147483647, 2147483629)  # two primes below 2^31: products of residues fit in int64
 _MAX = 1 << 40  # no count in a plan comes near this; larger numbers are garbage
@@ -309,6 +311,8 @@ def _pass(entry, path, pass_, r, P, N, L, gmin, G):
             one[kind] = (c, fw, off, n, after)
             out[f"{kind}_end"].append(off + n)
         out["stages"].append(one)
+    out["program"] = _program_of(e, path, pass_, [one["qo"][4] for one in out["stages"]],
+                                 [one["kv"][4] for one in out["stages"]])
     local = _list(_key(calc, "local_attn_args", path + ".calc"), path + ".calc.local_attn_args")
     remote = _list(_key(calc, "remote_attn_args", path + ".calc"), path + ".calc.remote_attn_args", N)
     out["args"] = [local] + [_list(x, f"{path}.calc.remote_attn_args[{s}]") for s, x in enumerate(remote)]
@@ -317,9 +321,36 @@ def _pass(entry, path, pass_, r, P, N, L, gmin, G):
     return out
 
 
+def _program_of(e, path, pass_, qo_after, kv_after):
+    """The pass's program (plan/program.hpp): required (an executor runs the plan's order, it makes none), each
+    instruction parsed, and runnable as the core's program_error checks."""
+    texts = _list(_key(e, "program", path), path + ".program")
+    prog = []
+    for k, t in enumerate(texts):
+        try:
+            prog.append(_program.parse(t))
+        except ValueError as err:
+            _fail(f"{path}.program[{k}]", str(err))
+    bad = _program.error(prog, qo_after, kv_after, pass_)
+    if bad is not None:
+        _fail(f"{path}.program[{bad[0]}]" if bad[0] < len(prog) else f"{path}.program", bad[1])
+    return prog
+
+
 def _cross(passes, pass_, P, N):
     """Every receiver's output splits from a source are exactly the source's input splits naming it, in order
     (first phase and forwarding phase), and reduce points are the same on every rank."""
+    # every rank issues the collectives in the same order (they meet in them)
+    order0 = _program.collectives(passes[0]["program"])
+    for r in range(1, P):
+        order = _program.collectives(passes[r]["program"])
+        if order != order0:
+            j = next((j for j, (a, b_) in enumerate(zip(order, order0)) if a != b_), min(len(order), len(order0)))
+            k = [i for i, x in enumerate(passes[r]["program"]) if x.op in ("cast", "reduce")]
+            _fail(f"ranks[{r}].{pass_}.program" + (f"[{k[j]}]" if j < len(k) else ""),
+                  f"its collectives are issued in another order than rank 0's: collective {j} is "
+                  f"{str(order[j]) if j < len(order) else 'missing'}, rank 0's is "
+                  f"{str(order0[j]) if j < len(order0) else 'missing'}")
     for s in range(N):
         for kind in ("qo", "kv"):
             afters = {passes[r]["stages"][s][kind][4] for r in range(P)}
