@@ -16,15 +16,16 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 if [[ ${1:-} == --diff ]]; then
   exec python3 - "$2" "$3" <<'PY'
-import csv, os, sys
+import csv, os, re, sys
 a, b = sys.argv[1:3]
 timing = {"latency_ms", "grid_ms", "solve_ms", "plan_ms", "rank_path_ms", "cost_per_use"}
 def files(d):
     return sorted(os.path.relpath(os.path.join(r, f), d) for r, _, fs in os.walk(d) for f in fs
                   if f in ("results.csv", "digests.txt"))
-def rows(p):
+def rows(p):  # (messages name the plugin files: their folder is the build's)
     with open(p) as f:
-        return [{k: v for k, v in x.items() if k not in timing} for x in csv.DictReader(f)]
+        return [{k: re.sub(r"/\S*/lib/cpsched/plugins/", "<plugins>/", v) for k, v in x.items() if k not in timing}
+                for x in csv.DictReader(f)]
 def digests(p):
     with open(p) as f:
         return dict(line.split() for line in f if line.strip())

@@ -71,6 +71,7 @@ class ProgramCheck {
 
   std::string step(const Instr& i) {
     if (merged_) return "an instruction after merge";
+    if (static_cast<int>(i.kind) > 1 || static_cast<int>(i.phase) > 1) return "an unknown kind or phase";
     switch (i.op) {
       case Op::cast: return cast(i);
       case Op::wait_cast: return wait_cast(i.stage);

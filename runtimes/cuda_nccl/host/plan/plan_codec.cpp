@@ -66,11 +66,18 @@ class Writer {
     item(s.qo_fwd);
     item(s.kv_fwd);
   }
+  void item(const Instr& i) {
+    pod(static_cast<std::uint8_t>(i.op));
+    pod(static_cast<std::int32_t>(i.stage));
+    pod(static_cast<std::uint8_t>(i.kind));
+    pod(static_cast<std::uint8_t>(i.phase));
+  }
   void item(const PassPlan& p) {
     vec(p.calc.local_attn_args);
     vec(p.calc.remote_attn_args);
     vec(p.calc.indices);
     vec(p.comm.stages);
+    vec(p.program);
   }
   std::vector<std::uint8_t> out;
 };
@@ -149,12 +156,22 @@ class Reader {
     s.kv_fwd = collective();
     return s;
   }
+  // (Values out of range are caught by program_error where the pipeline takes the program.)
+  Instr instr() {
+    Instr i;
+    i.op = static_cast<Op>(pod<std::uint8_t>());
+    i.stage = pod<std::int32_t>();
+    i.kind = static_cast<RowKind>(pod<std::uint8_t>());
+    i.phase = static_cast<Phase>(pod<std::uint8_t>());
+    return i;
+  }
   PassPlan pass() {
     PassPlan p;
     p.calc.local_attn_args = args();
     p.calc.remote_attn_args = vec<std::vector<AttnArg>>([&] { return args(); });
     p.calc.indices = IndexPool(vec<std::int32_t>([&] { return pod<std::int32_t>(); }));
     p.comm.stages = vec<StageComm>([&] { return stage(); });
+    p.program = vec<Instr>([&] { return instr(); });
     return p;
   }
   bool done() const { return at_ == b_.size(); }

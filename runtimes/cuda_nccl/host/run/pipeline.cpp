@@ -770,6 +770,10 @@ void RankPipeline::prepare(Pass pass, const PassPlan& plan) {
     ptr = static_cast<P>(be_.alloc(n));
   }, tail_);
 
+  const cpsched::Pass core_pass = pass == Pass::fwd ? cpsched::Pass::fwd : cpsched::Pass::bwd;
+  pp.program = plan.program.empty() ? pass_program(plan.comm.stages, core_pass) : plan.program;
+  if (const std::string why = program_error(pp.program, plan.comm.stages, core_pass); !why.empty())
+    throw Error(fmt::format("cuda_nccl: rank {} {} program: {}", be_.rank(), to_string(pass), why));
   PassBuilder b(*this, pass, plan);
   b.build_stages();
   b.build_launches();
@@ -791,17 +795,23 @@ void RankPipeline::set_inputs(const RankInputs& in) {
   be_.upload(local_.d_o, in.d_o.data(), static_cast<Bytes>(no * 2));
 }
 
-void RankPipeline::issue_cast(PassPrep& pp, int s, std::vector<Event>& done) {
+void RankPipeline::issue_cast(PassPrep& pp, int s, Phase phase, PassRun& run) {
   Stage& st = pp.stages[static_cast<std::size_t>(s - 1)];
-  if (st.n_pack > 0) be_.copy(StreamId::comm, st.pack, st.n_pack);
-  if (!st.cast_ops.empty()) be_.exchange(st.cast_ops);
-  // Relays: forward rows of this stage's receive once it is in (comm stream order).
-  if (st.n_fwd_pack > 0) be_.copy(StreamId::comm, st.fwd_pack, st.n_fwd_pack);
-  if (!st.fwd_cast_ops.empty()) be_.exchange(st.fwd_cast_ops);
-  done[static_cast<std::size_t>(s)] = be_.record(StreamId::comm);
+  if (phase == Phase::first) {
+    if (st.n_pack > 0) be_.copy(StreamId::comm, st.pack, st.n_pack);
+    if (!st.cast_ops.empty()) be_.exchange(st.cast_ops);
+  } else {
+    // Relays forward rows of this stage's receive once it is in (comm stream order).
+    if (st.n_fwd_pack > 0) be_.copy(StreamId::comm, st.fwd_pack, st.n_fwd_pack);
+    if (!st.fwd_cast_ops.empty()) be_.exchange(st.fwd_cast_ops);
+    // A stage is waited for after both phases (program_error): one event, after the second.
+    run.cast_done[static_cast<std::size_t>(s)] = be_.record(StreamId::comm);
+  }
 }
 
-void RankPipeline::issue_reduce(Pass pass, PassPrep& pp, int t, RowKind kind, std::vector<Event>& done) {
+void RankPipeline::issue_reduce(Pass pass, PassPrep& pp, const Instr& i, PassRun& run) {
+  const int t = i.stage;
+  const RowKind kind = i.kind;
   const Stage& st = pp.stages[static_cast<std::size_t>(t - 1)];
   const RemoteBuffers& rb = pp.rb;
   // O rows hold d_v per head, dQ and dK rows d_qk, dV rows d_v (none with a shared latent).
@@ -819,8 +829,20 @@ void RankPipeline::issue_reduce(Pass pass, PassPrep& pp, int t, RowKind kind, st
       if (!h_.shared) be_.convert(rb.dv_acc + vo, rb.dv_wire + vo, vn);
     }
   };
-  to_wire();
-  be_.wait(StreamId::comm, be_.record(StreamId::compute));
+  // The partials go to the wire once per (stage, kind), again only where a
+  // compute ran since.
+  int& wired = run.wired[2 * static_cast<std::size_t>(t - 1) + static_cast<std::size_t>(kind)];
+  if (wired != run.computes) {
+    to_wire();
+    be_.wait(StreamId::comm, be_.record(StreamId::compute));
+    wired = run.computes;
+  }
+  if (i.phase == Phase::first) {
+    const auto& ops = kind == RowKind::qo ? st.qo_reduce_ops : st.kv_reduce_ops;
+    if (!ops.empty()) be_.exchange(ops);
+    run.reduce_done.push_back(be_.record(StreamId::comm));
+    return;
+  }
   // Relays: forwarded partials come back first; a relay folds them into its
   // rows (one launch per peer: peers return the same rows) before they go on.
   const auto& fwd_ops = kind == RowKind::qo ? st.qo_fwd_reduce_ops : st.kv_fwd_reduce_ops;
@@ -837,9 +859,6 @@ void RankPipeline::issue_reduce(Pass pass, PassPrep& pp, int t, RowKind kind, st
       be_.wait(StreamId::comm, be_.record(StreamId::compute));
     }
   }
-  const auto& ops = kind == RowKind::qo ? st.qo_reduce_ops : st.kv_reduce_ops;
-  if (!ops.empty()) be_.exchange(ops);
-  done.push_back(be_.record(StreamId::comm));
 }
 
 // A stage: its cuDNN batches, each followed by the merges / sums of its
@@ -867,7 +886,9 @@ double RankPipeline::time_compute(Pass pass, bool sdpa_only) {
   be_.synchronize();
   be_.recycle_events();
   const Event t0 = be_.record(StreamId::compute);
-  for (int s = 0; s < static_cast<int>(pp.launches.size()); ++s) {
+  for (const Instr& i : pp.program) {
+    if (i.op != Op::compute) continue;
+    const int s = i.stage;
     if (!sdpa_only && pass == Pass::bwd) {
       if (s == 0) be_.delta(local_.o, local_.d_o, local_.delta, rows_ * h_.hq, h_.dv());
       else {
@@ -886,37 +907,54 @@ double RankPipeline::time_compute(Pass pass, bool sdpa_only) {
   return be_.elapsed_ms(t0, t1);
 }
 
-void RankPipeline::run_pass(Pass pass) {
-  PassPrep& pp = pass_[static_cast<int>(pass)];
-  const int N = static_cast<int>(pp.stages.size());
-  std::vector<Event> cast_done(static_cast<std::size_t>(N) + 1), reduce_done;
-  auto launch_stage = [&](int s) { this->launch_stage(pass, s, false); };
-  if (N >= 1) issue_cast(pp, 1, cast_done);
-  launch_stage(0);
-  for (int s = 1; s <= N; ++s) {
-    be_.wait(StreamId::compute, cast_done[static_cast<std::size_t>(s)]);
-    if (s < N) issue_cast(pp, s + 1, cast_done);
+// A stage's args; in the backward pass first rowsum(dO O) of the rows the
+// stage received (stage 0's local rows: backward() computes theirs).
+void RankPipeline::compute_stage(Pass pass, PassPrep& pp, int s) {
+  if (pass == Pass::bwd && s > 0) {
     const Stage& st = pp.stages[static_cast<std::size_t>(s - 1)];
-    if (pass == Pass::bwd && st.qo_rows > 0) {
+    if (st.qo_rows > 0) {
       const i64 off = st.qo_off * pp.shape.q_heads;
       be_.delta(pp.rb.o + off * h_.dv(), pp.rb.d_o + off * h_.dv(), pp.rb.delta + off,
                 st.qo_rows * pp.shape.q_heads, h_.dv());
     }
-    launch_stage(s);
-    for (int t = 1; t <= N; ++t) {
-      const Stage& rt = pp.stages[static_cast<std::size_t>(t - 1)];
-      if (rt.qo_after == s) issue_reduce(pass, pp, t, RowKind::qo, reduce_done);
-      if (pass == Pass::bwd && rt.kv_after == s) issue_reduce(pass, pp, t, RowKind::kv, reduce_done);
-    }
   }
-  for (Event e : reduce_done) be_.wait(StreamId::compute, e);
-  // One launch per peer: two peers may return the same local rows.
+  launch_stage(pass, s, false);
+}
+
+// Pass end: the returned partials into the rank's own rows (one launch per
+// peer: two peers may return the same local rows).
+void RankPipeline::merge_returns(Pass pass, const PassPrep& pp) {
   for (const Stage& st : pp.stages) {
     for (const Unpack& u : st.qo_unpack) {
       if (pass == Pass::fwd) be_.merge(static_cast<const MergeSeg*>(u.segs), u.n);
       else be_.sum(static_cast<const SumSeg*>(u.segs), u.n);
     }
     for (const Unpack& u : st.kv_unpack) be_.sum(static_cast<const SumSeg*>(u.segs), u.n);
+  }
+}
+
+// Interprets the pass's program (plan/program.hpp): casts and reduces on the
+// comm stream, args on the compute stream, events between them.
+void RankPipeline::run_pass(Pass pass) {
+  PassPrep& pp = pass_[static_cast<int>(pass)];
+  const std::size_t N = pp.stages.size();
+  PassRun run;
+  run.cast_done.resize(N + 1);
+  run.wired.assign(2 * N, -1);
+  for (const Instr& i : pp.program) {
+    switch (i.op) {
+      case Op::cast: issue_cast(pp, i.stage, i.phase, run); break;
+      case Op::wait_cast: be_.wait(StreamId::compute, run.cast_done[static_cast<std::size_t>(i.stage)]); break;
+      case Op::compute:
+        compute_stage(pass, pp, i.stage);
+        ++run.computes;
+        break;
+      case Op::reduce: issue_reduce(pass, pp, i, run); break;
+      case Op::wait_reduces:
+        for (Event e : run.reduce_done) be_.wait(StreamId::compute, e);
+        break;
+      case Op::merge: merge_returns(pass, pp); break;
+    }
   }
 }
 

@@ -154,6 +154,7 @@ class RankPipeline {
     std::vector<std::vector<Launch>> launches;  // [s], s = 0..N
     std::vector<std::vector<IndexRun>> index;   // [s]
     std::vector<std::vector<SdpaLaunch>> sdpa;  // [s]
+    Program program;                            // the order run_pass issues it all in
     Event t0, t1;
   };
 
@@ -162,8 +163,17 @@ class RankPipeline {
   void prepare(Pass pass, const PassPlan& plan);
   void run_pass(Pass pass);
   void launch_stage(Pass pass, int s, bool sdpa_only);
-  void issue_cast(PassPrep& pp, int s, std::vector<Event>& done);
-  void issue_reduce(Pass pass, PassPrep& pp, int t, RowKind kind, std::vector<Event>& done);
+  // What run_pass keeps while it interprets a pass's program.
+  struct PassRun {
+    std::vector<Event> cast_done;     // [s]: the comm stream after stage s's last cast
+    std::vector<Event> reduce_done;   // one per first-phase reduce
+    std::vector<int> wired;           // [2 (t - 1) + kind]: computes run when its partials went to the wire (-1: not)
+    int computes = 0;                 // compute instructions run so far
+  };
+  void issue_cast(PassPrep& pp, int s, Phase phase, PassRun& run);
+  void compute_stage(Pass pass, PassPrep& pp, int s);
+  void issue_reduce(Pass pass, PassPrep& pp, const Instr& i, PassRun& run);
+  void merge_returns(Pass pass, const PassPrep& pp);
 
   Backend& be_;
   HeadLayout h_;
