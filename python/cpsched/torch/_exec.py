@@ -147,70 +147,79 @@ class _Workspace:
     all written and read inside the pass (every collective is waited for before it returns), so nothing that
     autograd saves for the backward lives here."""
 
-    def __init__(self, tp, pp, pass_, dt, carve):
-        L, G, qpg, kpg = tp.rows, tp.G, tp.qpg, tp.kpg
+    def __init__(self, tp, pp, pass_, dtype, carve):
+        local_rows, groups, q_per_group, kv_per_group = tp.rows, tp.G, tp.qpg, tp.kpg
         hq, hkv, dqk, dv, shared = tp.hq, tp.hkv, tp.dqk, tp.dv, tp.kv_shared
-        Nq, Nk = pp.qo_rows, pp.kv_rows
-        N = len(pp.comm)
-        cdt = compute_dtype(dt)
-        f32 = torch.float32
-        self.dt, self.cdt, self.N, self.shared, self.dv = dt, cdt, N, shared, dv
-        kv_fields = [("k", dt, (kpg, dqk))] + ([] if shared else [("v", dt, (kpg, dv))])
+        remote_qo_rows, remote_kv_rows = pp.qo_rows, pp.kv_rows  # the remote buffers' rows, every stage's
+        num_stages = len(pp.comm)
+        acc_dtype = compute_dtype(dtype)  # what the partial results accumulate in
+        fp32 = torch.float32
+        self.dtype, self.acc_dtype, self.num_stages, self.shared, self.dv = dtype, acc_dtype, num_stages, shared, dv
+        kv_fields = [("k", dtype, (kv_per_group, dqk))] + ([] if shared else [("v", dtype, (kv_per_group, dv))])
         if pass_ == "fwd":
-            qo_fields = [("q", dt, (qpg, dqk))]
+            qo_fields = [("q", dtype, (q_per_group, dqk))]
         else:
-            qo_fields = [("lse", f32, (qpg,)), ("q", dt, (qpg, dqk)), ("o", dt, (qpg, dv)), ("do", dt, (qpg, dv))]
-        self.rqo = _Packed.alloc(Nq, qo_fields, carve)
-        self.rkv = _Packed.alloc(Nk, kv_fields, carve)
-        rk = self.rkv.typed["k"]
-        rv = rk[..., :dv] if shared else self.rkv.typed["v"]
+            qo_fields = [("lse", fp32, (q_per_group,)), ("q", dtype, (q_per_group, dqk)),
+                         ("o", dtype, (q_per_group, dv)), ("do", dtype, (q_per_group, dv))]
+        self.recv_qo = _Packed.alloc(remote_qo_rows, qo_fields, carve)
+        self.recv_kv = _Packed.alloc(remote_kv_rows, kv_fields, carve)
+        recv_k = self.recv_kv.typed["k"]
+        recv_v = recv_k[..., :dv] if shared else self.recv_kv.typed["v"]
         # this rank's rows of each field as the casts send them ((row, head group) flattened)
-        self.row_shape = {name: torch.Size((L * G,) + tail) for name, _, tail in qo_fields + kv_fields}
+        self.row_shape = {name: torch.Size((local_rows * groups,) + tail) for name, _, tail in qo_fields + kv_fields}
         if pass_ == "fwd":
-            self.acc = carve.empty((L * hq * dv + Nq * qpg * dv,), cdt)
-            self.lse_blk = carve.empty((L * hq + Nq * qpg,), cdt)
-            o, ro = _carve(self.acc, [(L, hq, dv), (Nq, qpg, dv)])
-            lse, rlse = _carve(self.lse_blk, [(L, hq), (Nq, qpg)])
-            self.lacc = {"o": o.view(L * G, qpg, dv), "lse": lse.view(L * G, qpg, 1)}
-            self.racc3 = {"o": ro, "lse": rlse.unsqueeze(-1)}
-            self.b = Buffers(rq=self.rqo.typed["q"], rk=rk, rv=rv, o=o, lse=lse, ro=ro, rlse=rlse, indices=pp.indices,
-                             qpg=qpg, kpg=kpg, shared=shared, rlse_rows=self.racc3["lse"])
-            red_fields = {"qo": [("lse", f32, (qpg,)), ("o", dt, (qpg, dv))]}
-            racc = {"lse": rlse, "o": ro}
+            self.acc_block = carve.empty((local_rows * hq * dv + remote_qo_rows * q_per_group * dv,), acc_dtype)
+            self.lse_block = carve.empty((local_rows * hq + remote_qo_rows * q_per_group,), acc_dtype)
+            o, remote_o = _carve(self.acc_block, [(local_rows, hq, dv), (remote_qo_rows, q_per_group, dv)])
+            lse, remote_lse = _carve(self.lse_block, [(local_rows, hq), (remote_qo_rows, q_per_group)])
+            # this rank's own rows, (row, head group) flattened: what the returns merge into
+            self.local_acc = {"o": o.view(local_rows * groups, q_per_group, dv),
+                              "lse": lse.view(local_rows * groups, q_per_group, 1)}
+            # the remote rows' partials as a relay merges its returns into them (lse with a trailing 1)
+            self.remote_acc = {"o": remote_o, "lse": remote_lse.unsqueeze(-1)}
+            self.buffers = Buffers(rq=self.recv_qo.typed["q"], rk=recv_k, rv=recv_v, o=o, lse=lse, ro=remote_o,
+                                   rlse=remote_lse, indices=pp.indices, qpg=q_per_group, kpg=kv_per_group,
+                                   shared=shared, rlse_rows=self.remote_acc["lse"])
+            reduce_fields = {"qo": [("lse", fp32, (q_per_group,)), ("o", dtype, (q_per_group, dv))]}
+            reduce_sources = {"lse": remote_lse, "o": remote_o}  # what a reduce sends back
         else:
-            shapes = [(L, hq, dqk), (L, hkv, dqk)] + ([] if shared else [(L, hkv, dv)]) + \
-                [(Nq, qpg, dqk), (Nk, kpg, dqk)] + ([] if shared else [(Nk, kpg, dv)]) + [(Nq, qpg)]
-            self.acc = carve.empty((sum(math.prod(x) for x in shapes),), cdt)
-            parts = _carve(self.acc, shapes)
+            shapes = [(local_rows, hq, dqk), (local_rows, hkv, dqk)] + ([] if shared else [(local_rows, hkv, dv)]) + \
+                [(remote_qo_rows, q_per_group, dqk), (remote_kv_rows, kv_per_group, dqk)] + \
+                ([] if shared else [(remote_kv_rows, kv_per_group, dv)]) + [(remote_qo_rows, q_per_group)]
+            self.acc_block = carve.empty((sum(math.prod(x) for x in shapes),), acc_dtype)
+            parts = _carve(self.acc_block, shapes)
             if shared:
-                dq, dk, rdq, rdk, rdelta = parts
-                dv_, rdv = None, None
+                dq, dk, remote_dq, remote_dk, remote_delta = parts
+                dv_, remote_dv = None, None
             else:
-                dq, dk, dv_, rdq, rdk, rdv, rdelta = parts
-            self.lacc = {"dq": dq.view(L * G, qpg, dqk), "dk": dk.view(L * G, kpg, dqk),
-                         "dv": None if shared else dv_.view(L * G, kpg, dv)}
-            self.b = Buffers(rq=self.rqo.typed["q"], rk=rk, rv=rv, rlse=self.rqo.typed["lse"], rout=self.rqo.typed["o"],
-                             rdout=self.rqo.typed["do"], rdelta=rdelta, dq=dq, dk=dk, dv=dv_, rdq=rdq, rdk=rdk,
-                             rdv=rdv, indices=pp.indices, qpg=qpg, kpg=kpg, shared=shared)
-            self.lse_blk = None
-            dkv = [("dk", dt, (kpg, dqk))] + ([] if shared else [("dv", dt, (kpg, dv))])
-            red_fields = {"qo": [("dq", dt, (qpg, dqk))], "kv": dkv}
-            racc = {"dq": rdq, "dk": rdk, "dv": rdv}
-            self.racc3 = racc
-            # rowsum(dO O) of each stage's remote rows, computed when a backend reads b.rdelta
-            self.rdelta_of = []
+                dq, dk, dv_, remote_dq, remote_dk, remote_dv, remote_delta = parts
+            self.local_acc = {"dq": dq.view(local_rows * groups, q_per_group, dqk),
+                              "dk": dk.view(local_rows * groups, kv_per_group, dqk),
+                              "dv": None if shared else dv_.view(local_rows * groups, kv_per_group, dv)}
+            self.buffers = Buffers(rq=self.recv_qo.typed["q"], rk=recv_k, rv=recv_v, rlse=self.recv_qo.typed["lse"],
+                                   rout=self.recv_qo.typed["o"], rdout=self.recv_qo.typed["do"], rdelta=remote_delta,
+                                   dq=dq, dk=dk, dv=dv_, rdq=remote_dq, rdk=remote_dk, rdv=remote_dv,
+                                   indices=pp.indices, qpg=q_per_group, kpg=kv_per_group, shared=shared)
+            self.lse_block = None
+            dkv = [("dk", dtype, (kv_per_group, dqk))] + ([] if shared else [("dv", dtype, (kv_per_group, dv))])
+            reduce_fields = {"qo": [("dq", dtype, (q_per_group, dqk))], "kv": dkv}
+            reduce_sources = {"dq": remote_dq, "dk": remote_dk, "dv": remote_dv}
+            self.remote_acc = reduce_sources  # a relay adds its returns into them
+            # rowsum(dO O) of each stage's remote rows, computed when a backend reads buffers.rdelta
+            self.remote_delta_of = []
             for st in pp.comm:
                 r = slice(st.qo_off, st.qo_off + st.qo_rows)
-                self.rdelta_of.append((rdelta[r], self.b.rdout[r], self.b.rout[r]) if st.qo_rows else None)
+                self.remote_delta_of.append((remote_delta[r], self.buffers.rdout[r], self.buffers.rout[r])
+                                            if st.qo_rows else None)
 
         self.merge_idx = {}  # the final merge's / add's rows (returns and backends' parts), per list of parts
-        recv = {"qo": self.rqo, "kv": self.rkv}
+        recv = {"qo": self.recv_qo, "kv": self.recv_kv}
         fields = {"qo": qo_fields, "kv": kv_fields}
         # first-phase casts: every stage's send rows in one buffer per kind, filled once per pass
         self.fill = []  # (idx, packed send buffer)
-        self.casts = [[] for _ in range(N)]  # per stage: (out, inp, out_splits, in_splits)
-        self.forwards = [[] for _ in range(N)]  # per stage: (rows, idx, send, out, out_splits, in_splits)
-        self.pulls = [[] for _ in range(N)]  # per stage: receive rows to unpack (loose fields only)
+        self.casts = [[] for _ in range(num_stages)]  # per stage: (out, inp, out_splits, in_splits)
+        self.forwards = [[] for _ in range(num_stages)]  # per stage: (rows, idx, send, out, out_splits, in_splits)
+        self.pulls = [[] for _ in range(num_stages)]  # per stage: receive rows to unpack (loose fields only)
         for kind in ("qo", "kv"):
             rows = recv[kind]
             colls = [(s, getattr(st, kind)) for s, st in enumerate(pp.comm) if getattr(st, kind).active]
@@ -244,19 +253,20 @@ class _Workspace:
             firsts = [c for c in firsts if c.active]
             if not firsts:
                 continue
-            back = _Packed.alloc(sum(c.n_send for c in firsts), red_fields[kind], carve)
+            back = _Packed.alloc(sum(c.n_send for c in firsts), reduce_fields[kind], carve)
             idx = torch.cat([c.send_rows for c in firsts])
             self.finals[kind] = (back, idx) + _merge_views(back, idx)
         at = {"qo": 0, "kv": 0}
         for s2, kind in order:
             st = pp.comm[s2 - 1]
             c_fwd, c = getattr(st, kind + "_fwd"), getattr(st, kind)
-            relay = _Reduce(c_fwd, red_fields[kind], racc, None, carve) if c_fwd is not None and c_fwd.active else None
+            relay = _Reduce(c_fwd, reduce_fields[kind], reduce_sources, None, carve) \
+                if c_fwd is not None and c_fwd.active else None
             first = None
             if c.active:
                 back = self.finals[kind][0].rows(at[kind], at[kind] + c.n_send)
                 at[kind] += c.n_send
-                first = _Reduce(c, red_fields[kind], racc, back, carve)
+                first = _Reduce(c, reduce_fields[kind], reduce_sources, back, carve)
             if relay is not None or first is not None:
                 self.reduces[(s2, kind)] = (relay, first)
 
@@ -265,10 +275,10 @@ class _Workspace:
         self.fill_loose = [send for _, send in self.fill if send.loose]
 
     def reset(self):
-        self.acc.zero_()
-        if self.lse_blk is not None:
-            self.lse_blk.fill_(NEG_INF)
-        return self.b
+        self.acc_block.zero_()
+        if self.lse_block is not None:
+            self.lse_block.fill_(NEG_INF)
+        return self.buffers
 
     def merge_rows(self, idxs, expand=False):
         """The rows of a local merge or add of parts whose rows are `idxs` (tensors fixed per plan: the
@@ -285,7 +295,7 @@ class _Workspace:
         idx = torch.cat(idxs) if len(idxs) > 1 else idxs[0]
         exp = None
         if expand:
-            qpg = self.lacc["lse"].shape[1]
+            qpg = self.local_acc["lse"].shape[1]
             exp = idx.view(-1, 1, 1).expand(-1, qpg, 1).contiguous()
         hit = (list(idxs), idx, exp)
         if len(self.merge_idx) >= 16:  # a backend whose parts' rows change between calls
@@ -421,10 +431,10 @@ def _begin(dp, pass_, q, k, v):
     share it)."""
     ar, ws = _workspace(dp, pass_, q.dtype)
     ar.busy = True
-    b = ws.reset()
-    b.indices = (dp.fwd if pass_ == "fwd" else dp.bwd).indices  # read per call: an ingestion rewrites them
-    b.take = lambda key, specs, build=None: ws.scratch.take(ar.buf, key, specs, build)
-    return ar, ws, b, (k[..., :ws.dv] if ws.shared else v)
+    buffers = ws.reset()
+    buffers.indices = (dp.fwd if pass_ == "fwd" else dp.bwd).indices  # read per call: an ingestion rewrites them
+    buffers.take = lambda key, specs, build=None: ws.scratch.take(ar.buf, key, specs, build)
+    return ar, ws, buffers, (k[..., :ws.dv] if ws.shared else v)
 
 
 def run_forward(dp, q, k, v, backend, comm, scale):
@@ -437,42 +447,42 @@ def forward_program(dp, q, k, v, backend, comm, scale):
     """The forward pass up to its accumulators: O and lse in the compute dtype, views of the device's
     workspace, valid until its next call (what a CUDA graph of the pass captures, _graphs.py)."""
     pp = dp.fwd
-    ar, ws, b, v = _begin(dp, "fwd", q, k, v)
-    b.q, b.k, b.v, b.scale = q, k, v, scale
+    ar, ws, buffers, v = _begin(dp, "fwd", q, k, v)
+    buffers.q, buffers.k, buffers.v, buffers.scale = q, k, v, scale
     try:
-        return _forward(ws, b, pp, backend, comm, {"q": q, "k": k, "v": v})
+        return _forward(ws, buffers, pp, backend, comm, {"q": q, "k": k, "v": v})
     finally:
-        b.release("q", "k", "v", "take")
+        buffers.release("q", "k", "v", "take")
         ar.busy = False
 
 
-def _forward(ws, b, pp, backend, comm, src):
+def _forward(ws, buffers, pp, backend, comm, src):
     ws.pack(src)
-    racc = ws.racc3
+    remote_acc = ws.remote_acc
 
     def compute(s):
-        backend.forward_stage(pp.stages[s - 1] if s else pp.stage0, b)
+        backend.forward_stage(pp.stages[s - 1] if s else pp.stage0, buffers)
 
     def fold(relay):  # forwarded partials back at their relay: merged into its rows
-        scatter_merge(racc["o"], racc["lse"], relay.idx, relay.back.typed["o"], relay.lse3, relay.idx_exp)
+        scatter_merge(remote_acc["o"], remote_acc["lse"], relay.idx, relay.back.typed["o"], relay.lse3, relay.idx_exp)
 
-    _interpret(ws, pp.program, comm, compute, fold, lambda: _merge_forward(ws, b))
-    return b.o, b.lse
+    _interpret(ws, pp.program, comm, compute, fold, lambda: _merge_forward(ws, buffers))
+    return buffers.o, buffers.lse
 
 
-def _merge_forward(ws, b):
+def _merge_forward(ws, buffers):
     fin = ws.finals.get("qo")
     if fin is not None:
         fin[0].pull()
-    if b.local_parts:  # the backend's partials of local rows and the returned ones: one merge
-        parts = ([(fin[0].typed["o"], fin[0].typed["lse"], fin[1])] if fin is not None else []) + b.local_parts
+    if buffers.local_parts:  # the backend's partials of local rows and the returned ones: one merge
+        parts = ([(fin[0].typed["o"], fin[0].typed["lse"], fin[1])] if fin is not None else []) + buffers.local_parts
         idx, exp = ws.merge_rows([p[2] for p in parts], True)
         o = torch.cat([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
         lse = torch.cat([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
-        scatter_merge(ws.lacc["o"], ws.lacc["lse"], idx, o, lse.unsqueeze(-1), exp)
+        scatter_merge(ws.local_acc["o"], ws.local_acc["lse"], idx, o, lse.unsqueeze(-1), exp)
     elif fin is not None:
         back, idx, lse3, exp = fin
-        scatter_merge(ws.lacc["o"], ws.lacc["lse"], idx, back.typed["o"], lse3, exp)
+        scatter_merge(ws.local_acc["o"], ws.local_acc["lse"], idx, back.typed["o"], lse3, exp)
 
 
 def run_backward(dp, q, k, v, out, lse, dout, backend, comm, scale):
@@ -487,41 +497,42 @@ def backward_program(dp, q, k, v, out, lse, dout, backend, comm, scale):
     latent), views of the device's workspace valid until its next call."""
     pp = dp.bwd
     dt = q.dtype
-    ar, ws, b, v = _begin(dp, "bwd", q, k, v)
+    ar, ws, buffers, v = _begin(dp, "bwd", q, k, v)
     out = out.to(dt)
     dout = dout.to(dt)
     lse = lse.float()
-    b.q, b.k, b.v, b.lse, b.out, b.dout, b.scale = q, k, v, lse, out, dout, scale
+    buffers.q, buffers.k, buffers.v, buffers.lse, buffers.out, buffers.dout = q, k, v, lse, out, dout
+    buffers.scale = scale
     try:
-        return _backward(ws, b, pp, backend, comm, {"lse": lse, "q": q, "o": out, "do": dout, "k": k, "v": v})
+        return _backward(ws, buffers, pp, backend, comm, {"lse": lse, "q": q, "o": out, "do": dout, "k": k, "v": v})
     finally:
-        b.release("q", "k", "v", "lse", "out", "dout", "take")
+        buffers.release("q", "k", "v", "lse", "out", "dout", "take")
         ar.busy = False
 
 
-def _backward(ws, b, pp, backend, comm, src):
-    cdt = ws.cdt
+def _backward(ws, buffers, pp, backend, comm, src):
+    acc_dtype = ws.acc_dtype
     ws.pack(src)
-    racc = ws.racc3
+    remote_acc = ws.remote_acc
 
     def compute(s):
         if s:
-            d = ws.rdelta_of[s - 1]
+            d = ws.remote_delta_of[s - 1]
             if d is not None:
-                b.defer_rdelta(*d)
-        backend.backward_stage(pp.stages[s - 1] if s else pp.stage0, b)
+                buffers.defer_rdelta(*d)
+        backend.backward_stage(pp.stages[s - 1] if s else pp.stage0, buffers)
 
     def fold(relay):  # forwarded gradients back at their relay: added into its rows
         for name, g in relay.back.typed.items():
-            racc[name].index_add_(0, relay.idx, g.to(cdt))
+            remote_acc[name].index_add_(0, relay.idx, g.to(acc_dtype))
 
-    _interpret(ws, pp.program, comm, compute, fold, lambda: _merge_backward(ws, b))
-    return b.dq, b.dk, (None if ws.shared else b.dv)
+    _interpret(ws, pp.program, comm, compute, fold, lambda: _merge_backward(ws, buffers))
+    return buffers.dq, buffers.dk, (None if ws.shared else buffers.dv)
 
 
-def _merge_backward(ws, b):
+def _merge_backward(ws, buffers):
     # every stage's returns of a field and the backend's gradients of local rows at once: one index_add
-    parts = {name: list(g) for name, g in b.local_grads.items()}
+    parts = {name: list(g) for name, g in buffers.local_grads.items()}
     for back, idx, _, _ in ws.finals.values():
         back.pull()
         for name, g in back.typed.items():
@@ -531,4 +542,4 @@ def _merge_backward(ws, b):
             continue
         idx, _ = ws.merge_rows([p[1] for p in lst])
         g = torch.cat([p[0] for p in lst]) if len(lst) > 1 else lst[0][0]
-        ws.lacc[name].index_add_(0, idx, g.to(ws.cdt))
+        ws.local_acc[name].index_add_(0, idx, g.to(ws.acc_dtype))

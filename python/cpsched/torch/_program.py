@@ -62,9 +62,10 @@ def collectives(program):
 def error(program, qo_after, kv_after, pass_):
     """Why `program` is not a runnable program of a pass whose stage-t outputs go back after stage
     qo_after[t - 1] / kv_after[t - 1]: (index of the first wrong instruction, or len(program) when the end is
-    missing, reason), or None when it is runnable: the core's program_error. Stages are cast once per phase (first, then forwarding) before they are waited for,
-    waited for before they are computed, computed once each in order; each (stage, kind) is reduced once per
-    phase (forwarding, then first) no earlier than after its reduce stage; then wait_reduces and merge, last."""
+    missing, reason), or None when it is runnable: the core's program_error. Stages are cast once per phase
+    (first, then forwarding) before they are waited for, waited for before they are computed, computed once
+    each in order; each (stage, kind) is reduced once per phase (forwarding, then first) no earlier than after
+    its reduce stage; then wait_reduces and merge, last."""
     n = len(qo_after)
     point = lambda t, after: after if t <= after <= n else n  # noqa: E731 - the core's reduce_point
     cast, waited, reduced = set(), set(), set()
