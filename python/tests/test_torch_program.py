@@ -151,3 +151,18 @@ def test_ranks_that_would_issue_their_collectives_in_another_order_are_refused(t
     with pytest.raises(ValueError, match=r"ranks\[3\]\.bwd\.program\[\d+\]: its collectives are issued in another "
                                          r"order than rank 0's"):
         cpt.TorchPlan.from_json(json.dumps(d), 0)
+
+
+def test_the_extensions_program_is_the_texts():
+    """Result.program's rows (the codes of the core's Op, RowKind, Phase) are the plan text's instructions."""
+    from cpsched.torch import _program
+    m = tc.range_mask(SPEC, P)
+    r = tc.session(SPEC, P).solve(m.q_ranges, m.k_ranges, m.types)
+    d = json.loads(r.to_json())
+    for rank in range(P):
+        tp = cpt.TorchPlan(r, rank)
+        for p, pp in (("fwd", tp.fwd), ("bwd", tp.bwd)):
+            rows = r._r.program(rank, p)
+            assert rows.dtype.name == "int32" and rows.shape == (len(d["ranks"][rank][p]["program"]), 4)
+            assert [str(i) for i in _program.from_array(rows)] == d["ranks"][rank][p]["program"]
+            assert pp.program == _program.from_array(rows)
