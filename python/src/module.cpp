@@ -35,7 +35,7 @@
 #include "cpsched/timing/hardware.hpp"
 #include "cpsched/timing/model.hpp"
 #include "cpsched/plugin/registry.hpp"
-#include "cpsched/base/resources.hpp"
+#include "cpsched/problem/resources.hpp"
 #include "cpsched/version.hpp"
 
 namespace nb = nanobind;

@@ -4,6 +4,8 @@
 #  2. Nothing in the tree includes a forwarding header kept for out-of-tree
 #     code (the pre-0.5 paths directly under cpsched/).
 #  3. No source cites the old design document by section ("DESIGN §").
+#  4. base/ is the bottom layer: its sources and headers include no other
+#     concept folder of cpsched.
 set(failures "")
 
 file(GLOB_RECURSE solver_sources "${SOURCE_DIR}/plugins/*.cpp" "${SOURCE_DIR}/plugins/*.hpp"
@@ -35,6 +37,17 @@ foreach(f IN LISTS our_sources)
   if(cites)
     string(APPEND failures "\n  ${f}: cites DESIGN §n; link docs/design.md instead")
   endif()
+endforeach()
+
+file(GLOB_RECURSE base_sources "${SOURCE_DIR}/core/src/base/*.cpp" "${SOURCE_DIR}/core/src/base/*.hpp"
+     "${SOURCE_DIR}/core/include/cpsched/base/*.hpp")
+foreach(f IN LISTS base_sources)
+  file(STRINGS "${f}" includes ENCODING UTF-8 REGEX "#include [<\"]cpsched/")
+  foreach(line IN LISTS includes)
+    if(NOT line MATCHES "cpsched/base/")
+      string(APPEND failures "\n  ${f}: ${line} (base/ includes nothing above it)")
+    endif()
+  endforeach()
 endforeach()
 
 if(failures)

@@ -27,7 +27,7 @@
 #include <fmt/format.h>
 
 #include "cpsched/base/error.hpp"
-#include "cpsched/base/resources.hpp"
+#include "cpsched/problem/resources.hpp"
 #include "cpsched/config/config.hpp"
 #include "cpsched/mask/index/index_mask.hpp"
 #include "cpsched/plan/builder.hpp"

@@ -30,7 +30,7 @@
 #include "cpsched/session/solve_path.hpp"
 #include "cpsched/session/session.hpp"
 #include "cpsched/base/error.hpp"
-#include "cpsched/base/resources.hpp"
+#include "cpsched/problem/resources.hpp"
 #include "cpsched/timing/hardware.hpp"
 #include "cpsched/plugin/cost_model.hpp"
 

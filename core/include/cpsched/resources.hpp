@@ -1,3 +1,4 @@
 #pragma once
-// Forwarding header, kept until 0.6: the header moved to <cpsched/base/resources.hpp> in 0.5.
-#include "cpsched/base/resources.hpp"
+// Forwarding header, kept until 0.6: the estimates moved to
+// <cpsched/problem/resources.hpp> and the budget to <cpsched/base/memory_budget.hpp>.
+#include "cpsched/problem/resources.hpp"

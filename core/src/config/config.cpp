@@ -13,7 +13,7 @@
 #include "cpsched/base/error.hpp"
 #include "cpsched/io/input_file.hpp"
 #include "cpsched/timing/hardware.hpp"
-#include "cpsched/base/resources.hpp"
+#include "cpsched/base/memory_budget.hpp"
 #include "cpsched/plugin/registry.hpp"
 
 namespace cpsched {

@@ -13,7 +13,7 @@
 
 #include "cpsched/base/error.hpp"
 #include "cpsched/base/limits.hpp"
-#include "cpsched/base/resources.hpp"
+#include "cpsched/problem/resources.hpp"
 #include "problem/index_problem.hpp"
 
 namespace cpsched::config_detail {

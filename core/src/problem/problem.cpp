@@ -1,5 +1,7 @@
 #include "cpsched/problem/problem.hpp"
 
+#include "cpsched/problem/limits.hpp"
+
 #include <algorithm>
 #include <fmt/format.h>
 

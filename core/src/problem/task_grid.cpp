@@ -9,7 +9,7 @@
 #include "cpsched/mask/index/cells.hpp"
 #include "cpsched/mask/index/summary.hpp"
 #include "cpsched/base/limits.hpp"
-#include "cpsched/base/resources.hpp"
+#include "cpsched/problem/resources.hpp"
 
 namespace cpsched {
 

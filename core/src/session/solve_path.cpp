@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "cpsched/base/error.hpp"
-#include "cpsched/base/resources.hpp"
+#include "cpsched/problem/resources.hpp"
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/plan/pricing.hpp"
 #include "cpsched/plan/validator.hpp"

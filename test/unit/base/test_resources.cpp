@@ -12,7 +12,7 @@
 #include <string>
 
 #include "cpsched/base/error.hpp"
-#include "cpsched/base/resources.hpp"
+#include "cpsched/problem/resources.hpp"
 #include "cpsched/config/config.hpp"
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/plan/validator.hpp"

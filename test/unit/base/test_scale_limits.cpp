@@ -18,7 +18,7 @@
 #include "cpsched/problem/metrics.hpp"
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/plan/validator.hpp"
-#include "cpsched/base/resources.hpp"
+#include "cpsched/problem/resources.hpp"
 #include "cpsched/problem/task_grid.hpp"
 #include "test_helpers.hpp"
 

@@ -1,7 +1,7 @@
 #include <fmt/format.h>
 
 #include "commands/commands.hpp"
-#include "cpsched/base/resources.hpp"
+#include "cpsched/problem/resources.hpp"
 
 namespace po = boost::program_options;
 

@@ -4,7 +4,7 @@
 #include "cpsched/io/atomic_file.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/plugin/registry.hpp"
-#include "cpsched/base/resources.hpp"
+#include "cpsched/problem/resources.hpp"
 #include "commands/report.hpp"
 #include "commands/session_run.hpp"
 

@@ -23,7 +23,6 @@
 
 namespace cpsched {
 
-struct Problem;
 
 namespace limits {
 inline constexpr std::int64_t kMaxRanks = std::int64_t{1} << 20;
@@ -51,18 +50,13 @@ class LimitError : public Error {
   std::string key_;
 };
 
-// The checks of Problem::validate(), in its order. Each throws LimitError.
-//   check_size_limits: P, S, blocks_per_rank and P x c (before a sharding is built);
-//   check_shape_limits: the above plus heads, D, b and the slice count;
-//   check_load_limits: total load and traffic bound, in 128-bit; needs a
-//     validated mask (slices inside [0, S)).
+// P, S, blocks_per_rank and P x c (before a sharding is built); the checks
+// of a whole problem are problem/limits.hpp's. Throws LimitError.
 void check_size_limits(Token seqlen, std::int64_t cp_size, std::int64_t blocks_per_rank);
-void check_shape_limits(const Problem& p);
-void check_load_limits(const Problem& p);
 
-// The bound of any byte figure: P x S x (bytes per token of all heads, the
-// larger pass, both directions), in 128-bit.
-__int128 traffic_bound_bytes(const Problem& p);
+// Throws LimitError (key `key`, "problem.<key>: <what> = <value> exceeds the
+// limit ...<hint>") when value > limit.
+void check_at_most(const char* key, const char* what, __int128 value, std::int64_t limit, const char* hint = "");
 
 // Narrows a 128-bit value known to fit, or throws Error naming `what`.
 std::int64_t checked_int64(__int128 v, const char* what);

@@ -38,7 +38,7 @@
 #include "cpsched/io/plan_svg.hpp"
 #include "cpsched/plan/validator.hpp"
 #include "cpsched/plugin/registry.hpp"
-#include "cpsched/base/resources.hpp"
+#include "cpsched/problem/resources.hpp"
 #include "cpsched/session/solve_path.hpp"
 
 namespace cpsched {

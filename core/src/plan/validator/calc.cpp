@@ -4,7 +4,7 @@
 #include <limits>
 #include <tuple>
 
-#include "cpsched/base/resources.hpp"
+#include "cpsched/base/memory_budget.hpp"
 
 #include "plan/validator/internal.hpp"
 

@@ -1,18 +1,13 @@
 #pragma once
 // Up-front resource estimates: what a problem's grid, plan and simulation
-// will need, computed before any of them is built, and a check against a
-// memory budget that stops with an error saying what to change.
-//
-// The budget: the process's setting (set_memory_budget: the config's
-// `memory_budget:` key in the command-line tool, SessionOptions::memory_budget
-// in the library), else CPSCHED_MEMORY_BUDGET (bytes, or with a K/M/G/T
-// suffix: "16G"), else MemAvailable of /proc/meminfo, else unlimited. It is
-// one setting per process, as the memory it guards.
+// will need, computed before any of them is built, and a check against the
+// memory budget (base/memory_budget.hpp) that stops with an error saying
+// what to change.
 #include <cstdint>
 #include <string>
-#include <string_view>
 
 #include "cpsched/base/limits.hpp"
+#include "cpsched/base/memory_budget.hpp"
 #include "cpsched/problem/problem.hpp"
 
 namespace cpsched {
@@ -46,33 +41,6 @@ ResourceEstimate estimate_resources(const Problem& p);
 // The same mask and heads over another sharding (the static solver's dispatch).
 ResourceEstimate estimate_resources(const Problem& p, const Sharding& sharding);
 
-// The validator's working memory for index plans: it checks the selected
-// pairs in chunks of query rows of at most this many bytes (a tenth of the
-// budget, between 4 MiB and 256 MiB; 256 MiB when unlimited).
-std::int64_t validator_chunk_bytes(std::int64_t budget_bytes);
-
-struct MemoryBudget {
-  std::int64_t bytes = 0;  // <= 0: unlimited
-  std::string source;      // where it came from, for the error message
-};
-// The process's setting, else CPSCHED_MEMORY_BUDGET, else MemAvailable, else
-// unlimited. Throws Error on a malformed CPSCHED_MEMORY_BUDGET.
-MemoryBudget default_memory_budget();
-// The process's setting, else CPSCHED_MEMORY_BUDGET, else unlimited (no
-// /proc/meminfo read).
-MemoryBudget configured_memory_budget();
-// Estimates below this are not checked against MemAvailable (only against a
-// budget the caller set): a solve that small fits wherever the planner runs.
-inline constexpr std::int64_t kMemAvailableFloor = std::int64_t{256} << 20;
-// Sets the process's budget (bytes > 0; `source` names where it came from in
-// error messages); 0 clears it. Thread safe.
-void set_memory_budget(std::int64_t bytes, std::string source);
-// `configured` > 0: that budget (from `source`); else default_memory_budget().
-MemoryBudget memory_budget_or_default(std::int64_t configured, std::string source);
-// "1073741824", "512M", "16G", "1.5T" (powers of 1024) -> bytes; throws Error
-// naming `what` and the text on anything else.
-std::int64_t parse_memory_size(std::string_view text, std::string_view what = "memory size");
-
 // Throws LimitError when the estimate needs more than the budget; the
 // message gives the figures, the budget's source, the size to raise it to
 // (memory_budget) and what to lower. Its key: "grid.blocks_per_rank" or
@@ -82,8 +50,5 @@ void check_resources(const Problem& p, const ResourceEstimate& e, const MemoryBu
                      bool sim_numeric = false, bool validate = false);
 // estimate_resources + check_resources with default_memory_budget().
 void check_resources(const Problem& p, bool sim_numeric = false, bool validate = false);
-
-// "1.5 GiB"
-std::string format_bytes(double bytes);
 
 }  // namespace cpsched
