@@ -235,7 +235,7 @@ int main(int argc, char** argv) try {
   fmt::print("ms, cpu ms: median solve time of {} (wall clock; process CPU time, all threads)\n", main_solver);
   fmt::print("> best: packs where {} sent more than the best of usp, owner, binary_greedy (all / those meeting mu)\n",
              main_solver);
-  fmt::print("\ntargets of issue 8 for {}:\n", main_solver);
+  fmt::print("\ntargets for {}:\n", main_solver);
   for (const auto& v : verdicts) fmt::print("{}\n", v);
   fmt::print("{}\n", failed == 0 ? "all targets met" : fmt::format("{} target(s) missed", failed));
   return 0;
