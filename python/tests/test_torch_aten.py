@@ -19,7 +19,7 @@ import fa2_standin  # noqa: E402
 import torch_cases as tc  # noqa: E402
 from cpsched.torch import AtenBackend, FlashBackend, TorchBackend, loopback  # noqa: E402
 from cpsched.torch._backends import make_backend  # noqa: E402
-from cpsched.torch._kernels import Buffers, scatter_merge  # noqa: E402
+from cpsched.torch._kernels import BackwardBuffers, ForwardBuffers, scatter_merge  # noqa: E402
 from cpsched.torch._plan import Arg, ArgList  # noqa: E402
 from cpsched.torch._varlen import VarlenStage, arg_mode  # noqa: E402
 
@@ -75,20 +75,22 @@ def _fresh(inp, pass_, final=None):
     Nq, qpg, _ = inp["rq"].shape
     Nk, kpg, _ = inp["rk"].shape
     hkv = inp["k"].shape[1]
-    kw = {n: inp[n] for n in ("q", "k", "v", "rq", "rk", "rv")}
-    kw.update(qpg=qpg, kpg=kpg, shared=False, scale=0.3)
+    kw = {n: inp[n] for n in ("q", "k", "v")}
+    kw.update(remote_q=inp["rq"], remote_k=inp["rk"], remote_v=inp["rv"], q_per_group=qpg, kv_per_group=kpg,
+              shared=False, scale=0.3)
     if pass_ == "fwd":
-        kw.update(o=torch.zeros(L, hq, d), lse=torch.full((L, hq), float("-inf")), ro=torch.zeros(Nq, qpg, d),
-                  rlse=torch.full((Nq, qpg), float("-inf")))
-        b = Buffers(**kw)
-        b.rlse_rows = b.rlse.unsqueeze(-1)
+        kw.update(o=torch.zeros(L, hq, d), lse=torch.full((L, hq), float("-inf")), remote_o=torch.zeros(Nq, qpg, d),
+                  remote_lse=torch.full((Nq, qpg), float("-inf")))
+        b = ForwardBuffers(**kw)
+        b.remote_lse_rows = b.remote_lse.unsqueeze(-1)
     else:
         o, lse, ro, rlse, do, rdo = final
-        kw.update(out=o.to(inp["q"].dtype), lse=lse, rout=ro.to(inp["q"].dtype), rlse=rlse, dout=do, rdout=rdo,
-                  dq=torch.zeros(L, hq, d), dk=torch.zeros(L, hkv, d), dv=torch.zeros(L, hkv, d),
-                  rdq=torch.zeros(Nq, qpg, d), rdk=torch.zeros(Nk, kpg, d), rdv=torch.zeros(Nk, kpg, d),
-                  rdelta=(rdo.float() * ro.to(inp["q"].dtype).float()).sum(-1))
-        b = Buffers(**kw)
+        kw.update(out=o.to(inp["q"].dtype), lse=lse, remote_out=ro.to(inp["q"].dtype), remote_lse=rlse, dout=do,
+                  remote_dout=rdo, dq=torch.zeros(L, hq, d), dk=torch.zeros(L, hkv, d), dv=torch.zeros(L, hkv, d),
+                  remote_dq=torch.zeros(Nq, qpg, d), remote_dk=torch.zeros(Nk, kpg, d),
+                  remote_dv=torch.zeros(Nk, kpg, d),
+                  remote_delta=(rdo.float() * ro.to(inp["q"].dtype).float()).sum(-1))
+        b = BackwardBuffers(**kw)
     b.take = lambda key, specs, build=None: (build or (lambda x: x))([torch.empty(s, dtype=t) for s, t in specs])
     return b
 
@@ -96,10 +98,10 @@ def _fresh(inp, pass_, final=None):
 def _finish(b, pass_):
     """What the executor does at the end of a pass with the backend's parts of local rows."""
     L, hq = b.q.shape[:2]
-    G = hq // b.qpg
+    G = hq // b.q_per_group
     if pass_ == "fwd":
         for o, lse, idx in b.local_parts:
-            scatter_merge(b.o.view(L * G, b.qpg, -1), b.lse.view(L * G, b.qpg), idx, o, lse)
+            scatter_merge(b.o.view(L * G, b.q_per_group, -1), b.lse.view(L * G, b.q_per_group), idx, o, lse)
     else:
         for name, lst in b.local_grads.items():
             acc = getattr(b, name)
@@ -112,12 +114,12 @@ def _run(backend, args, inp, final=None):
     b = _fresh(inp, "fwd")
     backend.forward_stage(args, b)
     _finish(b, "fwd")
-    out["fwd"] = (b.o, b.lse, b.ro, b.rlse)
+    out["fwd"] = (b.o, b.lse, b.remote_o, b.remote_lse)
     if final is not None:
         bb = _fresh(inp, "bwd", final)
         backend.backward_stage(args, bb)
         _finish(bb, "bwd")
-        out["bwd"] = (bb.dq, bb.dk, bb.dv, bb.rdq, bb.rdk, bb.rdv)
+        out["bwd"] = (bb.dq, bb.dk, bb.dv, bb.remote_dq, bb.remote_dk, bb.remote_dv)
     return out
 
 

@@ -280,14 +280,14 @@ class FlexBackend(TorchBackend):
         for (qr, kr, grp), batch in groups.items():
             fm, r0, r1, c0, c1 = self._block_mask(batch, b.q.device)
             a = batch[0]
-            qh, kh = _heads(a, b.qpg), _heads(a, b.kpg)
-            q = b.rq[r0:r1] if qr else b.q[r0:r1, qh]
-            k = b.rk[c0:c1] if kr else b.k[c0:c1, kh]
-            v = b.rv[c0:c1] if kr else b.v[c0:c1, kh]
+            qh, kh = _heads(a, b.q_per_group), _heads(a, b.kv_per_group)
+            q = b.remote_q[r0:r1] if qr else b.q[r0:r1, qh]
+            k = b.remote_k[c0:c1] if kr else b.k[c0:c1, kh]
+            v = b.remote_v[c0:c1] if kr else b.v[c0:c1, kh]
             with torch.no_grad():  # the executor's own backward differentiates; flex must not record a graph
                 o, lse = self._call(q.detach(), k.detach(), v.detach(), fm, b.scale)
             if qr:
-                merge_into(b.ro[r0:r1], b.rlse[r0:r1], o, lse)
+                merge_into(b.remote_o[r0:r1], b.remote_lse[r0:r1], o, lse)
             else:
                 merge_into(b.o[r0:r1, qh], b.lse[r0:r1, qh], o, lse)
 
@@ -299,14 +299,14 @@ class FlexBackend(TorchBackend):
         for (qr, kr, grp), batch in groups.items():
             fm, r0, r1, c0, c1 = self._block_mask(batch, b.q.device)
             a = batch[0]
-            qh, kh = _heads(a, b.qpg), _heads(a, b.kpg)
+            qh, kh = _heads(a, b.q_per_group), _heads(a, b.kv_per_group)
             sq = slice(r0, r1)
-            q = (b.rq[sq] if qr else b.q[sq, qh]).detach().requires_grad_()
-            k = (b.rk[c0:c1] if kr else b.k[c0:c1, kh]).detach().requires_grad_()
-            v = (b.rv[c0:c1] if kr else b.v[c0:c1, kh]).detach().requires_grad_()
-            dout = (b.rdout[sq] if qr else b.dout[sq, qh]).float()
-            lse_f = (b.rlse[sq] if qr else b.lse[sq, qh]).float()
-            delta = b.rdelta[sq] if qr else b.delta[sq, qh]
+            q = (b.remote_q[sq] if qr else b.q[sq, qh]).detach().requires_grad_()
+            k = (b.remote_k[c0:c1] if kr else b.k[c0:c1, kh]).detach().requires_grad_()
+            v = (b.remote_v[c0:c1] if kr else b.v[c0:c1, kh]).detach().requires_grad_()
+            dout = (b.remote_dout[sq] if qr else b.dout[sq, qh]).float()
+            lse_f = (b.remote_lse[sq] if qr else b.lse[sq, qh]).float()
+            delta = b.remote_delta[sq] if qr else b.delta[sq, qh]
             with torch.enable_grad():
                 o, lse = self._call(q, k, v, fm, b.scale)
                 # d/dS of the final O through this partial: P_final (dP - delta) with P_final = w P_i,
@@ -315,10 +315,10 @@ class FlexBackend(TorchBackend):
                 gterm = ((dout * o.detach()).sum(-1) - delta).detach()
                 sur = (w.unsqueeze(-1) * dout * o).sum() + (w * gterm * lse.masked_fill(torch.isinf(lse), 0)).sum()
                 gq, gk, gv = torch.autograd.grad(sur, (q, k, v), allow_unused=True)
-            (b.rdq[sq] if qr else b.dq[sq, qh]).add_(gq.float())
+            (b.remote_dq[sq] if qr else b.dq[sq, qh]).add_(gq.float())
             if kr:
-                b.rdk[c0:c1].add_(gk.float())
-                (b.rdk[c0:c1, :, :b.rv.shape[-1]] if b.shared else b.rdv[c0:c1]).add_(gv.float())
+                b.remote_dk[c0:c1].add_(gk.float())
+                (b.remote_dk[c0:c1, :, :b.remote_v.shape[-1]] if b.shared else b.remote_dv[c0:c1]).add_(gv.float())
             else:
                 b.dk[c0:c1, kh].add_(gk.float())
                 (b.dk[c0:c1, kh, :b.v.shape[-1]] if b.shared else b.dv[c0:c1, kh]).add_(gv.float())

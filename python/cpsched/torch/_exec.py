@@ -32,7 +32,7 @@ import math
 import torch
 
 from . import _groups
-from ._kernels import Buffers, compute_dtype, scatter_merge
+from ._kernels import BackwardBuffers, ForwardBuffers, compute_dtype, scatter_merge
 from ._workspace import Arena, Carver, Scratch, arena
 
 NEG_INF = float("-inf")
@@ -177,9 +177,10 @@ class _Workspace:
                               "lse": lse.view(local_rows * groups, q_per_group, 1)}
             # the remote rows' partials as a relay merges its returns into them (lse with a trailing 1)
             self.remote_acc = {"o": remote_o, "lse": remote_lse.unsqueeze(-1)}
-            self.buffers = Buffers(rq=self.recv_qo.typed["q"], rk=recv_k, rv=recv_v, o=o, lse=lse, ro=remote_o,
-                                   rlse=remote_lse, indices=pp.indices, qpg=q_per_group, kpg=kv_per_group,
-                                   shared=shared, rlse_rows=self.remote_acc["lse"])
+            self.buffers = ForwardBuffers(
+                o=o, lse=lse, remote_o=remote_o, remote_lse=remote_lse, remote_lse_rows=self.remote_acc["lse"],
+                remote_q=self.recv_qo.typed["q"], remote_k=recv_k, remote_v=recv_v, indices=pp.indices,
+                q_per_group=q_per_group, kv_per_group=kv_per_group, shared=shared)
             reduce_fields = {"qo": [("lse", fp32, (q_per_group,)), ("o", dtype, (q_per_group, dv))]}
             reduce_sources = {"lse": remote_lse, "o": remote_o}  # what a reduce sends back
         else:
@@ -196,20 +197,22 @@ class _Workspace:
             self.local_acc = {"dq": dq.view(local_rows * groups, q_per_group, dqk),
                               "dk": dk.view(local_rows * groups, kv_per_group, dqk),
                               "dv": None if shared else dv_.view(local_rows * groups, kv_per_group, dv)}
-            self.buffers = Buffers(rq=self.recv_qo.typed["q"], rk=recv_k, rv=recv_v, rlse=self.recv_qo.typed["lse"],
-                                   rout=self.recv_qo.typed["o"], rdout=self.recv_qo.typed["do"], rdelta=remote_delta,
-                                   dq=dq, dk=dk, dv=dv_, rdq=remote_dq, rdk=remote_dk, rdv=remote_dv,
-                                   indices=pp.indices, qpg=q_per_group, kpg=kv_per_group, shared=shared)
+            self.buffers = BackwardBuffers(
+                remote_lse=self.recv_qo.typed["lse"], remote_out=self.recv_qo.typed["o"],
+                remote_dout=self.recv_qo.typed["do"], remote_delta=remote_delta, dq=dq, dk=dk, dv=dv_,
+                remote_dq=remote_dq, remote_dk=remote_dk, remote_dv=remote_dv,
+                remote_q=self.recv_qo.typed["q"], remote_k=recv_k, remote_v=recv_v, indices=pp.indices,
+                q_per_group=q_per_group, kv_per_group=kv_per_group, shared=shared)
             self.lse_block = None
             dkv = [("dk", dtype, (kv_per_group, dqk))] + ([] if shared else [("dv", dtype, (kv_per_group, dv))])
             reduce_fields = {"qo": [("dq", dtype, (q_per_group, dqk))], "kv": dkv}
             reduce_sources = {"dq": remote_dq, "dk": remote_dk, "dv": remote_dv}
             self.remote_acc = reduce_sources  # a relay adds its returns into them
-            # rowsum(dO O) of each stage's remote rows, computed when a backend reads buffers.rdelta
+            # rowsum(dO O) of each stage's remote rows, computed when a backend reads buffers.remote_delta
             self.remote_delta_of = []
             for st in pp.comm:
                 r = slice(st.qo_off, st.qo_off + st.qo_rows)
-                self.remote_delta_of.append((remote_delta[r], self.buffers.rdout[r], self.buffers.rout[r])
+                self.remote_delta_of.append((remote_delta[r], self.buffers.remote_dout[r], self.buffers.remote_out[r])
                                             if st.qo_rows else None)
 
         self.merge_idx = {}  # the final merge's / add's rows (returns and backends' parts), per list of parts
@@ -519,7 +522,7 @@ def _backward(ws, buffers, pp, backend, comm, src):
         if s:
             d = ws.remote_delta_of[s - 1]
             if d is not None:
-                buffers.defer_rdelta(*d)
+                buffers.defer_remote_delta(*d)
         backend.backward_stage(pp.stages[s - 1] if s else pp.stage0, buffers)
 
     def fold(relay):  # forwarded gradients back at their relay: added into its rows

@@ -245,37 +245,26 @@ def scatter_merge(o_acc, lse_acc, idx, o, lse, idx_exp=None):
 # ---- stage backends ----------------------------------------------------------------------------
 
 
-class Buffers:
-    """What a stage's args read and write. Local tensors hold every head of the rank's rows; remote ones
-    the heads of one head group per row. Accumulators are fp32 (fp64 for fp64 inputs).
-
-    `delta` (rowsum(dO O) of the local rows) and `rdelta` (of the remote rows) are computed on first read:
-    a backend that never reads them (flash computes its own, `none` nothing) costs no ops for them. The
-    executor queues each stage's remote rows with `defer_rdelta` once they have arrived.
+class StageBuffers:
+    """What a stage's args read and write, one pass's (ForwardBuffers, BackwardBuffers): the call's inputs and
+    the workspace's views. Local tensors hold every head of the rank's rows; remote ones (`remote_*`, the rows
+    the casts brought) the heads of one head group per row. Accumulators are fp32 (fp64 for fp64 inputs).
 
     Batched backends address rows flattened with their head group ([rows * G, heads per group, ...]): `flat`
-    gives this call's local tensors so (one view per call, none when G = 1), `rlse_rows` is rlse with a
-    trailing 1 (as scatter_merge takes it), and `merge_local` / `add_local` hand the executor partial results
-    / gradients of local rows, which it merges / adds with the returned ones at once at the end of the pass
-    (one scatter, one index_add per field, whatever the number of batches). `take(key, [(shape, dtype), ...])`
-    gives a backend scratch tensors in the device's shared workspace, the same ones for `key` every call of
-    the plan (they hold nothing between calls)."""
-    __slots__ = ("q", "k", "v", "rq", "rk", "rv", "o", "lse", "ro", "rlse",
-                 "out", "dout", "rout", "rdout", "_delta", "_rdelta", "_rdelta_todo",
-                 "dq", "dk", "dv", "rdq", "rdk", "rdv", "indices", "qpg", "kpg", "scale", "shared",
-                 "rlse_rows", "_flat", "local_parts",
-                 "local_grads", "take")
+    gives this call's local tensors so (one view per call, none when G = 1). `take(key, [(shape, dtype),
+    ...])` gives a backend scratch tensors in the device's shared workspace, the same ones for `key` every call
+    of the plan (they hold nothing between calls)."""
+    __slots__ = ("q", "k", "v", "remote_q", "remote_k", "remote_v", "indices", "q_per_group", "kv_per_group",
+                 "scale", "shared", "take", "_flat")
 
-    def __init__(self, **kw):
-        for k in self.__slots__:
-            if not k.startswith("_"):
-                setattr(self, k, kw.get(k))
-        self._delta = kw.get("delta")
-        self._rdelta = kw.get("rdelta")
-        self._rdelta_todo = []
+    def __init__(self, q=None, k=None, v=None, remote_q=None, remote_k=None, remote_v=None, indices=None,
+                 q_per_group=None, kv_per_group=None, scale=None, shared=False, take=None):
+        self.q, self.k, self.v = q, k, v
+        self.remote_q, self.remote_k, self.remote_v = remote_q, remote_k, remote_v
+        self.indices = indices  # the pass's index pool (index args)
+        self.q_per_group, self.kv_per_group = q_per_group, kv_per_group  # heads of a head group
+        self.scale, self.shared, self.take = scale, shared, take
         self._flat = {}
-        self.local_parts = []
-        self.local_grads = {"dq": [], "dk": [], "dv": []}
 
     def release(self, *names):
         """Drops the call's tensors (`names`) and what was derived from them once its pass is over: the
@@ -283,10 +272,73 @@ class Buffers:
         autograd node that holds the plan."""
         for n in names:
             setattr(self, n, None)
-        self._delta = None
-        self._rdelta_todo.clear()
         self._flat.clear()
+        self._release_parts()
+
+    def _release_parts(self):
+        pass
+
+    def flat(self, name):
+        """This call's local `name` ('q', 'k', 'v', 'out', 'dout', 'lse') as [rows * G, heads per group, ...]."""
+        t = self._flat.get(name)
+        if t is None:
+            x = getattr(self, name)
+            per = self.kv_per_group if name in ("k", "v") else self.q_per_group
+            if x.shape[1] != per:
+                sh = (x.shape[0] * (x.shape[1] // per), per, *x.shape[2:])
+                x = x.view(sh) if x.is_contiguous() else x.reshape(sh)
+            t = x
+            self._flat[name] = t
+        return t
+
+
+class ForwardBuffers(StageBuffers):
+    """The forward pass's: partial results O and lse of the local rows (`o`, `lse`) and of the remote ones
+    (`remote_o`, `remote_lse`; `remote_lse_rows` is remote_lse with a trailing 1, as scatter_merge takes it).
+    `merge_local` hands the executor partial results of local rows, which it merges with the returned ones at
+    once at the end of the pass (one scatter per field, whatever the number of batches)."""
+    __slots__ = ("o", "lse", "remote_o", "remote_lse", "remote_lse_rows", "local_parts")
+
+    def __init__(self, o=None, lse=None, remote_o=None, remote_lse=None, remote_lse_rows=None, **common):
+        super().__init__(**common)
+        self.o, self.lse, self.remote_o, self.remote_lse = o, lse, remote_o, remote_lse
+        self.remote_lse_rows = remote_lse_rows
+        self.local_parts = []
+
+    def _release_parts(self):
         self.local_parts.clear()
+
+    def merge_local(self, o, lse, idx):
+        """A partial result (o [n, heads per group, dv], lse [n, heads per group]) of local rows idx (flattened
+        with their group), merged by the executor with every other at the end of the forward pass."""
+        self.local_parts.append((o, lse, idx))
+
+
+class BackwardBuffers(StageBuffers):
+    """The backward pass's: the final O, lse and dO of the local rows (`out`, `lse`, `dout`) and of the remote
+    ones (`remote_out`, `remote_lse`, `remote_dout`), and the gradients of both (`dq`, `dk`, `dv`,
+    `remote_dq`, ...). `delta` (rowsum(dO O) of the local rows) and `remote_delta` (of the remote rows) are
+    computed on first read: a backend that never reads them (flash computes its own, `none` nothing) costs no
+    ops for them. The executor queues each stage's remote rows with `defer_remote_delta` once they have
+    arrived. `add_local` hands the executor gradients of local rows, added with the returned ones at once at
+    the end of the pass."""
+    __slots__ = ("lse", "out", "dout", "remote_lse", "remote_out", "remote_dout", "dq", "dk", "dv", "remote_dq",
+                 "remote_dk", "remote_dv", "local_grads", "_delta", "_remote_delta", "_remote_delta_todo")
+
+    def __init__(self, lse=None, out=None, dout=None, remote_lse=None, remote_out=None, remote_dout=None, dq=None,
+                 dk=None, dv=None, remote_dq=None, remote_dk=None, remote_dv=None, delta=None, remote_delta=None,
+                 **common):
+        super().__init__(**common)
+        self.lse, self.out, self.dout = lse, out, dout
+        self.remote_lse, self.remote_out, self.remote_dout = remote_lse, remote_out, remote_dout
+        self.dq, self.dk, self.dv = dq, dk, dv
+        self.remote_dq, self.remote_dk, self.remote_dv = remote_dq, remote_dk, remote_dv
+        self._delta, self._remote_delta, self._remote_delta_todo = delta, remote_delta, []
+        self.local_grads = {"dq": [], "dk": [], "dv": []}
+
+    def _release_parts(self):
+        self._delta = None
+        self._remote_delta_todo.clear()
         for g in self.local_grads.values():
             g.clear()
 
@@ -301,34 +353,16 @@ class Buffers:
         self._delta = x
 
     @property
-    def rdelta(self):
-        todo = self._rdelta_todo
+    def remote_delta(self):
+        todo = self._remote_delta_todo
         if todo:
-            for d, do, o in todo:  # views of rdelta, rdout and rout over one stage's rows
+            for d, do, o in todo:  # views of remote_delta, remote_dout and remote_out over one stage's rows
                 torch.sum(do.to(d.dtype) * o, -1, out=d)
             todo.clear()
-        return self._rdelta
+        return self._remote_delta
 
-    def defer_rdelta(self, d, do, o):
-        self._rdelta_todo.append((d, do, o))
-
-    def flat(self, name):
-        """This call's local `name` ('q', 'k', 'v', 'out', 'dout', 'lse') as [rows * G, heads per group, ...]."""
-        t = self._flat.get(name)
-        if t is None:
-            x = getattr(self, name)
-            per = self.kpg if name in ("k", "v") else self.qpg
-            if x.shape[1] != per:
-                sh = (x.shape[0] * (x.shape[1] // per), per, *x.shape[2:])
-                x = x.view(sh) if x.is_contiguous() else x.reshape(sh)
-            t = x
-            self._flat[name] = t
-        return t
-
-    def merge_local(self, o, lse, idx):
-        """A partial result (o [n, heads per group, dv], lse [n, heads per group]) of local rows idx (flattened
-        with their group), merged by the executor with every other at the end of the forward pass."""
-        self.local_parts.append((o, lse, idx))
+    def defer_remote_delta(self, d, do, o):
+        self._remote_delta_todo.append((d, do, o))
 
     def add_local(self, name, grad, idx):
         """A gradient ('dq', 'dk' or 'dv'; [n, heads per group, d], any float dtype) of local rows idx, added
@@ -368,36 +402,37 @@ class TorchBackend:
 
     def forward_stage(self, args, b):
         for a in args:
-            qh = _heads(a, b.qpg)
-            kh = _heads(a, b.kpg)
-            qv = b.rq[a.q0:a.q1] if a.q_remote else b.q[a.q0:a.q1, qh]
+            qh = _heads(a, b.q_per_group)
+            kh = _heads(a, b.kv_per_group)
+            qv = b.remote_q[a.q0:a.q1] if a.q_remote else b.q[a.q0:a.q1, qh]
             if a.index_width > 0:
-                kbuf = b.rk if a.k_remote else b.k[:, kh]
-                vbuf = b.rv if a.k_remote else b.v[:, kh]
+                kbuf = b.remote_k if a.k_remote else b.k[:, kh]
+                vbuf = b.remote_v if a.k_remote else b.v[:, kh]
                 idx = b.indices[a.index_offset:a.index_offset + (a.q1 - a.q0) * a.index_width]
                 o, lse = self._index_kernels()[0](qv, kbuf, vbuf, idx.view(a.q1 - a.q0, a.index_width), b.scale)
             else:
-                kv_ = b.rk[a.k0:a.k1] if a.k_remote else b.k[a.k0:a.k1, kh]
-                vv_ = b.rv[a.k0:a.k1] if a.k_remote else b.v[a.k0:a.k1, kh]
+                kv_ = b.remote_k[a.k0:a.k1] if a.k_remote else b.k[a.k0:a.k1, kh]
+                vv_ = b.remote_v[a.k0:a.k1] if a.k_remote else b.v[a.k0:a.k1, kh]
                 o, lse = range_forward(qv, kv_, vv_, a.type, b.scale)
             if a.q_remote:
-                merge_into(b.ro[a.q0:a.q1], b.rlse[a.q0:a.q1], o, lse)
+                merge_into(b.remote_o[a.q0:a.q1], b.remote_lse[a.q0:a.q1], o, lse)
             else:
                 merge_into(b.o[a.q0:a.q1, qh], b.lse[a.q0:a.q1, qh], o, lse)
 
     def backward_stage(self, args, b):
         for a in args:
-            qh = _heads(a, b.qpg)
-            kh = _heads(a, b.kpg)
+            qh = _heads(a, b.q_per_group)
+            kh = _heads(a, b.kv_per_group)
             if a.q_remote:
                 sl = slice(a.q0, a.q1)
-                qv, dov, lsev, dlt, dqv = b.rq[sl], b.rdout[sl], b.rlse[sl], b.rdelta[sl], b.rdq[sl]
+                qv, dov, lsev = b.remote_q[sl], b.remote_dout[sl], b.remote_lse[sl]
+                dlt, dqv = b.remote_delta[sl], b.remote_dq[sl]
             else:
                 sl = slice(a.q0, a.q1)
                 qv, dov, lsev, dlt, dqv = b.q[sl, qh], b.dout[sl, qh], b.lse[sl, qh], b.delta[sl, qh], b.dq[sl, qh]
             if a.k_remote:
-                kbuf, vbuf, dkbuf = b.rk, b.rv, b.rdk
-                dvbuf = b.rdk[..., :b.rv.shape[-1]] if b.shared else b.rdv
+                kbuf, vbuf, dkbuf = b.remote_k, b.remote_v, b.remote_dk
+                dvbuf = b.remote_dk[..., :b.remote_v.shape[-1]] if b.shared else b.remote_dv
             else:
                 kbuf, vbuf, dkbuf = b.k[:, kh], b.v[:, kh], b.dk[:, kh]
                 dvbuf = b.dk[:, kh, :b.v.shape[-1]] if b.shared else b.dv[:, kh]

@@ -120,18 +120,18 @@ class VarlenStage:
         in the device's shared workspace (`b.take`: the same offsets every call of the plan, nothing kept
         between calls) and are the stage's own until its gradients are added (the executor adds local
         gradients at the end of the pass)."""
-        dt = b.rk.dtype
-        dqk, dv = b.rq.shape[-1], b.rv.shape[-1]
+        dt = b.remote_k.dtype
+        dqk, dv = b.remote_q.shape[-1], b.remote_v.shape[-1]
         if pass_ == "fwd":
-            qf = [("q", dt, (b.qpg, dqk))]
-            kf = [("k", dt, (b.kpg, dqk)), ("v", dt, (b.kpg, dv))]
+            qf = [("q", dt, (b.q_per_group, dqk))]
+            kf = [("k", dt, (b.kv_per_group, dqk)), ("v", dt, (b.kv_per_group, dv))]
         else:
-            qf = [("q", dt, (b.qpg, dqk)), ("o", dt, (b.qpg, dv)), ("do", dt, (b.qpg, dv)),
-                  ("lse", torch.float32, (b.qpg,))]
-            kf = [("k", dt, (b.kpg, dqk)), ("v", dt, (b.kpg, dv))]
+            qf = [("q", dt, (b.q_per_group, dqk)), ("o", dt, (b.q_per_group, dv)), ("do", dt, (b.q_per_group, dv)),
+                  ("lse", torch.float32, (b.q_per_group,))]
+            kf = [("k", dt, (b.kv_per_group, dqk)), ("v", dt, (b.kv_per_group, dv))]
             if grads_in_place:
-                qf.append(("dq", dt, (b.qpg, dqk)))
-                kf += [("dk", dt, (b.kpg, dqk)), ("dv", dt, (b.kpg, dv))]
+                qf.append(("dq", dt, (b.q_per_group, dqk)))
+                kf += [("dk", dt, (b.kv_per_group, dqk)), ("dv", dt, (b.kv_per_group, dv))]
         names, specs = [], []
         for side, fields, rows in (("q", qf, self.q_side), ("k", kf, self.k_side)):
             for remote, (idx, _) in rows.items():
@@ -151,7 +151,7 @@ class VarlenStage:
                     v.update({name: t[lo:hi] for name, t in io[side][rem].items()})
                 views.append(v)
             return io, views
-        return b.take((id(self), pass_, dt, b.qpg, b.kpg, dqk, dv, grads_in_place), specs, build)
+        return b.take((id(self), pass_, dt, b.q_per_group, b.kv_per_group, dqk, dv, grads_in_place), specs, build)
 
 
 class VarlenBackend(TorchBackend):
@@ -181,7 +181,7 @@ class VarlenBackend(TorchBackend):
         if hit is not None:
             return hit
         with torch.inference_mode(False):  # kept on the plan: ordinary tensors
-            out = VarlenStage(args, b.q.shape[1] // b.qpg, b.qpg, device)
+            out = VarlenStage(args, b.q.shape[1] // b.q_per_group, b.q_per_group, device)
         if hasattr(args, "__dict__"):
             setattr(args, key, out)
         return out
@@ -194,11 +194,11 @@ class VarlenBackend(TorchBackend):
             return
         io, views = st.buffers("fwd", b, self.grads_in_place)
         for remote, (idx, _) in st.q_side.items():
-            torch.index_select(b.rq if remote else b.flat("q"), 0, idx, out=io["q"][remote]["q"])
+            torch.index_select(b.remote_q if remote else b.flat("q"), 0, idx, out=io["q"][remote]["q"])
         for remote, (idx, _) in st.k_side.items():
             t = io["k"][remote]
-            torch.index_select(b.rk if remote else b.flat("k"), 0, idx, out=t["k"])
-            torch.index_select(b.rv if remote else b.flat("v"), 0, idx, out=t["v"])
+            torch.index_select(b.remote_k if remote else b.flat("k"), 0, idx, out=t["k"])
+            torch.index_select(b.remote_v if remote else b.flat("v"), 0, idx, out=t["v"])
         remote_parts = []
         for x, v in zip(st.batches, views):
             o, lse = self._fwd(v["q"], v["k"], v["v"], x.cu_q, x.cu_k, x.max_q, x.max_k, b.scale, x.causal, x.window)
@@ -212,7 +212,7 @@ class VarlenBackend(TorchBackend):
             idx, exp = st.merge
             o = torch.cat([p[0] for p in remote_parts]) if len(remote_parts) > 1 else remote_parts[0][0]
             lse = torch.cat([p[1] for p in remote_parts]) if len(remote_parts) > 1 else remote_parts[0][1]
-            scatter_merge(b.ro, b.rlse_rows, idx, o, lse.unsqueeze(-1), exp)
+            scatter_merge(b.remote_o, b.remote_lse_rows, idx, o, lse.unsqueeze(-1), exp)
 
     def backward_stage(self, args, b):
         st = self._split(args, b)
@@ -223,22 +223,22 @@ class VarlenBackend(TorchBackend):
         io, views = st.buffers("bwd", b, self.grads_in_place)
         for remote, (idx, _) in st.q_side.items():
             t = io["q"][remote]
-            srcs = (b.rq, b.rout, b.rdout, b.rlse) if remote else \
+            srcs = (b.remote_q, b.remote_out, b.remote_dout, b.remote_lse) if remote else \
                 (b.flat("q"), b.flat("out"), b.flat("dout"), b.flat("lse"))
             for name, src in zip(("q", "o", "do", "lse"), srcs):
                 torch.index_select(src, 0, idx, out=t[name])
         for remote, (idx, _) in st.k_side.items():
             t = io["k"][remote]
-            torch.index_select(b.rk if remote else b.flat("k"), 0, idx, out=t["k"])
-            torch.index_select(b.rv if remote else b.flat("v"), 0, idx, out=t["v"])
+            torch.index_select(b.remote_k if remote else b.flat("k"), 0, idx, out=t["k"])
+            torch.index_select(b.remote_v if remote else b.flat("v"), 0, idx, out=t["v"])
         grads = []
         for x, v in zip(st.batches, views):
             lse_hn = v["lse"].transpose(0, 1).contiguous()  # [heads, total_q], as FA2 keeps it
             grads.append(self._bwd(v["do"], v["q"], v["k"], v["v"], v["o"], lse_hn, x.cu_q, x.cu_k, x.max_q,
                                    x.max_k, b.scale, x.causal, x.window, v.get("dq"), v.get("dk"), v.get("dv")))
-        cdt = b.rdq.dtype
-        for side, rows, names, acc in (("q", st.q_side, ("dq",), (b.rdq,)), ("k", st.k_side, ("dk", "dv"),
-                                                                              (b.rdk, b.rdv))):
+        cdt = b.remote_dq.dtype
+        for side, rows, names, acc in (("q", st.q_side, ("dq",), (b.remote_dq,)), ("k", st.k_side, ("dk", "dv"),
+                                                                              (b.remote_dk, b.remote_dv))):
             for remote, (idx, ranges) in rows.items():
                 for j, (name, a) in enumerate(zip(names, acc)):
                     if self.grads_in_place:
