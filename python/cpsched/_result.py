@@ -165,6 +165,12 @@ class Result:
     def comm_meta(self, rank, pass_="fwd"):
         return CommMeta(self._r.comm_meta(self._rank(rank), _pass(pass_)))
 
+    def program(self, rank, pass_="fwd"):
+        """The order `rank` runs the pass in (the plan JSON's `program`, docs/plan_format.md): an int32
+        array of rows (op, stage, kind, phase); op 0 cast, 1 wait_cast, 2 compute, 3 reduce, 4 wait_reduces,
+        5 merge; kind 0 qo, 1 kv; phase 0 first, 1 forwarding."""
+        return self._r.program(self._rank(rank), _pass(pass_))
+
     @property
     def metrics(self):
         """Exact metrics: fwd / bwd {send, recv (bytes per rank), total_send, bottleneck}, load,

@@ -176,6 +176,27 @@ class SeedMaskType(enum.Enum):  # the seed's AttnMaskType values
     BICAUSAL = "bi_causal"
 
 
+def test_program_rows_are_the_plan_texts_instructions():
+    r = small_session(stages=2).solve(Q, K, T)
+    d = json.loads(r.to_json(tasks=False))
+    ops = ["cast", "wait_cast", "compute", "reduce", "wait_reduces", "merge"]
+    for e in d["ranks"]:
+        for pass_ in ("fwd", "bwd"):
+            rows = r.program(e["rank"], pass_)
+            assert rows.dtype == np.int32 and rows.shape[1] == 4
+            text = []
+            for op, stage, kind, phase in rows.tolist():
+                t = f"{ops[op]} {stage}"
+                if ops[op] == "reduce":
+                    t += " " + ("qo", "kv")[kind]
+                if ops[op] in ("cast", "reduce"):
+                    t += " " + ("first", "forwarding")[phase]
+                text.append(t)
+            assert text == e[pass_]["program"]
+    with pytest.raises(ValueError):
+        r.program(0, "sideways")
+
+
 def test_every_input_form_gives_the_same_plan():
     s = small_session()
     ref = s.solve(Q, K, T)

@@ -13,7 +13,7 @@ the plan: when the arena grows, every binding goes with the old buffer, and a pl
 binding. Everything here is made with inference mode off, so a first call under torch.inference_mode() leaves
 ordinary tensors that later training calls can write. Backends take scratch space from the same arena
 (`Carver.take` through the program), after the program's own buffers: its offsets are fixed per program, so a
-captured program (a CUDA graph, issue 46) would see the same addresses every call.
+captured program (a CUDA graph, docs/torch.md) would see the same addresses every call.
 """
 from __future__ import annotations
 
