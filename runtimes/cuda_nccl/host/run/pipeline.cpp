@@ -891,14 +891,7 @@ double RankPipeline::time_compute(Pass pass, bool sdpa_only) {
     const int s = i.stage;
     if (!sdpa_only && pass == Pass::bwd) {
       if (s == 0) be_.delta(local_.o, local_.d_o, local_.delta, rows_ * h_.hq, h_.dv());
-      else {
-        const Stage& st = pp.stages[static_cast<std::size_t>(s - 1)];
-        if (st.qo_rows > 0) {
-          const i64 off = st.qo_off * pp.shape.q_heads;
-          be_.delta(pp.rb.o + off * h_.dv(), pp.rb.d_o + off * h_.dv(), pp.rb.delta + off,
-                    st.qo_rows * pp.shape.q_heads, h_.dv());
-        }
-      }
+      else received_delta(pp, s);
     }
     launch_stage(pass, s, sdpa_only);
   }
@@ -907,17 +900,19 @@ double RankPipeline::time_compute(Pass pass, bool sdpa_only) {
   return be_.elapsed_ms(t0, t1);
 }
 
-// A stage's args; in the backward pass first rowsum(dO O) of the rows the
-// stage received (stage 0's local rows: backward() computes theirs).
+// Backward: rowsum(dO O) of the rows remote stage s received.
+void RankPipeline::received_delta(const PassPrep& pp, int s) {
+  const Stage& st = pp.stages[static_cast<std::size_t>(s - 1)];
+  if (st.qo_rows <= 0) return;
+  const i64 off = st.qo_off * pp.shape.q_heads;
+  be_.delta(pp.rb.o + off * h_.dv(), pp.rb.d_o + off * h_.dv(), pp.rb.delta + off, st.qo_rows * pp.shape.q_heads,
+            h_.dv());
+}
+
+// A stage's args; in the backward pass first the delta of the rows the stage
+// received (stage 0's local rows: backward() computes theirs).
 void RankPipeline::compute_stage(Pass pass, PassPrep& pp, int s) {
-  if (pass == Pass::bwd && s > 0) {
-    const Stage& st = pp.stages[static_cast<std::size_t>(s - 1)];
-    if (st.qo_rows > 0) {
-      const i64 off = st.qo_off * pp.shape.q_heads;
-      be_.delta(pp.rb.o + off * h_.dv(), pp.rb.d_o + off * h_.dv(), pp.rb.delta + off,
-                st.qo_rows * pp.shape.q_heads, h_.dv());
-    }
-  }
+  if (pass == Pass::bwd && s > 0) received_delta(pp, s);
   launch_stage(pass, s, false);
 }
 

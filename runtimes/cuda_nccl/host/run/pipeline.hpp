@@ -171,6 +171,7 @@ class RankPipeline {
     int computes = 0;                 // compute instructions run so far
   };
   void issue_cast(PassPrep& pp, int s, Phase phase, PassRun& run);
+  void received_delta(const PassPrep& pp, int s);
   void compute_stage(Pass pass, PassPrep& pp, int s);
   void issue_reduce(Pass pass, PassPrep& pp, const Instr& i, PassRun& run);
   void merge_returns(Pass pass, const PassPrep& pp);
