@@ -63,6 +63,15 @@ class JsonOut {
   void value(std::string_view s) {
     raw(nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
+  // A string known to need no escaping (ASCII letters, digits, spaces, '_'):
+  // the program's instructions, a few dozen per rank and pass.
+  void plain(std::string_view s) {
+    element();
+    buf_ += '"';
+    buf_ += s;
+    buf_ += '"';
+    maybe_flush();
+  }
   void value(const char* s) { value(std::string_view(s)); }
   void value(const std::string& s) { value(std::string_view(s)); }
 
@@ -376,7 +385,7 @@ void pass_json(JsonOut& j, const PassPlan& p, bool index_rows) {
   if (!p.program.empty()) {  // the order the rank runs the pass in (plan/program.hpp)
     j.key("program");
     j.begin_array();
-    for (const Instr& i : p.program) j.value(to_string(i));
+    for (const Instr& i : p.program) j.plain(to_string(i));
     j.end_array();
   }
   j.end_object();
