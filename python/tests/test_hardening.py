@@ -326,3 +326,22 @@ def test_an_uncaught_exception_holding_plans_prints_its_traceback_only(script, t
 def test_nanobind_leak_report_speaks_when_asked_for(tmp_path):
     p = _exit_of(KEPT, tmp_path, CPSCHED_LEAK_WARNINGS="1")
     assert p.returncode == 1 and "nanobind: leaked" in p.stderr and "cpsched._cpsched.Result" in p.stderr
+
+
+# The extension's _Session takes keyword options (Session checks them first; these reach the binding directly,
+# as a caller of the private API would): each wrong one is a ValueError naming it.
+@pytest.mark.parametrize("options, name", [
+    ({"plan": {"relays": "on"}}, "relays"),
+    ({"plan": {"relay": "yes"}}, "relay"),
+    ({"plan": {"stages": 0}}, "stages"),
+    ({"uses": 0}, "uses"),
+    ({"cache_size": -1}, "cache_size"),
+    ({"heads": {"q": 1.5, "kv": 1, "dim": 64, "dtype_bytes": 2}}, "q"),
+    ({"no_such_option": 1}, "no_such_option"),
+])
+def test_session_binding_names_the_bad_option(options, name):
+    from cpsched import _cpsched
+    kw = dict(cp_size=2, heads={"q": 4, "kv": 2, "dim": 64, "dtype_bytes": 2})
+    kw.update(options)
+    with pytest.raises(ValueError, match=name):
+        _cpsched._Session(**kw)
