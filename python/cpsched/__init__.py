@@ -18,10 +18,6 @@ from ._result import AttnArgs, CalcMeta, CommMeta, GroupCollectiveArg, Result, S
 from ._session import Session
 from ._topk import TopkRowRuns, TopkSummary
 
-# Private names the package's other modules import from here (cpsched.magi, cpsched.torch).
-from ._args import _MAX_HEAD_DIM, _MAX_HEADS, _MAX_RANKS, _MAX_SEQLEN, _bool, _env_bool, _int  # noqa: F401
-from ._masks import _ranges, _types  # noqa: F401
-
 __version__ = _cpsched.__version__
 
 # The public classes name (and pickle as) their public path, cpsched.X, not the private module that holds them:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import os
 
-from . import Session, _cpsched, _bool, _env_bool, _int, _MAX_HEADS, _MAX_HEAD_DIM, _MAX_RANKS, _MAX_SEQLEN
+from . import Session, _cpsched
+from ._args import _MAX_HEAD_DIM, _MAX_HEADS, _MAX_RANKS, _MAX_SEQLEN, _bool, _env_bool, _int
 
 __all__ = ["DynamicAttnSolver", "BinaryGreedyParallelDynamicAttnAlgorithm", "BalancedBytesAlgorithm",
            "algorithm_name"]

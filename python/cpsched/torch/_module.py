@@ -8,7 +8,8 @@ from collections import OrderedDict
 import torch
 import torch.distributed as dist
 
-from .. import Mask, _ranges, _types
+from .. import Mask
+from .._masks import _ranges, _types
 from . import _groups
 from ._agree import Claim, compare, digest, exchange
 from ._api import _attention, _checking, _group_info, prepare
