@@ -68,17 +68,27 @@ StepBound HostPricing::bound_on_areas(Placement p) {
   return *e.bound_on_areas;
 }
 
+namespace {
+
+// The builder's options that price `shape` (resolved) on `hw`.
+PlanOptions pricing_options(const PlanShape& shape, const HardwareProfile& hw) {
+  if (!shape.resolved()) throw Error("pricing: the shape " + shape.str() + " is not resolved");
+  PlanOptions po{shape.stages, shape.relay_node_size()};
+  po.hardware = &hw;
+  po.stage_cut = shape.cut;
+  return po;
+}
+
+}  // namespace
+
 PlanPrices HostPricing::price_both(Placement p, const PlanShape& shape) {
   if (!hw_.kernel) {
     const PlanPrice one = price(p, shape);
     return {one, one};
   }
-  if (!shape.resolved()) throw Error("pricing: the shape " + shape.str() + " is not resolved");
+  const PlanOptions po = pricing_options(shape, hw_);
   Entry& e = entry(p);
   std::lock_guard<std::mutex> lock(e.mu);
-  PlanOptions po{shape.stages, shape.relay_node_size()};
-  po.hardware = &hw_;
-  po.stage_cut = shape.cut;
   PlanPrices out;
   StepEstimate on_areas;
   const StepEstimate est = e.get_builder().price(po, areas_, on_areas, &out.kernels.forwards, &out.areas.forwards);
@@ -97,13 +107,10 @@ PlanPrice HostPricing::price_on_areas(Placement p, const PlanShape& shape) {
 }
 
 PlanPrice HostPricing::price_on(Placement p, const PlanShape& shape, const HardwareProfile& hw) {
-  if (!shape.resolved()) throw Error("pricing: the shape " + shape.str() + " is not resolved");
+  const PlanOptions po = pricing_options(shape, hw);
   Entry& e = entry(p);
   std::lock_guard<std::mutex> lock(e.mu);
   // Priced, not built: the plan's price sheet.
-  PlanOptions po{shape.stages, shape.relay_node_size()};
-  po.hardware = &hw;
-  po.stage_cut = shape.cut;
   PlanPrice out;
   const StepEstimate est = e.get_builder().price(po, &out.forwards);
   ++e.priced;
