@@ -174,6 +174,32 @@ Pass parse_pass(const std::string& s) {
   throw Error("pass must be 'fwd' or 'bwd', got '" + s + "'");
 }
 
+// program_error (plan/program.hpp) on rows (op, stage, kind, phase): None, or (index, "text: reason") parsed
+// from its "instruction k (text): reason" (the row count where the program's end or shape is wrong).
+nb::object program_check(const std::vector<std::vector<int>>& rows, const std::vector<int>& qo_after,
+                         const std::vector<int>& kv_after, const std::string& pass) {
+  Program prog;
+  for (const auto& r : rows) {
+    if (r.size() != 4) throw nb::value_error("program_error: each row is (op, stage, kind, phase)");
+    for (int v : {r[0], r[2], r[3]})
+      if (v < 0 || v > 255) throw nb::value_error("program_error: op, kind and phase are codes in 0..255");
+    prog.push_back({static_cast<Op>(r[0]), r[1], static_cast<RowKind>(r[2]), static_cast<Phase>(r[3])});
+  }
+  const std::string why = program_error(prog, static_cast<int>(qo_after.size()), qo_after, kv_after, parse_pass(pass));
+  if (why.empty()) return nb::none();
+  std::size_t at = prog.size();
+  std::string reason = why;
+  constexpr std::string_view head = "instruction ";
+  if (why.starts_with(head)) {
+    const std::size_t open = why.find(" (", head.size()), close = why.find("): ", open);
+    if (open != std::string::npos && close != std::string::npos) {
+      at = std::stoul(why.substr(head.size(), open - head.size()));
+      reason = why.substr(open + 2, close - open - 2) + ": " + why.substr(close + 3);
+    }
+  }
+  return nb::make_tuple(at, reason);
+}
+
 ParamValue param_from_py(const std::string& where, const std::string& key, nb::handle v) {
   // bool first: Python's bool is an int.
   if (nb::isinstance<nb::bool_>(v)) return nb::cast<bool>(v);
@@ -1103,6 +1129,10 @@ NB_MODULE(_cpsched, m) {
   m.def("plugin_problems", &plugin_problems, "plugin_paths"_a = std::vector<std::string>{});
   m.def("mask_from_config", &mask_from_config, "path"_a, "overrides"_a = std::vector<std::string>{});
   m.def("sharding_ranges", &sharding_ranges, "seqlen"_a, "cp_size"_a);
+  m.def("program_error", &program_check, "rows"_a, "qo_after"_a, "kv_after"_a, "pass_"_a,
+        "The core's program_error for a plan text's program (rows (op, stage, kind, phase) as Result.program "
+        "gives them): (index of the first wrong instruction, or the row count when the end is wrong, reason), "
+        "or None when the program is runnable.");
   m.def("run", &run_config, "path"_a, "overrides"_a = std::vector<std::string>{});
   m.def("default_plugin_dir", [] { return Registry::default_plugin_dir().string(); });
 }
