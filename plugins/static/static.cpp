@@ -10,7 +10,7 @@
 #include <cpsched/base/error.hpp>
 #include <cpsched/plugin/plugin.hpp>
 #include <cpsched/plugin/solver.hpp>
-#include <cpsched/timing/hardware.hpp>
+#include <cpsched/hardware/profile.hpp>
 
 #include "dispatch.hpp"
 

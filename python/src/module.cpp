@@ -32,7 +32,7 @@
 #include "cpsched/io/plan_json.hpp"
 #include "cpsched/io/plan_svg.hpp"
 #include "cpsched/plan/validator.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "cpsched/timing/model.hpp"
 #include "cpsched/plugin/registry.hpp"
 #include "cpsched/problem/resources.hpp"

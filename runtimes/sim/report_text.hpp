@@ -7,7 +7,7 @@
 
 #include "cpsched/base/figures.hpp"
 #include "cpsched/problem/problem.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "numeric_check.hpp"
 #include "routing.hpp"
 #include "cpsched/timing/stats.hpp"

@@ -6,7 +6,7 @@
 
 #include "cpsched/plugin/executor.hpp"
 #include "cpsched/plugin/params.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 
 namespace cpsched::sim {
 

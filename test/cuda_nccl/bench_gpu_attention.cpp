@@ -38,7 +38,7 @@
 #include "cpsched/base/error.hpp"
 #include "cpsched/config/config.hpp"
 #include "cpsched/session/session.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "device/cuda_backend.hpp"
 #include "device/cudnn_sdpa.hpp"
 #include "host/run/rank_run.hpp"

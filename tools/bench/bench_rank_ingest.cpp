@@ -25,7 +25,7 @@
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/plan/deferred_index.hpp"
 #include "cpsched/session/session.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "cpsched/timing/model.hpp"
 
 using namespace cpsched;

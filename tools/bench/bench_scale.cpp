@@ -31,7 +31,7 @@
 #include "cpsched/session/session.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/problem/resources.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "cpsched/plugin/cost_model.hpp"
 
 using namespace cpsched;

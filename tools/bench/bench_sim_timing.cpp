@@ -20,7 +20,7 @@
 #include "bench_common.hpp"
 #include "cpsched/base/stopwatch.hpp"
 #include "cpsched/base/error.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/session/solve_path.hpp"
 #include "cpsched/plugin/registry.hpp"

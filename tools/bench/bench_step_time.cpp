@@ -51,14 +51,14 @@
 #include "standard_workload.hpp"
 #include "cpsched/base/stopwatch.hpp"
 #include "cpsched/base/error.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/session/solve_path.hpp"
 #include "cpsched/plugin/registry.hpp"
 #include "cpsched/timing/model.hpp"
 #include "cpsched/plugin/cost_model.hpp"
-#include "cpsched/timing/task_kernel.hpp"
+#include "cpsched/hardware/task_kernel.hpp"
 
 using namespace cpsched;
 

@@ -51,7 +51,7 @@
 #include "cpsched/problem/task_grid.hpp"
 #include "cpsched/search/byte_model.hpp"
 #include "cpsched/session/solve_path.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "cpsched/timing/model.hpp"
 
 using namespace cpsched;

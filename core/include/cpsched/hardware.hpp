@@ -1,3 +1,3 @@
 #pragma once
-// Forwarding header, kept until 0.6: the header moved to <cpsched/timing/hardware.hpp> in 0.5.
-#include "cpsched/timing/hardware.hpp"
+// Forwarding header, kept until 0.6: the header moved to <cpsched/hardware/profile.hpp> in 0.5.
+#include "cpsched/hardware/profile.hpp"

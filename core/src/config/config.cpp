@@ -12,7 +12,7 @@
 #include "problem/index_problem.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/io/input_file.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "cpsched/base/memory_budget.hpp"
 #include "cpsched/plugin/registry.hpp"
 

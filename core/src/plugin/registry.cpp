@@ -15,7 +15,7 @@
 
 #include "cpsched/base/error.hpp"
 #include "cpsched/plugin/cost_model.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "plugin/elf_inspect.hpp"
 #include "plugin/descriptor.hpp"
 #include "plugin/objects.hpp"

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include <cpsched/problem/metrics.hpp>
-#include <cpsched/timing/node_map.hpp>
+#include <cpsched/hardware/node_map.hpp>
 
 namespace cpsched::search {
 

@@ -12,7 +12,7 @@
 #include "ahead_queue.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/io/input_file.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/mask/index/summary.hpp"
 

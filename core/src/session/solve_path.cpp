@@ -10,7 +10,7 @@
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/plan/pricing.hpp"
 #include "cpsched/plan/validator.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 
 namespace cpsched {
 

@@ -4,7 +4,7 @@
 
 #include "cpsched/base/error.hpp"
 #include "cpsched/problem/metrics.hpp"
-#include "cpsched/timing/task_kernel.hpp"
+#include "cpsched/hardware/task_kernel.hpp"
 
 namespace cpsched {
 

@@ -5,7 +5,7 @@
 #include <tuple>
 
 #include "cpsched/problem/metrics.hpp"
-#include "cpsched/timing/task_kernel.hpp"
+#include "cpsched/hardware/task_kernel.hpp"
 
 namespace cpsched {
 

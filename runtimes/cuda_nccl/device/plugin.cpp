@@ -1,7 +1,7 @@
 // Executor plugin `cuda_nccl`: runs plans on GPUs with NCCL (docs/plan_format.md).
 #include <cpsched/plugin/plugin.hpp>
 
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "executor.hpp"
 
 namespace {

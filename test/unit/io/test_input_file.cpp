@@ -16,7 +16,7 @@
 #include "cpsched/io/input_file.hpp"
 #include "cpsched/io/npy_array.hpp"
 #include "cpsched/mask/generators.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "npy_files.hpp"
 #include "test_helpers.hpp"
 

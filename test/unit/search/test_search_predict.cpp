@@ -16,8 +16,8 @@
 #include "cpsched/search/placements.hpp"
 #include "cpsched/search/predict.hpp"
 #include "cpsched/search/state.hpp"
-#include "cpsched/timing/hardware.hpp"
-#include "cpsched/timing/task_kernel.hpp"
+#include "cpsched/hardware/profile.hpp"
+#include "cpsched/hardware/task_kernel.hpp"
 #include "random_specs.hpp"
 
 using namespace cpsched;

@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "cpsched/base/error.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "sim_runner.hpp"
 
 using namespace cpsched;

@@ -8,7 +8,7 @@
 #include "cpsched/base/error.hpp"
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/plan/program.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "cpsched/timing/model.hpp"
 #include "program_fixtures.hpp"
 #include "sim_outcome.hpp"

@@ -5,7 +5,7 @@
 
 #include <random>
 
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/problem/metrics.hpp"
 #include "cpsched/plan/builder.hpp"

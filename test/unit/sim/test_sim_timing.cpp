@@ -16,7 +16,7 @@
 #include "random_specs.hpp"
 #include "gantt_svg.hpp"
 #include "report_text.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "cpsched/timing/model.hpp"
 #include "cpsched/timing/stats.hpp"
 

@@ -15,7 +15,7 @@
 
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/session/session.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "cpsched/timing/model.hpp"
 #include "test_helpers.hpp"
 

@@ -13,10 +13,10 @@
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/plugin/cost_model.hpp"
-#include "cpsched/timing/hardware.hpp"
-#include "cpsched/timing/kernel_model.hpp"
+#include "cpsched/hardware/profile.hpp"
+#include "cpsched/hardware/kernel_model.hpp"
 #include "cpsched/timing/model.hpp"
-#include "cpsched/timing/task_kernel.hpp"
+#include "cpsched/hardware/task_kernel.hpp"
 #include "plan_fixtures.hpp"
 #include "random_specs.hpp"
 

@@ -11,7 +11,7 @@
 
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/plan/builder.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "cpsched/timing/model.hpp"
 #include "plan_fixtures.hpp"
 #include "random_specs.hpp"

@@ -39,7 +39,7 @@
 #include "cpsched/plan/shape.hpp"
 #include "cpsched/plan/uses.hpp"
 #include "cpsched/problem/problem.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "cpsched/plugin/registry.hpp"
 
 namespace cpsched::cli {

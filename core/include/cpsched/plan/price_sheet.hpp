@@ -17,7 +17,7 @@
 
 #include "cpsched/base/range.hpp"
 #include "cpsched/problem/problem.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 
 namespace cpsched {
 

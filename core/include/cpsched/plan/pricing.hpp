@@ -9,7 +9,7 @@
 
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/plugin/pricing.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 
 namespace cpsched {
 

@@ -14,8 +14,8 @@
 
 #include "cpsched/base/row_kind.hpp"
 #include "cpsched/problem/task_grid.hpp"
-#include "cpsched/timing/hardware.hpp"
-#include "cpsched/timing/node_map.hpp"
+#include "cpsched/hardware/profile.hpp"
+#include "cpsched/hardware/node_map.hpp"
 
 namespace cpsched {
 

@@ -50,10 +50,10 @@
 
 #include "cpsched/search/byte_model.hpp"
 #include "cpsched/search/grouped_max.hpp"
-#include "cpsched/timing/node_map.hpp"
+#include "cpsched/hardware/node_map.hpp"
 #include "cpsched/search/rank_tree.hpp"
 #include "cpsched/search/segment_counts.hpp"
-#include "cpsched/timing/task_kernel.hpp"
+#include "cpsched/hardware/task_kernel.hpp"
 
 namespace cpsched::search {
 

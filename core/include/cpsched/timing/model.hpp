@@ -85,7 +85,7 @@
 #include "cpsched/plan/plan.hpp"
 #include "cpsched/plan/price_sheet.hpp"
 #include "cpsched/problem/problem.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 
 namespace cpsched {
 

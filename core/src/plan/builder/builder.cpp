@@ -8,7 +8,7 @@
 
 #include "cpsched/base/error.hpp"
 #include "cpsched/plan/validator.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "cpsched/timing/model.hpp"
 #include "plan/builder/internal.hpp"
 

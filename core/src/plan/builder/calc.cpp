@@ -8,7 +8,7 @@
 
 #include "cpsched/base/error.hpp"
 #include "cpsched/mask/slice_clip.hpp"
-#include "cpsched/timing/task_kernel.hpp"
+#include "cpsched/hardware/task_kernel.hpp"
 #include "plan/builder/buffer_map.hpp"
 #include "plan/builder/internal.hpp"
 

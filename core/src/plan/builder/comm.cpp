@@ -6,7 +6,7 @@
 #include <span>
 #include <tuple>
 
-#include "cpsched/timing/node_map.hpp"
+#include "cpsched/hardware/node_map.hpp"
 #include "plan/builder/internal.hpp"
 
 namespace cpsched::plan_detail {

@@ -11,7 +11,7 @@
 #include "cpsched/problem/metrics.hpp"
 #include "cpsched/plan/plan.hpp"
 #include "cpsched/plan/price_sheet.hpp"
-#include "cpsched/timing/task_kernel.hpp"
+#include "cpsched/hardware/task_kernel.hpp"
 
 namespace cpsched::plan_detail {
 

@@ -13,7 +13,7 @@
 #include "host/backend/backend.hpp"
 #include "cpsched/plugin/executor.hpp"
 #include "cpsched/plugin/params.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "host/backend/host_backend.hpp"
 #include "host/plan/sdpa_batches.hpp"
 

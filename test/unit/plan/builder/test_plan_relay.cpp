@@ -9,7 +9,7 @@
 #include "cpsched/config/config.hpp"
 #include "cpsched/session/session.hpp"
 #include "cpsched/base/error.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "cpsched/problem/metrics.hpp"
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/io/plan_json.hpp"

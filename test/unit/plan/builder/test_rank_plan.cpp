@@ -14,7 +14,7 @@
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/plan/validator.hpp"
 #include "cpsched/session/session.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "host_solve.hpp"
 #include "plan_checks.hpp"
 #include "plan_fixtures.hpp"

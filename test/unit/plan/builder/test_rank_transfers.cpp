@@ -12,7 +12,7 @@
 #include "brute_force.hpp"
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/problem/metrics.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "plan_fixtures.hpp"
 #include "random_index_masks.hpp"
 #include "random_specs.hpp"

@@ -16,7 +16,7 @@
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/plan/shape.hpp"
 #include "cpsched/plan/validator.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "cpsched/timing/model.hpp"
 #include "plan_checks.hpp"
 #include "plan_fixtures.hpp"

@@ -13,7 +13,7 @@
 
 #include "cpsched/base/error.hpp"
 #include "cpsched/plugin/cost_model.hpp"
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/plan/pricing.hpp"

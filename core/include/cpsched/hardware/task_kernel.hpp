@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "cpsched/problem/task_grid.hpp"
-#include "cpsched/timing/hardware.hpp"
-#include "cpsched/timing/kernel_model.hpp"
+#include "cpsched/hardware/profile.hpp"
+#include "cpsched/hardware/kernel_model.hpp"
 
 namespace cpsched {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/timing/kernel_model.hpp"
-#include "cpsched/timing/node_map.hpp"
+#include "cpsched/hardware/kernel_model.hpp"
+#include "cpsched/hardware/node_map.hpp"
 
 namespace cpsched {
 

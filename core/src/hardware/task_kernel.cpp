@@ -1,4 +1,4 @@
-#include "cpsched/timing/task_kernel.hpp"
+#include "cpsched/hardware/task_kernel.hpp"
 
 #include <algorithm>
 #include <cstring>

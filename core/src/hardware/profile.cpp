@@ -1,4 +1,4 @@
-#include "cpsched/timing/hardware.hpp"
+#include "cpsched/hardware/profile.hpp"
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "timing/bundled_profiles.hpp"
+#include "hardware/bundled_profiles.hpp"
 #include "cpsched/base/error.hpp"
 #include "cpsched/io/input_file.hpp"
 

@@ -1,4 +1,4 @@
-#include "cpsched/timing/kernel_model.hpp"
+#include "cpsched/hardware/kernel_model.hpp"
 
 #include <fmt/format.h>
 
