@@ -8,7 +8,7 @@
 #include "cpsched/base/error.hpp"
 #include "cpsched/problem/resources.hpp"
 #include "cpsched/plan/builder.hpp"
-#include "cpsched/plan/pricing.hpp"
+#include "cpsched/pricing/host_pricing.hpp"
 #include "cpsched/plan/validator.hpp"
 #include "cpsched/hardware/profile.hpp"
 

@@ -13,7 +13,7 @@
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/problem/metrics.hpp"
 #include "cpsched/plan/builder.hpp"
-#include "cpsched/plan/pricing.hpp"
+#include "cpsched/pricing/host_pricing.hpp"
 #include "cpsched/plugin/registry.hpp"
 #include "host_solve.hpp"
 #include "random_specs.hpp"

@@ -1,4 +1,4 @@
-#include "cpsched/plan/pricing.hpp"
+#include "cpsched/pricing/host_pricing.hpp"
 
 #include <algorithm>
 

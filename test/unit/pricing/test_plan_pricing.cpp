@@ -16,7 +16,7 @@
 #include "cpsched/hardware/profile.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/plan/builder.hpp"
-#include "cpsched/plan/pricing.hpp"
+#include "cpsched/pricing/host_pricing.hpp"
 #include "cpsched/search/placements.hpp"
 #include "cpsched/timing/step_bound.hpp"
 #include "cpsched/timing/model.hpp"
