@@ -33,9 +33,10 @@
 #include <string_view>
 #include <vector>
 
+#include "cpsched/base/buffer_id.hpp"
+#include "cpsched/base/pass.hpp"
 #include "cpsched/base/range.hpp"
 #include "cpsched/mask/mask.hpp"
-#include "cpsched/plan/plan.hpp"
 
 namespace cpsched {
 

@@ -49,6 +49,8 @@
 #include <string_view>
 #include <vector>
 
+#include "cpsched/base/buffer_id.hpp"
+#include "cpsched/base/pass.hpp"
 #include "cpsched/base/row_kind.hpp"
 #include "cpsched/mask/mask.hpp"
 #include "cpsched/plan/index_pool.hpp"
@@ -57,10 +59,9 @@
 
 namespace cpsched {
 
-// Which buffer a range indexes: the rank's own shard (concatenation of its
-// blocks in block order) or the rank's remote buffer of that kind (QO rows for
-// `q`, KV rows for `k`), see the file comment.
-enum class BufferId : std::uint8_t { local = 0, remote = 1 };
+// BufferId (base/buffer_id.hpp): which buffer a range indexes, the rank's own
+// shard or its remote buffer of that kind (QO rows for `q`, KV rows for `k`),
+// see the file comment.
 
 // One attention call: q rows x k cols with a mask type, in buffer coordinates
 // (the type's diagonal is anchored to this rectangle, as in a mask slice).
@@ -191,11 +192,7 @@ struct RankPlan {
   friend bool operator==(const RankPlan&, const RankPlan&) = default;
 };
 
-// The two passes of a training step.
-enum class Pass { fwd = 0, bwd = 1 };
-
 inline const PassPlan& pass_plan(const RankPlan& r, Pass p) { return p == Pass::fwd ? r.fwd : r.bwd; }
-inline std::string_view to_string(Pass p) { return p == Pass::fwd ? "fwd" : "bwd"; }
 inline const GroupCollectiveArg& collective(const StageComm& s, RowKind k) { return k == RowKind::qo ? s.qo : s.kv; }
 // The forwarding phase of a kind (relays; empty without them).
 inline const GroupCollectiveArg& forwarding(const StageComm& s, RowKind k) {

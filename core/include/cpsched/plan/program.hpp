@@ -32,12 +32,12 @@
 #include <string_view>
 #include <vector>
 
+#include "cpsched/base/pass.hpp"
 #include "cpsched/base/row_kind.hpp"
 
 namespace cpsched {
 
 struct StageComm;
-enum class Pass;
 
 enum class Op : std::uint8_t {
   cast,          // issue stage's group-cast (both kinds) of `phase`
