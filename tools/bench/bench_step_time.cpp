@@ -170,7 +170,8 @@ void kernel_compare(Registry& reg, const DocHistogram& hist, const CompareArgs& 
             return build_plan(*r.assignment, {.stages = r.shape.stages,
                                               .relay_node_size = r.shape.relay_node_size(),
                                               .hardware = &on,
-                                              .stage_cut = r.shape.cut});
+                                              .stage_cut = r.shape.cut,
+                                              .timer = &timing_model_timer()});
           };
           std::optional<Plan> wo, wn;
           if (c.rank >= 0) wo = whole(ro, flat), wn = whole(rn, hw);
@@ -340,7 +341,8 @@ int main(int argc, char** argv) {
               if (rank >= 0)
                 whole = build_plan(*r.assignment, {.stages = r.shape.stages,
                                                    .relay_node_size = r.shape.relay_node_size(),
-                                                   .hardware = c.hardware()});
+                                                   .hardware = c.hardware(),
+                                                   .timer = &timing_model_timer()});
               const Plan& priced = whole ? *whole : *r.plan;
               const StepEstimate e = estimate_step(r.assignment->grid->problem(), priced, hw);
               steps[i] = e.step();

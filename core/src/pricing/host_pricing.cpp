@@ -76,6 +76,7 @@ PlanOptions pricing_options(const PlanShape& shape, const HardwareProfile& hw) {
   PlanOptions po{shape.stages, shape.relay_node_size()};
   po.hardware = &hw;
   po.stage_cut = shape.cut;
+  po.timer = &timing_model_timer();
   return po;
 }
 

@@ -6,11 +6,12 @@
 #include <fmt/format.h>
 
 #include "cpsched/base/error.hpp"
-#include "cpsched/problem/resources.hpp"
-#include "cpsched/plan/builder.hpp"
-#include "cpsched/pricing/host_pricing.hpp"
-#include "cpsched/plan/validator.hpp"
 #include "cpsched/hardware/profile.hpp"
+#include "cpsched/plan/builder.hpp"
+#include "cpsched/plan/validator.hpp"
+#include "cpsched/pricing/host_pricing.hpp"
+#include "cpsched/problem/resources.hpp"
+#include "cpsched/timing/model.hpp"
 
 namespace cpsched {
 
@@ -105,6 +106,7 @@ SolveResult SolvePath::run(std::shared_ptr<const TaskGrid> grid, const Options& 
   PlanOptions po{r.shape.stages, r.shape.relay_node_size()};
   po.hardware = cost_.hardware();
   if (po.hardware != nullptr) po.stage_cut = r.shape.cut;  // (a cut is chosen on a profile)
+  po.timer = &timing_model_timer();
   po.rank = o.rank;
   po.buffers = o.buffers;
   r.plan = std::make_shared<const Plan>(builder->build(po));
@@ -137,6 +139,7 @@ std::shared_ptr<const Plan> SolvePath::replan(const SolveResult& result, const P
   PlanOptions po{s.stages, s.relay_node_size()};
   po.hardware = cost_.hardware();
   if (po.hardware != nullptr) po.stage_cut = s.cut;
+  po.timer = &timing_model_timer();
   return std::make_shared<const Plan>(build_plan(*result.assignment, po));
 }
 

@@ -737,4 +737,20 @@ StepEstimate estimate_step(const Problem& problem, const PriceSheet& sheet, cons
   return estimate_step(problem, sheet, hw, ws);
 }
 
+namespace {
+
+class ModelTimer final : public StepTimer {
+ public:
+  StepEstimate step(const Problem& problem, const PriceSheet& sheet, const HardwareProfile& hw) const override {
+    return estimate_step(problem, sheet, hw);
+  }
+};
+
+}  // namespace
+
+const StepTimer& timing_model_timer() {
+  static const ModelTimer timer;
+  return timer;
+}
+
 }  // namespace cpsched

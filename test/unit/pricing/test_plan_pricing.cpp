@@ -131,6 +131,7 @@ TEST_CASE("price sheets: the plan's tokens per peer and areas per stage, and its
       for (PlanOptions o : {PlanOptions{1, 0}, PlanOptions{3, 0}, PlanOptions{2, 8}, PlanOptions{1, 8}}) {
         for (const HardwareProfile* profile : {static_cast<const HardwareProfile*>(nullptr), static_cast<const HardwareProfile*>(&flat), static_cast<const HardwareProfile*>(&hw)}) {
           o.hardware = profile;  // with a profile, two or more stages: the cut chosen and the local tail
+          o.timer = &timing_model_timer();
           const HardwareProfile& on = profile ? *profile : flat;  // a sheet without a profile prices without kernels
           CAPTURE(o.stages);
           CAPTURE(o.relay_node_size);
@@ -225,7 +226,9 @@ TEST_CASE("both prices: under the kernel model and on exact areas, each what its
           REQUIRE(b != nullptr);
           PlanOptions ok{shape.stages, shape.relay_node_size()}, oa = ok;
           ok.hardware = &hw;
+          ok.timer = &timing_model_timer();
           oa.hardware = &flat;
+          oa.timer = &timing_model_timer();
           cuts_differ += b->cut_of(ok) != b->cut_of(oa);
         }
         // Without a kernel model both are the one price.
@@ -241,6 +244,7 @@ TEST_CASE("both prices: under the kernel model and on exact areas, each what its
       for (const HardwareProfile* on : {&hw, static_cast<const HardwareProfile*>(&flat)}) {
         PlanOptions o{2, 0};
         o.hardware = on;
+        o.timer = &timing_model_timer();
         CHECK(test::same_plan(both.builder_of(a)->build(o), build_plan(a, o)));
       }
     });
@@ -269,6 +273,7 @@ TEST_CASE("price sheets: every rank or none, a profile to price on; a sheet that
   HardwareProfile faster = hw;
   faster.kernel->fwd.tile_tflops[0][0] *= 2;
   other_rates.hardware = &faster;
+  other_rates.timer = &timing_model_timer();
   CHECK_THROWS_AS(estimate_step(a.grid->problem(), PlanBuilder(a).price_sheet(other_rates), hw), Error);
   hw.kernel.reset();
   std::mt19937_64 rng2(5);

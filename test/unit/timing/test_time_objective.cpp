@@ -15,6 +15,7 @@
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/pricing/host_pricing.hpp"
 #include "cpsched/plugin/registry.hpp"
+#include "cpsched/timing/model.hpp"
 #include "host_solve.hpp"
 #include "random_specs.hpp"
 
@@ -96,6 +97,7 @@ TEST_CASE("the built-in `time` model takes its profile by name; the host prices 
   const Assignment a = solve(*pl.solver("owner"), grid, *cost).assignment;
   PlanOptions po{2, 0};
   po.hardware = cost->hardware();  // the stage cut the host prices on (plan/builder.hpp)
+  po.timer = &timing_model_timer();
   const Plan plan = build_plan(a, po);
   // The host's pricing service: the price sheet's step is the full plan's.
   HostPricing pricing(*cost->hardware());

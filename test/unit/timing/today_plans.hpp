@@ -62,6 +62,7 @@ void for_each_today_plan(F&& f) {
     for (const HardwareProfile& hw : profiles)
       for (PlanOptions o : {PlanOptions{1, 0}, PlanOptions{3, 0}, PlanOptions{2, 8}, PlanOptions{1, 8}}) {
         o.hardware = &hw;
+        o.timer = &timing_model_timer();
         const Plan plan = build_plan(a, o);
         const PriceSheet sheet = PlanBuilder(a).price_sheet(o);
         f(a.grid->problem(), plan, hw, sheet);

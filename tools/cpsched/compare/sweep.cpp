@@ -134,6 +134,7 @@ std::vector<std::optional<double>> rank_path_ms(const Assignment& a, const PlanS
   for (int st : stages) {
     PlanOptions o{st == PlanShape::kAutoStages ? solved.stages : st, solved.relay_node_size()};
     o.hardware = hardware;  // the solve path's (SolvePath::run)
+    o.timer = &timing_model_timer();
     // The cut the solve resolved, as a rank's own solve path has it (its
     // solve priced the cut, or the solver named it).
     if (hardware != nullptr && o.stages == solved.stages) o.stage_cut = solved.cut;

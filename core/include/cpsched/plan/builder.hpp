@@ -74,11 +74,9 @@
 #include "cpsched/plan/plan.hpp"
 #include "cpsched/plan/price_sheet.hpp"
 #include "cpsched/plan/shape.hpp"
+#include "cpsched/plan/step_timer.hpp"
 
 namespace cpsched {
-
-struct HardwareProfile;
-struct StepEstimate;  // timing/model.hpp
 
 // Relays (two-level collectives, opt-in; plan.hpp describes the forwarding
 // phase). With relay_node_size = n >= 2 ranks r and t share a node when
@@ -129,6 +127,12 @@ struct PlanOptions {
   // where a solver chose it.
   using StageCut = PlanShape::Cut;
   StageCut stage_cut = StageCut::automatic;
+  // What times a plan on `hardware` where the builder chooses (the automatic
+  // cut, two or more stages, something sent) or prices (PlanBuilder::price):
+  // the timing model's, timing_model_timer() (timing/model.hpp), handed in
+  // by the caller since plans do not include the model that times them.
+  // Null: such a build throws cpsched::Error; a cut named needs none.
+  const StepTimer* timer = nullptr;
 };
 
 // Throws cpsched::Error when the assignment is invalid, stages < 1 or
@@ -161,12 +165,12 @@ class PlanBuilder {
   Plan build(const PlanOptions& options) const;
   // What the timing model reads of build(options)'s plan, without building
   // it (price_sheet.hpp): every rank's area per stage and tokens per peer and
-  // collective, the same relays and stage cut. estimate_step on it gives the
+  // collective, the same relays and stage cut. The timing model gives it the
   // plan's step to the last bit. options.rank must be -1; index_rows and
-  // buffers are not read. How the host prices a placement (plan/pricing.hpp).
+  // buffers are not read. How the host prices a placement (pricing/host_pricing.hpp).
   PriceSheet price_sheet(const PlanOptions& options) const;
-  // estimate_step on that sheet on options.hardware (required), reusing the
-  // timing the automatic cut's choice already did; `forwards` (may be null):
+  // options.timer's step of that sheet on options.hardware (both required),
+  // reusing the timing the automatic cut's choice already did; `forwards` (may be null):
   // whether the plan relays anything.
   StepEstimate price(const PlanOptions& options, bool* forwards = nullptr) const;
   // price(options), and the same shape's plan priced on `areas` too (the

@@ -84,6 +84,7 @@
 
 #include "cpsched/plan/plan.hpp"
 #include "cpsched/plan/price_sheet.hpp"
+#include "cpsched/plan/step_timer.hpp"
 #include "cpsched/problem/problem.hpp"
 #include "cpsched/hardware/profile.hpp"
 
@@ -135,20 +136,7 @@ double arg_flops(const AttnArg& arg, const CalcMeta& calc, const Problem& proble
 // An arg as the kernel model reads it.
 KernelArg kernel_arg(const AttnArg& arg, const CalcMeta& calc);
 
-// The step time of a plan and its yardstick, the compute bound: the sum over
-// ranks of their compute time (fwd + bwd) / P, i.e. perfect balance with free
-// communication (no merges either). Seconds.
-struct StepEstimate {
-  double fwd = 0;
-  double bwd = 0;
-  double compute_bound = 0;
-  // The plan's compute at the kernels' rates / P (all its ranks' compute
-  // streams' args, fwd + bwd): the floor no step of a plan this size of work
-  // goes below. compute_bound without a kernel model.
-  double compute_floor = 0;
-  double step() const { return fwd + bwd; }
-  double ratio() const { return compute_bound > 0 ? step() / compute_bound : 1.0; }
-};
+// StepEstimate (plan/step_timer.hpp): a plan's step and its compute bound.
 
 // Scratch buffers of the simulation, reused from call to call: they grow to
 // the largest plan seen and are never shrunk. Not shareable between threads
@@ -195,6 +183,9 @@ StepEstimate estimate_step(const Problem& problem, const Plan& plan, const Hardw
 StepEstimate estimate_step(const Problem& problem, const PriceSheet& sheet, const HardwareProfile& hw);
 StepEstimate estimate_step(const Problem& problem, const PriceSheet& sheet, const HardwareProfile& hw,
                            TimingWorkspace& ws);
+// The timing model as a plan builder's timer (PlanOptions::timer): estimate_step
+// on a sheet, one workspace per thread.
+const StepTimer& timing_model_timer();
 PassTimeline simulate_pass(const Problem& problem, const Plan& plan, const HardwareProfile& hw, Pass pass,
                            TimingWorkspace& ws);
 

@@ -9,7 +9,6 @@
 #include "cpsched/base/error.hpp"
 #include "cpsched/plan/validator.hpp"
 #include "cpsched/hardware/profile.hpp"
-#include "cpsched/timing/model.hpp"
 #include "plan/builder/internal.hpp"
 
 namespace cpsched {
@@ -66,6 +65,16 @@ std::optional<plan_detail::XferLayout> sheet_pass(const Assignment& a, const pla
   sink.finish(out);
   plan_detail::sheet_calc(a, tr, stage, stages, local_tail, hw, kernel, pass, where ? &*where : nullptr, out);
   return where;
+}
+
+// The timer of a build that times plans (PlanOptions::timer); `what` names
+// the choice in the error.
+const StepTimer& timer_of(const PlanOptions& o, const char* what) {
+  if (o.timer == nullptr)
+    throw Error(fmt::format("plan: {} times plans on the hardware profile: PlanOptions::timer must be set (the "
+                            "timing model's: timing_model_timer(), timing/model.hpp)",
+                            what));
+  return *o.timer;
 }
 
 void check_options(const PlanOptions& o) {
@@ -261,16 +270,18 @@ PriceSheet PlanBuilder::price_sheet(const PlanOptions& options, std::optional<St
 
 StepEstimate PlanBuilder::price(const PlanOptions& options, bool* forwards) const {
   if (options.hardware == nullptr) throw Error("plan: pricing a plan needs a hardware profile (PlanOptions::hardware)");
+  const StepTimer& timer = timer_of(options, "pricing a plan");
   std::optional<StepEstimate> timed;
   const PriceSheet s = price_sheet(options, &timed);
   if (forwards) *forwards = s.has_forwarding();
-  return timed ? *timed : estimate_step(s_->a.grid->problem(), s, *options.hardware);
+  return timed ? *timed : timer.step(s_->a.grid->problem(), s, *options.hardware);
 }
 
 StepEstimate PlanBuilder::price(const PlanOptions& options, const HardwareProfile& areas, StepEstimate& on_areas,
                                 bool* forwards, bool* forwards_on_areas) const {
   const HardwareProfile* hw = options.hardware;
   if (hw == nullptr) throw Error("plan: pricing a plan needs a hardware profile (PlanOptions::hardware)");
+  const StepTimer& timer = timer_of(options, "pricing a plan");
   check_options(options);
   if (options.rank >= 0)
     throw Error("plan: a price sheet covers every rank (PlanOptions::rank must be -1, got " +
@@ -285,7 +296,7 @@ StepEstimate PlanBuilder::price(const PlanOptions& options, const HardwareProfil
   };
   if (options.stages < 2 || options.stage_cut != PlanOptions::StageCut::automatic || s_->current->xfers.empty()) {
     const PriceSheet s = sheet(options, chosen_cut(options, nullptr, nullptr));  // (one cut: nothing to choose)
-    return out(s, estimate_step(pr, s, *hw), s, estimate_step(pr, s, areas));
+    return out(s, timer.step(pr, s, *hw), s, timer.step(pr, s, areas));
   }
   // The automatic cut: the one chosen on exact areas (chosen_cut: under a
   // kernel model too), its sheet on each profile.
@@ -297,8 +308,8 @@ StepEstimate PlanBuilder::price(const PlanOptions& options, const HardwareProfil
   const Cut k = chosen_cut(options, nullptr, nullptr);  // (the same cut, from the choice just made)
   const PriceSheet ks = sheet(options, k);
   const PriceSheet as = kept ? std::move(*kept) : sheet(on_areas_options, c);
-  const StepEstimate ea = kept_step ? *kept_step : estimate_step(pr, as, areas);
-  return out(ks, estimate_step(pr, ks, *hw), as, ea);
+  const StepEstimate ea = kept_step ? *kept_step : timer.step(pr, as, areas);
+  return out(ks, timer.step(pr, ks, *hw), as, ea);
 }
 
 PlanBuilder::Cut PlanBuilder::chosen_cut(const PlanOptions& options, std::optional<PriceSheet>* kept,
@@ -316,6 +327,7 @@ PlanBuilder::Cut PlanBuilder::chosen_cut(const PlanOptions& options, std::option
   };
   if (options.stage_cut != PlanOptions::StageCut::automatic)
     return tailed(options.stage_cut == PlanOptions::StageCut::ports);
+  const StepTimer& timer = timer_of(options, "the automatic stage cut");
 
   // Both cuts priced on the profile (every rank's price sheet: a rank
   // building its own plan chooses as the others do), once per shape and
@@ -345,7 +357,7 @@ PlanBuilder::Cut PlanBuilder::chosen_cut(const PlanOptions& options, std::option
     if (flat) on.hardware = &*flat;
     PriceSheet pa = sheet(on, receivers), pb = sheet(on, by_ports);
     const Problem& pr = s_->a.grid->problem();
-    const StepEstimate eb = estimate_step(pr, pb, *on.hardware), ea = estimate_step(pr, pa, *on.hardware);
+    const StepEstimate eb = timer.step(pr, pb, *on.hardware), ea = timer.step(pr, pa, *on.hardware);
     ports = eb.step() < ea.step();
     if (!flat) {  // (a sheet on exact areas is not the kernels' sheet)
       if (kept) *kept = ports ? std::move(pb) : std::move(pa);

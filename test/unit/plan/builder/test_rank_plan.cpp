@@ -15,6 +15,7 @@
 #include "cpsched/plan/validator.hpp"
 #include "cpsched/session/session.hpp"
 #include "cpsched/hardware/profile.hpp"
+#include "cpsched/timing/model.hpp"
 #include "host_solve.hpp"
 #include "plan_checks.hpp"
 #include "plan_fixtures.hpp"
@@ -77,6 +78,7 @@ TEST_CASE("a rank's plan is its part of the all-ranks plan: every solver, mask k
             CAPTURE(stages);
             PlanOptions po{s.stages, s.relay_node_size()};
             po.hardware = cost.hardware();  // as the solve path builds it
+            po.timer = &timing_model_timer();
             if (po.hardware != nullptr) po.stage_cut = s.cut;
             check_every_rank(sol.assignment, po);
             ++checked;
@@ -156,6 +158,7 @@ TEST_CASE("the solve path's shape names the stage cut its plan took") {
     CHECK(r.shape.cut != PlanShape::Cut::automatic);
     PlanOptions po{r.shape.stages, r.shape.relay_node_size()};
     po.hardware = &hw;
+    po.timer = &timing_model_timer();
     po.stage_cut = r.shape.cut;
     CHECK(test::same_plan(build_plan(*r.assignment, po), *r.plan));
   }

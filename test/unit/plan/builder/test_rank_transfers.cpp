@@ -13,6 +13,7 @@
 #include "cpsched/plan/builder.hpp"
 #include "cpsched/problem/metrics.hpp"
 #include "cpsched/hardware/profile.hpp"
+#include "cpsched/timing/model.hpp"
 #include "plan_fixtures.hpp"
 #include "random_index_masks.hpp"
 #include "random_specs.hpp"
@@ -68,7 +69,10 @@ void check_rank_transfers(const Assignment& a, std::mt19937_64& rng) {
     o.rank = (r + 1) % P;
     CHECK(b.build(o).ranks[static_cast<std::size_t>(o.rank)] == full.ranks[static_cast<std::size_t>(o.rank)]);
     PlanOptions staged{2 + static_cast<int>(rng() % 3), P >= 4 && rng() % 2 == 0 ? 2 : 0};
-    if (rng() % 2 == 0) staged.hardware = &hw;  // the stage cut priced by ports too
+    if (rng() % 2 == 0) {  // the stage cut priced by ports too
+      staged.hardware = &hw;
+      staged.timer = &timing_model_timer();
+    }
     CAPTURE(staged.stages);
     CAPTURE(staged.relay_node_size);
     CAPTURE(staged.hardware != nullptr);

@@ -66,6 +66,7 @@ TEST_CASE("stage cut on a profile: valid, the faster of the two cuts on exact ar
         const Problem& pr = a.grid->problem();
         const Plan plain = build_plan(a, o);
         o.hardware = &hw;
+        o.timer = &timing_model_timer();
         const Plan chosen = build_plan(a, o);
         CHECK(validate_plan(a, chosen).empty());
         o.stage_cut = PlanOptions::StageCut::receivers;
@@ -101,6 +102,7 @@ TEST_CASE("the local tail: one more stage that moves nothing and computes the se
     for (int stages : {1, 2, 4}) {
       PlanOptions o{stages, 0};
       o.hardware = &hw;
+      o.timer = &timing_model_timer();
       const Plan plan = build_plan(a, o);
       CAPTURE(stages);
       CHECK(plan.local_tail == (stages >= 2));
@@ -144,9 +146,11 @@ TEST_CASE("stage cut on a profile: one choice per shape, whatever the builder bu
     for (const HardwareProfile* p : {&hw, &other, &hw}) {
       PlanOptions priced{3, 0};
       priced.hardware = p;
+      priced.timer = &timing_model_timer();
       (void)b.price_sheet(priced);
       for (PlanOptions o : {PlanOptions{3, 0}, PlanOptions{2, 8}, PlanOptions{1, 0}}) {
         o.hardware = p;
+        o.timer = &timing_model_timer();
         CAPTURE(p->name);
         CAPTURE(o.stages);
         CHECK(test::same_plan(b.build(o), build_plan(a, o)));
@@ -155,10 +159,12 @@ TEST_CASE("stage cut on a profile: one choice per shape, whatever the builder bu
     PlanOptions one{1, 8};
     const Plan plain = build_plan(a, one);
     one.hardware = &hw;
+    one.timer = &timing_model_timer();
     CHECK(test::same_plan(build_plan(a, one), plain));
     // The price sheet prices as the full plan of the same choice.
     PlanOptions full{3, 8};
     full.hardware = &hw;
+    full.timer = &timing_model_timer();
     const Problem& pr = a.grid->problem();
     CHECK(estimate_step(pr, PlanBuilder(a).price_sheet(full), hw).step() ==
           estimate_step(pr, build_plan(a, full), hw).step());
@@ -201,6 +207,7 @@ TEST_CASE("the ports' cut: before the last stage no port carries more than its s
     for (int stages : {2, 3, 5}) {
       PlanOptions o{stages, 0};
       o.hardware = &hw;
+      o.timer = &timing_model_timer();
       o.stage_cut = PlanOptions::StageCut::ports;
       const Plan chosen = build_plan(a, o);
       CAPTURE(stages);
@@ -226,6 +233,43 @@ TEST_CASE("the ports' cut: before the last stage no port carries more than its s
     }
   });
   CHECK(checked > 20);
+}
+
+TEST_CASE("the builder times its choices with the caller's timer: without one, a build that must choose throws") {
+  const HardwareProfile hw = resolve_hardware_profile("cluster_8gpu_ib");
+  // A timer that counts its calls and answers as the timing model.
+  struct Counting final : StepTimer {
+    mutable int calls = 0;
+    StepEstimate step(const Problem& p, const PriceSheet& s, const HardwareProfile& h) const override {
+      ++calls;
+      return timing_model_timer().step(p, s, h);
+    }
+  };
+  int timed = 0;
+  for_each_case([&](const Assignment& a) {
+    PlanOptions o{3, 0};
+    o.hardware = &hw;
+    // Choosing the cut, building a sheet and pricing all need the timer.
+    CHECK_THROWS_WITH_AS(build_plan(a, o), doctest::Contains("PlanOptions::timer"), Error);
+    CHECK_THROWS_WITH_AS((void)PlanBuilder(a).price_sheet(o), doctest::Contains("PlanOptions::timer"), Error);
+    CHECK_THROWS_WITH_AS((void)PlanBuilder(a).price(o), doctest::Contains("PlanOptions::timer"), Error);
+    // The cut named, or one stage, chooses nothing.
+    PlanOptions named = o;
+    named.stage_cut = PlanShape::Cut::ports;
+    CHECK_NOTHROW((void)build_plan(a, named));
+    PlanOptions one{1, 0};
+    one.hardware = &hw;
+    CHECK_NOTHROW((void)build_plan(a, one));
+    // The plan is the one of the timer's choice: the timer handed in is the one asked.
+    const Counting counting;
+    o.timer = &counting;
+    const Plan p = build_plan(a, o);
+    o.timer = &timing_model_timer();
+    CHECK(test::same_plan(p, build_plan(a, o)));
+    timed += counting.calls > 0 ? 1 : 0;
+  });
+  // (Where the two cuts are the same there is nothing to time.)
+  CHECK(timed > 0);
 }
 
 TEST_CASE("a plan shape carries a solver's cut, for its own stage count only") {
