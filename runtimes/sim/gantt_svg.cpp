@@ -51,7 +51,7 @@ double tick_step(double span, int n) {
 // Appends one pass panel at height y; returns the height used.
 double panel(std::string& svg, const PassTimeline& pt, const std::vector<int>& shown, double y,
              const std::string& heading) {
-  // The profile's numbers are finite and bounded (hardware_profile.cpp), so
+  // The profile's numbers are finite and bounded (hardware/profile.cpp), so
   // every time is; a timeline built by hand might not be.
   if (!std::isfinite(pt.makespan()))
     throw Error(fmt::format("sim: {}: the pass takes {} s, not a finite time; nothing to draw", heading,

@@ -1,4 +1,4 @@
-// The kernel model of a hardware profile (timing/kernel_model.hpp): tiles
+// The kernel model of a hardware profile (hardware/kernel_model.hpp): tiles
 // touched against a brute-force count, the rate table (its points, the
 // interpolation between them, aliases, rates relative to another GPU's),
 // the profile's errors, what the bundled profiles hold, and a task's kernel

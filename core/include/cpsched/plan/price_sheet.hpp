@@ -9,7 +9,7 @@
 // builder would make with the same options (timing/model.hpp), to the last
 // bit (with a kernel model, its args cut where a relay's forwarded rows land
 // apart, as the plan's; except token top-k args under a model that holds
-// the index form, priced per cell: timing/task_kernel.hpp). It cannot be
+// the index form, priced per cell: hardware/task_kernel.hpp). It cannot be
 // executed.
 #include <cstdint>
 #include <optional>

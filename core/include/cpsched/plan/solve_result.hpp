@@ -14,7 +14,7 @@
 
 namespace cpsched {
 
-struct HardwareProfile;  // timing/hardware.hpp
+struct HardwareProfile;  // hardware/profile.hpp
 
 struct SolveResult {
   std::shared_ptr<const Assignment> assignment;

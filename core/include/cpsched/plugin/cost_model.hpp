@@ -25,8 +25,8 @@ struct TimePrices {
   double byte_s[2] = {0, 0};    // seconds per byte, one direction of one port: [inside a node, between nodes]
   double latency_s[2] = {0, 0}; // per collective that uses the port
   double flop_s[2] = {0, 0};    // seconds per attention FLOP: [fwd, bwd]
-  // The profile when it has a kernel model (timing/kernel_model.hpp): a
-  // task's compute is then its args' kernel seconds (timing/task_kernel.hpp),
+  // The profile when it has a kernel model (hardware/kernel_model.hpp): a
+  // task's compute is then its args' kernel seconds (hardware/task_kernel.hpp),
   // not area x q heads x FLOPs per pair x flop_s. Null otherwise.
   std::shared_ptr<const HardwareProfile> kernel;
   int link_class(Rank a, Rank b) const { return nodes.link_index(a, b); }

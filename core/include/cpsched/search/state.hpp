@@ -62,7 +62,7 @@ struct TimeObjective {
   NodeMap nodes;
   double byte_s[2] = {0, 0};      // seconds per byte: [inside a node, between nodes]
   double load_s = 0;              // compute seconds per unit of load (fwd + bwd)
-  // The profile's kernel model (timing/task_kernel.hpp): a task's compute
+  // The profile's kernel model (hardware/task_kernel.hpp): a task's compute
   // seconds are then its args' kernel seconds, not load x load_s. Null: none.
   std::shared_ptr<const TaskKernelSeconds> kernel;
   double spread = 0.25;           // weight of the mean rank time

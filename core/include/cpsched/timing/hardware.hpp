@@ -1,0 +1,3 @@
+#pragma once
+// Forwarding header, kept until 0.7: the header moved to <cpsched/hardware/profile.hpp> in 0.6.
+#include "cpsched/hardware/profile.hpp"
