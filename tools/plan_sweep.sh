@@ -12,6 +12,8 @@
 # depend on its time limit and are left out. Run one CP size at a time, so
 # the plans on disk stay a few GB at most.
 #   KEYS="program" tools/plan_sweep.sh build/release /tmp/after
+# SWEEPS names the sweeps to run (default: all of them):
+#   SWEEPS="online quick sparse configs" tools/plan_sweep.sh build/release /tmp/after
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 if [[ ${1:-} == --diff ]]; then
@@ -76,15 +78,20 @@ sweep() {  # name config P-list [--set ...]
   done
   rmdir "$out/$name/plans"
 }
-sweep online configs/compare_online.yaml "8 16 64"
-sweep quick configs/compare_quick.yaml "2 4 8"
-sweep sparse configs/compare_sparse.yaml "8 16"
-sweep standard configs/compare_standard.yaml "8 16 32 64 128" --set compare.packs=3
-sweep step_time configs/compare_step_time.yaml "8 16 32 64 128" --set compare.packs=3
-mkdir -p "$out/configs/plans"
-for c in quickstart dsa nsa; do
-  "$cli" plan "configs/$c.yaml" -q -o "$out/configs/plans/$c.json" >/dev/null
-done
-digest "$out/configs/plans"
-rmdir "$out/configs/plans"
+sweeps=" ${SWEEPS:-online quick sparse standard step_time configs} "
+wants() { [[ $sweeps == *" $1 "* ]]; }
+if wants online; then sweep online configs/compare_online.yaml "8 16 64"; fi
+if wants quick; then sweep quick configs/compare_quick.yaml "2 4 8"; fi
+if wants sparse; then sweep sparse configs/compare_sparse.yaml "8 16"; fi
+if wants standard; then sweep standard configs/compare_standard.yaml "8 16 32 64 128" --set compare.packs=3; fi
+if wants step_time; then sweep step_time configs/compare_step_time.yaml "8 16 32 64 128" --set compare.packs=3; fi
+if wants configs; then
+  mkdir -p "$out/configs/plans"
+  rm -f "$out/configs/digests.txt"
+  for c in quickstart dsa nsa; do
+    "$cli" plan "configs/$c.yaml" -q -o "$out/configs/plans/$c.json" >/dev/null
+  done
+  digest "$out/configs/plans"
+  rmdir "$out/configs/plans"
+fi
 echo "plan digests of $build in $out"
