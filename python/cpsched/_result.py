@@ -77,12 +77,17 @@ class StageComm(_Record):
 
 
 class CommMeta:
-    """CommMeta of one rank and pass: `stages[s - 1]` is remote stage s."""
+    """CommMeta of one rank and pass: `stages[s - 1]` is remote stage s. `remote_qo_rows` / `remote_kv_rows`:
+    int64 rows (begin, end, row, group), the global tokens [begin, end) of head group `group` at rows
+    [row, row + end - begin) of the rank's remote buffer; filled only in plans whose index rows the executor
+    writes (from top-k row runs), else empty."""
 
-    __slots__ = ("stages",)
+    __slots__ = ("stages", "remote_qo_rows", "remote_kv_rows")
 
-    def __init__(self, stages):
-        self.stages = [StageComm(s) for s in stages]
+    def __init__(self, d):
+        self.stages = [StageComm(s) for s in d["stages"]]
+        self.remote_qo_rows = d["remote_qo_rows"]
+        self.remote_kv_rows = d["remote_kv_rows"]
 
     def __len__(self):
         return len(self.stages)
@@ -110,8 +115,9 @@ class CommMeta:
 
 class AttnArgs(_Record):
     """Attention calls as parallel arrays: q_ranges and k_ranges (N, 2) in buffer coordinates, mask_types
-    (0 full, 1 causal, 2 inv_causal, 3 bi_causal), q_buffers / k_buffers (0 local, 1 remote) and groups
-    (head group, -1: all heads)."""
+    (0 full, 1 causal, 2 inv_causal, 3 bi_causal), q_buffers / k_buffers (0 local, 1 remote), groups
+    (head group, -1: all heads), and for index args (token top-k masks) index_widths (> 0) and
+    index_offsets into the pass's index pool (a range arg: width 0, offset -1)."""
 
     __slots__ = ()
 
@@ -125,13 +131,16 @@ class AttnArgs(_Record):
 
 
 class CalcMeta:
-    """CalcMeta of one rank and pass: stage 0's local args and each remote stage's args."""
+    """CalcMeta of one rank and pass: stage 0's local args and each remote stage's args;
+    `deferred_index_entries` > 0: the index args' rows are the executor's to write (a plan from top-k row
+    runs), into a pool of that many entries."""
 
-    __slots__ = ("local_attn_args", "remote_attn_args")
+    __slots__ = ("local_attn_args", "remote_attn_args", "deferred_index_entries")
 
     def __init__(self, d):
         self.local_attn_args = AttnArgs(d["local_attn_args"])
         self.remote_attn_args = [AttnArgs(a) for a in d["remote_attn_args"]]
+        self.deferred_index_entries = int(d["deferred_index_entries"])
 
     # The seed's names.
     @property

@@ -127,7 +127,8 @@ nb::object to_py(const StageComm& s) {
 // k_range, mask_type) triples, plus the buffers and the head group).
 nb::object attn_args(const std::vector<AttnArg>& args) {
   std::vector<Range> q, k;
-  std::vector<int> type, qb, kb, group;
+  std::vector<int> type, qb, kb, group, width;
+  std::vector<std::int64_t> offset;
   for (const AttnArg& a : args) {
     q.push_back(a.q);
     k.push_back(a.k);
@@ -135,6 +136,8 @@ nb::object attn_args(const std::vector<AttnArg>& args) {
     qb.push_back(static_cast<int>(a.q_buf));
     kb.push_back(static_cast<int>(a.k_buf));
     group.push_back(a.group);
+    width.push_back(a.index_width);
+    offset.push_back(a.is_index() ? a.index_offset : -1);  // -1: a range arg (the plan JSON has no offset)
   }
   nb::dict d;
   d["q_ranges"] = ranges_array(q);
@@ -143,6 +146,82 @@ nb::object attn_args(const std::vector<AttnArg>& args) {
   d["q_buffers"] = numpy_of(qb);
   d["k_buffers"] = numpy_of(kb);
   d["groups"] = numpy_of(group);
+  d["index_offsets"] = numpy_of(offset);
+  d["index_widths"] = numpy_of(width);
+  return d;
+}
+
+// A rank's remote rows of one kind (CommMeta::remote_*_rows): int64 rows (begin, end, row, group).
+nb::object remote_runs(const std::vector<RemoteRun>& runs) {
+  std::vector<std::int64_t> flat;
+  flat.reserve(4 * runs.size());
+  for (const RemoteRun& r : runs)
+    for (std::int64_t v : {std::int64_t{r.tokens.begin}, std::int64_t{r.tokens.end}, std::int64_t{r.row},
+                           std::int64_t{r.group}})
+      flat.push_back(v);
+  return numpy_from(std::move(flat), runs.size(), 4);
+}
+
+// A range mask's slices as the arrays a Session's solve takes: q_ranges, k_ranges (N x 2), mask_types.
+nb::dict slices_dict(const RangeMask& m) {
+  std::vector<Range> q, k;
+  std::vector<int> t;
+  for (const Slice& s : m.slices()) {
+    q.push_back(s.q);
+    k.push_back(s.k);
+    t.push_back(static_cast<int>(s.type));
+  }
+  nb::dict d;
+  d["q_ranges"] = ranges_array(q);
+  d["k_ranges"] = ranges_array(k);
+  d["mask_types"] = numpy_of(t);
+  return d;
+}
+
+// The problem's fields, named as the plan JSON's "problem" (docs/plan_format.md); head_dim_v and kv_shared
+// always (the JSON has them for MLA only), masks as slices_dict's arrays, host ranges one N x 2 array per rank.
+nb::dict problem_dict(const Problem& p, const Sharding& sh) {
+  nb::dict d;
+  d["blocks_per_rank"] = p.grid.blocks_per_rank;
+  d["cp_size"] = p.cp_size();
+  d["dtype_bytes"] = p.heads.dtype_bytes;
+  d["flatten_head_groups"] = p.grid.flatten_head_groups;
+  d["head_dim"] = p.heads.dim;
+  d["head_dim_v"] = p.heads.dv();
+  d["head_groups"] = p.num_groups();
+  d["heads_kv"] = p.heads.kv;
+  d["heads_q"] = p.heads.q;
+  d["kv_shared"] = p.heads.kv_shared;
+  nb::list hosts;
+  for (const RangeSet& rs : sh.all_rank_tokens()) hosts.append(ranges_array(rs.ranges()));
+  d["host_ranges"] = hosts;
+  nb::list heads;
+  for (const RangeMask& m : p.head_masks) heads.append(slices_dict(m));
+  d["head_masks"] = p.head_masks.empty() ? nb::object(nb::none()) : nb::object(heads);
+  d["index_mask"] = nb::none();
+  if (p.index_mask) {
+    const IndexMask& m = *p.index_mask;
+    nb::dict im;
+    im["causal"] = m.causal;
+    im["kind"] = std::string(to_string(m.kind));
+    im["kv_heads"] = m.kv_heads;
+    nb::list shape;
+    for (std::int64_t n : m.indices.shape) shape.append(n);
+    im["shape"] = shape;
+    d["index_mask"] = im;
+  }
+  d["index_summary"] = nb::none();
+  if (p.index_summary) {
+    const IndexSummary& m = *p.index_summary;
+    nb::dict is;
+    is["causal"] = m.causal;
+    is["cells"] = static_cast<std::int64_t>(m.cells.size());
+    is["kv_heads"] = m.kv_heads;
+    d["index_summary"] = is;
+  }
+  d["layout"] = std::string(to_string(p.layout));
+  d["mask"] = slices_dict(p.mask);
+  d["seqlen"] = p.seqlen();
   return d;
 }
 
@@ -493,6 +572,7 @@ class Result {
     nb::list remote;
     for (const auto& s : c.remote_attn_args) remote.append(attn_args(s));
     d["remote_attn_args"] = remote;
+    d["deferred_index_entries"] = c.deferred_index_entries;
     return d;
   }
 
@@ -516,11 +596,18 @@ class Result {
     return numpy_from(std::move(flat), prog.size(), 4);
   }
 
-  nb::list comm_meta(Rank r, const std::string& p) const {
+  nb::dict comm_meta(Rank r, const std::string& p) const {
+    const CommMeta& c = pass(r, p).comm;
     nb::list stages;
-    for (const StageComm& s : pass(r, p).comm.stages) stages.append(to_py(s));
-    return stages;
+    for (const StageComm& s : c.stages) stages.append(to_py(s));
+    nb::dict d;
+    d["stages"] = stages;
+    d["remote_qo_rows"] = remote_runs(c.remote_qo_rows);
+    d["remote_kv_rows"] = remote_runs(c.remote_kv_rows);
+    return d;
   }
+
+  nb::dict problem() const { return problem_dict(plan_->assignment->grid->problem(), plan_->assignment->grid->sharding()); }
 
   nb::dict metrics() const { return metrics_dict(plan_->metrics); }
 
@@ -1046,6 +1133,9 @@ NB_MODULE(_cpsched, m) {
            "2 compute, 3 reduce, 4 wait_reduces, 5 merge; kind (reduce): 0 qo, 1 kv; phase (cast, reduce): "
            "0 first, 1 forwarding (cpsched/plan/program.hpp)")
       .def("metrics", &Result::metrics)
+      .def("problem", &Result::problem,
+           "The plan's problem as the plan JSON's \"problem\" names its fields (masks as arrays; head_dim_v, "
+           "kv_shared always; head_masks, index_mask, index_summary None when absent)")
       .def("predicted_compute", &Result::predicted_compute, "rank"_a, "hardware"_a = nb::none())
       .def("to_json", &Result::to_json, "indent"_a = -1, "solve_ms"_a = nb::none(), "tasks"_a = true,
            "index_rows"_a = true)
