@@ -162,6 +162,94 @@ nb::object remote_runs(const std::vector<RemoteRun>& runs) {
   return numpy_from(std::move(flat), runs.size(), 4);
 }
 
+// Int64 columns filled in one pass over a plan's items, then handed to numpy without a copy.
+using Column = std::vector<std::int64_t>;
+nb::object column(Column&& c) {
+  const std::size_t n = c.size();
+  return numpy_from(std::move(c), n, 0);
+}
+nb::object column2(Column&& c) {  // pairs (begin, end)
+  const std::size_t n = c.size() / 2;
+  return numpy_from(std::move(c), n, 2);
+}
+
+// A pass's args, stage 0's then each remote stage's, as int64 columns; args of stage s are rows
+// [stage_ptr[s], stage_ptr[s + 1]). index_offset is -1 for a range arg (the plan JSON has none).
+nb::dict flat_args(const CalcMeta& c) {
+  Column q, k, type, qr, kr, group, offset, width, ptr{0};
+  auto add = [&](const std::vector<AttnArg>& args) {
+    for (const AttnArg& a : args) {
+      q.insert(q.end(), {a.q.begin, a.q.end});
+      k.insert(k.end(), {a.k.begin, a.k.end});
+      type.push_back(static_cast<int>(a.type));
+      qr.push_back(a.q_buf == BufferId::remote);
+      kr.push_back(a.k_buf == BufferId::remote);
+      group.push_back(a.group);
+      offset.push_back(a.is_index() ? a.index_offset : -1);
+      width.push_back(a.index_width);
+    }
+    ptr.push_back(static_cast<std::int64_t>(type.size()));
+  };
+  add(c.local_attn_args);
+  for (const auto& s : c.remote_attn_args) add(s);
+  nb::dict d;
+  d["q"] = column2(std::move(q));
+  d["k"] = column2(std::move(k));
+  d["type"] = column(std::move(type));
+  d["q_remote"] = column(std::move(qr));
+  d["k_remote"] = column(std::move(kr));
+  d["group"] = column(std::move(group));
+  d["index_offset"] = column(std::move(offset));
+  d["index_width"] = column(std::move(width));
+  d["stage_ptr"] = column(std::move(ptr));
+  d["deferred_index_entries"] = c.deferred_index_entries;
+  return d;
+}
+
+// A pass's comm as int64 columns: `stage` (N x 6: num_remote_qo_tokens, num_remote_kv_tokens, qo_recv_offset,
+// kv_recv_offset, qo_reduce_after, kv_reduce_after); the collectives c = 4 s + (0 qo, 1 kv, 2 qo_fwd, 3 kv_fwd)
+// of stage s (0-based) have input splits [in_ptr[c], in_ptr[c + 1]) of sizes / ranges / groups, whose receivers
+// are dst[dst_ptr[i]:dst_ptr[i + 1]], and output splits [out_ptr[c], out_ptr[c + 1]) of out_sizes / src /
+// out_groups; remote_qo_rows / remote_kv_rows as comm_meta's.
+nb::dict flat_comm(const CommMeta& c) {
+  Column stage, in_ptr{0}, sizes, ranges, groups, dst_ptr{0}, dst, out_ptr{0}, out_sizes, src, out_groups;
+  auto add = [&](const GroupCollectiveArg& g) {
+    for (std::size_t i = 0; i < g.input_split_sizes.size(); ++i) {
+      sizes.push_back(g.input_split_sizes[i]);
+      ranges.insert(ranges.end(), {g.input_ranges[i].begin, g.input_ranges[i].end});
+      groups.push_back(g.input_groups[i]);
+      dst.insert(dst.end(), g.dst_indices[i].begin(), g.dst_indices[i].end());
+      dst_ptr.push_back(static_cast<std::int64_t>(dst.size()));
+    }
+    in_ptr.push_back(static_cast<std::int64_t>(sizes.size()));
+    out_sizes.insert(out_sizes.end(), g.output_split_sizes.begin(), g.output_split_sizes.end());
+    src.insert(src.end(), g.src_index.begin(), g.src_index.end());
+    out_groups.insert(out_groups.end(), g.output_groups.begin(), g.output_groups.end());
+    out_ptr.push_back(static_cast<std::int64_t>(out_sizes.size()));
+  };
+  for (const StageComm& s : c.stages) {
+    stage.insert(stage.end(), {s.num_remote_qo_tokens, s.num_remote_kv_tokens, s.qo_recv_offset, s.kv_recv_offset,
+                               s.qo_reduce_after, s.kv_reduce_after});
+    for (const GroupCollectiveArg* g : {&s.qo, &s.kv, &s.qo_fwd, &s.kv_fwd}) add(*g);
+  }
+  nb::dict d;
+  const std::size_t n = c.stages.size();
+  d["stage"] = numpy_from(std::move(stage), n, 6);
+  d["in_ptr"] = column(std::move(in_ptr));
+  d["sizes"] = column(std::move(sizes));
+  d["ranges"] = column2(std::move(ranges));
+  d["groups"] = column(std::move(groups));
+  d["dst_ptr"] = column(std::move(dst_ptr));
+  d["dst"] = column(std::move(dst));
+  d["out_ptr"] = column(std::move(out_ptr));
+  d["out_sizes"] = column(std::move(out_sizes));
+  d["src"] = column(std::move(src));
+  d["out_groups"] = column(std::move(out_groups));
+  d["remote_qo_rows"] = remote_runs(c.remote_qo_rows);
+  d["remote_kv_rows"] = remote_runs(c.remote_kv_rows);
+  return d;
+}
+
 // A range mask's slices as the arrays a Session's solve takes: q_ranges, k_ranges (N x 2), mask_types.
 nb::dict slices_dict(const RangeMask& m) {
   std::vector<Range> q, k;
@@ -565,8 +653,9 @@ class Result {
                                       : plan.ranks[static_cast<std::size_t>(r)].bwd;
   }
 
-  nb::dict calc_meta(Rank r, const std::string& p) const {
+  nb::dict calc_meta(Rank r, const std::string& p, bool flat) const {
     const CalcMeta& c = pass(r, p).calc;
+    if (flat) return flat_args(c);
     nb::dict d;
     d["local_attn_args"] = attn_args(c.local_attn_args);
     nb::list remote;
@@ -596,8 +685,9 @@ class Result {
     return numpy_from(std::move(flat), prog.size(), 4);
   }
 
-  nb::dict comm_meta(Rank r, const std::string& p) const {
+  nb::dict comm_meta(Rank r, const std::string& p, bool flat) const {
     const CommMeta& c = pass(r, p).comm;
+    if (flat) return flat_comm(c);
     nb::list stages;
     for (const StageComm& s : c.stages) stages.append(to_py(s));
     nb::dict d;
@@ -1126,8 +1216,10 @@ NB_MODULE(_cpsched, m) {
   });
 
   nb::class_<Result>(m, "Result")
-      .def("calc_meta", &Result::calc_meta, "rank"_a, "pass_"_a = "fwd")
-      .def("comm_meta", &Result::comm_meta, "rank"_a, "pass_"_a = "fwd")
+      // flat: the whole pass as a few int64 columns (flat_args, flat_comm) rather than a dict per stage and
+      // collective: what cpsched.torch reads for every rank of a plan.
+      .def("calc_meta", &Result::calc_meta, "rank"_a, "pass_"_a = "fwd", "flat"_a = false)
+      .def("comm_meta", &Result::comm_meta, "rank"_a, "pass_"_a = "fwd", "flat"_a = false)
       .def("program", &Result::program, "rank"_a, "pass_"_a = "fwd",
            "The order rank runs the pass in: int32 rows (op, stage, kind, phase). op: 0 cast, 1 wait_cast, "
            "2 compute, 3 reduce, 4 wait_reduces, 5 merge; kind (reduce): 0 qo, 1 kv; phase (cast, reduce): "

@@ -1,6 +1,7 @@
 """A cpsched plan prepared for execution in PyTorch, once per (plan, rank).
 
-Everything the executor needs per call is computed here from the plan JSON (docs/plan_format.md) and kept:
+Everything the executor needs per call is computed here from the plan (docs/plan_format.md; a Result's arrays
+or a text's JSON, both read into the same structures by _plandata) and kept:
 this rank's args per stage, per (stage, kind, phase) the split lists of the all_to_all and the row indices
 that pack its send buffer, the receive offsets, the reduce points, and which collectives carry data on
 *any* rank (a collective that moves nothing anywhere is skipped on every rank alike). Index tensors live on
@@ -16,9 +17,7 @@ import numpy as np
 import torch
 
 from .. import _cpsched
-from . import _program
-
-_TYPE_CODE = {"full": 0, "causal": 1, "inv_causal": 2, "bi_causal": 3}
+from . import _plandata, _program
 
 
 class Layout:
@@ -135,156 +134,107 @@ class PassPlan:
     program: tuple = ()  # the order the rank runs the pass in (_program.Instr, the core's)
 
 
-def _coll_of(rank_stages, s, key, P, G, rank, recv_at, relay):
-    """The Coll of rank `rank` for stage s (0-based) and key ('qo', 'kv', 'qo_fwd', 'kv_fwd')."""
-    c = rank_stages[s].get(key)
-    if c is None:
-        return None
-    sizes = c["input_split_sizes"]
-    ranges = c["input_ranges"]
-    groups = c["input_groups"]
-    dst = c["dst_indices"]
-    in_splits = [0] * P
-    per_peer = [[] for _ in range(P)]
-    for i, rg in enumerate(ranges):
-        for d in dst[i]:
-            per_peer[d].append(i)
-            in_splits[d] += sizes[i]
-    rows = []
-    for d in range(P):
-        for i in per_peer[d]:
-            b, e = ranges[i]
-            if relay:  # rows of the stage's receive buffer
-                rows.append(np.arange(b, e, dtype=np.int64))
-            else:
-                g = max(groups[i], 0)
-                rows.append(np.arange(b, e, dtype=np.int64) * G + g)
-    out_splits = [0] * P
-    for sz, src in zip(c["output_split_sizes"], c["src_index"]):
-        out_splits[src] += sz
-    send_rows = torch.from_numpy(np.concatenate(rows)) if rows else torch.zeros(0, dtype=torch.int64)
-    return Coll(in_splits, out_splits, send_rows, int(sum(in_splits)), int(sum(out_splits)), recv_at, False)
+def _concat_ranges(b, e):
+    """The concatenation of arange(b[i], e[i]) over i (int64)."""
+    lengths = e - b
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    first = np.cumsum(lengths) - lengths  # where each range starts in the output
+    return np.repeat(b - first, lengths) + np.arange(total, dtype=np.int64)
+
+
+def _pairs(c):
+    """(input split, receiver) of every send of collective `c`, ordered by receiver, then by input split."""
+    inputs = np.repeat(np.arange(len(c.sizes), dtype=np.int64), np.diff(c.dst_ptr))
+    order = np.argsort(c.dst, kind="stable")
+    return inputs[order], c.dst[order]
+
+
+def _coll_of(c, P, G, recv_at, relay):
+    """The Coll of a plan's collective `c` (_plandata.Coll): the split lists per peer and the send buffer's rows,
+    packed by peer and, per peer, in the order of the input splits. First phase: local rows flattened with
+    their head group (row * G + group); forwarding phase (`relay`): rows of the stage's receive buffer."""
+    inputs, dst = _pairs(c)
+    in_splits = np.zeros(P, dtype=np.int64)
+    np.add.at(in_splits, dst, c.sizes[inputs])
+    out_splits = np.zeros(P, dtype=np.int64)
+    np.add.at(out_splits, c.src, c.out_sizes)
+    b, e = c.ranges[inputs, 0], c.ranges[inputs, 1]
+    rows = _concat_ranges(b, e)
+    if not relay:
+        rows = rows * G + np.repeat(np.maximum(c.groups[inputs], 0), e - b)
+    in_splits, out_splits = in_splits.tolist(), out_splits.tolist()
+    return Coll(in_splits, out_splits, torch.from_numpy(rows), int(sum(in_splits)), int(sum(out_splits)), recv_at,
+                False)
+
+
+def _empty_coll(P, recv_at):
+    return Coll([0] * P, [0] * P, torch.zeros(0, dtype=torch.int64), 0, 0, recv_at, False)
 
 
 class ArgList(list):
     """The args of one stage; backends may cache what they derive from it as attributes."""
 
 
-def _args_of(lst):
-    out = ArgList()
-    for a in lst:
-        out.append(Arg(a["q"][0], a["q"][1], a["k"][0], a["k"][1], _TYPE_CODE[a["type"]], int(a["group"]),
-                       a["q_buf"] == "remote", a["k_buf"] == "remote",
-                       int(a.get("index_offset", -1)), int(a.get("index_width", 0))))
-    return out
+def _args_of(a):
+    """The Args (columns, _plandata.Args) as a list of Arg."""
+    q, k = a.q.tolist(), a.k.tolist()
+    return ArgList(Arg(q0, q1, k0, k1, t, g, bool(qr), bool(kr), io, iw) for (q0, q1), (k0, k1), t, g, qr, kr, io, iw in
+                   zip(q, k, a.type.tolist(), a.group.tolist(), a.q_remote.tolist(), a.k_remote.tolist(),
+                       a.index_offset.tolist(), a.index_width.tolist()))
 
 
-def _any_send(ranks, pass_, s, key, own=None):
-    if ranks is None:
-        # A rank's own plan (see _pass_plan): a stage's cast of a kind runs on any rank iff some rank receives
-        # that kind in it, which is when its reduce_after (the same on every rank) is set. Forwarding phases
-        # are resolved per call (TorchPlan.set_forwarding).
-        return int(own[f"{key}_reduce_after"]) > 0
-    for rk in ranks:
-        c = rk[pass_]["comm"]["stages"][s].get(key)
-        if c is not None and any(c["input_split_sizes"]):
-            return True
-    return False
-
-
-def _rank_entry(d, rank):
-    """`rank`'s entry of a plan's "ranks": its index in an all-ranks plan, or the one entry of a rank's own
-    plan (SessionOptions::rank, per-rank summaries), which names its rank."""
-    ranks = d["ranks"]
-    if len(ranks) == int(d["problem"]["cp_size"]):
-        return ranks[rank]
-    for e in ranks:
-        if int(e.get("rank", -1)) == rank:
-            return e
-    raise ValueError(f"plan: it holds the plan of rank(s) {[e.get('rank') for e in ranks]} only, not rank {rank}'s")
-
-
-def _pass_plan(d, rank, pass_, G, pool=None, program=None):
-    """`rank`'s pass from the plan `d`; its index pool and program from the extension when given (a Result),
-    else from `d` (a plan text, validated)."""
-    P = int(d["problem"]["cp_size"])
-    mine = _rank_entry(d, rank)[pass_]
-    # A rank's own plan does not list the other ranks' sends: _any_send then reads what every rank's plan
-    # says alike (the stages' reduce_after).
-    ranks = d["ranks"] if len(d["ranks"]) == P else None
-    stages_json = mine["comm"]["stages"]
-    N = len(stages_json)
+def _pass_plan(data, rank, pass_, G, pool):
+    """`rank`'s pass of the plan `data` (_plandata.PlanData) with its index pool `pool` (int64 or None)."""
+    P = data.problem.cp_size
+    mine = getattr(data.entry(rank), pass_)
+    # Whether a collective runs: some rank sends in it. A rank's own plan does not list the other ranks'
+    # sends: a stage's cast of a kind then runs on any rank iff some rank receives that kind in it, which is
+    # when its reduce_after (the same on every rank) is set; its forwarding phases are resolved per call
+    # (TorchPlan.set_forwarding).
+    active = None if data.per_rank else data.active(pass_)
+    N = len(mine.stages)
     stages = []
     qo_total = kv_total = 0
-    for s, st in enumerate(stages_json):
-        qo_first = sum(st["qo"]["output_split_sizes"])
-        kv_first = sum(st["kv"]["output_split_sizes"])
-        qo = _coll_of(stages_json, s, "qo", P, G, rank, st["qo_recv_offset"], False)
-        kv = _coll_of(stages_json, s, "kv", P, G, rank, st["kv_recv_offset"], False)
-        qo.active = _any_send(ranks, pass_, s, "qo", st)
-        kv.active = _any_send(ranks, pass_, s, "kv", st)
+    for s, st in enumerate(mine.stages):
+        qo = _coll_of(st.qo, P, G, st.qo_recv_offset, False)
+        kv = _coll_of(st.kv, P, G, st.kv_recv_offset, False)
+        qo.active = bool(active[s, 0]) if active is not None else st.qo_reduce_after > 0
+        kv.active = bool(active[s, 1]) if active is not None else st.kv_reduce_after > 0
         fwds = []
-        for key, off, first in (("qo_fwd", st["qo_recv_offset"], qo_first), ("kv_fwd", st["kv_recv_offset"], kv_first)):
-            # A rank that neither forwards nor receives forwarded rows may have no such key, while the phase
-            # carries data elsewhere: it still takes part in the collective, with empty split lists. In a
-            # rank's own plan whether any rank forwards is not known here: set_forwarding decides per call.
-            c = _coll_of(stages_json, s, key, P, G, rank, off + first, True)
-            if c is None:
-                c = Coll([0] * P, [0] * P, torch.zeros(0, dtype=torch.int64), 0, 0, off + first, True)
-            c.active = _any_send(ranks, pass_, s, key, st) if ranks is not None else False
+        for j, c, off, first in ((2, st.qo_fwd, st.qo_recv_offset, qo.n_recv), (3, st.kv_fwd, st.kv_recv_offset, kv.n_recv)):
+            # A rank that neither forwards nor receives forwarded rows has no such phase, while the phase may
+            # carry data elsewhere: it still takes part in the collective, with empty split lists.
+            f = _coll_of(c, P, G, off + first, True) if c is not None else _empty_coll(P, off + first)
+            f.active = bool(active[s, j]) if active is not None else False
             # the relay's send rows index its stage receive; make them rows of the whole remote buffer
-            c.send_rows = c.send_rows + off
-            fwds.append(c)
+            f.send_rows = f.send_rows + off
+            fwds.append(f)
         qo_fwd, kv_fwd = fwds
-        n_qo = qo.n_recv + (qo_fwd.n_recv if qo_fwd else 0)
-        n_kv = kv.n_recv + (kv_fwd.n_recv if kv_fwd else 0)
-        if n_qo != st["num_remote_qo_tokens"] or n_kv != st["num_remote_kv_tokens"]:
-            raise ValueError(f"plan: {pass_} stage {s + 1} of rank {rank} declares {st['num_remote_qo_tokens']} QO "
-                             f"and {st['num_remote_kv_tokens']} KV rows but its output splits hold {n_qo} and {n_kv}")
-        stages.append(Stage(st["qo_recv_offset"], st["kv_recv_offset"], n_qo, n_kv, int(st["qo_reduce_after"]),
-                            int(st["kv_reduce_after"]), qo, kv, qo_fwd, kv_fwd))
-        qo_total = max(qo_total, st["qo_recv_offset"] + n_qo)
-        kv_total = max(kv_total, st["kv_recv_offset"] + n_kv)
-    calc = mine["calc"]
-    stage0 = _args_of(calc["local_attn_args"])
-    remote = [_args_of(lst) for lst in calc["remote_attn_args"]]
+        n_qo = qo.n_recv + qo_fwd.n_recv
+        n_kv = kv.n_recv + kv_fwd.n_recv
+        if n_qo != st.num_remote_qo_tokens or n_kv != st.num_remote_kv_tokens:
+            raise ValueError(f"plan: {pass_} stage {s + 1} of rank {rank} declares {st.num_remote_qo_tokens} QO "
+                             f"and {st.num_remote_kv_tokens} KV rows but its output splits hold {n_qo} and {n_kv}")
+        stages.append(Stage(st.qo_recv_offset, st.kv_recv_offset, n_qo, n_kv, st.qo_reduce_after,
+                            st.kv_reduce_after, qo, kv, qo_fwd, kv_fwd))
+        qo_total = max(qo_total, st.qo_recv_offset + n_qo)
+        kv_total = max(kv_total, st.kv_recv_offset + n_kv)
+    stage0 = _args_of(mine.local)
+    remote = [_args_of(a) for a in mine.remote]
     if len(remote) != N:
         raise ValueError(f"plan: {pass_} of rank {rank} has {len(remote)} remote arg lists for {N} stages")
-    if pool is None:  # from the JSON (a plan given as text)
-        pool = calc.get("indices")
-        indices = torch.tensor(pool, dtype=torch.int64) if pool else None
-    else:
-        indices = torch.from_numpy(pool.astype(np.int64)) if len(pool) else None
-    pp = PassPlan(stage0, remote, qo_total, kv_total, indices)
+    pp = PassPlan(stage0, remote, qo_total, kv_total, torch.from_numpy(pool) if pool is not None else None)
     pp.stages_comm = stages
     # A plan from top-k row runs: the index rows are written from the rank's rows where they live
     # (_topk.write_index_rows), with the remote rows' tokens the plan lists.
-    pp.deferred_entries = int(calc.get("deferred_index_entries", 0))
-    pp.remote_rows = {kind: _remote_runs(mine["comm"].get(f"remote_{kind}_rows", []), total)
+    pp.deferred_entries = mine.deferred_index_entries
+    pp.remote_rows = {kind: _remote_runs(mine.remote_rows[kind], total)
                       for kind, total in (("qo", qo_total), ("kv", kv_total))}
     pp.reduces = _reduce_points(pp, pass_)
-    pp.program = program if program is not None else _program_of_text(mine, rank, pass_)
+    pp.program = _program.from_array(mine.program)
     return pp
-
-
-def _program_of_text(mine, rank, pass_):
-    texts = mine.get("program")
-    if texts is None:
-        raise ValueError(f"plan: ranks[{rank}].{pass_}.program: missing (the order the rank runs the pass in; "
-                         "Result.to_json writes it)")
-    return tuple(_program.parse(t) for t in texts)
-
-
-def _programs(result, d, pass_):
-    """Every rank's program of `pass_` that `d` lists (one rank's for a rank's own plan), as the extension
-    gives it for a Result, else from the text."""
-    out = []
-    raw = getattr(result, "_r", result)  # the extension's Result (cpsched.Result wraps it)
-    for e in d["ranks"]:
-        r = int(e.get("rank", len(out)))
-        out.append(_program.from_array(raw.program(r, pass_)) if result is not None
-                   else _program_of_text(e[pass_], r, pass_))
-    return out
 
 
 def _reduce_points(pp, pass_):
@@ -306,60 +256,72 @@ def _reduce_points(pp, pass_):
 
 
 def _remote_runs(runs, total):
-    """(global token, head group) of each row of a remote buffer of `total` rows from the plan's runs
-    [[begin, end, row, group], ...] (CommMeta::remote_*_rows); None when the plan lists none."""
-    if not runs:
+    """(global token, head group) of each row of a remote buffer of `total` rows from the plan's runs, int64
+    rows (begin, end, row, group) (CommMeta::remote_*_rows); None when the plan lists none."""
+    if not len(runs):
         return None
+    b, e, row, grp = runs[:, 0], runs[:, 1], runs[:, 2], runs[:, 3]
+    bad = (row < 0) | (row + (e - b) > total)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"plan: remote rows [{row[i]}, {row[i] + e[i] - b[i]}) are outside the buffer's {total} rows")
     g_all = np.full(total, -1, dtype=np.int64)
     h_all = np.full(total, -1, dtype=np.int64)
-    for b, e, row, grp in runs:
-        if not (0 <= row and row + (e - b) <= total):
-            raise ValueError(f"plan: remote rows [{row}, {row + e - b}) are outside the buffer's {total} rows")
-        g_all[row:row + e - b] = np.arange(b, e, dtype=np.int64)
-        h_all[row:row + e - b] = grp
+    at = _concat_ranges(row, row + (e - b))
+    g_all[at] = _concat_ranges(b, e)
+    h_all[at] = np.repeat(grp, e - b)
     return torch.from_numpy(g_all), torch.from_numpy(h_all)
 
 
-def _remote_row_globals(d, rank, pass_, layout):
+def _sent_to(c, rank):
+    """The input splits of collective `c` that go to `rank`, in order: (begin, end, group) arrays."""
+    if c is None:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z
+    inputs, dst = _pairs(c)
+    i = np.sort(inputs[dst == rank])
+    return c.ranges[i, 0], c.ranges[i, 1], c.groups[i]
+
+
+def _remote_row_globals(data, rank, pass_, layout):
     """{kind: (global token, head group) of each row of `rank`'s remote QO / KV buffer} from every rank's
     CommMeta: a receiver's output splits from a source are that source's input splits naming it, in order;
     forwarded rows are rows of the relay's receive buffer of the same stage."""
-    ranks = d["ranks"]
-    P = len(ranks)
+    entries = data.entries
+    P = len(entries)
+    passes = [getattr(e, pass_) for e in entries]
     glob = [layout.global_index(r).numpy() for r in range(P)]
     out = {}
     for kind in ("qo", "kv"):
         # first phase of every rank, per stage: the (global, group) of its received rows
-        first = [[None] * len(ranks[r][pass_]["comm"]["stages"]) for r in range(P)]
+        first = [[None] * len(passes[r].stages) for r in range(P)]
         for r in range(P):
-            for s, st in enumerate(ranks[r][pass_]["comm"]["stages"]):
+            for s, st in enumerate(passes[r].stages):
                 parts_g, parts_h = [], []
-                for src in sorted(set(st[kind]["src_index"])):
-                    c = ranks[src][pass_]["comm"]["stages"][s][kind]
-                    for (b, e), dst, grp in zip(c["input_ranges"], c["dst_indices"], c["input_groups"]):
-                        if r in dst:
-                            parts_g.append(glob[src][b:e])
-                            parts_h.append(np.full(e - b, grp, dtype=np.int64))
+                for src in np.unique(getattr(st, kind).src).tolist():
+                    b, e, grp = _sent_to(getattr(passes[src].stages[s], kind), r)
+                    parts_g.append(glob[src][_concat_ranges(b, e)])
+                    parts_h.append(np.repeat(grp, e - b))
                 first[r][s] = (np.concatenate(parts_g) if parts_g else np.zeros(0, dtype=np.int64),
                                np.concatenate(parts_h) if parts_h else np.zeros(0, dtype=np.int64))
-        stages = ranks[rank][pass_]["comm"]["stages"]
-        total = max([st[f"{kind}_recv_offset"] + st[f"num_remote_{kind}_tokens"] for st in stages] or [0])
+        stages = passes[rank].stages
+        off_key, n_key = f"{kind}_recv_offset", f"num_remote_{kind}_tokens"
+        total = max([getattr(st, off_key) + getattr(st, n_key) for st in stages] or [0])
         g_all = np.full(total, -1, dtype=np.int64)
         h_all = np.full(total, -1, dtype=np.int64)
         for s, st in enumerate(stages):
             fg, fh = first[rank][s]
             parts_g, parts_h = [fg], [fh]
-            fw = st.get(kind + "_fwd")
+            fw = getattr(st, kind + "_fwd")
             if fw is not None:
-                for src in sorted(set(fw["src_index"])):
-                    c = ranks[src][pass_]["comm"]["stages"][s].get(kind + "_fwd") or {}
+                for src in np.unique(fw.src).tolist():
                     sg, sh = first[src][s]
-                    for (b, e), dst in zip(c.get("input_ranges", []), c.get("dst_indices", [])):
-                        if rank in dst:
-                            parts_g.append(sg[b:e])
-                            parts_h.append(sh[b:e])
+                    b, e, _ = _sent_to(getattr(passes[src].stages[s], kind + "_fwd"), rank)
+                    at = _concat_ranges(b, e)
+                    parts_g.append(sg[at])
+                    parts_h.append(sh[at])
             gg, hh = np.concatenate(parts_g), np.concatenate(parts_h)
-            off = st[f"{kind}_recv_offset"]
+            off = getattr(st, off_key)
             g_all[off:off + len(gg)] = gg
             h_all[off:off + len(hh)] = hh
         out[kind] = (torch.from_numpy(g_all), torch.from_numpy(h_all))
@@ -371,23 +333,6 @@ def _rank_arg(rank):
     if isinstance(rank, bool) or not isinstance(rank, numbers.Integral):
         raise ValueError(f"rank: expected an integer rank, got {rank!r} ({type(rank).__name__})")
     return int(rank)
-
-
-def _plan_digest(d, per_rank, programs):
-    """A digest of what a rank runs that every rank's copy of the same plan shares: the problem (mask, layout,
-    heads), the stages, the programs `d` lists (`programs`: pass -> per entry of d["ranks"]) and, for a plan of
-    all ranks, every rank's args and collectives; for a rank's own plan the reduce points (its splits are
-    matched with the peers' by the split digests)."""
-    from ._agree import digest
-    parts = [d["problem"], d.get("stages"), bool(d.get("local_tail", False)),
-             {p: [[str(i) for i in prog] for prog in programs[p]] for p in ("fwd", "bwd")}]
-    if per_rank:
-        parts.append([[(st.get("qo_reduce_after"), st.get("kv_reduce_after")) for st in e[p]["comm"]["stages"]]
-                      for e in d["ranks"] for p in ("fwd", "bwd")])
-    else:  # the index pools are each rank's own (and a Result's plan carries them apart from the JSON)
-        parts.append([{p: {"comm": e[p]["comm"], "calc": {k: v for k, v in e[p]["calc"].items() if k != "indices"}}
-                       for p in ("fwd", "bwd")} for e in d["ranks"]])
-    return digest(json.dumps(parts, sort_keys=True, separators=(",", ":")))
 
 
 def _split_digests(tp):
@@ -425,55 +370,46 @@ class TorchPlan:
     """A cpsched plan (a `cpsched.Result`) prepared for one rank: build it once per plan with
     `TorchPlan(result, rank)` (or let `cpsched.torch.attention` cache it) and pass it per call."""
 
-    def __init__(self, result, rank, *, plan_json=None):
-        # A Result's JSON without the per-task list and the index pools: this rank's pools come as arrays
-        # (a DSA layer's are millions of entries per rank, which JSON would spend seconds on).
-        d = plan_json if plan_json is not None else json.loads(result.to_json(tasks=False, index_rows=False))
+    def __init__(self, result, rank, *, data=None):
+        # A Result's plan from the extension's arrays (no JSON: a DSA layer's plan is large); a text's from its
+        # parsed JSON (from_json). Both give the same structures (_plandata.PlanData), and from them the same
+        # prepared passes and the same digest.
+        if data is None:
+            data = _plandata.of_result(result)
         self.result = result  # keeps the Result (and its plugins) alive while the plan is in use
-        sv = d.get("solver")
-        self.solver = str(sv.get("name", "?")) if isinstance(sv, dict) else "?"
-        pr = d["problem"]
-        self.cp_size = int(pr["cp_size"])
+        self.solver = data.solver
+        pr = data.problem
+        self.cp_size = pr.cp_size
         rank = _rank_arg(rank)
         if not 0 <= rank < self.cp_size:
             raise ValueError(f"rank: {rank} is outside [0, {self.cp_size}) of the plan's P = {self.cp_size}")
         self.rank = rank
-        self.seqlen = int(pr["seqlen"])
-        self.hq = int(pr["heads_q"])
-        self.hkv = int(pr["heads_kv"])
-        self.dqk = int(pr["head_dim"])
-        self.dv = int(pr.get("head_dim_v", self.dqk)) or self.dqk
-        self.kv_shared = bool(pr.get("kv_shared", False))
-        self.dtype_bytes = int(pr["dtype_bytes"])
-        self.G = int(pr["head_groups"])
-        self.flattened = bool(pr["flatten_head_groups"])
+        self.seqlen = pr.seqlen
+        self.hq = pr.heads_q
+        self.hkv = pr.heads_kv
+        self.dqk = pr.head_dim
+        self.dv = pr.head_dim_v
+        self.kv_shared = pr.kv_shared
+        self.dtype_bytes = pr.dtype_bytes
+        self.G = pr.head_groups
+        self.flattened = pr.flatten_head_groups
         self.qpg = self.hq // self.G
         self.kpg = self.hkv // self.G
-        self.layout = Layout(self.seqlen, pr["host_ranges"])
+        self.layout = Layout(self.seqlen, pr.host_ranges)
         self.rows = self.layout.rows(self.rank)
-        self.num_stages = int(d.get("stages", 0))
-        self.local_tail = bool(d.get("local_tail", False))  # the last stage moves nothing (docs/plan_format.md)
-        self.mask = pr.get("mask")
-        self.head_masks = pr.get("head_masks")
-        self.index_mask = pr.get("index_mask")
-        try:  # what the plan says it moves (the byte tests compare the wire with it); the executor needs none
-            m = d["metrics"]
-            self.metrics = {p: {"send": [int(x) for x in m[p]["send"]], "recv": [int(x) for x in m[p]["recv"]],
-                                "total_send": int(m[p]["total_send"])} for p in ("fwd", "bwd")}
-        except (KeyError, TypeError, ValueError):
-            raise ValueError("plan: metrics: expected {fwd, bwd: {send, recv, total_send}} (Result.to_json's)") from None
-        pools = (None, None) if plan_json is not None else (result.index_rows(self.rank, "fwd"),
-                                                             result.index_rows(self.rank, "bwd"))
-        # the programs from the extension (a Result), else from the text
-        programs = {p: _programs(result, d, p) for p in ("fwd", "bwd")}
-        mine = next(i for i, e in enumerate(d["ranks"]) if int(e.get("rank", i)) == self.rank) \
-            if len(d["ranks"]) != self.cp_size else self.rank
-        self.fwd = _pass_plan(d, self.rank, "fwd", self.G, pools[0], programs["fwd"][mine])
-        self.bwd = _pass_plan(d, self.rank, "bwd", self.G, pools[1], programs["bwd"][mine])
-        if self.index_mask is not None and len(d["ranks"]) == self.cp_size:  # what remap_topk needs
+        self.num_stages = data.num_stages
+        self.local_tail = data.local_tail  # the last stage moves nothing (docs/plan_format.md)
+        self.mask = pr.mask  # _plandata.Slices
+        self.head_masks = pr.head_masks
+        self.index_mask = pr.index_mask
+        # what the plan says it moves (the byte tests compare the wire with it); the executor needs none
+        self.metrics = data.metrics
+        self.fwd = _pass_plan(data, self.rank, "fwd", self.G, data.index_pool(self.rank, "fwd"))
+        self.bwd = _pass_plan(data, self.rank, "bwd", self.G, data.index_pool(self.rank, "bwd"))
+        if self.index_mask is not None and not data.per_rank:  # what remap_topk needs
             for pp, name in ((self.fwd, "fwd"), (self.bwd, "bwd")):
-                pp.row_global = _remote_row_globals(d, self.rank, name, self.layout)
-        self.blocks_per_rank = int(pr.get("blocks_per_rank", 1))
+                pp.row_global = _remote_row_globals(data, self.rank, name, self.layout)
+        self.blocks_per_rank = pr.blocks_per_rank
         # the index rows are the executor's to write (a plan from top-k row runs: cpsched.torch.ingest_topk)
         self.deferred = self.fwd.deferred_entries > 0 or self.bwd.deferred_entries > 0
         # some rank forwards rows in some stage (the plan was built with relays and they carry data)
@@ -484,10 +420,10 @@ class TorchPlan:
         # A rank's own plan (Session(rank=r), per-rank top-k summaries) holds no other rank's entry: whether
         # some rank forwards rows in a stage is not in it. The agreement ORs the ranks' own forwarding phases
         # per call (set_forwarding); a plan known to have no relays skips that.
-        self.per_rank = len(d["ranks"]) != self.cp_size
+        self.per_rank = data.per_rank
         self.forwarding_known = not self.per_rank
         self._forwarding = None if self.per_rank else "known"
-        self.digest = _plan_digest(d, self.per_rank, programs)
+        self.digest = data.digest()
         self.split_digests = _split_digests(self)
         self.own_forwarding_bits = _own_forwarding_bits(self) if self.per_rank else 0
         self._devices = {}
@@ -510,15 +446,12 @@ class TorchPlan:
             raise ValueError(f"plan: the text is not JSON: {e}") from None
         from ._validate import validate_plan
         validate_plan(d)
-        P = int(d["problem"]["cp_size"])
-        if len(d["ranks"]) != P and 0 <= rank < P and d["ranks"][0]["rank"] != rank:
+        data = _plandata.of_text(d)
+        if data.per_rank and 0 <= rank < data.problem.cp_size and data.entries[0].rank != rank:
             # Another rank's own plan: this rank raises when it uses it, inside the call's agreement, so that
             # every rank that loaded the same text raises together (none waits in a collective).
-            return _OtherRankPlan(d, rank)
-        if "metrics" not in d:  # the executor needs none of them; the byte tests read them
-            d["metrics"] = {p: {"send": [0] * int(d["problem"]["cp_size"]), "recv": [0] * int(d["problem"]["cp_size"]),
-                                "total_send": 0} for p in ("fwd", "bwd")}
-        return cls(None, rank, plan_json=d)
+            return _OtherRankPlan(data, rank)
+        return cls(None, rank, data=data)
 
     def declare_no_forwarding(self):
         """The maker of this plan knows that no rank forwards rows (built without relays): per-rank plans then
@@ -558,9 +491,9 @@ class TorchPlan:
 
     @classmethod
     def all_ranks(cls, result):
-        """One TorchPlan per rank from a single export (benchmarks, single-process simulations)."""
-        d = json.loads(result.to_json())
-        return [cls(result, r, plan_json=d) for r in range(int(d["problem"]["cp_size"]))]
+        """One TorchPlan per rank from a single read of the plan (benchmarks, single-process simulations)."""
+        data = _plandata.of_result(result)
+        return [cls(result, r, data=data) for r in range(data.problem.cp_size)]
 
     def on(self, device):
         """The plan's index tensors on `device` (copied once per device)."""
@@ -594,13 +527,13 @@ class _OtherRankPlan(TorchPlan):
     """A rank's own plan text loaded by another rank (from_json): it runs nothing; the call that uses it raises
     `error` in its agreement."""
 
-    def __init__(self, d, rank):  # noqa: super().__init__ is not called: there is nothing of this rank to build
-        pr = d["problem"]
+    def __init__(self, data, rank):  # noqa: super().__init__ is not called: there is nothing of this rank to build
+        pr = data.problem
         self.result, self.solver, self.rank = None, "?", rank
-        self.cp_size, self.seqlen = int(pr["cp_size"]), int(pr["seqlen"])
-        self.layout = Layout(self.seqlen, pr["host_ranges"])
+        self.cp_size, self.seqlen = pr.cp_size, pr.seqlen
+        self.layout = Layout(self.seqlen, pr.host_ranges)
         self.per_rank, self.forwarding_known = True, True
-        self.error = (f"plan: the text holds the plan of rank {d['ranks'][0]['rank']} only (a rank's own plan), not "
+        self.error = (f"plan: the text holds the plan of rank {data.entries[0].rank} only (a rank's own plan), not "
                       f"rank {rank}'s")
 
     def __repr__(self):
