@@ -287,35 +287,37 @@ def _remote_row_globals(data, rank, pass_, layout):
     """{kind: (global token, head group) of each row of `rank`'s remote QO / KV buffer} from every rank's
     CommMeta: a receiver's output splits from a source are that source's input splits naming it, in order;
     forwarded rows are rows of the relay's receive buffer of the same stage."""
-    entries = data.entries
-    P = len(entries)
-    passes = [getattr(e, pass_) for e in entries]
-    glob = [layout.global_index(r).numpy() for r in range(P)]
+    passes = [getattr(e, pass_) for e in data.entries]
+    memo = {}
+
+    def first(kind, r, s):
+        """The (global, group) of the rows rank r receives in the first phase of stage s: needed for `rank` and
+        for the relays that forward rows to it."""
+        got = memo.get((kind, r, s))
+        if got is None:
+            parts_g, parts_h = [], []
+            for src in np.unique(getattr(passes[r].stages[s], kind).src).tolist():
+                b, e, grp = _sent_to(getattr(passes[src].stages[s], kind), r)
+                parts_g.append(layout.global_index(src).numpy()[_concat_ranges(b, e)])
+                parts_h.append(np.repeat(grp, e - b))
+            got = memo[(kind, r, s)] = (np.concatenate(parts_g) if parts_g else np.zeros(0, dtype=np.int64),
+                                        np.concatenate(parts_h) if parts_h else np.zeros(0, dtype=np.int64))
+        return got
+
     out = {}
     for kind in ("qo", "kv"):
-        # first phase of every rank, per stage: the (global, group) of its received rows
-        first = [[None] * len(passes[r].stages) for r in range(P)]
-        for r in range(P):
-            for s, st in enumerate(passes[r].stages):
-                parts_g, parts_h = [], []
-                for src in np.unique(getattr(st, kind).src).tolist():
-                    b, e, grp = _sent_to(getattr(passes[src].stages[s], kind), r)
-                    parts_g.append(glob[src][_concat_ranges(b, e)])
-                    parts_h.append(np.repeat(grp, e - b))
-                first[r][s] = (np.concatenate(parts_g) if parts_g else np.zeros(0, dtype=np.int64),
-                               np.concatenate(parts_h) if parts_h else np.zeros(0, dtype=np.int64))
         stages = passes[rank].stages
         off_key, n_key = f"{kind}_recv_offset", f"num_remote_{kind}_tokens"
         total = max([getattr(st, off_key) + getattr(st, n_key) for st in stages] or [0])
         g_all = np.full(total, -1, dtype=np.int64)
         h_all = np.full(total, -1, dtype=np.int64)
         for s, st in enumerate(stages):
-            fg, fh = first[rank][s]
+            fg, fh = first(kind, rank, s)
             parts_g, parts_h = [fg], [fh]
             fw = getattr(st, kind + "_fwd")
             if fw is not None:
                 for src in np.unique(fw.src).tolist():
-                    sg, sh = first[src][s]
+                    sg, sh = first(kind, src, s)
                     b, e, _ = _sent_to(getattr(passes[src].stages[s], kind + "_fwd"), rank)
                     at = _concat_ranges(b, e)
                     parts_g.append(sg[at])
