@@ -1,22 +1,23 @@
 # cmake -P script behind `architecture_rules` (see CMakeLists.txt).
 #  1. Solvers choose, the host prices: no solver plugin and nothing in
-#     libcpsched_search includes the plan builder or the timing model.
+#     libcpsched_search includes the plan builder, the timing model or the
+#     host's pricing service.
 #  2. Nothing in the tree includes a forwarding header kept for out-of-tree
 #     code (the pre-0.5 paths directly under cpsched/, the headers that moved
 #     since): one whose first comment line begins "// Forwarding header".
 #  3. No source cites the old design document by section ("DESIGN §").
 #  4. base/ is the bottom layer: its sources and headers include no other
 #     concept folder of cpsched.
-#  5. Layers above it: hardware/ (the cluster) < plan/ < timing/ (which times
-#     plans) < pricing/ (the host's pricing service) < session/. A folder
-#     includes none of the folders above it; the plan builder takes its timer
-#     from the caller (plan/step_timer.hpp).
+#  5. Layers above it: problem/ < hardware/ (the cluster) < plan/ < timing/
+#     (which times plans) < pricing/ (the host's pricing service) < session/.
+#     A folder includes none of the folders above it; the plan builder takes
+#     its timer from the caller (plan/step_timer.hpp).
 set(failures "")
 
 file(GLOB_RECURSE solver_sources "${SOURCE_DIR}/plugins/*.cpp" "${SOURCE_DIR}/plugins/*.hpp"
      "${SOURCE_DIR}/core/src/search/*.cpp" "${SOURCE_DIR}/core/include/cpsched/search/*.hpp")
 foreach(f IN LISTS solver_sources)
-  file(STRINGS "${f}" hits ENCODING UTF-8 REGEX "#include [<\"]cpsched/(plan/builder|timing/model|plan_builder|timing)\\.hpp[>\"]")
+  file(STRINGS "${f}" hits ENCODING UTF-8 REGEX "#include [<\"]cpsched/(plan/builder|timing/model|pricing/host_pricing|plan_builder|timing)\\.hpp[>\"]")
   if(hits)
     string(APPEND failures "\n  ${f}: ${hits} (solvers ask the host's pricing service: SolveInput::pricing)")
   endif()
@@ -26,8 +27,9 @@ endforeach()
 file(GLOB_RECURSE public_headers RELATIVE "${SOURCE_DIR}/core/include" "${SOURCE_DIR}/core/include/cpsched/*.hpp")
 set(forwarding "")
 foreach(h IN LISTS public_headers)
-  file(STRINGS "${SOURCE_DIR}/core/include/${h}" marker ENCODING UTF-8 LIMIT_COUNT 2 REGEX "^// Forwarding header")
-  if(marker)
+  file(STRINGS "${SOURCE_DIR}/core/include/${h}" head ENCODING UTF-8 LIMIT_COUNT 2)
+  list(GET head -1 first_comment)  # (the line after #pragma once)
+  if(first_comment MATCHES "^// Forwarding header")
     list(APPEND forwarding "${h}")
   endif()
 endforeach()
@@ -64,8 +66,8 @@ foreach(f IN LISTS base_sources)
 endforeach()
 
 # "folder|folders above it"
-set(layers "hardware|plan timing pricing session" "plan|timing pricing session" "timing|pricing session"
-    "pricing|session")
+set(layers "problem|hardware plan timing pricing session" "hardware|plan timing pricing session"
+    "plan|timing pricing session" "timing|pricing session" "pricing|session")
 foreach(layer IN LISTS layers)
   string(REPLACE "|" ";" parts "${layer}")
   list(GET parts 0 folder)

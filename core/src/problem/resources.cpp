@@ -9,7 +9,6 @@
 #include <thread>
 #include <fmt/format.h>
 
-#include "cpsched/plan/plan.hpp"
 #include "cpsched/problem/task_grid.hpp"
 
 namespace cpsched {
@@ -30,7 +29,7 @@ constexpr std::int64_t kTaskBytes = 4 + 64 + 12 + 2 * (56 + sizeof(Range));
 // Per task and pass: the comm splits on both sides of its transfers.
 constexpr std::int64_t kTaskCommBytes = 2 * 72;
 // A tight attention arg (a clipped piece gives up to three).
-constexpr std::int64_t kArgBytes = sizeof(AttnArg);
+constexpr std::int64_t kArgBytes = kPlanArgBytes;
 // A transferred range, per pass: its comm split on the sender (size, range,
 // group, dst list) and the receiver (size, source, group), and the range
 // itself in its transfer. Each (piece, group) adds at most one range of rows

@@ -12,6 +12,11 @@
 
 namespace cpsched {
 
+// The bytes of one attention arg (plan/plan.hpp's AttnArg) the plan estimate
+// counts; the plan checks its struct against it at compile time
+// (plan/arg_area.cpp), so the estimate needs no include of the plan above it.
+inline constexpr std::int64_t kPlanArgBytes = 64;
+
 // Every mask kind is estimated: range masks from their slices, block
 // selections (block_topk, bsr) from their per-head range masks, token top-k
 // masks from one counting pass over the indices (count_index_plan: the cells,
