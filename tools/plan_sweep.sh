@@ -79,6 +79,12 @@ sweep() {  # name config P-list [--set ...]
   rmdir "$out/$name/plans"
 }
 sweeps=" ${SWEEPS:-online quick sparse standard step_time configs} "
+for s in $sweeps; do
+  case $s in online | quick | sparse | standard | step_time | configs) ;;
+    *) echo "plan_sweep.sh: SWEEPS: unknown sweep '$s' (online, quick, sparse, standard, step_time, configs)" >&2
+       exit 2 ;;
+  esac
+done
 wants() { [[ $sweeps == *" $1 "* ]]; }
 if wants online; then sweep online configs/compare_online.yaml "8 16 64"; fi
 if wants quick; then sweep quick configs/compare_quick.yaml "2 4 8"; fi

@@ -342,6 +342,7 @@ int main(int argc, char** argv) {
                 whole = build_plan(*r.assignment, {.stages = r.shape.stages,
                                                    .relay_node_size = r.shape.relay_node_size(),
                                                    .hardware = c.hardware(),
+                                                   .stage_cut = r.shape.cut,
                                                    .timer = &timing_model_timer()});
               const Plan& priced = whole ? *whole : *r.plan;
               const StepEstimate e = estimate_step(r.assignment->grid->problem(), priced, hw);

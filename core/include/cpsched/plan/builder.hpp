@@ -47,9 +47,9 @@
 // receiver, then send order) and each goes to the first stage where both its
 // ports have room, else to stage N. Light ports so send nearly all early,
 // the busiest spread theirs over every stage. With a hardware profile and
-// N >= 2 the builder makes both cuts' price sheets, prices them with
-// the timing model (timing/model.hpp) on that profile and keeps rule B only
-// when it is faster: the choice is the same on every rank. (Under a kernel
+// N >= 2 the builder makes both cuts' price sheets, times them with
+// PlanOptions::timer (the timing model's) on that profile and keeps rule B
+// only when it is faster: the choice is the same on every rank. (Under a kernel
 // model, on the profile without its table: exact areas, today's cut at
 // today's cost; the kernel model prices the plan.)
 //
@@ -131,12 +131,15 @@ struct PlanOptions {
   // cut, two or more stages, something sent) or prices (PlanBuilder::price):
   // the timing model's, timing_model_timer() (timing/model.hpp), handed in
   // by the caller since plans do not include the model that times them.
-  // Null: such a build throws cpsched::Error; a cut named needs none.
+  // Null: such a build throws cpsched::Error; a cut named needs none. A
+  // PlanBuilder keeps the cut it chose per shape and profile: give one
+  // builder one timer.
   const StepTimer* timer = nullptr;
 };
 
-// Throws cpsched::Error when the assignment is invalid, stages < 1 or
-// relay_node_size < 0. Builds without NDEBUG run validate_plan
+// Throws cpsched::Error when the assignment is invalid, stages < 1,
+// relay_node_size < 0, or the automatic cut must be chosen on `hardware`
+// without a timer. Builds without NDEBUG run validate_plan
 // (plan_validator.hpp) on the result and throw its problems.
 Plan build_plan(const Assignment& a, const PlanOptions& options);
 
@@ -167,7 +170,8 @@ class PlanBuilder {
   // it (price_sheet.hpp): every rank's area per stage and tokens per peer and
   // collective, the same relays and stage cut. The timing model gives it the
   // plan's step to the last bit. options.rank must be -1; index_rows and
-  // buffers are not read. How the host prices a placement (pricing/host_pricing.hpp).
+  // buffers are not read; the automatic cut needs the timer, as build().
+  // How the host prices a placement (pricing/host_pricing.hpp).
   PriceSheet price_sheet(const PlanOptions& options) const;
   // options.timer's step of that sheet on options.hardware (both required),
   // reusing the timing the automatic cut's choice already did; `forwards` (may be null):

@@ -20,7 +20,10 @@ struct SolveResult {
   std::shared_ptr<const Assignment> assignment;
   std::shared_ptr<const Plan> plan;
   Metrics metrics;
-  PlanShape shape;       // the plan's shape, resolved (N stages, relays on or off)
+  // The plan's shape, resolved (N stages, relays on or off, and on a
+  // profile the stage cut the plan took: SolvePath names it, so that
+  // rebuilding the plan chooses nothing and needs no timer).
+  PlanShape shape;
   // The cluster the plan was built on (the cost model's profile; null:
   // none): with the shape, what rebuilding its peers needs (validate_result).
   std::shared_ptr<const HardwareProfile> hardware;

@@ -270,6 +270,7 @@ PriceSheet PlanBuilder::price_sheet(const PlanOptions& options, std::optional<St
 
 StepEstimate PlanBuilder::price(const PlanOptions& options, bool* forwards) const {
   if (options.hardware == nullptr) throw Error("plan: pricing a plan needs a hardware profile (PlanOptions::hardware)");
+  check_options(options);
   const StepTimer& timer = timer_of(options, "pricing a plan");
   std::optional<StepEstimate> timed;
   const PriceSheet s = price_sheet(options, &timed);
@@ -281,8 +282,8 @@ StepEstimate PlanBuilder::price(const PlanOptions& options, const HardwareProfil
                                 bool* forwards, bool* forwards_on_areas) const {
   const HardwareProfile* hw = options.hardware;
   if (hw == nullptr) throw Error("plan: pricing a plan needs a hardware profile (PlanOptions::hardware)");
-  const StepTimer& timer = timer_of(options, "pricing a plan");
   check_options(options);
+  const StepTimer& timer = timer_of(options, "pricing a plan");
   if (options.rank >= 0)
     throw Error("plan: a price sheet covers every rank (PlanOptions::rank must be -1, got " +
                 std::to_string(options.rank) + ")");

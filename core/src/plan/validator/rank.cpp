@@ -44,6 +44,7 @@ std::vector<std::string> validate_result(const SolveResult& r, const ValidateOpt
   // The peers: every rank's comm of the same assignment and shape, built as
   // the rank's own was (its stage cut and relays), without index pools (its
   // own entry replaces theirs).
+  // (The shape names the cut the plan took, SolveResult::shape: no timer.)
   PlanOptions po{r.shape.stages, r.shape.relay_node_size()};
   po.hardware = r.hardware.get();
   if (po.hardware != nullptr) po.stage_cut = r.shape.cut;
