@@ -1218,8 +1218,17 @@ NB_MODULE(_cpsched, m) {
   nb::class_<Result>(m, "Result")
       // flat: the whole pass as a few int64 columns (flat_args, flat_comm) rather than a dict per stage and
       // collective: what cpsched.torch reads for every rank of a plan.
-      .def("calc_meta", &Result::calc_meta, "rank"_a, "pass_"_a = "fwd", "flat"_a = false)
-      .def("comm_meta", &Result::comm_meta, "rank"_a, "pass_"_a = "fwd", "flat"_a = false)
+      .def("calc_meta", &Result::calc_meta, "rank"_a, "pass_"_a = "fwd", "flat"_a = false,
+           "The rank's args of the pass: per stage a dict of arrays (q_ranges, k_ranges, mask_types, q_buffers, "
+           "k_buffers, groups, index_offsets, index_widths). flat=True: every stage's args as int64 columns "
+           "q, k (N x 2), type, q_remote, k_remote, group, index_offset (-1: a range arg), index_width, with "
+           "stage s's args rows [stage_ptr[s], stage_ptr[s + 1]), and deferred_index_entries")
+      .def("comm_meta", &Result::comm_meta, "rank"_a, "pass_"_a = "fwd", "flat"_a = false,
+           "The rank's collectives of the pass: {stages, remote_qo_rows, remote_kv_rows}. flat=True: int64 "
+           "columns: stage (N x 6: remote QO / KV tokens, QO / KV receive offsets, QO / KV reduce_after); "
+           "collective c = 4 s + (0 qo, 1 kv, 2 qo_fwd, 3 kv_fwd) has input splits [in_ptr[c], in_ptr[c + 1]) "
+           "of sizes, ranges (N x 2) and groups, split i sent to dst[dst_ptr[i]:dst_ptr[i + 1]], and output "
+           "splits [out_ptr[c], out_ptr[c + 1]) of out_sizes, src and out_groups; remote_*_rows as above")
       .def("program", &Result::program, "rank"_a, "pass_"_a = "fwd",
            "The order rank runs the pass in: int32 rows (op, stage, kind, phase). op: 0 cast, 1 wait_cast, "
            "2 compute, 3 reduce, 4 wait_reduces, 5 merge; kind (reduce): 0 qo, 1 kv; phase (cast, reduce): "

@@ -8,13 +8,13 @@ its own text have the same one.
 """
 from __future__ import annotations
 
-import hashlib
 import struct
 from typing import NamedTuple
 
 import numpy as np
 
 from . import _program
+from ._agree import digest as _digest_of
 
 _TYPE_CODE = {"full": 0, "causal": 1, "inv_causal": 2, "bi_causal": 3}
 _I64 = np.int64
@@ -224,8 +224,8 @@ class PlanData:
         collectives; for a rank's own plan the reduce points (its splits are matched with the peers' by the
         split digests). The index pools are each rank's own and are left out."""
         if self._digest is None:
-            h = hashlib.blake2b(digest_size=8)
-            _feed(h, (tuple(self.problem), self.num_stages, self.local_tail))
+            chunks = []
+            _feed(chunks, (tuple(self.problem), self.num_stages, self.local_tail))
             # Every entry's passes as one int64 array: each part's length, then the parts' words.
             lengths, parts = [], []
 
@@ -234,7 +234,7 @@ class PlanData:
                 parts.append(a.ravel())
             for e in self.entries:
                 for pp in (e.fwd, e.bwd):
-                    add(pp.program)
+                    add(_canonical_program(pp.program))
                     if self.per_rank:  # the reduce points, the same on every rank
                         add(pp.comm["stage"][:, 4:6])
                         continue
@@ -245,37 +245,48 @@ class PlanData:
                     lengths.append(pp.deferred_index_entries)
                     add(pp.remote_rows["qo"])
                     add(pp.remote_rows["kv"])
-            h.update(np.array(lengths, dtype=_I64).tobytes())
-            h.update(np.concatenate(parts).astype(_I64, copy=False).tobytes() if parts else b"")
-            self._digest = struct.unpack("<q", h.digest())[0]
+            chunks.append(np.array(lengths, dtype=_I64).tobytes())
+            chunks.append(np.concatenate(parts).astype(_I64, copy=False).tobytes() if parts else b"")
+            self._digest = _digest_of(*chunks)
         return self._digest
 
 
-def _feed(h, x):
-    """Feeds a nested structure of ints, bools, strings, None, int arrays, tuples / lists and dicts into a hash,
-    each value tagged with its kind (and arrays with their shape), so that different structures differ."""
+def _canonical_program(rows):
+    """A program's rows with the fields its op does not read zeroed (kind outside reduce, phase outside cast
+    and reduce), so that a Result's rows and its text's parsed ones digest alike."""
+    rows = np.array(rows, dtype=_I64).reshape(-1, 4)
+    op = rows[:, 0]
+    rows[op != _program.OPS.index("reduce"), 2] = 0
+    rows[(op != _program.OPS.index("cast")) & (op != _program.OPS.index("reduce")), 3] = 0
+    return rows
+
+
+def _feed(out, x):
+    """Appends to `out` the bytes of a nested structure of ints, bools, strings, None, int arrays, tuples /
+    lists and dicts, each value tagged with its kind (and arrays with their shape), so that different
+    structures differ."""
     if x is None:
-        h.update(b"N")
+        out.append(b"N")
     elif isinstance(x, (bool, np.bool_)):
-        h.update(b"T" if x else b"F")
+        out.append(b"T" if x else b"F")
     elif isinstance(x, (int, np.integer)):
-        h.update(b"i" + struct.pack("<q", int(x)))
+        out.append(b"i" + struct.pack("<q", int(x)))
     elif isinstance(x, str):
         b = x.encode()
-        h.update(b"s" + struct.pack("<q", len(b)) + b)
+        out.append(b"s" + struct.pack("<q", len(b)) + b)
     elif isinstance(x, np.ndarray):
         a = np.ascontiguousarray(x, dtype=_I64)
-        h.update(b"a" + struct.pack("<q", a.ndim) + np.asarray(a.shape, dtype=_I64).tobytes())
-        h.update(a.tobytes())
+        out.append(b"a" + struct.pack("<q", a.ndim) + np.asarray(a.shape, dtype=_I64).tobytes())
+        out.append(a.tobytes())
     elif isinstance(x, dict):
-        h.update(b"d" + struct.pack("<q", len(x)))
+        out.append(b"d" + struct.pack("<q", len(x)))
         for k in sorted(x):
-            _feed(h, k)
-            _feed(h, x[k])
+            _feed(out, k)
+            _feed(out, x[k])
     elif isinstance(x, (tuple, list)):
-        h.update(b"l" + struct.pack("<q", len(x)))
+        out.append(b"l" + struct.pack("<q", len(x)))
         for v in x:
-            _feed(h, v)
+            _feed(out, v)
     else:
         raise TypeError(f"plan digest: cannot digest a {type(x).__name__}")
 
@@ -307,13 +318,16 @@ def _slices_of_arrays(m):
 def _problem_of_result(pr):
     hm = pr["head_masks"]
     im = pr["index_mask"]
-    return Problem(int(pr["cp_size"]), int(pr["seqlen"]), int(pr["heads_q"]), int(pr["heads_kv"]),
-                   int(pr["head_dim"]), int(pr["head_dim_v"]), bool(pr["kv_shared"]), int(pr["dtype_bytes"]),
-                   int(pr["head_groups"]), bool(pr["flatten_head_groups"]), int(pr["blocks_per_rank"]),
-                   tuple(tuple((int(b), int(e)) for b, e in rs.tolist()) for rs in pr["host_ranges"]),
-                   str(pr["layout"]), _slices_of_arrays(pr["mask"]),
-                   None if hm is None else tuple(_slices_of_arrays(m) for m in hm),
-                   None if im is None else _index_mask(im), _index_summary(pr["index_summary"]))
+    return Problem(cp_size=int(pr["cp_size"]), seqlen=int(pr["seqlen"]), heads_q=int(pr["heads_q"]),
+                   heads_kv=int(pr["heads_kv"]), head_dim=int(pr["head_dim"]), head_dim_v=int(pr["head_dim_v"]),
+                   kv_shared=bool(pr["kv_shared"]), dtype_bytes=int(pr["dtype_bytes"]),
+                   head_groups=int(pr["head_groups"]), flatten_head_groups=bool(pr["flatten_head_groups"]),
+                   blocks_per_rank=int(pr["blocks_per_rank"]),
+                   host_ranges=tuple(tuple((int(b), int(e)) for b, e in rs.tolist()) for rs in pr["host_ranges"]),
+                   layout=str(pr["layout"]), mask=_slices_of_arrays(pr["mask"]),
+                   head_masks=None if hm is None else tuple(_slices_of_arrays(m) for m in hm),
+                   index_mask=None if im is None else _index_mask(im),
+                   index_summary=_index_summary(pr["index_summary"]))
 
 
 def _index_mask(m):
@@ -393,20 +407,20 @@ def _args_of_text(calc):
             "stage_ptr": ptr}
 
 
-def _program_of_text(mine, rank, pass_):
+def _program_of_text(mine, entry, pass_):
     texts = mine.get("program")
     if texts is None:
-        raise ValueError(f"plan: ranks[{rank}].{pass_}.program: missing (the order the rank runs the pass in; "
+        raise ValueError(f"plan: ranks[{entry}].{pass_}.program: missing (the order the rank runs the pass in; "
                          "Result.to_json writes it)")
     return _program_rows([_program.parse(t) for t in texts])
 
 
-def _pass_of_text(mine, rank, pass_):
+def _pass_of_text(mine, entry, pass_):
     calc, comm = mine["calc"], mine["comm"]
     pool = calc.get("indices")
     return Pass(_comm_of_text(comm["stages"]), _args_of_text(calc), int(calc.get("deferred_index_entries", 0)),
                 {k: np.array(comm.get(f"remote_{k}_rows", []), dtype=_I64).reshape(-1, 4) for k in ("qo", "kv")},
-                _program_of_text(mine, rank, pass_), np.array(pool, dtype=_I64) if pool else None)
+                _program_of_text(mine, entry, pass_), np.array(pool, dtype=_I64) if pool else None)
 
 
 def _slices_of_text(lst):
@@ -418,13 +432,16 @@ def _problem_of_text(pr):
     dqk = int(pr["head_dim"])
     hm = pr.get("head_masks")
     im = pr.get("index_mask")
-    return Problem(int(pr["cp_size"]), int(pr["seqlen"]), int(pr["heads_q"]), int(pr["heads_kv"]), dqk,
-                   int(pr.get("head_dim_v", dqk)) or dqk, bool(pr.get("kv_shared", False)), int(pr["dtype_bytes"]),
-                   int(pr["head_groups"]), bool(pr["flatten_head_groups"]), int(pr.get("blocks_per_rank", 1)),
-                   tuple(tuple((int(b), int(e)) for b, e in rs) for rs in pr["host_ranges"]),
-                   str(pr.get("layout", "fixed")), _slices_of_text(pr["mask"]),
-                   None if hm is None else tuple(_slices_of_text(m) for m in hm),
-                   None if im is None else _index_mask(im), _index_summary(pr.get("index_summary")))
+    return Problem(cp_size=int(pr["cp_size"]), seqlen=int(pr["seqlen"]), heads_q=int(pr["heads_q"]),
+                   heads_kv=int(pr["heads_kv"]), head_dim=dqk, head_dim_v=int(pr.get("head_dim_v", dqk)) or dqk,
+                   kv_shared=bool(pr.get("kv_shared", False)), dtype_bytes=int(pr["dtype_bytes"]),
+                   head_groups=int(pr["head_groups"]), flatten_head_groups=bool(pr["flatten_head_groups"]),
+                   blocks_per_rank=int(pr.get("blocks_per_rank", 1)),
+                   host_ranges=tuple(tuple((int(b), int(e)) for b, e in rs) for rs in pr["host_ranges"]),
+                   layout=str(pr.get("layout", "fixed")), mask=_slices_of_text(pr["mask"]),
+                   head_masks=None if hm is None else tuple(_slices_of_text(m) for m in hm),
+                   index_mask=None if im is None else _index_mask(im),
+                   index_summary=_index_summary(pr.get("index_summary")))
 
 
 def of_text(d):
@@ -434,7 +451,7 @@ def of_text(d):
     entries = []
     for i, e in enumerate(d["ranks"]):
         r = int(e.get("rank", i))
-        entries.append(Entry(r, _pass_of_text(e["fwd"], r, "fwd"), _pass_of_text(e["bwd"], r, "bwd")))
+        entries.append(Entry(r, _pass_of_text(e["fwd"], i, "fwd"), _pass_of_text(e["bwd"], i, "bwd")))
     # the executor needs no metrics; the byte tests read them (a text may leave them out)
     m = d["metrics"] if "metrics" in d else {p: {"send": [0] * P, "recv": [0] * P, "total_send": 0}
                                              for p in ("fwd", "bwd")}
