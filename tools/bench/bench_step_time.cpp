@@ -10,7 +10,7 @@
 //                   [--masks full,causal,full_document,causal_document] [--packs 20]
 //                   [--solvers balanced_bytes,binary_greedy,usp,static,owner]
 //                   [--stages N|auto] [--relay off|on|auto] [--layout planned|fixed]
-//                   [--uses N|ahead] [--rank R] [--data-dir DIR]
+//                   [--uses N|ahead] [--rank R] [--per-pack] [--data-dir DIR]
 // --layout as problem.layout (planned: the solver may re-lay out the tokens;
 // fixed: sequential shards, what a per-layer mask needs); a solver that
 // refuses the layout (static under fixed) prints "-". --uses as plan.uses
@@ -19,6 +19,8 @@
 // latency is one rank's whole path.
 // Stages and relays as plan.stages / plan.relay: `auto` lets a solver choose
 // (balanced_bytes does; the others plan 1 stage without relays).
+// --per-pack prints each pack's step of the first solver and every other's
+// step over it.
 // The first solver gets the `time` cost model, the others the seed's `area`
 // (a suffix @time or @area overrides). A solver may carry parameters, typed by
 // its schema: `balanced_bytes:objective=bytes+mu=1.05`.
@@ -214,7 +216,7 @@ int main(int argc, char** argv) {
   bench::check_args(argc, argv, "bench_step_time",
                     {"--hardware", "--cp", "--masks", "--packs", "--solvers", "--stages", "--relay", "--layout", "--uses",
                      "--rank", "--repeat"},
-                    {"--kernel-compare", "--notes"});
+                    {"--kernel-compare", "--notes", "--per-pack"});
   try {
     const auto hardware = bench::split(bench::arg(argc, argv, "--hardware", "h100_8x_nvlink,cluster_8gpu_ib"));
     const auto cps = bench::split(bench::arg(argc, argv, "--cp", "8,16,32,64,128"));
@@ -239,6 +241,7 @@ int main(int argc, char** argv) {
     if (uses) uses->validate("bench_step_time: --uses");
     const bool per_use = uses && !uses->is_ahead();
     const Rank rank = std::stoi(bench::arg(argc, argv, "--rank", "-1"));
+    const bool per_pack = bench::flag(argc, argv, "--per-pack");
 
     Registry reg;
     reg.scan_default_folders();
@@ -350,6 +353,11 @@ int main(int argc, char** argv) {
               ratio_sum[i] += e.ratio();
               if (per_use) per_use_sum[i] += (e.step() + 1e-3 * path_ms / uses->uses) / e.compute_bound;
               if (i == 0) bound_sum += e.compute_bound;
+            }
+            if (per_pack) {
+              fmt::print("  pack {:>3} step {:.4f} ms", pack, 1e3 * steps[0]);
+              for (std::size_t i = 1; i < specs.size(); ++i) fmt::print(" {:.4f}", steps[i] / steps[0]);
+              fmt::print("\n");
             }
             double best_other = 1e300;
             std::size_t arg = 0;
