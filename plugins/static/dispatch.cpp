@@ -74,16 +74,30 @@ std::vector<Token> chunk_areas(const Problem& p, const std::vector<Range>& chunk
   return area;
 }
 
-std::vector<Range> tile_aligned_chunks(const Problem& p, std::vector<Range> chunks, Token tile) {
-  if (tile < 2 || p.index_mask || !p.head_masks.empty()) return chunks;
-  for (const Range& c : chunks)
-    if (c.size() < 2 * tile) return chunks;
-  // The bounds of the mask's ranges: a cut between two of them is inside one range.
+namespace {
+
+// The bounds of the mask's ranges (its slices' q and k bounds, 0 and S),
+// sorted: a cut between two of them is inside one range.
+std::vector<Token> range_bounds(const Problem& p) {
   std::vector<Token> bounds{0, p.seqlen()};
   for (const Slice& s : p.mask.slices())
     for (Token t : {s.q.begin, s.q.end, s.k.begin, s.k.end}) bounds.push_back(t);
   std::sort(bounds.begin(), bounds.end());
   bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+  return bounds;
+}
+
+// Chunks that may move their cuts: range masks, every chunk at least two tiles.
+bool movable(const Problem& p, const std::vector<Range>& chunks, Token tile) {
+  if (tile < 2 || p.index_mask || !p.head_masks.empty()) return false;
+  return std::all_of(chunks.begin(), chunks.end(), [&](const Range& c) { return c.size() >= 2 * tile; });
+}
+
+}  // namespace
+
+std::vector<Range> tile_aligned_chunks(const Problem& p, std::vector<Range> chunks, Token tile) {
+  if (!movable(p, chunks, tile)) return chunks;
+  const std::vector<Token> bounds = range_bounds(p);
   for (std::size_t i = 0; i + 1 < chunks.size(); ++i) {
     const Token cut = chunks[i].end;
     const auto next = std::upper_bound(bounds.begin(), bounds.end(), cut);  // (S is in bounds: cut < S)
@@ -91,6 +105,21 @@ std::vector<Range> tile_aligned_chunks(const Problem& p, std::vector<Range> chun
     if (start == cut) continue;
     const Token moved = std::min(end, start + (cut - start + tile / 2) / tile * tile);
     chunks[i].end = chunks[i + 1].begin = moved;
+  }
+  return chunks;
+}
+
+std::vector<Range> tile_cuts_after_deal(const Problem& p, std::vector<Range> chunks, const std::vector<Rank>& host,
+                                        Token tile) {
+  if (!movable(p, chunks, tile)) return chunks;
+  const std::vector<Token> bounds = range_bounds(p);
+  for (std::size_t i = 0; i + 1 < chunks.size(); ++i) {
+    if (host[i] == host[i + 1]) continue;  // one block: no cut
+    const Token cut = chunks[i].end;
+    const auto next = std::upper_bound(bounds.begin(), bounds.end(), cut);
+    const Token start = *(next - 1), end = *next;
+    const Token up = std::min(end, start + (cut - start + tile - 1) / tile * tile);
+    chunks[i].end = chunks[i + 1].begin = up;
   }
   return chunks;
 }

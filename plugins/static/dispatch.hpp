@@ -63,6 +63,19 @@ std::vector<Range> uniform_chunks(Token seqlen, Token chunk);
 // for index masks and masks per KV head.
 std::vector<Range> tile_aligned_chunks(const Problem& p, std::vector<Range> chunks, Token tile);
 
+// The cuts of a deal (`host`: each chunk's rank) moved to tiles, the deal
+// kept: every cut between chunks on two ranks inside a range of the mask
+// moves up to the next multiple of `tile` from the range's start, or to the
+// range's end where that comes first (less than `tile` tokens); cuts between
+// chunks on one rank stay (one block). Every block then starts and ends at a
+// range's bound or a multiple of `tile` from its start, so under tiles
+// anchored at each arg's origin a document's pieces touch no more tiles in
+// all than as dealt (each but its last a whole number of tiles); a rank may
+// take up to `tile` - 1 more rows at each of its cuts. `chunks` as given
+// where tile_aligned_chunks would leave them.
+std::vector<Range> tile_cuts_after_deal(const Problem& p, std::vector<Range> chunks, const std::vector<Rank>& host,
+                                        Token tile);
+
 // Per chunk, the pairs its q rows compute (query_chunk_areas on chunks of any
 // sizes): range masks only (one mask for all heads).
 std::vector<Token> chunk_areas(const Problem& p, const std::vector<Range>& chunks);

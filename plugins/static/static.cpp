@@ -36,7 +36,10 @@ class Static final : public Solver {
         chunks_per_rank_(p.get_int("chunks_per_rank")),
         node_ranks_(p.get_int("node_ranks")),
         node_chunks_(p.get_int("node_chunks")),
-        tile_tokens_(p.get_int("tile_tokens")) {
+        tile_tokens_(p.get_int("tile_tokens")),
+        tile_cuts_(p.get_string("tile_cuts")) {
+    if (tile_cuts_ != "before" && tile_cuts_ != "after")
+      throw Error("static: tile_cuts = '" + tile_cuts_ + "' must be 'before' or 'after' (the deal)");
     if (chunks_per_rank_ < 1 || chunks_per_rank_ > 4096)
       throw Error("static: chunks_per_rank = " + std::to_string(chunks_per_rank_) + " must be in [1, 4096]");
     if (node_chunks_ < 1 || node_chunks_ > 1024)
@@ -75,11 +78,10 @@ class Static final : public Solver {
     // docs/bounds.md). Without one, the chunks as published. tile_tokens
     // sets the tile where the cost model does not show it (balanced_bytes
     // used a few times decides on the profile without its kernel model).
+    // tile_cuts=after keeps the published deal and moves its cuts
+    // (tile_cuts_after_deal): balanced_bytes made ahead prices both ways.
     const Token tile = tile_tokens_ > 0 ? Token{tile_tokens_} : kernel_tile(in);
-    std::vector<Range> chunks = static_solver::uniform_chunks(S, chunk);
     const bool aligned = tile > 1 && !p.index_mask && p.head_masks.empty();
-    if (aligned) chunks = static_solver::tile_aligned_chunks(p, std::move(chunks), tile);
-    const std::vector<Token> areas = aligned ? static_solver::chunk_areas(p, chunks) : query_chunk_areas(p, chunk);
     // Two levels when asked for and the cluster has several nodes.
     int node = static_cast<int>(node_ranks_);
     if (node < 0) {
@@ -89,10 +91,17 @@ class Static final : public Solver {
     // Node chunks of S / (node_chunks x nodes) tokens.
     const Token node_chunk =
         two_level ? std::max<Token>(chunk, (S / (Token{node_chunks_} * (P / node))) / chunk * chunk) : 0;
+    auto deal = [&](const std::vector<Range>& chunks, const std::vector<Token>& areas) {
+      return two_level ? static_solver::deal_chunks_by_node(areas, static_solver::chunk_key_ranges(p, chunks), chunks,
+                                                            static_cast<std::size_t>(node_chunk / chunk), P, node)
+                       : static_solver::deal_chunks(areas, P);
+    };
+    std::vector<Range> chunks = static_solver::uniform_chunks(S, chunk);
+    const bool before = aligned && tile_cuts_ == "before";
+    if (before) chunks = static_solver::tile_aligned_chunks(p, std::move(chunks), tile);
     const std::vector<Rank> host =
-        two_level ? static_solver::deal_chunks_by_node(areas, static_solver::chunk_key_ranges(p, chunks), chunks,
-                                                       static_cast<std::size_t>(node_chunk / chunk), P, node)
-                  : static_solver::deal_chunks(areas, P);
+        deal(chunks, before ? static_solver::chunk_areas(p, chunks) : query_chunk_areas(p, chunk));
+    if (aligned && !before) chunks = static_solver::tile_cuts_after_deal(p, std::move(chunks), host, tile);
     auto dispatched =
         std::make_shared<const TaskGrid>(grid.problem_ptr(), static_solver::dispatched_sharding(chunks, host, P));
 
@@ -112,9 +121,11 @@ class Static final : public Solver {
              (two_level ? "; two levels: node chunks of " + std::to_string(node_chunk) + " tokens dealt to " +
                               std::to_string(P / node) + " nodes of " + std::to_string(node) + " ranks"
                         : std::string()) +
-             (aligned ? "; cuts inside documents at multiples of " + std::to_string(tile) +
-                            " tokens from their starts (the kernel model's tiles)"
-                      : std::string());
+             (before ? "; cuts inside documents at multiples of " + std::to_string(tile) +
+                           " tokens from their starts (the kernel model's tiles)"
+              : aligned ? "; the deal's cuts between ranks moved up to multiples of " + std::to_string(tile) +
+                              " tokens from their documents' starts (the kernel model's tiles)"
+                        : std::string());
     return sol;
   }
 
@@ -124,6 +135,7 @@ class Static final : public Solver {
   std::int64_t node_ranks_;
   std::int64_t node_chunks_;
   std::int64_t tile_tokens_;
+  std::string tile_cuts_;
 };
 
 const cpsched_param_spec kParams[] = {
@@ -137,6 +149,9 @@ const cpsched_param_spec kParams[] = {
     {"tile_tokens", CPSCHED_PARAM_INT, "0",
      "cuts inside a document move to multiples of this many tokens from its start (at most half of it); 0: the "
      "time cost model's kernel tiles, and the published cuts without a kernel model"},
+    {"tile_cuts", CPSCHED_PARAM_STRING, "before",
+     "cutting at tiles: 'before' deals the chunks cut at tiles; 'after' deals the chunks as published, then moves "
+     "each cut between two ranks up to a tile (the same deal, no block touching more tiles)"},
 };
 
 }  // namespace
