@@ -7,9 +7,11 @@
 // table: exact areas at the peak rate, today's default to the bit. Planning
 // ahead, each plan it prices is priced from the same price sheet under the
 // kernel model too (PlanPricing::price_both: one more run of the timing
-// model), the plan kept is the fastest of those under the kernel model
-// (today's pick is among them wherever it was priced, so it is never slower
-// than today's under the kernel model; unpriced, today's plan is kept), then
+// model), and where today's pick is static's dispatch, that dispatch cut at
+// the kernels' tiles both ways (time_mode.cpp); the plan kept is the fastest
+// of those under the kernel model (today's pick is among them wherever it was
+// priced, so it is never slower than today's under the kernel model;
+// unpriced, today's plan is kept), then
 // the search on the kernels' seconds runs too, and the faster of the two plans
 // is taken (time_mode.cpp). Used a few times the plan is today's, at today's
 // cost: pricing under the kernel model as well cost more and changed no plan

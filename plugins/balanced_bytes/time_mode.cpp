@@ -5,8 +5,11 @@
 #include "planner.hpp"
 #include "time_mode.hpp"
 
+#include <cpsched/search/members.hpp>
+
 #include <numeric>
 #include <optional>
+#include <string>
 
 namespace cpsched::search {
 
@@ -22,13 +25,42 @@ Token kernel_tile_tokens(const HardwareProfile& hw) {
   return tile > 1 ? tile : 0;
 }
 
+// The member whose own placement `c` is (as the member returned it, on its
+// own grid), "" for any other candidate.
+std::string member_of(const Candidate& c) {
+  if (c.searched) return "";
+  const std::size_t at = c.origin.find("-grid:");
+  if (at == std::string::npos) return c.origin;
+  const std::string name = c.origin.substr(0, at);
+  return c.origin.substr(at + 6) == name ? name : "";
+}
+
+// Made ahead, where today's pick is static's dispatch as it is: the same
+// member's dispatch cut at the kernels' tiles both ways (static's tile_cuts:
+// the deal made on the cuts at tiles, and today's deal with its cuts moved),
+// priced at today's shape, so that the kernels' pick sees them too.
+void price_static_at_tiles(const Outcome& today, const SolveInput& in, MemberSolvers& members,
+                           AreasFirstPricing& areas, Token tile) {
+  const std::string name = member_of(today.best);
+  if (tile < 2 || name.rfind("static", 0) != 0) return;
+  const std::string spec =
+      name + (name.find(':') == std::string::npos ? ":" : "+") + "tile_tokens=" + std::to_string(tile);
+  const PlanShape shape = in.shape().resolve(today.shape);
+  for (const char* cuts : {"before", "after"}) {
+    std::string why;
+    std::optional<Solution> s = members.solve(spec + "+tile_cuts=" + std::string(cuts), in, why);
+    if (s) areas.price_both(areas.add(s->assignment.grid, std::move(s->assignment.rank)), shape);
+  }
+}
+
 }  // namespace
 
 // Under a kernel model: today's plan, every decision on the profile without
 // its table (kernel_pick.hpp). Used a few times, at today's cost, with
 // static's dispatch on one node cut at the kernels' tiles; made ahead, the
-// fastest under the kernel model of the plans it priced, and of the search on
-// the kernels' seconds (docs/bounds.md#the-default-solvers-phase-constants).
+// fastest under the kernel model of the plans it priced (static's pick cut at
+// tiles both ways among them), and of the search on the kernels' seconds
+// (docs/bounds.md#the-default-solvers-phase-constants).
 Solution BalancedBytes::solve_time(const SolveInput& in) const {
   MemberSolvers& members = *members_;
   if (!in.time_prices()->kernel) return write_result(TimePlanner(in, opt_, members, opt_.mu, 0).run(), in, opt_);
@@ -46,6 +78,7 @@ Solution BalancedBytes::solve_time(const SolveInput& in) const {
     return write_result(std::move(o), in, opt_);
   }
   Outcome today = TimePlanner(on_areas, opt_, members, opt_.mu, 0).run();
+  price_static_at_tiles(today, in, members, areas, kernel_tile_tokens(*in.time_prices()->kernel));
   today.kernel_pick = areas.fastest_on_kernels(today.best.grid, today.best.rank, today.shape, in.shape());
   if (!today.kernel_pick) return write_result(std::move(today), in, opt_);
   // Made ahead (the time is hidden): the search on the kernels' seconds too,
