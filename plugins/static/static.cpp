@@ -151,7 +151,7 @@ const cpsched_param_spec kParams[] = {
      "time cost model's kernel tiles, and the published cuts without a kernel model"},
     {"tile_cuts", CPSCHED_PARAM_STRING, "before",
      "cutting at tiles: 'before' deals the chunks cut at tiles; 'after' deals the chunks as published, then moves "
-     "each cut between two ranks up to a tile (the same deal, no block touching more tiles)"},
+     "each cut between two ranks up to a tile (the same deal; a document's pieces touch no more tiles in all)"},
 };
 
 }  // namespace
