@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,42 +19,71 @@
 
 using namespace cpsched;
 
-TEST_CASE("balanced_bytes used once plans static's dispatch cut at the kernels' tiles, faster under the kernel model") {
+namespace {
+
+// The plugins of this build, and whether `static` is among them (the tests
+// need it).
+struct StaticPlugins {
   Registry reg;
-  reg.scan(CPSCHED_PLUGIN_BUILD_DIR);
-  bool have = false;
-  for (const PluginInfo& p : reg.plugins()) have = have || (p.kind == PluginKind::solver && p.name == "static");
-  if (!have) return;
-  const HardwareProfile hw = resolve_hardware_profile("h100_8x_nvlink");
-  REQUIRE(hw.kernel);
-  HardwareProfile flat = hw;
-  flat.kernel.reset();
-  const TimeCostModel with(hw), without(flat);
-  auto bb = reg.make_solver("balanced_bytes", reg.resolve_params(reg.find(PluginKind::solver, "balanced_bytes"), {}));
-  const DocHistogram hist =
+  StaticPlugins() { reg.scan(CPSCHED_PLUGIN_BUILD_DIR); }
+  bool have() const {
+    for (const PluginInfo& p : reg.plugins())
+      if (p.kind == PluginKind::solver && p.name == "static") return true;
+    return false;
+  }
+};
+
+// The default on h100_8x_nvlink with its kernel table (new plans) and
+// without it (today's), and the standard workload's document histogram.
+struct WithAndWithout : StaticPlugins {
+  HardwareProfile hw = resolve_hardware_profile("h100_8x_nvlink");
+  HardwareProfile flat = without_kernel(hw);
+  TimeCostModel with{hw}, without{flat};
+  std::unique_ptr<Solver> bb =
+      have() ? reg.make_solver("balanced_bytes", reg.resolve_params(reg.find(PluginKind::solver, "balanced_bytes"), {}))
+             : nullptr;
+  DocHistogram hist =
       DocHistogram::load_csv(std::string(CPSCHED_SOURCE_DIR) + "/configs/data/doc_length_distribution.csv");
-  // causal_document at P = 8, planned: used once the default picks static's
-  // dispatch, whose 1024-token chunks cut short documents.
-  const int P = 8;
-  int taken = 0;
-  for (int pack = 0; pack < 4; ++pack) {
+  static HardwareProfile without_kernel(const HardwareProfile& h) {
+    HardwareProfile f = h;
+    f.kernel.reset();
+    return f;
+  }
+  // Pack `pack` of the standard workload's `kind` mask at P ranks (8192
+  // tokens per rank, GQA 64:8, D 128, bf16), planned layout.
+  std::shared_ptr<const Problem> planned_pack(MaskKind kind, int pack, int P) const {
     MaskSpec spec;
-    spec.kind = MaskKind::causal_document;
+    spec.kind = kind;
     spec.histogram = hist;
     spec.seed = 42;
     spec.pack = pack;
     Problem made = Problem::make(make_mask(spec, Token{8192} * P), P, Heads{64, 8, 128, 2});
     made.set_layout(Layout::planned);
-    const auto problem = std::make_shared<const Problem>(std::move(made));
+    return std::make_shared<const Problem>(std::move(made));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("balanced_bytes used once plans static's dispatch cut at the kernels' tiles, faster under the kernel model") {
+  WithAndWithout t;
+  if (!t.have()) return;
+  REQUIRE(t.hw.kernel);
+  // causal_document at P = 8, planned: used once the default picks static's
+  // dispatch, whose 1024-token chunks cut short documents.
+  const int P = 8;
+  int taken = 0;
+  for (int pack = 0; pack < 4; ++pack) {
+    const auto problem = t.planned_pack(MaskKind::causal_document, pack, P);
     const SolvePath::Options o{.shape = test::shape(0, -1), .uses = PlanUses{1}};
-    const SolveResult old_plan = SolvePath(*bb, without, reg).run(problem, o);
-    const SolveResult new_plan = SolvePath(*bb, with, reg).run(problem, o);
-    const SolveResult again = SolvePath(*bb, with, reg).run(problem, o);
+    const SolveResult old_plan = SolvePath(*t.bb, t.without, t.reg).run(problem, o);
+    const SolveResult new_plan = SolvePath(*t.bb, t.with, t.reg).run(problem, o);
+    const SolveResult again = SolvePath(*t.bb, t.with, t.reg).run(problem, o);
     CAPTURE(pack);
     INFO(old_plan.note);
     INFO(new_plan.note);
-    const double old_step = estimate_step(old_plan.assignment->grid->problem(), *old_plan.plan, hw).step();
-    const double new_step = estimate_step(new_plan.assignment->grid->problem(), *new_plan.plan, hw).step();
+    const double old_step = estimate_step(old_plan.assignment->grid->problem(), *old_plan.plan, t.hw).step();
+    const double new_step = estimate_step(new_plan.assignment->grid->problem(), *new_plan.plan, t.hw).step();
     // Never slower than today's plan under the kernel model; deterministic.
     CHECK(new_step <= old_step * (1 + 1e-12));
     CHECK(again.assignment->grid->sharding().blocks == new_plan.assignment->grid->sharding().blocks);
@@ -79,11 +109,9 @@ TEST_CASE("balanced_bytes used once plans static's dispatch cut at the kernels' 
 }
 
 TEST_CASE("static's tile_tokens: a negative or huge tile is refused, naming the parameter") {
-  Registry reg;
-  reg.scan(CPSCHED_PLUGIN_BUILD_DIR);
-  bool have = false;
-  for (const PluginInfo& p : reg.plugins()) have = have || (p.kind == PluginKind::solver && p.name == "static");
-  if (!have) return;
+  StaticPlugins pl;
+  if (!pl.have()) return;
+  Registry& reg = pl.reg;
   const PluginInfo& info = reg.find(PluginKind::solver, "static");
   for (const std::int64_t bad : {std::int64_t{-1}, std::int64_t{1} << 21})
     CHECK_THROWS_WITH(reg.make_solver("static", reg.resolve_params(info, Params({{"tile_tokens", bad}}))),
@@ -91,14 +119,13 @@ TEST_CASE("static's tile_tokens: a negative or huge tile is refused, naming the 
 }
 
 TEST_CASE("static's tile_cuts: a value other than before or after is refused, naming the parameter") {
-  Registry reg;
-  reg.scan(CPSCHED_PLUGIN_BUILD_DIR);
-  bool have = false;
-  for (const PluginInfo& p : reg.plugins()) have = have || (p.kind == PluginKind::solver && p.name == "static");
-  if (!have) return;
+  StaticPlugins pl;
+  if (!pl.have()) return;
+  Registry& reg = pl.reg;
   const PluginInfo& info = reg.find(PluginKind::solver, "static");
-  CHECK_THROWS_WITH(reg.make_solver("static", reg.resolve_params(info, Params({{"tile_cuts", std::string("sideways")}}))),
-                    doctest::Contains("tile_cuts = 'sideways'"));
+  CHECK_THROWS_WITH(
+      reg.make_solver("static", reg.resolve_params(info, Params({{"tile_cuts", std::string("sideways")}}))),
+      doctest::Contains("tile_cuts = 'sideways'"));
   CHECK_NOTHROW(reg.make_solver("static", reg.resolve_params(info, Params({{"tile_cuts", std::string("after")}}))));
 }
 
@@ -108,42 +135,25 @@ TEST_CASE("balanced_bytes made ahead: where tiles cost today's plan more than 5 
   // than 5 % under the kernel model (docs/bounds.md, "Plans priced as the
   // kernels run them"). Made ahead the default prices static's pick cut at
   // tiles both ways beside the plans it priced.
-  Registry reg;
-  reg.scan(CPSCHED_PLUGIN_BUILD_DIR);
-  bool have = false;
-  for (const PluginInfo& p : reg.plugins()) have = have || (p.kind == PluginKind::solver && p.name == "static");
-  if (!have) return;
-  const HardwareProfile hw = resolve_hardware_profile("h100_8x_nvlink");
-  REQUIRE(hw.kernel);
-  HardwareProfile flat = hw;
-  flat.kernel.reset();
-  const TimeCostModel with(hw), without(flat);
-  auto bb = reg.make_solver("balanced_bytes", reg.resolve_params(reg.find(PluginKind::solver, "balanced_bytes"), {}));
-  const DocHistogram hist =
-      DocHistogram::load_csv(std::string(CPSCHED_SOURCE_DIR) + "/configs/data/doc_length_distribution.csv");
+  WithAndWithout t;
+  if (!t.have()) return;
+  REQUIRE(t.hw.kernel);
   const int P = 8;
   for (const MaskKind kind : {MaskKind::causal_document, MaskKind::full_document})
     for (const int pack : {16, 18}) {
-      MaskSpec spec;
-      spec.kind = kind;
-      spec.histogram = hist;
-      spec.seed = 42;
-      spec.pack = pack;
-      Problem made = Problem::make(make_mask(spec, Token{8192} * P), P, Heads{64, 8, 128, 2});
-      made.set_layout(Layout::planned);
-      const auto problem = std::make_shared<const Problem>(std::move(made));
+      const auto problem = t.planned_pack(kind, pack, P);
       const SolvePath::Options o{.shape = test::shape(0, -1), .uses = PlanUses::ahead()};
-      const SolveResult old_plan = SolvePath(*bb, without, reg).run(problem, o);
-      const SolveResult new_plan = SolvePath(*bb, with, reg).run(problem, o);
+      const SolveResult old_plan = SolvePath(*t.bb, t.without, t.reg).run(problem, o);
+      const SolveResult new_plan = SolvePath(*t.bb, t.with, t.reg).run(problem, o);
       CAPTURE(static_cast<int>(kind));
       CAPTURE(pack);
       INFO(old_plan.note);
       INFO(new_plan.note);
-      const double old_step = estimate_step(old_plan.assignment->grid->problem(), *old_plan.plan, hw).step();
-      const double new_step = estimate_step(new_plan.assignment->grid->problem(), *new_plan.plan, hw).step();
+      const double old_step = estimate_step(old_plan.assignment->grid->problem(), *old_plan.plan, t.hw).step();
+      const double new_step = estimate_step(new_plan.assignment->grid->problem(), *new_plan.plan, t.hw).step();
       // Today's plan is static's dispatch, and tiles cost it more than 5 %.
       CHECK(old_plan.note.find("static") != std::string::npos);
-      HardwareProfile exact = hw;
+      HardwareProfile exact = t.hw;
       exact.kernel->count_tiles = false;
       CHECK(old_step > 1.05 * estimate_step(old_plan.assignment->grid->problem(), *old_plan.plan, exact).step());
       CHECK(new_step < 0.98 * old_step);
