@@ -16,32 +16,28 @@
 #include "cpsched/plugin/registry.hpp"
 #include "cpsched/timing/model.hpp"
 #include "host_solve.hpp"
+#include "test_helpers.hpp"
 
 using namespace cpsched;
 
 namespace {
 
-// The plugins of this build, and whether `static` is among them (the tests
-// need it).
-struct StaticPlugins {
-  Registry reg;
-  StaticPlugins() { reg.scan(CPSCHED_PLUGIN_BUILD_DIR); }
-  bool have() const {
-    for (const PluginInfo& p : reg.plugins())
-      if (p.kind == PluginKind::solver && p.name == "static") return true;
-    return false;
-  }
-};
+// Whether the build has `static` (the tests need it).
+bool have_static() {
+  const std::vector<std::string> names = test::solver_names();
+  return std::find(names.begin(), names.end(), "static") != names.end();
+}
 
 // The default on h100_8x_nvlink with its kernel table (new plans) and
-// without it (today's), and the standard workload's document histogram.
-struct WithAndWithout : StaticPlugins {
+// without it (today's), and the standard workload's document histogram
+// (made where the build has `static`).
+struct WithAndWithout {
+  Registry& reg = test::build_registry();
   HardwareProfile hw = resolve_hardware_profile("h100_8x_nvlink");
   HardwareProfile flat = without_kernel(hw);
   TimeCostModel with{hw}, without{flat};
   std::unique_ptr<Solver> bb =
-      have() ? reg.make_solver("balanced_bytes", reg.resolve_params(reg.find(PluginKind::solver, "balanced_bytes"), {}))
-             : nullptr;
+      reg.make_solver("balanced_bytes", reg.resolve_params(reg.find(PluginKind::solver, "balanced_bytes"), {}));
   DocHistogram hist =
       DocHistogram::load_csv(std::string(CPSCHED_SOURCE_DIR) + "/configs/data/doc_length_distribution.csv");
   static HardwareProfile without_kernel(const HardwareProfile& h) {
@@ -66,8 +62,8 @@ struct WithAndWithout : StaticPlugins {
 }  // namespace
 
 TEST_CASE("balanced_bytes used once plans static's dispatch cut at the kernels' tiles, faster under the kernel model") {
+  if (!have_static()) return;
   WithAndWithout t;
-  if (!t.have()) return;
   REQUIRE(t.hw.kernel);
   // causal_document at P = 8, planned: used once the default picks static's
   // dispatch, whose 1024-token chunks cut short documents.
@@ -109,9 +105,8 @@ TEST_CASE("balanced_bytes used once plans static's dispatch cut at the kernels' 
 }
 
 TEST_CASE("static's tile_tokens: a negative or huge tile is refused, naming the parameter") {
-  StaticPlugins pl;
-  if (!pl.have()) return;
-  Registry& reg = pl.reg;
+  if (!have_static()) return;
+  Registry& reg = test::build_registry();
   const PluginInfo& info = reg.find(PluginKind::solver, "static");
   for (const std::int64_t bad : {std::int64_t{-1}, std::int64_t{1} << 21})
     CHECK_THROWS_WITH(reg.make_solver("static", reg.resolve_params(info, Params({{"tile_tokens", bad}}))),
@@ -119,9 +114,8 @@ TEST_CASE("static's tile_tokens: a negative or huge tile is refused, naming the 
 }
 
 TEST_CASE("static's tile_cuts: a value other than before or after is refused, naming the parameter") {
-  StaticPlugins pl;
-  if (!pl.have()) return;
-  Registry& reg = pl.reg;
+  if (!have_static()) return;
+  Registry& reg = test::build_registry();
   const PluginInfo& info = reg.find(PluginKind::solver, "static");
   CHECK_THROWS_WITH(
       reg.make_solver("static", reg.resolve_params(info, Params({{"tile_cuts", std::string("sideways")}}))),
@@ -135,8 +129,8 @@ TEST_CASE("balanced_bytes made ahead: where tiles cost today's plan more than 5 
   // than 5 % under the kernel model (docs/bounds.md, "Plans priced as the
   // kernels run them"). Made ahead the default prices static's pick cut at
   // tiles both ways beside the plans it priced.
+  if (!have_static()) return;
   WithAndWithout t;
-  if (!t.have()) return;
   REQUIRE(t.hw.kernel);
   const int P = 8;
   for (const MaskKind kind : {MaskKind::causal_document, MaskKind::full_document})
