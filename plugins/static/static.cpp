@@ -91,16 +91,14 @@ class Static final : public Solver {
     // Node chunks of S / (node_chunks x nodes) tokens.
     const Token node_chunk =
         two_level ? std::max<Token>(chunk, (S / (Token{node_chunks_} * (P / node))) / chunk * chunk) : 0;
-    auto deal = [&](const std::vector<Range>& chunks, const std::vector<Token>& areas) {
-      return two_level ? static_solver::deal_chunks_by_node(areas, static_solver::chunk_key_ranges(p, chunks), chunks,
-                                                            static_cast<std::size_t>(node_chunk / chunk), P, node)
-                       : static_solver::deal_chunks(areas, P);
-    };
     std::vector<Range> chunks = static_solver::uniform_chunks(S, chunk);
     const bool before = aligned && tile_cuts_ == "before";
     if (before) chunks = static_solver::tile_aligned_chunks(p, std::move(chunks), tile);
+    const std::vector<Token> areas = before ? static_solver::chunk_areas(p, chunks) : query_chunk_areas(p, chunk);
     const std::vector<Rank> host =
-        deal(chunks, before ? static_solver::chunk_areas(p, chunks) : query_chunk_areas(p, chunk));
+        two_level ? static_solver::deal_chunks_by_node(areas, static_solver::chunk_key_ranges(p, chunks), chunks,
+                                                       static_cast<std::size_t>(node_chunk / chunk), P, node)
+                  : static_solver::deal_chunks(areas, P);
     if (aligned && !before) chunks = static_solver::tile_cuts_after_deal(p, std::move(chunks), host, tile);
     auto dispatched =
         std::make_shared<const TaskGrid>(grid.problem_ptr(), static_solver::dispatched_sharding(chunks, host, P));
