@@ -11,9 +11,8 @@
 // the kernels' tiles both ways (time_mode.cpp); the plan kept is the fastest
 // of those under the kernel model (today's pick is among them wherever it was
 // priced, so it is never slower than today's under the kernel model;
-// unpriced, today's plan is kept), then
-// the search on the kernels' seconds runs too, and the faster of the two plans
-// is taken (time_mode.cpp). Used a few times the plan is today's, at today's
+// unpriced, today's plan is kept), then the search on the kernels' seconds
+// runs too, and the faster of the two plans is taken (time_mode.cpp). Used a few times the plan is today's, at today's
 // cost: pricing under the kernel model as well cost more and changed no plan
 // (docs/bounds.md#the-default-solvers-phase-constants).
 #include <cstddef>

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace cpsched::search {
 
@@ -28,11 +29,12 @@ Token kernel_tile_tokens(const HardwareProfile& hw) {
 // The member whose own placement `c` is (as the member returned it, on its
 // own grid), "" for any other candidate.
 std::string member_of(const Candidate& c) {
+  constexpr std::string_view on_grid = "-grid:";  // full_time.cpp: "<member>-grid:<origin on its grid>"
   if (c.searched) return "";
-  const std::size_t at = c.origin.find("-grid:");
+  const std::size_t at = c.origin.find(on_grid);
   if (at == std::string::npos) return c.origin;
   const std::string name = c.origin.substr(0, at);
-  return c.origin.substr(at + 6) == name ? name : "";
+  return c.origin.substr(at + on_grid.size()) == name ? name : "";
 }
 
 // Made ahead, where today's pick is static's dispatch as it is: the same
