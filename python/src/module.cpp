@@ -32,6 +32,7 @@
 #include "cpsched/io/plan_json.hpp"
 #include "cpsched/io/plan_svg.hpp"
 #include "cpsched/plan/validator.hpp"
+#include "cpsched/hardware/kernel_model.hpp"
 #include "cpsched/hardware/profile.hpp"
 #include "cpsched/timing/model.hpp"
 #include "cpsched/plugin/registry.hpp"
@@ -850,6 +851,71 @@ nb::object sharding_ranges(Token seqlen, int cp_size) {
   return ranges_array(per_rank);
 }
 
+// The kernel model's view of one range arg (hardware/kernel_model.hpp): the
+// tiles of tile_q x tile_k it touches and its exact area. The calibration
+// script (python/bench/calibrate_kernels.py) fits its measured times on these.
+nb::dict kernel_arg_tiles(int form, Token q_len, Token k_len, int tile_q, int tile_k) {
+  if (form < 0 || form > 3)
+    throw Error("form: expected 0-3 (full, causal, inv_causal, bi_causal), got " + std::to_string(form));
+  if (q_len < 1 || k_len < 1)
+    throw Error("q_len, k_len: expected >= 1, got " + std::to_string(q_len) + " x " + std::to_string(k_len));
+  if (tile_q < 1 || tile_k < 1)
+    throw Error("tile_q, tile_k: expected >= 1, got " + std::to_string(tile_q) + " x " + std::to_string(tile_k));
+  const auto type = static_cast<MaskType>(form);
+  nb::dict d;
+  d["tiles"] = tiles_touched(type, q_len, k_len, tile_q, tile_k);
+  d["area"] = slice_area(Slice{{0, q_len}, {0, k_len}, type});
+  return d;
+}
+
+// A hardware profile as a dict of its YAML keys (configs/hardware/*.yaml):
+// what python -m cpsched.torch.calibrate copies into the profile it writes.
+nb::dict hardware_profile_dict(const std::string& spec) {
+  const HardwareProfile hw = resolve_hardware_profile(spec);
+  const auto link = [](const Link& l) {
+    nb::dict d;
+    d["bandwidth_gb_s"] = l.bandwidth_gb_s;
+    d["latency_us"] = l.latency_us;
+    return d;
+  };
+  const auto rates = [](const KernelRates& r) {
+    nb::dict d, tflops;
+    d["tile"] = nb::make_tuple(r.tile_q, r.tile_k);
+    d["call_us"] = r.call_us;
+    d["entry_us"] = r.entry_us;
+    d["lengths"] = r.lengths;
+    for (int f = 0; f < kKernelForms; ++f) {
+      const auto uf = static_cast<std::size_t>(f);
+      const std::string name(to_string(static_cast<KernelForm>(f)));
+      if (r.alias[uf] >= 0) tflops[name.c_str()] = std::string(to_string(static_cast<KernelForm>(r.alias[uf])));
+      else if (!r.tflops[uf].empty()) tflops[name.c_str()] = r.tflops[uf];
+    }
+    d["tflops"] = tflops;
+    return d;
+  };
+  nb::dict d, peak;
+  d["name"] = hw.name;
+  d["description"] = hw.description;
+  d["source"] = hw.source;
+  peak["fwd"] = hw.fwd_tflops;
+  peak["bwd"] = hw.bwd_tflops;
+  d["attention_tflops"] = peak;
+  if (hw.kernel) {
+    nb::dict k;
+    k["fwd"] = rates(hw.kernel->fwd);
+    k["bwd"] = rates(hw.kernel->bwd);
+    d["kernel"] = k;
+  } else {
+    d["kernel"] = nb::none();
+  }
+  d["hbm_gb_s"] = hw.hbm_gb_s;
+  d["gpus_per_node"] = hw.gpus_per_node;
+  d["intra_node"] = link(hw.intra_node);
+  d["inter_node"] = link(hw.inter_node);
+  d["overlap"] = hw.overlap;
+  return d;
+}
+
 // `cpsched run`: solve the config, execute the plan with its executor, report.
 nb::dict run_config(const std::string& path, const std::vector<std::string>& overrides) {
   const Config cfg = load_config(path, overrides);
@@ -1032,6 +1098,12 @@ NB_MODULE(_cpsched, m) {
   m.def("plugin_problems", &plugin_problems, "plugin_paths"_a = std::vector<std::string>{});
   m.def("mask_from_config", &mask_from_config, "path"_a, "overrides"_a = std::vector<std::string>{});
   m.def("sharding_ranges", &sharding_ranges, "seqlen"_a, "cp_size"_a);
+  m.def("kernel_arg", &kernel_arg_tiles, "form"_a, "q_len"_a, "k_len"_a, "tile_q"_a, "tile_k"_a,
+        "The kernel model's tiles touched and exact area of one range arg of a mask form (0 full, 1 causal, "
+        "2 inv_causal, 3 bi_causal): {tiles, area}.");
+  m.def("hardware_profile", &hardware_profile_dict, "spec"_a,
+        "A hardware profile (a bundled name or a YAML path), parsed, as a dict of its YAML keys; kernel None "
+        "without a kernel model.");
   m.def("program_error", &program_check, "rows"_a, "qo_after"_a, "kv_after"_a, "pass_"_a,
         "The core's program_error for a plan text's program (rows (op, stage, kind, phase) as Result.program "
         "gives them): (index of the first wrong instruction, or the row count when the end is wrong, reason), "
