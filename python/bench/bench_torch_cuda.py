@@ -7,7 +7,8 @@
 Heads 64:8, d 128, bf16 (--heads); masks causal, causal_document, full_document, sliding_window of the bundled
 histogram (configs/quickstart.yaml) at 8k, 16k and 32k tokens per rank (--tokens). Sections:
 
-1. P = 1, per mask and size, forward and backward ms and TFLOP/s of
+1. P = 1, per mask and size, forward and backward ms and TFLOP/s (and the kernel model's ms of the plan's rank,
+   on --hardware) of
    * FA2 varlen direct: torch.ops.aten._flash_attention_forward / _backward called directly on the very
      batches cpsched.torch's aten backend builds (recorded from one call: same cu_seqlens, windows, inputs);
    * FlexAttention compiled, called directly on the whole mask (its BlockMask built blockwise from the
@@ -18,7 +19,9 @@ histogram (configs/quickstart.yaml) at 8k, 16k and 32k tokens per rank (--tokens
    (cpsched.torch.loopback). One call of every rank fills its buffers; then each rank alone runs its stages'
    kernels (its collectives replaced by nothing: the buffers keep what the real call received), timed with
    CUDA events around each stage. Per rank: its area, its attention ms, and that time over its area at the
-   P = 1 rate of the same backend and mask (the issue asks <= 1.25).
+   P = 1 rate of the same backend and mask (the issue asks <= 1.25); its kernel calls' ms alone (CUDA events
+   around each FA2 call), the kernel model's prediction of them (Result.predicted_compute on --hardware) and
+   kernels / model.
 3. DSA's index kernel (Triton) on configs/dsa.yaml's shapes: 128 heads on one 576-dim latent (V its first
    512), top-2048, one rank's 4096 queries of S = 32768, DSA-like selections (sink, local window, random
    earlier keys); TFLOP/s counted on the selected pairs: forward 2 hq (d_qk + d_v) per pair, backward
@@ -186,7 +189,9 @@ def section_p1(a, out, device):
     hq, hkv, d = a.heads
     rates = {}
     out(f"\n== 1. P = 1: heads {hq}:{hkv}, d {d}, bf16; median of {a.iters}; TFLOP/s of the mask's area ==")
-    out(f"{'mask':16} {'S':>6} {'path':34} {'fwd ms':>8} {'bwd ms':>8} {'fwd TF/s':>9} {'bwd TF/s':>9}")
+    out(f"model: the kernel model's compute of the plan's one rank on {a.hardware} (Result.predicted_compute)")
+    out(f"{'mask':16} {'S':>6} {'path':34} {'fwd ms':>8} {'bwd ms':>8} {'fwd TF/s':>9} {'bwd TF/s':>9} "
+        f"{'model fwd':>9} {'model bwd':>9}")
     dt = torch.bfloat16
     for S in a.tokens:
         for kind in a.masks:
@@ -196,10 +201,11 @@ def section_p1(a, out, device):
             flops = 4.0 * area * hq * d
             tp = cpt.prepare(res, 0)
             q, k, v, do = inputs(S, a.heads, device, dt, S)
+            pc = res.predicted_compute(0, hardware=a.hardware)
 
             def row(name, f, b):
                 out(f"{kind:16} {S:>6} {name:34} {f:8.3f} {b:8.3f} {tflops(flops, f):9.1f} "
-                    f"{tflops(2.5 * flops, b):9.1f}")
+                    f"{tflops(2.5 * flops, b):9.1f} {pc['fwd'] * 1e3:9.3f} {pc['bwd'] * 1e3:9.3f}")
             if device.type == "cuda":
                 try:
                     f, b, n = fa2_direct(tp, q, k, v, do, a.iters, device)
@@ -273,32 +279,65 @@ class Timing:
         self._time("bwd", self.inner.backward_stage, args, b)
 
 
+class KernelClock:
+    """Times a varlen backend's kernel calls (its `_fwd` / `_bwd`: one FA2 call per batch) per pass, CUDA events
+    around each (perf_counter on the CPU); what the kernel model predicts, without the stage's gathers and
+    merges. `on` is False for a backend without varlen calls (the torch kernels: the stage is all kernels)."""
+
+    def __init__(self, be, device):
+        self.device = device
+        self.ms = {"fwd": 0.0, "bwd": 0.0}
+        self.on = callable(getattr(type(be), "_fwd", None)) and hasattr(be, "_split")
+        if self.on:
+            for pass_, name in (("fwd", "_fwd"), ("bwd", "_bwd")):
+                setattr(be, name, self._wrap(pass_, getattr(be, name)))
+
+    def _wrap(self, pass_, fn):
+        def run(*args):
+            if self.device.type == "cuda":
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                out = fn(*args)
+                e1.record()
+                e1.synchronize()
+                self.ms[pass_] += e0.elapsed_time(e1)
+            else:
+                t0 = time.perf_counter()
+                out = fn(*args)
+                self.ms[pass_] += (time.perf_counter() - t0) * 1e3
+            return out
+        return run
+
+
 def _rank_fn(rank, group, res, a, device, dt, backend, reps):
-    """One real call, then each rank alone (in rank order) `reps` times: its stages' kernel ms per pass."""
+    """One real call, then each rank alone (in rank order) `reps` times: the medians of its stages' ms per pass
+    (fwd, bwd) and of its kernel calls' ms (fwd, bwd; the stages' where the backend has no varlen calls)."""
     tp = cpt.prepare(res, rank)
-    S = tp.seqlen
-    lo, hi = (int(x) for x in cpsched._cpsched.sharding_ranges(S, tp.cp_size)[rank])
-    q, k, v, do = inputs(hi - lo, a.heads, device, dt, 100 + rank)
+    q, k, v, do = inputs(tp.layout.rows(rank), a.heads, device, dt, 100 + rank)
     be = cpt._backends.make_backend(backend, device, dt, tp)
+    clock = KernelClock(be, device)
     out = cpt.attention(q, k, v, tp, group, backend=be, check_peers=False)
     out.backward(do)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     dp = tp.on(device)
-    fwd, bwd = [], []
+    fwd, bwd, kfwd, kbwd = [], [], [], []
     for r in range(tp.cp_size):
         group.barrier()
         if r != rank:
             continue
         for _ in range(reps):
             tb = Timing(be, device)
+            clock.ms = {"fwd": 0.0, "bwd": 0.0}
             qq, kk, vv = (x.detach().clone().requires_grad_() for x in (q, k, v))
             o, _ = _Attention.apply(qq, kk, vv, dp, tb, _Null(), 1.0 / tp.dqk ** 0.5, False)
             o.backward(do)
             fwd.append(tb.ms["fwd"])
             bwd.append(tb.ms["bwd"])
+            kfwd.append(clock.ms["fwd"] if clock.on else tb.ms["fwd"])
+            kbwd.append(clock.ms["bwd"] if clock.on else tb.ms["bwd"])
     group.barrier()
-    return statistics.median(fwd), statistics.median(bwd)
+    return tuple(statistics.median(x) for x in (fwd, bwd, kfwd, kbwd))
 
 
 def section_loopback(a, out, device, rates):
@@ -306,10 +345,12 @@ def section_loopback(a, out, device, rates):
     P = a.ranks
     dt = torch.bfloat16
     backend = "aten" if device.type == "cuda" else "torch"
-    out(f"\n== 2. loopback P = {P} on one device: each rank alone, its stages' kernels ({backend}), median of "
-        f"{a.reps}; ratio = its ms / (its area at the P = 1 rate of the same mask and tokens per rank) ==")
+    out(f"\n== 2. loopback P = {P} on one device: each rank alone, its stages ({backend}), median of {a.reps}; "
+        f"ratio = its ms / (its area at the P = 1 rate of the same mask and tokens per rank); kern: its kernel "
+        f"calls alone; model: the kernel model's compute of the rank on {a.hardware} (Result.predicted_compute) ==")
     out(f"{'mask':16} {'tok/rank':>8} {'rank':>4} {'area M':>8} {'fwd ms':>8} {'bwd ms':>8} {'fwd ratio':>9} "
-        f"{'bwd ratio':>9}")
+        f"{'bwd ratio':>9} {'kern fwd':>8} {'kern bwd':>8} {'model fwd':>9} {'model bwd':>9} {'k/m fwd':>7} "
+        f"{'k/m bwd':>7}")
     for tokens in a.loopback_tokens:
         for kind in a.masks:
             rate = rates.get((kind, tokens, backend))
@@ -320,11 +361,14 @@ def section_loopback(a, out, device, rates):
             per = loopback.run(_rank_fn, P, res, a, device, dt, backend, a.reps, timeout=600)
             wall = time.perf_counter() - t0
             worst = (0.0, 0.0)
-            for r, (f, b) in enumerate(per):
+            for r, (f, b, kf, kb) in enumerate(per):
                 fr = f / (ar[r] / rate[0]) if rate else float("nan")
                 br = b / (ar[r] / rate[1]) if rate else float("nan")
                 worst = (max(worst[0], fr), max(worst[1], br))
-                out(f"{kind:16} {tokens:>8} {r:>4} {ar[r] / 1e6:8.1f} {f:8.3f} {b:8.3f} {fr:9.2f} {br:9.2f}")
+                pc = res.predicted_compute(r, hardware=a.hardware)
+                mf, mb = pc["fwd"] * 1e3, pc["bwd"] * 1e3
+                out(f"{kind:16} {tokens:>8} {r:>4} {ar[r] / 1e6:8.1f} {f:8.3f} {b:8.3f} {fr:9.2f} {br:9.2f} "
+                    f"{kf:8.3f} {kb:8.3f} {mf:9.3f} {mb:9.3f} {kf / max(mf, 1e-9):7.2f} {kb / max(mb, 1e-9):7.2f}")
             out(f"{kind:16} {tokens:>8}  max ratio fwd {worst[0]:.2f}, bwd {worst[1]:.2f} "
                 f"({'no P = 1 rate: run section 1 at these tokens' if not rate else 'target <= 1.25'}); "
                 f"the loopback run took {wall:.1f} s")
@@ -468,6 +512,12 @@ class _CopyComm:
         return self._W()
 
 
+def default_hardware(device):
+    """The bundled profile of this GPU: h200_8x_nvlink on an H200, else h100_8x_nvlink."""
+    return "h200_8x_nvlink" if device.type == "cuda" and "H200" in torch.cuda.get_device_name(device) \
+        else "h100_8x_nvlink"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, nargs="+", default=[8192, 16384, 32768], help="tokens per rank (P = 1)")
@@ -485,6 +535,10 @@ def main(argv=None):
     ap.add_argument("--host-calls", type=int, default=50)
     ap.add_argument("--sections", nargs="+", default=["p1", "loopback", "dsa", "host"],
                     choices=["p1", "loopback", "dsa", "host"])
+    ap.add_argument("--hardware", default=None,
+                    help="the profile whose kernel model predicts each time printed beside it (a bundled name or a "
+                         "YAML path, e.g. a measured one: python -m cpsched.torch.calibrate); default: "
+                         "h200_8x_nvlink or h100_8x_nvlink by the GPU's name")
     ap.add_argument("--out", default=None, help="also append everything printed to this file")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="every section at toy sizes on the CPU (the script's logic; no number means anything)")
@@ -503,6 +557,7 @@ def main(argv=None):
         device = torch.device("cuda")
         out(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, cpsched {cpsched.__version__}; "
             f"flash-attn {'yes' if flash_available() else 'no'}")
+    a.hardware = a.hardware or default_hardware(device)
     t0 = time.perf_counter()
     rates = section_p1(a, out, device) if "p1" in a.sections else {}
     if "loopback" in a.sections:

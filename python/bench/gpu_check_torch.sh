@@ -8,9 +8,14 @@
 #      CUDA graphs' replay against eager;
 #   2. the loopback runs: P = 2, 4 and 8 ranks of a plan as threads on this one GPU (every kernel real, the
 #      collectives device copies) against a dense reference computed on the GPU;
-#   3. python/bench/bench_torch_cuda.py: FA2 varlen direct, FlexAttention compiled direct, cpsched.torch per
-#      backend at P = 1, each rank at loopback P = 8, DSA's Triton kernel, host time per call eager and with
-#      graphs (BENCH_ARGS: extra arguments, e.g. "--tokens 16384 --masks causal_document").
+#   3. python -m cpsched.torch.calibrate: the FA2 kernels over a grid of shapes, fitted into a measured profile,
+#      OUT_DIR/<h100|h200>_measured.yaml (CALIBRATE_ARGS: extra arguments);
+#   4. python/bench/bench_torch_cuda.py (each time beside the measured profile's prediction): FA2 varlen
+#      direct, FlexAttention compiled direct, cpsched.torch per backend at P = 1, each rank at loopback P = 8,
+#      DSA's Triton kernel, host time per call eager and with graphs (BENCH_ARGS: extra arguments, e.g.
+#      "--tokens 16384 --masks causal_document");
+#   5. python/bench/check_kernel_model.py: bench_step_time's plans at P = 8 and 64 in loopback, each rank's
+#      kernels against the measured profile's prediction (within 15 %; CHECK_ARGS: extra arguments).
 # Exits 77 (skipped) when python cannot use a CUDA device, 1 when a step fails (the others still run).
 #   python/bench/gpu_check_torch.sh [OUT_DIR]      default OUT_DIR build/gpu_check_torch
 #   PYTHON=python3 (the interpreter), STEP_TIMEOUT=600 (seconds per step)
@@ -66,9 +71,19 @@ step "cpsched.torch CUDA tests (backends, Triton index kernels, graphs)" \
   "$py" -m pytest -q -p no:cacheprovider -rs python/tests/test_torch_cuda.py -k "not loopback"
 step "cpsched.torch loopback P = 2, 4, 8 on one GPU against the dense reference" \
   "$py" -m pytest -v -p no:cacheprovider python/tests/test_torch_cuda.py -k loopback
+# The kernel model measured (issue 48): the profile goes to OUT_DIR; commit it as configs/hardware/<gpu>_measured.yaml.
+gpu=$("$py" -c "import torch; print('h200' if 'H200' in torch.cuda.get_device_name() else 'h100')")
+measured="$out/${gpu}_measured.yaml"
+# shellcheck disable=SC2086  # CALIBRATE_ARGS is a list of arguments
+step "kernel model measured (python -m cpsched.torch.calibrate -> $measured)" \
+  "$py" -m cpsched.torch.calibrate --out "$measured" ${CALIBRATE_ARGS:-}
+hw=(); [[ -s "$measured" ]] && hw=(--hardware "$measured")
 # shellcheck disable=SC2086  # BENCH_ARGS is a list of arguments
 step "cpsched.torch kernel benchmark (bench_torch_cuda.py)" \
-  "$py" python/bench/bench_torch_cuda.py --out "$out/bench_torch_cuda.txt" ${BENCH_ARGS:-}
+  "$py" python/bench/bench_torch_cuda.py --out "$out/bench_torch_cuda.txt" "${hw[@]}" ${BENCH_ARGS:-}
+# shellcheck disable=SC2086  # CHECK_ARGS is a list of arguments
+step "each rank's kernels against the kernel model, bench_step_time's plans at P = 8 and 64 (check_kernel_model.py)" \
+  "$py" python/bench/check_kernel_model.py --out "$out/check_kernel_model.txt" "${hw[@]}" ${CHECK_ARGS:-}
 
 echo "gpu_check_torch: $([[ $status == 0 ]] && echo passed || echo FAILED), log $log"
 exit $status
