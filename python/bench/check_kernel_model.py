@@ -8,7 +8,7 @@ docs/bounds.md, "Plans priced as the kernels run them").
 The plans are bench_step_time's (tools/bench/bench_step_time.cpp): the standard workload of
 configs/quickstart.yaml (seed-42 packs of the bundled histogram, 8192 tokens per rank, heads 64:8, D 128, bf16,
 flattened head groups), planned by the default solver on the time model of --hardware, layout planned (made
-ahead), stages and relays auto; P = 8 and 64 (--cp), causal_document and full_document (--masks), packs 0 and 1
+ahead), stages and relays auto; P = 8 and 64 (--cp), causal_document and full_document (--masks), pack 0
 (--packs). Each plan runs once with its P ranks as threads of this process on this GPU (cpsched.torch.loopback,
 the aten backend: PyTorch's FA2 varlen ops); then each rank alone runs its stages again, its collectives
 replaced by nothing, --reps times. Per rank and pass: the kernel model's compute of the rank
@@ -52,7 +52,7 @@ def main(argv=None):
                          "configs/hardware/<gpu>_measured.yaml where it exists, else the bundled profile of the GPU)")
     ap.add_argument("--cp", type=int, nargs="+", default=[8, 64])
     ap.add_argument("--masks", nargs="+", default=MASKS, choices=MASKS)
-    ap.add_argument("--packs", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--packs", type=int, nargs="+", default=[0])
     ap.add_argument("--tokens", type=int, default=8192, help="tokens per rank (bench_step_time's 8192)")
     ap.add_argument("--reps", type=int, default=3, help="timed calls of each rank alone (the median is kept)")
     ap.add_argument("--tol", type=float, default=0.15, help="largest |kern / model - 1| that passes")

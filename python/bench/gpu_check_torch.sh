@@ -18,13 +18,20 @@
 #      kernels against the measured profile's prediction (within 15 %; CHECK_ARGS: extra arguments).
 # Exits 77 (skipped) when python cannot use a CUDA device, 1 when a step fails (the others still run).
 #   python/bench/gpu_check_torch.sh [OUT_DIR]      default OUT_DIR build/gpu_check_torch
-#   PYTHON=python3 (the interpreter), STEP_TIMEOUT=600 (seconds per step)
+#   PYTHON=python3 (the interpreter), STEP_TIMEOUT=600 (seconds per step), STEPS="tests loopback calibrate bench
+#   check" (the steps to run; e.g. STEPS="calibrate check" for the kernel model alone, a few minutes)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 out="${1:-build/gpu_check_torch}"
 py="${PYTHON:-python3}"
 limit="${STEP_TIMEOUT:-600}"
+steps="${STEPS:-tests loopback calibrate bench check}"
+for s in $steps; do
+  case "$s" in tests|loopback|calibrate|bench|check) ;; *)
+    echo "gpu_check_torch: STEPS: unknown step '$s' (tests loopback calibrate bench check)"; exit 2 ;;
+  esac
+done
 mkdir -p "$out"
 log="$out/gpu_check_torch.log"
 exec > >(tee -a "$log") 2>&1
@@ -52,9 +59,11 @@ except ImportError:
 EOF
 
 status=0
-# step NAME COMMAND...: runs it under the step timeout; 77 counts as skipped, any other failure fails the check.
+# step KEY NAME COMMAND...: runs it under the step timeout where STEPS holds KEY; 77 counts as skipped, any other
+# failure fails the check.
 step() {
-  local name="$1"; shift
+  local key="$1" name="$2"; shift 2
+  [[ " $steps " == *" $key "* ]] || return 0
   local t0; t0=$(date +%s)
   echo "== $name"
   timeout "$limit" "$@"
@@ -67,22 +76,22 @@ step() {
   esac
 }
 
-step "cpsched.torch CUDA tests (backends, Triton index kernels, graphs)" \
+step tests "cpsched.torch CUDA tests (backends, Triton index kernels, graphs)" \
   "$py" -m pytest -q -p no:cacheprovider -rs python/tests/test_torch_cuda.py -k "not loopback"
-step "cpsched.torch loopback P = 2, 4, 8 on one GPU against the dense reference" \
+step loopback "cpsched.torch loopback P = 2, 4, 8 on one GPU against the dense reference" \
   "$py" -m pytest -v -p no:cacheprovider python/tests/test_torch_cuda.py -k loopback
 # The kernel model measured (issue 48): the profile goes to OUT_DIR; commit it as configs/hardware/<gpu>_measured.yaml.
 gpu=$("$py" -c "import torch; print('h200' if 'H200' in torch.cuda.get_device_name() else 'h100')")
 measured="$out/${gpu}_measured.yaml"
 # shellcheck disable=SC2086  # CALIBRATE_ARGS is a list of arguments
-step "kernel model measured (python -m cpsched.torch.calibrate -> $measured)" \
+step calibrate "kernel model measured (python -m cpsched.torch.calibrate -> $measured)" \
   "$py" -m cpsched.torch.calibrate --out "$measured" ${CALIBRATE_ARGS:-}
 hw=(); [[ -s "$measured" ]] && hw=(--hardware "$measured")
 # shellcheck disable=SC2086  # BENCH_ARGS is a list of arguments
-step "cpsched.torch kernel benchmark (bench_torch_cuda.py)" \
+step bench "cpsched.torch kernel benchmark (bench_torch_cuda.py)" \
   "$py" python/bench/bench_torch_cuda.py --out "$out/bench_torch_cuda.txt" "${hw[@]}" ${BENCH_ARGS:-}
 # shellcheck disable=SC2086  # CHECK_ARGS is a list of arguments
-step "each rank's kernels against the kernel model, bench_step_time's plans at P = 8 and 64 (check_kernel_model.py)" \
+step check "each rank's kernels against the kernel model, bench_step_time's plans at P = 8 and 64 (check_kernel_model.py)" \
   "$py" python/bench/check_kernel_model.py --out "$out/check_kernel_model.txt" "${hw[@]}" ${CHECK_ARGS:-}
 
 echo "gpu_check_torch: $([[ $status == 0 ]] && echo passed || echo FAILED), log $log"
