@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <numeric>
 
+#include <cpsched/hardware/kernel_model.hpp>
+#include <cpsched/mask/slice_clip.hpp>
+
 namespace cpsched::static_solver {
 
 std::vector<Rank> deal_chunks(const std::vector<Token>& areas, int P) {
@@ -122,6 +125,50 @@ std::vector<Range> tile_cuts_after_deal(const Problem& p, std::vector<Range> chu
     chunks[i].end = chunks[i + 1].begin = up;
   }
   return chunks;
+}
+
+std::int64_t busiest_rank_tiles(const Problem& p, const std::vector<Range>& chunks, const std::vector<Rank>& host,
+                                int P, Token tile) {
+  std::vector<Range> blocks;
+  std::vector<Rank> owner;
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    if (!blocks.empty() && owner.back() == host[i]) {
+      blocks.back().end = chunks[i].end;
+    } else {
+      blocks.push_back(chunks[i]);
+      owner.push_back(host[i]);
+    }
+  }
+  std::vector<std::int64_t> load(static_cast<std::size_t>(P), 0);
+  std::vector<Slice> tight;
+  const int t = static_cast<int>(tile);
+  for (const Slice& s : p.mask.slices()) {
+    if (s.q.empty() || s.k.empty()) continue;
+    const Band band = band_of(s);
+    const auto [q0, q1] = chunks_over(blocks, s.q);
+    for (std::size_t qi = q0; qi < q1; ++qi) {
+      // The keys the band reaches from this block's rows: lo <= k - q <= hi.
+      const Range rows = blocks[qi].intersect(s.q);
+      const Range keys{std::max(s.k.begin, band.lo == Band::kNoLo ? s.k.begin : rows.begin + band.lo),
+                       std::min(s.k.end, band.hi == Band::kNoHi ? s.k.end : rows.end - 1 + band.hi + 1)};
+      if (keys.empty()) continue;
+      const auto [k0, k1] = chunks_over(blocks, keys);
+      for (std::size_t ki = k0; ki < k1; ++ki) {
+        // A rectangle wholly inside the band (a full slice, or a causal one's
+        // block below its diagonal): one full arg, no band to cut.
+        const Range k = blocks[ki].intersect(s.k);
+        if (k.end - 1 - rows.begin <= band.hi && k.begin - (rows.end - 1) >= band.lo) {
+          load[static_cast<std::size_t>(owner[qi])] += tiles_touched(MaskType::full, rows.size(), k.size(), t, t);
+          continue;
+        }
+        tight.clear();
+        band_to_slices(clip(band, blocks[qi], blocks[ki]), tight);
+        for (const Slice& x : tight)
+          load[static_cast<std::size_t>(owner[qi])] += tiles_touched(x.type, x.q.size(), x.k.size(), t, t);
+      }
+    }
+  }
+  return load.empty() ? 0 : *std::max_element(load.begin(), load.end());
 }
 
 namespace {

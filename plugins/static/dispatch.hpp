@@ -76,6 +76,15 @@ std::vector<Range> tile_aligned_chunks(const Problem& p, std::vector<Range> chun
 std::vector<Range> tile_cuts_after_deal(const Problem& p, std::vector<Range> chunks, const std::vector<Rank>& host,
                                         Token tile);
 
+// The most tiles of tile x tile that one rank's args touch when chunk i goes
+// to host[i]: the plan's args are each slice clipped to a q block and a k
+// block (neighbouring chunks on one rank make one block) as tight slices
+// (hardware/task_kernel.hpp), each a ragged batch entry whose tiles are
+// anchored at its origin; every task runs on its q block's host. Range masks
+// (one mask for all heads). O(slices x the block pairs each one spans).
+std::int64_t busiest_rank_tiles(const Problem& p, const std::vector<Range>& chunks, const std::vector<Rank>& host,
+                                int cp_size, Token tile);
+
 // Per chunk, the pairs its q rows compute (query_chunk_areas on chunks of any
 // sizes): range masks only (one mask for all heads).
 std::vector<Token> chunk_areas(const Problem& p, const std::vector<Range>& chunks);

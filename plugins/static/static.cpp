@@ -12,6 +12,8 @@
 #include <cpsched/plugin/solver.hpp>
 #include <cpsched/hardware/profile.hpp>
 
+#include <fmt/format.h>
+
 #include "dispatch.hpp"
 
 namespace {
@@ -38,8 +40,8 @@ class Static final : public Solver {
         node_chunks_(p.get_int("node_chunks")),
         tile_tokens_(p.get_int("tile_tokens")),
         tile_cuts_(p.get_string("tile_cuts")) {
-    if (tile_cuts_ != "before" && tile_cuts_ != "after")
-      throw Error("static: tile_cuts = '" + tile_cuts_ + "' must be 'before' or 'after' (the deal)");
+    if (tile_cuts_ != "before" && tile_cuts_ != "after" && tile_cuts_ != "auto")
+      throw Error("static: tile_cuts = '" + tile_cuts_ + "' must be 'before', 'after' or 'auto' (the deal)");
     if (chunks_per_rank_ < 1 || chunks_per_rank_ > 4096)
       throw Error("static: chunks_per_rank = " + std::to_string(chunks_per_rank_) + " must be in [1, 4096]");
     if (node_chunks_ < 1 || node_chunks_ > 1024)
@@ -79,7 +81,9 @@ class Static final : public Solver {
     // sets the tile where the cost model does not show it (balanced_bytes
     // used a few times decides on the profile without its kernel model).
     // tile_cuts=after keeps the published deal and moves its cuts
-    // (tile_cuts_after_deal): balanced_bytes made ahead prices both ways.
+    // (tile_cuts_after_deal): balanced_bytes made ahead prices both ways;
+    // auto takes one of the two by their busiest ranks' tiles (used a few
+    // times, on one node, balanced_bytes' members).
     const Token tile = tile_tokens_ > 0 ? Token{tile_tokens_} : kernel_tile(in);
     const bool aligned = tile > 1 && !p.index_mask && p.head_masks.empty();
     // Two levels when asked for and the cluster has several nodes.
@@ -91,15 +95,42 @@ class Static final : public Solver {
     // Node chunks of S / (node_chunks x nodes) tokens.
     const Token node_chunk =
         two_level ? std::max<Token>(chunk, (S / (Token{node_chunks_} * (P / node))) / chunk * chunk) : 0;
-    std::vector<Range> chunks = static_solver::uniform_chunks(S, chunk);
-    const bool before = aligned && tile_cuts_ == "before";
-    if (before) chunks = static_solver::tile_aligned_chunks(p, std::move(chunks), tile);
-    const std::vector<Token> areas = before ? static_solver::chunk_areas(p, chunks) : query_chunk_areas(p, chunk);
-    const std::vector<Rank> host =
-        two_level ? static_solver::deal_chunks_by_node(areas, static_solver::chunk_key_ranges(p, chunks), chunks,
-                                                       static_cast<std::size_t>(node_chunk / chunk), P, node)
-                  : static_solver::deal_chunks(areas, P);
-    if (aligned && !before) chunks = static_solver::tile_cuts_after_deal(p, std::move(chunks), host, tile);
+    // The deal of the chunks cut at tiles (before) or as published, its cuts
+    // then moved to tiles where aligned (after).
+    struct Deal {
+      std::vector<Range> chunks;
+      std::vector<Rank> host;
+    };
+    const auto deal = [&](bool before) {
+      Deal d{static_solver::uniform_chunks(S, chunk), {}};
+      if (before) d.chunks = static_solver::tile_aligned_chunks(p, std::move(d.chunks), tile);
+      const std::vector<Token> areas = before ? static_solver::chunk_areas(p, d.chunks) : query_chunk_areas(p, chunk);
+      d.host = two_level
+                   ? static_solver::deal_chunks_by_node(areas, static_solver::chunk_key_ranges(p, d.chunks), d.chunks,
+                                                        static_cast<std::size_t>(node_chunk / chunk), P, node)
+                   : static_solver::deal_chunks(areas, P);
+      if (aligned && !before) d.chunks = static_solver::tile_cuts_after_deal(p, std::move(d.chunks), d.host, tile);
+      return d;
+    };
+    // auto, one level: both deals, the one whose busiest rank touches fewer
+    // tiles (ties: before). Each deal balances exact areas, and either can
+    // leave a rank more tiles than the other (causal_document pack 16 at P =
+    // 8: docs/bounds.md). Two levels: after, which keeps the nodes' deal.
+    bool before = aligned && tile_cuts_ == "before";
+    std::string chose;
+    Deal d;
+    if (aligned && tile_cuts_ == "auto" && !two_level) {
+      Deal a = deal(true), b = deal(false);
+      const std::int64_t ta = static_solver::busiest_rank_tiles(p, a.chunks, a.host, P, tile);
+      const std::int64_t tb = static_solver::busiest_rank_tiles(p, b.chunks, b.host, P, tile);
+      before = ta <= tb;
+      d = std::move(before ? a : b);
+      chose = fmt::format(" (tile_cuts=auto: busiest rank {} tiles of {} before the deal, {} after)", ta, tile, tb);
+    } else {
+      d = deal(before);
+    }
+    const std::vector<Range>& chunks = d.chunks;
+    const std::vector<Rank>& host = d.host;
     auto dispatched =
         std::make_shared<const TaskGrid>(grid.problem_ptr(), static_solver::dispatched_sharding(chunks, host, P));
 
@@ -123,7 +154,8 @@ class Static final : public Solver {
                            " tokens from their starts (the kernel model's tiles)"
               : aligned ? "; the deal's cuts between ranks moved up to multiples of " + std::to_string(tile) +
                               " tokens from their documents' starts (the kernel model's tiles)"
-                        : std::string());
+                        : std::string()) +
+             chose;
     return sol;
   }
 
@@ -149,7 +181,8 @@ const cpsched_param_spec kParams[] = {
      "time cost model's kernel tiles, and the published cuts without a kernel model"},
     {"tile_cuts", CPSCHED_PARAM_STRING, "before",
      "cutting at tiles: 'before' deals the chunks cut at tiles; 'after' deals the chunks as published, then moves "
-     "each cut between two ranks up to a tile (the same deal; a document's pieces touch no more tiles in all)"},
+     "each cut between two ranks up to a tile (the same deal; a document's pieces touch no more tiles in all); "
+     "'auto': both deals, the one whose busiest rank touches fewer tiles (one level; two levels: after)"},
 };
 
 }  // namespace

@@ -144,6 +144,27 @@ TEST_CASE("tile_aligned_chunks: cuts inside a document at tile multiples from it
 
 namespace {
 
+// A random pack of causal and full documents over [0, S) (lengths up to 700
+// tokens on even packs, 3000 on odd ones), its documents' starts (and S).
+struct RandomPack {
+  std::shared_ptr<const Problem> problem;
+  std::vector<Token> starts;
+};
+RandomPack random_pack(int pack, Token S, int P, std::uint64_t& rng) {
+  auto next = [&](Token n) {
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<Token>((rng >> 33) % static_cast<std::uint64_t>(n));
+  };
+  std::vector<Slice> slices;
+  std::vector<Token> starts{0};
+  while (starts.back() < S) {
+    const Token b = starts.back(), len = std::min(S - b, 1 + next(pack % 2 ? 3000 : 700));
+    slices.push_back({{b, b + len}, {b, b + len}, next(2) ? MaskType::causal : MaskType::full});
+    starts.push_back(b + len);
+  }
+  return {std::make_shared<const Problem>(Problem::make(RangeMask(S, slices), P, Heads{4, 2, 8, 2})), starts};
+}
+
 // Tiles the plan's args touch in both passes (task_kernel_args: the args the
 // plan builder makes of each task; 128 x 128 forward, 64 x 128 backward).
 std::int64_t plan_tiles(const std::shared_ptr<const Problem>& p, const std::vector<Range>& chunks,
@@ -170,20 +191,9 @@ TEST_CASE("tile_cuts_after_deal: the deal kept, each cut between two ranks moved
   const Token S = 16384, chunk = 512, tile = 128;
   const int P = 4;
   std::uint64_t rng = 12345;
-  auto next = [&](Token n) {
-    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    return static_cast<Token>((rng >> 33) % static_cast<std::uint64_t>(n));
-  };
   int moved = 0;
   for (int pack = 0; pack < 8; ++pack) {
-    std::vector<Slice> slices;
-    std::vector<Token> starts{0};
-    while (starts.back() < S) {
-      const Token b = starts.back(), len = std::min(S - b, 1 + next(pack % 2 ? 3000 : 700));
-      slices.push_back({{b, b + len}, {b, b + len}, next(2) ? MaskType::causal : MaskType::full});
-      starts.push_back(b + len);
-    }
-    const auto p = std::make_shared<const Problem>(Problem::make(RangeMask(S, slices), P, Heads{4, 2, 8, 2}));
+    const auto [p, starts] = random_pack(pack, S, P, rng);
     const std::vector<Range> uniform = uniform_chunks(S, chunk);
     const std::vector<Rank> host = deal_chunks(query_chunk_areas(*p, chunk), P);
     const std::vector<Range> cut = tile_cuts_after_deal(*p, uniform, host, tile);
@@ -221,4 +231,40 @@ TEST_CASE("tile_cuts_after_deal: the deal kept, each cut between two ranks moved
   CHECK(tile_cuts_after_deal(p, uniform_chunks(4096, 200), round, tile) == uniform_chunks(4096, 200));
   CHECK(tile_cuts_after_deal(p, uniform_chunks(4096, 512), {0, 1, 2, 3, 0, 1, 2, 3}, 1) ==
         uniform_chunks(4096, 512));
+}
+
+TEST_CASE("busiest_rank_tiles: the most tiles one rank's args touch, as the plan's own args count them") {
+  // Random packs (S = 16384, 4 ranks, chunks of 512) dealt as published, cut
+  // at tiles before and after the deal: against a count over the dispatched
+  // grid's tasks (task_kernel_args, each task on its q block's host).
+  const Token S = 16384, chunk = 512;
+  const int P = 4;
+  std::uint64_t rng = 777;
+  for (int pack = 0; pack < 8; ++pack) {
+    const auto [p, starts] = random_pack(pack, S, P, rng);
+    const std::vector<Range> uniform = uniform_chunks(S, chunk);
+    const std::vector<Rank> host = deal_chunks(query_chunk_areas(*p, chunk), P);
+    const std::vector<Range> aligned = tile_aligned_chunks(*p, uniform, 128);
+    const std::vector<Rank> aligned_host = deal_chunks(chunk_areas(*p, aligned), P);
+    const std::vector<Range> after = tile_cuts_after_deal(*p, uniform, host, 128);
+    for (const Token tile : {Token{64}, Token{128}, Token{256}})
+      for (const auto& [chunks, h] : {std::pair{uniform, host}, std::pair{aligned, aligned_host}, std::pair{after, host}}) {
+        const TaskGrid g(p, dispatched_sharding(chunks, h, P));
+        std::vector<std::int64_t> load(P, 0);
+        std::vector<KernelArg> args;
+        for (TaskId t = 0; t < g.num_tasks(); ++t) {
+          args.clear();
+          task_kernel_args(g, t, args);
+          for (const KernelArg& a : args)
+            load[static_cast<std::size_t>(g.q_host(t))] +=
+                tiles_touched(static_cast<MaskType>(static_cast<int>(a.form)), a.q_len, a.k_len, static_cast<int>(tile),
+                              static_cast<int>(tile));
+        }
+        // The grid's tasks are per head group (flattened: 2 groups of the same args).
+        const std::int64_t groups = g.num_groups();
+        CAPTURE(pack);
+        CAPTURE(tile);
+        CHECK(busiest_rank_tiles(*p, chunks, h, P, tile) * groups == *std::max_element(load.begin(), load.end()));
+      }
+  }
 }
