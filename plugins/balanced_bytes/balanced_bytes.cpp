@@ -181,7 +181,10 @@ std::vector<std::string> member_names(const SolveInput& in, const Options& opt, 
   // static re-lays out the tokens: a member only where the layout is the solver's to plan.
   if (in.grid()->problem().layout == Layout::fixed) return {greedy};
   if (member_tile > 0) {
-    const std::string tile = "tile_tokens=" + std::to_string(member_tile);
+    // Of the deal cut at tiles and the published deal with its cuts moved
+    // there, the one whose busiest rank touches fewer tiles (static's
+    // tile_cuts=auto; docs/bounds.md, "Plans priced as the kernels run them").
+    const std::string tile = "tile_tokens=" + std::to_string(member_tile) + "+tile_cuts=auto";
     return {greedy, "static:" + tile, "static:node_ranks=-1+node_chunks=8+" + tile};
   }
   return {greedy, "static", "static:node_ranks=-1+node_chunks=8"};

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "cpsched/hardware/kernel_model.hpp"
+#include "cpsched/hardware/task_kernel.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/plugin/cost_model.hpp"
 #include "cpsched/plugin/registry.hpp"
@@ -89,7 +91,7 @@ TEST_CASE("balanced_bytes used once plans static's dispatch cut at the kernels' 
     // Today's pick is static's dispatch: the new one is static's cut at the
     // tiles (every block starting at a multiple of 128 from its document's
     // start or at a document's start), and faster under the kernel model.
-    CHECK(new_plan.note.find("static:tile_tokens=128 on") != std::string::npos);
+    CHECK(new_plan.note.find("static:tile_tokens=128+tile_cuts=auto on") != std::string::npos);
     CHECK(new_plan.assignment->grid->sharding().blocks != old_plan.assignment->grid->sharding().blocks);
     std::vector<Token> starts;
     for (const Slice& s : problem->mask.slices()) starts.push_back(s.q.begin);
@@ -113,30 +115,79 @@ TEST_CASE("static's tile_tokens: a negative or huge tile is refused, naming the 
                       doctest::Contains("tile_tokens"));
 }
 
-TEST_CASE("static's tile_cuts: a value other than before or after is refused, naming the parameter") {
+TEST_CASE("static's tile_cuts: a value other than before, after or auto is refused, naming the parameter") {
   if (!have_static()) return;
   Registry& reg = test::build_registry();
   const PluginInfo& info = reg.find(PluginKind::solver, "static");
   CHECK_THROWS_WITH(
       reg.make_solver("static", reg.resolve_params(info, Params({{"tile_cuts", std::string("sideways")}}))),
       doctest::Contains("tile_cuts = 'sideways'"));
-  CHECK_NOTHROW(reg.make_solver("static", reg.resolve_params(info, Params({{"tile_cuts", std::string("after")}}))));
+  for (const char* ok : {"before", "after", "auto"})
+    CHECK_NOTHROW(reg.make_solver("static", reg.resolve_params(info, Params({{"tile_cuts", std::string(ok)}}))));
 }
 
-TEST_CASE("balanced_bytes made ahead: where tiles cost today's plan more than 5 %, the new plan is 2 % faster") {
+TEST_CASE("static's tile_cuts=auto: of the deal cut at tiles and the published one cut after, the one whose "
+          "busiest rank touches fewer tiles") {
+  if (!have_static()) return;
+  WithAndWithout t;
+  const PluginInfo& info = t.reg.find(PluginKind::solver, "static");
+  const auto make = [&](const char* cuts) {
+    return t.reg.make_solver("static", t.reg.resolve_params(info, Params({{"tile_tokens", std::int64_t{128}},
+                                                                           {"tile_cuts", std::string(cuts)}})));
+  };
+  const auto before = make("before"), after = make("after"), automatic = make("auto");
+  // Busiest rank's tiles of 128 x 128 over the plan's args (each task on its q host).
+  const auto busiest = [](const SolveResult& r) {
+    const TaskGrid& g = *r.assignment->grid;
+    std::vector<std::int64_t> load(static_cast<std::size_t>(g.cp_size()), 0);
+    std::vector<KernelArg> args;
+    for (TaskId task = 0; task < g.num_tasks(); ++task) {
+      task_kernel_args(g, task, args);
+      for (const KernelArg& a : args)
+        load[static_cast<std::size_t>(r.assignment->rank[static_cast<std::size_t>(task)])] +=
+            tiles_touched(static_cast<MaskType>(static_cast<int>(a.form)), a.q_len, a.k_len, 128, 128);
+    }
+    return *std::max_element(load.begin(), load.end());
+  };
+  int took_after = 0;
+  for (const MaskKind kind : {MaskKind::causal_document, MaskKind::full_document})
+    for (int pack = 0; pack < 20; ++pack) {
+      const auto problem = t.planned_pack(kind, pack, 8);
+      const SolvePath::Options o{.shape = test::shape(0, -1), .uses = PlanUses{1}};
+      const SolveResult b = SolvePath(*before, t.with, t.reg).run(problem, o);
+      const SolveResult a = SolvePath(*after, t.with, t.reg).run(problem, o);
+      const SolveResult x = SolvePath(*automatic, t.with, t.reg).run(problem, o);
+      CAPTURE(static_cast<int>(kind));
+      CAPTURE(pack);
+      const bool pick_after = busiest(a) < busiest(b);
+      took_after += pick_after;
+      CHECK(x.assignment->grid->sharding().blocks == (pick_after ? a : b).assignment->grid->sharding().blocks);
+      CHECK(x.assignment->grid->sharding().host == (pick_after ? a : b).assignment->grid->sharding().host);
+      CHECK(x.note.find("tile_cuts=auto: busiest rank") != std::string::npos);
+    }
+  // Both deals are taken somewhere on these packs (causal_document's pack 16 after).
+  MESSAGE(took_after << " of 40 packs dealt before the cuts move");
+  CHECK(took_after > 0);
+  CHECK(took_after < 40);
+}
+
+TEST_CASE("balanced_bytes: where tiles cost today's plan more than 5 %, the new plan is 2 % faster") {
   // Packs 16 and 18 of both document masks at P = 8, planned: the ones of the
   // standard workload where tiles cost today's plan (static's dispatch) more
   // than 5 % under the kernel model (docs/bounds.md, "Plans priced as the
   // kernels run them"). Made ahead the default prices static's pick cut at
-  // tiles both ways beside the plans it priced.
+  // tiles both ways beside the plans it priced; used once its static members
+  // take, of those two deals, the one whose busiest rank touches fewer tiles.
   if (!have_static()) return;
   WithAndWithout t;
   REQUIRE(t.hw.kernel);
   const int P = 8;
+  for (const PlanUses uses : {PlanUses{1}, PlanUses::ahead()})
   for (const MaskKind kind : {MaskKind::causal_document, MaskKind::full_document})
     for (const int pack : {16, 18}) {
       const auto problem = t.planned_pack(kind, pack, P);
-      const SolvePath::Options o{.shape = test::shape(0, -1), .uses = PlanUses::ahead()};
+      CAPTURE(uses.str());
+      const SolvePath::Options o{.shape = test::shape(0, -1), .uses = uses};
       const SolveResult old_plan = SolvePath(*t.bb, t.without, t.reg).run(problem, o);
       const SolveResult new_plan = SolvePath(*t.bb, t.with, t.reg).run(problem, o);
       CAPTURE(static_cast<int>(kind));
