@@ -169,6 +169,23 @@ TEST_CASE("static's tile_cuts=auto: of the deal cut at tiles and the published o
   MESSAGE(took_after << " of 40 packs dealt before the cuts move");
   CHECK(took_after > 0);
   CHECK(took_after < 40);
+  // Two levels (P = 16 on nodes of 8): after, which keeps the nodes' deal.
+  const auto make2 = [&](const char* cuts) {
+    return t.reg.make_solver("static", t.reg.resolve_params(info, Params({{"tile_tokens", std::int64_t{128}},
+                                                                           {"node_ranks", std::int64_t{-1}},
+                                                                           {"tile_cuts", std::string(cuts)}})));
+  };
+  const auto after2 = make2("after"), auto2 = make2("auto");
+  for (int pack = 0; pack < 4; ++pack) {
+    const auto problem = t.planned_pack(MaskKind::causal_document, pack, 16);
+    const SolvePath::Options o{.shape = test::shape(0, -1), .uses = PlanUses{1}};
+    const SolveResult a = SolvePath(*after2, t.with, t.reg).run(problem, o);
+    const SolveResult x = SolvePath(*auto2, t.with, t.reg).run(problem, o);
+    CAPTURE(pack);
+    CHECK(x.note.find("two levels") != std::string::npos);
+    CHECK(x.assignment->grid->sharding().blocks == a.assignment->grid->sharding().blocks);
+    CHECK(x.assignment->grid->sharding().host == a.assignment->grid->sharding().host);
+  }
 }
 
 TEST_CASE("balanced_bytes: where tiles cost today's plan more than 5 %, the new plan is 2 % faster") {
