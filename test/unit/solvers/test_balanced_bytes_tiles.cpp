@@ -126,8 +126,8 @@ TEST_CASE("static's tile_cuts: a value other than before, after or auto is refus
     CHECK_NOTHROW(reg.make_solver("static", reg.resolve_params(info, Params({{"tile_cuts", std::string(ok)}}))));
 }
 
-TEST_CASE("static's tile_cuts=auto: of the deal cut at tiles and the published one cut after, the one whose "
-          "busiest rank touches fewer tiles") {
+TEST_CASE("static's tile_cuts=auto: the published deal cut after where its busiest rank touches 2 % fewer tiles "
+          "than the deal cut at tiles, else that one") {
   if (!have_static()) return;
   WithAndWithout t;
   const PluginInfo& info = t.reg.find(PluginKind::solver, "static");
@@ -159,7 +159,7 @@ TEST_CASE("static's tile_cuts=auto: of the deal cut at tiles and the published o
       const SolveResult x = SolvePath(*automatic, t.with, t.reg).run(problem, o);
       CAPTURE(static_cast<int>(kind));
       CAPTURE(pack);
-      const bool pick_after = busiest(a) < busiest(b);
+      const bool pick_after = static_cast<double>(busiest(a)) <= 0.98 * static_cast<double>(busiest(b));
       took_after += pick_after;
       CHECK(x.assignment->grid->sharding().blocks == (pick_after ? a : b).assignment->grid->sharding().blocks);
       CHECK(x.assignment->grid->sharding().host == (pick_after ? a : b).assignment->grid->sharding().host);
