@@ -183,7 +183,9 @@ def test_bad_input():
     for argv, what in [(["--out", "x.yaml", "--lengths", "12,a"], "--lengths"),
                        (["--out", "x.yaml", "--tile-fwd", "128"], "--tile-fwd"),
                        (["--out", "x.yaml", "--heads", "64:7"], "--heads"),
-                       (["--out", "x.yaml", "--forms", "causal,index"], "--forms")]:
+                       (["--out", "x.yaml", "--forms", "causal,index"], "--forms"),
+                       (["--out", "x.yaml", "--iters", "0"], "--iters"),
+                       (["--out", "x.yaml", "--base", "no_such_profile"], "--base")]:
         with pytest.raises(SystemExit) as e:
             cal.main(argv)
         assert e.value.code == 2, what

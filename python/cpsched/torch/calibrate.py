@@ -319,6 +319,14 @@ def main(argv=None):
     bad = [f for f in forms if f not in FORMS]
     if bad or not forms:
         ap.error(f"--forms: expected some of {','.join(FORMS)}, got {a.forms!r}")
+    for name, v in (("--iters", a.iters), ("--max-tokens", a.max_tokens), ("--dim", a.dim)):
+        if v < 1:
+            ap.error(f"{name}: expected a positive number, got {v}")
+    if a.base is not None:
+        try:
+            _cpsched.hardware_profile(a.base)
+        except ValueError as e:
+            ap.error(f"--base: {e}")
     if not torch.cuda.is_available():
         print("calibrate: no CUDA device visible: skipped")
         return 77
