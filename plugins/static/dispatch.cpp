@@ -129,16 +129,9 @@ std::vector<Range> tile_cuts_after_deal(const Problem& p, std::vector<Range> chu
 
 std::int64_t busiest_rank_tiles(const Problem& p, const std::vector<Range>& chunks, const std::vector<Rank>& host,
                                 int P, Token tile) {
-  std::vector<Range> blocks;
-  std::vector<Rank> owner;
-  for (std::size_t i = 0; i < chunks.size(); ++i) {
-    if (!blocks.empty() && owner.back() == host[i]) {
-      blocks.back().end = chunks[i].end;
-    } else {
-      blocks.push_back(chunks[i]);
-      owner.push_back(host[i]);
-    }
-  }
+  const Sharding sh = dispatched_sharding(chunks, host, P);  // the plan's blocks, in position order
+  const std::vector<Range>& blocks = sh.blocks;
+  const std::vector<Rank>& owner = sh.host;
   std::vector<std::int64_t> load(static_cast<std::size_t>(P), 0);
   std::vector<Slice> tight;
   const int t = static_cast<int>(tile);

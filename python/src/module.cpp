@@ -853,7 +853,7 @@ nb::object sharding_ranges(Token seqlen, int cp_size) {
 
 // The kernel model's view of one range arg (hardware/kernel_model.hpp): the
 // tiles of tile_q x tile_k it touches and its exact area. The calibration
-// script (python/bench/calibrate_kernels.py) fits its measured times on these.
+// (python -m cpsched.torch.calibrate) fits its measured times on these.
 nb::dict kernel_arg_tiles(int form, Token q_len, Token k_len, int tile_q, int tile_k) {
   if (form < 0 || form > 3)
     throw Error("form: expected 0-3 (full, causal, inv_causal, bi_causal), got " + std::to_string(form));

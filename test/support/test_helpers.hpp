@@ -7,7 +7,10 @@
 #include <vector>
 
 #include "cpsched/base/error.hpp"
+#include "cpsched/hardware/kernel_model.hpp"
+#include "cpsched/hardware/task_kernel.hpp"
 #include "cpsched/plugin/registry.hpp"
+#include "cpsched/problem/task_grid.hpp"
 
 namespace cpsched::test {
 
@@ -55,6 +58,21 @@ inline Params quick_params(const std::string& solver) {
   Params p;
   if (solver == "ilp") p.set("time_limit_s", 0.2);
   return p;
+}
+
+// Per rank, the tiles of tile_q x tile_k that its tasks' args touch (the
+// args the plan builder makes, task_kernel_args), task t on rank_of(t).
+inline std::vector<std::int64_t> rank_tiles(const TaskGrid& g, const std::function<Rank(TaskId)>& rank_of, int tile_q,
+                                            int tile_k) {
+  std::vector<std::int64_t> load(static_cast<std::size_t>(g.cp_size()), 0);
+  std::vector<KernelArg> args;
+  for (TaskId t = 0; t < g.num_tasks(); ++t) {
+    task_kernel_args(g, t, args);
+    for (const KernelArg& a : args)
+      load[static_cast<std::size_t>(rank_of(t))] +=
+          tiles_touched(static_cast<MaskType>(static_cast<int>(a.form)), a.q_len, a.k_len, tile_q, tile_k);
+  }
+  return load;
 }
 
 }  // namespace cpsched::test

@@ -11,8 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "cpsched/hardware/kernel_model.hpp"
-#include "cpsched/hardware/task_kernel.hpp"
 #include "cpsched/mask/generators.hpp"
 #include "cpsched/plugin/cost_model.hpp"
 #include "cpsched/plugin/registry.hpp"
@@ -138,15 +136,8 @@ TEST_CASE("static's tile_cuts=auto: the published deal cut after where its busie
   const auto before = make("before"), after = make("after"), automatic = make("auto");
   // Busiest rank's tiles of 128 x 128 over the plan's args (each task on its q host).
   const auto busiest = [](const SolveResult& r) {
-    const TaskGrid& g = *r.assignment->grid;
-    std::vector<std::int64_t> load(static_cast<std::size_t>(g.cp_size()), 0);
-    std::vector<KernelArg> args;
-    for (TaskId task = 0; task < g.num_tasks(); ++task) {
-      task_kernel_args(g, task, args);
-      for (const KernelArg& a : args)
-        load[static_cast<std::size_t>(r.assignment->rank[static_cast<std::size_t>(task)])] +=
-            tiles_touched(static_cast<MaskType>(static_cast<int>(a.form)), a.q_len, a.k_len, 128, 128);
-    }
+    const std::vector<std::int64_t> load = test::rank_tiles(
+        *r.assignment->grid, [&](TaskId t) { return r.assignment->rank[static_cast<std::size_t>(t)]; }, 128, 128);
     return *std::max_element(load.begin(), load.end());
   };
   int took_after = 0;

@@ -13,6 +13,7 @@
 #include "cpsched/hardware/task_kernel.hpp"
 #include "cpsched/problem/task_grid.hpp"
 #include "dispatch.hpp"
+#include "test_helpers.hpp"
 
 using namespace cpsched;
 using namespace cpsched::static_solver;
@@ -170,16 +171,10 @@ RandomPack random_pack(int pack, Token S, int P, std::uint64_t& rng) {
 std::int64_t plan_tiles(const std::shared_ptr<const Problem>& p, const std::vector<Range>& chunks,
                         const std::vector<Rank>& host, int P) {
   const TaskGrid g(p, dispatched_sharding(chunks, host, P));
-  std::vector<KernelArg> args;
+  const auto on_host = [&](TaskId t) { return g.q_host(t); };
   std::int64_t tiles = 0;
-  for (TaskId t = 0; t < g.num_tasks(); ++t) {
-    args.clear();
-    task_kernel_args(g, t, args);
-    for (const KernelArg& a : args) {
-      const MaskType type = static_cast<MaskType>(static_cast<int>(a.form));
-      tiles += tiles_touched(type, a.q_len, a.k_len, 128, 128) + tiles_touched(type, a.q_len, a.k_len, 64, 128);
-    }
-  }
+  for (const auto& [tq, tk] : {std::pair{128, 128}, std::pair{64, 128}})
+    for (const std::int64_t n : test::rank_tiles(g, on_host, tq, tk)) tiles += n;
   return tiles;
 }
 
@@ -250,16 +245,8 @@ TEST_CASE("busiest_rank_tiles: the most tiles one rank's args touch, as the plan
     for (const Token tile : {Token{64}, Token{128}, Token{256}})
       for (const auto& [chunks, h] : {std::pair{uniform, host}, std::pair{aligned, aligned_host}, std::pair{after, host}}) {
         const TaskGrid g(p, dispatched_sharding(chunks, h, P));
-        std::vector<std::int64_t> load(P, 0);
-        std::vector<KernelArg> args;
-        for (TaskId t = 0; t < g.num_tasks(); ++t) {
-          args.clear();
-          task_kernel_args(g, t, args);
-          for (const KernelArg& a : args)
-            load[static_cast<std::size_t>(g.q_host(t))] +=
-                tiles_touched(static_cast<MaskType>(static_cast<int>(a.form)), a.q_len, a.k_len, static_cast<int>(tile),
-                              static_cast<int>(tile));
-        }
+        const std::vector<std::int64_t> load =
+            test::rank_tiles(g, [&](TaskId t) { return g.q_host(t); }, static_cast<int>(tile), static_cast<int>(tile));
         // The grid's tasks are per head group (flattened: 2 groups of the same args).
         const std::int64_t groups = g.num_groups();
         CAPTURE(pack);
