@@ -50,6 +50,7 @@ from cpsched.torch import _graphs, loopback
 from cpsched.torch._api import _Attention
 from cpsched.torch._backends import flash_available, flex_available
 from cpsched.torch._plan import TorchPlan
+from cpsched.torch._varlen import VarlenBackend
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 QUICKSTART = os.path.join(ROOT, "configs", "quickstart.yaml")
@@ -287,7 +288,7 @@ class KernelClock:
     def __init__(self, be, device):
         self.device = device
         self.ms = {"fwd": 0.0, "bwd": 0.0}
-        self.on = callable(getattr(type(be), "_fwd", None)) and hasattr(be, "_split")
+        self.on = isinstance(be, VarlenBackend)
         if self.on:
             for pass_, name in (("fwd", "_fwd"), ("bwd", "_bwd")):
                 setattr(be, name, self._wrap(pass_, getattr(be, name)))

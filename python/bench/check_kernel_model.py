@@ -37,7 +37,7 @@ MASKS = ["causal_document", "full_document"]
 
 
 def plan(hardware, P, mask, pack, tokens):
-    """bench_step_time's plan of (mask, P, pack) on `hardware`, and its per-rank areas (heads: the config's)."""
+    """bench_step_time's plan of (mask, P, pack) on `hardware` (a Result)."""
     s = cpsched.Session.from_config(btc.QUICKSTART, {
         "problem.cp_size": P, "problem.seqlen_per_rank": tokens, "problem.mask.kind": mask,
         "problem.mask.pack": pack, "problem.layout": "planned", "hardware": hardware,

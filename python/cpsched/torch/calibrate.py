@@ -109,7 +109,7 @@ def fit(points, tiles, fpp):
         A[i, 1] = p.n
         A[i, col[(p.form, p.length)]] = p.n * _work(p, tiles) * fpp
     # relative error: each row over its own time; fixed costs that come out negative are held at 0
-    free = [0, 1] + list(range(2, A.shape[1]))
+    free = list(range(A.shape[1]))
     while True:
         w = A[:, free] / t[:, None]
         x, *_ = np.linalg.lstsq(w, np.ones_like(t), rcond=None)
